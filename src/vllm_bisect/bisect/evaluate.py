@@ -1,0 +1,88 @@
+"""Measure one commit: prepare its artifact, serve it, probe it, always tear down.
+
+Every recoverable failure becomes an :class:`Evaluation` that is not MEASURED (a skip);
+fatal errors propagate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from vllm_bisect.bisect.journal import SessionJournal
+from vllm_bisect.builders import Builder
+from vllm_bisect.envinfo import fingerprint
+from vllm_bisect.errors import ArtifactUnavailable, RecoverableError
+from vllm_bisect.models import Evaluation, EvalStatus
+from vllm_bisect.probes.decode import DecodeProbe
+from vllm_bisect.runtime.base import ServerHandle
+from vllm_bisect.runtime.process import free_port, run_server
+from vllm_bisect.spec import BisectSpec
+
+logger = logging.getLogger(__name__)
+
+PhaseCallback = Callable[[str, str], None]  # (commit, phase)
+
+
+class Evaluator:
+    def __init__(self, spec: BisectSpec, builder: Builder, log_dir: Path,
+                 journal: SessionJournal | None = None, session_id: str = "",
+                 on_phase: PhaseCallback | None = None) -> None:
+        self.spec = spec
+        self.builder = builder
+        self.log_dir = log_dir
+        self.journal = journal
+        self.session_id = session_id
+        self.on_phase = on_phase
+        self.probe = DecodeProbe(spec.probe, spec.min_output_tokens())
+
+    def _phase(self, commit: str, phase: str) -> None:
+        logger.info("%s: %s", commit[:12], phase)
+        if self.on_phase is not None:
+            self.on_phase(commit, phase)
+
+    def evaluate(self, commit: str) -> Evaluation:
+        env = fingerprint(dict(self.spec.serve.env))
+        self._phase(commit, "preparing artifact")
+        try:
+            artifact = self.builder.prepare(commit)
+        except ArtifactUnavailable as err:
+            return Evaluation(commit=commit, status=EvalStatus.UNAVAILABLE, reason=err.message,
+                              log_tail=err.log_tail, environment=env)
+        try:
+            plan = artifact.launch_plan(self.spec.serve, port := free_port())
+            if plan is None:
+                assert artifact.url is not None
+                self._phase(commit, "probing")
+                handle = ServerHandle(url=artifact.url, model=self.spec.serve.model)
+                m = self.probe.measure(handle)
+                startup = None
+            else:
+                plan = dataclasses.replace(
+                    plan, env={**(plan.env or {}), "VLLM_BISECT_SESSION": self.session_id})
+                self._phase(commit, "starting server")
+                log = self.log_dir / f"serve-{commit[:12]}.log"
+                with run_server(plan, url=f"http://127.0.0.1:{port}", model=self.spec.serve.model,
+                                log_path=log, timeout_s=self.spec.serve.startup_timeout_s,
+                                on_start=self._started(commit), on_stop=self._stopped) as h:
+                    self._phase(commit, f"probing ({h.startup_s:.1f} s to healthy)")
+                    m = self.probe.measure(h)
+                    startup = h.startup_s
+        except RecoverableError as err:
+            return Evaluation(commit=commit, status=EvalStatus.FAILED,
+                              reason=f"{type(err).__name__}: {err.message}",
+                              log_tail=err.log_tail, artifact=artifact.identity, environment=env)
+        return Evaluation(commit=commit, status=EvalStatus.MEASURED, measurement=m,
+                          artifact=artifact.identity, startup_s=startup, environment=env)
+
+    def _started(self, commit: str) -> Callable[[int], None]:
+        def cb(pid: int) -> None:
+            if self.journal is not None:
+                self.journal.server_started(pid, commit)
+        return cb
+
+    def _stopped(self, pid: int) -> None:
+        if self.journal is not None:
+            self.journal.server_stopped(pid)

@@ -1,0 +1,87 @@
+"""Resolve refs and list the commits of a range with GitPython."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from vllm_bisect.errors import RangeError
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    subject: str
+    author: str
+    date: str
+
+
+@dataclass(frozen=True)
+class CommitRange:
+    good: CommitInfo
+    bad: CommitInfo
+    commits: tuple[CommitInfo, ...]  # (good, bad], oldest first; commits[-1] is bad
+
+    def index(self, sha: str) -> int:
+        for i, c in enumerate(self.commits):
+            if c.sha == sha:
+                return i
+        if sha == self.good.sha:
+            return -1
+        raise KeyError(sha)
+
+    def sha(self, index: int) -> str:
+        return self.good.sha if index == -1 else self.commits[index].sha
+
+
+def open_repo(path: str | Path) -> git.Repo:
+    try:
+        return git.Repo(path, search_parent_directories=True)
+    except git.NoSuchPathError:
+        raise RangeError(f"repository path does not exist: {path}",
+                         hint="set range.repo (or --repo) to a git checkout of vLLM") from None
+    except git.InvalidGitRepositoryError:
+        raise RangeError(f"not a git repository: {path}",
+                         hint="set range.repo (or --repo) to a git checkout of vLLM") from None
+
+
+def info(c: git.Commit) -> CommitInfo:
+    subject = str(c.message).strip().splitlines()[0] if c.message else ""
+    return CommitInfo(sha=c.hexsha, subject=subject, author=str(c.author.name),
+                      date=c.committed_datetime.isoformat())
+
+
+def resolve(repo: git.Repo, ref: str, what: str) -> git.Commit:
+    try:
+        return repo.commit(ref)
+    except (git.BadName, ValueError, git.GitCommandError):
+        raise RangeError(f"unknown {what} ref: {ref!r}",
+                         hint="use a commit sha, tag or branch that exists in the repository "
+                              "(try `git fetch` if it is a newer commit)") from None
+
+
+def commit_range(repo: git.Repo, good_ref: str | None, bad_ref: str | None,
+                 first_parent: bool = True) -> CommitRange:
+    if not good_ref or not bad_ref:
+        missing = "good" if not good_ref else "bad"
+        raise RangeError(f"no {missing} ref given", hint=f"pass --{missing} or set range.{missing}")
+    good, bad = resolve(repo, good_ref, "good"), resolve(repo, bad_ref, "bad")
+    if good == bad:
+        raise RangeError(f"good and bad are the same commit ({good.hexsha[:12]})",
+                         hint="pass a good commit older than the bad one")
+    if not repo.is_ancestor(good, bad):
+        hint = ("they look swapped: pass the older commit as good" if repo.is_ancestor(bad, good)
+                else "pick a good commit on the bad commit's history (e.g. its merge base)")
+        raise RangeError(f"good {good.hexsha[:12]} is not an ancestor of bad {bad.hexsha[:12]}",
+                         hint=hint)
+    args = ["--first-parent"] if first_parent else []
+    shas = repo.git.rev_list(*args, "--reverse", f"{good.hexsha}..{bad.hexsha}").split()
+    if first_parent and bad.hexsha not in shas:
+        raise RangeError("bad is not reachable from good along first parents",
+                         hint="set range.first_parent = false")
+    by_sha = {c.hexsha: c for c in repo.iter_commits(f"{good.hexsha}..{bad.hexsha}",
+                                                     first_parent=first_parent)}
+    commits = tuple(info(by_sha[s]) for s in shas)
+    return CommitRange(good=info(good), bad=info(bad), commits=commits)

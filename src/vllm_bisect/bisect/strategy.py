@@ -1,0 +1,62 @@
+"""Binary search over a first-parent commit list, skip-aware (pure: no I/O).
+
+Indexing: ``commits[0..n-1]`` are the commits in (good, bad], oldest first; index ``-1`` is
+the good endpoint and ``n-1`` the bad one. The state is the set of verdicts known so far;
+``next_step`` says which commit to test next, or that the search is over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from vllm_bisect.models import Verdict
+
+
+@dataclass(frozen=True)
+class Bounds:
+    last_good: int   # highest index known good (-1: the good endpoint)
+    first_bad: int   # lowest index known bad
+
+
+@dataclass(frozen=True)
+class Step:
+    """Either a commit index to test, or the end: a culprit or a set of candidates."""
+
+    test: int | None = None
+    culprit: int | None = None
+    candidates: tuple[int, ...] = ()
+
+    @property
+    def done(self) -> bool:
+        return self.test is None
+
+
+def bounds(n: int, verdicts: Mapping[int, Verdict]) -> Bounds:
+    """The tightest good/bad bounds. A bad below a good is inconsistent: the lowest bad above
+    the highest good wins (as git bisect does, the newest evidence does not reorder history)."""
+    good = max((i for i, v in verdicts.items() if v is Verdict.GOOD), default=-1)
+    bad = min((i for i, v in verdicts.items() if v is Verdict.BAD and i > good), default=n - 1)
+    return Bounds(good, bad)
+
+
+def nearest_untested(lo: int, hi: int, verdicts: Mapping[int, Verdict]) -> int | None:
+    """The untested index in (lo, hi) nearest the midpoint, alternating sides around it."""
+    if hi - lo < 2:
+        return None
+    mid = (lo + hi) // 2
+    for offset in range(hi - lo):
+        for cand in (mid - offset, mid + offset + 1) if offset else (mid,):
+            if lo < cand < hi and cand not in verdicts:
+                return cand
+    return None
+
+
+def next_step(n: int, verdicts: Mapping[int, Verdict]) -> Step:
+    b = bounds(n, verdicts)
+    if b.first_bad - b.last_good == 1:
+        return Step(culprit=b.first_bad, candidates=(b.first_bad,))
+    cand = nearest_untested(b.last_good, b.first_bad, verdicts)
+    if cand is None:  # only skipped commits separate good from bad
+        return Step(candidates=tuple(range(b.last_good + 1, b.first_bad + 1)))
+    return Step(test=cand)

@@ -1,0 +1,28 @@
+"""Builders: ``prepare(commit) -> Artifact`` for source, command and url artifacts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import git
+
+from vllm_bisect.builders.base import Artifact, ArtifactKind, Builder
+from vllm_bisect.builders.checkout import Checkouts
+from vllm_bisect.builders.command import CommandBuilder
+from vllm_bisect.builders.source import SourceBuilder
+from vllm_bisect.builders.url import UrlBuilder
+from vllm_bisect.spec import BisectSpec, BuildKind
+
+__all__ = ["Artifact", "ArtifactKind", "Builder", "make_builder"]
+
+
+def make_builder(spec: BisectSpec, repo: git.Repo, cache_dir: Path, log_dir: Path) -> Builder:
+    b = spec.build
+    if b.kind is BuildKind.URL:
+        assert b.url is not None
+        return UrlBuilder(b.url)
+    checkouts = Checkouts(repo, cache_dir)
+    if b.kind is BuildKind.COMMAND:
+        assert b.serve is not None
+        return CommandBuilder(checkouts, b.setup, b.serve, log_dir, env=dict(spec.serve.env))
+    return SourceBuilder(checkouts, b, cache_dir, log_dir)

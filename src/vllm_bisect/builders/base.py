@@ -1,0 +1,59 @@
+"""The builder seam: ``Builder.prepare(commit) -> Artifact``, and how an artifact is served.
+
+"Cannot get an artifact" raises :class:`~vllm_bisect.errors.ArtifactUnavailable` (a skip,
+never a bad verdict). ``prepare`` is idempotent: a second call for the same commit reuses
+what the first one made.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol
+
+from vllm_bisect.runtime.process import LaunchPlan
+from vllm_bisect.spec import ServeSpec
+
+
+class ArtifactKind(StrEnum):
+    SOURCE = "source"
+    COMMAND = "command"
+    URL = "url"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    commit: str
+    kind: ArtifactKind
+    identity: str                      # what was served: a venv path, a URL, a command
+    checkout: Path | None = None
+    venv: Path | None = None
+    url: str | None = None
+    serve_template: str | None = None  # command builder: shell line with {port} {model} {commit}
+    env: dict[str, str] = field(default_factory=dict)
+    cached: bool = False
+
+    def launch_plan(self, serve: ServeSpec, port: int) -> LaunchPlan | None:
+        """How to start a server for this artifact; None when it is already running."""
+        env = {**self.env, **serve.env}
+        if self.kind is ArtifactKind.URL:
+            return None
+        if self.kind is ArtifactKind.COMMAND:
+            assert self.serve_template is not None
+            line = self.serve_template.format(port=port, model=serve.model, commit=self.commit)
+            return LaunchPlan(shell=line, env=env, cwd=self.checkout)
+        assert self.venv is not None
+        argv = [str(self.venv / "bin" / "vllm"), "serve", serve.model, "--port", str(port),
+                *serve.args]
+        spec_json = serve.speculative_config_json()
+        if spec_json is not None:
+            argv += ["--speculative-config", spec_json]
+        path = f"{self.venv / 'bin'}:{env.get('PATH') or os.environ.get('PATH', '/usr/bin:/bin')}"
+        return LaunchPlan(argv=argv, env={**env, "PATH": path, "VIRTUAL_ENV": str(self.venv)},
+                          cwd=self.checkout)
+
+
+class Builder(Protocol):
+    def prepare(self, commit: str) -> Artifact: ...

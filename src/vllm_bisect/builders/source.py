@@ -1,0 +1,118 @@
+"""The ``source`` builder: a worktree and a venv per commit, ``pip install .`` of the checkout.
+
+uv is used when it is available (``uv venv`` + ``uv pip install``), else ``python -m venv``
+and pip. With ``precompiled = true`` (real vLLM, Python-only commits) the install runs with
+``VLLM_USE_PRECOMPILED=1`` and ``VLLM_PRECOMPILED_WHEEL_COMMIT=<full sha>``, reusing the
+compiled parts of that commit's wheel. A venv is marked complete only after a successful
+install, so an interrupted build is redone, and a complete one is reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import BinaryIO
+
+from vllm_bisect.builders.base import Artifact, ArtifactKind
+from vllm_bisect.builders.checkout import Checkouts
+from vllm_bisect.errors import BuildError, ToolMissing
+from vllm_bisect.runtime.process import tail
+from vllm_bisect.spec import BuildSpec
+
+logger = logging.getLogger(__name__)
+DONE_MARK = ".vllm-bisect-complete"
+
+
+def find_uv() -> str | None:
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv")
+
+
+def find_python(version: str | None) -> str:
+    if version is None:
+        return sys.executable
+    for name in (f"python{version}", "python3"):
+        found = shutil.which(name)
+        if found and (name != "python3" or _version_of(found).startswith(version)):
+            return found
+    raise ToolMissing(f"no Python {version} interpreter found on PATH",
+                      hint=f"install python{version}, or set build.python to one you have")
+
+
+def _version_of(python: str) -> str:
+    out = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                         capture_output=True, text=True, check=False)
+    return out.stdout.strip()
+
+
+class SourceBuilder:
+    def __init__(self, checkouts: Checkouts, spec: BuildSpec, cache_dir: Path, log_dir: Path,
+                 use_uv: bool | None = None, timeout_s: float = 4 * 3600.0) -> None:
+        self.checkouts = checkouts
+        self.spec = spec
+        self.log_dir = log_dir
+        self.timeout_s = timeout_s
+        key = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:10]
+        self.venv_root = cache_dir / "venvs" / key
+        self.uv = find_uv() if use_uv in (None, True) else None
+        if use_uv and self.uv is None:
+            raise ToolMissing("uv is not installed", hint="pip install uv, or let it fall back to pip")
+
+    def prepare(self, commit: str) -> Artifact:
+        checkout = self.checkouts.get(commit)
+        venv = self.venv_root / commit
+        if (venv / DONE_MARK).exists():
+            return self._artifact(commit, checkout, venv, cached=True)
+        shutil.rmtree(venv, ignore_errors=True)
+        log = self.log_dir / f"build-{commit[:12]}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        if self.spec.precompiled:
+            env["VLLM_USE_PRECOMPILED"] = "1"
+            env["VLLM_PRECOMPILED_WHEEL_COMMIT"] = commit
+        python = find_python(self.spec.python) if self.spec.python or not self.uv else sys.executable
+        with open(log, "wb") as out:
+            self._run(self._venv_cmd(python, venv), out, checkout, env, log, commit)
+            self._run(self._install_cmd(venv, checkout), out, checkout, env, log, commit)
+        (venv / DONE_MARK).write_text(commit + "\n")
+        return self._artifact(commit, checkout, venv, cached=False)
+
+    def _venv_cmd(self, python: str, venv: Path) -> list[str]:
+        if self.uv:
+            return [self.uv, "venv", "--quiet", "--python", python, str(venv)]
+        return [python, "-m", "venv", str(venv)]
+
+    def _install_cmd(self, venv: Path, checkout: Path) -> list[str]:
+        py = str(venv / "bin" / "python")
+        extra = list(self.spec.install_args)
+        if self.uv:
+            return [self.uv, "pip", "install", "--python", py, *extra, str(checkout)]
+        return [py, "-m", "pip", "install", "--disable-pip-version-check", *extra, str(checkout)]
+
+    def _run(self, cmd: list[str], out: BinaryIO, cwd: Path, env: dict[str, str], log: Path,
+             commit: str) -> None:
+        out.write(f"$ {' '.join(cmd)}\n".encode())
+        out.flush()
+        try:
+            code = subprocess.run(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, timeout=self.timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            code = -1
+        except OSError as err:
+            raise ToolMissing(f"cannot run {cmd[0]}: {err.strerror}") from None
+        if code != 0:
+            raise BuildError(f"build of {commit[:12]} failed (exit {code}): {' '.join(cmd[:3])} ...",
+                             hint=f"see the build log: {log}", log_tail=tail(log, 20))
+
+    def _artifact(self, commit: str, checkout: Path, venv: Path, cached: bool) -> Artifact:
+        return Artifact(commit=commit, kind=ArtifactKind.SOURCE, identity=f"venv:{venv}",
+                        checkout=checkout, venv=venv, cached=cached)

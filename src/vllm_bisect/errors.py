@@ -1,0 +1,85 @@
+"""The exception tree of vllm-bisect.
+
+Every error the tool raises on purpose derives from :class:`BisectError` and carries a
+``hint`` that says what to do about it. The tree has two branches, and the branch decides
+what the driver does::
+
+    BisectError
+    ├── RecoverableError          a commit could not be tested: the commit is SKIPPED
+    │   ├── ArtifactUnavailable   no wheel / image / build for this commit (never "bad")
+    │   │   └── BuildError        a build from source failed (log tail attached)
+    │   ├── ServeError            the server exited early, hung, or never became healthy
+    │   └── ProbeError            the probe could not finish (stream broke, HTTP error, timeout)
+    │       └── StreamFormatError the server's SSE stream was malformed
+    └── FatalError                the bisect cannot go on: stop and tell the user
+        ├── SpecError             the spec file or a flag is invalid (names the key)
+        ├── RangeError            unknown ref, good == bad, good not an ancestor of bad
+        ├── NotReproduced         the endpoints do not judge good and bad as claimed
+        ├── SessionError          the session directory cannot be used (locked, mismatched)
+        └── ToolMissing           a required program (git, uv, docker, ...) is not installed
+
+Only ``cli.py`` turns these into messages and exit codes; library code raises them.
+"""
+
+from __future__ import annotations
+
+
+class BisectError(Exception):
+    """Base of every error vllm-bisect raises deliberately."""
+
+    def __init__(self, message: str, *, hint: str = "", log_tail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.log_tail = log_tail
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class RecoverableError(BisectError):
+    """The commit at hand could not be tested; the bisect skips it and goes on."""
+
+
+class ArtifactUnavailable(RecoverableError):
+    """No artifact (wheel, image, source build) can be had for this commit."""
+
+
+class BuildError(ArtifactUnavailable):
+    """Building the commit from source failed."""
+
+
+class ServeError(RecoverableError):
+    """The server for a commit died, hung or never answered /health."""
+
+
+class ProbeError(RecoverableError):
+    """The probe could not finish against a running server."""
+
+
+class StreamFormatError(ProbeError):
+    """The server sent a streaming response that does not follow vLLM's SSE format."""
+
+
+class FatalError(BisectError):
+    """The bisect cannot continue; the CLI prints the message and exits non-zero."""
+
+
+class SpecError(FatalError):
+    """The spec (TOML file or CLI flags) is invalid."""
+
+
+class RangeError(FatalError):
+    """The commit range is invalid: unknown refs, or good is not an ancestor of bad."""
+
+
+class NotReproduced(FatalError):
+    """An endpoint did not judge as claimed (good judged bad, bad judged good, or untestable)."""
+
+
+class SessionError(FatalError):
+    """The session directory cannot be used."""
+
+
+class ToolMissing(FatalError):
+    """A program the chosen builder or runtime needs is not installed."""

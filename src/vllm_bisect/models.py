@@ -1,0 +1,92 @@
+"""Values that cross module seams: measurements, verdicts, outcomes (pydantic, frozen)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Verdict(StrEnum):
+    GOOD = "good"
+    BAD = "bad"
+    SKIP = "skip"
+
+
+class TokensSource(StrEnum):
+    USAGE = "usage"              # final include_usage chunk (server-counted)
+    CONTINUOUS = "continuous"    # continuous_usage_stats on each chunk (server-counted)
+    CHUNKS = "chunks"            # no usage at all: one token per chunk (a guess)
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RequestResult(_Value):
+    output_tokens: int
+    finish_reason: str | None
+    ttft_ms: float
+    latency_ms: float
+    itl_ms: float | None
+    chunk_itl_ms: float | None
+    tpot_ms: float | None
+    n_chunks: int
+    tokens_per_chunk: float
+    chunk_tokens: list[int] | None = None
+    tokens_source: TokensSource
+
+
+class Measurement(_Value):
+    """What the decode probe saw at one server (aggregates are medians over requests)."""
+
+    endpoint: str
+    model: str
+    server_version: str | None = None
+    requested_tokens: int | None
+    min_output_tokens: int | None
+    output_tokens: list[int]
+    length_ok: bool
+    itl_ms: float | None
+    chunk_itl_ms: float | None
+    tokens_per_chunk: float | None
+    ttft_ms: float | None
+    tpot_ms: float | None
+    finish_reasons: list[str | None]
+    acceptance_length: float | None = None
+    acceptance_per_position: list[float] | None = None
+    server_itl_ms: float | None = None
+    generation_tokens_delta: float | None = None
+    tokens_source: TokensSource
+    notes: list[str] = Field(default_factory=list)
+    requests: list[RequestResult] = Field(default_factory=list)
+    wall_s: float = 0.0
+
+
+class Outcome(_Value):
+    """A judged commit: its verdict, why, and what was measured (None when skipped)."""
+
+    commit: str
+    verdict: Verdict
+    reason: str
+    measurement: Measurement | None = None
+    from_cache: bool = False
+
+
+class EvalStatus(StrEnum):
+    MEASURED = "measured"
+    UNAVAILABLE = "unavailable"   # no artifact: cached, it will not appear on a retry
+    FAILED = "failed"             # serve or probe failure at this commit
+
+
+class Evaluation(_Value):
+    """The result of trying to measure one commit (before any verdict)."""
+
+    commit: str
+    status: EvalStatus
+    reason: str = ""
+    log_tail: str = ""
+    measurement: Measurement | None = None
+    artifact: str | None = None
+    startup_s: float | None = None
+    environment: dict[str, object] = Field(default_factory=dict)

@@ -1,0 +1,240 @@
+"""The decode probe: stream requests, time every output chunk, count tokens the server's way.
+
+Per request, ``itl_ms = (t_last_chunk - t_first_chunk) / (completion_tokens - 1)`` uses the
+server-counted ``usage.completion_tokens``. Under speculative decoding one chunk carries
+several tokens, so ``chunk_itl_ms`` (the mean gap between chunks, what a naive client
+reports) is larger by about the acceptance length: the #47297 trap. Both are reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import statistics
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from vllm_bisect.errors import ProbeError, StreamFormatError
+from vllm_bisect.models import Measurement, RequestResult, TokensSource
+from vllm_bisect.probes import metrics
+from vllm_bisect.probes.sse import chunk_text, iter_events
+from vllm_bisect.runtime.base import ServerHandle
+from vllm_bisect.spec import Endpoint, ProbeSpec
+
+logger = logging.getLogger(__name__)
+
+# Server log lines that explain a length cap (vLLM has worded these a few ways).
+NOTE_PATTERNS = (
+    re.compile(r"Default (?:vLLM )?sampling param(?:eter)?s have been overridden by the model's[^\n]*"),
+    re.compile(r"Using default (?:chat |completion |chat/completion )?sampling params from model[^\n]*"),
+)
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    t: float
+    tokens: int | None  # from continuous usage, else None
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+class DecodeProbe:
+    """``measure(server) -> Measurement`` over HTTP; no other I/O."""
+
+    def __init__(self, spec: ProbeSpec, min_output_tokens: int | None = None,
+                 on_request: Callable[[int, int], None] | None = None) -> None:
+        self.spec = spec
+        self.min_output_tokens = (min_output_tokens if min_output_tokens is not None
+                                  else spec.effective_min_tokens())
+        self.on_request = on_request
+
+    # -- request -----------------------------------------------------------------------
+    def request_body(self, model: str, max_tokens: int | None) -> dict[str, Any]:
+        s = self.spec
+        body: dict[str, Any] = {"model": model, "stream": True, "temperature": s.temperature,
+                                "stream_options": {"include_usage": True,
+                                                   "continuous_usage_stats": True}}
+        if s.endpoint is Endpoint.CHAT:
+            body["messages"] = [{"role": "user", "content": s.prompt}]
+        else:
+            body["prompt"] = s.prompt
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if s.ignore_eos:
+            body["ignore_eos"] = True
+        min_tokens = s.min_tokens if s.min_tokens is not None else max_tokens
+        if min_tokens:
+            body["min_tokens"] = min(min_tokens, max_tokens) if max_tokens else min_tokens
+        return body
+
+    def _path(self) -> str:
+        return "/v1/chat/completions" if self.spec.endpoint is Endpoint.CHAT else "/v1/completions"
+
+    def run_one(self, client: httpx.Client, server: ServerHandle,
+                body: dict[str, Any]) -> RequestResult:
+        url = server.url + self._path()
+        chunks: list[_Chunk] = []
+        final_usage: int | None = None
+        finish: str | None = None
+        saw_done = False
+        t0 = time.perf_counter()
+        try:
+            with client.stream("POST", url, json=body, timeout=self.spec.request_timeout_s) as r:
+                if r.status_code != 200:
+                    text = r.read().decode(errors="replace")[:300]
+                    raise ProbeError(f"{url} answered HTTP {r.status_code}: {text}",
+                                     hint="check the model name and the serve arguments")
+                last_cum = 0
+                for ev in iter_events(r.iter_lines()):
+                    if ev.data is None:
+                        saw_done = True
+                        break
+                    usage = ev.data.get("usage")
+                    text = chunk_text(ev.data)
+                    choices = ev.data.get("choices") or []
+                    if choices and isinstance(choices[0], dict) and choices[0].get("finish_reason"):
+                        finish = choices[0]["finish_reason"]
+                    cum = usage.get("completion_tokens") if isinstance(usage, dict) else None
+                    if not choices and isinstance(cum, int):
+                        final_usage = cum
+                        continue
+                    if text is None:
+                        continue
+                    n = None
+                    if isinstance(cum, int):
+                        n, last_cum = cum - last_cum, cum
+                    chunks.append(_Chunk(ev.t, n))
+        except httpx.TimeoutException:
+            raise ProbeError(f"request to {url} timed out after {self.spec.request_timeout_s:.0f} s",
+                             hint="the server hangs; raise probe.request_timeout_s if it is slow") from None
+        except httpx.HTTPError as err:
+            raise ProbeError(f"stream from {url} broke after {len(chunks)} chunks: {err}",
+                             hint="the server died mid-request; see its log") from None
+        if not saw_done:
+            raise StreamFormatError(f"stream from {url} ended after {len(chunks)} chunks "
+                                    "without 'data: [DONE]'", hint="the server died mid-request")
+        return self._summarize(chunks, final_usage, finish, t0)
+
+    @staticmethod
+    def _summarize(chunks: list[_Chunk], final_usage: int | None, finish: str | None,
+                   t0: float) -> RequestResult:
+        n_chunks = len(chunks)
+        continuous = [c.tokens for c in chunks]
+        if final_usage is not None:
+            tokens, source = final_usage, TokensSource.USAGE
+        elif chunks and all(c is not None for c in continuous):
+            tokens, source = sum(c for c in continuous if c is not None), TokensSource.CONTINUOUS
+        else:
+            tokens, source = n_chunks, TokensSource.CHUNKS
+        chunk_tokens = ([c for c in continuous if c is not None]
+                        if all(c is not None for c in continuous) and chunks else None)
+        if not chunks:
+            return RequestResult(output_tokens=tokens, finish_reason=finish, ttft_ms=0.0,
+                                 latency_ms=0.0, itl_ms=None, chunk_itl_ms=None, tpot_ms=None,
+                                 n_chunks=0, tokens_per_chunk=0.0, chunk_tokens=chunk_tokens,
+                                 tokens_source=source)
+        t_first, t_last = chunks[0].t, chunks[-1].t
+        span_ms = (t_last - t_first) * 1000.0
+        itl = span_ms / (tokens - 1) if tokens > 1 else None
+        chunk_itl = span_ms / (n_chunks - 1) if n_chunks > 1 else None
+        ttft = (t_first - t0) * 1000.0
+        latency = (t_last - t0) * 1000.0
+        tpot = (latency - ttft) / (tokens - 1) if tokens > 1 else None
+        return RequestResult(output_tokens=tokens, finish_reason=finish, ttft_ms=ttft,
+                             latency_ms=latency, itl_ms=itl, chunk_itl_ms=chunk_itl, tpot_ms=tpot,
+                             n_chunks=n_chunks, tokens_per_chunk=tokens / n_chunks,
+                             chunk_tokens=chunk_tokens, tokens_source=source)
+
+    # -- measurement -------------------------------------------------------------------
+    def measure(self, server: ServerHandle) -> Measurement:
+        s = self.spec
+        max_tokens = s.max_tokens if s.send_max_tokens else None
+        body = self.request_body(server.model, max_tokens)
+        started = time.perf_counter()
+        limits = httpx.Limits(max_connections=s.concurrency + 2)
+        with httpx.Client(limits=limits, timeout=httpx.Timeout(30.0, read=s.request_timeout_s)) as client:
+            version = self._version(client, server)
+            for _ in range(s.warmup):
+                warm = dict(body)
+                if max_tokens is not None:
+                    warm["max_tokens"] = min(max_tokens, 32)
+                    warm.pop("min_tokens", None)
+                self.run_one(client, server, warm)
+            before = metrics.scrape(client, server.url)
+            results = self._run_all(client, server, body)
+            after = metrics.scrape(client, server.url)
+        delta = metrics.diff(before, after) if before is not None and after is not None else None
+        return self._aggregate(server, version, max_tokens, results, delta,
+                               time.perf_counter() - started)
+
+    def _run_all(self, client: httpx.Client, server: ServerHandle,
+                 body: dict[str, Any]) -> list[RequestResult]:
+        s = self.spec
+        done = 0
+
+        def one(_: int) -> RequestResult:
+            nonlocal done
+            res = self.run_one(client, server, body)
+            done += 1
+            if self.on_request is not None:
+                self.on_request(done, s.requests)
+            return res
+
+        if s.concurrency == 1:
+            return [one(i) for i in range(s.requests)]
+        with ThreadPoolExecutor(max_workers=s.concurrency) as pool:
+            return list(pool.map(one, range(s.requests)))
+
+    @staticmethod
+    def _version(client: httpx.Client, server: ServerHandle) -> str | None:
+        try:
+            r = client.get(f"{server.url}/version", timeout=10.0)
+            v = r.json().get("version") if r.status_code == 200 else None
+            return str(v) if v is not None else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+
+    def _aggregate(self, server: ServerHandle, version: str | None, max_tokens: int | None,
+                   results: list[RequestResult], delta: metrics.MetricsDelta | None,
+                   wall_s: float) -> Measurement:
+        outs = [r.output_tokens for r in results]
+        floor = self.min_output_tokens
+        sources = {r.tokens_source for r in results}
+        source = (TokensSource.CHUNKS if TokensSource.CHUNKS in sources
+                  else TokensSource.CONTINUOUS if TokensSource.CONTINUOUS in sources
+                  else TokensSource.USAGE)
+        return Measurement(
+            endpoint=self.spec.endpoint.value, model=server.model, server_version=version,
+            requested_tokens=max_tokens, min_output_tokens=floor, output_tokens=outs,
+            length_ok=all(o >= floor for o in outs) if floor is not None else True,
+            itl_ms=_median([r.itl_ms for r in results if r.itl_ms is not None]),
+            chunk_itl_ms=_median([r.chunk_itl_ms for r in results if r.chunk_itl_ms is not None]),
+            tokens_per_chunk=_median([r.tokens_per_chunk for r in results if r.n_chunks]),
+            ttft_ms=_median([r.ttft_ms for r in results if r.n_chunks]),
+            tpot_ms=_median([r.tpot_ms for r in results if r.tpot_ms is not None]),
+            finish_reasons=[r.finish_reason for r in results],
+            acceptance_length=delta.acceptance_length if delta else None,
+            acceptance_per_position=delta.acceptance_per_position if delta else None,
+            server_itl_ms=delta.server_itl_ms if delta else None,
+            generation_tokens_delta=delta.generation_tokens if delta else None,
+            tokens_source=source, notes=log_notes(server.read_log()), requests=results,
+            wall_s=wall_s,
+        )
+
+
+def log_notes(log: str) -> list[str]:
+    """Server log lines that explain an output-length cap, each once."""
+    seen: list[str] = []
+    for pat in NOTE_PATTERNS:
+        for m in pat.finditer(log):
+            line = m.group(0).strip()
+            if line not in seen:
+                seen.append(line)
+    return seen

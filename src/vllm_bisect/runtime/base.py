@@ -1,0 +1,20 @@
+"""What a runtime hands to a probe: where the server answers and where its log is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ServerHandle:
+    url: str
+    model: str
+    log_path: Path | None = None
+    pid: int | None = None
+    startup_s: float | None = None
+
+    def read_log(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(encoding="utf-8", errors="replace")

@@ -1,0 +1,149 @@
+"""Run a server as a process group: start, wait for /health, always tear down.
+
+The server gets its own session (so SIGTERM reaches every process it spawned, vLLM's engine
+core included) and, on Linux, a parent-death signal so it dies with us even on kill -9 of the
+driver. Its pid is recorded by the caller in the journal so a later run can reap a group left
+behind by anything that escaped both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from vllm_bisect.errors import ServeError
+from vllm_bisect.runtime.base import ServerHandle
+
+logger = logging.getLogger(__name__)
+
+GRACE_S = 10.0
+PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _child_setup() -> None:  # runs in the child between fork and exec
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How to start one server: argv (or a shell line), its env additions, cwd."""
+
+    argv: Sequence[str] | None = None
+    shell: str | None = None
+    env: Mapping[str, str] | None = None
+    cwd: Path | None = None
+
+    def describe(self) -> str:
+        if self.shell is not None:
+            return self.shell
+        return " ".join(self.argv or ())
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def kill_group(pid: int, grace_s: float = GRACE_S) -> None:
+    """SIGTERM the process group led by pid, then SIGKILL after the grace period."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float, log_path: Path,
+                 interval_s: float = 0.1) -> float:
+    """Poll GET /health until 200; raise ServeError on exit, 503 death, or timeout."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    with httpx.Client(timeout=5.0) as client:
+        while True:
+            code = proc.poll()
+            if code is not None:
+                raise ServeError(
+                    f"server exited with code {code} before it was healthy",
+                    hint=f"see the server log: {log_path}", log_tail=tail(log_path))
+            try:
+                r = client.get(f"{url}/health")
+                if r.status_code == 200:
+                    return time.monotonic() - started
+            except httpx.HTTPError:
+                pass  # vLLM binds its port only once the engine is up
+            if time.monotonic() > deadline:
+                raise ServeError(
+                    f"server not healthy after {timeout_s:.0f} s",
+                    hint="raise serve.startup_timeout_s if loading is slow; "
+                         f"see the server log: {log_path}",
+                    log_tail=tail(log_path))
+            time.sleep(min(interval_s * (1 + (time.monotonic() - started) / 5), 1.0))
+
+
+@contextlib.contextmanager
+def run_server(plan: LaunchPlan, *, url: str, model: str, log_path: Path, timeout_s: float,
+               on_start: Callable[[int], None] | None = None,
+               on_stop: Callable[[int], None] | None = None) -> Iterator[ServerHandle]:
+    """Start the server, yield a handle once healthy, and always tear the group down."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update(plan.env or {})
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    with open(log_path, "ab") as log:
+        log.write(f"$ {plan.describe()}\n".encode())
+        log.flush()
+        try:
+            proc = subprocess.Popen(
+                plan.argv if plan.shell is None else ["/bin/sh", "-c", plan.shell],
+                cwd=plan.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, preexec_fn=_child_setup)
+        except OSError as err:
+            raise ServeError(f"cannot start server: {err}",
+                             hint="check that the serve command exists") from None
+    if on_start is not None:
+        on_start(proc.pid)
+    try:
+        startup = wait_healthy(url, proc, timeout_s, log_path)
+        logger.info("server pid %d healthy after %.1f s", proc.pid, startup)
+        yield ServerHandle(url=url, model=model, log_path=log_path, pid=proc.pid, startup_s=startup)
+    finally:
+        kill_group(proc.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=GRACE_S)
+        if on_stop is not None:
+            on_stop(proc.pid)

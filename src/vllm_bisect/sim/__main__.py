@@ -1,0 +1,75 @@
+"""``python -m vllm_bisect.sim serve|replay ...``: the simulator and the replay server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from vllm_bisect.sim.engine import SimConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m vllm_bisect.sim",
+                                 description="A vLLM-compatible server for tests and demos.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="serve a simulated vLLM engine")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--model", default="sim-model")
+    s.add_argument("--version", default="0.25.1")
+    s.add_argument("--max-model-len", type=int, default=4096)
+    s.add_argument("--step-ms", type=float, default=10.0, help="engine step time")
+    s.add_argument("--prefill-ms", type=float, default=20.0)
+    s.add_argument("--spec-k", type=int, default=0, help="draft tokens per step (0: none)")
+    s.add_argument("--acceptance", type=float, default=0.8, help="per-draft acceptance rate")
+    s.add_argument("--gen-max-new-tokens", type=int, default=None,
+                   help="generation_config.json max_new_tokens (a default max_tokens)")
+    s.add_argument("--gen-caps-explicit", action="store_true",
+                   help="old behaviour (before vLLM #34063): max_new_tokens caps explicit max_tokens")
+    s.add_argument("--spec-output-cap", type=int, default=None,
+                   help="cap every output at N tokens under speculative decoding")
+    s.add_argument("--eos-after", type=int, default=None)
+    s.add_argument("--startup-delay", type=float, default=0.0)
+    s.add_argument("--first-request-delay", type=float, default=0.0)
+    s.add_argument("--crash-after-tokens", type=int, default=None)
+    s.add_argument("--noise-cv", type=float, default=0.0)
+    s.add_argument("--seed", type=int, default=None)
+    r = sub.add_parser("replay", help="replay a captured vLLM transcript")
+    r.add_argument("transcript", type=Path)
+    r.add_argument("--host", default="127.0.0.1")
+    r.add_argument("--port", type=int, default=8000)
+    r.add_argument("--metrics", type=Path, default=None, help="captured metrics file")
+    r.add_argument("--metrics-server", default=None, help="server block in the metrics file")
+    r.add_argument("--speed", type=float, default=1.0, help="replay faster (>1) or slower")
+    return ap
+
+
+def config_from_args(a: argparse.Namespace) -> SimConfig:
+    return SimConfig(
+        model=a.model, version=a.version, max_model_len=a.max_model_len, step_ms=a.step_ms,
+        prefill_ms=a.prefill_ms, spec_k=a.spec_k, acceptance=a.acceptance,
+        gen_max_new_tokens=a.gen_max_new_tokens, gen_caps_explicit=a.gen_caps_explicit,
+        spec_output_cap=a.spec_output_cap, eos_after=a.eos_after, startup_delay_s=a.startup_delay,
+        first_request_delay_s=a.first_request_delay, crash_after_tokens=a.crash_after_tokens,
+        noise_cv=a.noise_cv, seed=a.seed,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = build_parser().parse_args(argv)
+    if a.cmd == "serve":
+        from vllm_bisect.sim.server import run
+
+        run(config_from_args(a), a.host, a.port)
+    else:
+        from vllm_bisect.sim.replay import ReplayServer, load_metrics_blocks, serve
+
+        metrics = None
+        if a.metrics is not None:
+            metrics = load_metrics_blocks(a.metrics, a.metrics_server or "A_ngram_tiny")
+        asyncio.run(serve(ReplayServer(a.transcript, metrics, a.speed), a.host, a.port))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""The simulated engine: what a request generates and how the engine paces it (pure).
+
+The model is vLLM's V1 engine with speculative decoding: the prefill step emits one token;
+each later engine step verifies K draft tokens and emits the accepted prefix plus one bonus
+token (1..K+1 tokens, one streamed chunk). Without speculative decoding each step emits one
+token. Steps are paced in real time by the server (``step_ms`` each).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+VOCAB = (
+    "the", "lighthouse", "keeper", "found", "a", "map", "under", "stairs", "and", "sea",
+    "was", "calm", "night", "light", "turned", "slowly", "over", "rocks", "ship", "came",
+)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything that decides how the simulated server behaves."""
+
+    model: str = "sim-model"
+    version: str = "0.25.1"
+    max_model_len: int = 4096
+    step_ms: float = 10.0
+    prefill_ms: float = 20.0
+    spec_k: int = 0
+    acceptance: float = 0.8
+    # Generation config of the "model" (as vLLM reads generation_config.json).
+    gen_max_new_tokens: int | None = None
+    # Before vLLM PR #34063 the generation config's max_new_tokens capped even an explicit
+    # max_tokens; True reproduces that older behaviour.
+    gen_caps_explicit: bool = False
+    # A hard cap on output tokens under speculative decoding (the #47297 shape).
+    spec_output_cap: int | None = None
+    eos_after: int | None = None
+    startup_delay_s: float = 0.0
+    first_request_delay_s: float = 0.0
+    crash_after_tokens: int | None = None
+    noise_cv: float = 0.0
+    seed: int | None = None
+    fingerprint_hash: str = "nohash"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fingerprint(self) -> str:
+        return f"vllm-{self.version}-{self.fingerprint_hash}"
+
+    def default_overrides(self) -> dict[str, int]:
+        """Sampling defaults taken from the generation config (vLLM logs these at start)."""
+        return {"max_tokens": self.gen_max_new_tokens} if self.gen_max_new_tokens else {}
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    """What one request will produce."""
+
+    n_tokens: int
+    finish_reason: str
+    prompt_tokens: int
+
+
+class RequestError(ValueError):
+    """A request the real server would reject with 400."""
+
+
+def count_prompt_tokens(prompt: str) -> int:
+    return max(1, len(prompt.split()))
+
+
+def plan_request(cfg: SimConfig, body: dict[str, Any], chat: bool, prompt_tokens: int) -> RequestPlan:
+    """Resolve max_tokens / min_tokens / ignore_eos the way vLLM 0.25.1 does."""
+    room = cfg.max_model_len - prompt_tokens
+    if room <= 0:
+        raise RequestError(
+            f"This model's maximum context length is {cfg.max_model_len} tokens. However, your "
+            f"request has {prompt_tokens} input tokens. Please reduce the length of the input."
+        )
+    explicit = body.get("max_tokens")
+    if chat and explicit is None:
+        explicit = body.get("max_completion_tokens")
+    if explicit is not None:
+        if not isinstance(explicit, int) or isinstance(explicit, bool) or explicit < 1:
+            raise RequestError(f"max_tokens must be at least 1, got {explicit}.")
+        if explicit > room:
+            raise RequestError(
+                f"'max_tokens' is too large: {explicit}. This model's maximum context length is "
+                f"{cfg.max_model_len} tokens and your request has {prompt_tokens} input tokens "
+                f"({explicit} > {cfg.max_model_len} - {prompt_tokens})."
+            )
+        limit = explicit
+        if cfg.gen_caps_explicit and cfg.gen_max_new_tokens:
+            limit = min(limit, cfg.gen_max_new_tokens)
+    elif not chat:
+        # /v1/completions' own default (16) wins over the generation config (seen on 0.25.1).
+        limit = 16
+    else:
+        limit = cfg.gen_max_new_tokens or room
+    limit = min(limit, room)
+    if cfg.spec_k and cfg.spec_output_cap is not None:
+        limit = min(limit, cfg.spec_output_cap)
+    min_tokens = body.get("min_tokens") or 0
+    if not isinstance(min_tokens, int) or min_tokens < 0:
+        raise RequestError(f"min_tokens must be greater than or equal to 0, got {min_tokens}.")
+    if explicit is not None and min_tokens > explicit:
+        raise RequestError(
+            f"min_tokens must be less than or equal to max_tokens={explicit}, got {min_tokens}."
+        )
+    n, reason = limit, "length"
+    if cfg.eos_after is not None and not body.get("ignore_eos", False):
+        natural = max(cfg.eos_after, min_tokens)
+        if natural < limit:
+            n, reason = natural, "stop"
+    return RequestPlan(n_tokens=n, finish_reason=reason, prompt_tokens=prompt_tokens)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One engine step: how many tokens it emits and how many drafts it accepted."""
+
+    tokens: int
+    drafted: int
+    accepted: int
+
+
+def plan_steps(cfg: SimConfig, n_tokens: int, rng: random.Random) -> list[Step]:
+    """Split n_tokens into engine steps. The first (prefill) step emits one token."""
+    steps: list[Step] = []
+    if n_tokens <= 0:
+        return steps
+    steps.append(Step(tokens=1, drafted=0, accepted=0))
+    left = n_tokens - 1
+    while left > 0:
+        if cfg.spec_k:
+            accepted = 0
+            while accepted < cfg.spec_k and rng.random() < cfg.acceptance:
+                accepted += 1
+            emitted = min(accepted + 1, left)
+            steps.append(Step(tokens=emitted, drafted=cfg.spec_k, accepted=accepted))
+        else:
+            emitted = 1
+            steps.append(Step(tokens=1, drafted=0, accepted=0))
+        left -= emitted
+    return steps
+
+
+def step_delay_s(cfg: SimConfig, rng: random.Random) -> float:
+    base = cfg.step_ms / 1000.0
+    if cfg.noise_cv > 0:
+        base *= max(0.1, rng.gauss(1.0, cfg.noise_cv))
+    return base
+
+
+def token_text(index: int) -> str:
+    return " " + VOCAB[index % len(VOCAB)]

@@ -1,0 +1,182 @@
+"""Generate a git history shaped like vLLM, with regressions planted in its source.
+
+Commit 0 is the good base; commits 1..n follow on one branch. Behaviour at each commit comes
+from the committed files (``vllm/config/engine.py``, ``vllm/spec_decode/config.py``,
+``vllm/transformers_utils/generation_config.py``), which the synthetic ``vllm serve`` reads.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import git
+
+from vllm_bisect.sim import template as t
+
+FILLER_SUBJECTS = (
+    "[Doc] Clarify speculative decoding metrics",
+    "[CI] Split the spec-decode test group",
+    "[Misc] Tidy logging in the scheduler",
+    "[Bugfix] Fix typo in error message for max_model_len",
+    "[Frontend] Accept stream_options on chat completions",
+    "[Model] Add Qwen3.6 MoE config aliases",
+    "[Core] Refactor KV cache block accounting",
+    "[Perf] Avoid a host sync in the sampler",
+    "[Kernel] Tune fused MoE configs for H200",
+    "[Test] Add regression test for prefix caching",
+    "[Hardware][NVIDIA] Enable FlashInfer on sm_121",
+    "[Build] Update CUTLASS to v4.3",
+    "[V1] Simplify the async output processor",
+    "[Misc] Bump transformers pin",
+    "[Bugfix] Handle empty prompts in the tokenizer",
+    "[Frontend] Log the served model name",
+)
+CAP_SUBJECT = "[Spec Decode] Merge generation-config defaults into MTP requests"
+SLOW_SUBJECT = "[Kernel] Route MTP verify steps through the packed GDN wrapper"
+GEN_CAP_SUBJECT = "[Model] Ship generation_config.json with max_new_tokens=128"
+BROKEN_SUBJECT = "[Build] Require CMake 3.31 for the CUDA 13 toolchain"
+FIX_BUILD_SUBJECT = "[Build] Revert CMake minimum to 3.26"
+
+
+@dataclass(frozen=True)
+class HistoryPlan:
+    """What to plant. Indices are commit numbers 1..n (0 is the good base)."""
+
+    n_commits: int = 60
+    cap_at: int | None = None          # from here on: outputs capped at cap_tokens under spec
+    cap_tokens: int = 128
+    slow_at: int | None = None         # from here on: engine steps slow_factor x slower
+    slow_factor: float = 7.0
+    gen_cap_at: int | None = None      # from here on: generation_config max_new_tokens=128
+    gen_caps_explicit: bool = False
+    unbuildable: tuple[int, ...] = ()  # these commits fail to build (the next one fixes it)
+    step_ms: float = 10.0
+    acceptance: float = 0.8
+    noise_cv: float = 0.0
+    init_s: float = 0.2
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class History:
+    path: Path
+    shas: tuple[str, ...]              # shas[0] is the base (good), shas[-1] the head (bad)
+    planted: dict[str, str] = field(default_factory=dict)  # symptom -> sha
+    unbuildable: tuple[str, ...] = ()
+
+    @property
+    def good(self) -> str:
+        return self.shas[0]
+
+    @property
+    def bad(self) -> str:
+        return self.shas[-1]
+
+
+def _files(plan: HistoryPlan, i: int) -> dict[str, str]:
+    slow = plan.slow_at is not None and i >= plan.slow_at
+    cap = plan.cap_at is not None and i >= plan.cap_at
+    gen_cap = plan.gen_cap_at is not None and i >= plan.gen_cap_at
+    broken = i in plan.unbuildable
+    version = f"0.23.1rc1.dev{400 + i}"
+    check = t.BROKEN_CHECK.format(message="CMake 3.31 or newer is required") if broken else ""
+    return {
+        "pyproject.toml": t.PYPROJECT.format(version=version),
+        "_build/backend.py": t.BACKEND.format(check=check),
+        "vllm/__init__.py": t.INIT,
+        "vllm/version.py": t.VERSION.format(version=version),
+        "vllm/config/__init__.py": "",
+        "vllm/config/engine.py": t.ENGINE_CONFIG.format(
+            step_ms=round(plan.step_ms * (plan.slow_factor if slow else 1.0), 3),
+            init_s=plan.init_s, noise_cv=plan.noise_cv),
+        "vllm/spec_decode/__init__.py": "",
+        "vllm/spec_decode/config.py": t.SPEC_DECODE.format(
+            acceptance=plan.acceptance, cap=plan.cap_tokens if cap else None),
+        "vllm/transformers_utils/__init__.py": "",
+        "vllm/transformers_utils/generation_config.py": t.GEN_CONFIG.format(
+            max_new_tokens=128 if gen_cap else None, caps_explicit=plan.gen_caps_explicit),
+        "vllm/entrypoints/__init__.py": "",
+        "vllm/entrypoints/cli/__init__.py": "",
+        "vllm/entrypoints/cli/main.py": t.CLI_MAIN,
+    }
+
+
+def generate_history(path: Path, plan: HistoryPlan) -> History:
+    """Create a fresh repository at path with plan.n_commits commits after the base."""
+    rnd = random.Random(plan.seed)
+    path.mkdir(parents=True, exist_ok=True)
+    repo = git.Repo.init(path, initial_branch="main")
+    with repo.config_writer() as cw:
+        cw.set_value("user", "name", "vLLM Dev")
+        cw.set_value("user", "email", "dev@vllm.invalid")
+    when = datetime(2026, 10, 1, 9, 0, tzinfo=UTC)
+    shas: list[str] = []
+    planted: dict[str, str] = {}
+    unbuildable: list[str] = []
+    current: dict[str, str] = {}
+    pr = 47000
+    for i in range(plan.n_commits + 1):
+        files = _files(plan, i)
+        if i == 0:
+            files["README.md"] = t.README.format(rev=0)
+            files["csrc/layernorm_kernels.cu"] = t.KERNEL_SOURCE.format(rev=0)
+            subject = "[Core] Initial import"
+        elif i == plan.cap_at:
+            subject = CAP_SUBJECT
+        elif i == plan.slow_at:
+            subject = SLOW_SUBJECT
+        elif i == plan.gen_cap_at:
+            subject = GEN_CAP_SUBJECT
+        elif i in plan.unbuildable:
+            subject = BROKEN_SUBJECT
+        elif i - 1 in plan.unbuildable:
+            subject = FIX_BUILD_SUBJECT
+        else:
+            subject = rnd.choice(FILLER_SUBJECTS)
+            if "Kernel" in subject or "Build" in subject:
+                files["csrc/layernorm_kernels.cu"] = t.KERNEL_SOURCE.format(rev=i)
+            else:
+                files[f"docs/changes/{i:05d}.md"] = f"{subject}\n"
+        pr += rnd.randint(3, 40)
+        changed = [p for p, text in files.items() if current.get(p) != text]
+        for rel in changed:
+            target = path / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(files[rel])
+            current[rel] = files[rel]
+        if not changed:  # keep every commit a real change
+            rel = f"docs/changes/{i:05d}.md"
+            (path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (path / rel).write_text(f"{subject}\n")
+            changed = [rel]
+        repo.index.add(changed)
+        actor = git.Actor("vLLM Dev", "dev@vllm.invalid")
+        stamp = (when + timedelta(hours=3 * i)).strftime("%Y-%m-%dT%H:%M:%S")
+        message = f"{subject} (#{pr})\n\nSigned-off-by: vLLM Dev <dev@vllm.invalid>\n"
+        c = repo.index.commit(message, author=actor, committer=actor, author_date=stamp,
+                              commit_date=stamp)
+        shas.append(c.hexsha)
+        if i == plan.cap_at:
+            planted["length"] = c.hexsha
+        if i == plan.slow_at:
+            planted["itl"] = c.hexsha
+        if i == plan.gen_cap_at:
+            planted["gen_config_length"] = c.hexsha
+        if i in plan.unbuildable:
+            unbuildable.append(c.hexsha)
+    return History(path=path, shas=tuple(shas), planted=planted, unbuildable=tuple(unbuildable))
+
+
+def sim_path() -> str:
+    """What the synthetic ``vllm serve`` appends to sys.path to find the simulator."""
+    import prometheus_client
+
+    import vllm_bisect
+
+    dirs = [str(Path(vllm_bisect.__file__).resolve().parent.parent),
+            str(Path(prometheus_client.__file__).resolve().parent.parent)]
+    return os.pathsep.join(dict.fromkeys(dirs))

@@ -1,0 +1,216 @@
+"""A vLLM-compatible OpenAI server driven by :class:`SimConfig`.
+
+Endpoints and framing follow vLLM 0.25.1 (see ``tests/fixtures/vllm-0.25.1``): ``/health``,
+``/v1/models``, ``/version``, ``/metrics``, ``/v1/completions`` and ``/v1/chat/completions``
+(streamed and not). Like vLLM, the port is bound only once the "engine" is up, so clients see
+connection refused during start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import signal
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+from vllm_bisect.sim import protocol as p
+from vllm_bisect.sim.engine import (
+    RequestError,
+    SimConfig,
+    count_prompt_tokens,
+    plan_request,
+    plan_steps,
+    token_text,
+)
+from vllm_bisect.sim.http import Request, Responder, start
+from vllm_bisect.sim.metrics import EngineMetrics
+
+logger = logging.getLogger(__name__)
+
+
+def vlog(level: str, where: str, msg: str) -> None:
+    """A log line in vLLM's format, on stdout (where vLLM writes its logs)."""
+    stamp = datetime.now().strftime("%m-%d %H:%M:%S")
+    sys.stdout.write(f"(APIServer pid={os.getpid()}) {level} {stamp} [{where}] {msg}\n")
+    sys.stdout.flush()
+
+
+class SimServer:
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        self.created = int(time.time())
+        self.metrics = EngineMetrics(cfg.model, cfg.spec_k)
+        self.rng = random.Random(cfg.seed)
+        self.tokens_emitted = 0
+        self.requests_seen = 0
+        self.dead = False
+
+    # -- routing -----------------------------------------------------------------------
+    async def handle(self, req: Request, resp: Responder) -> None:
+        route = (req.method, req.path)
+        if self.dead and req.path != "/health":
+            await resp.send_json(500, p.error_response("EngineCore died", 500, "InternalServerError"))
+            return
+        if route == ("GET", "/health"):
+            await resp.send(503 if self.dead else 200, b"")
+        elif route == ("GET", "/v1/models"):
+            await resp.send_json(200, p.models_response(self.cfg.model, self.created,
+                                                        self.cfg.max_model_len))
+        elif route == ("GET", "/version"):
+            await resp.send_json(200, {"version": self.cfg.version})
+        elif route == ("GET", "/metrics"):
+            await resp.send(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
+        elif route == ("POST", "/v1/completions"):
+            await self.generate(req, resp, chat=False)
+        elif route == ("POST", "/v1/chat/completions"):
+            await self.generate(req, resp, chat=True)
+        elif req.path in {"/health", "/v1/models", "/version", "/metrics", "/v1/completions",
+                          "/v1/chat/completions"}:
+            await resp.send_json(405, {"detail": "Method Not Allowed"})
+        else:
+            await resp.send_json(404, {"detail": "Not Found"})
+
+    # -- generation --------------------------------------------------------------------
+    def _prompt(self, body: dict[str, Any], chat: bool) -> str:
+        if chat:
+            msgs = body.get("messages")
+            if not isinstance(msgs, list) or not msgs:
+                raise RequestError("messages must be a non-empty list")
+            return " ".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
+        prompt = body.get("prompt")
+        if isinstance(prompt, list):
+            prompt = " ".join(str(x) for x in prompt)
+        if not isinstance(prompt, str):
+            raise RequestError("prompt must be a string")
+        return prompt
+
+    async def generate(self, req: Request, resp: Responder, chat: bool) -> None:
+        try:
+            body = req.json()
+            if not isinstance(body, dict):
+                raise RequestError("request body must be a JSON object")
+            if body.get("model") not in (None, self.cfg.model):
+                await resp.send_json(404, p.error_response(
+                    f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError"))
+                return
+            prompt_tokens = count_prompt_tokens(self._prompt(body, chat))
+            plan = plan_request(self.cfg, body, chat, prompt_tokens)
+        except (ValueError, RequestError) as err:
+            await resp.send_json(400, p.error_response(str(err)))
+            return
+        self.requests_seen += 1
+        opts = body.get("stream_options") or {}
+        include_usage = bool(opts.get("include_usage"))
+        continuous = include_usage and bool(opts.get("continuous_usage_stats"))
+        rid = p.request_id(chat)
+        created = int(time.time())
+        model = self.cfg.model
+        steps = plan_steps(self.cfg, plan.n_tokens, self.rng)
+        pace = self.cfg.step_ms / 1000.0
+        if self.cfg.noise_cv > 0:
+            pace *= max(0.1, self.rng.gauss(1.0, self.cfg.noise_cv))
+        t0 = time.monotonic()
+        await asyncio.sleep(self.cfg.prefill_ms / 1000.0)
+        if self.requests_seen == 1 and self.cfg.first_request_delay_s:
+            await asyncio.sleep(self.cfg.first_request_delay_s)  # Triton JIT on first request
+        stream = bool(body.get("stream"))
+        running = self.metrics.running.labels(**self.metrics.lv)
+        running.inc()
+        try:
+            if stream:
+                await resp.start_stream()
+                if chat:
+                    u = p.usage(prompt_tokens, 0) if continuous else None
+                    await resp.write_chunk(p.sse(p.chat_role_chunk(rid, created, model, u)))
+            text_parts: list[str] = []
+            done = 0
+            ttft = 0.0
+            last = t0
+            next_at = time.monotonic()
+            for i, step in enumerate(steps):
+                if i > 0:
+                    next_at += pace
+                    await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                if self.cfg.crash_after_tokens is not None and \
+                        self.tokens_emitted + step.tokens > self.cfg.crash_after_tokens:
+                    await self._crash()
+                    return
+                text = "".join(token_text(done + j) for j in range(step.tokens))
+                done += step.tokens
+                self.tokens_emitted += step.tokens
+                now = time.monotonic()
+                if i == 0:
+                    ttft = now - t0
+                    next_at = now
+                self.metrics.on_step(step.tokens, step.drafted, step.accepted,
+                                     None if i == 0 else now - last)
+                last = now
+                finish = plan.finish_reason if i == len(steps) - 1 else None
+                if stream:
+                    u = p.usage(prompt_tokens, done) if continuous else None
+                    chunk = (p.chat_chunk if chat else p.completion_chunk)(
+                        rid, created, model, text, finish, u)
+                    await resp.write_chunk(p.sse(chunk))
+                else:
+                    text_parts.append(text)
+            total = p.usage(prompt_tokens, done)
+            self.metrics.on_finish(plan.finish_reason, prompt_tokens, done, ttft,
+                                   time.monotonic() - t0)
+            if stream:
+                if include_usage:
+                    await resp.write_chunk(p.sse(p.final_usage_chunk(
+                        rid, created, model, chat, total, self.cfg.fingerprint)))
+                await resp.write_chunk(p.SSE_DONE)
+                await resp.end_stream()
+            else:
+                build = p.chat_response if chat else p.completion_response
+                await resp.send_json(200, build(rid, created, model, "".join(text_parts),
+                                                plan.finish_reason, total, self.cfg.fingerprint))
+        finally:
+            running.dec()
+
+    async def _crash(self) -> None:
+        """Die like an engine hitting 'CUDA error: an illegal memory access'."""
+        self.dead = True
+        vlog("ERROR", "core.py:1000", "EngineCore encountered a fatal error.")
+        sys.stderr.write("RuntimeError: CUDA error: an illegal memory access was encountered\n")
+        sys.stderr.flush()
+        os._exit(1)
+
+
+async def serve(cfg: SimConfig, host: str, port: int) -> None:
+    vlog("INFO", "api_utils.py:273", f"non-default args: {{'model': {cfg.model!r}, 'port': {port}}}")
+    if cfg.spec_k:
+        vlog("INFO", "core.py:114", f"Initializing a V1 LLM engine (v{cfg.version}) with config: "
+             f"model={cfg.model!r}, speculative_config=SpeculativeConfig(num_spec_tokens={cfg.spec_k})")
+    else:
+        vlog("INFO", "core.py:114", f"Initializing a V1 LLM engine (v{cfg.version}) with config: "
+             f"model={cfg.model!r}, speculative_config=None")
+    await asyncio.sleep(cfg.startup_delay_s)
+    overrides = cfg.default_overrides()
+    if overrides:
+        vlog("WARNING", "model.py:1528", "Default vLLM sampling parameters have been overridden by "
+             f"the model's `generation_config.json`: `{overrides}`. If this is not intended, "
+             "please relaunch vLLM instance with `--generation-config vllm`.")
+    sim = SimServer(cfg)
+    server = await start(sim.handle, host, port)
+    vlog("INFO", "api_server.py:616", f"Starting vLLM server on http://{host}:{port}")
+    sys.stdout.write(f"(APIServer pid={os.getpid()}) INFO:     Application startup complete.\n")
+    sys.stdout.flush()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with server:
+        await stop.wait()
+    sys.stdout.write(f"(APIServer pid={os.getpid()}) INFO:     Shutting down\n")
+    sys.stdout.flush()
+
+
+def run(cfg: SimConfig, host: str = "127.0.0.1", port: int = 8000) -> None:
+    asyncio.run(serve(cfg, host, port))

@@ -1,0 +1,184 @@
+"""Files of the synthetic vLLM package (text templates; history.py commits them).
+
+The package installs with an in-tree PEP 517 backend that needs nothing from an index, so a
+per-commit venv builds offline in well under a second. ``vllm serve`` reads the behaviour
+constants that the commit's own source defines and runs the simulator with them.
+"""
+
+from __future__ import annotations
+
+PYPROJECT = """\
+[build-system]
+requires = []
+build-backend = "backend"
+backend-path = ["_build"]
+
+[project]
+name = "vllm"
+version = "{version}"
+description = "A synthetic vLLM for vllm-bisect demos and tests"
+"""
+
+BACKEND = '''\
+"""Minimal in-tree PEP 517 backend: zips vllm/ into a pure-Python wheel."""
+import base64
+import hashlib
+import os
+import zipfile
+
+NAME = "vllm"
+
+
+def _version():
+    for line in open("pyproject.toml"):
+        if line.startswith("version"):
+            return line.split("=", 1)[1].strip().strip('"')
+    raise RuntimeError("no version in pyproject.toml")
+
+
+def _check():
+    pass{check}
+
+
+def _digest(data):
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    _check()
+    ver = _version()
+    tag = ver.replace("+", "_")
+    name = f"{{NAME}}-{{tag}}-py3-none-any.whl"
+    dist = f"{{NAME}}-{{tag}}.dist-info"
+    entries = []
+    for root, _, files in sorted(os.walk(NAME)):
+        for f in sorted(files):
+            if f.endswith(".py"):
+                p = os.path.join(root, f)
+                entries.append((p, open(p, "rb").read()))
+    meta = f"Metadata-Version: 2.1\\nName: {{NAME}}\\nVersion: {{ver}}\\n".encode()
+    wheel = b"Wheel-Version: 1.0\\nGenerator: synthetic\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+    eps = b"[console_scripts]\\nvllm = vllm.entrypoints.cli.main:main\\n"
+    entries += [(f"{{dist}}/METADATA", meta), (f"{{dist}}/WHEEL", wheel),
+                (f"{{dist}}/entry_points.txt", eps)]
+    record = "".join(f"{{p}},{{_digest(d)}},{{len(d)}}\\n" for p, d in entries)
+    entries.append((f"{{dist}}/RECORD", (record + f"{{dist}}/RECORD,,\\n").encode()))
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as z:
+        for p, d in entries:
+            z.writestr(p, d)
+    return name
+'''
+
+BROKEN_CHECK = """
+    raise RuntimeError("{message}")"""
+
+INIT = '''\
+"""Synthetic vLLM."""
+from vllm.version import __version__
+
+__all__ = ["__version__"]
+'''
+
+VERSION = '__version__ = "{version}"\n'
+
+ENGINE_CONFIG = '''\
+"""Engine pacing (synthetic): what one decode step costs on this commit."""
+
+# Time of one engine step (one verify step under speculative decoding), in ms.
+DECODE_STEP_MS = {step_ms}
+PREFILL_MS = 20.0
+# Start-up: weight loading and CUDA-graph capture.
+ENGINE_INIT_S = {init_s}
+# Run-to-run variation of the step time (coefficient of variation).
+STEP_NOISE_CV = {noise_cv}
+'''
+
+SPEC_DECODE = '''\
+"""Speculative decoding (synthetic): draft acceptance and output handling."""
+
+# Probability that each draft token is accepted, given the previous one was.
+DRAFT_ACCEPTANCE = {acceptance}
+# Maximum output tokens of a speculative request; None means no limit.
+SPEC_MAX_OUTPUT_TOKENS = {cap}
+'''
+
+GEN_CONFIG = '''\
+"""Defaults merged from the model's generation_config.json (synthetic)."""
+
+# generation_config.json max_new_tokens of the served model; None when absent.
+MODEL_MAX_NEW_TOKENS = {max_new_tokens}
+# Before PR #34063, max_new_tokens capped even an explicit max_tokens.
+MAX_NEW_TOKENS_CAPS_EXPLICIT = {caps_explicit}
+'''
+
+CLI_MAIN = '''\
+"""`vllm serve MODEL [--port P] [--speculative-config JSON] ...` (synthetic, runs the simulator)."""
+import argparse
+import json
+import os
+import sys
+
+from vllm import version
+from vllm.config import engine
+from vllm.spec_decode import config as spec
+from vllm.transformers_utils import generation_config as gen
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="vllm")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("model")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--speculative-config", default=None)
+    s.add_argument("--generation-config", default="auto")
+    s.add_argument("--max-model-len", type=int, default=8192)
+    s.add_argument("--seed", type=int, default=None)
+    args, unknown = ap.parse_known_args()
+    for extra in os.environ.get("VLLM_BISECT_SIM_PATH", "").split(os.pathsep):
+        if extra and extra not in sys.path:
+            sys.path.append(extra)
+    from vllm_bisect.sim.engine import SimConfig
+    from vllm_bisect.sim.server import run
+
+    spec_k = 0
+    if args.speculative_config:
+        spec_k = int(json.loads(args.speculative_config).get("num_speculative_tokens", 1))
+    use_gen = args.generation_config != "vllm"
+    cfg = SimConfig(
+        model=args.model,
+        version=version.__version__,
+        max_model_len=args.max_model_len,
+        step_ms=engine.DECODE_STEP_MS,
+        prefill_ms=engine.PREFILL_MS,
+        startup_delay_s=engine.ENGINE_INIT_S,
+        noise_cv=engine.STEP_NOISE_CV,
+        spec_k=spec_k,
+        acceptance=spec.DRAFT_ACCEPTANCE,
+        spec_output_cap=spec.SPEC_MAX_OUTPUT_TOKENS,
+        gen_max_new_tokens=gen.MODEL_MAX_NEW_TOKENS if use_gen else None,
+        gen_caps_explicit=gen.MAX_NEW_TOKENS_CAPS_EXPLICIT,
+        seed=args.seed,
+    )
+    run(cfg, args.host, args.port)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+KERNEL_SOURCE = """\
+// Synthetic CUDA source (revision {rev}).
+#include <cuda_runtime.h>
+__global__ void fused_add_rms_norm_kernel(float* out, const float* in, int n) {{
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] += in[i];  // rev {rev}
+}}
+"""
+
+README = "# vLLM (synthetic)\n\nA synthetic history for vllm-bisect. Revision {rev}.\n"

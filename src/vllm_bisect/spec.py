@@ -1,0 +1,223 @@
+"""The bisect spec: a TOML file validated by pydantic, with CLI overrides.
+
+Unknown keys and wrong types are errors that name the key (``SpecError``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from vllm_bisect.errors import SpecError
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BuildKind(StrEnum):
+    SOURCE = "source"
+    COMMAND = "command"
+    URL = "url"
+
+
+class Endpoint(StrEnum):
+    COMPLETIONS = "completions"
+    CHAT = "chat"
+
+
+class Symptom(StrEnum):
+    LENGTH = "length"
+    ITL = "itl"
+    ANY = "any"
+
+
+class RangeSpec(_Model):
+    repo: str = "."
+    good: str | None = None
+    bad: str | None = None
+    first_parent: bool = True
+
+
+class BuildSpec(_Model):
+    kind: BuildKind = BuildKind.SOURCE
+    # command builder
+    setup: str | None = None
+    serve: str | None = None
+    # url builder
+    url: str | None = None
+    # source builder
+    python: str | None = None
+    precompiled: bool = False
+    install_args: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> BuildSpec:
+        if self.kind is BuildKind.COMMAND and not self.serve:
+            raise ValueError('build.kind = "command" needs build.serve (a shell command with {port})')
+        if self.kind is BuildKind.URL and not self.url:
+            raise ValueError('build.kind = "url" needs build.url (e.g. "http://127.0.0.1:8000")')
+        return self
+
+
+class SpeculativeSpec(_Model):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    method: str = "mtp"
+    num_speculative_tokens: int = Field(default=3, ge=1, le=64)
+
+
+class ServeSpec(_Model):
+    model: str = "facebook/opt-125m"
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    startup_timeout_s: float = Field(default=900.0, gt=0)
+    speculative: SpeculativeSpec | None = None
+
+    def speculative_config_json(self) -> str | None:
+        if self.speculative is None:
+            return None
+        return json.dumps(self.speculative.model_dump(), separators=(",", ":"))
+
+
+class ProbeSpec(_Model):
+    kind: Literal["decode"] = "decode"
+    endpoint: Endpoint = Endpoint.COMPLETIONS
+    prompt: str = "Write a long story about a lighthouse keeper who finds a map."
+    requests: int = Field(default=3, ge=1, le=1000)
+    concurrency: int = Field(default=1, ge=1, le=256)
+    max_tokens: int | None = Field(default=512, ge=1)
+    send_max_tokens: bool = True
+    ignore_eos: bool = True
+    min_tokens: int | None = Field(default=None, ge=0)
+    temperature: float = Field(default=0.0, ge=0.0)
+    warmup: int = Field(default=1, ge=0, le=100)
+    request_timeout_s: float = Field(default=600.0, gt=0)
+
+    def effective_min_tokens(self) -> int | None:
+        if self.min_tokens is not None:
+            return self.min_tokens
+        return self.max_tokens if self.send_max_tokens else None
+
+
+class VerdictSpec(_Model):
+    symptom: Symptom = Symptom.ANY
+    min_output_tokens: int | None = Field(default=None, ge=1)
+    max_itl_ms: float | None = Field(default=None, gt=0)
+    itl_factor: float | None = Field(default=None, gt=1.0)
+
+
+class BisectSpec(_Model):
+    range: RangeSpec = Field(default_factory=RangeSpec)
+    build: BuildSpec = Field(default_factory=BuildSpec)
+    serve: ServeSpec = Field(default_factory=ServeSpec)
+    probe: ProbeSpec = Field(default_factory=ProbeSpec)
+    verdict: VerdictSpec = Field(default_factory=VerdictSpec)
+
+    @model_validator(mode="after")
+    def _check_verdict(self) -> BisectSpec:
+        v = self.verdict
+        if v.symptom in (Symptom.ITL, Symptom.ANY) and v.max_itl_ms is None and v.itl_factor is None:
+            if v.symptom is Symptom.ITL:
+                raise ValueError("verdict.symptom = \"itl\" needs verdict.max_itl_ms or verdict.itl_factor")
+        if v.symptom is Symptom.LENGTH and self.min_output_tokens() is None:
+            raise ValueError(
+                "verdict.symptom = \"length\" needs verdict.min_output_tokens when the probe "
+                "sends no max_tokens"
+            )
+        return self
+
+    def min_output_tokens(self) -> int | None:
+        if self.verdict.min_output_tokens is not None:
+            return self.verdict.min_output_tokens
+        return self.probe.max_tokens if self.probe.send_max_tokens else None
+
+    def measurement_key(self, commit: str) -> str:
+        """Cache key of a measurement: (commit, build, serve, probe). The verdict is not in it."""
+        payload = {
+            "commit": commit,
+            "build": self.build.model_dump(mode="json"),
+            "serve": self.serve.model_dump(mode="json"),
+            "probe": self.probe.model_dump(mode="json"),
+        }
+        blob = json.dumps(payload, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    def with_overrides(self, **sections: dict[str, Any]) -> BisectSpec:
+        """Return a copy with keys of sections replaced (None values are ignored)."""
+        data = self.model_dump(mode="json", exclude_unset=False)
+        for section, values in sections.items():
+            for key, value in values.items():
+                if value is not None:
+                    data[section][key] = value
+        return parse_spec(data, source="command-line flags")
+
+
+def _format_validation_error(err: ValidationError, source: str) -> str:
+    lines = [f"invalid spec ({source}):"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"  {loc}: unknown key")
+        else:
+            lines.append(f"  {loc}: {e['msg']} (got {e.get('input')!r})")
+    return "\n".join(lines)
+
+
+def parse_spec(data: dict[str, Any], *, source: str = "spec") -> BisectSpec:
+    try:
+        return BisectSpec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(
+            _format_validation_error(err, source),
+            hint="fix the key(s) named above; `vllm-bisect --help` and the README list every key",
+        ) from None
+
+
+def load_spec(path: Path) -> BisectSpec:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"spec file not found: {path}", hint="pass an existing TOML file to --spec") from None
+    except OSError as err:
+        raise SpecError(f"cannot read spec file {path}: {err.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"spec file {path} is not valid TOML: {err}", hint="check the line named above") from None
+    return parse_spec(data, source=str(path))
+
+
+def dump_spec(spec: BisectSpec) -> str:
+    """Serialize a spec as TOML (flat enough for the spec's shape)."""
+    data = spec.model_dump(mode="json", exclude_none=True)
+    out: list[str] = []
+    for section, values in data.items():
+        nested = {k: v for k, v in values.items() if isinstance(v, dict)}
+        out.append(f"[{section}]")
+        for key, value in values.items():
+            if key not in nested:
+                out.append(f"{key} = {_toml_value(value)}")
+        for key, value in nested.items():
+            out.append(f"{key} = {_toml_value(value)}")
+        out.append("")
+    return "\n".join(out)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")

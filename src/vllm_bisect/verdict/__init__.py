@@ -1,0 +1,7 @@
+"""Verdicts: pure judgement of measurements."""
+
+from __future__ import annotations
+
+from vllm_bisect.verdict.judge import Judge, Judgement
+
+__all__ = ["Judge", "Judgement"]
