@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--metrics", type=Path, default=None, help="captured metrics file")
     r.add_argument("--metrics-server", default=None, help="server block in the metrics file")
     r.add_argument("--speed", type=float, default=1.0, help="replay faster (>1) or slower")
+    r.add_argument("--record", default=None, help="always answer POSTs with this record")
     return ap
 
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
         metrics = None
         if a.metrics is not None:
             metrics = load_metrics_blocks(a.metrics, a.metrics_server or "A_ngram_tiny")
-        asyncio.run(serve(ReplayServer(a.transcript, metrics, a.speed), a.host, a.port))
+        asyncio.run(serve(ReplayServer(a.transcript, metrics, a.speed, a.record), a.host, a.port))
 
 
 if __name__ == "__main__":

@@ -68,8 +68,12 @@ def _score(record: Record, body: dict[str, Any]) -> int:
 
 class ReplayServer:
     def __init__(self, transcript: Path, metrics: tuple[str, str] | None = None,
-                 speed: float = 1.0) -> None:
+                 speed: float = 1.0, only: str | None = None) -> None:
         self.records, self.endpoints = load_records(transcript)
+        if only is not None:
+            self.records = [r for r in self.records if r.name == only]
+            if not self.records:
+                raise KeyError(f"no record {only!r} in {transcript}")
         self.metrics = metrics
         self.speed = speed
         self.served_generation = False

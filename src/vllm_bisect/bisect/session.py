@@ -1,0 +1,97 @@
+"""A session directory: its lock, its journal, its logs, and the servers it left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import IO
+
+from vllm_bisect.bisect.journal import SessionJournal
+from vllm_bisect.errors import SessionError
+from vllm_bisect.runtime.process import kill_group
+
+logger = logging.getLogger(__name__)
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("VLLM_BISECT_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "vllm-bisect"
+
+
+def new_session_dir(root: Path | None = None) -> Path:
+    root = root or Path.cwd() / "vllm-bisect-sessions"
+    return root / (time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3))
+
+
+class Session:
+    """Opened with ``with Session(dir) as s:``; holds an exclusive lock while open."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.logs = path / "logs"
+        self._lock: IO[str] | None = None
+        self.journal: SessionJournal | None = None
+
+    def __enter__(self) -> Session:
+        try:
+            self.logs.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise SessionError(f"cannot create session directory {self.path}: {err.strerror}",
+                               hint="pass a writable --session DIR") from None
+        self._lock = open(self.path / "lock", "w")  # noqa: SIM115 - held for the session
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise SessionError(f"session {self.path} is in use by another vllm-bisect process",
+                               hint="wait for it to finish, or use another --session") from None
+        self._lock.write(str(os.getpid()))
+        self._lock.flush()
+        self.journal = SessionJournal(self.path)
+        if self.journal.get_meta("id") is None:
+            self.journal.set_meta("id", secrets.token_hex(6))
+        self.reap_orphans()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.journal is not None:
+            self.journal.close()
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+
+    @property
+    def id(self) -> str:
+        assert self.journal is not None
+        return self.journal.get_meta("id") or ""
+
+    @property
+    def is_resumed(self) -> bool:
+        assert self.journal is not None
+        return bool(self.journal.outcomes())
+
+    def reap_orphans(self) -> None:
+        """Kill server groups a killed earlier run left (only if they carry our session id)."""
+        assert self.journal is not None
+        for pid in self.journal.unstopped_servers():
+            if _belongs_to(pid, self.id):
+                logger.warning("stopping server pid %d left by an interrupted run", pid)
+                kill_group(pid, grace_s=5.0)
+            self.journal.server_stopped(pid)
+
+
+def _belongs_to(pid: int, session_id: str) -> bool:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"VLLM_BISECT_SESSION={session_id}".encode() in environ.split(b"\0")

@@ -1,0 +1,306 @@
+"""The ``vllm-bisect`` command line: the only module that prints or picks exit codes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from vllm_bisect import __version__
+from vllm_bisect.bisect.driver import BisectResult, Driver
+from vllm_bisect.bisect.evaluate import Evaluator
+from vllm_bisect.bisect.hook import EXIT_FOR, HookExit, run_hook
+from vllm_bisect.bisect.journal import ResultCache
+from vllm_bisect.bisect.range import CommitInfo, CommitRange, commit_range, open_repo
+from vllm_bisect.bisect.session import Session, default_cache_dir, new_session_dir
+from vllm_bisect.builders import make_builder
+from vllm_bisect.errors import BisectError, FatalError, NotReproduced, RecoverableError
+from vllm_bisect.models import Outcome, Verdict
+from vllm_bisect.probes.decode import DecodeProbe
+from vllm_bisect.report.table import STYLE, result_json, result_table
+from vllm_bisect.runtime.base import ServerHandle
+from vllm_bisect.spec import BisectSpec, Endpoint, ProbeSpec, dump_spec, load_spec, parse_spec
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Find the vLLM commit that broke decode speed or output length.")
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 160)
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+EXIT_USER = 2
+EXIT_NOT_REPRODUCED = 3
+EXIT_INTERRUPTED = 130
+
+
+def _sigterm(_sig: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _fail(e: BisectError, code: int = EXIT_USER) -> NoReturn:
+    err.print(f"[bold red]error:[/] {e.message}")
+    if e.log_tail:
+        err.print("[dim]" + e.log_tail.replace("[", r"\[") + "[/]")
+    if e.hint:
+        err.print(f"[yellow]hint:[/] {e.hint}")
+    raise typer.Exit(code)
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+class RichEvents:
+    """Progress lines on stderr (stdout stays clean for --json)."""
+
+    def __init__(self, console: Console) -> None:
+        self.c = console
+        self.started = time.monotonic()
+
+    def on_range(self, rng: CommitRange) -> None:
+        self.c.print(f"[bold]range[/] {rng.good.sha[:12]}..{rng.bad.sha[:12]}: "
+                     f"{len(rng.commits)} commits")
+
+    def on_testing(self, commit: CommitInfo, role: str, steps_left: int) -> None:
+        t = time.monotonic() - self.started
+        self.c.print(f"[dim]{t:7.1f}s[/] [cyan]{role}[/] {commit.sha[:12]} "
+                     f"{commit.subject[:70]} [dim](~{steps_left} steps left)[/]")
+
+    def on_phase(self, commit: str, phase: str) -> None:
+        self.c.print(f"[dim]          {phase}[/]")
+
+    def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
+        cached = " [dim](cached)[/]" if outcome.from_cache else ""
+        self.c.print(f"          -> [{STYLE[outcome.verdict]}]{outcome.verdict.value}[/]: "
+                     f"{outcome.reason}{cached}")
+
+
+def _bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path, console: Console,
+            quiet_phases: bool = False) -> BisectResult:
+    repo = open_repo(spec.range.repo)
+    rng = commit_range(repo, spec.range.good, spec.range.bad, spec.range.first_parent)
+    with Session(session_dir) as session:
+        assert session.journal is not None
+        session.journal.set_meta("spec", dump_spec(spec))
+        events = RichEvents(console)
+        if quiet_phases:
+            events.on_phase = lambda commit, phase: None  # type: ignore[method-assign]
+        builder = make_builder(spec, repo, cache_dir, session.logs)
+        evaluator = Evaluator(spec, builder, session.logs, session.journal, session.id,
+                              on_phase=events.on_phase)
+        cache = ResultCache(cache_dir / "results.sqlite")
+        try:
+            driver = Driver(spec, rng, evaluator, session.journal, cache, events)
+            result = driver.run()
+        finally:
+            cache.close()
+        (session_dir / "result.json").write_text(json.dumps(result_json(result), indent=2))
+        return result
+
+
+def _summary(result: BisectResult, console: Console) -> None:
+    console.print(result_table(result))
+    if result.first_bad:
+        subj = next((c.subject for c in result.range.commits if c.sha == result.first_bad), "")
+        console.print(f"[bold red]first bad commit:[/] {result.first_bad} {subj}")
+        console.print(f"  https://github.com/vllm-project/vllm/commit/{result.first_bad}")
+    else:
+        console.print("[yellow]no single culprit: only skipped commits separate good from bad."
+                      "[/] candidates:")
+        for c in result.candidates:
+            console.print(f"  {c}")
+    console.print(f"[dim]{len(result.probed)} commits judged, {result.server_starts} server "
+                  f"starts, {result.wall_s:.1f} s[/]")
+
+
+@app.command()
+def run(
+    spec_path: Annotated[Path | None, typer.Option("--spec", help="bisect spec (TOML)")] = None,
+    good: Annotated[str | None, typer.Option(help="last known good ref")] = None,
+    bad: Annotated[str | None, typer.Option(help="first known bad ref")] = None,
+    repo: Annotated[str | None, typer.Option(help="vLLM checkout (range.repo)")] = None,
+    session: Annotated[Path | None, typer.Option(help="session dir (resumes if it exists)")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+) -> None:
+    """Bisect a range: verify both endpoints, then binary search to the first bad commit."""
+    _setup_logging(verbose)
+    try:
+        session_dir = session or new_session_dir()
+        if spec_path is not None:
+            spec = load_spec(spec_path)
+        elif (session_dir / "journal.sqlite").exists():
+            spec = _stored_spec(session_dir)
+        else:
+            raise FatalError("no spec given", hint="pass --spec FILE (or --session DIR of an "
+                             "earlier run to resume it)")
+        spec = spec.with_overrides(range={"good": good, "bad": bad, "repo": repo})
+        err.print(f"[dim]session {session_dir}  (resume: vllm-bisect run --session "
+                  f"{shlex.quote(str(session_dir))})[/]")
+        result = _bisect(spec, session_dir, cache_dir or default_cache_dir(), err)
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted; nothing recorded is lost.[/] resume with: "
+                  f"vllm-bisect run --session {shlex.quote(str(session_dir))}")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except NotReproduced as e:
+        _fail(e, EXIT_NOT_REPRODUCED)
+    except BisectError as e:
+        _fail(e)
+    if as_json:
+        out.print_json(json.dumps(result_json(result)))
+    else:
+        _summary(result, out)
+
+
+def _stored_spec(session_dir: Path) -> BisectSpec:
+    import tomllib
+
+    from vllm_bisect.bisect.journal import SessionJournal
+
+    j = SessionJournal(session_dir)
+    try:
+        text = j.get_meta("spec")
+    finally:
+        j.close()
+    if text is None:
+        raise FatalError(f"session {session_dir} has no stored spec", hint="pass --spec FILE")
+    return parse_spec(tomllib.loads(text), source=f"{session_dir}/journal.sqlite")
+
+
+@app.command()
+def probe(
+    url: Annotated[str, typer.Option(help="base URL of a running vLLM server")],
+    model: Annotated[str, typer.Option(help="served model name")],
+    max_tokens: Annotated[int, typer.Option(help="max_tokens per request")] = 512,
+    no_max_tokens: Annotated[bool, typer.Option(
+        "--no-max-tokens", help="send no max_tokens (rely on server defaults)")] = False,
+    requests: Annotated[int, typer.Option(help="measured requests")] = 3,
+    concurrency: Annotated[int, typer.Option(help="requests in flight")] = 1,
+    endpoint: Annotated[Endpoint, typer.Option(help="completions or chat")] = Endpoint.COMPLETIONS,
+    prompt: Annotated[str | None, typer.Option(help="prompt text")] = None,
+    warmup: Annotated[int, typer.Option(help="uncounted warm-up requests")] = 1,
+    ignore_eos: Annotated[bool, typer.Option(help="send ignore_eos")] = True,
+    log: Annotated[Path | None, typer.Option(help="server log to scan for notes")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Probe an already-running server once and print the measurement."""
+    try:
+        fields: dict[str, Any] = dict(max_tokens=max_tokens, send_max_tokens=not no_max_tokens,
+                                      requests=requests, concurrency=concurrency,
+                                      endpoint=endpoint, warmup=warmup, ignore_eos=ignore_eos)
+        if prompt is not None:
+            fields["prompt"] = prompt
+        try:
+            spec = ProbeSpec(**fields)
+        except ValueError as e:
+            raise FatalError(f"invalid probe option: {e}") from None
+        handle = ServerHandle(url=url.rstrip("/"), model=model, log_path=log)
+        m = DecodeProbe(spec).measure(handle)
+    except BisectError as e:
+        _fail(e, EXIT_USER if isinstance(e, FatalError) else 1)
+    if as_json:
+        out.print_json(m.model_dump_json(exclude={"requests"}))
+        return
+    out.print(f"output tokens {m.output_tokens} (requested {m.requested_tokens}, "
+              f"length ok: {m.length_ok}, finish {m.finish_reasons})")
+    out.print(f"ITL {_f(m.itl_ms)} ms per token (server-counted tokens); chunk ITL "
+              f"{_f(m.chunk_itl_ms)} ms; {_f(m.tokens_per_chunk)} tokens/chunk; "
+              f"TTFT {_f(m.ttft_ms)} ms; TPOT {_f(m.tpot_ms)} ms")
+    out.print(f"acceptance length {_f(m.acceptance_length)}; server ITL "
+              f"{_f(m.server_itl_ms)} ms/step; tokens from {m.tokens_source.value}")
+    for note in m.notes:
+        out.print(f"[yellow]note:[/] {note}")
+
+
+def _f(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+@app.command()
+def hook(
+    spec_path: Annotated[Path, typer.Option("--spec", help="bisect spec (TOML)")],
+    cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+) -> None:
+    """For `git bisect run`: judge HEAD. Exit 0 good, 1 bad, 125 skip, 128 abort."""
+    _setup_logging(verbose)
+    try:
+        spec = load_spec(spec_path)
+        outcome = run_hook(spec, Path.cwd(), cache_dir or default_cache_dir())
+    except KeyboardInterrupt:
+        raise typer.Exit(HookExit.ABORT) from None
+    except RecoverableError as e:  # should not escape run_hook; never let it look "bad"
+        err.print(f"skip: {e.message}")
+        raise typer.Exit(HookExit.SKIP) from None
+    except BisectError as e:
+        _fail(e, HookExit.ABORT)
+    err.print(f"vllm-bisect: {outcome.commit[:12]} [{STYLE[outcome.verdict]}]"
+              f"{outcome.verdict.value}[/]: {outcome.reason}")
+    raise typer.Exit(EXIT_FOR[outcome.verdict])
+
+
+@app.command()
+def demo(
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    workdir: Annotated[Path | None, typer.Option(help="keep the history and session here")] = None,
+) -> None:
+    """Bisect an embedded synthetic vLLM history with a planted 128-token cap (no GPU)."""
+    from vllm_bisect.demo import make_demo
+
+    _setup_logging(False)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="vllm-bisect-demo-") as tmp:
+        root = workdir or Path(tmp)
+        try:
+            d = make_demo(root)
+            err.print(f"[bold]demo:[/] synthetic vLLM history at {d.history.path} "
+                      f"({len(d.history.shas) - 1} commits after the good base); planted "
+                      f"128-token cap under MTP at {d.history.planted['length'][:12]}, "
+                      f"{len(d.history.unbuildable)} unbuildable commits")
+            result = _bisect(d.spec, root / "session", root / "cache", err, quiet_phases=True)
+        except KeyboardInterrupt:
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except BisectError as e:
+            _fail(e, 1)
+        if as_json:
+            doc = result_json(result)
+            doc["planted"] = d.history.planted["length"]
+            doc["unbuildable"] = list(d.history.unbuildable)
+            doc["found_planted"] = result.first_bad == doc["planted"]
+            doc["demo_wall_s"] = round(time.monotonic() - started, 2)
+            out.print_json(json.dumps(doc))
+        else:
+            _summary(result, out)
+            ok = result.first_bad == d.history.planted["length"]
+            out.print(("[green]found the planted regression[/]" if ok
+                       else "[red]did NOT find the planted regression[/]") +
+                      f" in {time.monotonic() - started:.1f} s")
+        if result.first_bad != d.history.planted["length"]:
+            raise typer.Exit(1)
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    out.print(__version__)
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _sigterm)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    app()
+
+
+if __name__ == "__main__":
+    main()

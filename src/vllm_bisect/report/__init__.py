@@ -1,0 +1,1 @@
+"""Reports of a bisect: the result table and the JSON document."""

@@ -1,0 +1,70 @@
+"""The final table and the JSON result of a bisect (no printing here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from vllm_bisect.bisect.driver import BisectResult
+from vllm_bisect.models import Outcome, Verdict
+
+STYLE = {Verdict.GOOD: "green", Verdict.BAD: "red", Verdict.SKIP: "yellow"}
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _tokens(o: Outcome) -> str:
+    if o.measurement is None:
+        return "-"
+    outs = o.measurement.output_tokens
+    lo, hi = min(outs, default=0), max(outs, default=0)
+    return str(lo) if lo == hi else f"{lo}..{hi}"
+
+
+def result_table(result: BisectResult) -> Table:
+    subjects = {c.sha: c.subject for c in (result.range.good, *result.range.commits)}
+    order = {c.sha: i for i, c in enumerate((result.range.good, *result.range.commits))}
+    table = Table(title="vllm-bisect", show_lines=False)
+    for col in ("#", "commit", "subject", "out tok", "ITL ms", "chunk ITL", "tok/chunk",
+                "accept", "verdict"):
+        left = col in ("commit", "subject", "verdict")
+        table.add_column(col, justify="left" if left else "right", no_wrap=True,
+                         overflow="ellipsis", max_width=48 if col == "subject" else None)
+    seen = set()
+    for o in sorted(result.probed, key=lambda o: order.get(o.commit, -1)):
+        if o.commit in seen:
+            continue
+        seen.add(o.commit)
+        m = o.measurement
+        mark = " <- first bad" if o.commit == result.first_bad else ""
+        table.add_row(str(order.get(o.commit, "?")), o.commit[:12],
+                      subjects.get(o.commit, "")[:60], _tokens(o),
+                      _fmt(m.itl_ms if m else None), _fmt(m.chunk_itl_ms if m else None),
+                      _fmt(m.tokens_per_chunk if m else None),
+                      _fmt(m.acceptance_length if m else None),
+                      f"[{STYLE[o.verdict]}]{o.verdict.value}[/]{mark}")
+    return table
+
+
+def result_json(result: BisectResult) -> dict[str, Any]:
+    subjects = {c.sha: c.subject for c in (result.range.good, *result.range.commits)}
+    return {
+        "first_bad": result.first_bad,
+        "first_bad_subject": subjects.get(result.first_bad or ""),
+        "candidates": result.candidates,
+        "good": result.range.good.sha,
+        "bad": result.range.bad.sha,
+        "n_commits": len(result.range.commits),
+        "probed": [
+            {"commit": o.commit, "verdict": o.verdict.value, "reason": o.reason,
+             "from_cache": o.from_cache,
+             "measurement": o.measurement.model_dump(mode="json", exclude={"requests"})
+             if o.measurement else None}
+            for o in result.probed
+        ],
+        "server_starts": result.server_starts,
+        "wall_s": round(result.wall_s, 3),
+    }

@@ -1,0 +1,80 @@
+"""Shared fixtures: real simulator servers, real git histories, an isolated cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from vllm_bisect.runtime.process import free_port
+
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.25.1"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_BISECT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def wait_port(url: str, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stdout.read() if proc.stdout else ''!r}")
+        try:
+            if httpx.get(url + "/health", timeout=1.0).status_code in (200, 404):
+                return
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} did not come up")
+
+
+ServerFactory = Callable[..., str]
+
+
+@pytest.fixture
+def sim_server() -> Iterator[ServerFactory]:
+    """Start `python -m vllm_bisect.sim serve ARGS` on a free port; returns its URL."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str) -> str:
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "vllm_bisect.sim", "serve", "--port",
+                                 str(port), *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env={**os.environ,
+                                                               "PYTHONUNBUFFERED": "1"})
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_port(url, proc)
+        return url
+
+    yield start
+    for p in procs:
+        p.terminate()
+        p.wait(timeout=10)
+
+
+@pytest.fixture
+def replay_server() -> Iterator[ServerFactory]:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(transcript: str, *args: str) -> str:
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "vllm_bisect.sim", "replay",
+                                 str(FIXTURES / transcript), "--port", str(port), *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_port(url, proc)
+        return url
+
+    yield start
+    for p in procs:
+        p.terminate()
+        p.wait(timeout=10)
