@@ -46,7 +46,7 @@ def nearest_untested(lo: int, hi: int, verdicts: Mapping[int, Verdict]) -> int |
         return None
     mid = (lo + hi) // 2
     for offset in range(hi - lo):
-        for cand in (mid - offset, mid + offset + 1) if offset else (mid,):
+        for cand in (mid - offset, mid + offset) if offset else (mid,):
             if lo < cand < hi and cand not in verdicts:
                 return cand
     return None
