@@ -26,7 +26,7 @@ from vllm_bisect.bisect.range import CommitInfo, CommitRange, commit_range, open
 from vllm_bisect.bisect.session import Session, default_cache_dir, new_session_dir
 from vllm_bisect.builders import make_builder
 from vllm_bisect.errors import BisectError, FatalError, NotReproduced, RecoverableError
-from vllm_bisect.models import Outcome, Verdict
+from vllm_bisect.models import Outcome
 from vllm_bisect.probes.decode import DecodeProbe
 from vllm_bisect.report.table import STYLE, result_json, result_table
 from vllm_bisect.runtime.base import ServerHandle

@@ -122,9 +122,8 @@ class BisectSpec(_Model):
     @model_validator(mode="after")
     def _check_verdict(self) -> BisectSpec:
         v = self.verdict
-        if v.symptom in (Symptom.ITL, Symptom.ANY) and v.max_itl_ms is None and v.itl_factor is None:
-            if v.symptom is Symptom.ITL:
-                raise ValueError("verdict.symptom = \"itl\" needs verdict.max_itl_ms or verdict.itl_factor")
+        if v.symptom is Symptom.ITL and v.max_itl_ms is None and v.itl_factor is None:
+            raise ValueError('verdict.symptom = "itl" needs verdict.max_itl_ms or verdict.itl_factor')
         if v.symptom is Symptom.LENGTH and self.min_output_tokens() is None:
             raise ValueError(
                 "verdict.symptom = \"length\" needs verdict.min_output_tokens when the probe "
@@ -189,7 +188,8 @@ def load_spec(path: Path) -> BisectSpec:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise SpecError(f"spec file {path} is not valid TOML: {err}", hint="check the line named above") from None
+        raise SpecError(f"spec file {path} is not valid TOML: {err}",
+                        hint="check the line named above") from None
     return parse_spec(data, source=str(path))
 
 

@@ -61,13 +61,13 @@ def test_itl_regression_with_factor(tmp_path: Path) -> None:
 
 def test_endpoint_that_does_not_reproduce(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=6)  # nothing planted: bad judges good
-    with pytest.raises(NotReproduced, match="bad endpoint .* judged good"):
+    with pytest.raises(NotReproduced, match=r"bad endpoint .* judged good"):
         run_driver(make_spec(h), tmp_path)
 
 
 def test_unbuildable_good_endpoint_is_not_reproduced(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=4, cap_at=2, unbuildable=(0,))
-    with pytest.raises(NotReproduced, match="good endpoint .* could not be tested"):
+    with pytest.raises(NotReproduced, match=r"good endpoint .* could not be tested"):
         run_driver(make_spec(h), tmp_path)
 
 

@@ -68,7 +68,7 @@ def test_nospec_capture(replay_server: ServerFactory, record: str) -> None:
     url = replay_server("sse_nospec_tiny.json", "--record", record,
                         "--metrics", str(FIXTURES / "metrics_vllm_before_after.txt"),
                         "--metrics-server", "C_nospec_tiny")
-    tokens, sizes, itl = capture_facts("sse_nospec_tiny.json", record)
+    tokens, _, itl = capture_facts("sse_nospec_tiny.json", record)
     endpoint = Endpoint.CHAT if record.startswith("chat") else Endpoint.COMPLETIONS
     m = probe(url, endpoint=endpoint).measure(ServerHandle(url=url, model="/tmp/tiny"))
     assert m.output_tokens == [tokens] == [64]

@@ -18,7 +18,7 @@ from vllm_bisect.bisect.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.strategy import next_step
 from vllm_bisect.errors import NotReproduced
-from vllm_bisect.models import Evaluation, EvalStatus, Outcome, Verdict
+from vllm_bisect.models import EvalStatus, Evaluation, Outcome, Verdict
 from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict import Judge
 

@@ -15,7 +15,7 @@ from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.builders import Builder
 from vllm_bisect.envinfo import fingerprint
 from vllm_bisect.errors import ArtifactUnavailable, RecoverableError
-from vllm_bisect.models import Evaluation, EvalStatus
+from vllm_bisect.models import EvalStatus, Evaluation
 from vllm_bisect.probes.decode import DecodeProbe
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.process import free_port, run_server

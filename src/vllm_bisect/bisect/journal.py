@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from vllm_bisect.errors import SessionError
-from vllm_bisect.models import Evaluation, EvalStatus, Outcome
+from vllm_bisect.models import EvalStatus, Evaluation, Outcome
 
 SCHEMA_VERSION = 1
 

@@ -46,7 +46,7 @@ class Session:
         except OSError as err:
             raise SessionError(f"cannot create session directory {self.path}: {err.strerror}",
                                hint="pass a writable --session DIR") from None
-        self._lock = open(self.path / "lock", "w")  # noqa: SIM115 - held for the session
+        self._lock = open(self.path / "lock", "w")
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

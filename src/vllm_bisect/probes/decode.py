@@ -88,8 +88,8 @@ class DecodeProbe:
         try:
             with client.stream("POST", url, json=body, timeout=self.spec.request_timeout_s) as r:
                 if r.status_code != 200:
-                    text = r.read().decode(errors="replace")[:300]
-                    raise ProbeError(f"{url} answered HTTP {r.status_code}: {text}",
+                    detail = r.read().decode(errors="replace")[:300]
+                    raise ProbeError(f"{url} answered HTTP {r.status_code}: {detail}",
                                      hint="check the model name and the serve arguments")
                 last_cum = 0
                 for ev in iter_events(r.iter_lines()):
@@ -97,7 +97,7 @@ class DecodeProbe:
                         saw_done = True
                         break
                     usage = ev.data.get("usage")
-                    text = chunk_text(ev.data)
+                    out_text = chunk_text(ev.data)
                     choices = ev.data.get("choices") or []
                     if choices and isinstance(choices[0], dict) and choices[0].get("finish_reason"):
                         finish = choices[0]["finish_reason"]
@@ -105,7 +105,7 @@ class DecodeProbe:
                     if not choices and isinstance(cum, int):
                         final_usage = cum
                         continue
-                    if text is None:
+                    if out_text is None:
                         continue
                     n = None
                     if isinstance(cum, int):

@@ -128,8 +128,9 @@ def run_server(plan: LaunchPlan, *, url: str, model: str, log_path: Path, timeou
         log.write(f"$ {plan.describe()}\n".encode())
         log.flush()
         try:
+            argv = list(plan.argv or ()) if plan.shell is None else ["/bin/sh", "-c", plan.shell]
             proc = subprocess.Popen(
-                plan.argv if plan.shell is None else ["/bin/sh", "-c", plan.shell],
+                argv,
                 cwd=plan.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, preexec_fn=_child_setup)
         except OSError as err:

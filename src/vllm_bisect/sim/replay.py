@@ -62,8 +62,8 @@ def load_metrics_blocks(path: Path, server: str) -> tuple[str, str]:
 
 
 def _score(record: Record, body: dict[str, Any]) -> int:
-    return sum(record.body.get(k) != body.get(k) for k in COMPARED_KEYS) + \
-        (("messages" in record.body) != ("messages" in body))
+    mismatches = sum(1 for k in COMPARED_KEYS if record.body.get(k) != body.get(k))
+    return mismatches + int(("messages" in record.body) != ("messages" in body))
 
 
 class ReplayServer:

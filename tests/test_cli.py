@@ -1,0 +1,83 @@
+"""The CLI: clear errors without tracebacks, --json shapes, the demo."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ServerFactory
+from tests.helpers import history, make_spec, write_spec
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "vllm_bisect.cli", *args], capture_output=True,
+                          text=True, timeout=300, cwd=cwd)
+
+
+def test_probe_json(sim_server: ServerFactory) -> None:
+    url = sim_server("--spec-k", "3", "--step-ms", "2", "--spec-output-cap", "128")
+    r = cli("probe", "--url", url, "--model", "sim-model", "--max-tokens", "200",
+            "--requests", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    for key in ("output_tokens", "requested_tokens", "length_ok", "itl_ms", "chunk_itl_ms",
+                "tokens_per_chunk", "ttft_ms", "acceptance_length"):
+        assert key in doc
+    assert doc["output_tokens"] == [128, 128] and doc["length_ok"] is False
+    assert doc["requested_tokens"] == 200
+
+
+def test_probe_unreachable_is_clear(tmp_path: Path) -> None:
+    r = cli("probe", "--url", "http://127.0.0.1:9", "--model", "m", "--warmup", "0")
+    assert r.returncode == 1
+    assert "error:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_run_bad_refs_are_clear(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=3)
+    spec = write_spec(tmp_path / "s.toml", make_spec(h))
+    for args, needle in ((["--good", "0000000"], "unknown good ref"),
+                         (["--good", h.bad, "--bad", h.good], "not an ancestor"),
+                         (["--bad", h.good], "same commit"),
+                         (["--repo", str(tmp_path / "nope")], "does not exist")):
+        r = cli("run", "--spec", str(spec), "--session", str(tmp_path / "sess"), *args)
+        assert r.returncode == 2, r.stderr
+        assert needle in r.stderr and "hint:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_run_without_spec_is_clear(tmp_path: Path) -> None:
+    r = cli("run", "--session", str(tmp_path / "new"))
+    assert r.returncode == 2 and "no spec given" in r.stderr
+
+
+def test_run_not_reproduced_exit_code(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=3)
+    spec = write_spec(tmp_path / "s.toml", make_spec(h))
+    r = cli("run", "--spec", str(spec), "--session", str(tmp_path / "sess"))
+    assert r.returncode == 3
+    assert "did not reproduce" in r.stderr
+
+
+def test_run_json_and_table(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=9, cap_at=5)
+    spec = write_spec(tmp_path / "s.toml", make_spec(h))
+    r = cli("run", "--spec", str(spec), "--session", str(tmp_path / "sess"), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["first_bad"] == h.planted["length"] and doc["candidates"] == [doc["first_bad"]]
+    assert {p["verdict"] for p in doc["probed"]} <= {"good", "bad", "skip"}
+    assert (tmp_path / "sess" / "result.json").exists()
+    r2 = cli("run", "--session", str(tmp_path / "sess"))
+    assert r2.returncode == 0 and "first bad commit" in r2.stdout
+    assert "(cached)" in r2.stderr
+
+
+def test_demo_json() -> None:
+    r = cli("demo", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["first_bad"] == doc["planted"] and doc["found_planted"] is True
+    assert any(p["verdict"] == "skip" for p in doc["probed"])
+    assert doc["n_commits"] >= 60
