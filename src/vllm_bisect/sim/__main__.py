@@ -13,6 +13,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m vllm_bisect.sim",
                                  description="A vLLM-compatible server for tests and demos.")
     sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("vllm", help="`vllm serve MODEL [flags]` compatible entry (see vllm_compat)")
     s = sub.add_parser("serve", help="serve a simulated vLLM engine")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
@@ -58,7 +59,15 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
 
 
 def main(argv: list[str] | None = None) -> None:
-    a = build_parser().parse_args(argv)
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["vllm"]:
+        from vllm_bisect.sim.vllm_compat import main as vllm_main
+
+        vllm_main(args[1:])
+        return
+    a = build_parser().parse_args(args)
     if a.cmd == "serve":
         from vllm_bisect.sim.server import run
 

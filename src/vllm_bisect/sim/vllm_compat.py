@@ -1,0 +1,62 @@
+"""``python -m vllm_bisect.sim vllm serve MODEL [vllm serve flags]``: the simulator behind
+vLLM's own command line, so one serve script runs against real vLLM or the simulator.
+
+It reads what real vLLM reads: ``--speculative-config`` JSON (``num_speculative_tokens``),
+``--served-model-name``, ``--max-model-len``, ``--generation-config`` (``auto`` reads
+``MODEL/generation_config.json``; ``vllm`` ignores it), and ``max_new_tokens`` from that file.
+Flags it does not model (``--enforce-eager``, ``--gpu-memory-utilization``, ...) are accepted
+and ignored. Pacing comes from the environment (``VLLM_SIM_STEP_MS``, ``VLLM_SIM_SPEC_STEP_MS``,
+``VLLM_SIM_ACCEPTANCE``, ``VLLM_SIM_STARTUP_S``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from vllm_bisect.sim.engine import SimConfig
+
+
+def parse(argv: list[str]) -> SimConfig:
+    ap = argparse.ArgumentParser(prog="vllm")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("model")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--served-model-name", default=None)
+    s.add_argument("--speculative-config", default=None)
+    s.add_argument("--generation-config", default="auto")
+    s.add_argument("--max-model-len", type=int, default=4096)
+    s.add_argument("--seed", type=int, default=None)
+    args, _unknown = ap.parse_known_args(argv)
+    spec_k = 0
+    if args.speculative_config:
+        spec_k = int(json.loads(args.speculative_config).get("num_speculative_tokens", 1))
+    max_new = None
+    gen_path = Path(args.model) / "generation_config.json"
+    if args.generation_config == "auto" and gen_path.is_file():
+        max_new = json.loads(gen_path.read_text()).get("max_new_tokens")
+    env = os.environ
+    step = float(env.get("VLLM_SIM_SPEC_STEP_MS" if spec_k else "VLLM_SIM_STEP_MS",
+                         "4.0" if spec_k else "2.5"))
+    return SimConfig(
+        model=args.served_model_name or args.model,
+        max_model_len=args.max_model_len,
+        step_ms=step,
+        spec_k=spec_k,
+        acceptance=float(env.get("VLLM_SIM_ACCEPTANCE", "1.0")),
+        gen_max_new_tokens=max_new,
+        startup_delay_s=float(env.get("VLLM_SIM_STARTUP_S", "0.2")),
+        seed=args.seed,
+        extra={"host": args.host, "port": args.port},
+    )
+
+
+def main(argv: list[str]) -> None:
+    from vllm_bisect.sim.server import run
+
+    cfg = parse(argv)
+    run(cfg, str(cfg.extra["host"]), int(cfg.extra["port"]))
