@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import git
@@ -20,7 +23,22 @@ class Checkouts:
         tag = hashlib.sha256(str(Path(repo.working_dir).resolve()).encode()).hexdigest()[:12]
         self.root = cache_dir / "worktrees" / tag
 
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One process at a time adds or removes worktrees of this repository."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
     def get(self, commit: str) -> Path:
+        with self._locked():
+            return self._get(commit)
+
+    def _get(self, commit: str) -> Path:
         path = self.root / commit
         if (path / ".git").exists():
             try:
