@@ -77,6 +77,9 @@ class ServeSpec(_Model):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     startup_timeout_s: float = Field(default=900.0, gt=0)
+    # One server start-up at a time per GPU set on this host (vLLM's memory profiling
+    # counts another starting server's memory against itself).
+    serialize_startup: bool = True
     speculative: SpeculativeSpec | None = None
 
     def speculative_config_json(self) -> str | None:

@@ -64,3 +64,24 @@ def test_missing_program(tmp_path: Path) -> None:
             run_server(LaunchPlan(argv=["/nonexistent/vllm"]), url="http://127.0.0.1:9",
                        model="m", log_path=tmp_path / "log", timeout_s=1.0):
         pass
+
+
+def test_startups_on_one_gpu_do_not_overlap(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> float:
+        port = free_port()
+        plan = LaunchPlan(argv=[sys.executable, "-m", "vllm_bisect.sim", "serve", "--port",
+                                str(port), "--startup-delay", "0.6"],
+                          env={"CUDA_VISIBLE_DEVICES": f"test-{os.getpid()}"})
+        with run_server(plan, url=f"http://127.0.0.1:{port}", model="m",
+                        log_path=tmp_path / f"{i}.log", timeout_s=30) as h:
+            assert h.startup_s is not None and h.startup_s >= 0.6
+            healthy = time.monotonic()
+            time.sleep(0.3)  # probing overlaps freely
+        return healthy
+
+    with ThreadPoolExecutor(3) as pool:
+        healthy = sorted(pool.map(one, range(3)))
+    # each start-up takes >= 0.6 s and they run one after another
+    assert healthy[1] - healthy[0] >= 0.55 and healthy[2] - healthy[1] >= 0.55

@@ -66,7 +66,8 @@ class Evaluator:
                 log = self.log_dir / f"serve-{commit[:12]}.log"
                 with run_server(plan, url=f"http://127.0.0.1:{port}", model=self.spec.serve.model,
                                 log_path=log, timeout_s=self.spec.serve.startup_timeout_s,
-                                on_start=self._started(commit), on_stop=self._stopped) as h:
+                                on_start=self._started(commit), on_stop=self._stopped,
+                                serialize_startup=self.spec.serve.serialize_startup) as h:
                     self._phase(commit, f"probing ({h.startup_s:.1f} s to healthy)")
                     m = self.probe.measure(h)
                     startup = h.startup_s

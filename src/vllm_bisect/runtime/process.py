@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -115,36 +118,78 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float, log_
             time.sleep(min(interval_s * (1 + (time.monotonic() - started) / 5), 1.0))
 
 
+def startup_lock_path(env: Mapping[str, str]) -> Path:
+    """One lock per set of visible GPUs on this host (all sessions and users share /tmp)."""
+    devices = re.sub(r"[^0-9A-Za-z,-]", "_", env.get("CUDA_VISIBLE_DEVICES", "all")) or "none"
+    return Path(tempfile.gettempdir()) / f"vllm-bisect-startup-{devices}.lock"
+
+
+@contextlib.contextmanager
+def startup_lock(path: Path | None) -> Iterator[None]:
+    """Hold an exclusive lock while a server starts: vLLM sizes its KV cache from the GPU
+    memory it sees free during start-up, so two servers profiling at once on one GPU both
+    count each other ("Available KV cache memory: -1.14 GiB", seen on an H200)."""
+    if path is None:
+        yield
+        return
+    with open(path, "a") as fh:
+        waited = time.monotonic()
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        if time.monotonic() - waited > 1.0:
+            logger.info("waited %.1f s for another server's start-up (%s)",
+                        time.monotonic() - waited, path)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _launch(plan: LaunchPlan, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as log:
+        log.write(f"$ {plan.describe()}\n".encode())
+        log.flush()
+        argv = list(plan.argv or ()) if plan.shell is None else ["/bin/sh", "-c", plan.shell]
+        try:
+            return subprocess.Popen(argv, cwd=plan.cwd, env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    preexec_fn=_child_setup)
+        except OSError as err:
+            raise ServeError(f"cannot start server: {err}",
+                             hint="check that the serve command exists") from None
+
+
+def _teardown(proc: subprocess.Popen[bytes], on_stop: Callable[[int], None] | None) -> None:
+    kill_group(proc.pid)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=GRACE_S)
+    if on_stop is not None:
+        on_stop(proc.pid)
+
+
 @contextlib.contextmanager
 def run_server(plan: LaunchPlan, *, url: str, model: str, log_path: Path, timeout_s: float,
                on_start: Callable[[int], None] | None = None,
-               on_stop: Callable[[int], None] | None = None) -> Iterator[ServerHandle]:
-    """Start the server, yield a handle once healthy, and always tear the group down."""
+               on_stop: Callable[[int], None] | None = None,
+               serialize_startup: bool = True) -> Iterator[ServerHandle]:
+    """Start the server, yield a handle once healthy, and always tear the group down.
+
+    With serialize_startup, start-ups on the same GPUs of this host happen one at a time:
+    the lock is held from launch until healthy, then released for the probe."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.update(plan.env or {})
     env.setdefault("PYTHONUNBUFFERED", "1")
-    with open(log_path, "ab") as log:
-        log.write(f"$ {plan.describe()}\n".encode())
-        log.flush()
+    with startup_lock(startup_lock_path(env) if serialize_startup else None):
+        proc = _launch(plan, env, log_path)
+        if on_start is not None:
+            on_start(proc.pid)
         try:
-            argv = list(plan.argv or ()) if plan.shell is None else ["/bin/sh", "-c", plan.shell]
-            proc = subprocess.Popen(
-                argv,
-                cwd=plan.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, preexec_fn=_child_setup)
-        except OSError as err:
-            raise ServeError(f"cannot start server: {err}",
-                             hint="check that the serve command exists") from None
-    if on_start is not None:
-        on_start(proc.pid)
+            startup = wait_healthy(url, proc, timeout_s, log_path)
+        except BaseException:
+            _teardown(proc, on_stop)
+            raise
+    logger.info("server pid %d healthy after %.1f s", proc.pid, startup)
     try:
-        startup = wait_healthy(url, proc, timeout_s, log_path)
-        logger.info("server pid %d healthy after %.1f s", proc.pid, startup)
         yield ServerHandle(url=url, model=model, log_path=log_path, pid=proc.pid, startup_s=startup)
     finally:
-        kill_group(proc.pid)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=GRACE_S)
-        if on_stop is not None:
-            on_stop(proc.pid)
+        _teardown(proc, on_stop)
