@@ -94,6 +94,8 @@ class Driver:
             outcome = Outcome(commit=info.sha, verdict=Verdict.SKIP,
                               reason=ev.reason or ev.status.value, from_cache=cached)
         else:
+            if info.sha == self.rng.good.sha and self.judge.needs_reference:
+                self.judge = self.judge.with_reference(ev.measurement)  # itl_factor's baseline
             j = self.judge.judge(ev.measurement)
             outcome = Outcome(commit=info.sha, verdict=j.verdict, reason=j.reason,
                               measurement=ev.measurement, from_cache=cached)
@@ -114,12 +116,6 @@ class Driver:
         if good.verdict is Verdict.SKIP:
             raise NotReproduced(f"the good endpoint {rng.good.sha[:12]} could not be tested: "
                                 f"{good.reason}", hint="pick a good commit that builds and serves")
-        if self.judge.needs_reference:
-            assert good.measurement is not None
-            self.judge = self.judge.with_reference(good.measurement)
-            good = self.probed[-1] = good.model_copy(
-                update={"verdict": self.judge.judge(good.measurement).verdict,
-                        "reason": self.judge.judge(good.measurement).reason})
         bad = self.test(rng.bad, "bad endpoint", steps)
         problems = []
         if good.verdict is not Verdict.GOOD:
