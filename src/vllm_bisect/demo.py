@@ -8,7 +8,7 @@ from pathlib import Path
 from vllm_bisect.sim.history import History, HistoryPlan, generate_history, sim_path
 from vllm_bisect.spec import BisectSpec, parse_spec
 
-DEMO_PLAN = HistoryPlan(n_commits=64, cap_at=41, unbuildable=(32, 48), step_ms=8.0,
+DEMO_PLAN = HistoryPlan(n_commits=64, cap_at=41, unbuildable=(32, 47), step_ms=8.0,
                         acceptance=0.8, init_s=0.2, seed=47297)
 DEMO_MODEL = "Qwen/Qwen3.6-35B-A3B-NVFP4"
 

@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from vllm_bisect.bisect.evaluate import Evaluator
 from vllm_bisect.bisect.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.strategy import next_step
@@ -23,6 +22,12 @@ from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict import Judge
 
 logger = logging.getLogger(__name__)
+
+
+class CommitEvaluator(Protocol):
+    """Measures one commit (``bisect.evaluate.Evaluator`` builds, serves and probes)."""
+
+    def evaluate(self, commit: str) -> Evaluation: ...
 
 
 class EventHandler(Protocol):
@@ -58,7 +63,7 @@ class BisectResult:
 
 
 class Driver:
-    def __init__(self, spec: BisectSpec, rng: CommitRange, evaluator: Evaluator,
+    def __init__(self, spec: BisectSpec, rng: CommitRange, evaluator: CommitEvaluator,
                  journal: SessionJournal, cache: ResultCache | None,
                  events: EventHandler | None = None) -> None:
         self.spec = spec
