@@ -19,13 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from synthetic_repo import make_linear_repo  # noqa: E402
+from synthetic_repo import make_linear_repo
 
-from vllm_bisect.bisect.driver import Driver  # noqa: E402
-from vllm_bisect.bisect.journal import ResultCache, SessionJournal  # noqa: E402
-from vllm_bisect.bisect.range import commit_range, open_repo  # noqa: E402
-from vllm_bisect.models import Evaluation, EvalStatus, Measurement, TokensSource  # noqa: E402
-from vllm_bisect.spec import parse_spec  # noqa: E402
+from vllm_bisect.bisect.driver import Driver
+from vllm_bisect.bisect.journal import ResultCache, SessionJournal
+from vllm_bisect.bisect.range import commit_range, open_repo
+from vllm_bisect.models import EvalStatus, Evaluation, Measurement, TokensSource
+from vllm_bisect.spec import parse_spec
 
 SPEC = parse_spec({"probe": {"max_tokens": 256}, "verdict": {"symptom": "length"}})
 
