@@ -23,6 +23,8 @@ class _Model(BaseModel):
 
 class BuildKind(StrEnum):
     SOURCE = "source"
+    WHEEL = "wheel"
+    IMAGE = "image"
     COMMAND = "command"
     URL = "url"
 
@@ -45,6 +47,14 @@ class RangeSpec(_Model):
     first_parent: bool = True
 
 
+DEFAULT_TAGS = (
+    "public.ecr.aws/q9t5s3a7/vllm-release-repo:{sha}-{arch}-{variant}",
+    "public.ecr.aws/q9t5s3a7/vllm-release-repo:{sha}-{arch}",
+    "public.ecr.aws/q9t5s3a7/vllm-ci-postmerge-repo:{sha}{arm64_suffix}",
+    "vllm/vllm-openai:nightly-{sha}",
+)
+
+
 class BuildSpec(_Model):
     kind: BuildKind = BuildKind.SOURCE
     # command builder
@@ -52,10 +62,22 @@ class BuildSpec(_Model):
     serve: str | None = None
     # url builder
     url: str | None = None
-    # source builder
+    # source builder (python is also the wheel builder's venv interpreter)
     python: str | None = None
     precompiled: bool = False
+    full_build: bool = True
     install_args: list[str] = Field(default_factory=list)
+    # wheel builder (and the precompiled source build's wheel lookup)
+    index_url: str = "https://wheels.vllm.ai"
+    variant: Literal["auto", "default", "cu129", "cu130", "cpu"] = "auto"
+    # image builder
+    tags: list[str] = Field(default_factory=lambda: list(DEFAULT_TAGS))
+    platform: Literal["auto", "linux/amd64", "linux/arm64"] = "auto"
+    build: bool = False
+    gpus: str | list[int] = "all"
+    network: Literal["host", "bridge"] = "host"
+    shm_size: str | None = None
+    hf_cache: str | None = "~/.cache/huggingface"
 
     @model_validator(mode="after")
     def _check_kind(self) -> BuildSpec:

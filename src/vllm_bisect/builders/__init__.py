@@ -7,6 +7,7 @@ from pathlib import Path
 import git
 
 from vllm_bisect.builders.base import Artifact, ArtifactKind, Builder
+from vllm_bisect.builders.cache import ArtifactCache
 from vllm_bisect.builders.checkout import Checkouts
 from vllm_bisect.builders.command import CommandBuilder
 from vllm_bisect.builders.source import SourceBuilder
@@ -21,6 +22,10 @@ def make_builder(spec: BisectSpec, repo: git.Repo, cache_dir: Path, log_dir: Pat
     if b.kind is BuildKind.URL:
         assert b.url is not None
         return UrlBuilder(b.url)
+    if b.kind is BuildKind.WHEEL:
+        from vllm_bisect.builders.wheel import WheelBuilder
+
+        return WheelBuilder(b, ArtifactCache(cache_dir), log_dir)
     checkouts = Checkouts(repo, cache_dir)
     if b.kind is BuildKind.COMMAND:
         assert b.serve is not None

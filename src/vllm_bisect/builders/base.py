@@ -19,6 +19,8 @@ from vllm_bisect.spec import ServeSpec
 
 class ArtifactKind(StrEnum):
     SOURCE = "source"
+    WHEEL = "wheel"
+    IMAGE = "image"
     COMMAND = "command"
     URL = "url"
 
@@ -32,14 +34,16 @@ class Artifact:
     venv: Path | None = None
     url: str | None = None
     serve_template: str | None = None  # command builder: shell line with {port} {model} {commit}
+    image: str | None = None           # image builder: the pulled reference
+    digest: str | None = None          # image builder: repo digest or image id
     env: dict[str, str] = field(default_factory=dict)
     cached: bool = False
 
     def launch_plan(self, serve: ServeSpec, port: int) -> LaunchPlan | None:
         """How to start a server for this artifact; None when it is already running."""
         env = {**self.env, **serve.env}
-        if self.kind is ArtifactKind.URL:
-            return None
+        if self.kind in (ArtifactKind.URL, ArtifactKind.IMAGE):
+            return None  # already running, or served by the container runtime
         if self.kind is ArtifactKind.COMMAND:
             assert self.serve_template is not None
             line = self.serve_template.format(port=port, model=serve.model, commit=self.commit)

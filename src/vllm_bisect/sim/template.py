@@ -24,16 +24,29 @@ BACKEND = '''\
 import base64
 import hashlib
 import os
+import subprocess
 import zipfile
 
 NAME = "vllm"
 
 
 def _version():
+    """pyproject's version plus +g<sha9>[.variant], as setuptools-scm stamps vLLM's."""
     for line in open("pyproject.toml"):
         if line.startswith("version"):
-            return line.split("=", 1)[1].strip().strip('"')
-    raise RuntimeError("no version in pyproject.toml")
+            base = line.split("=", 1)[1].strip().strip('"')
+            break
+    else:
+        raise RuntimeError("no version in pyproject.toml")
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=9", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return base
+    local = "g" + sha
+    if os.environ.get("SYNTH_WHEEL_VARIANT"):
+        local += "." + os.environ["SYNTH_WHEEL_VARIANT"]
+    return base + "+" + local
 
 
 def _check():
@@ -51,9 +64,9 @@ def get_requires_for_build_wheel(config_settings=None):
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     _check()
     ver = _version()
-    tag = ver.replace("+", "_")
-    name = f"{{NAME}}-{{tag}}-py3-none-any.whl"
-    dist = f"{{NAME}}-{{tag}}.dist-info"
+    platform_tag = os.environ.get("SYNTH_WHEEL_TAG", "py3-none-any")
+    name = f"{{NAME}}-{{ver}}-{{platform_tag}}.whl"
+    dist = f"{{NAME}}-{{ver}}.dist-info"
     entries = []
     for root, _, files in sorted(os.walk(NAME)):
         for f in sorted(files):
@@ -61,7 +74,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
                 p = os.path.join(root, f)
                 entries.append((p, open(p, "rb").read()))
     meta = f"Metadata-Version: 2.1\\nName: {{NAME}}\\nVersion: {{ver}}\\n".encode()
-    wheel = b"Wheel-Version: 1.0\\nGenerator: synthetic\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+    wheel = ("Wheel-Version: 1.0\\nGenerator: synthetic\\nRoot-Is-Purelib: true\\n"
+             f"Tag: {{platform_tag}}\\n").encode()
     eps = b"[console_scripts]\\nvllm = vllm.entrypoints.cli.main:main\\n"
     entries += [(f"{{dist}}/METADATA", meta), (f"{{dist}}/WHEEL", wheel),
                 (f"{{dist}}/entry_points.txt", eps)]

@@ -1,0 +1,124 @@
+"""The wheel builder against a local server laid out like wheels.vllm.ai."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.bisect.test_driver import run_driver
+from tests.helpers import history, make_spec
+from vllm_bisect.bisect.range import open_repo
+from vllm_bisect.builders.cache import ArtifactCache
+from vllm_bisect.builders.checkout import Checkouts
+from vllm_bisect.builders.wheel import WheelBuilder, version_matches
+from vllm_bisect.builders.wheel_index import platform_fits
+from vllm_bisect.envinfo import Platform
+from vllm_bisect.errors import ArtifactUnavailable, SpecError
+from vllm_bisect.models import Verdict
+from vllm_bisect.sim.history import History
+from vllm_bisect.sim.wheel_index import IndexServer, build_wheel, publish
+from vllm_bisect.spec import BuildSpec, parse_spec
+
+X86 = "cp38-abi3-manylinux_2_28_x86_64"
+ARM = "cp38-abi3-manylinux_2_28_aarch64"
+HOST = Platform(machine="x86_64", glibc=(2, 36))
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Iterator[tuple[History, str, dict[int, str]]]:
+    """A 10-commit history with a cap at 6; commits 3 (missing), 4 (aarch64 only),
+    5 (wheel of another commit), 8 (HTML error) and 9 (truncated metadata) are broken."""
+    h = history(tmp_path, n_commits=10, cap_at=6)
+    co = Checkouts(open_repo(h.path), tmp_path / "build-cache")
+    root = tmp_path / "index"
+    special = {3: "missing", 4: "aarch64 only", 5: "wrong build", 8: "html", 9: "truncated"}
+    for i, sha in enumerate(h.shas):
+        if special.get(i) == "missing":
+            continue
+        tag = ARM if special.get(i) == "aarch64 only" else X86
+        src = h.shas[2] if special.get(i) == "wrong build" else sha
+        whl = build_wheel(co.get(src), tmp_path / "wheels" / str(i), tag)
+        cpu = build_wheel(co.get(src), tmp_path / "wheels" / f"{i}-cpu", tag, variant="cpu")
+        fault = special.get(i) if special.get(i) in ("html", "truncated") else None
+        publish(root, sha, {"default": [whl], "cpu": [cpu]}, fault=fault)
+    with IndexServer(root) as url:
+        yield h, url, special
+
+
+def builder(tmp_path: Path, url: str, variant: str = "default") -> WheelBuilder:
+    spec = BuildSpec(kind="wheel", index_url=url, variant=variant)  # type: ignore[arg-type]
+    return WheelBuilder(spec, ArtifactCache(tmp_path / "cache"), tmp_path / "logs", platform=HOST)
+
+
+def test_index_layout_is_served(index: tuple[History, str, dict[int, str]]) -> None:
+    h, url, _ = index
+    meta = httpx.get(f"{url}/{h.good}/vllm/metadata.json").json()
+    assert meta[0]["platform_tag"] == "manylinux_2_28_x86_64"
+    assert meta[0]["path"].startswith("../vllm-") and "%2Bg" in meta[0]["path"]
+    assert meta[0]["version"].endswith("+g" + h.good[:9])
+    assert "cpu/" in httpx.get(f"{url}/{h.good}/").text
+    assert httpx.get(f"{url}/{h.good}/cpu/vllm/metadata.json").json()[0]["version"].endswith(".cpu")
+
+
+def test_installs_and_verifies_commit(tmp_path: Path,
+                                      index: tuple[History, str, dict[int, str]]) -> None:
+    h, url, _ = index
+    b = builder(tmp_path, url)
+    a = b.prepare(h.shas[1])
+    assert a.venv is not None and (a.venv / "bin" / "vllm").exists()
+    assert "sha256:" in a.identity and not a.cached
+    assert b.prepare(h.shas[1]).cached  # idempotent
+    cpu = builder(tmp_path, url, "auto").prepare(h.shas[2])  # host has no GPU: cpu variant
+    assert "cpu" in cpu.identity
+
+
+@pytest.mark.parametrize("i,needle", [
+    (3, "no default wheels"), (4, "no default wheel for x86_64"),
+    (5, "does not carry"), (8, "HTML instead of metadata.json"),
+    (9, "malformed or truncated"),
+])
+def test_broken_commits_are_unavailable(tmp_path: Path, index: tuple[History, str, dict[int, str]],
+                                        i: int, needle: str) -> None:
+    h, url, _ = index
+    with pytest.raises(ArtifactUnavailable, match=needle):
+        builder(tmp_path, url).prepare(h.shas[i])
+
+
+def test_unreachable_index(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactUnavailable, match="unreachable"):
+        builder(tmp_path, "http://127.0.0.1:9").prepare("a" * 40)
+
+
+def test_unknown_variant_is_a_spec_error() -> None:
+    with pytest.raises(SpecError, match=r"build\.variant"):
+        parse_spec({"build": {"kind": "wheel", "variant": "cu999"}})
+
+
+def test_bisect_through_wheels_skips_broken(tmp_path: Path,
+                                            index: tuple[History, str, dict[int, str]]) -> None:
+    h, url, _ = index
+    spec = make_spec(h, build={"kind": "wheel", "index_url": url, "variant": "default"})
+    r = run_driver(spec, tmp_path)
+    # 3, 4 and 5 cannot be had and sit right before the culprit (6): any of 3..6 may be first bad
+    assert r.first_bad is None
+    assert r.candidates == list(h.shas[3:7])
+    assert h.planted["length"] == h.shas[6]
+    for o in r.probed:
+        if h.shas.index(o.commit) in (3, 4, 5, 8, 9):
+            assert o.verdict is Verdict.SKIP
+
+
+def test_platform_and_version_rules() -> None:
+    assert platform_fits("manylinux_2_28_x86_64", HOST)
+    assert not platform_fits("manylinux_2_39_x86_64", HOST)
+    assert not platform_fits("manylinux_2_28_aarch64", HOST)
+    assert platform_fits("manylinux2014_aarch64", Platform(machine="aarch64", glibc=(2, 35)))
+    assert platform_fits("manylinux_2_17_x86_64.manylinux2014_x86_64", HOST)
+    sha = "2f3f441f8" + "0" * 31
+    assert version_matches("0.23.1rc1.dev901+g2f3f441f8", sha)
+    assert version_matches("0.11.1rc8.dev14+g2f3f441f8.cu130", sha)
+    assert not version_matches("0.25.1", sha)
+    assert not version_matches("0.23.1rc1.dev901+gaa384b3c0", sha)
