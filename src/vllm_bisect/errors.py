@@ -16,7 +16,8 @@ what the driver does::
         ├── RangeError            unknown ref, good == bad, good not an ancestor of bad
         ├── NotReproduced         the endpoints do not judge good and bad as claimed
         ├── SessionError          the session directory cannot be used (locked, mismatched)
-        └── ToolMissing           a required program (git, uv, docker, ...) is not installed
+        ├── ToolMissing           a required program or daemon (git, uv, docker) is unavailable
+        └── HostFault             the machine cannot go on (disk full during a pull)
 
 Only ``cli.py`` turns these into messages and exit codes; library code raises them.
 """
@@ -83,3 +84,7 @@ class SessionError(FatalError):
 
 class ToolMissing(FatalError):
     """A program the chosen builder or runtime needs is not installed."""
+
+
+class HostFault(FatalError):
+    """The host cannot continue the bisect (e.g. no space left while pulling an image)."""

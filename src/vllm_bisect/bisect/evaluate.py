@@ -10,9 +10,10 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vllm_bisect.bisect.journal import SessionJournal
-from vllm_bisect.builders import Builder
+from vllm_bisect.builders import ArtifactKind, Builder
 from vllm_bisect.envinfo import fingerprint
 from vllm_bisect.errors import ArtifactUnavailable, RecoverableError
 from vllm_bisect.models import EvalStatus, Evaluation
@@ -20,6 +21,9 @@ from vllm_bisect.probes.decode import DecodeProbe
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.process import free_port, run_server
 from vllm_bisect.spec import BisectSpec
+
+if TYPE_CHECKING:
+    import docker
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +41,19 @@ class Evaluator:
         self.session_id = session_id
         self.on_phase = on_phase
         self.probe = DecodeProbe(spec.probe, spec.min_output_tokens())
+        self._docker: docker.DockerClient | None = None
+
+    def container_client(self) -> docker.DockerClient:
+        """The docker client for the container runtime (created on first use; reaps orphans)."""
+        if self._docker is None:
+            from vllm_bisect.builders.image import docker_client
+            from vllm_bisect.runtime.container import reap_orphans
+
+            client = docker_client()
+            for name in reap_orphans(client):
+                logger.warning("removed container %s left by an earlier run", name)
+            self._docker = client
+        return self._docker
 
     def _phase(self, commit: str, phase: str) -> None:
         logger.info("%s: %s", commit[:12], phase)
@@ -53,7 +70,19 @@ class Evaluator:
                               log_tail=err.log_tail, environment=env)
         try:
             plan = artifact.launch_plan(self.spec.serve, port := free_port())
-            if plan is None:
+            if artifact.kind is ArtifactKind.IMAGE:
+                from vllm_bisect.runtime.container import run_container
+
+                self._phase(commit, f"starting container {artifact.image}")
+                with run_container(self.container_client(), artifact, self.spec.serve,
+                                   self.spec.build, port=port,
+                                   log_path=self.log_dir / f"serve-{commit[:12]}.log",
+                                   session_id=self.session_id,
+                                   timeout_s=self.spec.serve.startup_timeout_s) as h:
+                    self._phase(commit, f"probing ({h.startup_s:.1f} s to healthy)")
+                    m = self.probe.measure(h)
+                    startup = h.startup_s
+            elif plan is None:
                 assert artifact.url is not None
                 self._phase(commit, "probing")
                 handle = ServerHandle(url=artifact.url, model=self.spec.serve.model)

@@ -27,6 +27,10 @@ def make_builder(spec: BisectSpec, repo: git.Repo, cache_dir: Path, log_dir: Pat
 
         return WheelBuilder(b, ArtifactCache(cache_dir), log_dir)
     checkouts = Checkouts(repo, cache_dir)
+    if b.kind is BuildKind.IMAGE:
+        from vllm_bisect.builders.image import ImageBuilder
+
+        return ImageBuilder(b, ArtifactCache(cache_dir), log_dir, checkouts=checkouts)
     if b.kind is BuildKind.COMMAND:
         assert b.serve is not None
         return CommandBuilder(checkouts, b.setup, b.serve, log_dir, env=dict(spec.serve.env))

@@ -1,0 +1,152 @@
+"""Run ``vllm serve`` in a container (docker SDK): start, wait for /health, always remove.
+
+The image's entrypoint is ``vllm serve`` (vLLM's ``vllm-openai`` target), so the command is
+``MODEL --port P --host 127.0.0.1 ARGS``. Host networking by default (the probe talks to
+127.0.0.1); ``network = "bridge"`` publishes the port on 127.0.0.1 only. Containers carry
+``vllm-bisect.session`` and ``vllm-bisect.owner-pid`` labels so a later run can remove those
+whose owner died.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import httpx
+from docker.types import DeviceRequest
+
+from vllm_bisect.builders.base import Artifact
+from vllm_bisect.envinfo import relevant_env
+from vllm_bisect.errors import ServeError
+from vllm_bisect.runtime.base import ServerHandle
+from vllm_bisect.runtime.process import startup_lock, startup_lock_path, tail
+from vllm_bisect.spec import BuildSpec, ServeSpec
+
+logger = logging.getLogger(__name__)
+PASSTHROUGH = ("TRITON_PTXAS_PATH", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+SESSION_LABEL = "vllm-bisect.session"
+OWNER_LABEL = "vllm-bisect.owner-pid"
+
+
+def container_env(serve: ServeSpec) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k in relevant_env(dict(os.environ)) or k in PASSTHROUGH}
+    env.update(serve.env)
+    return env
+
+
+def device_requests(gpus: str | list[int]) -> list[DeviceRequest]:
+    if gpus == "none":
+        return []
+    if gpus == "all":
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    ids = [str(g) for g in gpus] if isinstance(gpus, list) else gpus.split(",")
+    return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+
+
+def reap_orphans(client: docker.DockerClient) -> list[str]:
+    """Remove containers whose owning vllm-bisect process is gone (on this host)."""
+    removed = []
+    for c in client.containers.list(all=True, filters={"label": SESSION_LABEL}):
+        owner = c.labels.get(OWNER_LABEL, "")
+        if owner.isdigit() and Path(f"/proc/{owner}").exists():
+            continue
+        with contextlib.suppress(docker.errors.APIError):
+            c.remove(force=True)
+            removed.append(str(c.name))
+    return removed
+
+
+def _stream_logs(container: Any, log_path: Path) -> None:
+    with contextlib.suppress(Exception), open(log_path, "ab") as out:
+        for chunk in container.logs(stream=True, follow=True):
+            out.write(chunk)
+            out.flush()
+
+
+@contextlib.contextmanager
+def run_container(client: docker.DockerClient, artifact: Artifact, serve: ServeSpec,
+                  build: BuildSpec, *, port: int, log_path: Path, session_id: str,
+                  timeout_s: float) -> Iterator[ServerHandle]:
+    assert artifact.image is not None
+    command = [serve.model, "--port", str(port), "--host", "127.0.0.1", *serve.args]
+    spec_json = serve.speculative_config_json()
+    if spec_json is not None:
+        command += ["--speculative-config", spec_json]
+    env = container_env(serve)
+    kwargs: dict[str, Any] = dict(
+        command=command, detach=True, environment=env,
+        labels={SESSION_LABEL: session_id, OWNER_LABEL: str(os.getpid()),
+                "vllm-bisect.commit": artifact.commit},
+        device_requests=device_requests(build.gpus))
+    if build.network == "host":
+        kwargs["network_mode"] = "host"
+    else:
+        kwargs["ports"] = {f"{port}/tcp": ("127.0.0.1", port)}
+    if build.shm_size:
+        kwargs["shm_size"] = build.shm_size
+    else:
+        kwargs["ipc_mode"] = "host"
+    if build.hf_cache:
+        hf = Path(build.hf_cache).expanduser()
+        hf.mkdir(parents=True, exist_ok=True)
+        kwargs["volumes"] = {str(hf): {"bind": "/root/.cache/huggingface", "mode": "rw"}}
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:  # the env is not logged: it may hold HF_TOKEN
+        log.write(f"$ docker run {artifact.image} {' '.join(command)}\n".encode())
+    url = f"http://127.0.0.1:{port}"
+    lock_env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, build.gpus))
+                if isinstance(build.gpus, list) else "all"}
+    with startup_lock(startup_lock_path(lock_env) if serve.serialize_startup else None):
+        try:
+            container = client.containers.run(artifact.image, **kwargs)
+        except docker.errors.APIError as err:
+            raise ServeError(f"cannot start a container from {artifact.image}: "
+                             f"{err.explanation or err}",
+                             hint="is the NVIDIA container runtime installed? (build.gpus)") from None
+        threading.Thread(target=_stream_logs, args=(container, log_path), daemon=True).start()
+        try:
+            startup = _wait_healthy(container, url, timeout_s, log_path)
+        except BaseException:
+            _remove(container)
+            raise
+    try:
+        yield ServerHandle(url=url, model=serve.model, log_path=log_path, startup_s=startup)
+    finally:
+        _remove(container)
+
+
+def _wait_healthy(container: Any, url: str, timeout_s: float, log_path: Path) -> float:
+    started = time.monotonic()
+    with httpx.Client(timeout=5.0) as client:
+        while True:
+            container.reload()
+            if container.status in ("exited", "dead"):
+                code = container.attrs.get("State", {}).get("ExitCode")
+                time.sleep(0.2)  # let the log thread catch the last lines
+                raise ServeError(f"container exited with code {code} before it was healthy",
+                                 hint=f"see the server log: {log_path}", log_tail=tail(log_path))
+            try:
+                if client.get(f"{url}/health").status_code == 200:
+                    return time.monotonic() - started
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() - started > timeout_s:
+                raise ServeError(f"container not healthy after {timeout_s:.0f} s",
+                                 hint=f"see the server log: {log_path}", log_tail=tail(log_path))
+            time.sleep(0.2)
+
+
+def _remove(container: Any) -> None:
+    with contextlib.suppress(docker.errors.APIError, docker.errors.NotFound):
+        container.stop(timeout=10)
+    with contextlib.suppress(docker.errors.APIError, docker.errors.NotFound):
+        container.remove(force=True)
