@@ -34,4 +34,9 @@ def make_builder(spec: BisectSpec, repo: git.Repo, cache_dir: Path, log_dir: Pat
     if b.kind is BuildKind.COMMAND:
         assert b.serve is not None
         return CommandBuilder(checkouts, b.setup, b.serve, log_dir, env=dict(spec.serve.env))
-    return SourceBuilder(checkouts, b, cache_dir, log_dir)
+    has_wheel = None
+    if b.precompiled:
+        from vllm_bisect.builders.wheel_index import has_wheel_fn
+
+        has_wheel = has_wheel_fn(b.index_url, b.variant)
+    return SourceBuilder(checkouts, b, cache_dir, log_dir, has_wheel=has_wheel)

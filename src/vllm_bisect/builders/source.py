@@ -15,12 +15,14 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 from vllm_bisect.builders.base import Artifact, ArtifactKind
 from vllm_bisect.builders.checkout import Checkouts
-from vllm_bisect.errors import BuildError, ToolMissing
+from vllm_bisect.builders.precompiled import BuildMode, SourcePlan, plan_source_build
+from vllm_bisect.errors import ArtifactUnavailable, BuildError, ToolMissing
 from vllm_bisect.runtime.process import tail
 from vllm_bisect.spec import BuildSpec
 
@@ -54,10 +56,15 @@ def _version_of(python: str) -> str:
     return out.stdout.strip()
 
 
+HasWheel = Callable[[str], bool]
+
+
 class SourceBuilder:
     def __init__(self, checkouts: Checkouts, spec: BuildSpec, cache_dir: Path, log_dir: Path,
-                 use_uv: bool | None = None, timeout_s: float = 4 * 3600.0) -> None:
+                 use_uv: bool | None = None, timeout_s: float = 4 * 3600.0,
+                 has_wheel: HasWheel | None = None) -> None:
         self.checkouts = checkouts
+        self.has_wheel = has_wheel
         self.spec = spec
         self.log_dir = log_dir
         self.timeout_s = timeout_s
@@ -67,23 +74,37 @@ class SourceBuilder:
         if use_uv and self.uv is None:
             raise ToolMissing("uv is not installed", hint="pip install uv, or let it fall back to pip")
 
+    def plan(self, commit: str) -> SourcePlan | None:
+        """How a precompiled build of commit would go (None when precompiled is off)."""
+        if not self.spec.precompiled:
+            return None
+        if self.has_wheel is None:  # no index to ask: trust the commit's own wheel
+            return SourcePlan(BuildMode.PRECOMPILED, commit, (), "precompiled from itself")
+        return plan_source_build(self.checkouts.repo, commit, self.has_wheel, self.spec.full_build)
+
     def prepare(self, commit: str) -> Artifact:
         checkout = self.checkouts.get(commit)
         venv = self.venv_root / commit
         if (venv / DONE_MARK).exists():
             return self._artifact(commit, checkout, venv, cached=True)
+        plan = self.plan(commit)
+        if plan is not None and plan.mode is BuildMode.SKIP:
+            raise ArtifactUnavailable(plan.reason, hint="set build.full_build = true to compile")
         shutil.rmtree(venv, ignore_errors=True)
         log = self.log_dir / f"build-{commit[:12]}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
-        if self.spec.precompiled:
+        if plan is not None and plan.mode is BuildMode.PRECOMPILED and plan.base is not None:
             env["VLLM_USE_PRECOMPILED"] = "1"
-            env["VLLM_PRECOMPILED_WHEEL_COMMIT"] = commit
+            env["VLLM_PRECOMPILED_WHEEL_COMMIT"] = plan.base
+            if self.spec.variant not in ("auto", "default"):
+                env["VLLM_PRECOMPILED_WHEEL_VARIANT"] = self.spec.variant
         python = find_python(self.spec.python) if self.spec.python or not self.uv else sys.executable
         with open(log, "wb") as out:
             self._run(self._venv_cmd(python, venv), out, checkout, env, log, commit)
             self._run(self._install_cmd(venv, checkout), out, checkout, env, log, commit)
-        (venv / DONE_MARK).write_text(commit + "\n")
+        how = plan.reason if plan is not None else "plain install"
+        (venv / DONE_MARK).write_text(f"{commit}\n{how}\n")
         return self._artifact(commit, checkout, venv, cached=False)
 
     def _venv_cmd(self, python: str, venv: Path) -> list[str]:
@@ -114,5 +135,7 @@ class SourceBuilder:
                              hint=f"see the build log: {log}", log_tail=tail(log, 20))
 
     def _artifact(self, commit: str, checkout: Path, venv: Path, cached: bool) -> Artifact:
-        return Artifact(commit=commit, kind=ArtifactKind.SOURCE, identity=f"venv:{venv}",
+        lines = (venv / DONE_MARK).read_text().splitlines()
+        how = lines[1] if len(lines) > 1 else "plain install"
+        return Artifact(commit=commit, kind=ArtifactKind.SOURCE, identity=f"venv:{venv} ({how})",
                         checkout=checkout, venv=venv, cached=cached)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urljoin
 
@@ -114,3 +115,24 @@ def choose(client: httpx.Client, base: str, commit: str, variant: str,
                        f"{'.'.join(map(str, p.glibc or ()))} at {commit[:12]} (have: {tags})")
     raise ArtifactUnavailable("; ".join(reasons), hint="try another variant, the image builder, "
                               "or a source build")
+
+
+def has_wheel_fn(base: str, variant: str, p: Platform | None = None,
+                 client: httpx.Client | None = None) -> Callable[[str], bool]:
+    """A cached predicate: does the index have a wheel for this commit and host?"""
+    from vllm_bisect.envinfo import detect
+
+    plat = p or detect()
+    http = client or httpx.Client(timeout=30.0)
+    seen: dict[str, bool] = {}
+
+    def has(commit: str) -> bool:
+        if commit not in seen:
+            try:
+                choose(http, base, commit, variant, plat)
+                seen[commit] = True
+            except ArtifactUnavailable:
+                seen[commit] = False
+        return seen[commit]
+
+    return has

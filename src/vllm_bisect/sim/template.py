@@ -68,6 +68,9 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     name = f"{{NAME}}-{{ver}}-{{platform_tag}}.whl"
     dist = f"{{NAME}}-{{ver}}.dist-info"
     entries = []
+    if os.environ.get("VLLM_USE_PRECOMPILED") == "1":  # what vLLM's setup.py would reuse
+        info = "PRECOMPILED_WHEEL_COMMIT = %r\\n" % os.environ.get("VLLM_PRECOMPILED_WHEEL_COMMIT")
+        entries.append((NAME + "/_precompiled.py", info.encode()))
     for root, _, files in sorted(os.walk(NAME)):
         for f in sorted(files):
             if f.endswith(".py"):
