@@ -25,6 +25,7 @@ from vllm_bisect.bisect.journal import ResultCache
 from vllm_bisect.bisect.range import CommitInfo, CommitRange, commit_range, open_repo
 from vllm_bisect.bisect.session import Session, default_cache_dir, new_session_dir
 from vllm_bisect.builders import make_builder
+from vllm_bisect.builders.prefetch import Prefetcher
 from vllm_bisect.errors import BisectError, FatalError, NotReproduced, RecoverableError
 from vllm_bisect.models import Outcome
 from vllm_bisect.probes.decode import DecodeProbe
@@ -96,14 +97,17 @@ def _bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path, console: Conso
         if quiet_phases:
             events.on_phase = lambda commit, phase: None  # type: ignore[method-assign]
         builder = make_builder(spec, repo, cache_dir, session.logs)
-        evaluator = Evaluator(spec, builder, session.logs, session.journal, session.id,
-                              on_phase=events.on_phase)
+        prefetcher = Prefetcher(builder) if spec.build.prefetch_enabled() else None
+        evaluator = Evaluator(spec, prefetcher or builder, session.logs, session.journal,
+                              session.id, on_phase=events.on_phase)
         cache = ResultCache(cache_dir / "results.sqlite")
         try:
-            driver = Driver(spec, rng, evaluator, session.journal, cache, events)
+            driver = Driver(spec, rng, evaluator, session.journal, cache, events, prefetcher)
             result = driver.run()
         finally:
             cache.close()
+            if prefetcher is not None:
+                prefetcher.close()
         (session_dir / "result.json").write_text(json.dumps(result_json(result), indent=2))
         return result
 

@@ -67,6 +67,10 @@ class BuildSpec(_Model):
     precompiled: bool = False
     full_build: bool = True
     install_args: list[str] = Field(default_factory=list)
+    # prefetch the next possible commits' artifacts while one is probed (None: on for
+    # wheel and image builds, whose cost is I/O; off for source builds, which compete with
+    # the probe for CPU)
+    prefetch: bool | None = None
     # wheel builder (and the precompiled source build's wheel lookup)
     index_url: str = "https://wheels.vllm.ai"
     variant: Literal["auto", "default", "cu129", "cu130", "cpu"] = "auto"
@@ -78,6 +82,11 @@ class BuildSpec(_Model):
     network: Literal["host", "bridge"] = "host"
     shm_size: str | None = None
     hf_cache: str | None = "~/.cache/huggingface"
+
+    def prefetch_enabled(self) -> bool:
+        if self.prefetch is not None:
+            return self.prefetch
+        return self.kind in (BuildKind.WHEEL, BuildKind.IMAGE)
 
     @model_validator(mode="after")
     def _check_kind(self) -> BuildSpec:

@@ -63,3 +63,13 @@ def test_random_histories_with_skips() -> None:
 def test_bounds_ignore_bad_below_good() -> None:
     b = bounds(10, {2: Verdict.BAD, 5: Verdict.GOOD, 9: Verdict.BAD})
     assert (b.last_good, b.first_bad) == (5, 9)
+
+
+def test_lookahead_gives_both_possible_next_tests() -> None:
+    from vllm_bisect.bisect.strategy import lookahead
+
+    verdicts = {15: Verdict.BAD}
+    first = next_step(16, verdicts).test
+    assert first == 7
+    assert lookahead(16, verdicts, 7) == [11, 3]  # good -> (7, 15), bad -> (-1, 7)
+    assert lookahead(2, {1: Verdict.BAD}, 0) == []  # either verdict ends the search

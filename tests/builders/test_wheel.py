@@ -122,3 +122,41 @@ def test_platform_and_version_rules() -> None:
     assert version_matches("0.11.1rc8.dev14+g2f3f441f8.cu130", sha)
     assert not version_matches("0.25.1", sha)
     assert not version_matches("0.23.1rc1.dev901+gaa384b3c0", sha)
+
+
+def test_prefetch_overlaps_downloads_with_probes(tmp_path: Path) -> None:
+    """With a slow index (0.6 s per wheel), prefetching the next possible commits while one
+    is probed makes the bisect faster than fetching each on demand."""
+    import time as _time
+
+    from vllm_bisect.bisect.driver import Driver
+    from vllm_bisect.bisect.evaluate import Evaluator
+    from vllm_bisect.bisect.journal import ResultCache
+    from vllm_bisect.bisect.range import commit_range
+    from vllm_bisect.bisect.session import Session
+    from vllm_bisect.builders.prefetch import Prefetcher
+
+    h = history(tmp_path, n_commits=16, cap_at=9)
+    co = Checkouts(open_repo(h.path), tmp_path / "bc")
+    root = tmp_path / "index"
+    for i, sha in enumerate(h.shas):
+        publish(root, sha, {"default": [build_wheel(co.get(sha), tmp_path / "w" / str(i), X86)]})
+    walls = {}
+    with IndexServer(root, delay_s=0.6) as url:
+        for mode in ("on-demand", "prefetch"):
+            spec = make_spec(h, build={"kind": "wheel", "index_url": url, "variant": "default"},
+                             probe={"max_tokens": 160, "requests": 3})
+            b = WheelBuilder(spec.build, ArtifactCache(tmp_path / mode / "cache"),
+                             tmp_path / mode / "logs", platform=HOST)
+            pf = Prefetcher(b) if mode == "prefetch" else None
+            with Session(tmp_path / mode / "s") as s:
+                assert s.journal is not None
+                ev = Evaluator(spec, pf or b, s.logs, s.journal, s.id)
+                t0 = _time.monotonic()
+                r = Driver(spec, commit_range(co.repo, h.good, h.bad), ev, s.journal,
+                           ResultCache(tmp_path / mode / "r.sqlite"), prefetcher=pf).run()
+                walls[mode] = _time.monotonic() - t0
+            assert r.first_bad == h.planted["length"]
+            if pf is not None:
+                pf.close()
+    assert walls["prefetch"] < walls["on-demand"] * 0.85, walls

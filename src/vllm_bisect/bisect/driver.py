@@ -15,7 +15,8 @@ from typing import Protocol
 
 from vllm_bisect.bisect.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
-from vllm_bisect.bisect.strategy import next_step
+from vllm_bisect.bisect.strategy import lookahead, next_step
+from vllm_bisect.builders.prefetch import Prefetcher
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import EvalStatus, Evaluation, Outcome, Verdict
 from vllm_bisect.spec import BisectSpec
@@ -65,18 +66,37 @@ class BisectResult:
 class Driver:
     def __init__(self, spec: BisectSpec, rng: CommitRange, evaluator: CommitEvaluator,
                  journal: SessionJournal, cache: ResultCache | None,
-                 events: EventHandler | None = None) -> None:
+                 events: EventHandler | None = None, prefetcher: Prefetcher | None = None) -> None:
         self.spec = spec
         self.rng = rng
         self.evaluator = evaluator
         self.journal = journal
         self.cache = cache
         self.events: EventHandler = events or NullEvents()
+        self.prefetcher = prefetcher
         self.judge = Judge(spec.verdict, spec.min_output_tokens())
         self.session_evals = journal.evaluations()
         self.server_starts = 0
         self.probed: list[Outcome] = []
         self.evaluations: dict[str, Evaluation] = {}
+
+    # -- prefetch ----------------------------------------------------------------------
+    def _unmeasured(self, shas: list[str]) -> list[str]:
+        out = []
+        for sha in shas:
+            key = self.spec.measurement_key(sha)
+            if key in self.session_evals or (self.cache is not None and self.cache.get(key)):
+                continue
+            out.append(sha)
+        return out
+
+    def _prefetch(self, shas: list[str]) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.prefetch(self._unmeasured(shas))
+
+    def _keep_only(self, shas: list[str]) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.keep_only(shas)
 
     # -- one commit --------------------------------------------------------------------
     def _evaluation(self, commit: str) -> tuple[Evaluation, bool]:
@@ -117,6 +137,9 @@ class Driver:
     def verify_endpoints(self) -> None:
         rng = self.rng
         steps = math.ceil(math.log2(max(2, len(rng.commits))))
+        n = len(rng.commits)
+        first = next_step(n, {n - 1: Verdict.BAD}).test
+        self._prefetch([rng.bad.sha] + ([rng.commits[first].sha] if first is not None else []))
         good = self.test(rng.good, "good endpoint", steps + 1)
         if good.verdict is Verdict.SKIP:
             raise NotReproduced(f"the good endpoint {rng.good.sha[:12]} could not be tested: "
@@ -144,9 +167,13 @@ class Driver:
             if step.done:
                 break
             assert step.test is not None
+            ahead = [rng.commits[i].sha for i in lookahead(n, verdicts, step.test)]
+            self._prefetch(ahead)
             left = sum(1 for i in range(-1, n) if i not in verdicts)
             outcome = self.test(rng.commits[step.test], "bisect", math.ceil(math.log2(max(2, left))))
             verdicts[step.test] = outcome.verdict
+            following = next_step(n, verdicts).test
+            self._keep_only([rng.commits[following].sha] if following is not None else [])
         first_bad = rng.sha(step.culprit) if step.culprit is not None else None
         return BisectResult(range=rng, first_bad=first_bad,
                             candidates=[rng.sha(i) for i in step.candidates],

@@ -60,3 +60,14 @@ def next_step(n: int, verdicts: Mapping[int, Verdict]) -> Step:
     if cand is None:  # only skipped commits separate good from bad
         return Step(candidates=tuple(range(b.last_good + 1, b.first_bad + 1)))
     return Step(test=cand)
+
+
+def lookahead(n: int, verdicts: Mapping[int, Verdict], testing: int) -> list[int]:
+    """The commits the search would test next after ``testing``, for each verdict it may get
+    (good, bad): what to prefetch while ``testing`` is being measured."""
+    ahead = []
+    for v in (Verdict.GOOD, Verdict.BAD):
+        step = next_step(n, {**verdicts, testing: v})
+        if step.test is not None and step.test not in ahead:
+            ahead.append(step.test)
+    return ahead

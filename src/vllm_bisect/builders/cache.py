@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -44,7 +45,10 @@ class ArtifactCache:
     def __init__(self, root: Path) -> None:
         self.root = root
         (root / "artifacts").mkdir(parents=True, exist_ok=True)
-        self.con = sqlite3.connect(root / "artifacts.sqlite", timeout=30.0, isolation_level=None)
+        # shared by prefetch threads: one connection, serialized by a lock
+        self.con = sqlite3.connect(root / "artifacts.sqlite", timeout=30.0, isolation_level=None,
+                                   check_same_thread=False)
+        self.lock = threading.RLock()
         self.con.execute("PRAGMA journal_mode=WAL")
         self.con.execute("""CREATE TABLE IF NOT EXISTS artifacts (
             key TEXT PRIMARY KEY, kind TEXT NOT NULL, commit_sha TEXT, size INTEGER NOT NULL,
@@ -57,15 +61,19 @@ class ArtifactCache:
                  size: int | None = None) -> None:
         if size is None:
             size = dir_size(Path(location)) if Path(location).exists() else 0
-        self.con.execute("INSERT OR REPLACE INTO artifacts VALUES (?, ?, ?, ?, ?, ?)",
-                         (key, kind, commit, size, time.time(), str(location)))
+        with self.lock:
+            self.con.execute("INSERT OR REPLACE INTO artifacts VALUES (?, ?, ?, ?, ?, ?)",
+                             (key, kind, commit, size, time.time(), str(location)))
 
     def touch(self, key: str) -> None:
-        self.con.execute("UPDATE artifacts SET last_used = ? WHERE key = ?", (time.time(), key))
+        with self.lock:
+            self.con.execute("UPDATE artifacts SET last_used = ? WHERE key = ?",
+                             (time.time(), key))
 
     def entries(self) -> list[CacheEntry]:
-        rows = self.con.execute("SELECT key, kind, commit_sha, size, last_used, location "
-                                "FROM artifacts ORDER BY last_used").fetchall()
+        with self.lock:
+            rows = self.con.execute("SELECT key, kind, commit_sha, size, last_used, location "
+                                    "FROM artifacts ORDER BY last_used").fetchall()
         return [CacheEntry(*r) for r in rows]
 
     def total_size(self) -> int:
@@ -92,7 +100,8 @@ class ArtifactCache:
                     continue
             else:
                 shutil.rmtree(e.location, ignore_errors=True)
-            self.con.execute("DELETE FROM artifacts WHERE key = ?", (e.key,))
+            with self.lock:
+                self.con.execute("DELETE FROM artifacts WHERE key = ?", (e.key,))
             total -= e.size
             evicted.append(e)
         return evicted

@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -86,8 +87,15 @@ def publish(root: Path, commit: str, wheels: dict[str, list[Path]],
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
+    delay_s = 0.0  # per wheel download, to model a slow index
+
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+    def do_GET(self) -> None:
+        if self.delay_s and self.path.endswith(".whl"):
+            time.sleep(self.delay_s)
+        super().do_GET()
 
 
 @dataclass
@@ -95,11 +103,13 @@ class IndexServer:
     """``with IndexServer(root) as url:`` serves root over HTTP on 127.0.0.1."""
 
     root: Path
+    delay_s: float = 0.0
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
 
     def __enter__(self) -> str:
-        handler = functools.partial(_QuietHandler, directory=str(self.root))
+        handler_cls = type("Handler", (_QuietHandler,), {"delay_s": self.delay_s})
+        handler = functools.partial(handler_cls, directory=str(self.root))
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
