@@ -71,6 +71,8 @@ class BuildSpec(_Model):
     # wheel and image builds, whose cost is I/O; off for source builds, which compete with
     # the probe for CPU)
     prefetch: bool | None = None
+    # artifact cache size cap, LRU eviction that keeps the session's endpoints ("200G")
+    cache_max_size: str | None = None
     # wheel builder (and the precompiled source build's wheel lookup)
     index_url: str = "https://wheels.vllm.ai"
     variant: Literal["auto", "default", "cu129", "cu130", "cpu"] = "auto"

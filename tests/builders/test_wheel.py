@@ -160,3 +160,37 @@ def test_prefetch_overlaps_downloads_with_probes(tmp_path: Path) -> None:
             if pf is not None:
                 pf.close()
     assert walls["prefetch"] < walls["on-demand"] * 0.85, walls
+
+
+def test_disk_full_while_storing_a_wheel_stops_the_run(
+        tmp_path: Path, index: tuple[History, str, dict[int, str]]) -> None:
+    from vllm_bisect.errors import HostFault
+
+    h, url, _ = index
+    b = builder(tmp_path, url)
+    entry_dir = None
+    # the first download's target folder; its .part file is made to point at /dev/full
+    from vllm_bisect.builders.wheel_index import choose
+
+    e = choose(b.client, url, h.shas[1], "default", HOST)
+    import hashlib as _h
+
+    entry_dir = b.cache.path("wheel-" + _h.sha256(e.url.encode()).hexdigest()[:24])
+    entry_dir.mkdir(parents=True)
+    (entry_dir / e.filename).with_suffix(".part").symlink_to("/dev/full")
+    with pytest.raises(HostFault, match="no space left"):
+        b.prepare(h.shas[1])
+
+
+def test_cache_cap_evicts_old_venvs_but_not_endpoints(
+        tmp_path: Path, index: tuple[History, str, dict[int, str]]) -> None:
+    h, url, _ = index
+    cache = ArtifactCache(tmp_path / "cache", max_bytes=1)  # everything is over the cap
+    cache.protect([h.shas[0]])
+    spec = BuildSpec(kind="wheel", index_url=url, variant="default")  # type: ignore[arg-type]
+    b = WheelBuilder(spec, cache, tmp_path / "logs", platform=HOST)
+    for i in (0, 1, 2):
+        b.prepare(h.shas[i])
+    kept = {e.commit for e in cache.entries()}
+    assert h.shas[0] in kept and h.shas[2] in kept  # endpoint, and the one just made
+    assert h.shas[1] not in kept

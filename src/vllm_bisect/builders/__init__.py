@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import git
@@ -17,6 +18,19 @@ from vllm_bisect.spec import BisectSpec, BuildKind
 __all__ = ["Artifact", "ArtifactKind", "Builder", "make_builder"]
 
 
+def artifact_cache(spec: BisectSpec, repo: git.Repo, cache_dir: Path) -> ArtifactCache:
+    """The artifact cache with the spec's size cap; the range's endpoints are never evicted."""
+    from vllm_bisect.builders.cache import parse_size
+
+    limit = parse_size(spec.build.cache_max_size) if spec.build.cache_max_size else None
+    cache = ArtifactCache(cache_dir, max_bytes=limit)
+    for ref in (spec.range.good, spec.range.bad):
+        if ref:  # an unknown ref is reported by the range check, not here
+            with contextlib.suppress(ValueError, git.BadName):
+                cache.protect([repo.commit(ref).hexsha])
+    return cache
+
+
 def make_builder(spec: BisectSpec, repo: git.Repo, cache_dir: Path, log_dir: Path) -> Builder:
     b = spec.build
     if b.kind is BuildKind.URL:
@@ -25,12 +39,12 @@ def make_builder(spec: BisectSpec, repo: git.Repo, cache_dir: Path, log_dir: Pat
     if b.kind is BuildKind.WHEEL:
         from vllm_bisect.builders.wheel import WheelBuilder
 
-        return WheelBuilder(b, ArtifactCache(cache_dir), log_dir)
+        return WheelBuilder(b, artifact_cache(spec, repo, cache_dir), log_dir)
     checkouts = Checkouts(repo, cache_dir)
     if b.kind is BuildKind.IMAGE:
         from vllm_bisect.builders.image import ImageBuilder
 
-        return ImageBuilder(b, ArtifactCache(cache_dir), log_dir, checkouts=checkouts)
+        return ImageBuilder(b, artifact_cache(spec, repo, cache_dir), log_dir, checkouts=checkouts)
     if b.kind is BuildKind.COMMAND:
         assert b.serve is not None
         return CommandBuilder(checkouts, b.setup, b.serve, log_dir, env=dict(spec.serve.env))

@@ -42,8 +42,10 @@ def dir_size(path: Path) -> int:
 
 
 class ArtifactCache:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, max_bytes: int | None = None) -> None:
         self.root = root
+        self.max_bytes = max_bytes
+        self.protected: set[str] = set()  # the current session's endpoints
         (root / "artifacts").mkdir(parents=True, exist_ok=True)
         # shared by prefetch threads: one connection, serialized by a lock
         self.con = sqlite3.connect(root / "artifacts.sqlite", timeout=30.0, isolation_level=None,
@@ -64,6 +66,19 @@ class ArtifactCache:
         with self.lock:
             self.con.execute("INSERT OR REPLACE INTO artifacts VALUES (?, ?, ?, ?, ?, ?)",
                              (key, kind, commit, size, time.time(), str(location)))
+        if self.max_bytes is not None:
+            keep = self.protected | ({commit} if commit else set())  # never the one just made
+            for e in self.prune(self.max_bytes, keep=keep, remove_image=self.remove_image):
+                logger.info("cache over %d bytes: evicted %s %s", self.max_bytes, e.kind, e.key)
+
+    def protect(self, commits: Iterable[str]) -> None:
+        self.protected.update(commits)
+
+    @staticmethod
+    def remove_image(ref: str) -> None:
+        from vllm_bisect.builders.image import docker_client
+
+        docker_client().images.remove(ref, force=True)
 
     def touch(self, key: str) -> None:
         with self.lock:

@@ -9,6 +9,7 @@ hand out another build (see CONTEXT.md), and a wrong build must never be judged.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -25,7 +26,7 @@ from vllm_bisect.builders.cache import ArtifactCache
 from vllm_bisect.builders.source import DONE_MARK, find_python, find_uv
 from vllm_bisect.builders.wheel_index import choose
 from vllm_bisect.envinfo import Platform, detect
-from vllm_bisect.errors import ArtifactUnavailable, BuildError
+from vllm_bisect.errors import ArtifactUnavailable, BuildError, HostFault
 from vllm_bisect.runtime.process import tail
 from vllm_bisect.spec import BuildSpec
 
@@ -55,7 +56,7 @@ class WheelBuilder:
         if (venv / DONE_MARK).exists():
             self.cache.touch(key)
             return self._artifact(commit, venv, entry.filename, cached=True)
-        wheel = self._download(entry.url, entry.filename)
+        wheel = self._download(entry.url, entry.filename, commit)
         shutil.rmtree(venv, ignore_errors=True)
         log = self.log_dir / f"install-{commit[:12]}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -72,7 +73,7 @@ class WheelBuilder:
         self.cache.register(key, venv, commit=commit, kind="venv")
         return self._artifact(commit, venv, entry.filename, cached=False)
 
-    def _download(self, url: str, filename: str) -> Path:
+    def _download(self, url: str, filename: str, commit: str) -> Path:
         key = "wheel-" + hashlib.sha256(url.encode()).hexdigest()[:24]
         target = self.cache.path(key) / filename
         if target.exists():
@@ -100,14 +101,17 @@ class WheelBuilder:
             raise ArtifactUnavailable(f"wheel download failed: {err}: {url}") from None
         except OSError as err:
             part.unlink(missing_ok=True)
-            raise ArtifactUnavailable(f"cannot store the wheel ({err.strerror}): {target}",
-                                      hint="free disk space or run `vllm-bisect cache prune`") from None
+            if err.errno == errno.ENOSPC:  # every later commit would fail too: stop the run
+                raise HostFault(f"no space left while storing the wheel {target}",
+                                hint="free disk space or run `vllm-bisect cache prune "
+                                     "--max-size ...`; then resume the session") from None
+            raise ArtifactUnavailable(f"cannot store the wheel ({err.strerror}): {target}") from None
         except ArtifactUnavailable:
             part.unlink(missing_ok=True)
             raise
         part.rename(target)
         (target.parent / "sha256").write_text(digest.hexdigest() + "\n")
-        self.cache.register(key, target.parent, commit=None, kind="wheel")
+        self.cache.register(key, target.parent, commit=commit, kind="wheel")
         return target
 
     def _install(self, venv: Path, wheel: Path, out: BinaryIO, log: Path, commit: str) -> None:
