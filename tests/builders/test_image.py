@@ -226,3 +226,44 @@ def test_orphaned_containers_are_reaped(client: docker.DockerClient, base_image:
     assert c.name in reap_orphans(client)
     with pytest.raises(docker.errors.NotFound):
         client.containers.get(c.id)
+
+
+BUILD_DOCKERFILE = """\
+FROM {base} AS base
+FROM base AS vllm-openai
+ARG VLLM_BUILD_COMMIT
+ARG max_jobs
+COPY vllm /opt/app/vllm
+COPY docker/sim /opt/sim
+RUN printf '#!/bin/sh\\nexec python3 -m vllm.entrypoints.cli.main "$@"\\n' > /usr/local/bin/vllm \\
+    && chmod +x /usr/local/bin/vllm && test -n "$max_jobs"
+ENV PYTHONPATH=/opt/app VLLM_BISECT_SIM_PATH=/opt/sim VLLM_BUILD_COMMIT=$VLLM_BUILD_COMMIT
+ENTRYPOINT ["vllm", "serve"]
+"""
+
+
+def test_build_fallback_uses_the_commits_dockerfile(tmp_path: Path, base_image: str,
+                                                    client: docker.DockerClient) -> None:
+    import git as gitmod
+
+    h = history(tmp_path, n_commits=2, cap_at=2)
+    repo = gitmod.Repo(h.path)
+    (h.path / "docker").mkdir()
+    (h.path / "docker" / "Dockerfile").write_text(BUILD_DOCKERFILE.format(base=base_image))
+    for pkg in (vllm_bisect, prometheus_client):
+        shutil.copytree(Path(pkg.__file__).parent, h.path / "docker" / "sim" / pkg.__name__,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    repo.git.add("docker")
+    sha = repo.index.commit("[Build] Add docker/Dockerfile (#1)").hexsha
+    spec = make_spec(h, build={"kind": "image", "tags": ["127.0.0.1:9/none:{sha}"],
+                               "build": True, "gpus": "none"},
+                     serve={"startup_timeout_s": 30, "env": {}})
+    builder = make_builder(spec, open_repo(h.path), tmp_path / "cache", tmp_path / "logs")
+    a = builder.prepare(sha)
+    assert a.image == f"vllm-bisect/vllm-openai:{sha}"
+    env = client.images.get(a.image).attrs["Config"]["Env"]
+    assert f"VLLM_BUILD_COMMIT={sha}" in env
+    ev = Evaluator(spec, builder, tmp_path / "logs", None, "t").evaluate(sha)
+    assert ev.status is EvalStatus.MEASURED and ev.measurement is not None
+    assert ev.measurement.output_tokens == [128]  # the planted cap is in this commit's source
+    client.images.remove(a.image, force=True)
