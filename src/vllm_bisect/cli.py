@@ -10,6 +10,7 @@ import signal
 import sys
 import tempfile
 import time
+from enum import StrEnum
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any, NoReturn
@@ -93,6 +94,7 @@ def _bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path, console: Conso
     with Session(session_dir) as session:
         assert session.journal is not None
         session.journal.set_meta("spec", dump_spec(spec))
+        (session_dir / "spec.toml").write_text(dump_spec(spec))
         events = RichEvents(console)
         if quiet_phases:
             events.on_phase = lambda commit, phase: None  # type: ignore[method-assign]
@@ -109,7 +111,16 @@ def _bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path, console: Conso
             if prefetcher is not None:
                 prefetcher.close()
         (session_dir / "result.json").write_text(json.dumps(result_json(result), indent=2))
+        write_reports(session_dir)
         return result
+
+
+def write_reports(session_dir: Path) -> None:
+    from vllm_bisect.report.render import html_report, load, markdown
+
+    r = load(session_dir)
+    (session_dir / "report.md").write_text(markdown(r))
+    (session_dir / "report.html").write_text(html_report(r))
 
 
 def _summary(result: BisectResult, console: Console) -> None:
@@ -180,6 +191,30 @@ def _stored_spec(session_dir: Path) -> BisectSpec:
     if text is None:
         raise FatalError(f"session {session_dir} has no stored spec", hint="pass --spec FILE")
     return parse_spec(tomllib.loads(text), source=f"{session_dir}/journal.sqlite")
+
+
+class ReportFormat(StrEnum):
+    MD = "md"
+    HTML = "html"
+    JSON = "json"
+
+
+@app.command()
+def report(
+    session: Annotated[Path, typer.Argument(help="a session directory")],
+    fmt: Annotated[ReportFormat, typer.Option("--format", help="md, html or json")] = ReportFormat.MD,
+) -> None:
+    """Print a finished session's report (Markdown to paste into a GitHub issue, HTML, JSON)."""
+    from vllm_bisect.report.render import html_report, load, markdown
+
+    try:
+        r = load(session)
+    except BisectError as e:
+        _fail(e)
+    if fmt is ReportFormat.JSON:
+        out.print_json(json.dumps(r.result))
+    else:
+        sys.stdout.write(markdown(r) if fmt is ReportFormat.MD else html_report(r))
 
 
 @app.command()

@@ -7,9 +7,10 @@ from typing import Any
 from rich.table import Table
 
 from vllm_bisect.bisect.driver import BisectResult
-from vllm_bisect.models import Outcome, Verdict
+from vllm_bisect.models import EvalStatus, Evaluation, Outcome, Verdict
 
 STYLE = {Verdict.GOOD: "green", Verdict.BAD: "red", Verdict.SKIP: "yellow"}
+_NO_EVAL = Evaluation(commit="", status=EvalStatus.FAILED)
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
@@ -50,7 +51,9 @@ def result_table(result: BisectResult) -> Table:
 
 
 def result_json(result: BisectResult) -> dict[str, Any]:
-    subjects = {c.sha: c.subject for c in (result.range.good, *result.range.commits)}
+    commits = (result.range.good, *result.range.commits)
+    subjects = {c.sha: c.subject for c in commits}
+    order = {c.sha: i for i, c in enumerate(commits)}
     return {
         "first_bad": result.first_bad,
         "first_bad_subject": subjects.get(result.first_bad or ""),
@@ -59,8 +62,10 @@ def result_json(result: BisectResult) -> dict[str, Any]:
         "bad": result.range.bad.sha,
         "n_commits": len(result.range.commits),
         "probed": [
-            {"commit": o.commit, "verdict": o.verdict.value, "reason": o.reason,
-             "from_cache": o.from_cache,
+            {"commit": o.commit, "index": order.get(o.commit), "subject": subjects.get(o.commit),
+             "verdict": o.verdict.value, "reason": o.reason, "from_cache": o.from_cache,
+             "artifact": (result.evaluations.get(o.commit) or _NO_EVAL).artifact,
+             "environment": (result.evaluations.get(o.commit) or _NO_EVAL).environment,
              "measurement": o.measurement.model_dump(mode="json", exclude={"requests"})
              if o.measurement else None}
             for o in result.probed

@@ -1,0 +1,194 @@
+"""Reports of a finished session: Markdown to paste into a GitHub issue, one self-contained
+HTML file with a plot per symptom, and JSON. Pure functions of the session's files."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vllm_bisect.errors import SessionError
+
+COMMIT_URL = "https://github.com/vllm-project/vllm/commit/{sha}"
+PR_URL = "https://github.com/vllm-project/vllm/pull/{pr}"
+PR_IN_SUBJECT = re.compile(r"\(#(\d+)\)\s*$")
+COLOURS = {"good": "#2e7d32", "bad": "#c62828", "skip": "#f9a825"}
+
+
+@dataclass(frozen=True)
+class SessionReport:
+    session: Path
+    result: dict[str, Any]
+    spec_text: str
+
+    @property
+    def probed(self) -> list[dict[str, Any]]:
+        seen: dict[str, dict[str, Any]] = {}
+        for p in self.result["probed"]:
+            seen.setdefault(p["commit"], p)
+        return sorted(seen.values(), key=lambda p: (p.get("index") is None, p.get("index") or 0))
+
+
+def load(session: Path) -> SessionReport:
+    res = session / "result.json"
+    if not res.exists():
+        raise SessionError(f"{session} has no result.json (the bisect has not finished)",
+                           hint=f"finish it with: vllm-bisect run --session {session}")
+    spec = session / "spec.toml"
+    return SessionReport(session, json.loads(res.read_text()),
+                         spec.read_text() if spec.exists() else "")
+
+
+def pr_number(subject: str | None) -> str | None:
+    m = PR_IN_SUBJECT.search(subject or "")
+    return m.group(1) if m else None
+
+
+def _f(x: Any, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _tokens(m: dict[str, Any] | None) -> str:
+    if not m:
+        return "-"
+    outs = m.get("output_tokens") or []
+    return "-" if not outs else (str(min(outs)) if min(outs) == max(outs)
+                                 else f"{min(outs)}..{max(outs)}")
+
+
+def _tok_s(m: dict[str, Any] | None) -> float | None:
+    itl = (m or {}).get("itl_ms")
+    return 1000.0 / itl if itl else None
+
+
+def markdown(r: SessionReport) -> str:
+    res = r.result
+    lines = ["## vllm-bisect result", ""]
+    if res["first_bad"]:
+        sha, subject = res["first_bad"], res.get("first_bad_subject") or ""
+        pr = pr_number(subject)
+        lines.append(f"**First bad commit:** [`{sha[:12]}`]({COMMIT_URL.format(sha=sha)}) "
+                     f"{subject}" + (f" ([#{pr}]({PR_URL.format(pr=pr)}))" if pr else ""))
+    else:
+        lines.append("**Inconclusive:** only commits that could not be tested separate good "
+                     "from bad; no single commit is blamed. Candidates:")
+        lines += [f"- [`{c[:12]}`]({COMMIT_URL.format(sha=c)})" for c in res["candidates"]]
+    lines += ["", f"Range: `{res['good'][:12]}` (good) .. `{res['bad'][:12]}` (bad), "
+              f"{res['n_commits']} commits; {len(r.probed)} judged, {res['server_starts']} "
+              f"server starts, {res['wall_s']:.0f} s.", "",
+              "| # | commit | subject | output tokens | ITL ms/token | chunk ITL ms | tokens/chunk "
+              "| acceptance | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    for p in r.probed:
+        m = p.get("measurement")
+        mark = " **(first bad)**" if p["commit"] == res["first_bad"] else ""
+        subject = (p.get("subject") or "").replace("|", "\\|")
+        lines.append(f"| {p.get('index', '?')} | `{p['commit'][:12]}` | {subject} | {_tokens(m)} "
+                     f"| {_f((m or {}).get('itl_ms'))} | {_f((m or {}).get('chunk_itl_ms'))} | "
+                     f"{_f((m or {}).get('tokens_per_chunk'))} | "
+                     f"{_f((m or {}).get('acceptance_length'))} | {p['verdict']}{mark} |")
+    skips = [p for p in r.probed if p["verdict"] == "skip"]
+    if skips:
+        lines += ["", "Skipped (never judged):"]
+        lines += [f"- `{p['commit'][:12]}`: {p['reason']}" for p in skips]
+    env = next((p.get("environment") for p in r.probed if p.get("environment")), None)
+    if env:
+        lines += ["", "<details><summary>Environment</summary>", "", "```json",
+                  json.dumps(env, indent=2), "```", "", "</details>"]
+    artifact = next((p.get("artifact") for p in r.probed
+                     if p["commit"] == res["first_bad"] and p.get("artifact")), None)
+    lines += ["", "Reproduce:", "", "```bash",
+              f"vllm-bisect run --spec spec.toml --good {res['good'][:12]} --bad {res['bad'][:12]}",
+              "```"]
+    if artifact:
+        lines += ["", f"The first bad commit was served from `{artifact}`."]
+    if r.spec_text:
+        lines += ["", "<details><summary>spec.toml</summary>", "", "```toml",
+                  r.spec_text.strip(), "```", "", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+def _svg_plot(title: str, unit: str, points: list[tuple[int, float | None, str, bool]],
+              width: int = 760, height: int = 220) -> str:
+    """points: (commit index, value, verdict, is_culprit). Skips have no value."""
+    pad_l, pad_r, pad_t, pad_b = 60, 20, 30, 35
+    xs = [p[0] for p in points] or [0, 1]
+    vals = [p[1] for p in points if p[1] is not None] or [0.0, 1.0]
+    x0, x1 = min(xs), max(max(xs), min(xs) + 1)
+    y0, y1 = 0.0, max(vals) * 1.15 or 1.0
+
+    def px(x: float) -> float:
+        return pad_l + (x - x0) / (x1 - x0) * (width - pad_l - pad_r)
+
+    def py(y: float) -> float:
+        return height - pad_b - (y - y0) / (y1 - y0) * (height - pad_t - pad_b)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'role="img" aria-label="{html.escape(title)}">',
+           f'<text x="{pad_l}" y="18" font-size="14" font-weight="bold">{html.escape(title)} '
+           f'({html.escape(unit)})</text>',
+           f'<line x1="{pad_l}" y1="{py(0)}" x2="{width - pad_r}" y2="{py(0)}" stroke="#999"/>',
+           f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{py(0)}" stroke="#999"/>']
+    for frac in (0.0, 0.5, 1.0):
+        tick = y0 + frac * (y1 - y0) / 1.15
+        out.append(f'<text x="{pad_l - 6}" y="{py(tick) + 4:.1f}" font-size="11" '
+                   f'text-anchor="end">{tick:.4g}</text>')
+    out.append(f'<text x="{(width + pad_l) / 2}" y="{height - 5}" font-size="11" '
+               f'text-anchor="middle">commit (position in range)</text>')
+    for x, v, verdict, culprit in points:
+        colour = COLOURS.get(verdict, "#555")
+        if culprit:
+            out.append(f'<line class="culprit" x1="{px(x):.1f}" y1="{pad_t}" x2="{px(x):.1f}" '
+                       f'y2="{py(0)}" stroke="{COLOURS["bad"]}" stroke-dasharray="4,3"/>')
+            out.append(f'<text x="{px(x) + 4:.1f}" y="{pad_t + 10}" font-size="11" '
+                       f'fill="{COLOURS["bad"]}">first bad</text>')
+        if v is None:
+            out.append(f'<text class="point {verdict}" x="{px(x):.1f}" y="{py(0) - 4:.1f}" '
+                       f'font-size="12" text-anchor="middle" fill="{colour}">×</text>')
+        else:
+            out.append(f'<circle class="point {verdict}" cx="{px(x):.1f}" cy="{py(v):.1f}" r="5" '
+                       f'fill="{colour}"><title>#{x}: {v:.3g} {html.escape(unit)} '
+                       f'({verdict})</title></circle>')
+        out.append(f'<text x="{px(x):.1f}" y="{py(0) + 14:.1f}" font-size="10" '
+                   f'text-anchor="middle">{x}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def html_report(r: SessionReport) -> str:
+    res = r.result
+    culprit = res["first_bad"]
+
+    def series(key: str) -> list[tuple[int, float | None, str, bool]]:
+        pts = []
+        for p in r.probed:
+            m = p.get("measurement") or {}
+            if key == "output_tokens":
+                outs = m.get("output_tokens")
+                v: float | None = min(outs) if outs else None
+            elif key == "tok_s":
+                v = _tok_s(m)
+            else:
+                v = m.get(key)
+            pts.append((int(p.get("index") or 0), v, p["verdict"], p["commit"] == culprit))
+        return pts
+
+    plots = [_svg_plot("Output tokens (minimum over requests)", "tokens", series("output_tokens")),
+             _svg_plot("Inter-token latency (server-counted tokens)", "ms/token", series("itl_ms")),
+             _svg_plot("Decode speed", "tok/s", series("tok_s"))]
+    md = html.escape(markdown(r))
+    head = (f"First bad commit: <a href=\"{COMMIT_URL.format(sha=culprit)}\"><code>{culprit[:12]}"
+            f"</code></a> {html.escape(res.get('first_bad_subject') or '')}" if culprit
+            else "Inconclusive: only untestable commits separate good from bad.")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<title>vllm-bisect report</title><style>body{font-family:sans-serif;margin:24px;"
+            "max-width:820px} pre{background:#f5f5f5;padding:8px;overflow-x:auto;font-size:12px}"
+            "svg{display:block;margin:12px 0}</style></head><body>"
+            f"<h1>vllm-bisect report</h1><p>{head}</p>"
+            "<p>Points: <span style=\"color:#2e7d32\">● good</span> "
+            "<span style=\"color:#c62828\">● bad</span> <span style=\"color:#f9a825\">× skipped"
+            "</span>; the dashed line marks the first bad commit.</p>"
+            + "".join(plots) + f"<h2>Details</h2><pre>{md}</pre></body></html>\n")
+

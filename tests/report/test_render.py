@@ -1,0 +1,89 @@
+"""Reports from real sessions: Markdown for GitHub, self-contained HTML with plots."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import history, make_spec, write_spec
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "vllm_bisect.cli", *args], capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("report")
+    env = {**os.environ, "VLLM_BISECT_CACHE_DIR": str(tmp / "cache")}  # module scope: own cache
+    h = history(tmp, n_commits=12, cap_at=8, unbuildable=(6,))
+    out = {}
+    spec = write_spec(tmp / "spec.toml", make_spec(h))
+    r = cli("run", "--spec", str(spec), "--session", str(tmp / "found"), env=env)
+    assert r.returncode == 0, r.stderr
+    out["found"] = tmp / "found"
+    h2 = history(tmp / "h2", n_commits=8, cap_at=5, unbuildable=(3, 4))
+    spec2 = write_spec(tmp / "spec2.toml", make_spec(h2))
+    r = cli("run", "--spec", str(spec2), "--session", str(tmp / "inconclusive"), env=env)
+    assert r.returncode == 0, r.stderr
+    out["inconclusive"] = tmp / "inconclusive"
+    return out
+
+
+def test_run_writes_both_reports(sessions: dict[str, Path]) -> None:
+    for s in sessions.values():
+        assert (s / "report.md").exists() and (s / "report.html").exists()
+
+
+def test_markdown_names_culprit_pr_table_env_and_reproduction(sessions: dict[str, Path]) -> None:
+    md = cli("report", str(sessions["found"]), "--format", "md").stdout
+    m = re.search(r"\*\*First bad commit:\*\* \[`([0-9a-f]{12})`\]\("
+                  r"https://github.com/vllm-project/vllm/commit/([0-9a-f]{40})\) (.+)", md)
+    assert m and m.group(2).startswith(m.group(1))
+    assert "Merge generation-config defaults" in m.group(3)
+    assert re.search(r"\(\[#\d+\]\(https://github.com/vllm-project/vllm/pull/\d+\)\)", m.group(3))
+    assert "| # | commit | subject | output tokens |" in md
+    assert "**(first bad)**" in md and "| 128 |" in md and "| 160 |" in md
+    assert "Skipped (never judged):" in md and "build of" in md
+    assert '"machine"' in md and "vllm-bisect run --spec spec.toml --good" in md
+    assert "[verdict]" in md  # the spec travels with the report
+
+
+def test_inconclusive_report_blames_nobody(sessions: dict[str, Path]) -> None:
+    md = cli("report", str(sessions["inconclusive"])).stdout
+    assert "**Inconclusive:**" in md and "First bad commit" not in md
+    assert md.count("https://github.com/vllm-project/vllm/commit/") == 3  # the candidates
+
+
+def test_html_has_a_plot_per_symptom_with_culprit(sessions: dict[str, Path]) -> None:
+    page = (sessions["found"] / "report.html").read_text()
+    assert page.count("<svg") == 3 and "http" not in page.split("<body>")[0].replace(
+        "http://www.w3.org", "")  # self-contained: no external resources in the head
+    assert 'class="point good"' in page and 'class="point bad"' in page
+    assert 'class="point skip"' in page and page.count('class="culprit"') == 3
+
+
+def test_report_of_unfinished_session_is_clear(tmp_path: Path) -> None:
+    r = cli("report", str(tmp_path))
+    assert r.returncode == 2 and "has no result.json" in r.stderr
+
+
+def test_html_renders_in_headless_chromium(sessions: dict[str, Path], tmp_path: Path) -> None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium not installed (.ci/run installs it)")
+    shot = tmp_path / "report.png"
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                    f"--screenshot={shot}", "--window-size=900,1100",
+                    (sessions["found"] / "report.html").as_uri()],
+                   capture_output=True, timeout=120, check=False)
+    assert shot.exists() and shot.stat().st_size > 20_000
+    keep = Path("/tmp/vllm-bisect-report.png")
+    shutil.copy(shot, keep)  # for a person to look at
