@@ -217,6 +217,46 @@ def report(
         sys.stdout.write(markdown(r) if fmt is ReportFormat.MD else html_report(r))
 
 
+@app.command("triage")
+def triage_cmd(
+    report_file: Annotated[Path, typer.Argument(help="the regression report (Markdown)")],
+    repo: Annotated[Path | None, typer.Option(help="vLLM checkout to resolve refs")] = None,
+    write: Annotated[Path | None, typer.Option(help="write the spec here (TOML)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Read a regression report; print the bisect spec it implies and what is still unknown."""
+    from vllm_bisect.triage import resolve_refs, triage, triage_json, validated_spec
+
+    try:
+        text = report_file.read_text(encoding="utf-8")
+    except OSError as err:
+        _fail(FatalError(f"cannot read {report_file}: {err.strerror}"))
+    t = triage(text)
+    try:
+        if repo is not None:
+            resolve_refs(t, open_repo(repo))
+        repo_path = str(repo) if repo is not None else "."
+        doc = triage_json(t, repo_path)
+        if write is not None:
+            write.write_text(dump_spec(validated_spec(t, repo_path)))
+    except BisectError as e:
+        _fail(e)
+    if as_json:
+        out.print_json(json.dumps(doc, default=str))
+        return
+    out.print(f"good: {t.good or '?'}   bad: {t.bad or '?'}   symptom: {t.symptom or '?'}")
+    out.print(f"model: {t.model or '?'}   speculative: {t.speculative or 'none'}   "
+              f"hardware: {t.hardware}")
+    if t.serve_args or t.env:
+        out.print(f"serve args: {t.serve_args}   env: {t.env}")
+    for w in t.warnings:
+        out.print(f"[yellow]warning:[/] {w}")
+    for u in t.unknowns:
+        out.print(f"[red]unknown:[/] {u}")
+    if write is not None:
+        out.print(f"spec written to {write}")
+
+
 @app.command()
 def probe(
     url: Annotated[str, typer.Option(help="base URL of a running vLLM server")],
