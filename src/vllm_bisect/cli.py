@@ -19,14 +19,11 @@ import typer
 from rich.console import Console
 
 from vllm_bisect import __version__
-from vllm_bisect.bisect.driver import BisectResult, Driver
-from vllm_bisect.bisect.evaluate import Evaluator
+from vllm_bisect.bisect.driver import BisectResult
 from vllm_bisect.bisect.hook import EXIT_FOR, HookExit, run_hook
-from vllm_bisect.bisect.journal import ResultCache
-from vllm_bisect.bisect.range import CommitInfo, CommitRange, commit_range, open_repo
-from vllm_bisect.bisect.session import Session, default_cache_dir, new_session_dir
-from vllm_bisect.builders import make_builder
-from vllm_bisect.builders.prefetch import Prefetcher
+from vllm_bisect.bisect.range import CommitInfo, CommitRange, open_repo
+from vllm_bisect.bisect.runner import run_bisect
+from vllm_bisect.bisect.session import default_cache_dir, new_session_dir
 from vllm_bisect.errors import BisectError, FatalError, NotReproduced, RecoverableError
 from vllm_bisect.models import Outcome
 from vllm_bisect.probes.decode import DecodeProbe
@@ -89,38 +86,10 @@ class RichEvents:
 
 def _bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path, console: Console,
             quiet_phases: bool = False) -> BisectResult:
-    repo = open_repo(spec.range.repo)
-    rng = commit_range(repo, spec.range.good, spec.range.bad, spec.range.first_parent)
-    with Session(session_dir) as session:
-        assert session.journal is not None
-        session.journal.set_meta("spec", dump_spec(spec))
-        (session_dir / "spec.toml").write_text(dump_spec(spec))
-        events = RichEvents(console)
-        if quiet_phases:
-            events.on_phase = lambda commit, phase: None  # type: ignore[method-assign]
-        builder = make_builder(spec, repo, cache_dir, session.logs)
-        prefetcher = Prefetcher(builder) if spec.build.prefetch_enabled() else None
-        evaluator = Evaluator(spec, prefetcher or builder, session.logs, session.journal,
-                              session.id, on_phase=events.on_phase)
-        cache = ResultCache(cache_dir / "results.sqlite")
-        try:
-            driver = Driver(spec, rng, evaluator, session.journal, cache, events, prefetcher)
-            result = driver.run()
-        finally:
-            cache.close()
-            if prefetcher is not None:
-                prefetcher.close()
-        (session_dir / "result.json").write_text(json.dumps(result_json(result), indent=2))
-        write_reports(session_dir)
-        return result
-
-
-def write_reports(session_dir: Path) -> None:
-    from vllm_bisect.report.render import html_report, load, markdown
-
-    r = load(session_dir)
-    (session_dir / "report.md").write_text(markdown(r))
-    (session_dir / "report.html").write_text(html_report(r))
+    events = RichEvents(console)
+    if quiet_phases:
+        events.on_phase = lambda commit, phase: None  # type: ignore[method-assign]
+    return run_bisect(spec, session_dir, cache_dir, events)
 
 
 def _summary(result: BisectResult, console: Console) -> None:

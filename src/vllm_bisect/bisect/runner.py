@@ -1,0 +1,52 @@
+"""One bisect, end to end: session, builder, prefetch, evaluator, driver, result files.
+
+Used by the CLI (``vllm-bisect run``, ``demo``) and the bot's worker; it prints nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from vllm_bisect.bisect.driver import BisectResult, Driver, EventHandler
+from vllm_bisect.bisect.evaluate import Evaluator
+from vllm_bisect.bisect.journal import ResultCache
+from vllm_bisect.bisect.range import commit_range, open_repo
+from vllm_bisect.bisect.session import Session
+from vllm_bisect.builders import make_builder
+from vllm_bisect.builders.prefetch import Prefetcher
+from vllm_bisect.report.table import result_json
+from vllm_bisect.spec import BisectSpec, dump_spec
+
+
+def run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
+               events: EventHandler) -> BisectResult:
+    repo = open_repo(spec.range.repo)
+    rng = commit_range(repo, spec.range.good, spec.range.bad, spec.range.first_parent)
+    with Session(session_dir) as session:
+        assert session.journal is not None
+        session.journal.set_meta("spec", dump_spec(spec))
+        (session_dir / "spec.toml").write_text(dump_spec(spec))
+        builder = make_builder(spec, repo, cache_dir, session.logs)
+        prefetcher = Prefetcher(builder) if spec.build.prefetch_enabled() else None
+        evaluator = Evaluator(spec, prefetcher or builder, session.logs, session.journal,
+                              session.id, on_phase=events.on_phase)
+        cache = ResultCache(cache_dir / "results.sqlite")
+        try:
+            result = Driver(spec, rng, evaluator, session.journal, cache, events,
+                            prefetcher).run()
+        finally:
+            cache.close()
+            if prefetcher is not None:
+                prefetcher.close()
+        (session_dir / "result.json").write_text(json.dumps(result_json(result), indent=2))
+        write_reports(session_dir)
+        return result
+
+
+def write_reports(session_dir: Path) -> None:
+    from vllm_bisect.report.render import html_report, load, markdown
+
+    r = load(session_dir)
+    (session_dir / "report.md").write_text(markdown(r))
+    (session_dir / "report.html").write_text(html_report(r))

@@ -1,0 +1,122 @@
+"""The bot's job queue in SQLite: survives restarts, deduplicates, is bounded."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    repo: str
+    issue: int
+    user: str
+    spec: dict[str, Any]
+    status: JobStatus
+    comment_id: int | None
+
+
+class QueueFull(Exception):
+    pass
+
+
+class JobQueue:
+    def __init__(self, path: Path, max_queued: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.con = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        self.lock = threading.Lock()
+        self.max_queued = max_queued
+        self.con.executescript("""
+            PRAGMA journal_mode=WAL;
+            CREATE TABLE IF NOT EXISTS jobs (
+                id INTEGER PRIMARY KEY AUTOINCREMENT, dedupe TEXT NOT NULL, repo TEXT NOT NULL,
+                issue INTEGER NOT NULL, user TEXT NOT NULL, spec TEXT NOT NULL,
+                status TEXT NOT NULL, comment_id INTEGER, created REAL NOT NULL,
+                result TEXT);
+            CREATE TABLE IF NOT EXISTS deliveries (id TEXT PRIMARY KEY, seen REAL NOT NULL);
+        """)
+        # a job that was running when the bot stopped runs again (its session resumes)
+        self.con.execute("UPDATE jobs SET status = 'queued' WHERE status = 'running'")
+
+    def seen_delivery(self, delivery: str) -> bool:
+        """Record a delivery id; True if it was seen before (a replay)."""
+        with self.lock:
+            try:
+                self.con.execute("INSERT INTO deliveries VALUES (?, ?)", (delivery, time.time()))
+                return False
+            except sqlite3.IntegrityError:
+                return True
+
+    @staticmethod
+    def dedupe_key(repo: str, issue: int, spec: dict[str, Any]) -> str:
+        blob = json.dumps([repo, issue, spec], sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    def enqueue(self, repo: str, issue: int, user: str, spec: dict[str, Any]) -> tuple[Job, bool]:
+        """(job, created): an identical open request returns the existing job."""
+        key = self.dedupe_key(repo, issue, spec)
+        with self.lock:
+            row = self.con.execute("SELECT * FROM jobs WHERE dedupe = ? AND status IN "
+                                   "('queued', 'running')", (key,)).fetchone()
+            if row:
+                return self._job(row), False
+            queued = self.con.execute("SELECT count(*) FROM jobs WHERE status = 'queued'"
+                                      ).fetchone()[0]
+            if queued >= self.max_queued:
+                raise QueueFull
+            cur = self.con.execute(
+                "INSERT INTO jobs (dedupe, repo, issue, user, spec, status, created) "
+                "VALUES (?, ?, ?, ?, ?, 'queued', ?)",
+                (key, repo, issue, user, json.dumps(spec), time.time()))
+            row = self.con.execute("SELECT * FROM jobs WHERE id = ?", (cur.lastrowid,)).fetchone()
+            return self._job(row), True
+
+    def recent(self, column: str, value: str, window_s: float = 3600.0) -> int:
+        assert column in ("user", "repo")
+        with self.lock:
+            return int(self.con.execute(f"SELECT count(*) FROM jobs WHERE {column} = ? AND "
+                                        "created > ?", (value, time.time() - window_s)
+                                        ).fetchone()[0])
+
+    def set_comment(self, job_id: int, comment_id: int) -> None:
+        with self.lock:
+            self.con.execute("UPDATE jobs SET comment_id = ? WHERE id = ?", (comment_id, job_id))
+
+    def claim(self) -> Job | None:
+        with self.lock:
+            row = self.con.execute("SELECT * FROM jobs WHERE status = 'queued' ORDER BY id "
+                                   "LIMIT 1").fetchone()
+            if row is None:
+                return None
+            self.con.execute("UPDATE jobs SET status = 'running' WHERE id = ?", (row[0],))
+            return self._job(row)
+
+    def finish(self, job_id: int, ok: bool, result: dict[str, Any]) -> None:
+        with self.lock:
+            self.con.execute("UPDATE jobs SET status = ?, result = ? WHERE id = ?",
+                             ("done" if ok else "failed", json.dumps(result), job_id))
+
+    def get(self, job_id: int) -> Job:
+        with self.lock:
+            return self._job(self.con.execute("SELECT * FROM jobs WHERE id = ?",
+                                              (job_id,)).fetchone())
+
+    @staticmethod
+    def _job(row: tuple[Any, ...]) -> Job:
+        return Job(id=row[0], repo=row[2], issue=row[3], user=row[4], spec=json.loads(row[5]),
+                   status=JobStatus(row[6]), comment_id=row[7])
