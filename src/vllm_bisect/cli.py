@@ -431,6 +431,26 @@ def env_cmd(
         out.print(f"  {k}={v}")
 
 
+bot_app = typer.Typer(help="The GitHub bot that runs bisects on request.")
+app.add_typer(bot_app, name="bot")
+
+
+@bot_app.command("serve")
+def bot_serve(
+    config: Annotated[Path, typer.Option(help="bot config (TOML)")],
+) -> None:
+    """Serve the webhook (X-Hub-Signature-256 verified) and run queued bisects."""
+    from vllm_bisect.bot import load_config, serve
+
+    _setup_logging(False)
+    try:
+        cfg = load_config(config)
+        cfg.secret()
+        serve(cfg)
+    except BisectError as e:
+        _fail(e)
+
+
 @app.command()
 def version() -> None:
     """Print the version."""

@@ -97,19 +97,28 @@ class Triage:
     unknowns: list[str] = field(default_factory=list)
 
 
-def _verdict(text: str) -> str | None:
-    good, bad = bool(GOOD_WORDS.search(text)), bool(BAD_WORDS.search(text))
-    if good == bad:
-        return None
-    return "good" if good else "bad"
-
-
-def _clause(line: str, start: int, end: int) -> str:
+def _clause(line: str, start: int, end: int) -> tuple[str, int, int]:
+    """The clause holding line[start:end], and the span's offsets inside it."""
     bounds = [i for i, ch in enumerate(line) if ch in ";|"] + \
-             [m.start() for m in re.finditer(r"\.\s", line)]
+             [m.start() for m in re.finditer(r"\.\s|,\s|\bbut\b|，|。|；", line)]
     left = max((b for b in bounds if b < start), default=-1)
     right = min((b for b in bounds if b >= end), default=len(line))
-    return line[left + 1:right]
+    return line[left + 1:right], start - left - 1, end - left - 1
+
+
+def _nearest_verdict(text: str, start: int, end: int) -> str | None:
+    """The good/bad marker closest to the ref in its clause (a tie decides nothing)."""
+    found = []
+    for verdict, pat in (("good", GOOD_WORDS), ("bad", BAD_WORDS)):
+        for m in pat.finditer(text):
+            gap = start - m.end() if m.end() <= start else max(0, m.start() - end)
+            found.append((gap, verdict))
+    if not found:
+        return None
+    found.sort()
+    if len(found) > 1 and found[0][0] == found[1][0] and found[0][1] != found[1][1]:
+        return None
+    return found[0][1]
 
 
 def table_ms(text: str) -> list[float]:
@@ -147,9 +156,11 @@ def find_points(text: str) -> list[Point]:
                        for p in points):
                     continue
                 seen.add(ref)
-                # the clause around the ref decides ("X, fast); pre-fix Y is slow"), else the
-                # whole line (a table row's status cell)
-                verdict = _verdict(_clause(line, m.start(), m.end())) or _verdict(line)
+                # the marker nearest the ref in its clause decides ("X, fast); pre-fix Y is
+                # slow"), else the nearest on its line (a table row's status cell)
+                clause, a, b = _clause(line, m.start(), m.end())
+                verdict = (_nearest_verdict(clause, a, b)
+                           or _nearest_verdict(line, m.start(), m.end()))
                 points.append(Point(ref=ref, version=m.groupdict().get("version"),
                                     verdict=verdict, line=n, text=line.strip()))
     return points

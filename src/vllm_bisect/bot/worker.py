@@ -1,0 +1,101 @@
+"""The bot's worker: runs queued jobs with the normal driver and reports on the issue."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+from vllm_bisect.bisect.range import CommitInfo, CommitRange
+from vllm_bisect.bisect.runner import run_bisect
+from vllm_bisect.bisect.session import default_cache_dir
+from vllm_bisect.bot.config import BotConfig
+from vllm_bisect.bot.github import GitHub
+from vllm_bisect.bot.queue import Job, JobQueue
+from vllm_bisect.errors import BisectError, NotReproduced
+from vllm_bisect.models import Outcome
+from vllm_bisect.report.render import load, markdown
+from vllm_bisect.spec import parse_spec
+
+logger = logging.getLogger(__name__)
+
+
+class CommentProgress:
+    """Event handler that edits one issue comment in place (at most every interval_s)."""
+
+    def __init__(self, github: GitHub, job: Job, interval_s: float) -> None:
+        self.github, self.job, self.interval_s = github, job, interval_s
+        self.lines: list[str] = []
+        self.last = 0.0
+        self.total = 0
+
+    def _flush(self, force: bool = False) -> None:
+        if self.job.comment_id is None or (not force and time.monotonic() - self.last
+                                           < self.interval_s):
+            return
+        self.last = time.monotonic()
+        body = (f"Bisect job #{self.job.id} running over {self.total} commits:\n\n"
+                + "\n".join(f"- {ln}" for ln in self.lines[-30:]))
+        self.github.edit_comment(self.job.repo, self.job.comment_id, body)
+
+    def on_range(self, rng: CommitRange) -> None:
+        self.total = len(rng.commits)
+        self._flush(force=True)
+
+    def on_testing(self, commit: CommitInfo, role: str, steps_left: int) -> None:
+        pass
+
+    def on_phase(self, commit: str, phase: str) -> None:
+        pass
+
+    def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
+        self.lines.append(f"`{commit.sha[:12]}` {commit.subject[:60]}: **{outcome.verdict.value}**"
+                          f" ({outcome.reason})")
+        self._flush()
+
+
+class Worker(threading.Thread):
+    def __init__(self, cfg: BotConfig, queue: JobQueue, github: GitHub) -> None:
+        super().__init__(daemon=True, name="vllm-bisect-worker")
+        self.cfg, self.queue, self.github = cfg, queue, github
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            job = self.queue.claim()
+            if job is None:
+                self.stopping.wait(0.5)
+                continue
+            try:
+                self.process(job)
+            except Exception:  # a job must never take the worker down
+                logger.exception("job %d crashed", job.id)
+                self.queue.finish(job.id, False, {"error": "internal error"})
+
+    def process(self, job: Job) -> None:
+        session = Path(self.cfg.state_dir) / "sessions" / f"job-{job.id}"
+        cache = self.cfg.cache_dir or default_cache_dir()
+        events = CommentProgress(self.github, job, self.cfg.progress_interval_s)
+        ok = True
+        try:
+            result = run_bisect(parse_spec(job.spec, source=f"job {job.id}"), session, cache,
+                                events)
+            head = (f"Bisect job #{job.id} finished." if result.first_bad else
+                    f"Bisect job #{job.id} is inconclusive: untestable commits separate good "
+                    "from bad, so no commit is blamed.")
+            body = f"{head}\n\n{markdown(load(session))}"
+            outcome = {"first_bad": result.first_bad, "candidates": result.candidates}
+        except NotReproduced as e:
+            body = (f"Bisect job #{job.id} is inconclusive: {e.message}. No commit is blamed."
+                    + (f"\n\n{e.hint}" if e.hint else ""))
+            outcome = {"inconclusive": e.message}
+        except BisectError as e:
+            ok = False
+            body = f"Bisect job #{job.id} failed: {e.message}" + (f"\n\n{e.hint}" if e.hint else "")
+            outcome = {"error": e.message}
+        if job.comment_id is not None:
+            self.github.edit_comment(job.repo, job.comment_id, body)
+        else:
+            self.github.comment(job.repo, job.issue, body)
+        self.queue.finish(job.id, ok, outcome)
