@@ -54,6 +54,7 @@ def test_markdown_names_culprit_pr_table_env_and_reproduction(sessions: dict[str
     assert "Skipped (never judged):" in md and "build of" in md
     assert '"machine"' in md and "vllm-bisect run --spec spec.toml --good" in md
     assert "[verdict]" in md  # the spec travels with the report
+    assert "Effect at the first bad commit vs its parent: output tokens 160 -> 128" in md
 
 
 def test_inconclusive_report_blames_nobody(sessions: dict[str, Path]) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_bisect.errors import SessionError
+from vllm_bisect.verdict.stats import bootstrap_change
 
 COMMIT_URL = "https://github.com/vllm-project/vllm/commit/{sha}"
 PR_URL = "https://github.com/vllm-project/vllm/pull/{pr}"
@@ -76,6 +77,8 @@ def markdown(r: SessionReport) -> str:
         lines.append("**Inconclusive:** only commits that could not be tested separate good "
                      "from bad; no single commit is blamed. Candidates:")
         lines += [f"- [`{c[:12]}`]({COMMIT_URL.format(sha=c)})" for c in res["candidates"]]
+    for effect in effects(r):
+        lines.append(f"\nEffect at the first bad commit vs its parent: {effect}")
     lines += ["", f"Range: `{res['good'][:12]}` (good) .. `{res['bad'][:12]}` (bad), "
               f"{res['n_commits']} commits; {len(r.probed)} judged, {res['server_starts']} "
               f"server starts, {res['wall_s']:.0f} s.", "",
@@ -108,6 +111,30 @@ def markdown(r: SessionReport) -> str:
         lines += ["", "<details><summary>spec.toml</summary>", "", "```toml",
                   r.spec_text.strip(), "```", "", "</details>"]
     return "\n".join(lines) + "\n"
+
+
+def effects(r: SessionReport) -> list[str]:
+    """Culprit vs the last good commit before it, per symptom, with bootstrap CIs."""
+    res = r.result
+    if not res["first_bad"]:
+        return []
+    by_commit = {p["commit"]: p for p in r.probed}
+    culprit = by_commit.get(res["first_bad"])
+    if culprit is None or culprit.get("index") is None:
+        return []
+    parents = [p for p in r.probed if p.get("index") is not None
+               and p["index"] < culprit["index"] and p["verdict"] == "good"]
+    if not parents:
+        return []
+    parent = max(parents, key=lambda p: p["index"])
+    out = []
+    for key, name, unit in (("itl_ms", "ITL", " ms/token"), ("output_tokens", "output tokens", "")):
+        before = [float(x) for x in (parent.get("per_request") or {}).get(key, []) if x is not None]
+        after = [float(x) for x in (culprit.get("per_request") or {}).get(key, []) if x is not None]
+        e = bootstrap_change(before, after, name)
+        if e is not None and abs(e.change) >= 0.05:
+            out.append(e.describe(unit))
+    return out
 
 
 def _svg_plot(title: str, unit: str, points: list[tuple[int, float | None, str, bool]],

@@ -67,6 +67,9 @@ def result_json(result: BisectResult) -> dict[str, Any]:
              "artifact": (result.evaluations.get(o.commit) or _NO_EVAL).artifact,
              "environment": (result.evaluations.get(o.commit) or _NO_EVAL).environment,
              "measurement": o.measurement.model_dump(mode="json", exclude={"requests"})
+             if o.measurement else None,
+             "per_request": {"itl_ms": [r.itl_ms for r in o.measurement.requests],
+                             "output_tokens": [r.output_tokens for r in o.measurement.requests]}
              if o.measurement else None}
             for o in result.probed
         ],

@@ -1,0 +1,31 @@
+"""The bootstrap effect estimate."""
+
+from __future__ import annotations
+
+import random
+
+from vllm_bisect.verdict.stats import bootstrap_change
+
+
+def test_ci_covers_the_true_change_and_excludes_zero() -> None:
+    rnd = random.Random(1)
+    before = [10 * rnd.gauss(1, 0.05) for _ in range(20)]
+    after = [72 * rnd.gauss(1, 0.05) for _ in range(20)]
+    e = bootstrap_change(before, after, "ITL")
+    assert e is not None and e.ci_low is not None and e.ci_high is not None
+    assert e.ci_low < 6.2 < e.ci_high and e.ci_low > 5.5  # true change +620%
+    assert "+6" in e.describe(" ms") and "95% bootstrap CI" in e.describe()
+
+
+def test_no_change_ci_contains_zero() -> None:
+    rnd = random.Random(2)
+    e = bootstrap_change([rnd.gauss(5, 0.3) for _ in range(15)],
+                         [rnd.gauss(5, 0.3) for _ in range(15)], "ITL")
+    assert e is not None and e.ci_low is not None and e.ci_high is not None
+    assert e.ci_low < 0 < e.ci_high
+
+
+def test_too_few_samples_has_no_ci() -> None:
+    e = bootstrap_change([1000.0], [128.0], "output tokens")
+    assert e is not None and e.ci_low is None and "too few samples" in e.describe()
+    assert bootstrap_change([], [1.0], "x") is None
