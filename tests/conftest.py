@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -38,14 +39,14 @@ def wait_port(url: str, proc: subprocess.Popen[bytes], timeout: float = 15.0) ->
 ServerFactory = Callable[..., str]
 
 
-@pytest.fixture
-def sim_server() -> Iterator[ServerFactory]:
-    """Start `python -m vllm_bisect.sim serve ARGS` on a free port; returns its URL."""
+@contextmanager
+def _servers(prefix: list[str]) -> Iterator[Callable[[list[str]], str]]:
+    """Start `python -m vllm_bisect.sim PREFIX... --port P ARGS` servers; stop them after."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(*args: str) -> str:
+    def start(args: list[str]) -> str:
         port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "vllm_bisect.sim", "serve", "--port",
+        proc = subprocess.Popen([sys.executable, "-m", "vllm_bisect.sim", *prefix, "--port",
                                  str(port), *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, env={**os.environ,
                                                                "PYTHONUNBUFFERED": "1"})
@@ -54,27 +55,23 @@ def sim_server() -> Iterator[ServerFactory]:
         wait_port(url, proc)
         return url
 
-    yield start
-    for p in procs:
-        p.terminate()
-        p.wait(timeout=10)
+    try:
+        yield start
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=10)
+
+
+@pytest.fixture
+def sim_server() -> Iterator[ServerFactory]:
+    """Start `python -m vllm_bisect.sim serve ARGS` on a free port; returns its URL."""
+    with _servers(["serve"]) as start:
+        yield lambda *args: start(list(args))
 
 
 @pytest.fixture
 def replay_server() -> Iterator[ServerFactory]:
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(transcript: str, *args: str) -> str:
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "vllm_bisect.sim", "replay",
-                                 str(FIXTURES / transcript), "--port", str(port), *args],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        wait_port(url, proc)
-        return url
-
-    yield start
-    for p in procs:
-        p.terminate()
-        p.wait(timeout=10)
+    """Start `python -m vllm_bisect.sim replay FIXTURE ARGS`; returns its URL."""
+    with _servers(["replay"]) as start:
+        yield lambda transcript, *args: start([str(FIXTURES / transcript), *args])
