@@ -30,7 +30,7 @@ from vllm_bisect.bisect.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.range import commit_range, open_repo
 from vllm_bisect.builders.base import Artifact, ArtifactKind, Builder
 from vllm_bisect.builders.prefetch import Prefetcher
-from vllm_bisect.models import Evaluation, EvalStatus
+from vllm_bisect.models import EvalStatus, Evaluation
 from vllm_bisect.spec import parse_spec
 
 SPEC = parse_spec({"probe": {"max_tokens": 256}, "verdict": {"symptom": "length"}})
