@@ -146,6 +146,15 @@ class VerdictSpec(_Model):
     min_output_tokens: int | None = Field(default=None, ge=1)
     max_itl_ms: float | None = Field(default=None, gt=0)
     itl_factor: float | None = Field(default=None, gt=1.0)
+    # "sequential": calibrate both endpoints with calibration_samples requests each, then
+    # judge each commit by a sequential probability ratio test on per-request ITL, sampling
+    # more on the same server until it decides (max_samples: undecided -> skip); alpha bounds
+    # the chance of any mislabel over the whole bisect. Needs symptom = "itl".
+    strategy: Literal["threshold", "sequential"] = "threshold"
+    calibration_samples: int = Field(default=5, ge=5, le=400)
+    max_samples: int = Field(default=40, ge=3, le=1000)
+    alpha: float = Field(default=0.01, gt=0.0, lt=0.5)
+    min_effect: float = Field(default=0.05, ge=0.0)
 
 
 class BisectSpec(_Model):
@@ -158,7 +167,10 @@ class BisectSpec(_Model):
     @model_validator(mode="after")
     def _check_verdict(self) -> BisectSpec:
         v = self.verdict
-        if v.symptom is Symptom.ITL and v.max_itl_ms is None and v.itl_factor is None:
+        if v.strategy == "sequential" and v.symptom is not Symptom.ITL:
+            raise ValueError('verdict.strategy = "sequential" needs verdict.symptom = "itl"')
+        if (v.symptom is Symptom.ITL and v.strategy == "threshold" and v.max_itl_ms is None
+                and v.itl_factor is None):
             raise ValueError('verdict.symptom = "itl" needs verdict.max_itl_ms or verdict.itl_factor')
         if v.symptom is Symptom.LENGTH and self.min_output_tokens() is None:
             raise ValueError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -18,17 +19,26 @@ from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.strategy import lookahead, next_step
 from vllm_bisect.builders.prefetch import Prefetcher
 from vllm_bisect.errors import NotReproduced
-from vllm_bisect.models import EvalStatus, Evaluation, Outcome, Verdict
+from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Verdict
 from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict import Judge
+from vllm_bisect.verdict.sequential import (
+    SequentialJudge,
+    SequentialTest,
+    SeqVerdict,
+    calibrate,
+    itl_samples,
+)
 
 logger = logging.getLogger(__name__)
 
 
 class CommitEvaluator(Protocol):
-    """Measures one commit (``bisect.evaluate.Evaluator`` builds, serves and probes)."""
+    """Measures one commit (``bisect.evaluate.Evaluator`` builds, serves and probes).
+    ``more(measurement)`` says how many more requests to probe on the same server."""
 
-    def evaluate(self, commit: str) -> Evaluation: ...
+    def evaluate(self, commit: str,
+                 more: Callable[[Measurement], int] | None = None) -> Evaluation: ...
 
 
 class EventHandler(Protocol):
@@ -63,6 +73,13 @@ class BisectResult:
     wall_s: float = 0.0
 
 
+def _dist(xs: list[float]) -> str:
+    if not xs:
+        return "(none)"
+    s = sorted(xs)
+    return f"n={len(s)} min {s[0]:.2f} median {s[len(s) // 2]:.2f} max {s[-1]:.2f}"
+
+
 class Driver:
     def __init__(self, spec: BisectSpec, rng: CommitRange, evaluator: CommitEvaluator,
                  journal: SessionJournal, cache: ResultCache | None,
@@ -77,6 +94,7 @@ class Driver:
         self.judge = Judge(spec.verdict, spec.min_output_tokens())
         self.session_evals = journal.evaluations()
         self.server_starts = 0
+        self.sequential: SequentialJudge | None = None
         self.probed: list[Outcome] = []
         self.evaluations: dict[str, Evaluation] = {}
 
@@ -99,25 +117,37 @@ class Driver:
             self.prefetcher.keep_only(shas)
 
     # -- one commit --------------------------------------------------------------------
-    def _evaluation(self, commit: str) -> tuple[Evaluation, bool]:
+    def _evaluation(self, commit: str, more: Callable[[Measurement], int] | None = None
+                    ) -> tuple[Evaluation, bool]:
         key = self.spec.measurement_key(commit)
         for source in (self.session_evals, self.cache):
             found = source.get(key) if source is not None else None
-            if found is not None:
-                return found, True
-        ev = self.evaluator.evaluate(commit)
+            if found is not None and not (more and found.measurement and more(found.measurement)):
+                return found, True  # (a cached one with too few samples is measured again)
+        ev = self.evaluator.evaluate(commit, more) if more else self.evaluator.evaluate(commit)
         if ev.status is not EvalStatus.UNAVAILABLE:
             self.server_starts += 1
         if self.cache is not None:
             self.cache.put(key, ev)
         return ev, False
 
-    def test(self, info: CommitInfo, role: str, steps_left: int) -> Outcome:
+    def _more(self) -> Callable[[Measurement], int] | None:
+        seq = self.sequential
+        return None if seq is None else (lambda m: seq.more(m.requests))
+
+    def test(self, info: CommitInfo, role: str, steps_left: int,
+             more: Callable[[Measurement], int] | None = None) -> Outcome:
         self.events.on_testing(info, role, steps_left)
-        ev, cached = self._evaluation(info.sha)
+        ev, cached = self._evaluation(info.sha, more or self._more())
         if ev.measurement is None:
             outcome = Outcome(commit=info.sha, verdict=Verdict.SKIP,
                               reason=ev.reason or ev.status.value, from_cache=cached)
+        elif self.sequential is not None and role == "bisect":
+            v, why = self.sequential.decide(ev.measurement.requests)
+            verdict = {SeqVerdict.GOOD: Verdict.GOOD, SeqVerdict.BAD: Verdict.BAD}.get(
+                v, Verdict.SKIP)
+            outcome = Outcome(commit=info.sha, verdict=verdict, reason=why,
+                              measurement=ev.measurement, from_cache=cached)
         else:
             if info.sha == self.rng.good.sha and self.judge.needs_reference:
                 self.judge = self.judge.with_reference(ev.measurement)  # itl_factor's baseline
@@ -125,7 +155,7 @@ class Driver:
             outcome = Outcome(commit=info.sha, verdict=j.verdict, reason=j.reason,
                               measurement=ev.measurement, from_cache=cached)
         key = self.spec.measurement_key(info.sha)
-        if key not in self.session_evals:
+        if not cached or key not in self.session_evals:
             self.journal.record(key, outcome, ev)
             self.session_evals[key] = ev
         self.probed.append(outcome)
@@ -134,6 +164,37 @@ class Driver:
         return outcome
 
     # -- the search --------------------------------------------------------------------
+    def calibrate_endpoints(self) -> None:
+        """Sequential strategy: n samples per endpoint; refuse unless they clearly differ."""
+        v, rng = self.spec.verdict, self.rng
+        n = len(rng.commits)
+        first = next_step(n, {n - 1: Verdict.BAD}).test
+        self._prefetch([rng.bad.sha] + ([rng.commits[first].sha] if first is not None else []))
+        steps = math.ceil(math.log2(max(2, n)))
+        need = v.calibration_samples
+        while True:  # not yet distinguishable: double the samples, up to 8x
+            def more(m: Measurement, need: int = need) -> int:
+                return max(0, need - len(itl_samples(m.requests)))
+
+            good = self.test(rng.good, "good endpoint", steps + 1, more)
+            bad = self.test(rng.bad, "bad endpoint", steps, more)
+            for o, name in ((good, "good"), (bad, "bad")):
+                if o.measurement is None:
+                    raise NotReproduced(f"the {name} endpoint could not be tested: {o.reason}")
+            assert good.measurement is not None and bad.measurement is not None
+            g, b = itl_samples(good.measurement.requests), itl_samples(bad.measurement.requests)
+            cal = calibrate(g, b, min_effect=v.min_effect)
+            if cal.ok or need >= 8 * v.calibration_samples:
+                break
+            need *= 2
+        if not cal.ok:
+            raise NotReproduced(f"did not reproduce: {cal.reason}; good ITL ms {_dist(g)}, "
+                                f"bad ITL ms {_dist(b)}",
+                                hint="raise verdict.calibration_samples, lower "
+                                     "verdict.min_effect, or check the range")
+        self.sequential = SequentialJudge(SequentialTest(
+            cal, alpha_total=v.alpha, expected_steps=steps + 2, max_samples=v.max_samples))
+
     def verify_endpoints(self) -> None:
         rng = self.rng
         steps = math.ceil(math.log2(max(2, len(rng.commits))))
@@ -159,7 +220,10 @@ class Driver:
         t0 = time.monotonic()
         rng = self.rng
         self.events.on_range(rng)
-        self.verify_endpoints()
+        if self.spec.verdict.strategy == "sequential":
+            self.calibrate_endpoints()
+        else:
+            self.verify_endpoints()
         n = len(rng.commits)
         verdicts: dict[int, Verdict] = {n - 1: Verdict.BAD}
         while True:

@@ -16,8 +16,8 @@ from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.builders import ArtifactKind, Builder
 from vllm_bisect.envinfo import fingerprint
 from vllm_bisect.errors import ArtifactUnavailable, RecoverableError
-from vllm_bisect.models import EvalStatus, Evaluation
-from vllm_bisect.probes.decode import DecodeProbe
+from vllm_bisect.models import EvalStatus, Evaluation, Measurement
+from vllm_bisect.probes.decode import DecodeProbe, combine
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.process import free_port, run_server
 from vllm_bisect.spec import BisectSpec
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PhaseCallback = Callable[[str, str], None]  # (commit, phase)
+MoreSamples = Callable[[Measurement], int]  # how many more requests to probe (0: enough)
 
 
 class Evaluator:
@@ -60,7 +61,14 @@ class Evaluator:
         if self.on_phase is not None:
             self.on_phase(commit, phase)
 
-    def evaluate(self, commit: str) -> Evaluation:
+    def _sample(self, handle: ServerHandle, commit: str, more: MoreSamples | None) -> Measurement:
+        m = self.probe.measure(handle)
+        while more is not None and (k := more(m)) > 0:
+            self._phase(commit, f"sampling {k} more requests ({len(m.requests)} so far)")
+            m = combine(m, self.probe.measure(handle, requests=k, warmup=0))
+        return m
+
+    def evaluate(self, commit: str, more: MoreSamples | None = None) -> Evaluation:
         env = fingerprint(dict(self.spec.serve.env))
         self._phase(commit, "preparing artifact")
         try:
@@ -80,13 +88,13 @@ class Evaluator:
                                    session_id=self.session_id,
                                    timeout_s=self.spec.serve.startup_timeout_s) as h:
                     self._phase(commit, f"probing ({h.startup_s:.1f} s to healthy)")
-                    m = self.probe.measure(h)
+                    m = self._sample(h, commit, more)
                     startup = h.startup_s
             elif plan is None:
                 assert artifact.url is not None
                 self._phase(commit, "probing")
                 handle = ServerHandle(url=artifact.url, model=self.spec.serve.model)
-                m = self.probe.measure(handle)
+                m = self._sample(handle, commit, more)
                 startup = None
             else:
                 plan = dataclasses.replace(
@@ -98,7 +106,7 @@ class Evaluator:
                                 on_start=self._started(commit), on_stop=self._stopped,
                                 serialize_startup=self.spec.serve.serialize_startup) as h:
                     self._phase(commit, f"probing ({h.startup_s:.1f} s to healthy)")
-                    m = self.probe.measure(h)
+                    m = self._sample(h, commit, more)
                     startup = h.startup_s
         except RecoverableError as err:
             return Evaluation(commit=commit, status=EvalStatus.FAILED,

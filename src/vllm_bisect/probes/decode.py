@@ -153,8 +153,13 @@ class DecodeProbe:
                              chunk_tokens=chunk_tokens, tokens_source=source)
 
     # -- measurement -------------------------------------------------------------------
-    def measure(self, server: ServerHandle) -> Measurement:
+    def measure(self, server: ServerHandle, requests: int | None = None,
+                warmup: int | None = None) -> Measurement:
+        """One probe run; ``requests``/``warmup`` override the spec (for more samples)."""
         s = self.spec
+        if requests is not None or warmup is not None:
+            s = s.model_copy(update={k: v for k, v in (("requests", requests), ("warmup", warmup))
+                                     if v is not None})
         max_tokens = s.max_tokens if s.send_max_tokens else None
         body = self.request_body(server.model, max_tokens)
         started = time.perf_counter()
@@ -168,14 +173,14 @@ class DecodeProbe:
                     warm.pop("min_tokens", None)
                 self.run_one(client, server, warm)
             before = metrics.scrape(client, server.url)
-            results = self._run_all(client, server, body)
+            results = self._run_all(client, server, body, s.requests)
             after = metrics.scrape(client, server.url)
         delta = metrics.diff(before, after) if before is not None and after is not None else None
         return self._aggregate(server, version, max_tokens, results, delta,
                                time.perf_counter() - started)
 
     def _run_all(self, client: httpx.Client, server: ServerHandle,
-                 body: dict[str, Any]) -> list[RequestResult]:
+                 body: dict[str, Any], requests: int) -> list[RequestResult]:
         s = self.spec
         done = 0
 
@@ -184,13 +189,13 @@ class DecodeProbe:
             res = self.run_one(client, server, body)
             done += 1
             if self.on_request is not None:
-                self.on_request(done, s.requests)
+                self.on_request(done, requests)
             return res
 
         if s.concurrency == 1:
-            return [one(i) for i in range(s.requests)]
+            return [one(i) for i in range(requests)]
         with ThreadPoolExecutor(max_workers=s.concurrency) as pool:
-            return list(pool.map(one, range(s.requests)))
+            return list(pool.map(one, range(requests)))
 
     @staticmethod
     def _version(client: httpx.Client, server: ServerHandle) -> str | None:
@@ -227,6 +232,24 @@ class DecodeProbe:
             tokens_source=source, notes=log_notes(server.read_log()), requests=results,
             wall_s=wall_s,
         )
+
+
+def combine(first: Measurement, more: Measurement) -> Measurement:
+    """One measurement from two probe runs on the same server (medians over all requests;
+    the /metrics deltas of the first run are kept)."""
+    reqs = [*first.requests, *more.requests]
+    outs = [r.output_tokens for r in reqs]
+    floor = first.min_output_tokens
+    return first.model_copy(update={
+        "requests": reqs, "output_tokens": outs,
+        "length_ok": all(o >= floor for o in outs) if floor is not None else True,
+        "itl_ms": _median([r.itl_ms for r in reqs if r.itl_ms is not None]),
+        "chunk_itl_ms": _median([r.chunk_itl_ms for r in reqs if r.chunk_itl_ms is not None]),
+        "tokens_per_chunk": _median([r.tokens_per_chunk for r in reqs if r.n_chunks]),
+        "ttft_ms": _median([r.ttft_ms for r in reqs if r.n_chunks]),
+        "tpot_ms": _median([r.tpot_ms for r in reqs if r.tpot_ms is not None]),
+        "finish_reasons": [r.finish_reason for r in reqs],
+        "wall_s": first.wall_s + more.wall_s})
 
 
 def log_notes(log: str) -> list[str]:

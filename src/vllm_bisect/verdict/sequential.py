@@ -18,6 +18,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from scipy import stats
 
@@ -101,3 +102,30 @@ class SequentialTest:
     def next_batch(self, have: int, start: int = 3) -> int:
         """How many samples to add: start with a few, then double (capped)."""
         return min(max(start, have), self.max_samples - have) if have < self.max_samples else 0
+
+
+def itl_samples(requests: list[Any]) -> list[float]:
+    """Per-request ITL (ms per server-counted token): one sample per request."""
+    return [float(r.itl_ms) for r in requests if getattr(r, "itl_ms", None)]
+
+
+@dataclass(frozen=True)
+class SequentialJudge:
+    test: SequentialTest
+
+    def more(self, requests: list[Any]) -> int:
+        xs = itl_samples(requests)
+        if self.test.decide(xs) is not SeqVerdict.MORE:
+            return 0
+        return self.test.next_batch(len(xs))
+
+    def decide(self, requests: list[Any]) -> tuple[SeqVerdict, str]:
+        xs = itl_samples(requests)
+        v = self.test.decide(xs)
+        cal = self.test.calibration
+        med = statistics.median(xs) if xs else float("nan")
+        where = (f"ITL median {med:.2f} ms over {len(xs)} samples (good ~{math.exp(cal.mu_good):.2f},"
+                 f" bad ~{math.exp(cal.mu_bad):.2f})")
+        if v is SeqVerdict.UNKNOWN:
+            return v, f"undecided after {len(xs)} samples: {where}"
+        return v, f"SPRT {v.value}: {where}"

@@ -1,0 +1,44 @@
+"""The sequential strategy through the real driver, servers and probe, on noisy histories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.bisect.test_driver import run_driver
+from tests.helpers import history, make_spec
+from vllm_bisect.errors import NotReproduced
+from vllm_bisect.models import Verdict
+
+SEQ = {"symptom": "itl", "strategy": "sequential", "alpha": 0.001, "calibration_samples": 6}
+
+
+def test_small_slowdown_under_noise_is_found(tmp_path: Path) -> None:
+    # per-request pace noise CV 10%; the culprit makes engine steps 1.3x slower
+    h = history(tmp_path, n_commits=12, slow_at=7, slow_factor=1.3, step_ms=2.0, noise_cv=0.10)
+    spec = make_spec(h, verdict=SEQ, probe={"max_tokens": 200, "requests": 2, "warmup": 0})
+    r = run_driver(spec, tmp_path)
+    assert r.first_bad == h.planted["itl"]
+    endpoints = [o for o in r.probed if o.commit in (h.good, h.bad)]
+    assert all(o.measurement and len(o.measurement.requests) >= 6 for o in endpoints)
+    steps = [o for o in r.probed if o.commit not in (h.good, h.bad)]
+    assert all(o.verdict is not Verdict.SKIP for o in steps)
+    assert all("SPRT" in o.reason for o in steps)
+    assert max(len(o.measurement.requests) for o in steps if o.measurement) > 2  # sampled more
+
+
+def test_refuses_when_endpoints_do_not_differ(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=4, step_ms=2.0, noise_cv=0.10)  # nothing planted
+    spec = make_spec(h, verdict=SEQ, probe={"max_tokens": 200, "requests": 2, "warmup": 0})
+    with pytest.raises(NotReproduced, match="do not differ") as e:
+        run_driver(spec, tmp_path)
+    assert "good ITL ms n=48" in e.value.message and "bad ITL ms n=48" in e.value.message  # 6 doubled to 8x
+
+
+def test_sequential_needs_the_itl_symptom() -> None:
+    from vllm_bisect.errors import SpecError
+    from vllm_bisect.spec import parse_spec
+
+    with pytest.raises(SpecError, match="needs verdict.symptom"):
+        parse_spec({"verdict": {"symptom": "length", "strategy": "sequential"}})
