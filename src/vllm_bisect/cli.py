@@ -338,6 +338,61 @@ def demo(
             raise typer.Exit(1)
 
 
+def _env_pairs(items: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise FatalError(f"expected KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+@app.command("compare")
+def compare_cmd(
+    spec_path: Annotated[Path, typer.Option("--spec", help="bisect spec (TOML)")],
+    commit: Annotated[str | None, typer.Option(help="commit to test (default: range.bad)")] = None,
+    a_env: Annotated[list[str] | None, typer.Option(help="A's extra env KEY=VALUE")] = None,
+    b_env: Annotated[list[str] | None, typer.Option(help="B's extra env KEY=VALUE")] = None,
+    a_arg: Annotated[list[str] | None, typer.Option(help="A's extra serve argument")] = None,
+    b_arg: Annotated[list[str] | None, typer.Option(help="B's extra serve argument")] = None,
+    a_no_speculative: Annotated[bool, typer.Option(help="A without speculative decoding")] = False,
+    b_no_speculative: Annotated[bool, typer.Option(help="B without speculative decoding")] = False,
+    pairs: Annotated[int, typer.Option(help="interleaved A/B pairs")] = 10,
+    seed: Annotated[int | None, typer.Option(help="seed of the AB/BA order")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """A/B two serve configs at one commit on the same GPU: paired gain with a 95% CI."""
+    from vllm_bisect.compare import Variant, compare
+
+    _setup_logging(False)
+    try:
+        spec = load_spec(spec_path)
+        repo_ = open_repo(spec.range.repo)
+        from vllm_bisect.bisect.range import resolve
+
+        ref = commit or spec.range.bad
+        if ref is None:
+            raise FatalError("no commit given", hint="pass --commit or set range.bad")
+        sha = resolve(repo_, ref, "commit").hexsha
+        root = cache_dir or default_cache_dir()
+        logs = root / "compare-logs"
+        from vllm_bisect.builders import make_builder
+
+        a = Variant("a", _env_pairs(a_env), list(a_arg or []), not a_no_speculative)
+        b = Variant("b", _env_pairs(b_env), list(b_arg or []), not b_no_speculative)
+        res = compare(spec, make_builder(spec, repo_, root, logs), sha, a, b, pairs, logs, seed)
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except BisectError as e:
+        _fail(e)
+    if as_json:
+        out.print_json(json.dumps(res.to_dict()))
+    else:
+        out.print(res.describe())
+
+
 cache_app = typer.Typer(help="Inspect and prune the artifact cache (venvs, wheels, images).")
 app.add_typer(cache_app, name="cache")
 

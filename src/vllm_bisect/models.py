@@ -35,6 +35,7 @@ class RequestResult(_Value):
     tokens_per_chunk: float
     chunk_tokens: list[int] | None = None
     tokens_source: TokensSource
+    text_sha256: str | None = None   # of the generated text: greedy outputs can be compared
 
 
 class Measurement(_Value):

@@ -8,6 +8,7 @@ reports) is larger by about the acceptance length: the #47297 trap. Both are rep
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import statistics
@@ -81,6 +82,7 @@ class DecodeProbe:
                 body: dict[str, Any]) -> RequestResult:
         url = server.url + self._path()
         chunks: list[_Chunk] = []
+        text = hashlib.sha256()
         final_usage: int | None = None
         finish: str | None = None
         saw_done = False
@@ -107,6 +109,7 @@ class DecodeProbe:
                         continue
                     if out_text is None:
                         continue
+                    text.update(out_text.encode())
                     n = None
                     if isinstance(cum, int):
                         n, last_cum = cum - last_cum, cum
@@ -120,7 +123,8 @@ class DecodeProbe:
         if not saw_done:
             raise StreamFormatError(f"stream from {url} ended after {len(chunks)} chunks "
                                     "without 'data: [DONE]'", hint="the server died mid-request")
-        return self._summarize(chunks, final_usage, finish, t0)
+        result = self._summarize(chunks, final_usage, finish, t0)
+        return result.model_copy(update={"text_sha256": text.hexdigest()})
 
     @staticmethod
     def _summarize(chunks: list[_Chunk], final_usage: int | None, finish: str | None,
