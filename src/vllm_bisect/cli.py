@@ -115,6 +115,8 @@ def run(
     repo: Annotated[str | None, typer.Option(help="vLLM checkout (range.repo)")] = None,
     session: Annotated[Path | None, typer.Option(help="session dir (resumes if it exists)")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
+    symptom: Annotated[str | None, typer.Option(help="verdict.symptom: length|itl|any")] = None,
+    itl_factor: Annotated[float | None, typer.Option(help="verdict.itl_factor")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
 ) -> None:
@@ -129,7 +131,8 @@ def run(
         else:
             raise FatalError("no spec given", hint="pass --spec FILE (or --session DIR of an "
                              "earlier run to resume it)")
-        spec = spec.with_overrides(range={"good": good, "bad": bad, "repo": repo})
+        spec = spec.with_overrides(range={"good": good, "bad": bad, "repo": repo},
+                                   verdict={"symptom": symptom, "itl_factor": itl_factor})
         err.print(f"[dim]session {session_dir}  (resume: vllm-bisect run --session "
                   f"{shlex.quote(str(session_dir))})[/]")
         result = _bisect(spec, session_dir, cache_dir or default_cache_dir(), err)

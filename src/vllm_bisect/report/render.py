@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_bisect.errors import SessionError
+from vllm_bisect.verdict import symptoms
 from vllm_bisect.verdict.stats import bootstrap_change
 
 COMMIT_URL = "https://github.com/vllm-project/vllm/commit/{sha}"
@@ -92,6 +93,7 @@ def markdown(r: SessionReport) -> str:
                      f"| {_f((m or {}).get('itl_ms'))} | {_f((m or {}).get('chunk_itl_ms'))} | "
                      f"{_f((m or {}).get('tokens_per_chunk'))} | "
                      f"{_f((m or {}).get('acceptance_length'))} | {p['verdict']}{mark} |")
+    lines += symptom_lines(r)
     skips = [p for p in r.probed if p["verdict"] == "skip"]
     if skips:
         lines += ["", "Skipped (never judged):"]
@@ -111,6 +113,52 @@ def markdown(r: SessionReport) -> str:
         lines += ["", "<details><summary>spec.toml</summary>", "", "```toml",
                   r.spec_text.strip(), "```", "", "</details>"]
     return "\n".join(lines) + "\n"
+
+
+def _spec_values(r: SessionReport) -> tuple[str, int | None, float | None]:
+    import tomllib
+
+    try:
+        data = tomllib.loads(r.spec_text) if r.spec_text else {}
+    except tomllib.TOMLDecodeError:
+        data = {}
+    v, pr = data.get("verdict", {}), data.get("probe", {})
+    min_tokens = v.get("min_output_tokens") or (pr.get("max_tokens")
+                                                if pr.get("send_max_tokens", True) else None)
+    return str(v.get("symptom", "any")), min_tokens, v.get("itl_factor")
+
+
+def symptom_lines(r: SessionReport) -> list[str]:
+    """Every symptom per judged commit, where each flips, and the follow-up bisects."""
+    followed, min_tokens, factor = _spec_values(r)
+    rows = symptoms.table(r.probed, r.result["good"], min_tokens, factor)
+    fl = symptoms.flips(rows)
+    if not fl:
+        return []
+    mark = {True: "yes", False: "no", None: "-"}
+    out = ["", "Symptoms at each judged commit (length: output below the minimum; itl: per-token "
+           f"ITL above {factor or 1.5}x the good endpoint's; acceptance: acceptance length "
+           "more than 10% lower; crash: the server or the probe failed):", "",
+           "| # | " + " | ".join(symptoms.SYMPTOMS) + " |",
+           "|---|" + "---|" * len(symptoms.SYMPTOMS)]
+    for i, row in sorted(rows.items()):
+        out.append(f"| {i} | " + " | ".join(mark[row[s]] for s in symptoms.SYMPTOMS) + " |")
+    out.append("")
+    for f in fl:
+        where = (f"at commit #{f.first_with}" if f.exact else
+                 f"between #{f.last_without} and #{f.first_with}" if f.last_without is not None
+                 else f"at or before #{f.first_with}")
+        out.append(f"- `{f.symptom}` flips {where}")
+    out.append("- the symptoms flip at the same commit (one root cause is likely)"
+               if symptoms.same_root(fl) else
+               "- the symptoms flip at different commits: separate causes")
+    covered = {"any": {"length", "itl"}}.get(followed, {followed})
+    for f in fl:
+        if f.symptom in ("length", "itl") and f.symptom not in covered:
+            extra = " --itl-factor 1.5" if f.symptom == "itl" and not factor else ""
+            out.append(f"- follow `{f.symptom}` too (cached measurements are reused): "
+                       f"`vllm-bisect run --spec spec.toml --symptom {f.symptom}{extra}`")
+    return out
 
 
 def effects(r: SessionReport) -> list[str]:

@@ -1,0 +1,70 @@
+"""Every symptom at every judged commit, and where each one flips (pure).
+
+``length``: some output fell short of the minimum; ``itl``: per-token ITL above
+``itl_factor`` (default 1.5) times the good endpoint's; ``acceptance``: acceptance length
+more than 10% below the good endpoint's; ``crash``: the server died or the probe failed.
+A flip is bracketed by the last probed commit without the symptom and the first with it;
+symptoms whose brackets coincide flip at the same commit (one root cause, likely).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SYMPTOMS = ("length", "itl", "acceptance", "crash")
+CRASH_MARKERS = ("ServeError", "ProbeError", "StreamFormatError")
+
+
+@dataclass(frozen=True)
+class Flip:
+    symptom: str
+    last_without: int | None    # commit index
+    first_with: int | None
+
+    @property
+    def exact(self) -> bool:
+        return (self.last_without is not None and self.first_with is not None
+                and self.first_with - self.last_without == 1)
+
+
+def symptoms_of(p: dict[str, Any], ref: dict[str, Any] | None, min_tokens: int | None,
+                itl_factor: float) -> dict[str, bool | None]:
+    m = p.get("measurement")
+    if m is None:
+        crashed = any(k in (p.get("reason") or "") for k in CRASH_MARKERS)
+        return {"length": None, "itl": None, "acceptance": None, "crash": crashed or None}
+    outs = m.get("output_tokens") or []
+    out: dict[str, bool | None] = {
+        "length": bool(min_tokens and any(o < min_tokens for o in outs)), "crash": False}
+    r_itl, itl = (ref or {}).get("itl_ms"), m.get("itl_ms")
+    out["itl"] = None if not r_itl or itl is None else itl > itl_factor * r_itl
+    r_acc, acc = (ref or {}).get("acceptance_length"), m.get("acceptance_length")
+    out["acceptance"] = None if not r_acc or acc is None else acc < 0.9 * r_acc
+    return out
+
+
+def table(probed: list[dict[str, Any]], good_sha: str, min_tokens: int | None,
+          itl_factor: float | None) -> dict[int, dict[str, bool | None]]:
+    """index -> symptom -> present? (None: not measurable there)."""
+    ref = next((p.get("measurement") for p in probed if p["commit"] == good_sha), None)
+    return {int(p["index"]): symptoms_of(p, ref, min_tokens, itl_factor or 1.5)
+            for p in probed if p.get("index") is not None}
+
+
+def flips(rows: dict[int, dict[str, bool | None]]) -> list[Flip]:
+    out = []
+    for s in SYMPTOMS:
+        seen = sorted((i, row[s]) for i, row in rows.items() if row.get(s) is not None)
+        present = [i for i, v in seen if v]
+        if not present:
+            continue
+        first = min(present)
+        before = [i for i, v in seen if not v and i < first]
+        out.append(Flip(s, max(before) if before else None, first))
+    return out
+
+
+def same_root(flips_: list[Flip]) -> bool:
+    spans = {(f.last_without, f.first_with) for f in flips_}
+    return len(spans) <= 1
