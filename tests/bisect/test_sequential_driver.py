@@ -40,5 +40,5 @@ def test_sequential_needs_the_itl_symptom() -> None:
     from vllm_bisect.errors import SpecError
     from vllm_bisect.spec import parse_spec
 
-    with pytest.raises(SpecError, match="needs verdict.symptom"):
+    with pytest.raises(SpecError, match=r"needs verdict\.symptom"):
         parse_spec({"verdict": {"symptom": "length", "strategy": "sequential"}})
