@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import git
+
+from vllm_bisect.sim.history import History
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3,
          "prompt_lookup_min": 1}
@@ -39,19 +40,7 @@ FILLER = ("Document the serving flags", "Pin the tokenizer revision", "Note the 
           "Record the driver version", "Add a smoke-test note", "Tidy the serve script notes")
 
 
-@dataclass(frozen=True)
-class ConfigHistory:
-    path: Path
-    shas: tuple[str, ...]
-    planted: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def good(self) -> str:
-        return self.shas[0]
-
-    @property
-    def bad(self) -> str:
-        return self.shas[-1]
+ConfigHistory = History  # same shape: path, shas (base first), planted symptom -> sha
 
 
 def generate_config_history(path: Path, n_commits: int = 12, spec_removed_at: int = 7,
