@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,8 @@ class ImageBuilder:
             out = open(log, "a")  # noqa: SIM115 - closed below; opened apart from docker I/O
         except OSError as err:
             raise HostFault(f"cannot write pull log {log}: {err.strerror}") from None
+        layers: dict[str, str] = {}
+        last = 0.0
         try:
             out.write(f"$ docker pull --platform {self.docker_platform} {ref}\n")
             for event in self.client.api.pull(repo, tag=tag, stream=True, decode=True,
@@ -121,6 +124,13 @@ class ImageBuilder:
                     raise classify_pull_error(event["error"])(f"pull of {ref} failed: "
                                                               f"{event['error']}")
                 out.write(json.dumps(event) + "\n")
+                if "id" in event and "status" in event:
+                    layers[event["id"]] = event["status"]
+                if time.monotonic() - last > 5.0 and layers:
+                    last = time.monotonic()
+                    done = sum(1 for st in layers.values() if st in ("Pull complete",
+                                                                   "Already exists"))
+                    logger.info("pulling %s: %d/%d layers done", ref, done, len(layers))
             return self.client.images.get(ref)
         except docker.errors.NotFound as err:
             raise ArtifactUnavailable(f"{ref}: not found ({err.explanation})") from None
