@@ -30,6 +30,7 @@ from vllm_bisect.bisect.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.range import commit_range, open_repo
 from vllm_bisect.builders.base import Artifact, ArtifactKind, Builder
 from vllm_bisect.builders.prefetch import Prefetcher
+from vllm_bisect.errors import Cancelled
 from vllm_bisect.models import EvalStatus, Evaluation
 from vllm_bisect.spec import parse_spec
 
@@ -45,15 +46,22 @@ class DelayedPull:
         self.done: dict[str, Artifact] = {}
         self.guard = threading.Lock()
 
-    def prepare(self, commit: str) -> Artifact:
+    def _transfer(self, cancel: threading.Event | None) -> None:
+        end = time.perf_counter() + self.pull_s
+        while time.perf_counter() < end:  # chunk by chunk, like the real download loops
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("pull cancelled")
+            time.sleep(min(0.002, max(0.0, end - time.perf_counter())))
+
+    def prepare(self, commit: str, cancel: threading.Event | None = None) -> Artifact:
         with self.guard:
             if commit in self.done:
                 return self.done[commit]
         if self.link is not None:
             with self.link:
-                time.sleep(self.pull_s)
+                self._transfer(cancel)
         else:
-            time.sleep(self.pull_s)
+            self._transfer(cancel)
         a = Artifact(commit=commit, kind=ArtifactKind.IMAGE, identity=f"image:{commit}")
         with self.guard:
             self.done[commit] = a

@@ -7,7 +7,8 @@ what the driver does::
     BisectError
     ├── RecoverableError          a commit could not be tested: the commit is SKIPPED
     │   ├── ArtifactUnavailable   no wheel / image / build for this commit (never "bad")
-    │   │   └── BuildError        a build from source failed (log tail attached)
+    │   │   ├── BuildError        a build from source failed (log tail attached)
+    │   │   └── Cancelled         a prefetch the last verdict made useless was stopped
     │   ├── ServeError            the server exited early, hung, or never became healthy
     │   └── ProbeError            the probe could not finish (stream broke, HTTP error, timeout)
     │       └── StreamFormatError the server's SSE stream was malformed
@@ -48,6 +49,10 @@ class ArtifactUnavailable(RecoverableError):
 
 class BuildError(ArtifactUnavailable):
     """Building the commit from source failed."""
+
+
+class Cancelled(ArtifactUnavailable):
+    """A prefetch was cancelled (its artifact is not needed any more)."""
 
 
 class ServeError(RecoverableError):

@@ -194,3 +194,24 @@ def test_cache_cap_evicts_old_venvs_but_not_endpoints(
     kept = {e.commit for e in cache.entries()}
     assert h.shas[0] in kept and h.shas[2] in kept  # endpoint, and the one just made
     assert h.shas[1] not in kept
+
+
+def test_a_useless_running_prefetch_is_stopped(tmp_path: Path,
+                                               index: tuple[History, str, dict[int, str]]) -> None:
+    import time as _time
+
+    from vllm_bisect.builders.prefetch import Prefetcher
+
+    h, _, _ = index
+    with IndexServer(tmp_path / "index", delay_s=0.6) as slow:
+        b = builder(tmp_path, slow)
+        pf = Prefetcher(b)
+        pf.prefetch([h.shas[1]])
+        _time.sleep(0.2)  # the download is running (waiting on the slow index)
+        pf.keep_only([])  # the verdict made it useless
+        assert h.shas[1] in pf.cancelled
+        _time.sleep(1.0)
+        assert not list((tmp_path / "cache" / "artifacts").glob("wheel-*/*.whl"))  # stopped
+        a = pf.prepare(h.shas[1])  # needed after all: prepared directly
+        assert a.venv is not None and (a.venv / "bin" / "vllm").exists()
+        pf.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,13 @@ from vllm_bisect.builders.base import Artifact, ArtifactKind
 from vllm_bisect.builders.cache import ArtifactCache
 from vllm_bisect.builders.checkout import Checkouts
 from vllm_bisect.envinfo import Platform, detect
-from vllm_bisect.errors import ArtifactUnavailable, BuildError, HostFault, ToolMissing
+from vllm_bisect.errors import (
+    ArtifactUnavailable,
+    BuildError,
+    Cancelled,
+    HostFault,
+    ToolMissing,
+)
 from vllm_bisect.spec import BuildSpec
 
 logger = logging.getLogger(__name__)
@@ -82,11 +89,13 @@ class ImageBuilder:
     def docker_platform(self) -> str:
         return self.platform.docker_platform if self.spec.platform == "auto" else self.spec.platform
 
-    def prepare(self, commit: str) -> Artifact:
+    def prepare(self, commit: str, cancel: threading.Event | None = None) -> Artifact:
         reasons = []
         for ref in render_tags(self.spec.tags, commit, self.platform):
             try:
-                image = self._pull(ref, commit)
+                image = self._pull(ref, commit, cancel)
+            except Cancelled:
+                raise
             except ArtifactUnavailable as err:
                 reasons.append(err.message)
                 continue
@@ -106,7 +115,7 @@ class ImageBuilder:
                                   hint="per-commit images expire; try build.kind = \"wheel\", "
                                        "or build = true to build one")
 
-    def _pull(self, ref: str, commit: str) -> Any:
+    def _pull(self, ref: str, commit: str, cancel: threading.Event | None = None) -> Any:
         repo, tag = split_ref(ref)
         log = self.log_dir / f"pull-{commit[:12]}.log"
         try:
@@ -124,6 +133,8 @@ class ImageBuilder:
                     raise classify_pull_error(event["error"])(f"pull of {ref} failed: "
                                                               f"{event['error']}")
                 out.write(json.dumps(event) + "\n")
+                if cancel is not None and cancel.is_set():  # closing the stream stops the pull
+                    raise Cancelled(f"pull of {ref} cancelled")
                 if "id" in event and "status" in event:
                     layers[event["id"]] = event["status"]
                 if time.monotonic() - last > 5.0 and layers:

@@ -3,18 +3,21 @@
 ``Prefetcher`` wraps a builder. ``prefetch(commits)`` starts ``prepare`` for each in a small
 thread pool; ``prepare(commit)`` returns a prefetched artifact (waiting for it if needed, and
 re-raising its ArtifactUnavailable) or prepares it directly; ``keep_only(commits)`` cancels
-prefetches that have not started and that the last verdict made useless. A prefetch already
-running is left to finish: its artifact lands in the cache, where a later step may use it.
+prefetches that the last verdict made useless: pending ones never start; running ones are
+told to stop (builders whose ``prepare`` takes a ``cancel`` event check it between chunks of
+a download or pull), so they stop taking bandwidth from the artifact that is needed.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from vllm_bisect.builders.base import Artifact, Builder
+from vllm_bisect.errors import Cancelled
 
 logger = logging.getLogger(__name__)
 
@@ -24,30 +27,44 @@ class Prefetcher:
         self.builder = builder
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prefetch")
         self.futures: dict[str, Future[Artifact]] = {}
+        self.stops: dict[str, threading.Event] = {}
         self.lock = threading.Lock()
         self.cancelled: list[str] = []
+        self.cancellable = "cancel" in inspect.signature(builder.prepare).parameters
+
+    def _prepare(self, commit: str, stop: threading.Event) -> Artifact:
+        if self.cancellable:
+            return self.builder.prepare(commit, cancel=stop)  # type: ignore[call-arg]
+        return self.builder.prepare(commit)
 
     def prefetch(self, commits: Iterable[str]) -> None:
         with self.lock:
             for c in commits:
                 if c not in self.futures:
                     logger.info("prefetching %s", c[:12])
-                    self.futures[c] = self.pool.submit(self.builder.prepare, c)
+                    self.stops[c] = threading.Event()
+                    self.futures[c] = self.pool.submit(self._prepare, c, self.stops[c])
 
     def keep_only(self, commits: Iterable[str]) -> None:
         wanted = set(commits)
         with self.lock:
             for c, f in list(self.futures.items()):
-                if c not in wanted and f.cancel():
-                    del self.futures[c]
-                    self.cancelled.append(c)
+                if c in wanted:
+                    continue
+                if not f.cancel():
+                    self.stops[c].set()  # running: ask it to stop between chunks
+                del self.futures[c]
+                self.cancelled.append(c)
 
     def prepare(self, commit: str) -> Artifact:
         with self.lock:
             future = self.futures.pop(commit, None)
         if future is None or future.cancelled():
             return self.builder.prepare(commit)
-        return future.result()
+        try:
+            return future.result()
+        except Cancelled:
+            return self.builder.prepare(commit)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import BinaryIO
 
@@ -26,7 +27,7 @@ from vllm_bisect.builders.cache import ArtifactCache
 from vllm_bisect.builders.source import DONE_MARK, find_python, find_uv
 from vllm_bisect.builders.wheel_index import choose
 from vllm_bisect.envinfo import Platform, detect
-from vllm_bisect.errors import ArtifactUnavailable, BuildError, HostFault
+from vllm_bisect.errors import ArtifactUnavailable, BuildError, Cancelled, HostFault
 from vllm_bisect.runtime.process import tail
 from vllm_bisect.spec import BuildSpec
 
@@ -49,14 +50,14 @@ class WheelBuilder:
         self.client = client or httpx.Client(timeout=httpx.Timeout(60.0, read=600.0))
         self.uv = find_uv()
 
-    def prepare(self, commit: str) -> Artifact:
+    def prepare(self, commit: str, cancel: threading.Event | None = None) -> Artifact:
         entry = choose(self.client, self.spec.index_url, commit, self.spec.variant, self.platform)
         key = f"venv-wheel-{commit}-{entry.variant}-{self.platform.arch}"
         venv = self.cache.path(key)
         if (venv / DONE_MARK).exists():
             self.cache.touch(key)
             return self._artifact(commit, venv, entry.filename, cached=True)
-        wheel = self._download(entry.url, entry.filename, commit)
+        wheel = self._download(entry.url, entry.filename, commit, cancel)
         shutil.rmtree(venv, ignore_errors=True)
         log = self.log_dir / f"install-{commit[:12]}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -73,7 +74,8 @@ class WheelBuilder:
         self.cache.register(key, venv, commit=commit, kind="venv")
         return self._artifact(commit, venv, entry.filename, cached=False)
 
-    def _download(self, url: str, filename: str, commit: str) -> Path:
+    def _download(self, url: str, filename: str, commit: str,
+                  cancel: threading.Event | None = None) -> Path:
         key = "wheel-" + hashlib.sha256(url.encode()).hexdigest()[:24]
         target = self.cache.path(key) / filename
         if target.exists():
@@ -90,6 +92,8 @@ class WheelBuilder:
                 size = 0
                 with open(part, "wb") as fh:
                     for chunk in r.iter_bytes(1 << 20):
+                        if cancel is not None and cancel.is_set():
+                            raise Cancelled(f"download of {filename} cancelled")
                         fh.write(chunk)
                         digest.update(chunk)
                         size += len(chunk)
