@@ -99,11 +99,12 @@ def sequential(s: Scenario, rnd: random.Random, calib_n: int = 5) -> Outcome:
         return got
 
     good, bad = until(-1, calib_n), until(s.n - 1, calib_n)
-    cal = calibrate(good, bad)
+    p_max = 0.01 / 4  # up to four looks (5, 10, 20, 40 samples): Bonferroni over the looks
+    cal = calibrate(good, bad, p_max=p_max)
     while not cal.ok and len(good) < 40:  # not yet distinguishable: double the samples
         good += until(-1, len(good))
         bad += until(s.n - 1, len(bad))
-        cal = calibrate(good, bad)
+        cal = calibrate(good, bad, p_max=p_max)
     minutes = 2 * (ARTIFACT + START) + runs * SAMPLE
     samples = runs
     if not cal.ok:

@@ -172,6 +172,7 @@ class Driver:
         self._prefetch([rng.bad.sha] + ([rng.commits[first].sha] if first is not None else []))
         steps = math.ceil(math.log2(max(2, n)))
         need = v.calibration_samples
+        looks = 4  # 1x, 2x, 4x, 8x the samples: the p-value budget is split over the looks
         while True:  # not yet distinguishable: double the samples, up to 8x
             def more(m: Measurement, need: int = need) -> int:
                 return max(0, need - len(itl_samples(m.requests)))
@@ -183,7 +184,7 @@ class Driver:
                     raise NotReproduced(f"the {name} endpoint could not be tested: {o.reason}")
             assert good.measurement is not None and bad.measurement is not None
             g, b = itl_samples(good.measurement.requests), itl_samples(bad.measurement.requests)
-            cal = calibrate(g, b, min_effect=v.min_effect)
+            cal = calibrate(g, b, min_effect=v.min_effect, p_max=0.01 / looks)
             if cal.ok or need >= 8 * v.calibration_samples:
                 break
             need *= 2
