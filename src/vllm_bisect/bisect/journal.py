@@ -94,10 +94,6 @@ class SessionJournal:
         rows = self.con.execute("SELECT key, evaluation FROM outcomes ORDER BY seq").fetchall()
         return {k: Evaluation.model_validate_json(e) for k, e in rows}
 
-    def outcomes(self) -> list[tuple[str, str, str]]:
-        return [(str(c), str(v), str(r)) for c, v, r in self.con.execute(
-            "SELECT commit_sha, verdict, reason FROM outcomes ORDER BY seq")]
-
     def server_started(self, pid: int, commit: str) -> None:
         self.con.execute("INSERT INTO servers VALUES (?, ?, ?, NULL)", (pid, commit, time.time()))
 

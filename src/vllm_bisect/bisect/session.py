@@ -74,11 +74,6 @@ class Session:
         assert self.journal is not None
         return self.journal.get_meta("id") or ""
 
-    @property
-    def is_resumed(self) -> bool:
-        assert self.journal is not None
-        return bool(self.journal.outcomes())
-
     def reap_orphans(self) -> None:
         """Kill server groups a killed earlier run left (only if they carry our session id)."""
         assert self.journal is not None

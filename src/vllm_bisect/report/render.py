@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_bisect.errors import SessionError
+from vllm_bisect.errors import BisectError, SessionError
 from vllm_bisect.verdict import symptoms
 from vllm_bisect.verdict.stats import bootstrap_change
 
@@ -116,16 +116,16 @@ def markdown(r: SessionReport) -> str:
 
 
 def _spec_values(r: SessionReport) -> tuple[str, int | None, float | None]:
+    """The followed symptom, the minimum output tokens and itl_factor of the session's spec."""
     import tomllib
 
+    from vllm_bisect.spec import parse_spec
+
     try:
-        data = tomllib.loads(r.spec_text) if r.spec_text else {}
-    except tomllib.TOMLDecodeError:
-        data = {}
-    v, pr = data.get("verdict", {}), data.get("probe", {})
-    min_tokens = v.get("min_output_tokens") or (pr.get("max_tokens")
-                                                if pr.get("send_max_tokens", True) else None)
-    return str(v.get("symptom", "any")), min_tokens, v.get("itl_factor")
+        spec = parse_spec(tomllib.loads(r.spec_text)) if r.spec_text else parse_spec({})
+    except (tomllib.TOMLDecodeError, BisectError):
+        spec = parse_spec({})
+    return spec.verdict.symptom.value, spec.min_output_tokens(), spec.verdict.itl_factor
 
 
 def symptom_lines(r: SessionReport) -> list[str]:

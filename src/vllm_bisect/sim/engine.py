@@ -147,12 +147,5 @@ def plan_steps(cfg: SimConfig, n_tokens: int, rng: random.Random) -> list[Step]:
     return steps
 
 
-def step_delay_s(cfg: SimConfig, rng: random.Random) -> float:
-    base = cfg.step_ms / 1000.0
-    if cfg.noise_cv > 0:
-        base *= max(0.1, rng.gauss(1.0, cfg.noise_cv))
-    return base
-
-
 def token_text(index: int) -> str:
     return " " + VOCAB[index % len(VOCAB)]
