@@ -20,14 +20,13 @@ from typing import Any
 
 import docker
 import docker.errors
-import httpx
 from docker.types import DeviceRequest
 
 from vllm_bisect.builders.base import Artifact
 from vllm_bisect.envinfo import relevant_env
 from vllm_bisect.errors import ServeError
 from vllm_bisect.runtime.base import ServerHandle
-from vllm_bisect.runtime.process import startup_lock, startup_lock_path, tail
+from vllm_bisect.runtime.process import startup_lock, startup_lock_path, wait_healthy
 from vllm_bisect.spec import BuildSpec, ServeSpec
 
 logger = logging.getLogger(__name__)
@@ -114,7 +113,8 @@ def run_container(client: docker.DockerClient, artifact: Artifact, serve: ServeS
                              hint="is the NVIDIA container runtime installed? (build.gpus)") from None
         threading.Thread(target=_stream_logs, args=(container, log_path), daemon=True).start()
         try:
-            startup = _wait_healthy(container, url, timeout_s, log_path)
+            startup = wait_healthy(url, lambda: _exit_code(container), timeout_s, log_path,
+                                   interval_s=0.2, what="container")
         except BaseException:
             _remove(container)
             raise
@@ -124,25 +124,12 @@ def run_container(client: docker.DockerClient, artifact: Artifact, serve: ServeS
         _remove(container)
 
 
-def _wait_healthy(container: Any, url: str, timeout_s: float, log_path: Path) -> float:
-    started = time.monotonic()
-    with httpx.Client(timeout=5.0) as client:
-        while True:
-            container.reload()
-            if container.status in ("exited", "dead"):
-                code = container.attrs.get("State", {}).get("ExitCode")
-                time.sleep(0.2)  # let the log thread catch the last lines
-                raise ServeError(f"container exited with code {code} before it was healthy",
-                                 hint=f"see the server log: {log_path}", log_tail=tail(log_path))
-            try:
-                if client.get(f"{url}/health").status_code == 200:
-                    return time.monotonic() - started
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() - started > timeout_s:
-                raise ServeError(f"container not healthy after {timeout_s:.0f} s",
-                                 hint=f"see the server log: {log_path}", log_tail=tail(log_path))
-            time.sleep(0.2)
+def _exit_code(container: Any) -> int | None:
+    container.reload()
+    if container.status not in ("exited", "dead"):
+        return None
+    time.sleep(0.2)  # let the log thread catch the last lines
+    return int(container.attrs.get("State", {}).get("ExitCode") or 0)
 
 
 def _remove(container: Any) -> None:

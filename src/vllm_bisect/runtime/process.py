@@ -91,17 +91,18 @@ def kill_group(pid: int, grace_s: float = GRACE_S) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float, log_path: Path,
-                 interval_s: float = 0.1) -> float:
-    """Poll GET /health until 200; raise ServeError on exit, 503 death, or timeout."""
+def wait_healthy(url: str, exit_code: Callable[[], int | None], timeout_s: float,
+                 log_path: Path, interval_s: float = 0.1, what: str = "server") -> float:
+    """Poll GET /health until 200; raise ServeError when ``exit_code()`` reports an exit
+    (a process's poll, a container's state) or on timeout."""
     started = time.monotonic()
     deadline = started + timeout_s
     with httpx.Client(timeout=5.0) as client:
         while True:
-            code = proc.poll()
+            code = exit_code()
             if code is not None:
                 raise ServeError(
-                    f"server exited with code {code} before it was healthy",
+                    f"{what} exited with code {code} before it was healthy",
                     hint=f"see the server log: {log_path}", log_tail=tail(log_path))
             try:
                 r = client.get(f"{url}/health")
@@ -111,7 +112,7 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float, log_
                 pass  # vLLM binds its port only once the engine is up
             if time.monotonic() > deadline:
                 raise ServeError(
-                    f"server not healthy after {timeout_s:.0f} s",
+                    f"{what} not healthy after {timeout_s:.0f} s",
                     hint="raise serve.startup_timeout_s if loading is slow; "
                          f"see the server log: {log_path}",
                     log_tail=tail(log_path))
@@ -184,7 +185,7 @@ def run_server(plan: LaunchPlan, *, url: str, model: str, log_path: Path, timeou
         if on_start is not None:
             on_start(proc.pid)
         try:
-            startup = wait_healthy(url, proc, timeout_s, log_path)
+            startup = wait_healthy(url, proc.poll, timeout_s, log_path)
         except BaseException:
             _teardown(proc, on_stop)
             raise
