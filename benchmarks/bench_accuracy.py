@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from vllm_bisect.bisect.strategy import next_step
@@ -62,40 +63,52 @@ class Outcome:
     minutes: float
 
 
-def plain(s: Scenario, rnd: random.Random) -> Outcome:
-    threshold = 10.0 * (1 + s.effect) / 2
+Judge = Callable[[int], tuple[Verdict, int]]  # commit index -> (verdict, probe runs used)
+
+
+def search(s: Scenario, judge: Judge) -> tuple[bool, int, int, float]:
+    """The real search strategy with cost accounting: (exact, commits, runs, minutes)."""
     verdicts: dict[int, Verdict] = {s.n - 1: Verdict.BAD}
-    commits = samples = 0
-    minutes = 2 * (ARTIFACT + START + SAMPLE)  # both endpoints, once
+    commits = runs = 0
+    minutes = 0.0
     while True:
         step = next_step(s.n, verdicts)
         if step.test is None:
-            break
+            return step.culprit == s.culprit, commits, runs, minutes
         i = step.test
         commits += 1
         if i in s.unbuildable:
             minutes += ARTIFACT
             verdicts[i] = Verdict.SKIP
             continue
-        minutes += ARTIFACT + START + SAMPLE
-        samples += 1
+        verdicts[i], used = judge(i)
+        minutes += ARTIFACT + START + used * SAMPLE
+        runs += used
+
+
+def plain(s: Scenario, rnd: random.Random) -> Outcome:
+    threshold = 10.0 * (1 + s.effect) / 2
+
+    def judge(i: int) -> tuple[Verdict, int]:
         x = sample(s, i, rnd)
-        verdicts[i] = Verdict.SKIP if x is None else (Verdict.BAD if x > threshold else Verdict.GOOD)
-    return Outcome(step.culprit == s.culprit, commits, samples + 2, minutes)
+        return (Verdict.SKIP if x is None else Verdict.BAD if x > threshold else Verdict.GOOD), 1
+
+    exact, commits, runs, minutes = search(s, judge)
+    return Outcome(exact, commits, runs + 2, minutes + 2 * (ARTIFACT + START + SAMPLE))
 
 
 def sequential(s: Scenario, rnd: random.Random, calib_n: int = 5) -> Outcome:
     def measure(i: int, k: int) -> list[float]:
         return [x for x in (sample(s, i, rnd) for _ in range(k)) if x is not None]
 
-    runs = 0
+    calib_runs = 0
 
     def until(i: int, k: int) -> list[float]:  # crashed calibration runs are repeated
-        nonlocal runs
+        nonlocal calib_runs
         got: list[float] = []
         while len(got) < k:
             got += measure(i, 1)
-            runs += 1
+            calib_runs += 1
         return got
 
     good, bad = until(-1, calib_n), until(s.n - 1, calib_n)
@@ -105,42 +118,29 @@ def sequential(s: Scenario, rnd: random.Random, calib_n: int = 5) -> Outcome:
         good += until(-1, len(good))
         bad += until(s.n - 1, len(bad))
         cal = calibrate(good, bad, p_max=p_max)
-    minutes = 2 * (ARTIFACT + START) + runs * SAMPLE
-    samples = runs
+    calib_minutes = 2 * (ARTIFACT + START) + calib_runs * SAMPLE
     if not cal.ok:
-        return Outcome(False, 0, samples, minutes)
+        return Outcome(False, 0, calib_runs, calib_minutes)
     test = SequentialTest(cal, alpha_total=0.01,
                           expected_steps=max(2, (s.n - 1).bit_length() + 2))
-    verdicts: dict[int, Verdict] = {s.n - 1: Verdict.BAD}
-    commits = 0
-    while True:
-        step = next_step(s.n, verdicts)
-        if step.test is None:
-            break
-        i = step.test
-        commits += 1
-        if i in s.unbuildable:
-            minutes += ARTIFACT
-            verdicts[i] = Verdict.SKIP
-            continue
-        minutes += ARTIFACT + START
+
+    def judge(i: int) -> tuple[Verdict, int]:
         xs: list[float] = []
         drawn = 0
         while True:
             k = test.next_batch(len(xs))
             if k == 0 or drawn >= 2 * test.max_samples:  # cap reached (or a crash storm)
-                v = SeqVerdict.UNKNOWN
-                break
+                return Verdict.SKIP, drawn
             xs += measure(i, k)
             drawn += k
-            minutes += k * SAMPLE
-            samples += k
             v = test.decide(xs)
             if v is not SeqVerdict.MORE:
                 break
-        verdicts[i] = {SeqVerdict.GOOD: Verdict.GOOD, SeqVerdict.BAD: Verdict.BAD}.get(
-            v, Verdict.SKIP)
-    return Outcome(step.culprit == s.culprit, commits, samples, minutes)
+        return {SeqVerdict.GOOD: Verdict.GOOD, SeqVerdict.BAD: Verdict.BAD}.get(
+            v, Verdict.SKIP), drawn
+
+    exact, commits, runs, minutes = search(s, judge)
+    return Outcome(exact, commits, runs + calib_runs, minutes + calib_minutes)
 
 
 def main() -> None:
