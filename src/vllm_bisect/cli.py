@@ -24,7 +24,7 @@ from vllm_bisect.bisect.hook import EXIT_FOR, HookExit, run_hook
 from vllm_bisect.bisect.range import CommitInfo, CommitRange, open_repo
 from vllm_bisect.bisect.runner import run_bisect
 from vllm_bisect.bisect.session import default_cache_dir, new_session_dir
-from vllm_bisect.errors import BisectError, FatalError, NotReproduced, RecoverableError
+from vllm_bisect.errors import BisectError, FatalError, NotReproduced, RecoverableError, SpecError
 from vllm_bisect.models import Outcome
 from vllm_bisect.probes.decode import DecodeProbe
 from vllm_bisect.report.table import STYLE, result_json, result_table
@@ -76,12 +76,13 @@ class RichEvents:
                      f"{commit.subject[:70]} [dim](~{steps_left} steps left)[/]")
 
     def on_phase(self, commit: str, phase: str) -> None:
-        self.c.print(f"[dim]          {phase}[/]")
+        # (parallel workers interleave: name the commit)
+        self.c.print(f"[dim]          {commit[:12] + ': ' if commit else ''}{phase}[/]")
 
     def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
         cached = " [dim](cached)[/]" if outcome.from_cache else ""
-        self.c.print(f"          -> [{STYLE[outcome.verdict]}]{outcome.verdict.value}[/]: "
-                     f"{outcome.reason}{cached}")
+        self.c.print(f"          -> {commit.sha[:12]} [{STYLE[outcome.verdict]}]"
+                     f"{outcome.verdict.value}[/]: {outcome.reason}{cached}")
 
 
 def _bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path, console: Console,
@@ -103,8 +104,10 @@ def _summary(result: BisectResult, console: Console) -> None:
                       "[/] candidates:")
         for c in result.candidates:
             console.print(f"  {c}")
+    par = (f", {result.rounds} rounds on {result.workers} workers" if result.workers > 1
+           else "")
     console.print(f"[dim]{len(result.probed)} commits judged, {result.server_starts} server "
-                  f"starts, {result.wall_s:.1f} s[/]")
+                  f"starts{par}, {result.wall_s:.1f} s[/]")
 
 
 @app.command()
@@ -117,10 +120,24 @@ def run(
     cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
     symptom: Annotated[str | None, typer.Option(help="verdict.symptom: length|itl|any")] = None,
     itl_factor: Annotated[float | None, typer.Option(help="verdict.itl_factor")] = None,
+    workers: Annotated[int | None, typer.Option(
+        help="commits tested at once (parallel.workers; without --gpus: simulator/CPU workers)")
+    ] = None,
+    gpus: Annotated[str | None, typer.Option(
+        help="GPUs to spread probes over: 0,1,2,3 or auto (parallel.gpus)")] = None,
+    gpus_per_probe: Annotated[int | None, typer.Option(
+        help="GPUs per probe, for tensor parallel (parallel.gpus_per_probe)")] = None,
+    executor: Annotated[str | None, typer.Option(help="local or ray (parallel.executor)")] = None,
+    ray_address: Annotated[str | None, typer.Option(
+        help="Ray cluster: auto or ray://host:port (parallel.ray_address)")] = None,
+    ray_resource: Annotated[list[str] | None, typer.Option(
+        help="custom Ray resource per probe, NAME=AMOUNT (e.g. arch_aarch64=1); repeatable")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
 ) -> None:
-    """Bisect a range: verify both endpoints, then binary search to the first bad commit."""
+    """Bisect a range: verify both endpoints, then binary (or, with several workers,
+    multi-way) search to the first bad commit."""
     _setup_logging(verbose)
     try:
         session_dir = session or new_session_dir()
@@ -132,7 +149,11 @@ def run(
             raise FatalError("no spec given", hint="pass --spec FILE (or --session DIR of an "
                              "earlier run to resume it)")
         spec = spec.with_overrides(range={"good": good, "bad": bad, "repo": repo},
-                                   verdict={"symptom": symptom, "itl_factor": itl_factor})
+                                   verdict={"symptom": symptom, "itl_factor": itl_factor},
+                                   parallel={"workers": workers, "gpus": gpus,
+                                             "gpus_per_probe": gpus_per_probe,
+                                             "executor": executor, "ray_address": ray_address,
+                                             "ray_resources": _resources(ray_resource)})
         err.print(f"[dim]session {session_dir}  (resume: vllm-bisect run --session "
                   f"{shlex.quote(str(session_dir))})[/]")
         result = _bisect(spec, session_dir, cache_dir or default_cache_dir(), err)
@@ -148,6 +169,20 @@ def run(
         out.print_json(json.dumps(result_json(result)))
     else:
         _summary(result, out)
+
+
+def _resources(items: list[str] | None) -> dict[str, float] | None:
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        name, sep, amount = item.partition("=")
+        try:
+            out[name.strip()] = float(amount) if sep else 1.0
+        except ValueError:
+            raise SpecError(f"--ray-resource {item!r}: the amount is not a number",
+                            hint="use NAME=AMOUNT, e.g. --ray-resource arch_aarch64=1") from None
+    return out
 
 
 def _stored_spec(session_dir: Path) -> BisectSpec:
@@ -305,6 +340,7 @@ def hook(
 def demo(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     workdir: Annotated[Path | None, typer.Option(help="keep the history and session here")] = None,
+    workers: Annotated[int, typer.Option(help="commits tested at once (simulator workers)")] = 1,
 ) -> None:
     """Bisect an embedded synthetic vLLM history with a planted 128-token cap (no GPU)."""
     from vllm_bisect.demo import make_demo
@@ -319,7 +355,8 @@ def demo(
                       f"({len(d.history.shas) - 1} commits after the good base); planted "
                       f"128-token cap under MTP at {d.history.planted['length'][:12]}, "
                       f"{len(d.history.unbuildable)} unbuildable commits")
-            result = _bisect(d.spec, root / "session", root / "cache", err, quiet_phases=True)
+            spec = d.spec.with_overrides(parallel={"workers": workers}) if workers > 1 else d.spec
+            result = _bisect(spec, root / "session", root / "cache", err, quiet_phases=True)
         except KeyboardInterrupt:
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except BisectError as e:

@@ -78,6 +78,8 @@ class EvalStatus(StrEnum):
     MEASURED = "measured"
     UNAVAILABLE = "unavailable"   # no artifact: cached, it will not appear on a retry
     FAILED = "failed"             # serve or probe failure at this commit
+    CANCELLED = "cancelled"       # stopped because a verdict elsewhere made it useless:
+    #                               never cached or journaled
 
 
 class Evaluation(_Value):

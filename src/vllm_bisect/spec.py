@@ -157,8 +157,30 @@ class VerdictSpec(_Model):
     min_effect: float = Field(default=0.05, ge=0.0)
 
 
+class ExecutorKind(StrEnum):
+    LOCAL = "local"
+    RAY = "ray"
+
+
+class ParallelSpec(_Model):
+    """How many commits to test at once, and where. Not part of the measurement key: a
+    commit measured by any worker is the same measurement."""
+
+    # workers on this host (without gpus: that many simulator or CPU workers)
+    workers: int = Field(default=1, ge=1, le=64)
+    # "auto", "0,1,2,3" or [0, 1, 2, 3]: each worker gets gpus_per_probe of them
+    gpus: str | list[int] | None = None
+    gpus_per_probe: int = Field(default=1, ge=1, le=64)
+    executor: ExecutorKind = ExecutorKind.LOCAL
+    # Ray: "auto" (a running cluster), "ray://host:port", or None (start a local one)
+    ray_address: str | None = None
+    # custom resources each evaluation needs, e.g. {"arch_aarch64": 1} or {"sm_121": 1}
+    ray_resources: dict[str, float] = Field(default_factory=dict)
+
+
 class BisectSpec(_Model):
     range: RangeSpec = Field(default_factory=RangeSpec)
+    parallel: ParallelSpec = Field(default_factory=ParallelSpec)
     build: BuildSpec = Field(default_factory=BuildSpec)
     serve: ServeSpec = Field(default_factory=ServeSpec)
     probe: ProbeSpec = Field(default_factory=ProbeSpec)

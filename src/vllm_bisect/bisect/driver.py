@@ -14,9 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from vllm_bisect.bisect.executor import Executor
 from vllm_bisect.bisect.journal import ResultCache, SessionJournal
+from vllm_bisect.bisect.multisection import ideal_rounds
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
-from vllm_bisect.bisect.strategy import lookahead, next_step
+from vllm_bisect.bisect.strategy import Step, lookahead, next_step
 from vllm_bisect.builders.prefetch import Prefetcher
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Verdict
@@ -71,6 +73,8 @@ class BisectResult:
     evaluations: dict[str, Evaluation] = field(default_factory=dict)
     server_starts: int = 0
     wall_s: float = 0.0
+    rounds: int = 0      # search rounds that ran evaluations (a parallel round tests k commits)
+    workers: int = 1
 
 
 def _dist(xs: list[float]) -> str:
@@ -83,7 +87,8 @@ def _dist(xs: list[float]) -> str:
 class Driver:
     def __init__(self, spec: BisectSpec, rng: CommitRange, evaluator: CommitEvaluator,
                  journal: SessionJournal, cache: ResultCache | None,
-                 events: EventHandler | None = None, prefetcher: Prefetcher | None = None) -> None:
+                 events: EventHandler | None = None, prefetcher: Prefetcher | None = None,
+                 executor: Executor | None = None) -> None:
         self.spec = spec
         self.rng = rng
         self.evaluator = evaluator
@@ -91,6 +96,8 @@ class Driver:
         self.cache = cache
         self.events: EventHandler = events or NullEvents()
         self.prefetcher = prefetcher
+        self.executor = executor if executor is not None and executor.workers > 1 else None
+        self.workers = executor.workers if executor is not None else 1
         self.judge = Judge(spec.verdict, spec.min_output_tokens())
         self.session_evals = journal.evaluations()
         self.server_starts = 0
@@ -117,18 +124,31 @@ class Driver:
             self.prefetcher.keep_only(shas)
 
     # -- one commit --------------------------------------------------------------------
-    def _evaluation(self, commit: str, more: Callable[[Measurement], int] | None = None
-                    ) -> tuple[Evaluation, bool]:
+    def lookup(self, commit: str, more: Callable[[Measurement], int] | None = None
+               ) -> Evaluation | None:
+        """A measurement this session or the result cache already has (a cached one with too
+        few samples for ``more`` does not count: it is measured again)."""
         key = self.spec.measurement_key(commit)
         for source in (self.session_evals, self.cache):
             found = source.get(key) if source is not None else None
             if found is not None and not (more and found.measurement and more(found.measurement)):
-                return found, True  # (a cached one with too few samples is measured again)
-        ev = self.evaluator.evaluate(commit, more) if more else self.evaluator.evaluate(commit)
+                return found
+        return None
+
+    def fresh(self, ev: Evaluation) -> None:
+        """Account for an evaluation that was just run (by the evaluator or a worker)."""
         if ev.status is not EvalStatus.UNAVAILABLE:
             self.server_starts += 1
         if self.cache is not None:
-            self.cache.put(key, ev)
+            self.cache.put(self.spec.measurement_key(ev.commit), ev)
+
+    def _evaluation(self, commit: str, more: Callable[[Measurement], int] | None = None
+                    ) -> tuple[Evaluation, bool]:
+        found = self.lookup(commit, more)
+        if found is not None:
+            return found, True
+        ev = self.evaluator.evaluate(commit, more) if more else self.evaluator.evaluate(commit)
+        self.fresh(ev)
         return ev, False
 
     def _more(self) -> Callable[[Measurement], int] | None:
@@ -139,6 +159,36 @@ class Driver:
              more: Callable[[Measurement], int] | None = None) -> Outcome:
         self.events.on_testing(info, role, steps_left)
         ev, cached = self._evaluation(info.sha, more or self._more())
+        return self.record(info, role, ev, cached)
+
+    def test_batch(self, items: list[tuple[CommitInfo, str, int]],
+                   more: Callable[[Measurement], int] | None = None) -> list[Outcome]:
+        """Test several commits (the endpoints): at once on the executor's workers when there
+        is one, recorded in the order given (the good endpoint's reference comes first)."""
+        if self.executor is None:
+            return [self.test(info, role, steps, more) for info, role, steps in items]
+        results: dict[str, tuple[Evaluation, bool]] = {}
+        tasks: dict[int, str] = {}
+        for info, role, steps in items:
+            self.events.on_testing(info, role, steps)
+            found = self.lookup(info.sha, more or self._more())
+            if found is not None:
+                results[info.sha] = (found, True)
+            elif info.sha not in tasks.values():
+                tasks[self.executor.submit(info.sha, more or self._more())] = info.sha
+        try:
+            while tasks:
+                for done in self.executor.wait():
+                    tasks.pop(done.task)
+                    self.fresh(done.evaluation)
+                    results[done.commit] = (done.evaluation, False)
+        except BaseException:
+            self.executor.close()
+            raise
+        return [self.record(info, role, *results[info.sha]) for info, role, _ in items]
+
+    def record(self, info: CommitInfo, role: str, ev: Evaluation, cached: bool) -> Outcome:
+        """Judge an evaluation, journal it, and tell the event handler."""
         if ev.measurement is None:
             outcome = Outcome(commit=info.sha, verdict=Verdict.SKIP,
                               reason=ev.reason or ev.status.value, from_cache=cached)
@@ -177,8 +227,8 @@ class Driver:
             def more(m: Measurement, need: int = need) -> int:
                 return max(0, need - len(itl_samples(m.requests)))
 
-            good = self.test(rng.good, "good endpoint", steps + 1, more)
-            bad = self.test(rng.bad, "bad endpoint", steps, more)
+            good, bad = self.test_batch([(rng.good, "good endpoint", steps + 1),
+                                         (rng.bad, "bad endpoint", steps)], more)
             for o, name in ((good, "good"), (bad, "bad")):
                 if o.measurement is None:
                     raise NotReproduced(f"the {name} endpoint could not be tested: {o.reason}")
@@ -193,8 +243,10 @@ class Driver:
                                 f"bad ITL ms {_dist(b)}",
                                 hint="raise verdict.calibration_samples, lower "
                                      "verdict.min_effect, or check the range")
+        # the error budget is split over the commits the search may judge: k per round
+        tests = max(steps, self.workers * ideal_rounds(n, self.workers))
         self.sequential = SequentialJudge(SequentialTest(
-            cal, alpha_total=v.alpha, expected_steps=steps + 2, max_samples=v.max_samples))
+            cal, alpha_total=v.alpha, expected_steps=tests + 2, max_samples=v.max_samples))
 
     def verify_endpoints(self) -> None:
         rng = self.rng
@@ -202,11 +254,16 @@ class Driver:
         n = len(rng.commits)
         first = next_step(n, {n - 1: Verdict.BAD}).test
         self._prefetch([rng.bad.sha] + ([rng.commits[first].sha] if first is not None else []))
-        good = self.test(rng.good, "good endpoint", steps + 1)
+        if self.executor is not None:
+            good, bad = self.test_batch([(rng.good, "good endpoint", steps + 1),
+                                         (rng.bad, "bad endpoint", steps)])
+        else:
+            good = self.test(rng.good, "good endpoint", steps + 1)
         if good.verdict is Verdict.SKIP:
             raise NotReproduced(f"the good endpoint {rng.good.sha[:12]} could not be tested: "
                                 f"{good.reason}", hint="pick a good commit that builds and serves")
-        bad = self.test(rng.bad, "bad endpoint", steps)
+        if self.executor is None:
+            bad = self.test(rng.bad, "bad endpoint", steps)
         problems = []
         if good.verdict is not Verdict.GOOD:
             problems.append(f"good endpoint {rng.good.sha[:12]} judged {good.verdict}: {good.reason}")
@@ -225,7 +282,24 @@ class Driver:
             self.calibrate_endpoints()
         else:
             self.verify_endpoints()
+        if self.executor is not None:
+            from vllm_bisect.bisect.parallel import ParallelSearch
+
+            step, rounds = ParallelSearch(self, self.executor).run()
+        else:
+            step, rounds = self._search()
+        first_bad = rng.sha(step.culprit) if step.culprit is not None else None
+        return BisectResult(range=rng, first_bad=first_bad,
+                            candidates=[rng.sha(i) for i in step.candidates],
+                            probed=self.probed, evaluations=self.evaluations,
+                            server_starts=self.server_starts, wall_s=time.monotonic() - t0,
+                            rounds=rounds, workers=self.workers)
+
+    def _search(self) -> tuple[Step, int]:
+        """Binary search, one commit at a time, prefetching what may come next."""
+        rng = self.rng
         n = len(rng.commits)
+        rounds = 0
         verdicts: dict[int, Verdict] = {n - 1: Verdict.BAD}
         while True:
             step = next_step(n, verdicts)
@@ -236,11 +310,8 @@ class Driver:
             self._prefetch(ahead)
             left = sum(1 for i in range(-1, n) if i not in verdicts)
             outcome = self.test(rng.commits[step.test], "bisect", math.ceil(math.log2(max(2, left))))
+            rounds += 0 if outcome.from_cache else 1
             verdicts[step.test] = outcome.verdict
             following = next_step(n, verdicts).test
             self._keep_only([rng.commits[following].sha] if following is not None else [])
-        first_bad = rng.sha(step.culprit) if step.culprit is not None else None
-        return BisectResult(range=rng, first_bad=first_bad,
-                            candidates=[rng.sha(i) for i in step.candidates],
-                            probed=self.probed, evaluations=self.evaluations,
-                            server_starts=self.server_starts, wall_s=time.monotonic() - t0)
+        return step, rounds

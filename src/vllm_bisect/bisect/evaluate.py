@@ -6,16 +6,19 @@ fatal errors propagate.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import inspect
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_bisect.bisect.journal import SessionJournal
-from vllm_bisect.builders import ArtifactKind, Builder
+from vllm_bisect.builders import Artifact, ArtifactKind, Builder
 from vllm_bisect.envinfo import fingerprint
-from vllm_bisect.errors import ArtifactUnavailable, RecoverableError
+from vllm_bisect.errors import ArtifactUnavailable, Cancelled, RecoverableError
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement
 from vllm_bisect.probes.decode import DecodeProbe, combine
 from vllm_bisect.runtime.base import ServerHandle
@@ -61,59 +64,85 @@ class Evaluator:
         if self.on_phase is not None:
             self.on_phase(commit, phase)
 
-    def _sample(self, handle: ServerHandle, commit: str, more: MoreSamples | None) -> Measurement:
-        m = self.probe.measure(handle)
-        while more is not None and (k := more(m)) > 0:
-            self._phase(commit, f"sampling {k} more requests ({len(m.requests)} so far)")
-            m = combine(m, self.probe.measure(handle, requests=k, warmup=0))
+    def _sample(self, handle: ServerHandle, commit: str, more: MoreSamples | None,
+                cancel: threading.Event | None = None) -> Measurement:
+        with _stop_on(cancel, handle):
+            m = self.probe.measure(handle)
+            while more is not None and (k := more(m)) > 0:
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled("cancelled between samples")
+                self._phase(commit, f"sampling {k} more requests ({len(m.requests)} so far)")
+                m = combine(m, self.probe.measure(handle, requests=k, warmup=0))
         return m
 
-    def evaluate(self, commit: str, more: MoreSamples | None = None) -> Evaluation:
-        env = fingerprint(dict(self.spec.serve.env))
+    def _prepare(self, commit: str, cancel: threading.Event | None) -> Artifact:
+        if cancel is not None and "cancel" in inspect.signature(self.builder.prepare).parameters:
+            return self.builder.prepare(commit, cancel=cancel)  # type: ignore[call-arg]
+        return self.builder.prepare(commit)
+
+    def evaluate(self, commit: str, more: MoreSamples | None = None, *,
+                 devices: Sequence[int] | None = None,
+                 cancel: threading.Event | None = None) -> Evaluation:
+        """Measure one commit. ``devices``: the GPUs this evaluation may use (a parallel
+        worker's share: CUDA_VISIBLE_DEVICES, or the container's device ids). ``cancel``: set
+        from another thread to stop it (the server is torn down; the result is CANCELLED)."""
+        extra = {} if devices is None else {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices))}
+        env = fingerprint({**self.spec.serve.env, **extra})
+        cancelled = Evaluation(commit=commit, status=EvalStatus.CANCELLED, reason="cancelled",
+                               environment=env)
+        if cancel is not None and cancel.is_set():
+            return cancelled
         self._phase(commit, "preparing artifact")
         try:
-            artifact = self.builder.prepare(commit)
+            artifact = self._prepare(commit, cancel)
+        except Cancelled:
+            return cancelled
         except ArtifactUnavailable as err:
             return Evaluation(commit=commit, status=EvalStatus.UNAVAILABLE, reason=err.message,
                               log_tail=err.log_tail, environment=env)
         try:
-            plan = artifact.launch_plan(self.spec.serve, port := free_port())
-            if artifact.kind is ArtifactKind.IMAGE:
-                from vllm_bisect.runtime.container import run_container
-
-                self._phase(commit, f"starting container {artifact.image}")
-                with run_container(self.container_client(), artifact, self.spec.serve,
-                                   self.spec.build, port=port,
-                                   log_path=self.log_dir / f"serve-{commit[:12]}.log",
-                                   session_id=self.session_id,
-                                   timeout_s=self.spec.serve.startup_timeout_s) as h:
-                    self._phase(commit, f"probing ({h.startup_s:.1f} s to healthy)")
-                    m = self._sample(h, commit, more)
-                    startup = h.startup_s
-            elif plan is None:
-                assert artifact.url is not None
-                self._phase(commit, "probing")
-                handle = ServerHandle(url=artifact.url, model=self.spec.serve.model)
-                m = self._sample(handle, commit, more)
-                startup = None
-            else:
-                plan = dataclasses.replace(
-                    plan, env={**(plan.env or {}), "VLLM_BISECT_SESSION": self.session_id})
-                self._phase(commit, "starting server")
-                log = self.log_dir / f"serve-{commit[:12]}.log"
-                with run_server(plan, url=f"http://127.0.0.1:{port}", model=self.spec.serve.model,
-                                log_path=log, timeout_s=self.spec.serve.startup_timeout_s,
-                                on_start=self._started(commit), on_stop=self._stopped,
-                                serialize_startup=self.spec.serve.serialize_startup) as h:
-                    self._phase(commit, f"probing ({h.startup_s:.1f} s to healthy)")
-                    m = self._sample(h, commit, more)
-                    startup = h.startup_s
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("cancelled after the artifact was ready")
+            m, startup = self._serve_and_probe(artifact, commit, more, devices, extra, cancel)
         except RecoverableError as err:
+            if isinstance(err, Cancelled) or (cancel is not None and cancel.is_set()):
+                return cancelled.model_copy(update={"artifact": artifact.identity})
             return Evaluation(commit=commit, status=EvalStatus.FAILED,
                               reason=f"{type(err).__name__}: {err.message}",
                               log_tail=err.log_tail, artifact=artifact.identity, environment=env)
         return Evaluation(commit=commit, status=EvalStatus.MEASURED, measurement=m,
                           artifact=artifact.identity, startup_s=startup, environment=env)
+
+    def _serve_and_probe(self, artifact: Artifact, commit: str, more: MoreSamples | None,
+                         devices: Sequence[int] | None, extra: dict[str, str],
+                         cancel: threading.Event | None) -> tuple[Measurement, float | None]:
+        plan = artifact.launch_plan(self.spec.serve, port := free_port())
+        log = self.log_dir / f"serve-{commit[:12]}.log"
+        if artifact.kind is ArtifactKind.IMAGE:
+            from vllm_bisect.runtime.container import run_container
+
+            build = self.spec.build if devices is None else self.spec.build.model_copy(
+                update={"gpus": list(devices)})
+            self._phase(commit, f"starting container {artifact.image}")
+            with run_container(self.container_client(), artifact, self.spec.serve, build,
+                               port=port, log_path=log, session_id=self.session_id,
+                               timeout_s=self.spec.serve.startup_timeout_s, cancel=cancel) as h:
+                self._phase(commit, f"probing ({h.startup_s:.1f} s to healthy)")
+                return self._sample(h, commit, more, cancel), h.startup_s
+        if plan is None:
+            assert artifact.url is not None
+            self._phase(commit, "probing")
+            handle = ServerHandle(url=artifact.url, model=self.spec.serve.model)
+            return self._sample(handle, commit, more, cancel), None
+        plan = dataclasses.replace(
+            plan, env={**(plan.env or {}), **extra, "VLLM_BISECT_SESSION": self.session_id})
+        self._phase(commit, "starting server")
+        with run_server(plan, url=f"http://127.0.0.1:{port}", model=self.spec.serve.model,
+                        log_path=log, timeout_s=self.spec.serve.startup_timeout_s,
+                        on_start=self._started(commit), on_stop=self._stopped,
+                        serialize_startup=self.spec.serve.serialize_startup, cancel=cancel) as h:
+            self._phase(commit, f"probing ({h.startup_s:.1f} s to healthy)")
+            return self._sample(h, commit, more, cancel), h.startup_s
 
     def _started(self, commit: str) -> Callable[[int], None]:
         def cb(pid: int) -> None:
@@ -124,3 +153,28 @@ class Evaluator:
     def _stopped(self, pid: int) -> None:
         if self.journal is not None:
             self.journal.server_stopped(pid)
+
+
+@contextlib.contextmanager
+def _stop_on(cancel: threading.Event | None, handle: ServerHandle) -> Iterator[None]:
+    """While probing, a set ``cancel`` stops the server, which ends the probe's requests."""
+    if cancel is None or handle.stop is None:
+        yield
+        return
+    done = threading.Event()
+    stop = handle.stop
+
+    def watch() -> None:
+        while not done.is_set():
+            if cancel.wait(0.1):
+                if not done.is_set():
+                    stop()
+                return
+
+    t = threading.Thread(target=watch, name="cancel-watch", daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        done.set()
+        t.join()

@@ -9,6 +9,7 @@ session that uses the same cache dir, so a second bisect of another symptom reus
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -20,8 +21,8 @@ SCHEMA_VERSION = 1
 
 def _connect(path: Path) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        con = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+    try:  # parallel workers record their servers' pids: one connection, used under a lock
+        con = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("PRAGMA synchronous=NORMAL")
     except sqlite3.DatabaseError as err:
@@ -44,7 +45,7 @@ class ResultCache:
         return Evaluation.model_validate_json(row[0]) if row else None
 
     def put(self, key: str, ev: Evaluation) -> None:
-        if ev.status is EvalStatus.FAILED:
+        if ev.status in (EvalStatus.FAILED, EvalStatus.CANCELLED):
             return  # a serve/probe failure may be transient: never cached across sessions
         self.con.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?)",
                          (key, ev.commit, ev.status.value, ev.model_dump_json(), time.time()))
@@ -56,6 +57,7 @@ class ResultCache:
 class SessionJournal:
     def __init__(self, session_dir: Path) -> None:
         self.dir = session_dir
+        self._lock = threading.Lock()
         self.con = _connect(session_dir / "journal.sqlite")
         self.con.executescript("""
             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -83,6 +85,10 @@ class SessionJournal:
         self.con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     def record(self, key: str, outcome: Outcome, ev: Evaluation) -> None:
+        with self._lock:
+            self._record(key, outcome, ev)
+
+    def _record(self, key: str, outcome: Outcome, ev: Evaluation) -> None:
         self.con.execute(
             "INSERT INTO outcomes (commit_sha, key, verdict, reason, evaluation, created) "
             "VALUES (?, ?, ?, ?, ?, ?)",
@@ -94,12 +100,15 @@ class SessionJournal:
         rows = self.con.execute("SELECT key, evaluation FROM outcomes ORDER BY seq").fetchall()
         return {k: Evaluation.model_validate_json(e) for k, e in rows}
 
-    def server_started(self, pid: int, commit: str) -> None:
-        self.con.execute("INSERT INTO servers VALUES (?, ?, ?, NULL)", (pid, commit, time.time()))
+    def server_started(self, pid: int, commit: str) -> None:  # (called from worker threads)
+        with self._lock:
+            self.con.execute("INSERT INTO servers VALUES (?, ?, ?, NULL)",
+                             (pid, commit, time.time()))
 
     def server_stopped(self, pid: int) -> None:
-        self.con.execute("UPDATE servers SET stopped = ? WHERE pid = ? AND stopped IS NULL",
-                         (time.time(), pid))
+        with self._lock:
+            self.con.execute("UPDATE servers SET stopped = ? WHERE pid = ? AND stopped IS NULL",
+                             (time.time(), pid))
 
     def unstopped_servers(self) -> list[int]:
         return [int(r[0]) for r in self.con.execute(

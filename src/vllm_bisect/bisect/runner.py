@@ -10,13 +10,34 @@ from pathlib import Path
 
 from vllm_bisect.bisect.driver import BisectResult, Driver, EventHandler
 from vllm_bisect.bisect.evaluate import Evaluator
+from vllm_bisect.bisect.executor import Executor, LocalExecutor, parse_gpus, plan_slots
 from vllm_bisect.bisect.journal import ResultCache
 from vllm_bisect.bisect.range import commit_range, open_repo
 from vllm_bisect.bisect.session import Session
 from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.prefetch import Prefetcher
 from vllm_bisect.report.table import result_json
-from vllm_bisect.spec import BisectSpec, dump_spec
+from vllm_bisect.spec import BisectSpec, ExecutorKind, dump_spec
+
+
+def make_executor(spec: BisectSpec, evaluator: Evaluator, session_dir: Path, cache_dir: Path,
+                  session_id: str, events: EventHandler) -> Executor | None:
+    """The spec's executor, or None for the plain one-at-a-time search."""
+    par = spec.parallel
+    if par.executor is ExecutorKind.RAY:
+        from vllm_bisect.bisect.ray_executor import RayExecutor
+
+        return RayExecutor(spec, session_dir, cache_dir, session_id)
+    detected = 0
+    if par.gpus == "auto":
+        from vllm_bisect.envinfo import detect
+
+        detected = len(detect().gpus)
+    slots = plan_slots(par.workers, parse_gpus(par.gpus, detected), par.gpus_per_probe)
+    if len(slots) < 2 and not slots[0].devices:
+        return None
+    return LocalExecutor(evaluator.evaluate, slots, session=session_id,
+                         on_wait=lambda msg: events.on_phase("", msg))
 
 
 def run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
@@ -28,17 +49,24 @@ def run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
         session.journal.set_meta("spec", dump_spec(spec))
         (session_dir / "spec.toml").write_text(dump_spec(spec))
         builder = make_builder(spec, repo, cache_dir, session.logs)
-        prefetcher = Prefetcher(builder) if spec.build.prefetch_enabled() else None
+        parallel = spec.parallel.workers > 1 or spec.parallel.gpus is not None or (
+            spec.parallel.executor is ExecutorKind.RAY)
+        # (parallel workers each fetch their own artifact: no prefetch beside them)
+        prefetcher = (Prefetcher(builder) if spec.build.prefetch_enabled() and not parallel
+                      else None)
         evaluator = Evaluator(spec, prefetcher or builder, session.logs, session.journal,
                               session.id, on_phase=events.on_phase)
         cache = ResultCache(cache_dir / "results.sqlite")
+        executor = make_executor(spec, evaluator, session_dir, cache_dir, session.id, events)
         try:
             result = Driver(spec, rng, evaluator, session.journal, cache, events,
-                            prefetcher).run()
+                            prefetcher, executor).run()
         finally:
             cache.close()
             if prefetcher is not None:
                 prefetcher.close()
+            if executor is not None:
+                executor.close()
         (session_dir / "result.json").write_text(json.dumps(result_json(result), indent=2))
         write_reports(session_dir)
         return result

@@ -74,5 +74,7 @@ def result_json(result: BisectResult) -> dict[str, Any]:
             for o in result.probed
         ],
         "server_starts": result.server_starts,
+        "rounds": result.rounds,
+        "workers": result.workers,
         "wall_s": round(result.wall_s, 3),
     }

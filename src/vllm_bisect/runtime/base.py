@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -13,6 +14,8 @@ class ServerHandle:
     log_path: Path | None = None
     pid: int | None = None
     startup_s: float | None = None
+    # stops the server from another thread (a cancelled evaluation); None: not ours to stop
+    stop: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     def read_log(self) -> str:
         if self.log_path is None or not self.log_path.exists():

@@ -74,7 +74,8 @@ def _stream_logs(container: Any, log_path: Path) -> None:
 @contextlib.contextmanager
 def run_container(client: docker.DockerClient, artifact: Artifact, serve: ServeSpec,
                   build: BuildSpec, *, port: int, log_path: Path, session_id: str,
-                  timeout_s: float) -> Iterator[ServerHandle]:
+                  timeout_s: float, cancel: threading.Event | None = None
+                  ) -> Iterator[ServerHandle]:
     assert artifact.image is not None
     command = [serve.model, "--port", str(port), "--host", "127.0.0.1", *serve.args]
     spec_json = serve.speculative_config_json()
@@ -104,7 +105,7 @@ def run_container(client: docker.DockerClient, artifact: Artifact, serve: ServeS
     url = f"http://127.0.0.1:{port}"
     lock_env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, build.gpus))
                 if isinstance(build.gpus, list) else "all"}
-    with startup_lock(startup_lock_path(lock_env) if serve.serialize_startup else None):
+    with startup_lock(startup_lock_path(lock_env) if serve.serialize_startup else None, cancel):
         try:
             container = client.containers.run(artifact.image, **kwargs)
         except docker.errors.APIError as err:
@@ -114,12 +115,13 @@ def run_container(client: docker.DockerClient, artifact: Artifact, serve: ServeS
         threading.Thread(target=_stream_logs, args=(container, log_path), daemon=True).start()
         try:
             startup = wait_healthy(url, lambda: _exit_code(container), timeout_s, log_path,
-                                   interval_s=0.2, what="container")
+                                   interval_s=0.2, what="container", cancel=cancel)
         except BaseException:
             _remove(container)
             raise
     try:
-        yield ServerHandle(url=url, model=serve.model, log_path=log_path, startup_s=startup)
+        yield ServerHandle(url=url, model=serve.model, log_path=log_path, startup_s=startup,
+                           stop=lambda: _remove(container))
     finally:
         _remove(container)
 

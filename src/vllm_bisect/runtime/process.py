@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from vllm_bisect.errors import ServeError
+from vllm_bisect.errors import Cancelled, ServeError
 from vllm_bisect.runtime.base import ServerHandle
 
 logger = logging.getLogger(__name__)
@@ -92,13 +93,16 @@ def kill_group(pid: int, grace_s: float = GRACE_S) -> None:
 
 
 def wait_healthy(url: str, exit_code: Callable[[], int | None], timeout_s: float,
-                 log_path: Path, interval_s: float = 0.1, what: str = "server") -> float:
+                 log_path: Path, interval_s: float = 0.1, what: str = "server",
+                 cancel: threading.Event | None = None) -> float:
     """Poll GET /health until 200; raise ServeError when ``exit_code()`` reports an exit
-    (a process's poll, a container's state) or on timeout."""
+    (a process's poll, a container's state) or on timeout, Cancelled when ``cancel`` is set."""
     started = time.monotonic()
     deadline = started + timeout_s
     with httpx.Client(timeout=5.0) as client:
         while True:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled(f"{what} start-up cancelled")
             code = exit_code()
             if code is not None:
                 raise ServeError(
@@ -125,8 +129,22 @@ def startup_lock_path(env: Mapping[str, str]) -> Path:
     return Path(tempfile.gettempdir()) / f"vllm-bisect-startup-{devices}.lock"
 
 
+def flock_wait(fh: object, cancel: threading.Event | None, what: str) -> None:
+    """flock(LOCK_EX) on fh; with a cancel event, poll so that a cancelled waiter leaves."""
+    if cancel is None:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # type: ignore[arg-type]
+        return
+    while True:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # type: ignore[arg-type]
+            return
+        except BlockingIOError:
+            if cancel.wait(0.2):
+                raise Cancelled(f"cancelled while waiting for {what}") from None
+
+
 @contextlib.contextmanager
-def startup_lock(path: Path | None) -> Iterator[None]:
+def startup_lock(path: Path | None, cancel: threading.Event | None = None) -> Iterator[None]:
     """Hold an exclusive lock while a server starts: vLLM sizes its KV cache from the GPU
     memory it sees free during start-up, so two servers profiling at once on one GPU both
     count each other ("Available KV cache memory: -1.14 GiB", seen on an H200)."""
@@ -135,7 +153,7 @@ def startup_lock(path: Path | None) -> Iterator[None]:
         return
     with open(path, "a") as fh:
         waited = time.monotonic()
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        flock_wait(fh, cancel, "another server's start-up")
         if time.monotonic() - waited > 1.0:
             logger.info("waited %.1f s for another server's start-up (%s)",
                         time.monotonic() - waited, path)
@@ -171,7 +189,8 @@ def _teardown(proc: subprocess.Popen[bytes], on_stop: Callable[[int], None] | No
 def run_server(plan: LaunchPlan, *, url: str, model: str, log_path: Path, timeout_s: float,
                on_start: Callable[[int], None] | None = None,
                on_stop: Callable[[int], None] | None = None,
-               serialize_startup: bool = True) -> Iterator[ServerHandle]:
+               serialize_startup: bool = True,
+               cancel: threading.Event | None = None) -> Iterator[ServerHandle]:
     """Start the server, yield a handle once healthy, and always tear the group down.
 
     With serialize_startup, start-ups on the same GPUs of this host happen one at a time:
@@ -180,17 +199,18 @@ def run_server(plan: LaunchPlan, *, url: str, model: str, log_path: Path, timeou
     env = dict(os.environ)
     env.update(plan.env or {})
     env.setdefault("PYTHONUNBUFFERED", "1")
-    with startup_lock(startup_lock_path(env) if serialize_startup else None):
+    with startup_lock(startup_lock_path(env) if serialize_startup else None, cancel):
         proc = _launch(plan, env, log_path)
         if on_start is not None:
             on_start(proc.pid)
         try:
-            startup = wait_healthy(url, proc.poll, timeout_s, log_path)
+            startup = wait_healthy(url, proc.poll, timeout_s, log_path, cancel=cancel)
         except BaseException:
             _teardown(proc, on_stop)
             raise
     logger.info("server pid %d healthy after %.1f s", proc.pid, startup)
     try:
-        yield ServerHandle(url=url, model=model, log_path=log_path, pid=proc.pid, startup_s=startup)
+        yield ServerHandle(url=url, model=model, log_path=log_path, pid=proc.pid, startup_s=startup,
+                           stop=lambda: kill_group(proc.pid, grace_s=2.0))
     finally:
         _teardown(proc, on_stop)
