@@ -54,6 +54,8 @@ class HistoryPlan:
     gen_cap_at: int | None = None      # from here on: generation_config max_new_tokens=128
     gen_caps_explicit: bool = False
     unbuildable: tuple[int, ...] = ()  # these commits fail to build (the next one fixes it)
+    slow_start: tuple[int, ...] = ()   # these commits take slow_start_s to start (weight load)
+    slow_start_s: float = 60.0
     step_ms: float = 10.0
     acceptance: float = 0.8
     noise_cv: float = 0.0
@@ -92,7 +94,8 @@ def _files(plan: HistoryPlan, i: int) -> dict[str, str]:
         "vllm/config/__init__.py": "",
         "vllm/config/engine.py": t.ENGINE_CONFIG.format(
             step_ms=round(plan.step_ms * (plan.slow_factor if slow else 1.0), 3),
-            init_s=plan.init_s, noise_cv=plan.noise_cv),
+            init_s=plan.slow_start_s if i in plan.slow_start else plan.init_s,
+            noise_cv=plan.noise_cv),
         "vllm/spec_decode/__init__.py": "",
         "vllm/spec_decode/config.py": t.SPEC_DECODE.format(
             acceptance=plan.acceptance, cap=plan.cap_tokens if cap else None),
