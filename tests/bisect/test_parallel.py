@@ -18,7 +18,7 @@ from tests.helpers import history, make_spec, write_spec
 from vllm_bisect.bisect.driver import BisectResult, NullEvents
 from vllm_bisect.bisect.multisection import ideal_rounds
 from vllm_bisect.bisect.runner import run_bisect
-from vllm_bisect.errors import SpecError
+from vllm_bisect.errors import NotReproduced, SpecError
 from vllm_bisect.runtime.gpulock import gpu_locks
 from vllm_bisect.spec import BisectSpec
 
@@ -75,9 +75,10 @@ def test_four_workers_find_the_culprit_in_fewer_rounds(tmp_path: Path) -> None:
 
 
 def test_useless_runs_are_cancelled_and_torn_down(tmp_path: Path) -> None:
-    # n = 30 with 4 workers: the first round tests 5, 11, 17, 23. The cap is at 8, so once 11
-    # is bad, 17 and 23 (whose servers take two minutes to start) are useless: cancelled.
-    h = history(tmp_path, n_commits=30, cap_at=8, slow_start=(18, 24), slow_start_s=120.0)
+    # n = 30 with 4 workers: while the endpoints are verified, the two other workers start on
+    # commits 9 and 19 (a three-way split). The cap is at 4, so once 9 is bad, 19 (whose server
+    # takes two minutes to start) is useless: cancelled.
+    h = history(tmp_path, n_commits=30, cap_at=5, slow_start=(20,), slow_start_s=120.0)
     # (the simulator needs no GPU memory profiling: start-ups need not wait for each other)
     spec = make_spec(h, parallel={"workers": 4}, serve={"serialize_startup": False})
     rec = Recorder()
@@ -85,7 +86,7 @@ def test_useless_runs_are_cancelled_and_torn_down(tmp_path: Path) -> None:
     result = bisect(spec, tmp_path, rec)
     assert time.monotonic() - started < 60
     assert result.first_bad == h.planted["length"]
-    slow = {h.shas[18], h.shas[24]}  # commit index i is plan number i + 1
+    slow = {h.shas[20]}  # commit index i is plan number i + 1
     cancelled = {c for c, phase in rec.phases if phase.startswith("cancelled")}
     assert slow <= cancelled
     sid, journaled, servers = journal_rows(tmp_path / "session")
@@ -136,7 +137,8 @@ def test_bad_gpu_flags_are_spec_errors(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_tears_down_every_worker_and_resume_finishes(tmp_path: Path) -> None:
-    h = history(tmp_path, n_commits=30, cap_at=8, slow_start=(6, 12, 18, 24), slow_start_s=6.0)
+    h = history(tmp_path, n_commits=30, cap_at=8, slow_start=(5, 10, 15, 20, 25),
+                slow_start_s=6.0)
     spec_file = write_spec(tmp_path / "spec.toml", make_spec(
         h, parallel={"workers": 4}, serve={"serialize_startup": False}))
     session = tmp_path / "session"
@@ -170,3 +172,16 @@ def test_ctrl_c_tears_down_every_worker_and_resume_finishes(tmp_path: Path) -> N
     assert data["first_bad"] == h.planted["length"]
     cached = {p["commit"] for p in data["probed"] if p["from_cache"]}
     assert set(first) <= cached  # nothing recorded before Ctrl-C is measured again
+
+
+def test_endpoints_that_do_not_reproduce_stop_every_worker(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=30, slow_start=(10, 20), slow_start_s=120.0)  # no regression
+    spec = make_spec(h, parallel={"workers": 4}, serve={"serialize_startup": False})
+    started = time.monotonic()
+    with pytest.raises(NotReproduced, match=r"bad endpoint .* judged good"):
+        bisect(spec, tmp_path)
+    assert time.monotonic() - started < 60  # the interior runs were cancelled, not awaited
+    sid, journaled, servers = journal_rows(tmp_path / "session")
+    assert set(journaled) == {h.good, h.bad}
+    assert all(stopped is not None for _, stopped in servers)
+    assert session_processes(sid) == []

@@ -249,25 +249,27 @@ class Driver:
             cal, alpha_total=v.alpha, expected_steps=tests + 2, max_samples=v.max_samples))
 
     def verify_endpoints(self) -> None:
+        """One at a time: the good endpoint first (no need to build bad if good fails)."""
         rng = self.rng
         steps = math.ceil(math.log2(max(2, len(rng.commits))))
         n = len(rng.commits)
         first = next_step(n, {n - 1: Verdict.BAD}).test
         self._prefetch([rng.bad.sha] + ([rng.commits[first].sha] if first is not None else []))
-        if self.executor is not None:
-            good, bad = self.test_batch([(rng.good, "good endpoint", steps + 1),
-                                         (rng.bad, "bad endpoint", steps)])
-        else:
-            good = self.test(rng.good, "good endpoint", steps + 1)
+        good = self.test(rng.good, "good endpoint", steps + 1)
+        if good.verdict is Verdict.SKIP:
+            self.check_endpoints(good, None)
+        self.check_endpoints(good, self.test(rng.bad, "bad endpoint", steps))
+
+    def check_endpoints(self, good: Outcome, bad: Outcome | None) -> None:
+        """Raise NotReproduced unless good judged good and bad judged bad."""
+        rng = self.rng
         if good.verdict is Verdict.SKIP:
             raise NotReproduced(f"the good endpoint {rng.good.sha[:12]} could not be tested: "
                                 f"{good.reason}", hint="pick a good commit that builds and serves")
-        if self.executor is None:
-            bad = self.test(rng.bad, "bad endpoint", steps)
         problems = []
         if good.verdict is not Verdict.GOOD:
             problems.append(f"good endpoint {rng.good.sha[:12]} judged {good.verdict}: {good.reason}")
-        if bad.verdict is not Verdict.BAD:
+        if bad is not None and bad.verdict is not Verdict.BAD:
             problems.append(f"bad endpoint {rng.bad.sha[:12]} judged {bad.verdict}: {bad.reason}")
         if problems:
             raise NotReproduced("did not reproduce: " + "; ".join(problems),
@@ -278,14 +280,16 @@ class Driver:
         t0 = time.monotonic()
         rng = self.rng
         self.events.on_range(rng)
-        if self.spec.verdict.strategy == "sequential":
+        sequential = self.spec.verdict.strategy == "sequential"
+        if sequential:
             self.calibrate_endpoints()
-        else:
+        elif self.executor is None:
             self.verify_endpoints()
         if self.executor is not None:
             from vllm_bisect.bisect.parallel import ParallelSearch
 
-            step, rounds = ParallelSearch(self, self.executor).run()
+            # (threshold verdicts: the endpoints run beside the first interior commits)
+            step, rounds = ParallelSearch(self, self.executor).run(endpoints=not sequential)
         else:
             step, rounds = self._search()
         first_bad = rng.sha(step.culprit) if step.culprit is not None else None

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from vllm_bisect.bisect.executor import Done, Executor
 from vllm_bisect.bisect.multisection import choose, ideal_rounds, useless
 from vllm_bisect.bisect.strategy import Step, bounds, next_step
-from vllm_bisect.models import Verdict
+from vllm_bisect.models import Evaluation, Verdict
 
 if TYPE_CHECKING:
     from vllm_bisect.bisect.driver import Driver
@@ -49,13 +49,16 @@ class ParallelSearch:
                 self.ex.cancel(task)
                 self.d.events.on_phase(self.d.rng.commits[idx].sha, f"cancelled: {why}")
 
-    def _dispatch(self) -> bool:
-        """Start commits on free workers; True when a cached result changed the state."""
+    def _dispatch(self, speculative: bool = False) -> bool:
+        """Start commits on free workers; True when a cached result changed the state.
+        ``speculative``: the endpoints are still being verified (cached commits wait)."""
         free = self.ex.workers - self.ex.in_flight()
         more = self.d._more()
         for idx in choose(self.n, self.verdicts, set(self.by_index), free):
             info = self.d.rng.commits[idx]
             found = self.d.lookup(info.sha, more)
+            if found is not None and speculative:
+                continue
             if found is not None:
                 self.d.events.on_testing(info, "bisect", self._steps_left())
                 self.verdicts[idx] = self.d.record(info, "bisect", found, cached=True).verdict
@@ -78,8 +81,40 @@ class ParallelSearch:
         self.known_depth = max(self.known_depth, depth)
         self.rounds = max(self.rounds, depth)
 
-    def run(self) -> tuple[Step, int]:
+    def _endpoints(self) -> None:
+        """Verify both endpoints at once while the other workers start on the first interior
+        commits (assuming the endpoints reproduce; if not, those runs are cancelled)."""
+        d, rng = self.d, self.d.rng
+        steps = ideal_rounds(self.n, self.ex.workers)
+        results: dict[str, tuple[Evaluation, bool]] = {}
+        tasks: dict[int, str] = {}
+        for info, role in ((rng.good, "good endpoint"), (rng.bad, "bad endpoint")):
+            d.events.on_testing(info, role, steps)
+            found = d.lookup(info.sha)
+            if found is not None:
+                results[info.sha] = (found, True)
+            else:
+                tasks[self.ex.submit(info.sha)] = info.sha
+        self._dispatch(speculative=True)
+        held: list[Done] = []
+        while tasks:
+            for done in self.ex.wait():
+                if done.task in tasks:
+                    tasks.pop(done.task)
+                    d.fresh(done.evaluation)
+                    results[done.commit] = (done.evaluation, False)
+                else:
+                    held.append(done)
+        good = d.record(rng.good, "good endpoint", *results[rng.good.sha])
+        bad = d.record(rng.bad, "bad endpoint", *results[rng.bad.sha])
+        d.check_endpoints(good, bad)
+        for done in held:
+            self._finish(done)
+
+    def run(self, endpoints: bool = False) -> tuple[Step, int]:
         try:
+            if endpoints:
+                self._endpoints()
             while True:
                 self._cancel(useless(self.n, self.verdicts, list(self.by_index)),
                              "a verdict elsewhere made it useless")
