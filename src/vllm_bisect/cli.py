@@ -118,7 +118,8 @@ def run(
     repo: Annotated[str | None, typer.Option(help="vLLM checkout (range.repo)")] = None,
     session: Annotated[Path | None, typer.Option(help="session dir (resumes if it exists)")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
-    symptom: Annotated[str | None, typer.Option(help="verdict.symptom: length|itl|any")] = None,
+    symptom: Annotated[str | None, typer.Option(
+        help="verdict.symptom: length|itl|correctness|any")] = None,
     itl_factor: Annotated[float | None, typer.Option(help="verdict.itl_factor")] = None,
     workers: Annotated[int | None, typer.Option(
         help="commits tested at once (parallel.workers; without --gpus: simulator/CPU workers)")

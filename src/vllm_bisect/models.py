@@ -38,6 +38,19 @@ class RequestResult(_Value):
     text_sha256: str | None = None   # of the generated text: greedy outputs can be compared
 
 
+class LoadResult(_Value):
+    """A closed-loop load at one concurrency (probes.load)."""
+
+    concurrency: int
+    requests: int
+    errors: int
+    duration_s: float
+    output_tokens: int
+    output_tok_s: float            # all output tokens / wall time
+    tpot_ms: float | None          # median per-request time per output token
+    per_request_tok_s: list[float] = Field(default_factory=list)
+
+
 class Measurement(_Value):
     """What the decode probe saw at one server (aggregates are medians over requests)."""
 
@@ -62,6 +75,10 @@ class Measurement(_Value):
     notes: list[str] = Field(default_factory=list)
     requests: list[RequestResult] = Field(default_factory=list)
     wall_s: float = 0.0
+    load: LoadResult | None = None          # probe.load: throughput at a concurrency
+    mtp_on: LoadResult | None = None        # probe.mtp_speedup: with speculative decoding
+    mtp_off: LoadResult | None = None       # ... and on a second server without it
+    mtp_speedup: float | None = None        # mtp_on / mtp_off output tok/s
 
 
 class Outcome(_Value):
@@ -93,3 +110,22 @@ class Evaluation(_Value):
     artifact: str | None = None
     startup_s: float | None = None
     environment: dict[str, object] = Field(default_factory=dict)
+
+
+class Verification(_Value):
+    """The culprit and its last good parent, re-measured on fresh servers with more samples
+    once the search is over (their verdicts should repeat: bad and good)."""
+
+    culprit: str
+    parent: str
+    samples: int
+    culprit_verdict: Verdict
+    parent_verdict: Verdict
+    culprit_reason: str = ""
+    parent_reason: str = ""
+    culprit_measurement: Measurement | None = None
+    parent_measurement: Measurement | None = None
+
+    @property
+    def confirmed(self) -> bool:
+        return self.culprit_verdict is Verdict.BAD and self.parent_verdict is Verdict.GOOD

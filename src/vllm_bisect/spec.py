@@ -37,7 +37,10 @@ class Endpoint(StrEnum):
 class Symptom(StrEnum):
     LENGTH = "length"
     ITL = "itl"
-    ANY = "any"
+    CORRECTNESS = "correctness"  # greedy output differs from the good endpoint's
+    THROUGHPUT = "throughput"    # output tok/s under probe.load fell
+    MTP_SPEEDUP = "mtp-speedup"  # speculative vs plain decode speed fell below a floor
+    ANY = "any"                  # length or itl
 
 
 class RangeSpec(_Model):
@@ -121,6 +124,12 @@ class ServeSpec(_Model):
         return json.dumps(self.speculative.model_dump(), separators=(",", ":"))
 
 
+class LoadSpec(_Model):
+    concurrency: int = Field(default=8, ge=1, le=1024)
+    requests: int = Field(default=32, ge=1, le=100000)
+    max_tokens: int = Field(default=256, ge=2)
+
+
 class ProbeSpec(_Model):
     kind: Literal["decode"] = "decode"
     endpoint: Endpoint = Endpoint.COMPLETIONS
@@ -134,6 +143,11 @@ class ProbeSpec(_Model):
     temperature: float = Field(default=0.0, ge=0.0)
     warmup: int = Field(default=1, ge=0, le=100)
     request_timeout_s: float = Field(default=600.0, gt=0)
+    # [probe.load]: a closed-loop load after the decode probe (output tok/s, TPOT)
+    load: LoadSpec | None = None
+    # [probe.mtp_speedup]: the same load with speculative decoding and, on a second server,
+    # without it; the ratio of output tok/s is the MTP speed-up
+    mtp_speedup: LoadSpec | None = None
 
     def effective_min_tokens(self) -> int | None:
         if self.min_tokens is not None:
@@ -155,6 +169,15 @@ class VerdictSpec(_Model):
     max_samples: int = Field(default=40, ge=3, le=1000)
     alpha: float = Field(default=0.01, gt=0.0, lt=0.5)
     min_effect: float = Field(default=0.05, ge=0.0)
+    # throughput: bad when output tok/s < the good endpoint's / throughput_factor, or below
+    # min_throughput_tok_s
+    throughput_factor: float | None = Field(default=None, gt=1.0)
+    min_throughput_tok_s: float | None = Field(default=None, gt=0)
+    # mtp-speedup: bad when speculative / plain output tok/s < min_mtp_speedup (e.g. 1.5)
+    min_mtp_speedup: float | None = Field(default=None, gt=0)
+    # once the culprit is found, re-measure it and its parent on fresh servers with this many
+    # requests each; the report's effect and its 95% CI come from these samples (0: skip)
+    verify_samples: int = Field(default=10, ge=0, le=1000)
 
 
 class ExecutorKind(StrEnum):
@@ -194,6 +217,19 @@ class BisectSpec(_Model):
         if (v.symptom is Symptom.ITL and v.strategy == "threshold" and v.max_itl_ms is None
                 and v.itl_factor is None):
             raise ValueError('verdict.symptom = "itl" needs verdict.max_itl_ms or verdict.itl_factor')
+        if v.symptom is Symptom.THROUGHPUT and (
+                self.probe.load is None or (v.throughput_factor is None
+                                            and v.min_throughput_tok_s is None)):
+            raise ValueError('verdict.symptom = "throughput" needs [probe.load] and '
+                             "verdict.throughput_factor or verdict.min_throughput_tok_s")
+        if v.symptom is Symptom.MTP_SPEEDUP and (
+                self.probe.mtp_speedup is None or v.min_mtp_speedup is None
+                or self.serve.speculative is None):
+            raise ValueError('verdict.symptom = "mtp-speedup" needs [probe.mtp_speedup], '
+                             "verdict.min_mtp_speedup and [serve.speculative]")
+        if v.symptom is Symptom.CORRECTNESS and self.probe.temperature != 0.0:
+            raise ValueError('verdict.symptom = "correctness" compares greedy outputs: it needs '
+                             "probe.temperature = 0")
         if v.symptom is Symptom.LENGTH and self.min_output_tokens() is None:
             raise ValueError(
                 "verdict.symptom = \"length\" needs verdict.min_output_tokens when the probe "

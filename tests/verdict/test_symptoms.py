@@ -53,3 +53,24 @@ def test_two_symptoms_at_different_commits_and_the_follow_up(tmp_path: Path) -> 
     doc = json.loads(r2.stdout)
     assert doc["first_bad"] == h.planted["itl"]
     assert any(pr["from_cache"] for pr in doc["probed"])
+
+
+def test_correctness_compares_outputs_of_the_same_length() -> None:
+    from vllm_bisect.models import Measurement, RequestResult, TokensSource
+    from vllm_bisect.spec import Symptom, VerdictSpec
+    from vllm_bisect.verdict.judge import Judge
+
+    def m(*reqs: tuple[int, str]) -> Measurement:
+        rs = [RequestResult(output_tokens=n, finish_reason="length", ttft_ms=1, latency_ms=1,
+                            itl_ms=1, chunk_itl_ms=1, tpot_ms=1, n_chunks=n, tokens_per_chunk=1,
+                            tokens_source=TokensSource.USAGE, text_sha256=t) for n, t in reqs]
+        return Measurement(endpoint="completions", model="m", requested_tokens=80,
+                           min_output_tokens=80, output_tokens=[n for n, _ in reqs], length_ok=True,
+                           itl_ms=1, chunk_itl_ms=1, tokens_per_chunk=1, ttft_ms=1, tpot_ms=1,
+                           finish_reasons=["length"], tokens_source=TokensSource.USAGE,
+                           requests=rs)
+
+    j = Judge(VerdictSpec(symptom=Symptom.CORRECTNESS), 80).with_reference(m((80, "x"), (80, "x")))
+    assert j.judge(m((80, "x"), (80, "x"))).verdict.value == "good"
+    assert j.judge(m((80, "x"), (80, "y"))).verdict.value == "bad"
+    assert j.judge(m((64, "z"))).verdict.value == "skip"  # another length: not comparable

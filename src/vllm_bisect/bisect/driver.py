@@ -21,7 +21,14 @@ from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.strategy import Step, lookahead, next_step
 from vllm_bisect.builders.prefetch import Prefetcher
 from vllm_bisect.errors import NotReproduced
-from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Verdict
+from vllm_bisect.models import (
+    EvalStatus,
+    Evaluation,
+    Measurement,
+    Outcome,
+    Verdict,
+    Verification,
+)
 from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict import Judge
 from vllm_bisect.verdict.sequential import (
@@ -75,6 +82,7 @@ class BisectResult:
     wall_s: float = 0.0
     rounds: int = 0      # search rounds that ran evaluations (a parallel round tests k commits)
     workers: int = 1
+    verification: Verification | None = None  # the culprit and its parent, re-measured
 
 
 def _dist(xs: list[float]) -> str:
@@ -189,10 +197,23 @@ class Driver:
 
     def record(self, info: CommitInfo, role: str, ev: Evaluation, cached: bool) -> Outcome:
         """Judge an evaluation, journal it, and tell the event handler."""
+        outcome = self.judged(info, role, ev, cached)
+        key = self.spec.measurement_key(info.sha)
+        if not cached or key not in self.session_evals:
+            self.journal.record(key, outcome, ev)
+            self.session_evals[key] = ev
+        self.probed.append(outcome)
+        self.evaluations[info.sha] = ev
+        self.events.on_outcome(info, outcome)
+        return outcome
+
+    def judged(self, info: CommitInfo, role: str, ev: Evaluation, cached: bool = False
+               ) -> Outcome:
+        """The verdict on one evaluation (the good endpoint's also sets the reference)."""
         if ev.measurement is None:
             outcome = Outcome(commit=info.sha, verdict=Verdict.SKIP,
                               reason=ev.reason or ev.status.value, from_cache=cached)
-        elif self.sequential is not None and role == "bisect":
+        elif self.sequential is not None and role in ("bisect", "verify"):
             v, why = self.sequential.decide(ev.measurement.requests)
             verdict = {SeqVerdict.GOOD: Verdict.GOOD, SeqVerdict.BAD: Verdict.BAD}.get(
                 v, Verdict.SKIP)
@@ -204,13 +225,6 @@ class Driver:
             j = self.judge.judge(ev.measurement)
             outcome = Outcome(commit=info.sha, verdict=j.verdict, reason=j.reason,
                               measurement=ev.measurement, from_cache=cached)
-        key = self.spec.measurement_key(info.sha)
-        if not cached or key not in self.session_evals:
-            self.journal.record(key, outcome, ev)
-            self.session_evals[key] = ev
-        self.probed.append(outcome)
-        self.evaluations[info.sha] = ev
-        self.events.on_outcome(info, outcome)
         return outcome
 
     # -- the search --------------------------------------------------------------------
@@ -293,11 +307,16 @@ class Driver:
         else:
             step, rounds = self._search()
         first_bad = rng.sha(step.culprit) if step.culprit is not None else None
+        verification = None
+        if first_bad is not None and self.spec.verdict.verify_samples > 0:
+            from vllm_bisect.bisect.verify import verify_culprit
+
+            verification = verify_culprit(self, first_bad)
         return BisectResult(range=rng, first_bad=first_bad,
                             candidates=[rng.sha(i) for i in step.candidates],
                             probed=self.probed, evaluations=self.evaluations,
                             server_starts=self.server_starts, wall_s=time.monotonic() - t0,
-                            rounds=rounds, workers=self.workers)
+                            rounds=rounds, workers=self.workers, verification=verification)
 
     def _search(self) -> tuple[Step, int]:
         """Binary search, one commit at a time, prefetching what may come next."""

@@ -19,11 +19,12 @@ from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.builders import Artifact, ArtifactKind, Builder
 from vllm_bisect.envinfo import fingerprint
 from vllm_bisect.errors import ArtifactUnavailable, Cancelled, RecoverableError
-from vllm_bisect.models import EvalStatus, Evaluation, Measurement
+from vllm_bisect.models import EvalStatus, Evaluation, Measurement, TokensSource
 from vllm_bisect.probes.decode import DecodeProbe, combine
+from vllm_bisect.probes.load import LoadProbe
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.process import free_port, run_server
-from vllm_bisect.spec import BisectSpec
+from vllm_bisect.spec import BisectSpec, LoadSpec, ProbeSpec
 
 if TYPE_CHECKING:
     import docker
@@ -66,6 +67,7 @@ class Evaluator:
 
     def _sample(self, handle: ServerHandle, commit: str, more: MoreSamples | None,
                 cancel: threading.Event | None = None) -> Measurement:
+        p = self.spec.probe
         with _stop_on(cancel, handle):
             m = self.probe.measure(handle)
             while more is not None and (k := more(m)) > 0:
@@ -73,7 +75,32 @@ class Evaluator:
                     raise Cancelled("cancelled between samples")
                 self._phase(commit, f"sampling {k} more requests ({len(m.requests)} so far)")
                 m = combine(m, self.probe.measure(handle, requests=k, warmup=0))
+            if p.load is not None:
+                self._phase(commit, f"load: {p.load.requests} requests at concurrency "
+                                    f"{p.load.concurrency}")
+                m = m.model_copy(update={"load": LoadProbe(p, p.load).measure(handle)})
+            if p.mtp_speedup is not None:
+                self._phase(commit, "MTP speed-up: the load with speculative decoding")
+                m = m.model_copy(update={"mtp_on": LoadProbe(p, p.mtp_speedup).measure(handle)})
         return m
+
+    def _mtp_off(self, artifact: Artifact, commit: str, m: Measurement,
+                 devices: Sequence[int] | None, extra: dict[str, str],
+                 cancel: threading.Event | None) -> Measurement:
+        """The MTP speed-up's other arm: the same load on a server without speculation."""
+        p = self.spec.probe
+        assert p.mtp_speedup is not None
+        plain = Evaluator(self.spec.model_copy(update={
+            "serve": self.spec.serve.model_copy(update={"speculative": None}),
+            "probe": p.model_copy(update={"mtp_speedup": None, "load": None})}),
+            self.builder, self.log_dir / "no-spec", self.journal, self.session_id, self.on_phase)
+        plain._docker = self._docker
+        plain.probe = _LoadOnly(p, p.mtp_speedup)  # type: ignore[assignment]
+        self._phase(commit, "MTP speed-up: the same load without speculative decoding")
+        off, _ = plain._serve_and_probe(artifact, commit, None, devices, extra, cancel)
+        assert off.load is not None and m.mtp_on is not None
+        speedup = m.mtp_on.output_tok_s / off.load.output_tok_s if off.load.output_tok_s else None
+        return m.model_copy(update={"mtp_off": off.load, "mtp_speedup": speedup})
 
     def _prepare(self, commit: str, cancel: threading.Event | None) -> Artifact:
         if cancel is not None and "cancel" in inspect.signature(self.builder.prepare).parameters:
@@ -104,6 +131,8 @@ class Evaluator:
             if cancel is not None and cancel.is_set():
                 raise Cancelled("cancelled after the artifact was ready")
             m, startup = self._serve_and_probe(artifact, commit, more, devices, extra, cancel)
+            if self.spec.probe.mtp_speedup is not None and self.spec.serve.speculative is not None:
+                m = self._mtp_off(artifact, commit, m, devices, extra, cancel)
         except RecoverableError as err:
             if isinstance(err, Cancelled) or (cancel is not None and cancel.is_set()):
                 return cancelled.model_copy(update={"artifact": artifact.identity})
@@ -178,3 +207,20 @@ def _stop_on(cancel: threading.Event | None, handle: ServerHandle) -> Iterator[N
     finally:
         done.set()
         t.join()
+
+
+class _LoadOnly:
+    """Stands in for the decode probe on the MTP speed-up's plain server: it runs the load
+    only, and hands it back in a measurement."""
+
+    def __init__(self, probe: ProbeSpec, load: LoadSpec) -> None:
+        self.load = LoadProbe(probe, load)
+
+    def measure(self, server: ServerHandle, requests: int | None = None,
+                warmup: int | None = None) -> Measurement:
+        res = self.load.measure(server)
+        return Measurement(endpoint="completions", model=server.model, requested_tokens=None,
+                           min_output_tokens=None, output_tokens=[], length_ok=True, itl_ms=None,
+                           chunk_itl_ms=None, tokens_per_chunk=None, ttft_ms=None,
+                           tpot_ms=res.tpot_ms, finish_reasons=[],
+                           tokens_source=TokensSource.USAGE, load=res, wall_s=res.duration_s)

@@ -135,7 +135,12 @@ class RayExecutor:
         ray = self.ray
         try:
             ev_json, logs = ray.get(ref)
-            ev = Evaluation.model_validate_json(ev_json)
+            try:
+                ev = Evaluation.model_validate_json(ev_json)
+            except ValueError as err:
+                raise FatalError(f"a Ray worker sent a result this driver cannot read: {err}",
+                                 hint="install the same vllm-bisect version on every node "
+                                      "and on the driver") from None
             log_dir = self.session_dir / "logs"
             log_dir.mkdir(parents=True, exist_ok=True)
             for name, text in logs.items():

@@ -12,7 +12,7 @@ from vllm_bisect.triage import spec_from_triage, triage
 COMMAND = re.compile(r"^/bisect\b(?P<args>[^\n]*)$", re.MULTILINE)
 REF = re.compile(r"^(?:[0-9a-f]{7,40}|v?\d+\.\d+\.\d+(?:rc\d+)?(?:\.dev\d+)?|[\w.-]{1,80})$")
 MODEL = re.compile(r"^[\w.-]+/[\w.-]+$")
-SYMPTOMS = ("length", "itl", "any")
+SYMPTOMS = ("length", "itl", "correctness", "any")
 
 
 def find_command(comment: str) -> str | None:

@@ -80,6 +80,8 @@ def markdown(r: SessionReport) -> str:
         lines += [f"- [`{c[:12]}`]({COMMIT_URL.format(sha=c)})" for c in res["candidates"]]
     for effect in effects(r):
         lines.append(f"\nEffect at the first bad commit vs its parent: {effect}")
+    for line in verification_lines(r):
+        lines.append(f"\n{line}")
     lines += ["", f"Range: `{res['good'][:12]}` (good) .. `{res['bad'][:12]}` (bad), "
               f"{res['n_commits']} commits; {len(r.probed)} judged, {res['server_starts']} "
               f"server starts, {res['wall_s']:.0f} s.", "",
@@ -154,7 +156,7 @@ def symptom_lines(r: SessionReport) -> list[str]:
                "- the symptoms flip at different commits: separate causes")
     covered = {"any": {"length", "itl"}}.get(followed, {followed})
     for f in fl:
-        if f.symptom in ("length", "itl") and f.symptom not in covered:
+        if f.symptom in ("length", "itl", "correctness") and f.symptom not in covered:
             extra = " --itl-factor 1.5" if f.symptom == "itl" and not factor else ""
             out.append(f"- follow `{f.symptom}` too (cached measurements are reused): "
                        f"`vllm-bisect run --spec spec.toml --symptom {f.symptom}{extra}`")
@@ -162,27 +164,49 @@ def symptom_lines(r: SessionReport) -> list[str]:
 
 
 def effects(r: SessionReport) -> list[str]:
-    """Culprit vs the last good commit before it, per symptom, with bootstrap CIs."""
+    """Culprit vs its last good parent, per metric, with 95% bootstrap CIs: from the
+    verification's fresh samples when the culprit was re-measured, else from the search's."""
     res = r.result
     if not res["first_bad"]:
         return []
-    by_commit = {p["commit"]: p for p in r.probed}
-    culprit = by_commit.get(res["first_bad"])
-    if culprit is None or culprit.get("index") is None:
-        return []
-    parents = [p for p in r.probed if p.get("index") is not None
-               and p["index"] < culprit["index"] and p["verdict"] == "good"]
-    if not parents:
-        return []
-    parent = max(parents, key=lambda p: p["index"])
+    v = res.get("verification")
+    if v and v.get("culprit_per_request") and v.get("parent_per_request"):
+        before_pr, after_pr = v["parent_per_request"], v["culprit_per_request"]
+        source = f"re-measured with {v['samples']} requests each"
+    else:
+        by_commit = {p["commit"]: p for p in r.probed}
+        culprit = by_commit.get(res["first_bad"])
+        if culprit is None or culprit.get("index") is None:
+            return []
+        parents = [p for p in r.probed if p.get("index") is not None
+                   and p["index"] < culprit["index"] and p["verdict"] == "good"]
+        if not parents:
+            return []
+        parent = max(parents, key=lambda p: p["index"])
+        before_pr, after_pr = parent.get("per_request") or {}, culprit.get("per_request") or {}
+        source = "samples taken during the search"
     out = []
     for key, name, unit in (("itl_ms", "ITL", " ms/token"), ("output_tokens", "output tokens", "")):
-        before = [float(x) for x in (parent.get("per_request") or {}).get(key, []) if x is not None]
-        after = [float(x) for x in (culprit.get("per_request") or {}).get(key, []) if x is not None]
+        before = [float(x) for x in before_pr.get(key, []) if x is not None]
+        after = [float(x) for x in after_pr.get(key, []) if x is not None]
         e = bootstrap_change(before, after, name)
         if e is not None and abs(e.change) >= 0.05:
-            out.append(e.describe(unit))
+            out.append(f"{e.describe(unit)}; {source}")
     return out
+
+
+def verification_lines(r: SessionReport) -> list[str]:
+    v = r.result.get("verification")
+    if not v:
+        return []
+    if v["confirmed"]:
+        return [f"Verified: re-measured on fresh servers ({v['samples']} requests each), the "
+                f"culprit again judged bad ({v['culprit_reason']}) and its parent "
+                f"{v['parent'][:12]} good ({v['parent_reason']})."]
+    return [f"**Not verified**: re-measured with {v['samples']} requests each, the culprit "
+            f"judged {v['culprit_verdict']} ({v['culprit_reason']}) and its parent "
+            f"{v['parent'][:12]} {v['parent_verdict']} ({v['parent_reason']}). The symptom may "
+            "be flaky: rerun with more samples (verdict.strategy = \"sequential\")."]
 
 
 def _svg_plot(title: str, unit: str, points: list[tuple[int, float | None, str, bool]],

@@ -7,7 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from vllm_bisect.bisect.driver import BisectResult
-from vllm_bisect.models import EvalStatus, Evaluation, Outcome, Verdict
+from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Verdict
 
 STYLE = {Verdict.GOOD: "green", Verdict.BAD: "red", Verdict.SKIP: "yellow"}
 _NO_EVAL = Evaluation(commit="", status=EvalStatus.FAILED)
@@ -68,13 +68,32 @@ def result_json(result: BisectResult) -> dict[str, Any]:
              "environment": (result.evaluations.get(o.commit) or _NO_EVAL).environment,
              "measurement": o.measurement.model_dump(mode="json", exclude={"requests"})
              if o.measurement else None,
-             "per_request": {"itl_ms": [r.itl_ms for r in o.measurement.requests],
-                             "output_tokens": [r.output_tokens for r in o.measurement.requests]}
-             if o.measurement else None}
+             "per_request": _per_request(o.measurement)}
             for o in result.probed
         ],
+        "verification": _verification(result),
         "server_starts": result.server_starts,
         "rounds": result.rounds,
         "workers": result.workers,
         "wall_s": round(result.wall_s, 3),
     }
+
+
+def _per_request(m: Measurement | None) -> dict[str, list[Any]] | None:
+    if m is None:
+        return None
+    return {"itl_ms": [r.itl_ms for r in m.requests],
+            "output_tokens": [r.output_tokens for r in m.requests],
+            "text_sha256": [r.text_sha256 for r in m.requests]}
+
+
+def _verification(result: BisectResult) -> dict[str, Any] | None:
+    v = result.verification
+    if v is None:
+        return None
+    return {"culprit": v.culprit, "parent": v.parent, "samples": v.samples,
+            "confirmed": v.confirmed,
+            "culprit_verdict": v.culprit_verdict.value, "culprit_reason": v.culprit_reason,
+            "parent_verdict": v.parent_verdict.value, "parent_reason": v.parent_reason,
+            "culprit_per_request": _per_request(v.culprit_measurement),
+            "parent_per_request": _per_request(v.parent_measurement)}

@@ -40,6 +40,8 @@ class SimConfig:
     startup_delay_s: float = 0.0
     first_request_delay_s: float = 0.0
     crash_after_tokens: int | None = None
+    # A numerics bug: greedy output differs from the correct text after this many tokens.
+    diverge_after_tokens: int | None = None
     noise_cv: float = 0.0
     seed: int | None = None
     fingerprint_hash: str = "nohash"
@@ -147,5 +149,6 @@ def plan_steps(cfg: SimConfig, n_tokens: int, rng: random.Random) -> list[Step]:
     return steps
 
 
-def token_text(index: int) -> str:
-    return " " + VOCAB[index % len(VOCAB)]
+def token_text(index: int, diverge_after: int | None = None) -> str:
+    shift = 7 if diverge_after is not None and index >= diverge_after else 0
+    return " " + VOCAB[(index + shift) % len(VOCAB)]

@@ -37,6 +37,8 @@ FILLER_SUBJECTS = (
 )
 CAP_SUBJECT = "[Spec Decode] Merge generation-config defaults into MTP requests"
 SLOW_SUBJECT = "[Kernel] Route MTP verify steps through the packed GDN wrapper"
+LOW_ACCEPT_SUBJECT = "[Spec Decode] Reuse the target model's rotary cache in the MTP head"
+WRONG_SUBJECT = "[Kernel] Use the fast-math path in the fused sampler epilogue"
 GEN_CAP_SUBJECT = "[Model] Ship generation_config.json with max_new_tokens=128"
 BROKEN_SUBJECT = "[Build] Require CMake 3.31 for the CUDA 13 toolchain"
 FIX_BUILD_SUBJECT = "[Build] Revert CMake minimum to 3.26"
@@ -54,6 +56,8 @@ class HistoryPlan:
     gen_cap_at: int | None = None      # from here on: generation_config max_new_tokens=128
     gen_caps_explicit: bool = False
     unbuildable: tuple[int, ...] = ()  # these commits fail to build (the next one fixes it)
+    wrong_output_at: int | None = None  # from here on: greedy text wrong after 40 tokens
+    low_acceptance_at: int | None = None  # from here on: draft acceptance 0.1 (MTP gains ~0)
     slow_start: tuple[int, ...] = ()   # these commits take slow_start_s to start (weight load)
     slow_start_s: float = 60.0
     step_ms: float = 10.0
@@ -95,10 +99,13 @@ def _files(plan: HistoryPlan, i: int) -> dict[str, str]:
         "vllm/config/engine.py": t.ENGINE_CONFIG.format(
             step_ms=round(plan.step_ms * (plan.slow_factor if slow else 1.0), 3),
             init_s=plan.slow_start_s if i in plan.slow_start else plan.init_s,
-            noise_cv=plan.noise_cv),
+            noise_cv=plan.noise_cv,
+            diverge=40 if plan.wrong_output_at is not None and i >= plan.wrong_output_at
+            else None),
         "vllm/spec_decode/__init__.py": "",
         "vllm/spec_decode/config.py": t.SPEC_DECODE.format(
-            acceptance=plan.acceptance, cap=plan.cap_tokens if cap else None),
+            acceptance=0.1 if plan.low_acceptance_at is not None and i >= plan.low_acceptance_at
+            else plan.acceptance, cap=plan.cap_tokens if cap else None),
         "vllm/transformers_utils/__init__.py": "",
         "vllm/transformers_utils/generation_config.py": t.GEN_CONFIG.format(
             max_new_tokens=128 if gen_cap else None, caps_explicit=plan.gen_caps_explicit),
@@ -134,6 +141,10 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
             subject = SLOW_SUBJECT
         elif i == plan.gen_cap_at:
             subject = GEN_CAP_SUBJECT
+        elif i == plan.wrong_output_at:
+            subject = WRONG_SUBJECT
+        elif i == plan.low_acceptance_at:
+            subject = LOW_ACCEPT_SUBJECT
         elif i in plan.unbuildable:
             subject = BROKEN_SUBJECT
         elif i - 1 in plan.unbuildable:
@@ -169,6 +180,10 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
             planted["itl"] = c.hexsha
         if i == plan.gen_cap_at:
             planted["gen_config_length"] = c.hexsha
+        if i == plan.wrong_output_at:
+            planted["correctness"] = c.hexsha
+        if i == plan.low_acceptance_at:
+            planted["mtp-speedup"] = c.hexsha
         if i in plan.unbuildable:
             unbuildable.append(c.hexsha)
     return History(path=path, shas=tuple(shas), planted=planted, unbuildable=tuple(unbuildable))

@@ -140,7 +140,8 @@ class SimServer:
                         self.tokens_emitted + step.tokens > self.cfg.crash_after_tokens:
                     await self._crash()
                     return
-                text = "".join(token_text(done + j) for j in range(step.tokens))
+                text = "".join(token_text(done + j, self.cfg.diverge_after_tokens)
+                               for j in range(step.tokens))
                 done += step.tokens
                 self.tokens_emitted += step.tokens
                 now = time.monotonic()

@@ -112,6 +112,8 @@ PREFILL_MS = 20.0
 ENGINE_INIT_S = {init_s}
 # Run-to-run variation of the step time (coefficient of variation).
 STEP_NOISE_CV = {noise_cv}
+# Numerics: greedy output is wrong after this many tokens (None: correct).
+GREEDY_DIVERGES_AFTER = {diverge}
 '''
 
 SPEC_DECODE = '''\
@@ -175,6 +177,7 @@ def main():
         prefill_ms=engine.PREFILL_MS,
         startup_delay_s=engine.ENGINE_INIT_S,
         noise_cv=engine.STEP_NOISE_CV,
+        diverge_after_tokens=getattr(engine, "GREEDY_DIVERGES_AFTER", None),
         spec_k=spec_k,
         acceptance=spec.DRAFT_ACCEPTANCE,
         spec_output_cap=spec.SPEC_MAX_OUTPUT_TOKENS,

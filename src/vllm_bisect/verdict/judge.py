@@ -23,13 +23,62 @@ class Judge:
     spec: VerdictSpec
     min_output_tokens: int | None
     reference_itl_ms: float | None = None
+    # the good endpoint's greedy outputs: (output tokens, text digest) per request
+    reference_texts: frozenset[tuple[int, str]] | None = None
+    reference_tok_s: float | None = None  # the good endpoint's output tok/s under load
 
     @property
     def needs_reference(self) -> bool:
+        if self.spec.symptom in (Symptom.CORRECTNESS, Symptom.THROUGHPUT):
+            return True
         return self.spec.itl_factor is not None and self.spec.symptom is not Symptom.LENGTH
 
     def with_reference(self, m: Measurement) -> Judge:
-        return Judge(self.spec, self.min_output_tokens, m.itl_ms)
+        return Judge(self.spec, self.min_output_tokens, m.itl_ms, text_digests(m),
+                     m.load.output_tok_s if m.load else None)
+
+    def _throughput(self, m: Measurement) -> Judgement:
+        if m.load is None:
+            return Judgement(Verdict.SKIP, "no load measurement", False, None)
+        limits = []
+        if self.spec.min_throughput_tok_s is not None:
+            limits.append(self.spec.min_throughput_tok_s)
+        if self.spec.throughput_factor is not None and self.reference_tok_s is not None:
+            limits.append(self.reference_tok_s / self.spec.throughput_factor)
+        floor = max(limits) if limits else 0.0
+        got = m.load.output_tok_s
+        where = f"{got:.1f} output tok/s at concurrency {m.load.concurrency}"
+        if got < floor:
+            return Judgement(Verdict.BAD, f"{where} < {floor:.1f}", False, None)
+        return Judgement(Verdict.GOOD, f"{where} >= {floor:.1f}", False, None)
+
+    def _mtp_speedup(self, m: Measurement) -> Judgement:
+        floor = self.spec.min_mtp_speedup or 0.0
+        if m.mtp_speedup is None or m.mtp_on is None:
+            return Judgement(Verdict.SKIP, "no MTP speed-up measurement", False, None)
+        where = (f"MTP speed-up {m.mtp_speedup:.2f}x at concurrency {m.mtp_on.concurrency} "
+                 f"({m.mtp_on.output_tok_s:.1f} vs {m.mtp_off.output_tok_s if m.mtp_off else 0:.1f}"
+                 " tok/s)")
+        if m.mtp_speedup < floor:
+            return Judgement(Verdict.BAD, f"{where} < {floor:.2f}x", False, None)
+        return Judgement(Verdict.GOOD, f"{where} >= {floor:.2f}x", False, None)
+
+    def _correctness(self, m: Measurement) -> Judgement:
+        """Bad when a greedy output of the same length as the good endpoint's differs from it
+        (an output of another length is the length symptom's business, not comparable)."""
+        ref = self.reference_texts or frozenset()
+        lengths = {n for n, _ in ref}
+        got = [(r.output_tokens, r.text_sha256) for r in m.requests
+               if r.text_sha256 and r.output_tokens in lengths]
+        if not got:
+            return Judgement(Verdict.SKIP, "no greedy output of the good endpoint's length to "
+                             "compare (follow the length symptom for length changes)", False, None)
+        wrong = [g for g in got if g not in ref]
+        if wrong:
+            return Judgement(Verdict.BAD, f"greedy output differs from the good endpoint's "
+                             f"({len(wrong)}/{len(got)} requests)", False, None)
+        return Judgement(Verdict.GOOD, "greedy output identical to the good endpoint's",
+                         False, None)
 
     def itl_limit_ms(self) -> float | None:
         limits = []
@@ -40,6 +89,12 @@ class Judge:
         return min(limits) if limits else None
 
     def judge(self, m: Measurement) -> Judgement:
+        if self.spec.symptom is Symptom.CORRECTNESS:
+            return self._correctness(m)
+        if self.spec.symptom is Symptom.THROUGHPUT:
+            return self._throughput(m)
+        if self.spec.symptom is Symptom.MTP_SPEEDUP:
+            return self._mtp_speedup(m)
         floor = self.min_output_tokens
         short = [o for o in m.output_tokens if floor is not None and o < floor]
         length_bad = bool(short)
@@ -64,3 +119,7 @@ class Judge:
         if follow_itl and limit is not None and m.itl_ms is not None:
             parts.append(f"ITL {m.itl_ms:.2f} ms <= {limit:.2f} ms")
         return Judgement(Verdict.GOOD, "; ".join(parts) or "no symptom", length_bad, itl_bad)
+
+
+def text_digests(m: Measurement) -> frozenset[tuple[int, str]]:
+    return frozenset((r.output_tokens, r.text_sha256) for r in m.requests if r.text_sha256)

@@ -2,7 +2,8 @@
 
 ``length``: some output fell short of the minimum; ``itl``: per-token ITL above
 ``itl_factor`` (default 1.5) times the good endpoint's; ``acceptance``: acceptance length
-more than 10% below the good endpoint's; ``crash``: the server died or the probe failed.
+more than 10% below the good endpoint's; ``correctness``: a greedy output differs from the
+good endpoint's output of the same length (text digests); ``crash``: the server died or the probe failed.
 A flip is bracketed by the last probed commit without the symptom and the first with it;
 symptoms whose brackets coincide flip at the same commit (one root cause, likely).
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SYMPTOMS = ("length", "itl", "acceptance", "crash")
+SYMPTOMS = ("length", "itl", "acceptance", "correctness", "crash")
 CRASH_MARKERS = ("ServeError", "ProbeError", "StreamFormatError")
 
 
@@ -29,11 +30,14 @@ class Flip:
 
 
 def symptoms_of(p: dict[str, Any], ref: dict[str, Any] | None, min_tokens: int | None,
-                itl_factor: float) -> dict[str, bool | None]:
+                itl_factor: float, ref_p: dict[str, Any] | None = None) -> dict[str, bool | None]:
+    """Symptoms of probed commit ``p`` (ref: the good endpoint's measurement; ref_p: its whole
+    probed entry, for the per-request text digests)."""
     m = p.get("measurement")
     if m is None:
         crashed = any(k in (p.get("reason") or "") for k in CRASH_MARKERS)
-        return {"length": None, "itl": None, "acceptance": None, "crash": crashed or None}
+        return {"length": None, "itl": None, "acceptance": None, "correctness": None,
+                "crash": crashed or None}
     outs = m.get("output_tokens") or []
     out: dict[str, bool | None] = {
         "length": bool(min_tokens and any(o < min_tokens for o in outs)), "crash": False}
@@ -41,14 +45,31 @@ def symptoms_of(p: dict[str, Any], ref: dict[str, Any] | None, min_tokens: int |
     out["itl"] = None if not r_itl or itl is None else itl > itl_factor * r_itl
     r_acc, acc = (ref or {}).get("acceptance_length"), m.get("acceptance_length")
     out["acceptance"] = None if not r_acc or acc is None else acc < 0.9 * r_acc
+    out["correctness"] = _wrong_text(p, ref_p)
     return out
+
+
+def _pairs(p: dict[str, Any] | None) -> list[tuple[int, str]]:
+    pr = (p or {}).get("per_request") or {}
+    return [(n, t) for n, t in zip(pr.get("output_tokens") or [], pr.get("text_sha256") or [],
+                                   strict=False) if t]
+
+
+def _wrong_text(p: dict[str, Any], ref_p: dict[str, Any] | None) -> bool | None:
+    """A greedy output differs from the good endpoint's output of the same length (None:
+    nothing of the same length to compare)."""
+    ref = set(_pairs(ref_p))
+    lengths = {n for n, _ in ref}
+    got = [x for x in _pairs(p) if x[0] in lengths]
+    return None if not got else any(x not in ref for x in got)
 
 
 def table(probed: list[dict[str, Any]], good_sha: str, min_tokens: int | None,
           itl_factor: float | None) -> dict[int, dict[str, bool | None]]:
     """index -> symptom -> present? (None: not measurable there)."""
-    ref = next((p.get("measurement") for p in probed if p["commit"] == good_sha), None)
-    return {int(p["index"]): symptoms_of(p, ref, min_tokens, itl_factor or 1.5)
+    ref_p = next((p for p in probed if p["commit"] == good_sha), None)
+    ref = ref_p.get("measurement") if ref_p else None
+    return {int(p["index"]): symptoms_of(p, ref, min_tokens, itl_factor or 1.5, ref_p)
             for p in probed if p.get("index") is not None}
 
 

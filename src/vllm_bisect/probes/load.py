@@ -1,0 +1,75 @@
+"""A closed-loop load generator: server output tok/s and per-request TPOT at a concurrency.
+
+``concurrency`` clients each send the next request as soon as their last one finished, until
+``requests`` have completed; output tokens are the server's own counts (usage), so no client
+quirk changes the metric. Output throughput = all output tokens / wall time from the first
+request sent to the last one finished (the number ``vllm bench serve`` calls
+``output_throughput``). Requests reuse the decode probe's streaming and SSE checks.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from vllm_bisect.errors import ProbeError
+from vllm_bisect.models import LoadResult, RequestResult
+from vllm_bisect.probes.decode import DecodeProbe
+from vllm_bisect.runtime.base import ServerHandle
+from vllm_bisect.spec import LoadSpec, ProbeSpec
+
+
+class LoadProbe:
+    def __init__(self, probe: ProbeSpec, load: LoadSpec) -> None:
+        self.load = load
+        self.decode = DecodeProbe(probe.model_copy(update={
+            "max_tokens": load.max_tokens, "send_max_tokens": True, "ignore_eos": True,
+            "concurrency": load.concurrency}), None)
+
+    def measure(self, server: ServerHandle) -> LoadResult:
+        c, n = self.load.concurrency, self.load.requests
+        body = self.decode.request_body(server.model, self.load.max_tokens)
+        results: list[RequestResult] = []
+        errors: list[str] = []
+        lock = threading.Lock()
+        issued = 0
+
+        def client(http: httpx.Client) -> None:
+            nonlocal issued
+            while True:
+                with lock:
+                    if issued >= n:
+                        return
+                    issued += 1
+                try:
+                    r = self.decode.run_one(http, server, body)
+                except ProbeError as err:
+                    with lock:
+                        errors.append(err.message)
+                    continue
+                with lock:
+                    results.append(r)
+
+        limits = httpx.Limits(max_connections=c + 2)
+        timeout = httpx.Timeout(30.0, read=self.decode.spec.request_timeout_s)
+        with httpx.Client(limits=limits, timeout=timeout) as http:
+            warm = {k: v for k, v in body.items() if k != "min_tokens"}
+            self.decode.run_one(http, server, {**warm, "max_tokens": 8})  # warm-up
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(max_workers=c) as pool:
+                for f in [pool.submit(client, http) for _ in range(c)]:
+                    f.result()
+            wall = time.perf_counter() - t0
+        if not results:
+            raise ProbeError(f"load probe: every request failed ({errors[0] if errors else '?'})",
+                             hint="see the server log")
+        tokens = sum(r.output_tokens for r in results)
+        tpots = [r.tpot_ms for r in results if r.tpot_ms is not None]
+        return LoadResult(concurrency=c, requests=len(results), errors=len(errors),
+                          duration_s=wall, output_tokens=tokens, output_tok_s=tokens / wall,
+                          tpot_ms=statistics.median(tpots) if tpots else None,
+                          per_request_tok_s=[1000.0 / t for t in tpots if t > 0])
