@@ -51,6 +51,20 @@ class LoadResult(_Value):
     per_request_tok_s: list[float] = Field(default_factory=list)
 
 
+class BenchResult(_Value):
+    """What `vllm bench serve` or `vllm bench throughput` reported (probes.vllm_bench)."""
+
+    tool: str                      # "serve" | "throughput"
+    output_tok_s: float | None     # serve: output_throughput; throughput: its printed line
+    total_tok_s: float | None = None
+    requests_s: float | None = None
+    tpot_ms: float | None = None
+    ttft_ms: float | None = None
+    completed: int = 0
+    failed: int = 0
+    duration_s: float | None = None
+
+
 class Measurement(_Value):
     """What the decode probe saw at one server (aggregates are medians over requests)."""
 
@@ -79,6 +93,7 @@ class Measurement(_Value):
     mtp_on: LoadResult | None = None        # probe.mtp_speedup: with speculative decoding
     mtp_off: LoadResult | None = None       # ... and on a second server without it
     mtp_speedup: float | None = None        # mtp_on / mtp_off output tok/s
+    bench: BenchResult | None = None        # probe.bench: vLLM's own benchmark
 
 
 class Outcome(_Value):

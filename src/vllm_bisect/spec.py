@@ -40,6 +40,7 @@ class Symptom(StrEnum):
     CORRECTNESS = "correctness"  # greedy output differs from the good endpoint's
     THROUGHPUT = "throughput"    # output tok/s under probe.load fell
     MTP_SPEEDUP = "mtp-speedup"  # speculative vs plain decode speed fell below a floor
+    CRASH = "crash"              # the server died or the probe failed (instead of a skip)
     ANY = "any"                  # length or itl
 
 
@@ -130,6 +131,17 @@ class LoadSpec(_Model):
     max_tokens: int = Field(default=256, ge=2)
 
 
+class BenchSpec(_Model):
+    """vLLM's own benchmark, run with the artifact's vllm: "serve" against the running
+    server (`--save-result`), or "throughput" offline after the server is down
+    (`--output-json`). args: its dataset flags, e.g. ["--dataset-name", "random",
+    "--random-input-len", "1024", "--random-output-len", "256", "--num-prompts", "64"]."""
+
+    kind: Literal["serve", "throughput"] = "serve"
+    args: list[str] = Field(default_factory=list)
+    timeout_s: float = Field(default=1800.0, gt=0)
+
+
 class ProbeSpec(_Model):
     kind: Literal["decode"] = "decode"
     endpoint: Endpoint = Endpoint.COMPLETIONS
@@ -148,6 +160,8 @@ class ProbeSpec(_Model):
     # [probe.mtp_speedup]: the same load with speculative decoding and, on a second server,
     # without it; the ratio of output tok/s is the MTP speed-up
     mtp_speedup: LoadSpec | None = None
+    # [probe.bench]: `vllm bench serve` or `vllm bench throughput` (output tok/s)
+    bench: BenchSpec | None = None
 
     def effective_min_tokens(self) -> int | None:
         if self.min_tokens is not None:
@@ -164,7 +178,14 @@ class VerdictSpec(_Model):
     # judge each commit by a sequential probability ratio test on per-request ITL, sampling
     # more on the same server until it decides (max_samples: undecided -> skip); alpha bounds
     # the chance of any mislabel over the whole bisect. Needs symptom = "itl".
-    strategy: Literal["threshold", "sequential"] = "threshold"
+    # "bayes": for flaky symptoms (a crash, a cap in some runs only): run both endpoints
+    # calibration_runs times to learn how often the symptom shows, keep a posterior over the
+    # culprit, run the commit with the largest expected information gain (again if need be),
+    # stop when one commit holds `confidence` of it (or after max_runs)
+    strategy: Literal["threshold", "sequential", "bayes"] = "threshold"
+    confidence: float = Field(default=0.99, gt=0.5, lt=1.0)
+    calibration_runs: int = Field(default=4, ge=1, le=100)
+    max_runs: int = Field(default=60, ge=1, le=10000)
     calibration_samples: int = Field(default=5, ge=5, le=400)
     max_samples: int = Field(default=40, ge=3, le=1000)
     alpha: float = Field(default=0.01, gt=0.0, lt=0.5)
@@ -218,10 +239,11 @@ class BisectSpec(_Model):
                 and v.itl_factor is None):
             raise ValueError('verdict.symptom = "itl" needs verdict.max_itl_ms or verdict.itl_factor')
         if v.symptom is Symptom.THROUGHPUT and (
-                self.probe.load is None or (v.throughput_factor is None
-                                            and v.min_throughput_tok_s is None)):
-            raise ValueError('verdict.symptom = "throughput" needs [probe.load] and '
-                             "verdict.throughput_factor or verdict.min_throughput_tok_s")
+                (self.probe.load is None and self.probe.bench is None)
+                or (v.throughput_factor is None and v.min_throughput_tok_s is None)):
+            raise ValueError('verdict.symptom = "throughput" needs [probe.load] or '
+                             "[probe.bench], and verdict.throughput_factor or "
+                             "verdict.min_throughput_tok_s")
         if v.symptom is Symptom.MTP_SPEEDUP and (
                 self.probe.mtp_speedup is None or v.min_mtp_speedup is None
                 or self.serve.speculative is None):

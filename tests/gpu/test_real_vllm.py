@@ -156,3 +156,30 @@ def test_bisect_real_vllm_both_symptoms(models: dict[str, Path], tmp_path: Path)
                                  "results": results})
     for symptom, doc in results.items():
         assert doc["first_bad"] == h.planted[symptom], symptom
+
+
+def test_parallel_bisect_real_vllm(models: dict[str, Path], tmp_path: Path) -> None:
+    """Two workers on one GPU (start-ups serialized by the start-up lock, probes overlapping),
+    the itl symptom, with the culprit re-measured at the end."""
+    base = models["tiny"].parent
+    work = out_dir() or tmp_path
+    work.mkdir(parents=True, exist_ok=True)
+    h = generate_config_history(base / "configs-par", n_commits=8, spec_removed_at=5,
+                                gen_cap_at=2)
+    env = {**VLLM_ENV, "BASE_MODEL": str(models["tiny"])}
+    spec = config_spec(h, "itl", env, startup_timeout_s=600, requests=2)
+    spec = spec.with_overrides(parallel={"workers": 2}, verdict={"verify_samples": 4})
+    path = write_spec(base / "par.toml", spec)
+    t0 = time.monotonic()
+    with open(work / "parallel_bisect.stderr.txt", "w") as err:
+        p = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(path),
+                            "--session", str(base / "session-par"), "--json"],
+                           stdout=subprocess.PIPE, stderr=err, text=True, timeout=1800)
+    assert p.returncode == 0, (work / "parallel_bisect.stderr.txt").read_text()[-3000:]
+    doc = json.loads(p.stdout)
+    doc["wall_s_process"] = time.monotonic() - t0
+    doc["planted"] = h.planted["itl"]
+    save("parallel_bisect.json", doc)
+    assert doc["first_bad"] == h.planted["itl"]
+    assert doc["workers"] == 2
+    assert doc["verification"]["confirmed"]

@@ -29,7 +29,7 @@ from vllm_bisect.models import (
     Verdict,
     Verification,
 )
-from vllm_bisect.spec import BisectSpec
+from vllm_bisect.spec import BisectSpec, Symptom
 from vllm_bisect.verdict import Judge
 from vllm_bisect.verdict.sequential import (
     SequentialJudge,
@@ -38,6 +38,7 @@ from vllm_bisect.verdict.sequential import (
     calibrate,
     itl_samples,
 )
+from vllm_bisect.verdict.symptoms import CRASH_MARKERS
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class BisectResult:
     rounds: int = 0      # search rounds that ran evaluations (a parallel round tests k commits)
     workers: int = 1
     verification: Verification | None = None  # the culprit and its parent, re-measured
+    confidence: float | None = None  # bayes: the posterior probability of first_bad
 
 
 def _dist(xs: list[float]) -> str:
@@ -207,10 +209,18 @@ class Driver:
         self.events.on_outcome(info, outcome)
         return outcome
 
+    def _crashed(self, ev: Evaluation) -> bool:
+        """Following the crash symptom, a server that died or a probe that failed is bad."""
+        return (self.spec.verdict.symptom is Symptom.CRASH and ev.status is EvalStatus.FAILED
+                and any(k in ev.reason for k in CRASH_MARKERS))
+
     def judged(self, info: CommitInfo, role: str, ev: Evaluation, cached: bool = False
                ) -> Outcome:
         """The verdict on one evaluation (the good endpoint's also sets the reference)."""
-        if ev.measurement is None:
+        if ev.measurement is None and self._crashed(ev):
+            outcome = Outcome(commit=info.sha, verdict=Verdict.BAD,
+                              reason=f"crashed: {ev.reason}", from_cache=cached)
+        elif ev.measurement is None:
             outcome = Outcome(commit=info.sha, verdict=Verdict.SKIP,
                               reason=ev.reason or ev.status.value, from_cache=cached)
         elif self.sequential is not None and role in ("bisect", "verify"):
@@ -294,17 +304,27 @@ class Driver:
         t0 = time.monotonic()
         rng = self.rng
         self.events.on_range(rng)
-        sequential = self.spec.verdict.strategy == "sequential"
-        if sequential:
-            self.calibrate_endpoints()
-        elif self.executor is None:
-            self.verify_endpoints()
-        if self.executor is not None:
+        strategy = self.spec.verdict.strategy
+        confidence = None
+        if strategy == "bayes":  # flaky symptoms: runs chosen by information, one at a time
+            from vllm_bisect.bisect.bayes_search import BayesSearch
+
+            bayes = BayesSearch(self)
+            step, rounds = bayes.run()
+            confidence = bayes.confidence
+        elif self.executor is not None:
             from vllm_bisect.bisect.parallel import ParallelSearch
 
+            if strategy == "sequential":
+                self.calibrate_endpoints()
             # (threshold verdicts: the endpoints run beside the first interior commits)
-            step, rounds = ParallelSearch(self, self.executor).run(endpoints=not sequential)
+            step, rounds = ParallelSearch(self, self.executor).run(
+                endpoints=strategy != "sequential")
         else:
+            if strategy == "sequential":
+                self.calibrate_endpoints()
+            else:
+                self.verify_endpoints()
             step, rounds = self._search()
         first_bad = rng.sha(step.culprit) if step.culprit is not None else None
         verification = None
@@ -316,7 +336,8 @@ class Driver:
                             candidates=[rng.sha(i) for i in step.candidates],
                             probed=self.probed, evaluations=self.evaluations,
                             server_starts=self.server_starts, wall_s=time.monotonic() - t0,
-                            rounds=rounds, workers=self.workers, verification=verification)
+                            rounds=rounds, workers=self.workers, verification=verification,
+                            confidence=confidence)
 
     def _search(self) -> tuple[Step, int]:
         """Binary search, one commit at a time, prefetching what may come next."""

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import inspect
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -18,10 +19,11 @@ from typing import TYPE_CHECKING
 from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.builders import Artifact, ArtifactKind, Builder
 from vllm_bisect.envinfo import fingerprint
-from vllm_bisect.errors import ArtifactUnavailable, Cancelled, RecoverableError
+from vllm_bisect.errors import ArtifactUnavailable, Cancelled, ProbeError, RecoverableError
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement, TokensSource
 from vllm_bisect.probes.decode import DecodeProbe, combine
 from vllm_bisect.probes.load import LoadProbe
+from vllm_bisect.probes.vllm_bench import bench_serve, bench_throughput
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.process import free_port, run_server
 from vllm_bisect.spec import BisectSpec, LoadSpec, ProbeSpec
@@ -47,6 +49,8 @@ class Evaluator:
         self.on_phase = on_phase
         self.probe = DecodeProbe(spec.probe, spec.min_output_tokens())
         self._docker: docker.DockerClient | None = None
+        self._vllm = "vllm"                       # the artifact's vllm, for probe.bench
+        self._bench_env: dict[str, str] | None = None
 
     def container_client(self) -> docker.DockerClient:
         """The docker client for the container runtime (created on first use; reaps orphans)."""
@@ -79,6 +83,12 @@ class Evaluator:
                 self._phase(commit, f"load: {p.load.requests} requests at concurrency "
                                     f"{p.load.concurrency}")
                 m = m.model_copy(update={"load": LoadProbe(p, p.load).measure(handle)})
+            if p.bench is not None and p.bench.kind == "serve":
+                self._phase(commit, "vllm bench serve")
+                m = m.model_copy(update={"bench": bench_serve(
+                    self._vllm, handle.url, self.spec.serve.model, p.bench.args,
+                    log=self.log_dir / f"bench-{commit[:12]}.log", env=self._bench_env,
+                    timeout_s=p.bench.timeout_s)})
             if p.mtp_speedup is not None:
                 self._phase(commit, "MTP speed-up: the load with speculative decoding")
                 m = m.model_copy(update={"mtp_on": LoadProbe(p, p.mtp_speedup).measure(handle)})
@@ -92,7 +102,7 @@ class Evaluator:
         assert p.mtp_speedup is not None
         plain = Evaluator(self.spec.model_copy(update={
             "serve": self.spec.serve.model_copy(update={"speculative": None}),
-            "probe": p.model_copy(update={"mtp_speedup": None, "load": None})}),
+            "probe": p.model_copy(update={"mtp_speedup": None, "load": None, "bench": None})}),
             self.builder, self.log_dir / "no-spec", self.journal, self.session_id, self.on_phase)
         plain._docker = self._docker
         plain.probe = _LoadOnly(p, p.mtp_speedup)  # type: ignore[assignment]
@@ -133,6 +143,17 @@ class Evaluator:
             m, startup = self._serve_and_probe(artifact, commit, more, devices, extra, cancel)
             if self.spec.probe.mtp_speedup is not None and self.spec.serve.speculative is not None:
                 m = self._mtp_off(artifact, commit, m, devices, extra, cancel)
+            bench = self.spec.probe.bench
+            if bench is not None and bench.kind == "throughput":
+                if artifact.kind is ArtifactKind.IMAGE or artifact.kind is ArtifactKind.URL:
+                    raise ProbeError("vllm bench throughput runs only with a local vllm "
+                                     f"(not a {artifact.kind.value} artifact)",
+                                     hint='use probe.bench.kind = "serve"')
+                self._phase(commit, "vllm bench throughput (offline)")
+                m = m.model_copy(update={"bench": bench_throughput(
+                    self._vllm, self.spec.serve.model, bench.args,
+                    log=self.log_dir / f"bench-{commit[:12]}.log", env=self._bench_env,
+                    timeout_s=bench.timeout_s)})
         except RecoverableError as err:
             if isinstance(err, Cancelled) or (cancel is not None and cancel.is_set()):
                 return cancelled.model_copy(update={"artifact": artifact.identity})
@@ -147,6 +168,8 @@ class Evaluator:
                          cancel: threading.Event | None) -> tuple[Measurement, float | None]:
         plan = artifact.launch_plan(self.spec.serve, port := free_port())
         log = self.log_dir / f"serve-{commit[:12]}.log"
+        self._vllm = str(artifact.venv / "bin" / "vllm") if artifact.venv else "vllm"
+        self._bench_env = {**os.environ, **(plan.env or {}), **extra} if plan else None
         if artifact.kind is ArtifactKind.IMAGE:
             from vllm_bisect.runtime.container import run_container
 

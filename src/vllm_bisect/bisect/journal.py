@@ -8,13 +8,14 @@ session that uses the same cache dir, so a second bisect of another symptom reus
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
 from pathlib import Path
 
 from vllm_bisect.errors import SessionError
-from vllm_bisect.models import EvalStatus, Evaluation, Outcome
+from vllm_bisect.models import EvalStatus, Evaluation, Outcome, Verdict
 
 SCHEMA_VERSION = 1
 
@@ -94,6 +95,18 @@ class SessionJournal:
             "VALUES (?, ?, ?, ?, ?, ?)",
             (outcome.commit, key, outcome.verdict.value, outcome.reason, ev.model_dump_json(),
              time.time()))
+
+    def verdict_history(self) -> dict[str, list[tuple[Verdict, str]]]:
+        """Every recorded (verdict, evaluation status) per measurement key, oldest first
+        (the Bayesian strategy runs a commit more than once)."""
+        out: dict[str, list[tuple[Verdict, str]]] = {}
+        with self._lock:
+            rows = self.con.execute(
+                "SELECT key, verdict, evaluation FROM outcomes ORDER BY seq").fetchall()
+        for key, verdict, ev in rows:
+            status = str(json.loads(ev).get("status", ""))
+            out.setdefault(key, []).append((Verdict(verdict), status))
+        return out
 
     def evaluations(self) -> dict[str, Evaluation]:
         """The latest evaluation per measurement key recorded in this session."""

@@ -72,6 +72,7 @@ def result_json(result: BisectResult) -> dict[str, Any]:
             for o in result.probed
         ],
         "verification": _verification(result),
+        "confidence": result.confidence,
         "server_starts": result.server_starts,
         "rounds": result.rounds,
         "workers": result.workers,

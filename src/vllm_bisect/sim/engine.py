@@ -36,6 +36,7 @@ class SimConfig:
     gen_caps_explicit: bool = False
     # A hard cap on output tokens under speculative decoding (the #47297 shape).
     spec_output_cap: int | None = None
+    cap_probability: float = 1.0   # < 1: the cap hits only this share of requests (flaky)
     eos_after: int | None = None
     startup_delay_s: float = 0.0
     first_request_delay_s: float = 0.0
@@ -73,7 +74,8 @@ def count_prompt_tokens(prompt: str) -> int:
     return max(1, len(prompt.split()))
 
 
-def plan_request(cfg: SimConfig, body: dict[str, Any], chat: bool, prompt_tokens: int) -> RequestPlan:
+def plan_request(cfg: SimConfig, body: dict[str, Any], chat: bool, prompt_tokens: int,
+                 rng: random.Random | None = None) -> RequestPlan:
     """Resolve max_tokens / min_tokens / ignore_eos the way vLLM 0.25.1 does."""
     room = cfg.max_model_len - prompt_tokens
     if room <= 0:
@@ -102,7 +104,8 @@ def plan_request(cfg: SimConfig, body: dict[str, Any], chat: bool, prompt_tokens
     else:
         limit = cfg.gen_max_new_tokens or room
     limit = min(limit, room)
-    if cfg.spec_k and cfg.spec_output_cap is not None:
+    flake_ok = rng is None or cfg.cap_probability >= 1.0 or rng.random() < cfg.cap_probability
+    if cfg.spec_k and cfg.spec_output_cap is not None and flake_ok:
         limit = min(limit, cfg.spec_output_cap)
     min_tokens = body.get("min_tokens") or 0
     if not isinstance(min_tokens, int) or min_tokens < 0:

@@ -51,6 +51,7 @@ class HistoryPlan:
     n_commits: int = 60
     cap_at: int | None = None          # from here on: outputs capped at cap_tokens under spec
     cap_tokens: int = 128
+    cap_probability: float = 1.0       # < 1: the cap hits only this share of requests (flaky)
     slow_at: int | None = None         # from here on: engine steps slow_factor x slower
     slow_factor: float = 7.0
     gen_cap_at: int | None = None      # from here on: generation_config max_new_tokens=128
@@ -105,7 +106,8 @@ def _files(plan: HistoryPlan, i: int) -> dict[str, str]:
         "vllm/spec_decode/__init__.py": "",
         "vllm/spec_decode/config.py": t.SPEC_DECODE.format(
             acceptance=0.1 if plan.low_acceptance_at is not None and i >= plan.low_acceptance_at
-            else plan.acceptance, cap=plan.cap_tokens if cap else None),
+            else plan.acceptance, cap=plan.cap_tokens if cap else None,
+            cap_probability=plan.cap_probability),
         "vllm/transformers_utils/__init__.py": "",
         "vllm/transformers_utils/generation_config.py": t.GEN_CONFIG.format(
             max_new_tokens=128 if gen_cap else None, caps_explicit=plan.gen_caps_explicit),

@@ -99,7 +99,7 @@ class SimServer:
                     f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError"))
                 return
             prompt_tokens = count_prompt_tokens(self._prompt(body, chat))
-            plan = plan_request(self.cfg, body, chat, prompt_tokens)
+            plan = plan_request(self.cfg, body, chat, prompt_tokens, self.rng)
         except (ValueError, RequestError) as err:
             await resp.send_json(400, p.error_response(str(err)))
             return

@@ -123,6 +123,8 @@ SPEC_DECODE = '''\
 DRAFT_ACCEPTANCE = {acceptance}
 # Maximum output tokens of a speculative request; None means no limit.
 SPEC_MAX_OUTPUT_TOKENS = {cap}
+# Share of speculative requests the limit applies to (a race: not every request hits it).
+SPEC_CAP_PROBABILITY = {cap_probability}
 '''
 
 GEN_CONFIG = '''\
@@ -158,10 +160,14 @@ def main():
     s.add_argument("--generation-config", default="auto")
     s.add_argument("--max-model-len", type=int, default=8192)
     s.add_argument("--seed", type=int, default=None)
-    args, unknown = ap.parse_known_args()
     for extra in os.environ.get("VLLM_BISECT_SIM_PATH", "").split(os.pathsep):
         if extra and extra not in sys.path:
             sys.path.append(extra)
+    if sys.argv[1:3] == ["bench", "serve"]:
+        from vllm_bisect.sim import bench
+
+        return bench.main(sys.argv[3:])
+    args, unknown = ap.parse_known_args()
     from vllm_bisect.sim.engine import SimConfig
     from vllm_bisect.sim.server import run
 
@@ -181,6 +187,7 @@ def main():
         spec_k=spec_k,
         acceptance=spec.DRAFT_ACCEPTANCE,
         spec_output_cap=spec.SPEC_MAX_OUTPUT_TOKENS,
+        cap_probability=getattr(spec, "SPEC_CAP_PROBABILITY", 1.0),
         gen_max_new_tokens=gen.MODEL_MAX_NEW_TOKENS if use_gen else None,
         gen_caps_explicit=gen.MAX_NEW_TOKENS_CAPS_EXPLICIT,
         seed=args.seed,

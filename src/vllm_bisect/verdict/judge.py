@@ -35,19 +35,19 @@ class Judge:
 
     def with_reference(self, m: Measurement) -> Judge:
         return Judge(self.spec, self.min_output_tokens, m.itl_ms, text_digests(m),
-                     m.load.output_tok_s if m.load else None)
+                     throughput_of(m)[0])
 
     def _throughput(self, m: Measurement) -> Judgement:
-        if m.load is None:
-            return Judgement(Verdict.SKIP, "no load measurement", False, None)
+        got_tok_s, where = throughput_of(m)
+        if got_tok_s is None:
+            return Judgement(Verdict.SKIP, "no throughput measurement", False, None)
         limits = []
         if self.spec.min_throughput_tok_s is not None:
             limits.append(self.spec.min_throughput_tok_s)
         if self.spec.throughput_factor is not None and self.reference_tok_s is not None:
             limits.append(self.reference_tok_s / self.spec.throughput_factor)
         floor = max(limits) if limits else 0.0
-        got = m.load.output_tok_s
-        where = f"{got:.1f} output tok/s at concurrency {m.load.concurrency}"
+        got = got_tok_s
         if got < floor:
             return Judgement(Verdict.BAD, f"{where} < {floor:.1f}", False, None)
         return Judgement(Verdict.GOOD, f"{where} >= {floor:.1f}", False, None)
@@ -123,3 +123,14 @@ class Judge:
 
 def text_digests(m: Measurement) -> frozenset[tuple[int, str]]:
     return frozenset((r.output_tokens, r.text_sha256) for r in m.requests if r.text_sha256)
+
+
+def throughput_of(m: Measurement) -> tuple[float | None, str]:
+    """Output tok/s from the load probe, else from vLLM's benchmark; and how it was measured."""
+    if m.load is not None:
+        return m.load.output_tok_s, (f"{m.load.output_tok_s:.1f} output tok/s at concurrency "
+                                     f"{m.load.concurrency}")
+    if m.bench is not None and m.bench.output_tok_s is not None:
+        return m.bench.output_tok_s, (f"{m.bench.output_tok_s:.1f} output tok/s "
+                                      f"(vllm bench {m.bench.tool})")
+    return None, ""

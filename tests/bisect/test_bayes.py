@@ -1,0 +1,115 @@
+"""The Bayesian strategy: pure posterior/information tests, and a flaky cap bisected over a
+real generated history (the cap hits only some requests)."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.bisect.test_driver import run_driver
+from tests.helpers import history, make_spec
+from vllm_bisect.bisect.bayes import (
+    FlakeModel,
+    credible_set,
+    decided,
+    info_gain,
+    next_commit,
+    posterior,
+)
+from vllm_bisect.errors import NotReproduced
+
+
+def test_posterior_is_uniform_without_runs_and_moves_with_them() -> None:
+    m = FlakeModel(q=0.5, eps=0.01)
+    assert posterior(4, {}, m) == pytest.approx([0.25] * 4)
+    # a run of commit 1 that showed the symptom: the culprit is at or below 1, almost surely
+    post = posterior(4, {1: [True]}, m)
+    assert post[0] + post[1] > 0.97
+    # a clean run of commit 2 makes "2 is good" (culprit 3) likelier, but does not rule out
+    # culprits at or below 2: the symptom is flaky
+    post = posterior(4, {2: [False]}, m)
+    assert post[3] > post[0] > 0.1
+
+
+def brute_gain(post: list[float], i: int, m: FlakeModel) -> float:
+    def h(p: list[float]) -> float:
+        return -sum(x * math.log(x) for x in p if x > 0)
+
+    total = 0.0
+    for seen in (True, False):
+        like = [(m.q if seen else 1 - m.q) if c <= i else (m.eps if seen else 1 - m.eps)
+                for c in range(len(post))]
+        z = sum(p * lk for p, lk in zip(post, like, strict=True))
+        total += z * h([p * lk / z for p, lk in zip(post, like, strict=True)])
+    return h(post) - total
+
+
+def test_information_gain_matches_the_definition() -> None:
+    rnd = random.Random(1)
+    m = FlakeModel(q=0.6, eps=0.03)
+    post = [rnd.random() for _ in range(30)]
+    z = sum(post)
+    post = [p / z for p in post]
+    fast = info_gain(post, m)
+    assert fast == pytest.approx([brute_gain(post, i, m) for i in range(30)], abs=1e-9)
+
+
+def test_deterministic_symptom_is_bisection() -> None:
+    m = FlakeModel(q=0.995, eps=0.005)
+    assert next_commit(posterior(100, {}, m), m, set()) in (49, 50)
+
+
+def simulate(n: int, q: float, seed: int, confidence: float = 0.99) -> tuple[bool, int]:
+    rnd = random.Random(seed)
+    culprit = rnd.randrange(n)
+    bad_runs = [rnd.random() < q for _ in range(6)]
+    model = FlakeModel.estimate(sum(bad_runs) or 1, 6, 0, 6)
+    runs: dict[int, list[bool]] = {}
+    for t in range(300):
+        post = posterior(n, runs, model)
+        top = decided(post, confidence)
+        if top is not None:
+            return top == culprit, t
+        i = next_commit(post, model, set())
+        assert i is not None
+        runs.setdefault(i, []).append(i >= culprit and rnd.random() < q)
+    return False, 300
+
+
+def test_flaky_symptom_found_at_the_target_confidence() -> None:
+    # a symptom that shows in 60% of runs of a bad commit: plain bisect is usually wrong
+    results = [simulate(200, 0.6, seed) for seed in range(60)]
+    accuracy = sum(ok for ok, _ in results) / len(results)
+    assert accuracy >= 0.95
+    assert sum(t for _, t in results) / len(results) < 40
+
+
+def test_credible_set() -> None:
+    assert credible_set([0.05, 0.9, 0.05], 0.9) == [1]
+    assert credible_set([0.05, 0.5, 0.45], 0.9) == [1, 2]
+
+
+def test_flaky_cap_bisected_through_the_driver(tmp_path: Path) -> None:
+    # the cap hits 60% of requests from commit 9 on; one request per run
+    h = history(tmp_path, n_commits=16, cap_at=9, cap_probability=0.6)
+    spec = make_spec(h, verdict={"symptom": "length", "strategy": "bayes",
+                                 "calibration_runs": 5, "confidence": 0.95,
+                                 "verify_samples": 0})
+    r = run_driver(spec, tmp_path)
+    assert r.first_bad == h.planted["length"], r.candidates
+    assert r.confidence is not None and r.confidence >= 0.95
+    assert r.rounds <= 60
+    # resumed: the journal holds every run, the posterior is rebuilt, nothing runs again
+    again = run_driver(spec, tmp_path)
+    assert again.first_bad == r.first_bad and again.server_starts == 0
+
+
+def test_bayes_refuses_a_symptom_the_bad_endpoint_never_shows(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=6)
+    spec = make_spec(h, verdict={"symptom": "length", "strategy": "bayes",
+                                 "calibration_runs": 2, "verify_samples": 0})
+    with pytest.raises(NotReproduced, match="0 of 2 runs"):
+        run_driver(spec, tmp_path)

@@ -1,0 +1,57 @@
+"""vLLM's benchmarks as probes: parsers on vLLM 0.25.1's own files, and `vllm bench serve`
+run end to end through a bisect (the simulator's synthetic vllm has the command)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.bisect.test_driver import run_driver
+from tests.helpers import history, make_spec
+from vllm_bisect.errors import ProbeError
+from vllm_bisect.probes.vllm_bench import parse_serve, parse_throughput
+
+CAPTURED = Path(__file__).parents[1] / "fixtures" / "vllm-0.25.1-bench"
+
+
+def test_parse_real_bench_serve_result() -> None:
+    r = parse_serve(json.loads((CAPTURED / "bench_serve.json").read_text()))
+    assert r.tool == "serve" and r.completed == 16 and r.failed == 0
+    assert r.output_tok_s == pytest.approx(935.74, abs=0.01)
+    assert r.total_tok_s == pytest.approx(1228.16, abs=0.01)
+    assert r.tpot_ms == pytest.approx(4.17, abs=0.01)
+    # the same numbers vLLM printed
+    printed = (CAPTURED / "bench_serve_stdout.txt").read_text()
+    assert "Output token throughput (tok/s):         935.74" in printed
+
+
+def test_parse_real_bench_throughput_result() -> None:
+    doc = json.loads((CAPTURED / "bench_throughput.json").read_text())
+    stdout = (CAPTURED / "bench_throughput_stdout.txt").read_text()
+    r = parse_throughput(doc, stdout)
+    assert r.completed == 32 and r.total_tok_s == pytest.approx(37790.63, abs=0.01)
+    assert r.output_tok_s == pytest.approx(4198.96)  # from the printed line: not in the JSON
+    assert parse_throughput(doc).output_tok_s is None
+
+
+def test_wrong_files_are_probe_errors() -> None:
+    with pytest.raises(ProbeError, match="output_throughput"):
+        parse_serve({"tokens_per_second": 1.0})
+    with pytest.raises(ProbeError, match="tokens_per_second"):
+        parse_throughput({"output_throughput": 1.0})
+
+
+def test_bench_serve_throughput_bisect(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=8, slow_at=5, slow_factor=3.0, step_ms=4.0)
+    spec = make_spec(h, probe={"max_tokens": 32, "bench": {
+        "kind": "serve", "args": ["--dataset-name", "random", "--num-prompts", "8",
+                                  "--max-concurrency", "4", "--random-output-len", "48"]}},
+                     verdict={"symptom": "throughput", "throughput_factor": 1.5,
+                              "verify_samples": 0})
+    r = run_driver(spec, tmp_path)
+    assert r.first_bad == h.planted["itl"]
+    bad = next(o for o in r.probed if o.commit == h.bad)
+    assert "(vllm bench serve)" in bad.reason
+    assert bad.measurement and bad.measurement.bench and bad.measurement.bench.completed == 8
