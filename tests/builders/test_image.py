@@ -68,11 +68,16 @@ def registry() -> str:
 
 
 def debian_mirror() -> str:
-    for f in [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*")]:
+    files = [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*.list"),
+             *Path("/etc/apt/sources.list.d").glob("*.sources")]  # not *.disabled, not node
+    for f in files:
         if f.is_file():
-            for word in f.read_text().split():
-                if word.startswith("http") and "security" not in word:
-                    return word
+            for line in f.read_text().splitlines():
+                if line.lstrip().startswith("#"):
+                    continue  # (a commented-out snapshot URL is not a mirror)
+                for word in line.split():
+                    if word.startswith("http") and "debian" in word and "security" not in word:
+                        return word
     return "http://deb.debian.org/debian"
 
 
