@@ -178,24 +178,36 @@ class Driver:
         if self.executor is None:
             return [self.test(info, role, steps, more) for info, role, steps in items]
         results: dict[str, tuple[Evaluation, bool]] = {}
-        tasks: dict[int, str] = {}
+        missing: list[str] = []
         for info, role, steps in items:
             self.events.on_testing(info, role, steps)
             found = self.lookup(info.sha, more or self._more())
             if found is not None:
                 results[info.sha] = (found, True)
-            elif info.sha not in tasks.values():
-                tasks[self.executor.submit(info.sha, more or self._more())] = info.sha
+            elif info.sha not in missing:
+                missing.append(info.sha)
+        for sha, ev in self.evaluate_all(missing, more or self._more()).items():
+            self.fresh(ev)
+            results[sha] = (ev, False)
+        return [self.record(info, role, *results[info.sha]) for info, role, _ in items]
+
+    def evaluate_all(self, shas: list[str], more: Callable[[Measurement], int] | None = None
+                     ) -> dict[str, Evaluation]:
+        """Fresh evaluations of ``shas`` (no cache): at once on the executor's workers, else
+        one after another. Ctrl-C or a fatal error tears every worker down first."""
+        if self.executor is None:
+            return {sha: self.evaluator.evaluate(sha, more) if more
+                    else self.evaluator.evaluate(sha) for sha in shas}
+        out: dict[str, Evaluation] = {}
+        tasks = {self.executor.submit(sha, more): sha for sha in shas}
         try:
             while tasks:
                 for done in self.executor.wait():
-                    tasks.pop(done.task)
-                    self.fresh(done.evaluation)
-                    results[done.commit] = (done.evaluation, False)
+                    out[tasks.pop(done.task)] = done.evaluation
         except BaseException:
             self.executor.close()
             raise
-        return [self.record(info, role, *results[info.sha]) for info, role, _ in items]
+        return out
 
     def record(self, info: CommitInfo, role: str, ev: Evaluation, cached: bool) -> Outcome:
         """Judge an evaluation, journal it, and tell the event handler."""

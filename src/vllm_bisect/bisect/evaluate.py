@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import logging
 import os
 import threading
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.builders import Artifact, ArtifactKind, Builder
+from vllm_bisect.builders.base import prepare
 from vllm_bisect.envinfo import fingerprint
 from vllm_bisect.errors import ArtifactUnavailable, Cancelled, ProbeError, RecoverableError
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement, TokensSource
@@ -112,11 +112,6 @@ class Evaluator:
         speedup = m.mtp_on.output_tok_s / off.load.output_tok_s if off.load.output_tok_s else None
         return m.model_copy(update={"mtp_off": off.load, "mtp_speedup": speedup})
 
-    def _prepare(self, commit: str, cancel: threading.Event | None) -> Artifact:
-        if cancel is not None and "cancel" in inspect.signature(self.builder.prepare).parameters:
-            return self.builder.prepare(commit, cancel=cancel)  # type: ignore[call-arg]
-        return self.builder.prepare(commit)
-
     def evaluate(self, commit: str, more: MoreSamples | None = None, *,
                  devices: Sequence[int] | None = None,
                  cancel: threading.Event | None = None) -> Evaluation:
@@ -131,7 +126,7 @@ class Evaluator:
             return cancelled
         self._phase(commit, "preparing artifact")
         try:
-            artifact = self._prepare(commit, cancel)
+            artifact = prepare(self.builder, commit, cancel)
         except Cancelled:
             return cancelled
         except ArtifactUnavailable as err:

@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from vllm_bisect.bisect.range import CommitInfo
-from vllm_bisect.models import Evaluation, Measurement, Verdict, Verification
+from vllm_bisect.models import Measurement, Verdict, Verification
 
 if TYPE_CHECKING:
     from vllm_bisect.bisect.driver import Driver
@@ -34,24 +34,6 @@ def parent_of(d: Driver, culprit: str) -> CommitInfo:
     return d.rng.good if best == -1 else d.rng.commits[best]
 
 
-def _evaluate_both(d: Driver, shas: list[str], need: int) -> dict[str, Evaluation]:
-    def more(m: Measurement) -> int:
-        return max(0, need - len(m.requests))
-
-    if d.executor is None:
-        return {sha: d.evaluator.evaluate(sha, more) for sha in shas}
-    out: dict[str, Evaluation] = {}
-    tasks = {d.executor.submit(sha, more): sha for sha in shas}
-    try:
-        while tasks:
-            for done in d.executor.wait():
-                out[tasks.pop(done.task)] = done.evaluation
-    except BaseException:
-        d.executor.close()
-        raise
-    return out
-
-
 def verify_culprit(d: Driver, culprit: str) -> Verification:
     stored = d.journal.get_meta(META_KEY)
     if stored:
@@ -63,7 +45,10 @@ def verify_culprit(d: Driver, culprit: str) -> Verification:
     need = d.spec.verdict.verify_samples
     for c, role in ((info, "verify culprit"), (parent, "verify parent")):
         d.events.on_testing(c, role, 0)
-    evs = _evaluate_both(d, [culprit, parent.sha], need)
+    def more(m: Measurement) -> int:
+        return max(0, need - len(m.requests))
+
+    evs = d.evaluate_all([culprit, parent.sha], more)
     outcomes = {}
     for c in (info, parent):
         o = d.judged(c, "verify", evs[c.sha])

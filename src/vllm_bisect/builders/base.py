@@ -7,7 +7,9 @@ what the first one made.
 
 from __future__ import annotations
 
+import inspect
 import os
+import threading
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -61,3 +63,11 @@ class Artifact:
 
 class Builder(Protocol):
     def prepare(self, commit: str) -> Artifact: ...
+
+
+def prepare(builder: Builder, commit: str, cancel: threading.Event | None = None) -> Artifact:
+    """``builder.prepare(commit)``, passing ``cancel`` to builders whose prepare takes one
+    (wheel downloads and image pulls check it between chunks)."""
+    if cancel is not None and "cancel" in inspect.signature(builder.prepare).parameters:
+        return builder.prepare(commit, cancel=cancel)  # type: ignore[call-arg]
+    return builder.prepare(commit)

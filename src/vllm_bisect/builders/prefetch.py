@@ -10,13 +10,12 @@ a download or pull), so they stop taking bandwidth from the artifact that is nee
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from vllm_bisect.builders.base import Artifact, Builder
+from vllm_bisect.builders.base import Artifact, Builder, prepare
 from vllm_bisect.errors import Cancelled
 
 logger = logging.getLogger(__name__)
@@ -30,12 +29,9 @@ class Prefetcher:
         self.stops: dict[str, threading.Event] = {}
         self.lock = threading.Lock()
         self.cancelled: list[str] = []
-        self.cancellable = "cancel" in inspect.signature(builder.prepare).parameters
 
     def _prepare(self, commit: str, stop: threading.Event) -> Artifact:
-        if self.cancellable:
-            return self.builder.prepare(commit, cancel=stop)  # type: ignore[call-arg]
-        return self.builder.prepare(commit)
+        return prepare(self.builder, commit, stop)
 
     def prefetch(self, commits: Iterable[str]) -> None:
         with self.lock:
