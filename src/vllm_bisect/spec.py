@@ -118,6 +118,10 @@ class ServeSpec(_Model):
     # counts another starting server's memory against itself).
     serialize_startup: bool = True
     speculative: SpeculativeSpec | None = None
+    # a server that dies or a probe that fails (not an unbuildable commit) is tried again on
+    # a fresh server this many times before the commit counts as a skip; not with
+    # verdict.symptom = "crash", where the failure is the symptom (not in the cache key)
+    retries: int = Field(default=1, ge=0, le=10)
 
     def speculative_config_json(self) -> str | None:
         if self.speculative is None:
@@ -269,7 +273,7 @@ class BisectSpec(_Model):
         payload = {
             "commit": commit,
             "build": self.build.model_dump(mode="json"),
-            "serve": self.serve.model_dump(mode="json"),
+            "serve": self.serve.model_dump(mode="json", exclude={"retries"}),
             "probe": self.probe.model_dump(mode="json"),
         }
         blob = json.dumps(payload, sort_keys=True).encode()

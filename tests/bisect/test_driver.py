@@ -21,6 +21,7 @@ from vllm_bisect.bisect.session import Session
 from vllm_bisect.builders import make_builder
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Verdict
+from vllm_bisect.sim.history import sim_path
 from vllm_bisect.spec import BisectSpec
 
 
@@ -127,3 +128,32 @@ def test_session_is_locked(tmp_path: Path) -> None:
     with Session(tmp_path / "s"), pytest.raises(SessionError, match="in use"), \
             Session(tmp_path / "s"):
         pass
+
+
+def flaky_serve(tmp: Path) -> str:
+    """A serve command that exits on its first start at each commit, then serves."""
+    marks = tmp / "marks"
+    marks.mkdir()
+    return (f"if [ ! -e {marks}/{{commit}} ]; then touch {marks}/{{commit}}; "
+            "echo 'RuntimeError: CUDA error: an illegal memory access' >&2; exit 3; fi; "
+            f"PYTHONPATH=. VLLM_BISECT_SIM_PATH={sim_path()} exec {sys.executable} "
+            "-m vllm.entrypoints.cli.main serve {model} --port {port} "
+            """--speculative-config '{{"method": "mtp", "num_speculative_tokens": 3}}'""")
+
+
+def test_a_server_that_dies_once_is_tried_again(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=4, cap_at=3)
+    spec = make_spec(h, build={"kind": "command", "serve": flaky_serve(tmp_path)})
+    r = run_driver(spec, tmp_path)
+    # every commit's first server died; the retry measured it, so nothing was skipped
+    assert r.first_bad == h.planted["length"]
+    assert all(o.verdict is not Verdict.SKIP for o in r.probed)
+    assert r.server_starts == 2 * len(r.probed)
+
+
+def test_without_retries_a_dead_server_is_a_skip(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=4, cap_at=3)
+    spec = make_spec(h, build={"kind": "command", "serve": flaky_serve(tmp_path)},
+                     serve={"retries": 0})
+    with pytest.raises(NotReproduced, match=r"good endpoint .* could not be tested: .*exit"):
+        run_driver(spec, tmp_path)

@@ -62,7 +62,7 @@ class BayesSearch:
             fresh = not outcome.from_cache
         else:
             d.events.on_testing(info, role, left)
-            ev = d.evaluator.evaluate(info.sha)
+            ev = d.evaluate_fresh(info.sha)
             d.fresh(ev)
             outcome = d.record(info, role, ev, cached=False)
             fresh = True

@@ -152,12 +152,30 @@ class Driver:
         if self.cache is not None:
             self.cache.put(self.spec.measurement_key(ev.commit), ev)
 
+    def _retries(self) -> int:
+        return 0 if self.spec.verdict.symptom is Symptom.CRASH else self.spec.serve.retries
+
+    def evaluate_fresh(self, commit: str, more: Callable[[Measurement], int] | None = None
+                       ) -> Evaluation:
+        """Ask the evaluator (no cache). A server that died or a probe that failed is tried
+        again on a fresh server ``serve.retries`` times (one flaky crash at an endpoint must
+        not end a long bisect); following the crash symptom, the failure is the answer."""
+        tries = self._retries()
+        while True:
+            ev = self.evaluator.evaluate(commit, more) if more else self.evaluator.evaluate(commit)
+            if ev.status is not EvalStatus.FAILED or tries <= 0:
+                return ev
+            tries -= 1
+            self.server_starts += 1  # the failed attempt's start (not cached: it is retried)
+            logger.warning("%s failed (%s); trying again on a fresh server",
+                           commit[:12], ev.reason)
+
     def _evaluation(self, commit: str, more: Callable[[Measurement], int] | None = None
                     ) -> tuple[Evaluation, bool]:
         found = self.lookup(commit, more)
         if found is not None:
             return found, True
-        ev = self.evaluator.evaluate(commit, more) if more else self.evaluator.evaluate(commit)
+        ev = self.evaluate_fresh(commit, more)
         self.fresh(ev)
         return ev, False
 
@@ -196,14 +214,22 @@ class Driver:
         """Fresh evaluations of ``shas`` (no cache): at once on the executor's workers, else
         one after another. Ctrl-C or a fatal error tears every worker down first."""
         if self.executor is None:
-            return {sha: self.evaluator.evaluate(sha, more) if more
-                    else self.evaluator.evaluate(sha) for sha in shas}
+            return {sha: self.evaluate_fresh(sha, more) for sha in shas}
         out: dict[str, Evaluation] = {}
         tasks = {self.executor.submit(sha, more): sha for sha in shas}
+        retries = {sha: self._retries() for sha in shas}
         try:
             while tasks:
                 for done in self.executor.wait():
-                    out[tasks.pop(done.task)] = done.evaluation
+                    sha = tasks.pop(done.task)
+                    if done.evaluation.status is EvalStatus.FAILED and retries[sha] > 0:
+                        retries[sha] -= 1
+                        self.server_starts += 1
+                        logger.warning("%s failed (%s); trying again on a fresh server",
+                                       sha[:12], done.evaluation.reason)
+                        tasks[self.executor.submit(sha, more)] = sha
+                        continue
+                    out[sha] = done.evaluation
         except BaseException:
             self.executor.close()
             raise
