@@ -263,6 +263,8 @@ class Driver:
                               reason=ev.reason or ev.status.value, from_cache=cached)
         elif self.sequential is not None and role in ("bisect", "verify"):
             v, why = self.sequential.decide(ev.measurement.requests)
+            if role == "bisect":  # its samples sharpen the fit for the next commit
+                self.sequential = self.sequential.learn(ev.measurement.requests, v)
             verdict = {SeqVerdict.GOOD: Verdict.GOOD, SeqVerdict.BAD: Verdict.BAD}.get(
                 v, Verdict.SKIP)
             outcome = Outcome(commit=info.sha, verdict=verdict, reason=why,
@@ -283,9 +285,13 @@ class Driver:
         first = next_step(n, {n - 1: Verdict.BAD}).test
         self._prefetch([rng.bad.sha] + ([rng.commits[first].sha] if first is not None else []))
         steps = math.ceil(math.log2(max(2, n)))
+        # the error budget is split over the commits the search may judge: k per round
+        tests = max(steps, self.workers * ideal_rounds(n, self.workers))
         need = v.calibration_samples
-        looks = 4  # 1x, 2x, 4x, 8x the samples: the p-value budget is split over the looks
-        while True:  # not yet distinguishable: double the samples, up to 8x
+        # p <= 0.01 overall, spent over up to four looks (1x, 2x, 4x, 8x the samples): 0.008
+        # at the first (5 against 5 fully separated gives p = 0.0079), 0.002 / 3 at each other
+        p_max = 0.008
+        while True:  # not yet distinguishable, or not precisely: double the samples, up to 8x
             def more(m: Measurement, need: int = need) -> int:
                 return max(0, need - len(itl_samples(m.requests)))
 
@@ -296,19 +302,22 @@ class Driver:
                     raise NotReproduced(f"the {name} endpoint could not be tested: {o.reason}")
             assert good.measurement is not None and bad.measurement is not None
             g, b = itl_samples(good.measurement.requests), itl_samples(bad.measurement.requests)
-            cal = calibrate(g, b, min_effect=v.min_effect, p_max=0.01 / looks)
-            if cal.ok or need >= 8 * v.calibration_samples:
+            cal = calibrate(g, b, min_effect=v.min_effect, p_max=p_max)
+            test = SequentialTest(cal, alpha_total=v.alpha, expected_steps=tests + 2,
+                                  max_samples=v.max_samples)
+            if (cal.ok and test.precise()) or need >= 8 * v.calibration_samples:
                 break
+            if not cal.ok and abs(cal.effect) < v.min_effect and cal.p_value <= p_max:
+                break  # they differ, but by less than the minimum effect: more will not help
             need *= 2
+            p_max = 0.002 / 3
         if not cal.ok:
             raise NotReproduced(f"did not reproduce: {cal.reason}; good ITL ms {_dist(g)}, "
                                 f"bad ITL ms {_dist(b)}",
                                 hint="raise verdict.calibration_samples, lower "
                                      "verdict.min_effect, or check the range")
-        # the error budget is split over the commits the search may judge: k per round
-        tests = max(steps, self.workers * ideal_rounds(n, self.workers))
-        self.sequential = SequentialJudge(SequentialTest(
-            cal, alpha_total=v.alpha, expected_steps=tests + 2, max_samples=v.max_samples))
+        logger.info("calibrated on %d + %d samples: %s", len(g), len(b), cal.reason)
+        self.sequential = SequentialJudge(test)
 
     def verify_endpoints(self) -> None:
         """One at a time: the good endpoint first (no need to build bad if good fails)."""
