@@ -1,165 +1,218 @@
-"""Bisect accuracy under noise: sequential statistics vs plain `git bisect run`.
+"""Bisect accuracy and cost under noise: vllm-bisect's Driver vs plain `git bisect run`.
 
-    python3 benchmarks/bench_accuracy.py [--trials 200] [--seed 0]
+    python3 benchmarks/bench_accuracy.py [--trials 1000] [--seed 0] [--jobs N]
 
-Both arms use the real search strategy (vllm_bisect.bisect.strategy.next_step) on the same
-randomized scenarios and seeds; vllm-bisect's arm uses the real calibration and SPRT
-(vllm_bisect.verdict.sequential). Plain bisect measures each commit once and calls it bad
-above the midpoint between the endpoints' true means (a threshold hook). The per-commit
-metric is ITL drawn from N(mean, CV) with the mean stepping up by `effect` at the culprit.
-Cost model: artifact 5 min, server start 3 min, one sample (probe run) 1 min; unbuildable
-commits cost 5 min and are skipped by both arms; a flaky crash wastes the sample. Not the
-Driver: sequential sampling is not wired into the Driver yet (see the issue's note).
+Every arm runs on the same randomized scenarios and noise seeds (benchmarks/virtual.py: n
+50..1000 commits, skip rate 0..20%, server crashes 0..5% per start, the cost model
+artifact 5 min / server start 3 min / probe request 1 min):
+
+- plain git bisect run: the real binary search (``strategy.next_step``, as git does), no
+  endpoint checks (git trusts them), one server start and ONE probe request per commit,
+  judged by vllm-bisect's threshold judge at the midpoint between the endpoints' true means
+  (a threshold hook that knows the answer's scale: the best a one-run hook can do); a
+  crash or an unbuildable commit exits 125 (skip).
+- vllm-bisect sequential: the real ``Driver`` with ``verdict.strategy = "sequential"``
+  (endpoint calibration, the sequential Bayes-factor test, its first batch being
+  ``probe.requests = 3``, one more request at a time on the same server, serve.retries 1).
+- vllm-bisect bayes: the real ``Driver`` with ``verdict.strategy = "bayes"``, the same
+  one-request midpoint threshold as plain per server start, runs chosen by information.
+
+Culprit verification (``verify_samples``) is off in every arm: the search alone is compared.
+A refusal (the endpoints did not reproduce) counts as not exact. Goal checks are computed
+from the rows printed, never written by hand.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import math
+import os
 import random
 import statistics
-from collections.abc import Callable
+import sys
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
-from vllm_bisect.bisect.strategy import next_step
-from vllm_bisect.models import Verdict
-from vllm_bisect.verdict.sequential import SequentialTest, SeqVerdict, calibrate
+sys.path.insert(0, str(Path(__file__).parent))
 
-ARTIFACT, START, SAMPLE = 5.0, 3.0, 1.0
+from virtual import Scenario, VirtualCluster, commit_range, scenario  # noqa: E402
+
+from vllm_bisect.bisect.driver import Driver  # noqa: E402
+from vllm_bisect.bisect.journal import SessionJournal  # noqa: E402
+from vllm_bisect.bisect.strategy import next_step  # noqa: E402
+from vllm_bisect.errors import NotReproduced  # noqa: E402
+from vllm_bisect.models import EvalStatus, Verdict  # noqa: E402
+from vllm_bisect.spec import BisectSpec, parse_spec  # noqa: E402
+from vllm_bisect.verdict import Judge  # noqa: E402
+
+ITL_ROWS = ((1.3, 0.10), (7.0, 0.02), (1.1, 0.02), (1.3, 0.15), (2.0, 0.05), (None, None))
+CAP_QS = (0.3, 0.5, 0.7, 0.9)
+ARMS = {"itl": ("plain", "sequential", "bayes"), "length": ("plain", "bayes")}
+NAMES = {"plain": "plain git bisect run", "sequential": "vllm-bisect sequential",
+         "bayes": "vllm-bisect bayes"}
 
 
 @dataclass(frozen=True)
-class Scenario:
-    n: int
-    effect: float
-    cv: float
-    skip_rate: float
-    crash_rate: float
-    culprit: int
-    unbuildable: frozenset[int]
+class Trial:
+    row: int
+    arm: str
+    seed: int
+    symptom: str
+    effect: float | None  # None: drawn per scenario (log-uniform 1.1..7x, CV 2..15%)
+    cv: float | None
+    cap_q: float = 1.0
 
 
-def scenario(rnd: random.Random, effect: float, cv: float) -> Scenario:
-    n = rnd.randint(50, 1000)
-    culprit = rnd.randrange(n)
-    skip_rate = rnd.uniform(0.0, 0.2)
-    # the culprit and its parent build (else no tool can name the culprit exactly)
-    skips = frozenset(i for i in range(n - 1)
-                      if i not in (culprit, culprit - 1) and rnd.random() < skip_rate)
-    return Scenario(n, effect, cv, skip_rate, rnd.uniform(0.0, 0.05), culprit, skips)
-
-
-def sample(s: Scenario, i: int, rnd: random.Random) -> float | None:
-    if rnd.random() < s.crash_rate:
-        return None
-    mean = 10.0 * (s.effect if i >= s.culprit else 1.0)
-    return mean * max(0.05, rnd.gauss(1.0, s.cv))
-
-
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
     exact: bool
-    commits: int
+    refused: bool
+    starts: int
     samples: int
     minutes: float
 
 
-Judge = Callable[[int], tuple[Verdict, int]]  # commit index -> (verdict, probe runs used)
+def make_scenario(t: Trial) -> Scenario:
+    rnd = random.Random(t.seed)
+    effect, cv = t.effect, t.cv
+    if effect is None or cv is None:
+        effect = math.exp(rnd.uniform(math.log(1.1), math.log(7.0)))
+        cv = rnd.uniform(0.02, 0.15)
+    if t.symptom == "length":
+        effect, cv = 1.0, 0.0
+    return scenario(rnd, symptom=t.symptom, effect=effect, cv=cv, max_skip=0.2,
+                    max_crash=0.05, cap_q=t.cap_q)
 
 
-def search(s: Scenario, judge: Judge) -> tuple[bool, int, int, float]:
-    """The real search strategy with cost accounting: (exact, commits, runs, minutes)."""
+def spec_for(arm: str, s: Scenario) -> BisectSpec:
+    verdict: dict[str, object] = {"symptom": s.symptom, "verify_samples": 0}
+    if s.symptom == "itl" and arm != "sequential":
+        verdict["max_itl_ms"] = s.midpoint
+    if arm in ("sequential", "bayes"):
+        verdict["strategy"] = arm
+    return parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
+                       "probe": {"max_tokens": 256, "requests": 3 if arm == "sequential" else 1},
+                       "verdict": verdict})
+
+
+def plain(s: Scenario, sp: BisectSpec, cluster: VirtualCluster) -> int | None:
+    """`git bisect run` with a one-run hook: 0 good, 1 bad, 125 skip; no endpoint checks."""
+    rng = cluster.rng
+    judge = Judge(sp.verdict, sp.min_output_tokens())
     verdicts: dict[int, Verdict] = {s.n - 1: Verdict.BAD}
-    commits = runs = 0
-    minutes = 0.0
     while True:
         step = next_step(s.n, verdicts)
         if step.test is None:
-            return step.culprit == s.culprit, commits, runs, minutes
-        i = step.test
-        commits += 1
-        if i in s.unbuildable:
-            minutes += ARTIFACT
-            verdicts[i] = Verdict.SKIP
-            continue
-        verdicts[i], used = judge(i)
-        minutes += ARTIFACT + START + used * SAMPLE
-        runs += used
+            return step.culprit
+        ev = cluster.evaluate(rng.sha(step.test))
+        verdicts[step.test] = (judge.judge(ev.measurement).verdict
+                               if ev.status is EvalStatus.MEASURED and ev.measurement
+                               else Verdict.SKIP)
 
 
-def plain(s: Scenario, rnd: random.Random) -> Outcome:
-    threshold = 10.0 * (1 + s.effect) / 2
+def run_trial(t: Trial) -> Outcome:
+    logging.disable(logging.WARNING)  # the Driver's retry warnings, thousands of them
+    s = make_scenario(t)
+    rng = commit_range(s.n)
+    sp = spec_for(t.arm, s)
+    cluster = VirtualCluster(s, rng, 1, random.Random(t.seed * 7919 + 1),
+                             first_batch=sp.probe.requests)
+    refused = False
+    if t.arm == "plain":
+        culprit = plain(s, sp, cluster)
+        exact = culprit == s.culprit
+    else:
+        with tempfile.TemporaryDirectory() as d:
+            journal = SessionJournal(Path(d))
+            try:
+                result = Driver(sp, rng, cluster, journal, None).run()
+                exact = result.first_bad == rng.sha(s.culprit)
+            except NotReproduced:
+                exact, refused = False, True
+            finally:
+                journal.close()
+    return Outcome(exact, refused, cluster.starts, cluster.samples, cluster.clock)
 
-    def judge(i: int) -> tuple[Verdict, int]:
-        x = sample(s, i, rnd)
-        return (Verdict.SKIP if x is None else Verdict.BAD if x > threshold else Verdict.GOOD), 1
 
-    exact, commits, runs, minutes = search(s, judge)
-    return Outcome(exact, commits, runs + 2, minutes + 2 * (ARTIFACT + START + SAMPLE))
+@dataclass(frozen=True)
+class Row:
+    label: str
+    arm: str
+    exact: float
+    refused: float
+    starts: float
+    samples: float
+    hours: float
 
 
-def sequential(s: Scenario, rnd: random.Random, calib_n: int = 5) -> Outcome:
-    def measure(i: int, k: int) -> list[float]:
-        return [x for x in (sample(s, i, rnd) for _ in range(k)) if x is not None]
+def summarize(label: str, arm: str, outs: list[Outcome]) -> Row:
+    return Row(label, arm, sum(o.exact for o in outs) / len(outs),
+               sum(o.refused for o in outs) / len(outs),
+               statistics.fmean(o.starts for o in outs), statistics.fmean(o.samples for o in outs),
+               statistics.fmean(o.minutes for o in outs) / 60)
 
-    calib_runs = 0
 
-    def until(i: int, k: int) -> list[float]:  # crashed calibration runs are repeated
-        nonlocal calib_runs
-        got: list[float] = []
-        while len(got) < k:
-            got += measure(i, 1)
-            calib_runs += 1
-        return got
+def trials(seed: int, n: int) -> Iterator[tuple[str, Trial]]:
+    for r, (effect, cv) in enumerate(ITL_ROWS):
+        label = (f"{effect}x | {cv:.0%}" if effect is not None and cv is not None
+                 else "1.1-7x | 2-15%")
+        for arm in ARMS["itl"]:
+            for j in range(n):
+                yield label, Trial(r, arm, seed * 1_000_003 + r * 10_007 + j, "itl", effect, cv)
+    for r, q in enumerate(CAP_QS, start=len(ITL_ROWS)):
+        for arm in ARMS["length"]:
+            for j in range(n):
+                yield f"q = {q}", Trial(r, arm, seed * 1_000_003 + r * 10_007 + j, "length",
+                                        None, None, q)
 
-    good, bad = until(-1, calib_n), until(s.n - 1, calib_n)
-    p_max = 0.01 / 4  # up to four looks (5, 10, 20, 40 samples): Bonferroni over the looks
-    cal = calibrate(good, bad, p_max=p_max)
-    while not cal.ok and len(good) < 40:  # not yet distinguishable: double the samples
-        good += until(-1, len(good))
-        bad += until(s.n - 1, len(bad))
-        cal = calibrate(good, bad, p_max=p_max)
-    calib_minutes = 2 * (ARTIFACT + START) + calib_runs * SAMPLE
-    if not cal.ok:
-        return Outcome(False, 0, calib_runs, calib_minutes)
-    test = SequentialTest(cal, alpha_total=0.01,
-                          expected_steps=max(2, (s.n - 1).bit_length() + 2))
 
-    def judge(i: int) -> tuple[Verdict, int]:
-        xs: list[float] = []
-        drawn = 0
-        while True:
-            k = test.next_batch(len(xs))
-            if k == 0 or drawn >= 2 * test.max_samples:  # cap reached (or a crash storm)
-                return Verdict.SKIP, drawn
-            xs += measure(i, k)
-            drawn += k
-            v = test.decide(xs)
-            if v is not SeqVerdict.MORE:
-                break
-        return {SeqVerdict.GOOD: Verdict.GOOD, SeqVerdict.BAD: Verdict.BAD}.get(
-            v, Verdict.SKIP), drawn
-
-    exact, commits, runs, minutes = search(s, judge)
-    return Outcome(exact, commits, runs + calib_runs, minutes + calib_minutes)
+def fmt(r: Row) -> str:
+    return (f"| {r.label} | {NAMES[r.arm]} | {r.exact:.1%} | {r.refused:.1%} | {r.starts:.1f} | "
+            f"{r.samples:.1f} | {r.hours:.2f} |")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--trials", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     a = ap.parse_args()
-    print(f"{a.trials} scenarios per row: n 50..1000, skip rate 0..20%, crash rate 0..5%\n")
-    print("| effect | CV | arm | exact culprit | commits judged | probe runs | sim. wall (h) |")
-    print("|---|---|---|---|---|---|---|")
-    for effect, cv in ((1.3, 0.10), (7.0, 0.02), (1.1, 0.02), (1.3, 0.15), (2.0, 0.05)):
-        for name, arm in (("plain git bisect", plain), ("vllm-bisect sequential", sequential)):
-            rnd = random.Random(a.seed)  # same scenarios and noise seeds for both arms
-            outs = [arm(scenario(rnd, effect, cv), rnd) for _ in range(a.trials)]
-            acc = sum(o.exact for o in outs) / len(outs)
-            print(f"| {effect}x | {cv:.0%} | {name} | {acc:.1%} | "
-                  f"{statistics.fmean(o.commits for o in outs):.1f} | "
-                  f"{statistics.fmean(o.samples for o in outs):.1f} | "
-                  f"{statistics.fmean(o.minutes for o in outs) / 60:.2f} |")
+    items = list(trials(a.seed, a.trials))
+    with ProcessPoolExecutor(a.jobs) as pool:
+        outs = list(pool.map(run_trial, [t for _, t in items], chunksize=16))
+    groups: dict[tuple[str, str], list[Outcome]] = {}
+    for (label, t), o in zip(items, outs, strict=True):
+        groups.setdefault((label, t.arm), []).append(o)
+    rows = [summarize(label, arm, os_) for (label, arm), os_ in groups.items()]
+    print(f"{a.trials} scenarios per row (seed {a.seed}): n 50..1000, skip rate 0..20%, "
+          "server crashes 0..5% per start\n")
+    head = ("| {} | arm | exact culprit | refused | server starts | probe requests | "
+            "sim. wall (h) |\n|---|---|---|---|---|---|---|")
+    print("ITL slowdown (effect | CV):\n")
+    print(head.format("effect &#124; CV"))
+    for r in rows:
+        if not r.label.startswith("q ="):
+            print(fmt(r))
+    print("\nFlaky 128-token cap (a bad commit's server shows it with probability q):\n")
+    print(head.format("flake"))
+    for r in rows:
+        if r.label.startswith("q ="):
+            print(fmt(r))
+    print()
+    by = {(r.label, r.arm): r for r in rows}
+    p, s = by[("1.3x | 10%", "plain")], by[("1.3x | 10%", "sequential")]
+    print(f"goal 1.3x, CV 10%: plain exact {p.exact:.1%} (< 90%: {p.exact < 0.9}); sequential "
+          f"exact {s.exact:.1%} (>= 99%: {s.exact >= 0.99}); server starts {s.starts:.1f} vs "
+          f"{p.starts:.1f} = {s.starts / p.starts:.2f}x (<= 3x: {s.starts <= 3 * p.starts}); "
+          f"probe requests {s.samples / p.samples:.2f}x; wall {s.hours / p.hours:.2f}x")
+    p, s = by[("7.0x | 2%", "plain")], by[("7.0x | 2%", "sequential")]
+    print(f"goal 7x, CV 2%: server starts {s.starts:.1f} vs plain {p.starts:.1f} "
+          f"(<= plain + 2: {s.starts <= p.starts + 2}); exact {s.exact:.1%} vs {p.exact:.1%}; "
+          f"probe requests {s.samples:.1f} vs {p.samples:.1f}; wall {s.hours / p.hours:.2f}x")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,9 @@
 The Driver (endpoint verification, multisection, work-conserving dispatch, cancellation,
 journal) runs unchanged; only time is virtual: a `VirtualCluster` is both the one-at-a-time
 evaluator (k = 1) and the executor (k > 1), and a commit's evaluation finishes after its
-cost-model minutes: artifact 5 min, server start 3 min, one probe run 1 min, each drawn
-with +-20% jitter; an unbuildable commit costs its 5 artifact minutes and is a skip; a
-cancelled run frees its worker after 0.2 min of teardown. Scenarios as in bench_accuracy:
+cost-model minutes (benchmarks/virtual.py: artifact 5 min, server start 3 min, one probe
+request 1 min, +-20% jitter; an unbuildable commit costs its 5 artifact minutes and is a
+skip; a cancelled run frees its worker after 0.2 min of teardown). Scenarios as in bench_accuracy:
 n 50..1000 commits, skip rate 0..20%. Deterministic verdicts (the length symptom) by
 default; --noisy uses the sequential strategy on ITL with effect 1.3x and CV 10%.
 """
@@ -16,136 +16,22 @@ default; --noisy uses the sequential strategy on ITL with effect 1.3x and CV 10%
 from __future__ import annotations
 
 import argparse
-import heapq
 import math
 import random
 import statistics
+import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+
+from virtual import Scenario, VirtualCluster, commit_range, scenario
+
 from vllm_bisect.bisect.driver import Driver
-from vllm_bisect.bisect.executor import Done
 from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.bisect.multisection import ideal_rounds
-from vllm_bisect.bisect.range import CommitInfo, CommitRange
-from vllm_bisect.models import EvalStatus, Evaluation, Measurement, RequestResult, TokensSource
 from vllm_bisect.spec import BisectSpec, parse_spec
-
-ARTIFACT, START, SAMPLE, TEARDOWN = 5.0, 3.0, 1.0, 0.2
-More = Callable[[Measurement], int] | None
-
-
-@dataclass(frozen=True)
-class Scenario:
-    n: int
-    culprit: int
-    unbuildable: frozenset[int]
-    noisy: bool
-
-
-def scenario(rnd: random.Random, noisy: bool, max_skip: float = 0.2) -> Scenario:
-    n = rnd.randint(50, 1000)
-    culprit = rnd.randrange(n)
-    rate = rnd.uniform(0.0, max_skip)
-    skips = frozenset(i for i in range(n - 1)
-                      if i not in (culprit, culprit - 1) and rnd.random() < rate)
-    return Scenario(n, culprit, skips, noisy)
-
-
-def measurement(itls: list[float], tokens: int) -> Measurement:
-    reqs = [RequestResult(output_tokens=tokens, finish_reason="length", ttft_ms=50.0,
-                          latency_ms=x * tokens, itl_ms=x, chunk_itl_ms=x, tpot_ms=x,
-                          n_chunks=tokens, tokens_per_chunk=1.0, tokens_source=TokensSource.USAGE)
-            for x in itls]
-    return Measurement(endpoint="completions", model="m", requested_tokens=256,
-                       min_output_tokens=256, output_tokens=[tokens] * len(itls),
-                       length_ok=tokens >= 256, itl_ms=statistics.median(itls),
-                       chunk_itl_ms=statistics.median(itls), tokens_per_chunk=1.0,
-                       ttft_ms=50.0, tpot_ms=statistics.median(itls), finish_reasons=["length"],
-                       tokens_source=TokensSource.USAGE, requests=reqs)
-
-
-class VirtualCluster:
-    """Virtual time: k workers; each evaluation ends after its cost-model minutes."""
-
-    def __init__(self, s: Scenario, rng: CommitRange, workers: int, rnd: random.Random) -> None:
-        self.s, self.rng, self.workers, self.rnd = s, rng, workers, rnd
-        self.clock = 0.0
-        self.heap: list[tuple[float, int]] = []
-        self.pending: dict[int, tuple[str, Evaluation]] = {}
-        self.next = 0
-        self.busy_minutes = 0.0
-
-    def _jit(self, x: float) -> float:
-        return x * self.rnd.uniform(0.8, 1.2)
-
-    def _run(self, commit: str, more: More) -> tuple[float, Evaluation]:
-        i = self.rng.index(commit)
-        if i in self.s.unbuildable:
-            return self._jit(ARTIFACT), Evaluation(commit=commit, status=EvalStatus.UNAVAILABLE,
-                                                   reason="no artifact")
-        bad = i >= self.s.culprit
-        mean = 10.0 * (1.3 if bad and self.s.noisy else 1.0)
-        cv = 0.10 if self.s.noisy else 0.0
-
-        def draw(k: int) -> list[float]:
-            return [mean * max(0.05, self.rnd.gauss(1.0, cv)) for _ in range(k)]
-
-        tokens = 128 if bad and not self.s.noisy else 256
-        m = measurement(draw(3), tokens)
-        runs = 3
-        while more is not None and (k := more(m)) > 0:
-            m = measurement([r.itl_ms or 0.0 for r in m.requests] + draw(k), tokens)
-            runs += k
-        cost = self._jit(ARTIFACT) + self._jit(START) + sum(self._jit(SAMPLE) for _ in range(runs))
-        return cost, Evaluation(commit=commit, status=EvalStatus.MEASURED, measurement=m)
-
-    # the one-at-a-time evaluator (k = 1)
-    def evaluate(self, commit: str, more: More = None) -> Evaluation:
-        cost, ev = self._run(commit, more)
-        self.clock += cost
-        self.busy_minutes += cost
-        return ev
-
-    # the executor (k > 1)
-    def submit(self, commit: str, more: More = None) -> int:
-        cost, ev = self._run(commit, more)
-        task, self.next = self.next, self.next + 1
-        self.pending[task] = (commit, ev)
-        heapq.heappush(self.heap, (self.clock + cost, task))
-        return task
-
-    def cancel(self, task: int) -> None:
-        if task in self.pending:
-            commit, _ = self.pending[task]
-            self.pending[task] = (commit, Evaluation(commit=commit, status=EvalStatus.CANCELLED))
-            self.heap = [(t, k) for t, k in self.heap if k != task]
-            self.heap.append((self.clock + TEARDOWN, task))
-            heapq.heapify(self.heap)
-
-    def wait(self, timeout: float | None = None) -> list[Done]:
-        if not self.heap:
-            return []
-        t, task = heapq.heappop(self.heap)
-        self.clock = max(self.clock, t)
-        commit, ev = self.pending.pop(task)
-        return [Done(task, commit, ev, "virtual")]
-
-    def in_flight(self) -> int:
-        return len(self.pending)
-
-    def close(self) -> None:
-        self.heap.clear()
-        self.pending.clear()
-
-
-def commit_range(n: int) -> CommitRange:
-    infos = [CommitInfo(sha=f"{i + 1:040x}", subject=f"commit {i}", author="a", date="d")
-             for i in range(-1, n)]
-    return CommitRange(good=infos[0], bad=infos[-1], commits=tuple(infos[1:]))
-
 
 def spec(noisy: bool) -> BisectSpec:
     verdict = ({"symptom": "itl", "strategy": "sequential"} if noisy else {"symptom": "length"})
@@ -168,7 +54,7 @@ def bisect(s: Scenario, workers: int, seed: int, tmp: Path) -> Run:
     with tempfile.TemporaryDirectory(dir=tmp) as d:
         journal = SessionJournal(Path(d))
         try:
-            result = Driver(spec(s.noisy), rng, cluster, journal, None,
+            result = Driver(spec(s.symptom == "itl"), rng, cluster, journal, None,
                             executor=cluster if workers > 1 else None).run()
         finally:
             journal.close()
@@ -240,7 +126,9 @@ def main() -> None:
           "server starts |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     rnd = random.Random(a.seed)
-    scenarios = [scenario(rnd, a.noisy, a.max_skip) for _ in range(a.trials)]
+    scenarios = [scenario(rnd, symptom="itl" if a.noisy else "length", effect=1.3,
+                          cv=0.10 if a.noisy else 0.0, max_skip=a.max_skip)
+                 for _ in range(a.trials)]
     base: list[Run] = []
     with tempfile.TemporaryDirectory() as tmp:
         for k in (1, 2, 4, 8):

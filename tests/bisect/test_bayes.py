@@ -20,6 +20,7 @@ from vllm_bisect.bisect.bayes import (
     posterior,
 )
 from vllm_bisect.errors import NotReproduced
+from vllm_bisect.models import Verdict
 
 
 def test_posterior_is_uniform_without_runs_and_moves_with_them() -> None:
@@ -113,3 +114,19 @@ def test_bayes_refuses_a_symptom_the_bad_endpoint_never_shows(tmp_path: Path) ->
                                  "calibration_runs": 2, "verify_samples": 0})
     with pytest.raises(NotReproduced, match="0 of 2 runs"):
         run_driver(spec, tmp_path)
+
+
+def test_bayes_runs_again_a_commit_whose_first_server_died(tmp_path: Path) -> None:
+    from tests.bisect.test_driver import flaky_serve
+
+    # every commit's first server dies and is not retried: the search must run it again
+    # (fresh), not look the cached failure up again and again
+    h = history(tmp_path, n_commits=6, cap_at=3)
+    spec = make_spec(h, build={"kind": "command", "serve": flaky_serve(tmp_path)},
+                     serve={"retries": 0},
+                     verdict={"symptom": "length", "strategy": "bayes", "calibration_runs": 2,
+                              "confidence": 0.95, "verify_samples": 0, "max_runs": 30})
+    r = run_driver(spec, tmp_path)
+    assert r.first_bad == h.planted["length"], r.candidates
+    skips = [o for o in r.probed if o.verdict is Verdict.SKIP]
+    assert skips and all("exited" in o.reason for o in skips)

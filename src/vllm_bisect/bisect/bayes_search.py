@@ -36,6 +36,7 @@ class BayesSearch:
         self.n = len(driver.rng.commits)
         self.runs: dict[int, list[bool]] = {}
         self.skipped: set[int] = set()
+        self.tried: set[int] = set()  # commits looked up once: every later run is fresh
         self.count = 0
         self.confidence: float | None = None
         keys = {driver.spec.measurement_key(driver.rng.sha(i)): i for i in range(-1, self.n)}
@@ -57,8 +58,11 @@ class BayesSearch:
         d = self.d
         info: CommitInfo = d.rng.good if i == -1 else d.rng.commits[i]
         left = max(0, d.spec.verdict.max_runs - self.count)
-        if not self.runs.get(i) and i not in self.skipped:
-            outcome = d.test(info, role, left)  # the first run may come from the cache
+        if not self.runs.get(i) and i not in self.skipped and i not in self.tried:
+            # the first run may come from the cache (once: a cached failure, say a server
+            # that died, must not be looked up again and again)
+            outcome = d.test(info, role, left)
+            self.tried.add(i)
             fresh = not outcome.from_cache
         else:
             d.events.on_testing(info, role, left)
