@@ -39,15 +39,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from virtual import Scenario, VirtualCluster, commit_range, scenario  # noqa: E402
+from virtual import Scenario, VirtualCluster, commit_range, scenario
 
-from vllm_bisect.bisect.driver import Driver  # noqa: E402
-from vllm_bisect.bisect.journal import SessionJournal  # noqa: E402
-from vllm_bisect.bisect.strategy import next_step  # noqa: E402
-from vllm_bisect.errors import NotReproduced  # noqa: E402
-from vllm_bisect.models import EvalStatus, Verdict  # noqa: E402
-from vllm_bisect.spec import BisectSpec, parse_spec  # noqa: E402
-from vllm_bisect.verdict import Judge  # noqa: E402
+from vllm_bisect.bisect.driver import Driver
+from vllm_bisect.bisect.journal import SessionJournal
+from vllm_bisect.bisect.strategy import next_step
+from vllm_bisect.errors import NotReproduced
+from vllm_bisect.models import EvalStatus, Verdict
+from vllm_bisect.spec import BisectSpec, parse_spec
+from vllm_bisect.verdict import Judge
 
 ITL_ROWS = ((1.3, 0.10), (7.0, 0.02), (1.1, 0.02), (1.3, 0.15), (2.0, 0.05), (None, None))
 CAP_QS = (0.3, 0.5, 0.7, 0.9)
@@ -71,6 +71,7 @@ class Trial:
 class Outcome:
     exact: bool
     refused: bool
+    commits: int
     starts: int
     samples: int
     minutes: float
@@ -135,7 +136,8 @@ def run_trial(t: Trial) -> Outcome:
                 exact, refused = False, True
             finally:
                 journal.close()
-    return Outcome(exact, refused, cluster.starts, cluster.samples, cluster.clock)
+    return Outcome(exact, refused, len(cluster.tried), cluster.starts, cluster.samples,
+                   cluster.clock)
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,7 @@ class Row:
     arm: str
     exact: float
     refused: float
+    commits: float
     starts: float
     samples: float
     hours: float
@@ -152,7 +155,9 @@ class Row:
 def summarize(label: str, arm: str, outs: list[Outcome]) -> Row:
     return Row(label, arm, sum(o.exact for o in outs) / len(outs),
                sum(o.refused for o in outs) / len(outs),
-               statistics.fmean(o.starts for o in outs), statistics.fmean(o.samples for o in outs),
+               statistics.fmean(o.commits for o in outs),
+               statistics.fmean(o.starts for o in outs),
+               statistics.fmean(o.samples for o in outs),
                statistics.fmean(o.minutes for o in outs) / 60)
 
 
@@ -171,7 +176,8 @@ def trials(seed: int, n: int) -> Iterator[tuple[str, Trial]]:
 
 
 def fmt(r: Row) -> str:
-    return (f"| {r.label} | {NAMES[r.arm]} | {r.exact:.1%} | {r.refused:.1%} | {r.starts:.1f} | "
+    return (f"| {r.label} | {NAMES[r.arm]} | {r.exact:.1%} | {r.refused:.1%} | {r.commits:.1f} | "
+            f"{r.starts:.1f} | "
             f"{r.samples:.1f} | {r.hours:.2f} |")
 
 
@@ -190,8 +196,8 @@ def main() -> None:
     rows = [summarize(label, arm, os_) for (label, arm), os_ in groups.items()]
     print(f"{a.trials} scenarios per row (seed {a.seed}): n 50..1000, skip rate 0..20%, "
           "server crashes 0..5% per start\n")
-    head = ("| {} | arm | exact culprit | refused | server starts | probe requests | "
-            "sim. wall (h) |\n|---|---|---|---|---|---|---|")
+    head = ("| {} | arm | exact culprit | refused | commits probed | server starts | "
+            "probe requests | sim. wall (h) |\n|---|---|---|---|---|---|---|---|")
     print("ITL slowdown (effect | CV):\n")
     print(head.format("effect &#124; CV"))
     for r in rows:
@@ -206,14 +212,16 @@ def main() -> None:
     by = {(r.label, r.arm): r for r in rows}
     p, s = by[("1.3x | 10%", "plain")], by[("1.3x | 10%", "sequential")]
     print(f"goal 1.3x, CV 10%: plain exact {p.exact:.1%} (< 90%: {p.exact < 0.9}); sequential "
-          f"exact {s.exact:.1%} (>= 99%: {s.exact >= 0.99}); server starts {s.starts:.1f} vs "
-          f"{p.starts:.1f} = {s.starts / p.starts:.2f}x (<= 3x: {s.starts <= 3 * p.starts}); "
-          f"probe requests {s.samples / p.samples:.2f}x; wall {s.hours / p.hours:.2f}x")
+          f"exact {s.exact:.1%} (>= 99%: {s.exact >= 0.99}); commits probed {s.commits:.1f} vs "
+          f"{p.commits:.1f} = {s.commits / p.commits:.2f}x (<= 3x: {s.commits <= 3 * p.commits});"
+          f" server starts {s.starts / p.starts:.2f}x; probe requests "
+          f"{s.samples / p.samples:.2f}x; wall {s.hours / p.hours:.2f}x")
     p, s = by[("7.0x | 2%", "plain")], by[("7.0x | 2%", "sequential")]
-    print(f"goal 7x, CV 2%: server starts {s.starts:.1f} vs plain {p.starts:.1f} "
-          f"(<= plain + 2: {s.starts <= p.starts + 2}); exact {s.exact:.1%} vs {p.exact:.1%}; "
-          f"probe requests {s.samples:.1f} vs {p.samples:.1f}; wall {s.hours / p.hours:.2f}x")
-
+    print(f"goal 7x, CV 2%: commits probed {s.commits:.1f} vs plain {p.commits:.1f} "
+          f"(<= plain + 2: {s.commits <= p.commits + 2}); server starts {s.starts:.1f} vs "
+          f"{p.starts:.1f} (<= plain + 2: {s.starts <= p.starts + 2}); exact {s.exact:.1%} vs "
+          f"{p.exact:.1%}; probe requests {s.samples:.1f} vs {p.samples:.1f}; "
+          f"wall {s.hours / p.hours:.2f}x")
 
 if __name__ == "__main__":
     main()

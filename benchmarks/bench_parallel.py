@@ -33,6 +33,7 @@ from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.bisect.multisection import ideal_rounds
 from vllm_bisect.spec import BisectSpec, parse_spec
 
+
 def spec(noisy: bool) -> BisectSpec:
     verdict = ({"symptom": "itl", "strategy": "sequential"} if noisy else {"symptom": "length"})
     verdict["verify_samples"] = 0  # the search only (verification adds the same to every k)

@@ -105,6 +105,7 @@ class VirtualCluster:
         self.pending: dict[int, tuple[str, Evaluation]] = {}
         self.next = 0
         self.busy_minutes = 0.0
+        self.tried: set[int] = set()  # distinct commits evaluated (probed or not buildable)
         self.starts = 0      # server starts (crashed ones included)
         self.samples = 0     # probe requests
 
@@ -114,6 +115,7 @@ class VirtualCluster:
     def _run(self, commit: str, more: More) -> tuple[float, Evaluation]:
         s, i = self.s, self.index[commit]
         cost = 0.0
+        self.tried.add(i)
         if i not in self.built:
             cost += self._jit(ARTIFACT)
             if i in s.unbuildable:

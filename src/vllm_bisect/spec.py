@@ -121,7 +121,7 @@ class ServeSpec(_Model):
     # a server that dies or a probe that fails (not an unbuildable commit) is tried again on
     # a fresh server this many times before the commit counts as a skip; not with
     # verdict.symptom = "crash", where the failure is the symptom (not in the cache key)
-    retries: int = Field(default=1, ge=0, le=10)
+    retries: int = Field(default=2, ge=0, le=10)
 
     def speculative_config_json(self) -> str | None:
         if self.speculative is None:
