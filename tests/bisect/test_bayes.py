@@ -112,7 +112,7 @@ def test_bayes_refuses_a_symptom_the_bad_endpoint_never_shows(tmp_path: Path) ->
     h = history(tmp_path, n_commits=6)
     spec = make_spec(h, verdict={"symptom": "length", "strategy": "bayes",
                                  "calibration_runs": 2, "verify_samples": 0})
-    with pytest.raises(NotReproduced, match="0 of 2 runs"):
+    with pytest.raises(NotReproduced, match="0 of 8 runs"):
         run_driver(spec, tmp_path)
 
 

@@ -76,17 +76,28 @@ class BayesSearch:
         self._note(i, outcome.verdict, status)
         return outcome
 
+    def _run_endpoint(self, i: int, role: str, need: int) -> None:
+        tries = 0
+        while len(self.runs.get(i, [])) < need:
+            if i in self.skipped or tries > 2 * need:
+                raise NotReproduced(f"the {role} could not be run {need} times",
+                                    hint="pick endpoints that build and serve")
+            self._run(i, role)
+            tries += 1
+
     def _calibrate(self) -> FlakeModel:
+        """Run both endpoints ``calibration_runs`` times; a rare symptom (shown fewer than
+        twice at the bad endpoint) gets the bad endpoint up to 4x the runs before the flake
+        rate is estimated (or the bisect refused)."""
         v = self.d.spec.verdict
         need = v.calibration_runs
-        for i, role in ((-1, "good endpoint"), (self.n - 1, "bad endpoint")):
-            tries = 0
-            while len(self.runs.get(i, [])) < need:
-                if i in self.skipped or tries > 2 * need:
-                    raise NotReproduced(f"the {role} could not be run {need} times",
-                                        hint="pick endpoints that build and serve")
-                self._run(i, role)
-                tries += 1
+        self._run_endpoint(-1, "good endpoint", need)
+        bad_need = need
+        while True:
+            self._run_endpoint(self.n - 1, "bad endpoint", bad_need)
+            if sum(self.runs[self.n - 1]) >= 2 or bad_need >= 4 * need:
+                break
+            bad_need *= 2
         good, bad = self.runs[-1], self.runs[self.n - 1]
         if not any(bad):
             raise NotReproduced(f"did not reproduce: the bad endpoint showed the symptom in 0 "
