@@ -112,6 +112,9 @@ class Driver:
         self.session_evals = journal.evaluations()
         self.server_starts = 0
         self.sequential: SequentialJudge | None = None
+        # parallel: the judge a running commit samples under (the fit learns meanwhile; the
+        # commit is decided by the judge that decided when to stop sampling)
+        self.sampled_by: dict[str, SequentialJudge] = {}
         self.probed: list[Outcome] = []
         self.evaluations: dict[str, Evaluation] = {}
 
@@ -262,7 +265,8 @@ class Driver:
             outcome = Outcome(commit=info.sha, verdict=Verdict.SKIP,
                               reason=ev.reason or ev.status.value, from_cache=cached)
         elif self.sequential is not None and role in ("bisect", "verify"):
-            v, why = self.sequential.decide(ev.measurement.requests)
+            judge = self.sampled_by.pop(info.sha, None) or self.sequential
+            v, why = judge.decide(ev.measurement.requests)
             if role == "bisect":  # its samples sharpen the fit for the next commit
                 self.sequential = self.sequential.learn(ev.measurement.requests, v)
             verdict = {SeqVerdict.GOOD: Verdict.GOOD, SeqVerdict.BAD: Verdict.BAD}.get(

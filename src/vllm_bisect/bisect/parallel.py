@@ -64,6 +64,8 @@ class ParallelSearch:
                 self.verdicts[idx] = self.d.record(info, "bisect", found, cached=True).verdict
                 return True
             self.d.events.on_testing(info, "bisect", self._steps_left())
+            if self.d.sequential is not None:
+                self.d.sampled_by[info.sha] = self.d.sequential
             task = self.ex.submit(info.sha, more)
             self.running[task] = (idx, self.known_depth + 1)
             self.by_index[idx] = task
@@ -74,6 +76,7 @@ class ParallelSearch:
         del self.by_index[idx]
         if done.cancelled or done.task in self.cancelled:
             logger.info("%s: run cancelled on %s", done.commit[:12], done.worker)
+            self.d.sampled_by.pop(done.commit, None)
             return
         self.d.fresh(done.evaluation)
         info = self.d.rng.commits[idx]
