@@ -163,15 +163,22 @@ class Driver:
         """Ask the evaluator (no cache). A server that died or a probe that failed is tried
         again on a fresh server ``serve.retries`` times (one flaky crash at an endpoint must
         not end a long bisect); following the crash symptom, the failure is the answer."""
-        tries = self._retries()
+        left = self._retries()
         while True:
             ev = self.evaluator.evaluate(commit, more) if more else self.evaluator.evaluate(commit)
-            if ev.status is not EvalStatus.FAILED or tries <= 0:
+            if not self._retry(ev, left):
                 return ev
-            tries -= 1
-            self.server_starts += 1  # the failed attempt's start (not cached: it is retried)
-            logger.warning("%s failed (%s); trying again on a fresh server",
-                           commit[:12], ev.reason)
+            left -= 1
+
+    def _retry(self, ev: Evaluation, left: int) -> bool:
+        """Whether a failed evaluation is tried again (``left`` retries remain); a retried
+        attempt's server start is counted here (it is not cached)."""
+        if ev.status is not EvalStatus.FAILED or left <= 0:
+            return False
+        self.server_starts += 1
+        logger.warning("%s failed (%s); trying again on a fresh server", ev.commit[:12],
+                       ev.reason)
+        return True
 
     def _evaluation(self, commit: str, more: Callable[[Measurement], int] | None = None
                     ) -> tuple[Evaluation, bool]:
@@ -225,11 +232,8 @@ class Driver:
             while tasks:
                 for done in self.executor.wait():
                     sha = tasks.pop(done.task)
-                    if done.evaluation.status is EvalStatus.FAILED and retries[sha] > 0:
+                    if self._retry(done.evaluation, retries[sha]):
                         retries[sha] -= 1
-                        self.server_starts += 1
-                        logger.warning("%s failed (%s); trying again on a fresh server",
-                                       sha[:12], done.evaluation.reason)
                         tasks[self.executor.submit(sha, more)] = sha
                         continue
                     out[sha] = done.evaluation
