@@ -59,7 +59,6 @@ NAMES = {"plain": "plain git bisect run", "sequential": "vllm-bisect sequential"
 
 @dataclass(frozen=True)
 class Trial:
-    row: int
     arm: str
     seed: int
     symptom: str
@@ -171,12 +170,12 @@ def trials(seed: int, n: int, crash: float, goals_only: bool) -> Iterator[tuple[
                  else "1.1-7x | 2-15%")
         for arm in ARMS["itl"]:
             for j in range(n):
-                yield label, Trial(r, arm, seed * 1_000_003 + r * 10_007 + j, "itl", effect, cv,
+                yield label, Trial(arm, seed * 1_000_003 + r * 10_007 + j, "itl", effect, cv,
                                    max_crash=crash)
     for r, q in enumerate(() if goals_only else CAP_QS, start=len(ITL_ROWS)):
         for arm in ARMS["length"]:
             for j in range(n):
-                yield f"q = {q}", Trial(r, arm, seed * 1_000_003 + r * 10_007 + j, "length",
+                yield f"q = {q}", Trial(arm, seed * 1_000_003 + r * 10_007 + j, "length",
                                         None, None, q, crash)
 
 
