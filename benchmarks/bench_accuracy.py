@@ -14,7 +14,7 @@ artifact 5 min / server start 3 min / probe request 1 min):
   crash or an unbuildable commit exits 125 (skip).
 - vllm-bisect sequential: the real ``Driver`` with ``verdict.strategy = "sequential"``
   (endpoint calibration, the sequential Bayes-factor test, its first batch being
-  ``probe.requests = 3``, one more request at a time on the same server, serve.retries 1).
+  ``probe.requests = 3``, one more request at a time on the same server, ops.retries 1).
 - vllm-bisect bayes: the real ``Driver`` with ``verdict.strategy = "bayes"``, the same
   one-request midpoint threshold as plain per server start, runs chosen by information.
 

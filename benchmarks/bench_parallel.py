@@ -88,8 +88,8 @@ def real(n: int, repeats: int) -> None:
                 sp = parse_spec({
                     "range": {"repo": str(h.path), "good": h.good, "bad": h.bad},
                     "build": {"kind": "source"},
+                    "ops": {"serialize_startup": False, "startup_timeout_s": 60},
                     "serve": {"model": "sim", "env": {"VLLM_BISECT_SIM_PATH": sim_path()},
-                              "serialize_startup": False, "startup_timeout_s": 60,
                               "speculative": {"method": "mtp", "num_speculative_tokens": 3}},
                     "probe": {"max_tokens": 256, "requests": 2, "warmup": 0},
                     "verdict": {"symptom": "length", "verify_samples": 0},

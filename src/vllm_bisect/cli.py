@@ -29,7 +29,7 @@ from vllm_bisect.models import Outcome
 from vllm_bisect.probes.decode import DecodeProbe
 from vllm_bisect.report.table import STYLE, result_json, result_table
 from vllm_bisect.runtime.base import ServerHandle
-from vllm_bisect.spec import BisectSpec, Endpoint, ProbeSpec, dump_spec, load_spec, parse_spec
+from vllm_bisect.spec import BisectSpec, Endpoint, ProbeSpec, dump_spec, load_spec, stored_spec
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the vLLM commit that broke decode speed or output length.")
@@ -187,8 +187,6 @@ def _resources(items: list[str] | None) -> dict[str, float] | None:
 
 
 def _stored_spec(session_dir: Path) -> BisectSpec:
-    import tomllib
-
     from vllm_bisect.bisect.journal import SessionJournal
 
     j = SessionJournal(session_dir)
@@ -198,7 +196,7 @@ def _stored_spec(session_dir: Path) -> BisectSpec:
         j.close()
     if text is None:
         raise FatalError(f"session {session_dir} has no stored spec", hint="pass --spec FILE")
-    return parse_spec(tomllib.loads(text), source=f"{session_dir}/journal.sqlite")
+    return stored_spec(text, source=f"{session_dir}/journal.sqlite")
 
 
 class ReportFormat(StrEnum):

@@ -15,18 +15,31 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from vllm_bisect.errors import SpecError
+from vllm_bisect.spec_build import (
+    DEFAULT_KIND,
+    DEFAULT_TAGS,
+    ArtifactKind,
+    BuildSpec,
+    CommandBuild,
+    ImageBuild,
+    SourceBuild,
+    UrlBuild,
+    WheelBuild,
+    layout_errors,
+)
+
+__all__ = ["DEFAULT_TAGS", "ArtifactKind", "BisectSpec", "BuildSpec", "CommandBuild",
+           "Endpoint", "ExecutorKind", "ImageBuild", "OpsSpec", "ProbeSpec", "ServeSpec",
+           "SourceBuild", "Strategy", "Symptom", "UrlBuild", "WheelBuild", "dump_spec",
+           "load_spec", "parse_spec", "stored_spec"]
+
+# the measurement key's schema: bump it when what a key covers changes (old cache entries
+# are then never matched again). 2: [ops] left the key; build is one model per kind.
+KEY_VERSION = 2
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class BuildKind(StrEnum):
-    SOURCE = "source"
-    WHEEL = "wheel"
-    IMAGE = "image"
-    COMMAND = "command"
-    URL = "url"
 
 
 class Endpoint(StrEnum):
@@ -51,58 +64,6 @@ class RangeSpec(_Model):
     first_parent: bool = True
 
 
-DEFAULT_TAGS = (
-    "public.ecr.aws/q9t5s3a7/vllm-release-repo:{sha}-{arch}-{variant}",
-    "public.ecr.aws/q9t5s3a7/vllm-release-repo:{sha}-{arch}",
-    "public.ecr.aws/q9t5s3a7/vllm-ci-postmerge-repo:{sha}{arm64_suffix}",
-    "vllm/vllm-openai:nightly-{sha}",
-)
-
-
-class BuildSpec(_Model):
-    kind: BuildKind = BuildKind.SOURCE
-    # command builder
-    setup: str | None = None
-    serve: str | None = None
-    # url builder
-    url: str | None = None
-    # source builder (python is also the wheel builder's venv interpreter)
-    python: str | None = None
-    precompiled: bool = False
-    full_build: bool = True
-    install_args: list[str] = Field(default_factory=list)
-    # prefetch the next possible commits' artifacts while one is probed (None: on for
-    # wheel and image builds, whose cost is I/O; off for source builds, which compete with
-    # the probe for CPU)
-    prefetch: bool | None = None
-    # artifact cache size cap, LRU eviction that keeps the session's endpoints ("200G")
-    cache_max_size: str | None = None
-    # wheel builder (and the precompiled source build's wheel lookup)
-    index_url: str = "https://wheels.vllm.ai"
-    variant: Literal["auto", "default", "cu129", "cu130", "cpu"] = "auto"
-    # image builder
-    tags: list[str] = Field(default_factory=lambda: list(DEFAULT_TAGS))
-    platform: Literal["auto", "linux/amd64", "linux/arm64"] = "auto"
-    build: bool = False
-    gpus: str | list[int] = "all"
-    network: Literal["host", "bridge"] = "host"
-    shm_size: str | None = None
-    hf_cache: str | None = "~/.cache/huggingface"
-
-    def prefetch_enabled(self) -> bool:
-        if self.prefetch is not None:
-            return self.prefetch
-        return self.kind in (BuildKind.WHEEL, BuildKind.IMAGE)
-
-    @model_validator(mode="after")
-    def _check_kind(self) -> BuildSpec:
-        if self.kind is BuildKind.COMMAND and not self.serve:
-            raise ValueError('build.kind = "command" needs build.serve (a shell command with {port})')
-        if self.kind is BuildKind.URL and not self.url:
-            raise ValueError('build.kind = "url" needs build.url (e.g. "http://127.0.0.1:8000")')
-        return self
-
-
 class SpeculativeSpec(_Model):
     model_config = ConfigDict(extra="allow", frozen=True)
     method: str = "mtp"
@@ -113,15 +74,7 @@ class ServeSpec(_Model):
     model: str = "facebook/opt-125m"
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
-    startup_timeout_s: float = Field(default=900.0, gt=0)
-    # One server start-up at a time per GPU set on this host (vLLM's memory profiling
-    # counts another starting server's memory against itself).
-    serialize_startup: bool = True
     speculative: SpeculativeSpec | None = None
-    # a server that dies or a probe that fails (not an unbuildable commit) is tried again on
-    # a fresh server this many times before the commit counts as a skip; not with
-    # verdict.symptom = "crash", where the failure is the symptom (not in the cache key)
-    retries: int = Field(default=2, ge=0, le=10)
 
     def speculative_config_json(self) -> str | None:
         if self.speculative is None:
@@ -143,7 +96,6 @@ class BenchSpec(_Model):
 
     kind: Literal["serve", "throughput"] = "serve"
     args: list[str] = Field(default_factory=list)
-    timeout_s: float = Field(default=1800.0, gt=0)
 
 
 class ProbeSpec(_Model):
@@ -158,7 +110,6 @@ class ProbeSpec(_Model):
     min_tokens: int | None = Field(default=None, ge=0)
     temperature: float = Field(default=0.0, ge=0.0)
     warmup: int = Field(default=1, ge=0, le=100)
-    request_timeout_s: float = Field(default=600.0, gt=0)
     # [probe.load]: a closed-loop load after the decode probe (output tok/s, TPOT)
     load: LoadSpec | None = None
     # [probe.mtp_speedup]: the same load with speculative decoding and, on a second server,
@@ -171,6 +122,15 @@ class ProbeSpec(_Model):
         if self.min_tokens is not None:
             return self.min_tokens
         return self.max_tokens if self.send_max_tokens else None
+
+
+class Strategy(StrEnum):
+    """How commits are judged: one measurement against thresholds, a sequential test on
+    per-request samples, or a posterior over the culprit for flaky symptoms."""
+
+    THRESHOLD = "threshold"
+    SEQUENTIAL = "sequential"
+    BAYES = "bayes"
 
 
 class VerdictSpec(_Model):
@@ -186,7 +146,7 @@ class VerdictSpec(_Model):
     # calibration_runs times to learn how often the symptom shows, keep a posterior over the
     # culprit, run the commit with the largest expected information gain (again if need be),
     # stop when one commit holds `confidence` of it (or after max_runs)
-    strategy: Literal["threshold", "sequential", "bayes"] = "threshold"
+    strategy: Strategy = Strategy.THRESHOLD
     confidence: float = Field(default=0.99, gt=0.5, lt=1.0)
     calibration_runs: int = Field(default=4, ge=1, le=100)
     max_runs: int = Field(default=60, ge=1, le=10000)
@@ -203,6 +163,33 @@ class VerdictSpec(_Model):
     # once the culprit is found, re-measure it and its parent on fresh servers with this many
     # requests each; the report's effect and its 95% CI come from these samples (0: skip)
     verify_samples: int = Field(default=10, ge=0, le=1000)
+
+
+class OpsSpec(_Model):
+    """``[ops]``: how a run is operated. Nothing here changes a measurement, so nothing here
+    is in the measurement key: change any of it and cached measurements are reused."""
+
+    # seconds until a started server must answer /health
+    startup_timeout_s: float = Field(default=900.0, gt=0)
+    # seconds a probe request may stream before it counts as hung
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    # seconds `vllm bench` may run ([probe.bench])
+    bench_timeout_s: float = Field(default=1800.0, gt=0)
+    # one server start-up at a time per GPU set on this host (vLLM's memory profiling
+    # counts another starting server's memory against itself)
+    serialize_startup: bool = True
+    # a server that dies or a probe that fails (not an unbuildable commit) is tried again on
+    # a fresh server this many times before the commit counts as a skip; not with
+    # verdict.symptom = "crash", where the failure is the symptom
+    retries: int = Field(default=2, ge=0, le=10)
+    # prefetch the next possible commits' artifacts while one is probed (None: on for
+    # wheel and image builds, whose cost is I/O; off for source builds, which compete with
+    # the probe for CPU)
+    prefetch: bool | None = None
+    # artifact cache size cap, LRU eviction that keeps the session's endpoints ("200G")
+    cache_max_size: str | None = None
+    # image builds: the host's Hugging Face cache, mounted so weights load once ("": none)
+    hf_cache: str = "~/.cache/huggingface"
 
 
 class ExecutorKind(StrEnum):
@@ -229,17 +216,26 @@ class ParallelSpec(_Model):
 class BisectSpec(_Model):
     range: RangeSpec = Field(default_factory=RangeSpec)
     parallel: ParallelSpec = Field(default_factory=ParallelSpec)
-    build: BuildSpec = Field(default_factory=BuildSpec)
+    build: BuildSpec = Field(default_factory=SourceBuild)
     serve: ServeSpec = Field(default_factory=ServeSpec)
     probe: ProbeSpec = Field(default_factory=ProbeSpec)
     verdict: VerdictSpec = Field(default_factory=VerdictSpec)
+    ops: OpsSpec = Field(default_factory=OpsSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_build_kind(cls, data: Any) -> Any:
+        build = data.get("build") if isinstance(data, dict) else None
+        if isinstance(build, dict) and "kind" not in build:
+            data = {**data, "build": {**build, "kind": DEFAULT_KIND.value}}
+        return data
 
     @model_validator(mode="after")
     def _check_verdict(self) -> BisectSpec:
         v = self.verdict
-        if v.strategy == "sequential" and v.symptom is not Symptom.ITL:
+        if v.strategy is Strategy.SEQUENTIAL and v.symptom is not Symptom.ITL:
             raise ValueError('verdict.strategy = "sequential" needs verdict.symptom = "itl"')
-        if (v.symptom is Symptom.ITL and v.strategy == "threshold" and v.max_itl_ms is None
+        if (v.symptom is Symptom.ITL and v.strategy is Strategy.THRESHOLD and v.max_itl_ms is None
                 and v.itl_factor is None):
             raise ValueError('verdict.symptom = "itl" needs verdict.max_itl_ms or verdict.itl_factor')
         if v.symptom is Symptom.THROUGHPUT and (
@@ -268,12 +264,20 @@ class BisectSpec(_Model):
             return self.verdict.min_output_tokens
         return self.probe.max_tokens if self.probe.send_max_tokens else None
 
+    def prefetch_enabled(self) -> bool:
+        """ops.prefetch, or by default on where fetching an artifact is I/O (wheel, image)."""
+        if self.ops.prefetch is not None:
+            return self.ops.prefetch
+        return self.build.kind in (ArtifactKind.WHEEL, ArtifactKind.IMAGE)
+
     def measurement_key(self, commit: str) -> str:
-        """Cache key of a measurement: (commit, build, serve, probe). The verdict is not in it."""
+        """Cache key of a measurement: (commit, build, serve, probe). Neither the verdict nor
+        [ops], [parallel] or [range] is in it. ``KEY_VERSION`` drops older caches' entries."""
         payload = {
+            "v": KEY_VERSION,
             "commit": commit,
             "build": self.build.model_dump(mode="json"),
-            "serve": self.serve.model_dump(mode="json", exclude={"retries"}),
+            "serve": self.serve.model_dump(mode="json"),
             "probe": self.probe.model_dump(mode="json"),
         }
         blob = json.dumps(payload, sort_keys=True).encode()
@@ -292,22 +296,33 @@ class BisectSpec(_Model):
 def _format_validation_error(err: ValidationError, source: str) -> str:
     lines = [f"invalid spec ({source}):"]
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        parts = [str(p) for p in e["loc"]]
+        if parts[:1] == ["build"] and len(parts) > 1 and parts[1] in set(ArtifactKind):
+            del parts[1]  # the union's tag: build.wheel.tags -> build.tags
+        loc = ".".join(parts) or "(top level)"
         if e["type"] == "extra_forbidden":
             lines.append(f"  {loc}: unknown key")
+        elif e["type"] == "union_tag_invalid":
+            lines.append(f"  {loc}.kind: {e['input'].get('kind')!r} is not one of "
+                         f"{', '.join(k.value for k in ArtifactKind)}")
+        elif e["type"] == "value_error":
+            lines.append(f"  {loc}: {e['msg'].removeprefix('Value error, ')}")
         else:
             lines.append(f"  {loc}: {e['msg']} (got {e.get('input')!r})")
     return "\n".join(lines)
 
 
+_HINT = "fix the key(s) named above; `vllm-bisect --help` and the README list every key"
+
+
 def parse_spec(data: dict[str, Any], *, source: str = "spec") -> BisectSpec:
+    moved = layout_errors(data)
+    if moved:
+        raise SpecError("\n".join([f"invalid spec ({source}):", *moved]), hint=_HINT)
     try:
         return BisectSpec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(
-            _format_validation_error(err, source),
-            hint="fix the key(s) named above; `vllm-bisect --help` and the README list every key",
-        ) from None
+        raise SpecError(_format_validation_error(err, source), hint=_HINT) from None
 
 
 def load_spec(path: Path) -> BisectSpec:
@@ -323,6 +338,17 @@ def load_spec(path: Path) -> BisectSpec:
         raise SpecError(f"spec file {path} is not valid TOML: {err}",
                         hint="check the line named above") from None
     return parse_spec(data, source=str(path))
+
+
+def stored_spec(text: str, *, source: str) -> BisectSpec:
+    """A spec as a session journal stores it: JSON (exact, None kept), or TOML (older
+    sessions)."""
+    try:
+        data = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
+        raise SpecError(f"the spec stored in {source} is unreadable: {err}",
+                        hint="pass --spec FILE") from None
+    return parse_spec(data, source=source)
 
 
 def dump_spec(spec: BisectSpec) -> str:

@@ -156,12 +156,12 @@ class Driver:
             self.cache.put(self.spec.measurement_key(ev.commit), ev)
 
     def _retries(self) -> int:
-        return 0 if self.spec.verdict.symptom is Symptom.CRASH else self.spec.serve.retries
+        return 0 if self.spec.verdict.symptom is Symptom.CRASH else self.spec.ops.retries
 
     def evaluate_fresh(self, commit: str, more: Callable[[Measurement], int] | None = None
                        ) -> Evaluation:
         """Ask the evaluator (no cache). A server that died or a probe that failed is tried
-        again on a fresh server ``serve.retries`` times (one flaky crash at an endpoint must
+        again on a fresh server ``ops.retries`` times (one flaky crash at an endpoint must
         not end a long bisect); following the crash symptom, the failure is the answer."""
         left = self._retries()
         while True:

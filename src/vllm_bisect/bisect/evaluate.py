@@ -26,7 +26,7 @@ from vllm_bisect.probes.load import LoadProbe
 from vllm_bisect.probes.vllm_bench import bench_serve, bench_throughput
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.process import free_port, run_server
-from vllm_bisect.spec import BisectSpec, LoadSpec, ProbeSpec
+from vllm_bisect.spec import BisectSpec, ImageBuild, LoadSpec, ProbeSpec
 
 if TYPE_CHECKING:
     import docker
@@ -47,7 +47,8 @@ class Evaluator:
         self.journal = journal
         self.session_id = session_id
         self.on_phase = on_phase
-        self.probe = DecodeProbe(spec.probe, spec.min_output_tokens())
+        self.probe = DecodeProbe(spec.probe, spec.min_output_tokens(),
+                                 request_timeout_s=spec.ops.request_timeout_s)
         self._docker: docker.DockerClient | None = None
         self._vllm = "vllm"                       # the artifact's vllm, for probe.bench
         self._bench_env: dict[str, str] | None = None
@@ -82,16 +83,19 @@ class Evaluator:
             if p.load is not None:
                 self._phase(commit, f"load: {p.load.requests} requests at concurrency "
                                     f"{p.load.concurrency}")
-                m = m.model_copy(update={"load": LoadProbe(p, p.load).measure(handle)})
+                m = m.model_copy(update={"load": LoadProbe(
+                    p, p.load, request_timeout_s=self.spec.ops.request_timeout_s).measure(handle)})
             if p.bench is not None and p.bench.kind == "serve":
                 self._phase(commit, "vllm bench serve")
                 m = m.model_copy(update={"bench": bench_serve(
                     self._vllm, handle.url, self.spec.serve.model, p.bench.args,
                     log=self.log_dir / f"bench-{commit[:12]}.log", env=self._bench_env,
-                    timeout_s=p.bench.timeout_s)})
+                    timeout_s=self.spec.ops.bench_timeout_s)})
             if p.mtp_speedup is not None:
                 self._phase(commit, "MTP speed-up: the load with speculative decoding")
-                m = m.model_copy(update={"mtp_on": LoadProbe(p, p.mtp_speedup).measure(handle)})
+                m = m.model_copy(update={"mtp_on": LoadProbe(
+                    p, p.mtp_speedup, request_timeout_s=self.spec.ops.request_timeout_s
+                ).measure(handle)})
         return m
 
     def _mtp_off(self, artifact: Artifact, commit: str, m: Measurement,
@@ -105,7 +109,7 @@ class Evaluator:
             "probe": p.model_copy(update={"mtp_speedup": None, "load": None, "bench": None})}),
             self.builder, self.log_dir / "no-spec", self.journal, self.session_id, self.on_phase)
         plain._docker = self._docker
-        plain.probe = _LoadOnly(p, p.mtp_speedup)  # type: ignore[assignment]
+        plain.probe = _LoadOnly(p, p.mtp_speedup, self.spec.ops.request_timeout_s)  # type: ignore[assignment]
         self._phase(commit, "MTP speed-up: the same load without speculative decoding")
         off, _ = plain._serve_and_probe(artifact, commit, None, devices, extra, cancel)
         assert off.load is not None and m.mtp_on is not None
@@ -148,7 +152,7 @@ class Evaluator:
                 m = m.model_copy(update={"bench": bench_throughput(
                     self._vllm, self.spec.serve.model, bench.args,
                     log=self.log_dir / f"bench-{commit[:12]}.log", env=self._bench_env,
-                    timeout_s=bench.timeout_s)})
+                    timeout_s=self.spec.ops.bench_timeout_s)})
         except RecoverableError as err:
             if isinstance(err, Cancelled) or (cancel is not None and cancel.is_set()):
                 return cancelled.model_copy(update={"artifact": artifact.identity})
@@ -168,12 +172,16 @@ class Evaluator:
         if artifact.kind is ArtifactKind.IMAGE:
             from vllm_bisect.runtime.container import run_container
 
+            assert isinstance(self.spec.build, ImageBuild)
             build = self.spec.build if devices is None else self.spec.build.model_copy(
                 update={"gpus": list(devices)})
             self._phase(commit, f"starting container {artifact.image}")
             with run_container(self.container_client(), artifact, self.spec.serve, build,
                                port=port, log_path=log, session_id=self.session_id,
-                               timeout_s=self.spec.serve.startup_timeout_s, cancel=cancel) as h:
+                               timeout_s=self.spec.ops.startup_timeout_s,
+                               hf_cache=self.spec.ops.hf_cache,
+                               serialize_startup=self.spec.ops.serialize_startup,
+                               cancel=cancel) as h:
                 self._phase(commit, f"probing ({h.startup_s:.1f} s to healthy)")
                 return self._sample(h, commit, more, cancel), h.startup_s
         if plan is None:
@@ -185,9 +193,9 @@ class Evaluator:
             plan, env={**(plan.env or {}), **extra, "VLLM_BISECT_SESSION": self.session_id})
         self._phase(commit, "starting server")
         with run_server(plan, url=f"http://127.0.0.1:{port}", model=self.spec.serve.model,
-                        log_path=log, timeout_s=self.spec.serve.startup_timeout_s,
+                        log_path=log, timeout_s=self.spec.ops.startup_timeout_s,
                         on_start=self._started(commit), on_stop=self._stopped,
-                        serialize_startup=self.spec.serve.serialize_startup, cancel=cancel) as h:
+                        serialize_startup=self.spec.ops.serialize_startup, cancel=cancel) as h:
             self._phase(commit, f"probing ({h.startup_s:.1f} s to healthy)")
             return self._sample(h, commit, more, cancel), h.startup_s
 
@@ -231,8 +239,8 @@ class _LoadOnly:
     """Stands in for the decode probe on the MTP speed-up's plain server: it runs the load
     only, and hands it back in a measurement."""
 
-    def __init__(self, probe: ProbeSpec, load: LoadSpec) -> None:
-        self.load = LoadProbe(probe, load)
+    def __init__(self, probe: ProbeSpec, load: LoadSpec, request_timeout_s: float) -> None:
+        self.load = LoadProbe(probe, load, request_timeout_s=request_timeout_s)
 
     def measure(self, server: ServerHandle, requests: int | None = None,
                 warmup: int | None = None) -> Measurement:

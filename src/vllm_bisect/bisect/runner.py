@@ -46,13 +46,13 @@ def run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
     rng = commit_range(repo, spec.range.good, spec.range.bad, spec.range.first_parent)
     with Session(session_dir) as session:
         assert session.journal is not None
-        session.journal.set_meta("spec", dump_spec(spec))
+        session.journal.set_meta("spec", spec.model_dump_json())  # exact (None kept)
         (session_dir / "spec.toml").write_text(dump_spec(spec))
         builder = make_builder(spec, repo, cache_dir, session.logs)
         parallel = spec.parallel.workers > 1 or spec.parallel.gpus is not None or (
             spec.parallel.executor is ExecutorKind.RAY)
         # (parallel workers each fetch their own artifact: no prefetch beside them)
-        prefetcher = (Prefetcher(builder) if spec.build.prefetch_enabled() and not parallel
+        prefetcher = (Prefetcher(builder) if spec.prefetch_enabled() and not parallel
                       else None)
         evaluator = Evaluator(spec, prefetcher or builder, session.logs, session.journal,
                               session.id, on_phase=events.on_phase)

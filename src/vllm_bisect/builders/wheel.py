@@ -29,7 +29,7 @@ from vllm_bisect.builders.wheel_index import choose
 from vllm_bisect.envinfo import Platform, detect
 from vllm_bisect.errors import ArtifactUnavailable, BuildError, Cancelled, HostFault
 from vllm_bisect.runtime.process import tail
-from vllm_bisect.spec import BuildSpec
+from vllm_bisect.spec import WheelBuild
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def version_matches(version: str, commit: str) -> bool:
 
 
 class WheelBuilder:
-    def __init__(self, spec: BuildSpec, cache: ArtifactCache, log_dir: Path,
+    def __init__(self, spec: WheelBuild, cache: ArtifactCache, log_dir: Path,
                  platform: Platform | None = None, client: httpx.Client | None = None) -> None:
         self.spec = spec
         self.cache = cache

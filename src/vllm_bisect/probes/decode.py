@@ -50,8 +50,10 @@ class DecodeProbe:
     """``measure(server) -> Measurement`` over HTTP; no other I/O."""
 
     def __init__(self, spec: ProbeSpec, min_output_tokens: int | None = None,
-                 on_request: Callable[[int, int], None] | None = None) -> None:
+                 on_request: Callable[[int, int], None] | None = None, *,
+                 request_timeout_s: float = 600.0) -> None:
         self.spec = spec
+        self.request_timeout_s = request_timeout_s  # ops.request_timeout_s
         self.min_output_tokens = (min_output_tokens if min_output_tokens is not None
                                   else spec.effective_min_tokens())
         self.on_request = on_request
@@ -88,7 +90,7 @@ class DecodeProbe:
         saw_done = False
         t0 = time.perf_counter()
         try:
-            with client.stream("POST", url, json=body, timeout=self.spec.request_timeout_s) as r:
+            with client.stream("POST", url, json=body, timeout=self.request_timeout_s) as r:
                 if r.status_code != 200:
                     detail = r.read().decode(errors="replace")[:300]
                     raise ProbeError(f"{url} answered HTTP {r.status_code}: {detail}",
@@ -115,8 +117,8 @@ class DecodeProbe:
                         n, last_cum = cum - last_cum, cum
                     chunks.append(_Chunk(ev.t, n))
         except httpx.TimeoutException:
-            raise ProbeError(f"request to {url} timed out after {self.spec.request_timeout_s:.0f} s",
-                             hint="the server hangs; raise probe.request_timeout_s if it is slow") from None
+            raise ProbeError(f"request to {url} timed out after {self.request_timeout_s:.0f} s",
+                             hint="the server hangs; raise ops.request_timeout_s if it is slow") from None
         except httpx.HTTPError as err:
             raise ProbeError(f"stream from {url} broke after {len(chunks)} chunks: {err}",
                              hint="the server died mid-request; see its log") from None
@@ -168,7 +170,7 @@ class DecodeProbe:
         body = self.request_body(server.model, max_tokens)
         started = time.perf_counter()
         limits = httpx.Limits(max_connections=s.concurrency + 2)
-        with httpx.Client(limits=limits, timeout=httpx.Timeout(30.0, read=s.request_timeout_s)) as client:
+        with httpx.Client(limits=limits, timeout=httpx.Timeout(30.0, read=self.request_timeout_s)) as client:
             version = self._version(client, server)
             for _ in range(s.warmup):
                 warm = dict(body)

@@ -24,11 +24,12 @@ from vllm_bisect.spec import LoadSpec, ProbeSpec
 
 
 class LoadProbe:
-    def __init__(self, probe: ProbeSpec, load: LoadSpec) -> None:
+    def __init__(self, probe: ProbeSpec, load: LoadSpec, *,
+                 request_timeout_s: float = 600.0) -> None:
         self.load = load
         self.decode = DecodeProbe(probe.model_copy(update={
             "max_tokens": load.max_tokens, "send_max_tokens": True, "ignore_eos": True,
-            "concurrency": load.concurrency}), None)
+            "concurrency": load.concurrency}), None, request_timeout_s=request_timeout_s)
 
     def measure(self, server: ServerHandle) -> LoadResult:
         c, n = self.load.concurrency, self.load.requests
@@ -55,7 +56,7 @@ class LoadProbe:
                     results.append(r)
 
         limits = httpx.Limits(max_connections=c + 2)
-        timeout = httpx.Timeout(30.0, read=self.decode.spec.request_timeout_s)
+        timeout = httpx.Timeout(30.0, read=self.decode.request_timeout_s)
         with httpx.Client(limits=limits, timeout=timeout) as http:
             warm = {k: v for k, v in body.items() if k != "min_tokens"}
             self.decode.run_one(http, server, {**warm, "max_tokens": 8})  # warm-up
