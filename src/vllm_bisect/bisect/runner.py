@@ -5,7 +5,6 @@ Used by the CLI (``vllm-bisect run``, ``demo``) and the bot's worker; it prints 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from vllm_bisect.bisect.driver import BisectResult, Driver, EventHandler
@@ -16,7 +15,7 @@ from vllm_bisect.bisect.range import commit_range, open_repo
 from vllm_bisect.bisect.session import Session
 from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.prefetch import Prefetcher
-from vllm_bisect.report.table import result_json
+from vllm_bisect.report.result import BisectReport
 from vllm_bisect.spec import BisectSpec, ExecutorKind, dump_spec
 
 
@@ -67,7 +66,7 @@ def run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
                 prefetcher.close()
             if executor is not None:
                 executor.close()
-        (session_dir / "result.json").write_text(json.dumps(result_json(result), indent=2))
+        BisectReport.of(result).write(session_dir / "result.json")
         write_reports(session_dir)
         return result
 

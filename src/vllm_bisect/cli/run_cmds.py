@@ -26,7 +26,7 @@ from vllm_bisect.errors import BisectError, FatalError, NotReproduced, Recoverab
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from vllm_bisect.bisect.driver import BisectResult, EventHandler
+    from vllm_bisect.bisect.driver import EventHandler
     from vllm_bisect.bisect.range import CommitInfo, CommitRange
     from vllm_bisect.models import Outcome
     from vllm_bisect.spec import BisectSpec
@@ -79,14 +79,17 @@ class QuietPhases:
         self.inner.on_outcome(commit, outcome)
 
 
-def summary(result: BisectResult, session_dir: Path, console: Console) -> None:
-    """The result table, the culprit (or the candidates), the counts and where it all is."""
+def summary(session_dir: Path, console: Console) -> None:
+    """The result table, the culprit (or the candidates), the counts and where it all is:
+    from the session's result.json (the one result model)."""
+    from vllm_bisect.report.result import BisectReport
     from vllm_bisect.report.table import result_table
 
+    result = BisectReport.read(session_dir / "result.json")
     console.print(result_table(result))
     if result.first_bad:
-        subj = next((c.subject for c in result.range.commits if c.sha == result.first_bad), "")
-        console.print(f"[bold red]first bad commit:[/] {result.first_bad} {subj}")
+        console.print(f"[bold red]first bad commit:[/] {result.first_bad} "
+                      f"{result.first_bad_subject or ''}")
         console.print(f"  https://github.com/vllm-project/vllm/commit/{result.first_bad}")
     else:
         console.print("[yellow]no single culprit: only skipped commits separate good from bad."
@@ -95,7 +98,7 @@ def summary(result: BisectResult, session_dir: Path, console: Console) -> None:
             console.print(f"  {c}")
     par = (f", {result.rounds} rounds on {result.workers} workers" if result.workers > 1
            else "")
-    console.print(f"[dim]{len(result.probed)} commits judged, {result.server_starts} server "
+    console.print(f"[dim]{len(result.judged())} commits judged, {result.server_starts} server "
                   f"starts{par}, {result.wall_s:.1f} s[/]")
     console.print(f"session  {session_dir}")
     for name in ("report.md", "report.html"):
@@ -182,7 +185,7 @@ def run(
                                              "ray_resources": _resources(ray_resource)})
         err().print(f"[dim]session {session_dir}  (resume: vllm-bisect run --session "
                     f"{shlex.quote(str(session_dir))})[/]")
-        result = run_bisect(spec, session_dir, cache_dir or default_cache_dir(), RichEvents(err()))
+        run_bisect(spec, session_dir, cache_dir or default_cache_dir(), RichEvents(err()))
     except KeyboardInterrupt:
         err().print("[yellow]interrupted; nothing recorded is lost.[/] resume with: "
                     f"vllm-bisect run --session {shlex.quote(str(session_dir))}")
@@ -194,7 +197,7 @@ def run(
     if as_json:
         print_json(_result_doc(session_dir))
     else:
-        summary(result, session_dir, out())
+        summary(session_dir, out())
 
 
 def _result_doc(session_dir: Path) -> str:
@@ -293,7 +296,7 @@ def demo(
                    demo_wall_s=round(time.monotonic() - started, 2))
         print_json(json.dumps(doc))
     else:
-        summary(result, session_dir, out())
+        summary(session_dir, out())
         ok = result.first_bad == planted
         out().print(("[green]found the planted regression[/]" if ok
                      else "[red]did NOT find the planted regression[/]") +
