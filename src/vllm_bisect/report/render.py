@@ -77,7 +77,7 @@ def html_report(r: SessionReport) -> str:
     env = jinja2.Environment(loader=jinja2.PackageLoader("vllm_bisect.report", "templates"),
                              autoescape=True, trim_blocks=True, lstrip_blocks=True,
                              undefined=jinja2.StrictUndefined)
-    plots = [make_plot("Output tokens (minimum over requests)", "tokens",
+    plots = [make_plot("Output tokens, minimum over requests", "tokens",
                        series(r, "output_tokens")),
              make_plot("Inter-token latency (server-counted tokens)", "ms/token",
                        series(r, "itl_ms")),

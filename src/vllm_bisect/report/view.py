@@ -77,6 +77,7 @@ class ReportView:
     first_bad: str | None
     subject: str
     pr: str | None
+    subject_plain: str       # without the trailing "(#PR)" (linked separately)
     candidates: list[str]
     effects: list[str]
     verification: str | None
@@ -101,6 +102,7 @@ def view(r: SessionReport) -> ReportView:
     return ReportView(
         first_bad=res.first_bad, subject=res.first_bad_subject or "",
         pr=pr_number(res.first_bad_subject), candidates=list(res.candidates),
+        subject_plain=PR_IN_SUBJECT.sub("", res.first_bad_subject or "").rstrip(),
         effects=effects(r), verification=verification_text(res),
         verified=bool(res.verification and res.verification.confirmed),
         summary=(f"Range {res.good[:12]} (good) .. {res.bad[:12]} (bad), {res.n_commits} "
