@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ServerFactory
 from tests.helpers import history, make_spec, write_spec
 
@@ -74,10 +76,67 @@ def test_run_json_and_table(tmp_path: Path) -> None:
     assert "(cached)" in r2.stderr
 
 
-def test_demo_json() -> None:
-    r = cli("demo", "--json")
+def test_demo_json(tmp_path: Path) -> None:
+    r = cli("demo", "--json", "--workdir", str(tmp_path / "demo"))
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["first_bad"] == doc["planted"] and doc["found_planted"] is True
     assert any(p["verdict"] == "skip" for p in doc["probed"])
     assert doc["n_commits"] >= 60
+    session = Path(doc["session"])
+    assert (session / "report.html").exists() and str(tmp_path / "demo") in r.stderr
+
+
+HEAVY = ("scipy", "numpy", "docker", "ray", "starlette", "uvicorn", "git", "jinja2",
+         "vllm_bisect.bisect.driver", "vllm_bisect.verdict.sequential", "vllm_bisect.spec")
+
+
+def _imported(*args: str) -> list[str]:
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "vllm_bisect.cli", *args],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return [line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines()
+            if line.startswith("import time:") and "|" in line]
+
+
+def test_version_and_hook_help_load_no_heavy_module_and_cli_once() -> None:
+    for args in (["version"], ["hook", "--help"], ["run", "--help"]):
+        mods = _imported(*args)
+        assert mods.count("vllm_bisect.cli") == 1 and mods.count("vllm_bisect.cli.main") == 1
+        loaded = [m for m in mods if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+        assert not loaded, (args, loaded)
+
+
+def test_boolean_flags_look_like_flags() -> None:
+    for command in (["run"], ["demo"], ["probe"], ["compare"], ["triage"], ["env"],
+                    ["cache", "ls"], ["hook"], ["report"], ["bot", "serve"], []):
+        r = cli(*command, "--help")
+        assert r.returncode == 0 and "<bool>" not in r.stdout, (command, r.stdout)
+    assert "--json " in cli("run", "--help").stdout
+
+
+def test_a_partial_session_resumes_from_its_stored_spec(tmp_path: Path) -> None:
+    from vllm_bisect.bisect.driver import NullEvents
+    from vllm_bisect.bisect.runner import run_bisect
+    from vllm_bisect.models import Outcome
+
+    class StopAfterTwo(NullEvents):
+        seen = 0
+
+        def on_outcome(self, commit: object, outcome: Outcome) -> None:
+            StopAfterTwo.seen += 1
+            if StopAfterTwo.seen == 2:
+                raise KeyboardInterrupt
+
+    h = history(tmp_path, n_commits=9, cap_at=5)
+    spec = make_spec(h, ops={"retries": 1, "cache_max_size": "1G"})
+    session, cache = tmp_path / "sess", tmp_path / "cache"
+    with pytest.raises(KeyboardInterrupt):
+        run_bisect(spec, session, cache, StopAfterTwo())
+    assert not (session / "result.json").exists()
+    r = cli("run", "--session", str(session), "--cache-dir", str(cache), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["first_bad"] == h.planted["length"]
+    assert r.stderr.count("(cached)") == 2  # the two judged before the stop are not re-probed
+    assert f"report   {session / 'report.html'}" in cli(
+        "run", "--session", str(session), "--cache-dir", str(cache)).stdout

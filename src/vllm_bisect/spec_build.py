@@ -9,7 +9,7 @@ in a build model is part of the measurement key; operational knobs live in ``[op
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -75,33 +75,36 @@ class ImageBuild(_Model):
     shm_size: str | None = None
 
 
-class CommandBuild(_Model):
+class _Needs(_Model):
+    """A build kind with one key it cannot do without (named in ``needs``: key, example)."""
+
+    needs: ClassVar[tuple[str, str]] = ("", "")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_needs(cls, data: Any) -> Any:
+        key, example = cls.needs
+        if isinstance(data, dict) and not data.get(key):
+            kind = data.get("kind")
+            raise ValueError(f'build.kind = "{kind}" needs build.{key} ({example})')
+        return data
+
+
+class CommandBuild(_Needs):
     """A shell line that serves the commit's checkout (``{port} {model} {commit}``)."""
 
+    needs = ("serve", "a shell command with {port}")
     kind: Literal[ArtifactKind.COMMAND] = ArtifactKind.COMMAND
     setup: str | None = None
     serve: str
 
-    @model_validator(mode="before")
-    @classmethod
-    def _needs_serve(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not data.get("serve"):
-            raise ValueError('build.kind = "command" needs build.serve (a shell command with {port})')
-        return data
 
-
-class UrlBuild(_Model):
+class UrlBuild(_Needs):
     """An already-running server (every commit is the same server: for probing a fixed one)."""
 
+    needs = ("url", 'e.g. "http://127.0.0.1:8000"')
     kind: Literal[ArtifactKind.URL] = ArtifactKind.URL
     url: str
-
-    @model_validator(mode="before")
-    @classmethod
-    def _needs_url(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not data.get("url"):
-            raise ValueError('build.kind = "url" needs build.url (e.g. "http://127.0.0.1:8000")')
-        return data
 
 
 AnyBuild = WheelBuild | SourceBuild | ImageBuild | CommandBuild | UrlBuild
