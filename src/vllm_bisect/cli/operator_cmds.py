@@ -187,7 +187,7 @@ def compare_cmd(
 @command()
 def version() -> None:
     """Print the version."""
-    out().print(__version__)
+    typer.echo(__version__)  # (plain: no console needed)
 
 
 cache_app = typer_app("Inspect and prune the artifact cache (venvs, wheels, images).")
