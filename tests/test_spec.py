@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,44 @@ def test_stored_spec_keeps_none_values() -> None:
                        "verdict": {"min_output_tokens": 100}})
     assert stored_spec(spec.model_dump_json(), source="j") == spec
     assert stored_spec(dump_spec(spec), source="old session").probe.max_tokens == 512  # TOML: lossy
+
+
+OLD_SESSION_SPEC = """[range]
+repo = "."
+[build]
+kind = "wheel"
+python = "3.12"
+precompiled = false
+full_build = true
+install_args = []
+prefetch = false
+cache_max_size = "50G"
+index_url = "http://127.0.0.1:1"
+variant = "cu130"
+tags = ["x:{sha}"]
+platform = "auto"
+build = false
+gpus = "all"
+network = "host"
+hf_cache = "/srv/hf"
+[serve]
+model = "m"
+startup_timeout_s = 60.0
+serialize_startup = false
+retries = 1
+[probe]
+request_timeout_s = 30.0
+bench = { kind = "serve", args = [], timeout_s = 99.0 }
+"""
+
+
+def test_a_session_stored_by_the_earlier_layout_still_resumes() -> None:
+    spec = stored_spec(OLD_SESSION_SPEC, source="old journal")
+    assert isinstance(spec.build, WheelBuild) and spec.build.variant == "cu130"
+    assert spec.build.python == "3.12" and spec.serve.model == "m"
+    o = spec.ops
+    assert (o.startup_timeout_s, o.serialize_startup, o.retries, o.request_timeout_s,
+            o.bench_timeout_s, o.prefetch, o.cache_max_size, o.hf_cache) == (
+        60.0, False, 1, 30.0, 99.0, False, "50G", "/srv/hf")
+    with pytest.raises(SpecError, match="moved to ops"):  # a spec file is not migrated silently
+        parse_spec(tomllib.loads(OLD_SESSION_SPEC))

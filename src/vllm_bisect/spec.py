@@ -26,6 +26,7 @@ from vllm_bisect.spec_build import (
     UrlBuild,
     WheelBuild,
     layout_errors,
+    migrate_stored,
 )
 
 __all__ = ["DEFAULT_TAGS", "ArtifactKind", "BisectSpec", "BuildSpec", "CommandBuild",
@@ -344,7 +345,9 @@ def stored_spec(text: str, *, source: str) -> BisectSpec:
     """A spec as a session journal stores it: JSON (exact, None kept), or TOML (older
     sessions)."""
     try:
-        data = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
+        # JSON: this version; TOML: an earlier version's session, in its layout
+        data = (json.loads(text) if text.lstrip().startswith("{")
+                else migrate_stored(tomllib.loads(text)))
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
         raise SpecError(f"the spec stored in {source} is unreadable: {err}",
                         hint="pass --spec FILE") from None

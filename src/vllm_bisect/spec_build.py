@@ -147,6 +147,31 @@ def layout_errors(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def migrate_stored(data: dict[str, Any]) -> dict[str, Any]:
+    """A spec as an earlier version stored it in a session (every build key of every kind,
+    operational knobs in their old sections) in today's layout, so the session resumes."""
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    ops = dict(data.get("ops") or {})
+    for (section, key), new in MOVED.items():
+        sec = data.get(section)
+        if isinstance(sec, dict) and key in sec:
+            ops[new.split(".", 1)[1]] = sec.pop(key)
+    bench = (data.get("probe") or {}).get("bench")
+    if isinstance(bench, dict) and "timeout_s" in bench:
+        data["probe"]["bench"] = {k: v for k, v in bench.items() if k != "timeout_s"}
+        ops["bench_timeout_s"] = bench["timeout_s"]
+    build = data.get("build")
+    if isinstance(build, dict):
+        try:
+            own = BUILD_MODELS[ArtifactKind(build.get("kind", DEFAULT_KIND))].model_fields
+        except ValueError:
+            own = {}
+        data["build"] = {k: v for k, v in build.items() if k in own or not own}
+    if ops:
+        data["ops"] = ops
+    return data
+
+
 def _misplaced_build_keys(build: dict[str, Any]) -> list[str]:
     try:
         kind = ArtifactKind(build.get("kind", DEFAULT_KIND))
