@@ -6,10 +6,11 @@ import os
 import signal
 from types import FrameType
 
-from vllm_bisect.cli import operator_cmds, run_cmds
 from vllm_bisect.cli.app import app
+from vllm_bisect.cli.operator_cmds import version  # importing a module registers its commands
+from vllm_bisect.cli.run_cmds import run
 
-__all__ = ["app", "main", "operator_cmds", "run_cmds"]
+__all__ = ["app", "main", "run", "version"]
 
 
 def _sigterm(_sig: int, _frame: FrameType | None) -> None:

@@ -244,13 +244,7 @@ def cache_prune(
     except ValueError:
         fail(FatalError(f"invalid --max-size {max_size!r}", hint="use e.g. 500M, 50G, 1T"))
     cache = ArtifactCache(cache_dir or default_cache_dir())
-
-    def remove_image(ref: str) -> None:
-        from vllm_bisect.builders.image import docker_client
-
-        docker_client().images.remove(ref, force=True)
-
-    evicted = cache.prune(limit, keep=keep or [], remove_image=remove_image)
+    evicted = cache.prune(limit, keep=keep or [], remove_image=cache.remove_image)
     for e in evicted:
         out().print(f"evicted {e.kind} {(e.commit or '-')[:12]} {_human(e.size)} {e.location}")
     out().print(f"{len(evicted)} evicted; {_human(cache.total_size())} left (limit {max_size})")
