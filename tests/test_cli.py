@@ -11,6 +11,10 @@ import pytest
 
 from tests.conftest import ServerFactory
 from tests.helpers import history, make_spec, write_spec
+from vllm_bisect.bisect.driver import NullEvents
+from vllm_bisect.bisect.range import CommitInfo
+from vllm_bisect.bisect.runner import run_bisect
+from vllm_bisect.models import Outcome
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -62,18 +66,39 @@ def test_run_not_reproduced_exit_code(tmp_path: Path) -> None:
     assert "did not reproduce" in r.stderr
 
 
-def test_run_json_and_table(tmp_path: Path) -> None:
+class StopAfterTwo(NullEvents):
+    """Interrupts a bisect (as Ctrl-C does) after its second judged commit."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
+        self.seen += 1
+        if self.seen == 2:
+            raise KeyboardInterrupt
+
+
+def test_run_resumes_a_partial_then_a_finished_session(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=9, cap_at=5)
-    spec = write_spec(tmp_path / "s.toml", make_spec(h))
-    r = cli("run", "--spec", str(spec), "--session", str(tmp_path / "sess"), "--json")
+    spec = make_spec(h, ops={"retries": 1, "cache_max_size": "1G"})
+    session, cache = tmp_path / "sess", tmp_path / "cache"
+    with pytest.raises(KeyboardInterrupt):
+        run_bisect(spec, session, cache, StopAfterTwo())
+    assert not (session / "result.json").exists()
+    # resumed from the spec the journal stored, without --spec
+    r = cli("run", "--session", str(session), "--cache-dir", str(cache), "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["first_bad"] == h.planted["length"] and doc["candidates"] == [doc["first_bad"]]
     assert {p["verdict"] for p in doc["probed"]} <= {"good", "bad", "skip"}
-    assert (tmp_path / "sess" / "result.json").exists()
-    r2 = cli("run", "--session", str(tmp_path / "sess"))
+    assert r.stderr.count("(cached)") == 2  # the two judged before the stop are not re-probed
+    assert json.loads((session / "result.json").read_text()) == doc  # one result model
+    r2 = cli("run", "--session", str(session), "--cache-dir", str(cache))
     assert r2.returncode == 0 and "first bad commit" in r2.stdout
-    assert "(cached)" in r2.stderr
+    assert "(cached)" in r2.stderr and "server starts" in r2.stdout
+    assert f"session  {session}" in r2.stdout
+    assert f"report   {session / 'report.md'}" in r2.stdout
+    assert f"report   {session / 'report.html'}" in r2.stdout
 
 
 def test_demo_json(tmp_path: Path) -> None:
@@ -108,35 +133,15 @@ def test_version_and_hook_help_load_no_heavy_module_and_cli_once() -> None:
 
 
 def test_boolean_flags_look_like_flags() -> None:
+    from typer.testing import CliRunner
+
+    from vllm_bisect.cli.main import app
+
+    runner = CliRunner()
     for command in (["run"], ["demo"], ["probe"], ["compare"], ["triage"], ["env"],
-                    ["cache", "ls"], ["hook"], ["report"], ["bot", "serve"], []):
-        r = cli(*command, "--help")
-        assert r.returncode == 0 and "<bool>" not in r.stdout, (command, r.stdout)
-    assert "--json " in cli("run", "--help").stdout
-
-
-def test_a_partial_session_resumes_from_its_stored_spec(tmp_path: Path) -> None:
-    from vllm_bisect.bisect.driver import NullEvents
-    from vllm_bisect.bisect.runner import run_bisect
-    from vllm_bisect.models import Outcome
-
-    class StopAfterTwo(NullEvents):
-        seen = 0
-
-        def on_outcome(self, commit: object, outcome: Outcome) -> None:
-            StopAfterTwo.seen += 1
-            if StopAfterTwo.seen == 2:
-                raise KeyboardInterrupt
-
-    h = history(tmp_path, n_commits=9, cap_at=5)
-    spec = make_spec(h, ops={"retries": 1, "cache_max_size": "1G"})
-    session, cache = tmp_path / "sess", tmp_path / "cache"
-    with pytest.raises(KeyboardInterrupt):
-        run_bisect(spec, session, cache, StopAfterTwo())
-    assert not (session / "result.json").exists()
-    r = cli("run", "--session", str(session), "--cache-dir", str(cache), "--json")
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["first_bad"] == h.planted["length"]
-    assert r.stderr.count("(cached)") == 2  # the two judged before the stop are not re-probed
-    assert f"report   {session / 'report.html'}" in cli(
-        "run", "--session", str(session), "--cache-dir", str(cache)).stdout
+                    ["cache", "ls"], ["cache", "prune"], ["hook"], ["report"], ["bot", "serve"],
+                    ["version"], ["cache"], []):
+        r = runner.invoke(app, [*command, "--help"], terminal_width=160)
+        assert r.exit_code == 0 and "<bool>" not in r.output, (command, r.output)
+        assert "--help " in r.output
+    assert "--json " in runner.invoke(app, ["run", "--help"], terminal_width=160).output
