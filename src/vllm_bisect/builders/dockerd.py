@@ -1,9 +1,10 @@
-"""The docker daemon client (image builds, the container runtime, the artifact cache's image
-eviction), kept apart so that the cache and the image builder do not import each other."""
+"""The docker daemon client (shared by the image builder, the artifact cache's eviction and
+the container runtime; its own module, so none of them imports another for it)."""
 
 from __future__ import annotations
 
 import docker
+import docker.errors
 
 from vllm_bisect.errors import ToolMissing
 

@@ -22,7 +22,7 @@ import docker.errors
 from vllm_bisect.builders.base import Artifact, ArtifactKind
 from vllm_bisect.builders.cache import ArtifactCache
 from vllm_bisect.builders.checkout import Checkouts
-from vllm_bisect.builders.dockerd import docker_client
+from vllm_bisect.builders.dockerd import docker_client as docker_client
 from vllm_bisect.envinfo import Platform, detect
 from vllm_bisect.errors import (
     ArtifactUnavailable,
@@ -32,8 +32,6 @@ from vllm_bisect.errors import (
     ToolMissing,
 )
 from vllm_bisect.spec import ImageBuild
-
-__all__ = ["ImageBuilder", "classify_pull_error", "docker_client", "render_tags"]
 
 logger = logging.getLogger(__name__)
 
