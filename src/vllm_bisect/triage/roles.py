@@ -92,8 +92,8 @@ FILLER = re.compile(
 BEFORE = (
     (Role.PROBLEM, re.compile(r"(?:pre-?fix|before the fix|without the fix|unfixed|修复前的?|"
                               r"修复之前的?)$", re.IGNORECASE)),
-    (Role.FIXED, re.compile(r"(?:fixed|resolved|addressed|solved)\s{1,3}(?:by|in|on|with|at)|"
-                            r"(?:with|after) the fix|post-?fix|修复[:：]?|已修复|修复后的?$",
+    (Role.FIXED, re.compile(r"(?:(?:fixed|resolved|addressed|solved)\s{1,3}(?:by|in|on|with|at)|"
+                            r"(?:with|after) the fix|post-?fix|修复[:：]?|已修复|修复后的?)$",
                             re.IGNORECASE)),
     (Role.GOOD, re.compile(
         r"(?:last\s{1,3}(?:known\s{1,3})?(?:good|healthy|working|ok|fast)|"
@@ -129,11 +129,16 @@ AFTER = (
                           r"\bregress\w{0,4}\b|劣化|下降|变慢", re.IGNORECASE)),
 )
 SEGMENT = (
-    (Role.GOOD, re.compile(r"✅|✔|✓|正常|没问题|\bOK\b|\bbaseline\b|\bfast\b|\bgood\b|\bworks\b",
-                           re.IGNORECASE)),
-    (Role.BAD, re.compile(r"❌|✗|✘|变慢|回归|劣化|\bregress\w{0,4}|\bslow\w{0,2}\b|\bbad\b|"
-                          r"\bbroken\b|\bworse\b|\bdegrad\w{0,5}", re.IGNORECASE)),
+    (Role.GOOD, re.compile(r"✅|✔|✓|正常|没问题|\(good\)")),
+    (Role.BAD, re.compile(r"❌|✗|✘|变慢|\(bad\)")),
 )
+ROW = (  # a table row is about its one ref: words mark it too
+    (Role.GOOD, re.compile(r"\bOK\b|\bbaseline\b|\bfast\b|\bgood\b|\bworks\b|\bfine\b",
+                           re.IGNORECASE)),
+    (Role.BAD, re.compile(r"回归|劣化|\bregress\w{0,4}|\bslow\w{0,2}\b|\bbad\b|\bbroken\b|"
+                          r"\bworse\b|\bdegrad\w{0,5}", re.IGNORECASE)),
+)
+COMPARE = re.compile(r"^(?:相比|相较于?|对比|compared\s{1,3}(?:to|with)|vs\.?|versus)$", re.IGNORECASE)
 LABEL_LINE = re.compile(r"^[\s#>*_-]{0,8}(?P<label>before(?:\s{1,3}(?:update|upgrade))?|"
                         r"after(?:\s{1,3}(?:update|upgrade))?|good|bad|old|new|修复前|修复后)"
                         r"[\s*_:：]{0,6}$", re.IGNORECASE)
@@ -153,6 +158,21 @@ def _strip_filler(text: str) -> str:
             break
         text = text[:m.start()]
     return text
+
+
+def _before_marker(text: str) -> tuple[Role, str] | None:
+    """The marker right before a ref, looking past filler words one at a time."""
+    text = text[-100:]
+    for _ in range(60):
+        for role, pat in BEFORE:
+            hit = pat.search(text)
+            if hit:
+                return role, hit.group(0)
+        m = FILLER.search(text)
+        if not m:
+            return None
+        text = text[:m.start()]
+    return None
 
 
 def merge_points(mentions: list[Mention]) -> list[Point]:
@@ -222,26 +242,28 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                 prev_end = seg[i - 1].end if i else a
                 next_start = seg[i + 1].start if i + 1 < len(seg) else b
                 bound = False
-                prefix = _strip_filler(line[prev_end:m.start])
-                for role, pat in BEFORE:
-                    if pat.search(prefix):
-                        p.vote(role, 3, f"line {n}: {prefix[-30:].strip()!r} before it")
-                        bound = True
-                        break
+                found = _before_marker(line[prev_end:m.start])
+                if found is not None:
+                    p.vote(found[0], 3, f"line {n}: {found[1]!r} before it")
+                    bound = True
                 after = line[m.end:next_start][:60]
                 wide = line[m.end:(ms[ms.index(m) + 1].start if ms.index(m) + 1 < len(ms)
                                    else len(line))][:60]
                 if not bound and AFTER_FIXED.search(wide):
                     p.vote(Role.FIXED, 3, f"line {n}: {wide.strip()[:30]!r} after it")
                     bound = True
+                subject = p
+                if i > 0 and COMPARE.match(_strip_filler(line[seg[i - 1].end:m.start]).strip()):
+                    subject = _point_of(points, seg[i - 1]) or p  # "X 相比 Y 劣化": X changed
                 for role, pat in AFTER if not bound else ():
                     if pat.search(after):
-                        p.vote(role, 2, f"line {n}: {after.strip()[:30]!r} after it")
-                        bound = True
+                        subject.vote(role, 2, f"line {n}: {after.strip()[:30]!r} after "
+                                              f"{'it' if subject is p else 'the comparison'}")
+                        bound = subject is p
                         break
                 if not bound and len(distinct) == 1:
                     text = line[a:b]
-                    for role, pat in SEGMENT:
+                    for role, pat in SEGMENT + (ROW if table else ()):
                         if pat.search(text):
                             where = "its table row" if table else "its sentence"
                             p.vote(role, 1, f"line {n}: {pat.search(text).group(0)!r} in "  # type: ignore[union-attr]

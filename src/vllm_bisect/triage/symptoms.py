@@ -31,14 +31,15 @@ NEGATED = re.compile(r"unaffected|not\s{1,3}affected|no\s{1,3}(?:meaningful\s{1,
                      r"match(?:es)?\s{1,3}closely|identical|confirming|unchanged|无变化|一致",
                      re.IGNORECASE)
 METRICS = (
-    (Found.TTFT, re.compile(r"\bTTFT\b|time[- ]to[- ]first[- ]token|first token|首\s{0,2}token",
+    (Found.TTFT, re.compile(r"(?<![A-Za-z0-9_])TTFT(?![A-Za-z0-9_])|time[- ]to[- ]first[- ]token|first token|首\s{0,2}token",
                             re.IGNORECASE)),
-    (Found.ITL, re.compile(r"\bITL\b|\bTPOT\b|inter[- ]token|time per output token|"
+    (Found.ITL, re.compile(r"(?<![A-Za-z0-9_])(?:ITL|TPOT)(?![A-Za-z0-9_])|inter[- ]token|time per output token|"
                            r"per[- ]token latency|decode[- ](?:speed|latency|throughput|perf\w*)|"
                            r"generation rate|每个?请求|单请求|single[- ]request", re.IGNORECASE)),
     (Found.LATENCY, re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延|延迟",
                                re.IGNORECASE)),
-    (Found.THROUGHPUT, re.compile(r"throughput|requests/s|req/s|samples/s|\bTPS\b|tok/s/gpu|吞吐",
+    (Found.THROUGHPUT, re.compile(r"throughput|requests/s|req/s|samples/s|(?<![A-Za-z0-9_])TPS|"
+                                  r"tok(?:en)?s?/s|吞吐",
                                   re.IGNORECASE)),
     (Found.CORRECTNESS, re.compile(r"accuracy|gsm8k|exact_match|\bmmlu\b|correctness|garbage|"
                                    r"wrong (?:output|answer)|gibberish|精度|准确率", re.IGNORECASE)),
@@ -90,12 +91,33 @@ def _table_columns(lines: list[str]) -> dict[Found, list[float]]:
         if header is None:
             header = cells
             continue
+        itl_table = any(METRICS[1][1].search(h) for h in header)
         for i, cell in enumerate(cells[:len(header)]):
             m = re.match(rf"~?(?P<n>{NUM})", cell)
             if not m:
                 continue
+            unit = re.search(r"tok(?:en)?s?/s|\bms\b", cell)
             for found, pat in METRICS:
-                if pat.search(header[i]):
+                if pat.search(header[i]) or (unit and pat.search(unit.group(0))):
+                    if found is Found.THROUGHPUT and not re.search(
+                            r"throughput|吞吐", header[i], re.I) and itl_table:
+                        found = Found.ITL  # tok/s beside ITL: one decode speed, two units
+                        break
+                    out.setdefault(found, []).append(number(m.group("n")))
+                    break
+    return out
+
+
+LABELLED = re.compile(rf"(?P<label>[A-Za-z][\w ()/.-]{{0,40}}?)\s{{0,2}}:\s{{0,3}}~?(?P<n>{NUM})")
+
+
+def _labelled_values(lines: list[str]) -> dict[Found, list[float]]:
+    """"Throughput: 21.25 requests/s" on one line, "Throughput: 0.93 ..." on another."""
+    out: dict[Found, list[float]] = {}
+    for line in lines:
+        for m in LABELLED.finditer(line):
+            for found, pat in METRICS:
+                if pat.search(m.group("label")):
                     out.setdefault(found, []).append(number(m.group("n")))
                     break
     return out
@@ -116,6 +138,8 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
             add(Found.LENGTH, n)
         if CRASH.search(line) and not re.search(r"\bno\s{1,3}crash", line, re.I):
             add(Found.CRASH, n)
+        if line.strip().startswith("|") and line.count("|") >= 2:
+            continue  # a table row: its columns are read by _table_columns
         for text in SENTENCE_END.split(line):
             if MTP_SPEEDUP.search(text):
                 add(Found.MTP_SPEEDUP, n)
@@ -126,8 +150,10 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
                 hit = pat.search(text)
                 if not hit or NEGATED.search(text):
                     continue
-                if found is Found.THROUGHPUT and re.search(r"decode[- ]throughput", text, re.I):
-                    found = Found.ITL
+                if found is Found.THROUGHPUT and (
+                        re.search(r"decode[- ]throughput", text, re.I) or (
+                            PER_REQUEST.search(text) and not re.search(r"throughput|吞吐", text, re.I))):
+                    found = Found.ITL  # a per-request decode speed
                 if changed or line is title or len(MS.findall(text)) >= 2 or len(toks) >= 2:
                     add(found, n)
             if len(toks) >= 2:
@@ -137,7 +163,7 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
                 add(Found.ITL if per_req else Found.THROUGHPUT, n)
             if re.search(r"\b(?:ITL|TPOT)\b|inter-token", text, re.I):
                 s.itl_ms += [number(m.group("n")) for m in MS.finditer(text)]
-    for found, values in _table_columns(lines).items():
+    for found, values in (_table_columns(lines) | _labelled_values(lines)).items():
         if len(set(values)) >= 2:
             add(found, 0)
             if found is Found.ITL:
