@@ -72,7 +72,10 @@ def markdown(r: SessionReport) -> str:
     if res["first_bad"]:
         sha, subject = res["first_bad"], res.get("first_bad_subject") or ""
         pr = pr_number(subject)
-        lines.append(f"**First bad commit:** [`{sha[:12]}`]({COMMIT_URL.format(sha=sha)}) "
+        label = "First fixed commit" if res.get("search") == "fix" else "First bad commit"
+        if res.get("search") == "fix":
+            lines.append("Find-the-fix search: old = has the problem, new = fixed.")
+        lines.append(f"**{label}:** [`{sha[:12]}`]({COMMIT_URL.format(sha=sha)}) "
                      f"{subject}" + (f" ([#{pr}]({PR_URL.format(pr=pr)}))" if pr else ""))
     else:
         lines.append("**Inconclusive:** only commits that could not be tested separate good "

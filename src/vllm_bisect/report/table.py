@@ -40,7 +40,8 @@ def result_table(result: BisectResult) -> Table:
             continue
         seen.add(o.commit)
         m = o.measurement
-        mark = " <- first bad" if o.commit == result.first_bad else ""
+        mark = (f" <- first {'fixed' if result.search == 'fix' else 'bad'}"
+                if o.commit == result.first_bad else "")
         table.add_row(str(order.get(o.commit, "?")), o.commit[:12],
                       subjects.get(o.commit, "")[:60], _tokens(o),
                       _fmt(m.itl_ms if m else None), _fmt(m.chunk_itl_ms if m else None),
@@ -55,6 +56,10 @@ def result_json(result: BisectResult) -> dict[str, Any]:
     subjects = {c.sha: c.subject for c in commits}
     order = {c.sha: i for i, c in enumerate(commits)}
     return {
+        # search = "fix": old = has the problem, new = fixed, and first_bad is the first
+        # fixed commit (the bisect ran with inverted terms)
+        "search": result.search,
+        "first_new_label": "first fixed commit" if result.search == "fix" else "first bad commit",
         "first_bad": result.first_bad,
         "first_bad_subject": subjects.get(result.first_bad or ""),
         "candidates": result.candidates,

@@ -111,7 +111,9 @@ def _range(t: Triage, lines: list[str]) -> None:
         setattr(t, attr, p.ref)
         setattr(t, attr + "_label", p.label)
         term = t.old_term if attr == "good" else t.new_term
-        t.read.append(Read(f"range.{attr} ({term})", p.label, p.line,
+        role = p.role()
+        line = p.role_lines.get(role, p.line) if role else p.line
+        t.read.append(Read(f"range.{attr} ({term})", p.label, line,
                            "; ".join(p.why[:2]) or "named in the report"))
     if roles.search is SearchKind.FIX:
         t.read.append(Read("search", "find the fix", None,

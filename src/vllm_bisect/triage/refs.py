@@ -138,7 +138,8 @@ def find_mentions(lines: list[str]) -> list[Mention]:
             out.append(Mention(version, sha, image, n, a, b, how))
 
         for m in COMMIT_URL.finditer(line):
-            add(None, m.group(1), m.start(), m.end(), "commit-url")
+            start = next((a for a, b in urls if a <= m.start() < b), m.start())
+            add(None, m.group(1), start, m.end(), "commit-url")
         for m in COMPARE_URL.finditer(line):
             add(None, m.group(1), m.start(1), m.end(1), "compare-url")
             add(None, m.group(2), m.start(2), m.end(2), "compare-url")

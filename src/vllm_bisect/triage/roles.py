@@ -40,6 +40,7 @@ class Point:
     mentions: list[Mention] = field(default_factory=list)
     votes: dict[Role, int] = field(default_factory=dict)
     why: list[str] = field(default_factory=list)  # "line 17: ❌ in its table row"
+    role_lines: dict[Role, int] = field(default_factory=dict)  # where each role was first read
 
     @property
     def ref(self) -> str:
@@ -72,9 +73,11 @@ class Point:
         top = [r for r, n in self.votes.items() if n == best]
         return top[0] if len(top) == 1 else None
 
-    def vote(self, role: Role, weight: int, why: str) -> None:
+    def vote(self, role: Role, weight: int, why: str, line: int | None = None) -> None:
         self.votes[role] = self.votes.get(role, 0) + weight
         self.why.append(why)
+        if line is not None:
+            self.role_lines.setdefault(role, line)
 
 
 def _release_text(version: str) -> str:
@@ -244,13 +247,13 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                 bound = False
                 found = _before_marker(line[prev_end:m.start])
                 if found is not None:
-                    p.vote(found[0], 3, f"line {n}: {found[1]!r} before it")
+                    p.vote(found[0], 3, f"line {n}: {found[1]!r} before it", n)
                     bound = True
                 after = line[m.end:next_start][:60]
                 wide = line[m.end:(ms[ms.index(m) + 1].start if ms.index(m) + 1 < len(ms)
                                    else len(line))][:60]
                 if not bound and AFTER_FIXED.search(wide):
-                    p.vote(Role.FIXED, 3, f"line {n}: {wide.strip()[:30]!r} after it")
+                    p.vote(Role.FIXED, 3, f"line {n}: {wide.strip()[:30]!r} after it", n)
                     bound = True
                 subject = p
                 if i > 0 and COMPARE.match(_strip_filler(line[seg[i - 1].end:m.start]).strip()):
@@ -258,7 +261,7 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                 for role, pat in AFTER if not bound else ():
                     if pat.search(after):
                         subject.vote(role, 2, f"line {n}: {after.strip()[:30]!r} after "
-                                              f"{'it' if subject is p else 'the comparison'}")
+                                              f"{'it' if subject is p else 'the comparison'}", n)
                         bound = subject is p
                         break
                 if not bound and len(distinct) == 1:
@@ -266,12 +269,13 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                     for role, pat in SEGMENT + (ROW if table else ()):
                         if pat.search(text):
                             where = "its table row" if table else "its sentence"
-                            p.vote(role, 1, f"line {n}: {pat.search(text).group(0)!r} in "  # type: ignore[union-attr]
-                                            f"{where}")
+                            hit = pat.search(text)
+                            p.vote(role, 1, f"line {n}: {hit.group(0) if hit else ''!r} in "
+                                            f"{where}", n)
                             bound = True
                             break
                 if not bound and section is not None:
-                    p.vote(section, 1, f"line {n}: under a {section.value!r} label")
+                    p.vote(section, 1, f"line {n}: under a {section.value!r} label", n)
                 if i + 1 < len(seg):
                     q = _point_of(points, seg[i + 1])
                     gap = _strip_filler(line[m.end:seg[i + 1].start]).strip()
