@@ -339,12 +339,12 @@ class Driver:
         n = len(rng.commits)
         first = next_step(n, {n - 1: Verdict.BAD}).test
         self._prefetch([rng.bad.sha] + ([rng.commits[first].sha] if first is not None else []))
-        (first, role), (second, role2) = self.terms.endpoints(rng)  # the reference first
-        one = self.test(first, role, steps + 1)
-        if one.verdict is Verdict.SKIP and first is rng.good:
+        (ref_end, role), (other, role2) = self.terms.endpoints(rng)  # the reference first
+        one = self.test(ref_end, role, steps + 1)
+        if one.verdict is Verdict.SKIP and ref_end is rng.good:
             self.check_endpoints(one, None)
-        two = self.test(second, role2, steps)
-        self.check_endpoints(*((one, two) if first is rng.good else (two, one)))
+        two = self.test(other, role2, steps)
+        self.check_endpoints(*((one, two) if ref_end is rng.good else (two, one)))
 
     def check_endpoints(self, good: Outcome, bad: Outcome | None) -> None:
         """Raise NotReproduced unless good judged good and bad judged bad."""

@@ -105,16 +105,16 @@ def _range(t: Triage, lines: list[str]) -> None:
     t.points = [_point_doc(p, role_of.get(id(p))) for p in points]
     t.candidates = {"old": [p.ref for p in roles.goods], "new": [p.ref for p in roles.bads]}
     t.warnings += roles.notes
-    for attr, p in (("good", roles.old), ("bad", roles.new)):
-        if p is None:
+    for attr, end in (("good", roles.old), ("bad", roles.new)):
+        if end is None:
             continue
-        setattr(t, attr, p.ref)
-        setattr(t, attr + "_label", p.label)
+        setattr(t, attr, end.ref)
+        setattr(t, attr + "_label", end.label)
         term = t.old_term if attr == "good" else t.new_term
-        role = p.role()
-        line = p.role_lines.get(role, p.line) if role else p.line
-        t.read.append(Read(f"range.{attr} ({term})", p.label, line,
-                           "; ".join(p.why[:2]) or "named in the report"))
+        role = end.role()
+        line = end.role_lines.get(role, end.line) if role else end.line
+        t.read.append(Read(f"range.{attr} ({term})", end.label, line,
+                           "; ".join(end.why[:2]) or "named in the report"))
     if roles.search is SearchKind.FIX:
         t.read.append(Read("search", "find the fix", None,
                            "the report is about a fix: the range runs from a commit with the "

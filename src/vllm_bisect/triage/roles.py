@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import pairwise
 
 from packaging.version import Version
 
@@ -185,12 +186,11 @@ def merge_points(mentions: list[Mention]) -> list[Point]:
             continue  # an image such as vllm/vllm-openai:latest: not a commit
         found = None
         for p in points:
-            if m.sha and p.sha and (p.sha.startswith(m.sha) or m.sha.startswith(p.sha)):
+            same_sha = bool(m.sha and p.sha and (p.sha.startswith(m.sha) or m.sha.startswith(p.sha)))
+            same_version = bool(m.version and p.version and not (m.sha and p.sha)
+                                and version_key(m.version) == version_key(p.version))
+            if same_sha or same_version:
                 found = p
-            elif (m.version and p.version and version_key(m.version) == version_key(p.version)
-                  and not (m.sha and p.sha)):
-                found = p
-            if found:
                 break
         if found is None:
             found = Point(m.version, m.sha)
@@ -209,7 +209,7 @@ def _point_of(points: list[Point], m: Mention) -> Point | None:
 
 def _clauses(line: str) -> list[tuple[int, int]]:
     cuts = [0] + [x.end() for x in CLAUSE_END.finditer(line)] + [len(line)]
-    return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+    return [(a, b) for a, b in pairwise(cuts) if b > a]
 
 
 def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]

@@ -31,9 +31,11 @@ NEGATED = re.compile(r"unaffected|not\s{1,3}affected|no\s{1,3}(?:meaningful\s{1,
                      r"match(?:es)?\s{1,3}closely|identical|confirming|unchanged|无变化|一致",
                      re.IGNORECASE)
 METRICS = (
-    (Found.TTFT, re.compile(r"(?<![A-Za-z0-9_])TTFT(?![A-Za-z0-9_])|time[- ]to[- ]first[- ]token|first token|首\s{0,2}token",
+    (Found.TTFT, re.compile(r"(?<![A-Za-z0-9_])TTFT(?![A-Za-z0-9_])|time[- ]to[- ]first[- ]token|"
+                            r"first token|首\s{0,2}token",
                             re.IGNORECASE)),
-    (Found.ITL, re.compile(r"(?<![A-Za-z0-9_])(?:ITL|TPOT)(?![A-Za-z0-9_])|inter[- ]token|time per output token|"
+    (Found.ITL, re.compile(r"(?<![A-Za-z0-9_])(?:ITL|TPOT)(?![A-Za-z0-9_])|inter[- ]token|"
+                           r"time per output token|"
                            r"per[- ]token latency|decode[- ](?:speed|latency|throughput|perf\w*)|"
                            r"generation rate|每个?请求|单请求|single[- ]request", re.IGNORECASE)),
     (Found.LATENCY, re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延|延迟",
@@ -48,10 +50,10 @@ TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|tokens per secon
                   re.IGNORECASE)
 MS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}ms\b", re.IGNORECASE)
 CAP = re.compile(
-    rf"(?:stops?|stopped|capped|cut\s{{1,3}}off|truncat\w{{0,5}}|exactly|hard[- ]?limit\w{{0,4}}|"
-    rf"limited|硬限制在|截断在|停在|只有|限制在)[^\n\d]{{0,25}}?(?P<n>\d{{2,6}})\s{{0,2}}"
-    rf"(?:个\s{{0,2}})?(?:output\s{{1,3}}|输出\s{{0,2}})?tokens?(?![/\w])"
-    rf"|(?<!-)(?<!--)\boutput[ _]len(?:gth)?\s{{0,3}}(?:of\s{{1,3}}|=|:)?\s{{0,3}}(?P<m>\d{{2,6}})\b",
+    r"(?:stops?|stopped|capped|cut\s{1,3}off|truncat\w{0,5}|exactly|hard[- ]?limit\w{0,4}|"
+    r"limited|硬限制在|截断在|停在|只有|限制在)[^\n\d]{0,25}?(?P<n>\d{2,6})\s{0,2}"
+    r"(?:个\s{0,2})?(?:output\s{1,3}|输出\s{0,2})?tokens?(?![/\w])"
+    r"|(?<!-)(?<!--)\boutput[ _]len(?:gth)?\s{0,3}(?:of\s{1,3}|=|:)?\s{0,3}(?P<m>\d{2,6})\b",
     re.IGNORECASE)
 CRASH = re.compile(r"illegal memory access|\bcrash\w{0,3}|segmentation fault|segfault|core dumped|"
                    r"CUDA error|EngineDeadError|engine (?:core )?died|崩溃", re.IGNORECASE)
