@@ -44,9 +44,15 @@ def candidates(ref: str) -> list[str]:
     return [ref]
 
 
+def is_tag(repo: git.Repo, ref: str) -> bool:
+    names = {t.name for t in repo.tags}
+    return any(c in names or c.removeprefix("refs/tags/") in names for c in candidates(ref))
+
+
 def map_ref(repo: git.Repo, ref: str, commit: git.Commit, main: str | None) -> MappedRef:
-    """``commit`` (resolved from ``ref``) itself if it is on main, else its branch point."""
-    if main is None:
+    """``commit`` (resolved from the tag ``ref``) itself if it is on main, else its branch
+    point. A ref that is not a tag (a sha, a branch) is used as it is."""
+    if main is None or not is_tag(repo, ref):
         return MappedRef(ref, commit.hexsha)
     head = repo.commit(main)
     if repo.is_ancestor(commit, head):
