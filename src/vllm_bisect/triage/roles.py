@@ -258,7 +258,7 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                 subject = p
                 if i > 0 and COMPARE.match(_strip_filler(line[seg[i - 1].end:m.start]).strip()):
                     subject = _point_of(points, seg[i - 1]) or p  # "X 相比 Y 劣化": X changed
-                for role, pat in AFTER if not bound else ():
+                for role, pat in AFTER if not (bound or table) else ():
                     if pat.search(after):
                         subject.vote(role, 2, f"line {n}: {after.strip()[:30]!r} after "
                                               f"{'it' if subject is p else 'the comparison'}", n)

@@ -80,18 +80,20 @@ def number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def _table_columns(lines: list[str]) -> dict[Found, list[float]]:
+def _table_columns(lines: list[str], where: dict[Found, int] | None = None
+                   ) -> dict[Found, list[float]]:
     """Values in table columns headed by a metric name (two or more = a comparison)."""
     out: dict[Found, list[float]] = {}
     header: list[str] | None = None
-    for line in lines:
+    header_line = 0
+    for n, line in enumerate(lines, 1):
         s = line.strip()
         if not (s.startswith("|") and s.count("|") >= 2):
             header = None
             continue
         cells = [c.strip() for c in s.strip("|").split("|")]
         if header is None:
-            header = cells
+            header, header_line = cells, n
             continue
         itl_table = any(METRICS[1][1].search(h) for h in header)
         for i, cell in enumerate(cells[:len(header)]):
@@ -106,6 +108,8 @@ def _table_columns(lines: list[str]) -> dict[Found, list[float]]:
                         found = Found.ITL  # tok/s beside ITL: one decode speed, two units
                         break
                     out.setdefault(found, []).append(number(m.group("n")))
+                    if where is not None:
+                        where.setdefault(found, header_line)
                     break
     return out
 
@@ -165,9 +169,10 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
                 add(Found.ITL if per_req else Found.THROUGHPUT, n)
             if re.search(r"\b(?:ITL|TPOT)\b|inter-token", text, re.I):
                 s.itl_ms += [number(m.group("n")) for m in MS.finditer(text)]
-    for found, values in (_table_columns(lines) | _labelled_values(lines)).items():
+    table_lines: dict[Found, int] = {}
+    for found, values in (_table_columns(lines, table_lines) | _labelled_values(lines)).items():
         if len(set(values)) >= 2:
-            add(found, 0)
+            add(found, table_lines.get(found, 0))
             if found is Found.ITL:
                 s.itl_ms += values
             if found is Found.THROUGHPUT:
