@@ -106,7 +106,8 @@ BEFORE = (
         r"downgrad\w{0,6}\s{1,3}to|revert\w{0,4}\s{1,3}(?:back\s{1,3})?to|"
         r"roll\w{0,4}\s{1,3}back\s{1,3}to|does\s{1,3}not\s{1,3}occur\s{1,3}in|"
         r"doesn't\s{1,3}occur\s{1,3}in|not\s{1,3}(?:reproduc\w{0,5}|occur\w{0,3})\s{1,3}(?:on|in|with)|"
-        r"\bold|\bnormal|baseline|✅|✔|正常|回退到|降级到)$", re.IGNORECASE)),
+        r"\bold|\bnormal|baseline|(?:slower|worse|behind)\s{1,3}than|✅|✔|正常|回退到|降级到)$",
+        re.IGNORECASE)),
     (Role.BAD, re.compile(
         r"(?:upgrad\w{0,5}\s{1,3}to|updat\w{0,5}\s{1,3}to|chang\w{0,5}\s{1,3}to|"
         r"switch\w{0,5}\s{1,3}to|mov\w{0,5}\s{1,3}to|bump\w{0,5}\s{1,3}to|\bafter|\bsince|"
@@ -115,7 +116,8 @@ BEFORE = (
         r"(?:at|in|on|with)?|regress\w{0,4}\s{1,3}(?:at|in|on|with|since)|"
         r"broken\s{1,3}(?:at|in|on|with)|(?<!not )occurs?\s{1,3}in|introduced\s{1,3}(?:in|by)|"
         r"first\s{1,3}in|still\s{1,3}present\s{1,3}in|(?:appears|shows\s{1,3}up)\s{1,3}"
-        r"(?:after|in|on|with)|with\s{1,3}this(?:\s{1,3}pr)?|\bnew|\bbad|❌|✗|✘|变慢的?|升级到|"
+        r"(?:after|in|on|with)|with\s{1,3}this(?:\s{1,3}pr)?|(?:faster|better)\s{1,3}than|"
+        r"(?:slower|worse|regressed)\s{1,3}(?:from|since|after|at)|\bnew|\bbad|❌|✗|✘|变慢的?|升级到|"
         r"换成|切换到)$", re.IGNORECASE)),
 )
 AFTER_FIXED = re.compile(r"问题(?:已经)?(?:消失|解决)|(?:issue|problem|regression|bug)\s{1,3}"

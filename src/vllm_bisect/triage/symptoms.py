@@ -38,16 +38,19 @@ METRICS = (
                            r"time per output token|"
                            r"per[- ]token latency|decode[- ](?:speed|latency|throughput|perf\w*)|"
                            r"generation rate|每个?请求|单请求|single[- ]request", re.IGNORECASE)),
-    (Found.LATENCY, re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延|延迟",
+    (Found.LATENCY, re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延|延迟|"
+                               r"(?:inference|response|request|wall|e2e|end-to-end)[ -]time\b",
                                re.IGNORECASE)),
     (Found.THROUGHPUT, re.compile(r"throughput|requests/s|req/s|samples/s|(?<![A-Za-z0-9_])TPS|"
-                                  r"tok(?:en)?s?/s|吞吐",
+                                  r"tok(?:en)?s?/s|(?<![A-Za-z])(?:it|items)/s|吞吐",
                                   re.IGNORECASE)),
     (Found.CORRECTNESS, re.compile(r"accuracy|gsm8k|exact_match|\bmmlu\b|correctness|garbage|"
                                    r"wrong (?:output|answer)|gibberish|精度|准确率", re.IGNORECASE)),
 )
-TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|tokens per second)(?!/)",
+TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|tokens per second|it/s|items/s)(?!/)",
                   re.IGNORECASE)
+SECONDS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:s|sec|secs|seconds)\b")
+VERSIONISH = re.compile(r"(?<![\w.])v?\d{1,3}\.\d{1,4}\.\d{1,4}")
 MS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}ms\b", re.IGNORECASE)
 CAP = re.compile(
     r"(?:stops?|stopped|capped|cut\s{1,3}off|truncat\w{0,5}|exactly|hard[- ]?limit\w{0,4}|"
@@ -138,6 +141,7 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
             s.where[f.value] = n
 
     title = next((ln for ln in lines if ln.strip()), "")
+    version_toks: list[tuple[int, float]] = []
     for n, line in enumerate(lines, 1):
         for m in CAP.finditer(line):
             s.caps.append(int(m.group("n") or m.group("m")))
@@ -162,6 +166,10 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
                     found = Found.ITL  # a per-request decode speed
                 if changed or line is title or len(MS.findall(text)) >= 2 or len(toks) >= 2:
                     add(found, n)
+            if len(SECONDS.findall(text)) >= 2 and re.search(r"\bvs\.?\b|→|->|对比", text):
+                add(Found.LATENCY, n)  # "1.6s vs. 0.95s": two durations compared
+            if len(toks) == 1 and VERSIONISH.search(text):
+                version_toks.append((n, toks[0]))  # "v2.0.7: 16tokens/s" on its own line
             if len(toks) >= 2:
                 s.tok_s += toks
                 per_req = PER_REQUEST.search(text) and not re.search(
@@ -169,6 +177,9 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
                 add(Found.ITL if per_req else Found.THROUGHPUT, n)
             if re.search(r"\b(?:ITL|TPOT)\b|inter-token", text, re.I):
                 s.itl_ms += [number(m.group("n")) for m in MS.finditer(text)]
+    if len({v for _, v in version_toks}) >= 2 and not {Found.ITL, Found.THROUGHPUT} & set(s.found):
+        s.tok_s += [v for _, v in version_toks]  # one value per version line: compared
+        add(Found.THROUGHPUT, version_toks[0][0])
     table_lines: dict[Found, int] = {}
     for found, values in (_table_columns(lines, table_lines) | _labelled_values(lines)).items():
         if len(set(values)) >= 2:
