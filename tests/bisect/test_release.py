@@ -49,7 +49,7 @@ def test_run_between_release_tags_uses_branch_points(tmp_path: Path) -> None:
 
 def test_unknown_release_is_a_clear_error(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=3)
-    with pytest.raises(RangeError, match="unknown good ref: 'v9.9.9'"):
+    with pytest.raises(RangeError, match=r"unknown good ref: 'v9\.9\.9'"):
         commit_range(git.Repo(h.path), "v9.9.9", h.shas[-1])
 
 

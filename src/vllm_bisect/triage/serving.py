@@ -20,7 +20,8 @@ NOT_MODEL_ORG = re.compile(r"^(?:vllm-project|sgl-project|NVIDIA-NeMo|vllm|lmsys
                            re.IGNORECASE)
 GPU = re.compile(r"\b(?:NVIDIA\s{1,3})?(?P<gpu>GB10|GB200|GB300|GH200|H20|H100|H200|H800|B200|B300|"
                  r"A100|A10G|A800|L40S|L20|L4|T4|V100|MI300X|MI325X|MI350X|MI355X|RTX\s?[345]090|"
-                 r"(?<![\w.])[345]090|DGX Spark|910B)(?:\b|(?=x\d))|(?<![A-Za-z0-9])(?P<ascend>A[23])(?![A-Za-z0-9])",
+                 r"(?<![\w.])[345]090|DGX Spark|910B)(?:\b|(?=x\d))|"
+                 r"(?<![A-Za-z0-9])(?P<ascend>A[23])(?![A-Za-z0-9])",
                  re.IGNORECASE)
 SERVE_CMD = re.compile(r"\bvllm\s{1,3}serve\s{1,3}[^\n`]{1,2000}")
 MODEL_FLAG = re.compile(r"""(?:--model(?:[-_]path)?|--model_dir|\bmodel_id|\bmodel|pretrained)"""
