@@ -63,15 +63,17 @@ def _setup_logging(verbose: bool) -> None:
 class RichEvents:
     """Progress lines on stderr (stdout stays clean for --json)."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, fix: bool = False) -> None:
         self.c = console
         self.started = time.monotonic()
+        # a fix search runs on old/new terms: good = has the problem, bad = fixed
+        self.labels = {"good": "has the problem", "bad": "fixed"} if fix else {}
 
     def on_range(self, rng: CommitRange) -> None:
         self.c.print(f"[bold]range[/] {rng.good.sha[:12]}..{rng.bad.sha[:12]}: "
                      f"{len(rng.commits)} commits")
         for note in rng.notes:
-            self.c.print(f"[yellow]note:[/] {note}", markup=False, highlight=False)
+            self.c.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
 
     def on_testing(self, commit: CommitInfo, role: str, steps_left: int) -> None:
         t = time.monotonic() - self.started
@@ -85,12 +87,13 @@ class RichEvents:
     def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
         cached = " [dim](cached)[/]" if outcome.from_cache else ""
         self.c.print(f"          -> {commit.sha[:12]} [{STYLE[outcome.verdict]}]"
-                     f"{outcome.verdict.value}[/]: {outcome.reason}{cached}")
+                     f"{self.labels.get(outcome.verdict.value, outcome.verdict.value)}[/]: "
+                     f"{outcome.reason}{cached}")
 
 
 def _bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path, console: Console,
             quiet_phases: bool = False) -> BisectResult:
-    events = RichEvents(console)
+    events = RichEvents(console, fix=spec.range.search == "fix")
     if quiet_phases:
         events.on_phase = lambda commit, phase: None  # type: ignore[method-assign]
     return run_bisect(spec, session_dir, cache_dir, events)

@@ -35,6 +35,8 @@ def result_table(result: BisectResult) -> Table:
         table.add_column(col, justify="left" if left else "right", no_wrap=True,
                          overflow="ellipsis", max_width=48 if col == "subject" else None)
     seen = set()
+    # a fix search runs on old/new terms: good = has the problem, bad = fixed
+    labels = {"good": "has the problem", "bad": "fixed"} if result.search == "fix" else {}
     for o in sorted(result.probed, key=lambda o: order.get(o.commit, -1)):
         if o.commit in seen:
             continue
@@ -47,7 +49,8 @@ def result_table(result: BisectResult) -> Table:
                       _fmt(m.itl_ms if m else None), _fmt(m.chunk_itl_ms if m else None),
                       _fmt(m.tokens_per_chunk if m else None),
                       _fmt(m.acceptance_length if m else None),
-                      f"[{STYLE[o.verdict]}]{o.verdict.value}[/]{mark}")
+                      f"[{STYLE[o.verdict]}]{labels.get(o.verdict.value, o.verdict.value)}[/]"
+                      f"{mark}")
     return table
 
 
