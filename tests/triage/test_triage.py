@@ -143,7 +143,8 @@ def test_regexes_are_linear_on_adversarial_input() -> None:
     nasty = ["a/" + "1" * 16000, "v" + "0." * 8000, "`" + "a1" * 8000, "|" * 16000,
              "commit " + "f" * 16000, "0," * 16000 + "tok/s", "--model " + "x/" * 8000,
              "stops at " + " " * 16000 + "1", ("after " * 4000) + "v1.2.3",
-             "https://" + "a" * 30000 + " 0.1.2"]
+             "https://" + "a" * 30000 + " 0.1.2",
+             "\n".join(" ".join(f"v0.{i}.{j} ✅" for j in range(100)) for i in range(300))]
     t0 = time.monotonic()
     for text in nasty:
         triage(text)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from packaging.version import InvalidVersion, Version
 
 MAX_LINE = 4000
+MAX_MENTIONS = 1000  # a report names a handful of refs; more is noise (or an attack)
 URL = re.compile(r"https?://[^\s)\]>\"'`]{1,2000}")
 COMMIT_URL = re.compile(r"github\.com/[\w.-]{1,100}/[\w.-]{1,100}/commit/([0-9a-f]{7,40})\b")
 COMPARE_URL = re.compile(r"github\.com/[\w.-]{1,100}/[\w.-]{1,100}/compare/([0-9a-f]{7,40})\.{2,3}"
@@ -74,6 +76,7 @@ class Mention:
         return f"v{self.version}" if self.version else None
 
 
+@lru_cache(maxsize=4096)
 def version_key(version: str | None) -> Version | None:
     if not version:
         return None
@@ -189,5 +192,7 @@ def find_mentions(lines: list[str]) -> list[Mention]:
                 if _inside(urls, m.start("sha")) or not _is_sha(sha):
                     continue
                 add(None, sha, m.start("sha"), m.end("sha"), how)
+        if len(out) >= MAX_MENTIONS:
+            break
     out.sort(key=lambda x: (x.line, x.start))
-    return out
+    return out[:MAX_MENTIONS]

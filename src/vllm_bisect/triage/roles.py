@@ -183,30 +183,31 @@ def _before_marker(text: str) -> tuple[Role, str] | None:
 
 def merge_points(mentions: list[Mention]) -> list[Point]:
     points: list[Point] = []
+    by_version: dict[Version, list[Point]] = {}
+    with_sha: list[Point] = []
     for m in mentions:
         if m.version is None and m.sha is None:
             continue  # an image such as vllm/vllm-openai:latest: not a commit
         found = None
-        for p in points:
-            same_sha = bool(m.sha and p.sha and (p.sha.startswith(m.sha) or m.sha.startswith(p.sha)))
-            same_version = bool(m.version and p.version and not (m.sha and p.sha)
-                                and version_key(m.version) == version_key(p.version))
-            if same_sha or same_version:
-                found = p
-                break
+        if m.sha:
+            found = next((p for p in with_sha if p.sha and (
+                p.sha.startswith(m.sha) or m.sha.startswith(p.sha))), None)
+        key = version_key(m.version)
+        if found is None and key is not None:
+            found = next((p for p in by_version.get(key, []) if not (m.sha and p.sha)), None)
         if found is None:
             found = Point(m.version, m.sha)
             points.append(found)
         if m.sha and (found.sha is None or len(m.sha) > len(found.sha)):
+            if found.sha is None:
+                with_sha.append(found)
             found.sha = m.sha
         if m.version and found.version is None:
             found.version = m.version
+        if found.key is not None and found not in by_version.get(found.key, []):
+            by_version.setdefault(found.key, []).append(found)
         found.mentions.append(m)
     return points
-
-
-def _point_of(points: list[Point], m: Mention) -> Point | None:
-    return next((p for p in points if m in p.mentions), None)
 
 
 def _clauses(line: str) -> list[tuple[int, int]]:
@@ -219,6 +220,11 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
     """Cast role votes from markers; return the ordered (older, newer) pairs from "X to Y"."""
     arrows: list[tuple[Point, Point]] = []
     by_line: dict[int, list[Mention]] = {}
+    own = {id(m): p for p in points for m in p.mentions}
+
+    def _point_of(_: list[Point], m: Mention) -> Point | None:
+        return own.get(id(m))
+
     for m in mentions:
         if _point_of(points, m) is not None:
             by_line.setdefault(m.line, []).append(m)
