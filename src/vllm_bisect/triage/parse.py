@@ -139,7 +139,7 @@ def _symptoms(t: Triage, lines: list[str]) -> None:
     t.numbers = {"cap_tokens": [float(c) for c in s.caps], "itl_ms": s.itl_ms, "tok_s": s.tok_s}
     for f in s.found:
         line = s.where.get(f.value) or None
-        t.read.append(Read("symptom", f.value, line, "stated change, title, or compared values"))
+        t.read.append(Read("symptom", f.value, line, s.why.get(f.value, "")))
     if s.caps:
         t.min_output_tokens = max(s.caps) + 1  # a run reaching past the cap is good
     found = set(s.found)

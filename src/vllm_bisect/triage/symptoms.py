@@ -77,6 +77,7 @@ class Symptoms:
     itl_ms: list[float] = field(default_factory=list)
     tok_s: list[float] = field(default_factory=list)
     where: dict[str, int] = field(default_factory=dict)  # symptom -> first line it was read on
+    why: dict[str, str] = field(default_factory=dict)    # symptom -> how it was read
 
 
 def number(text: str) -> float:
@@ -135,24 +136,25 @@ def _labelled_values(lines: list[str]) -> dict[Found, list[float]]:
 def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
     s = Symptoms()
 
-    def add(f: Found, n: int) -> None:
+    def add(f: Found, n: int, why: str) -> None:
         if f not in s.found:
             s.found.append(f)
             s.where[f.value] = n
+            s.why[f.value] = why
 
     title = next((ln for ln in lines if ln.strip()), "")
     version_toks: list[tuple[int, float]] = []
     for n, line in enumerate(lines, 1):
         for m in CAP.finditer(line):
             s.caps.append(int(m.group("n") or m.group("m")))
-            add(Found.LENGTH, n)
+            add(Found.LENGTH, n, f"output cap: {m.group(0)[:40]!r}")
         if CRASH.search(line) and not re.search(r"\bno\s{1,3}crash", line, re.I):
-            add(Found.CRASH, n)
+            add(Found.CRASH, n, "a crash message")
         if line.strip().startswith("|") and line.count("|") >= 2:
             continue  # a table row: its columns are read by _table_columns
         for text in SENTENCE_END.split(line):
             if MTP_SPEEDUP.search(text):
-                add(Found.MTP_SPEEDUP, n)
+                add(Found.MTP_SPEEDUP, n, "MTP compared with plain decoding")
                 continue  # its numbers compare MTP with plain decoding, not two versions
             toks = [number(m.group("n")) for m in TOKS.finditer(text)]
             changed = bool(CHANGE.search(text)) and not NEGATED.search(text)
@@ -165,29 +167,31 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
                             PER_REQUEST.search(text) and not re.search(r"throughput|吞吐", text, re.I))):
                     found = Found.ITL  # a per-request decode speed
                 if changed or line is title or len(MS.findall(text)) >= 2 or len(toks) >= 2:
-                    add(found, n)
+                    add(found, n, "named in the title" if line is title else (
+                        "named with a change" if changed else "two values compared"))
             if len(SECONDS.findall(text)) >= 2 and re.search(r"\bvs\.?\b|→|->|对比", text):
-                add(Found.LATENCY, n)  # "1.6s vs. 0.95s": two durations compared
+                add(Found.LATENCY, n, "two durations compared")  # "1.6s vs. 0.95s": two durations compared
             if len(toks) == 1 and VERSIONISH.search(text):
                 version_toks.append((n, toks[0]))  # "v2.0.7: 16tokens/s" on its own line
             if len(toks) >= 2:
                 s.tok_s += toks
                 per_req = PER_REQUEST.search(text) and not re.search(
                     r"throughput|concurren|parallel|\bload\b", text, re.I)
-                add(Found.ITL if per_req else Found.THROUGHPUT, n)
+                add(Found.ITL if per_req else Found.THROUGHPUT, n,
+                    "tok/s compared" + (" per request" if per_req else ""))
             if re.search(r"\b(?:ITL|TPOT)\b|inter-token", text, re.I):
                 s.itl_ms += [number(m.group("n")) for m in MS.finditer(text)]
     if len({v for _, v in version_toks}) >= 2 and not {Found.ITL, Found.THROUGHPUT} & set(s.found):
         s.tok_s += [v for _, v in version_toks]  # one value per version line: compared
-        add(Found.THROUGHPUT, version_toks[0][0])
+        add(Found.THROUGHPUT, version_toks[0][0], "tok/s on one line per version")
     table_lines: dict[Found, int] = {}
     for found, values in (_table_columns(lines, table_lines) | _labelled_values(lines)).items():
         if len(set(values)) >= 2:
-            add(found, table_lines.get(found, 0))
+            add(found, table_lines.get(found, 0), "values in a table column or labelled lines")
             if found is Found.ITL:
                 s.itl_ms += values
             if found is Found.THROUGHPUT:
                 s.tok_s += values
     if bench_throughput and s.tok_s and Found.ITL in s.found and Found.THROUGHPUT not in s.found:
-        add(Found.THROUGHPUT, 0)  # `vllm bench throughput` numbers are throughput
+        add(Found.THROUGHPUT, 0, "`vllm bench throughput` tok/s")
     return s
