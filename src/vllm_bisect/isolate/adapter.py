@@ -53,6 +53,10 @@ def check_judgeable(spec: BisectSpec) -> None:
                         hint="set verdict.itl_factor (e.g. 1.5) or verdict.max_itl_ms")
 
 
+def needs_reference(spec: BisectSpec) -> bool:
+    return Judge(spec.verdict, spec.min_output_tokens()).needs_reference
+
+
 class Prober:
     def __init__(self, repo: git.Repo, cache_dir: Path, log_dir: Path, studies: StudyJournal,
                  session: SessionJournal | None = None, session_id: str = "",

@@ -187,23 +187,30 @@ class Scratch:
                              f"{err.stderr.decode(errors='replace').strip()}",
                              hint="is the repository writable?") from None
 
-    def commit(self, base: str, selection: Selection, message: str) -> str:
-        """A commit on ``base`` whose tree is the parent's plus ``selection``."""
-        key = (base, describe(selection))
+    def commit(self, base: str, selection: Selection, message: str,
+               files: Mapping[str, bytes | None] | None = None) -> str:
+        """A commit on ``base`` whose tree is the parent's plus ``selection``, then ``files``
+        (path -> content, None: deleted) written over it."""
+        extra = dict(files or {})
+        digest = hashlib.sha256(repr(sorted(extra.items())).encode()).hexdigest()[:16]
+        key = (base, describe(selection) + digest)
         if key in self._made:
             return self._made[key]
         with tempfile.TemporaryDirectory(prefix="vllm-bisect-index-") as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             self._git("read-tree", self.parent, env=env)
             lines = []
-            for path, chosen in sorted(selection.items()):
-                change = self.changes[path]
-                data = content(change, chosen)
+            blobs = {p: (content(self.changes[p], c), self.changes[p].mode)
+                     for p, c in selection.items()}
+            for path, data in extra.items():
+                old = self.changes.get(path)
+                blobs[path] = (data, old.mode if old is not None else "100644")
+            for path, (data, mode) in sorted(blobs.items()):
                 if data is None:
                     lines.append(f"0 {'0' * 40}\t{path}")
                 else:
                     sha = self._git("hash-object", "-w", "--stdin", data=data)
-                    lines.append(f"{change.mode} {sha}\t{path}")
+                    lines.append(f"{mode} {sha}\t{path}")
             if lines:
                 self._git("update-index", "--index-info", env=env,
                           data=("\n".join(lines) + "\n").encode())
@@ -217,7 +224,3 @@ class Scratch:
         self._git("update-ref", REF_PREFIX + sha, sha)
         self._made[key] = sha
         return sha
-
-
-def selection_key(selection: Selection) -> str:
-    return hashlib.sha256(describe(selection).encode()).hexdigest()[:16]

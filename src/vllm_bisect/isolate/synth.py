@@ -11,6 +11,7 @@ the in-tree build backend declares the runtime dependencies listed in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -115,7 +116,7 @@ class _Writer:
         self.shas: list[str] = []
         self.pr = 48000
 
-    def commit(self, files: dict[str, str | None], subject: str) -> str:
+    def commit(self, files: Mapping[str, str | None], subject: str) -> str:
         for rel, text in files.items():
             target = self.path / rel
             if text is None:
@@ -155,7 +156,7 @@ def wide_culprit_history(path: Path, n_files: int = 20, before: int = 3, after: 
     w = _Writer(path)
     n_mods = n_files - 4  # + helper (added), removed module, vllm/__init__.py, spec config
     mods = [f"vllm/model_executor/layers/mod_{k:02d}.py" for k in range(n_mods)]
-    files: dict[str, str | None] = base_files("0.26.0rc1.dev100", spec_config())
+    files: dict[str, str | None] = {**base_files("0.26.0rc1.dev100", spec_config())}
     for k, m in enumerate(mods):
         files[m] = MODULE.format(name=m, rev=0, value=k, imports="")
     files["vllm/model_executor/layers/legacy_fused.py"] = MODULE.format(

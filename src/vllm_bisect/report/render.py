@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_bisect.errors import BisectError, SessionError
+from vllm_bisect.isolate.report import section_lines as study_lines
 from vllm_bisect.verdict import symptoms
 from vllm_bisect.verdict.stats import bootstrap_change
 
@@ -96,6 +97,7 @@ def markdown(r: SessionReport) -> str:
                      f"{_f((m or {}).get('tokens_per_chunk'))} | "
                      f"{_f((m or {}).get('acceptance_length'))} | {p['verdict']}{mark} |")
     lines += symptom_lines(r)
+    lines += study_lines(r.result, r.spec_text)  # isolate / deps / knobs (vllm_bisect.isolate)
     skips = [p for p in r.probed if p["verdict"] == "skip"]
     if skips:
         lines += ["", "Skipped (never judged):"]
