@@ -96,8 +96,9 @@ def base_files(version: str, spec_config: str, requirements: str | None = None
         "vllm/entrypoints/cli/main.py": CLI_MAIN,
         "README.md": t.README.format(rev=0),
     }
-    if requirements is not None:
+    if requirements is not None:  # (not declared statically: installers must build to know)
         files["requirements/common.txt"] = requirements
+        files["pyproject.toml"] += 'dynamic = ["dependencies"]\n'
     return files
 
 
