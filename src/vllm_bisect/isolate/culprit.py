@@ -77,6 +77,13 @@ def endpoints(prober: Prober, spec: BisectSpec, culprit: str, parent: str, study
     return p.measurement
 
 
+def _short(what: str, names: list[str]) -> str:
+    """A subset's label: every name when there are few, else the count and the ends."""
+    if len(names) <= 2:
+        return f"{what} " + "; ".join(names)
+    return f"{len(names)} {what}: {names[0]} ... {names[-1]}"
+
+
 class Isolation:
     def __init__(self, prober: Prober, spec: BisectSpec, repo: git.Repo, culprit: str,
                  parent: str) -> None:
@@ -104,8 +111,8 @@ class Isolation:
 
         def test_files(s: Subset) -> Result:
             sel: dict[str, frozenset[int] | None] = {files[i].path: None for i in s}
-            names = ", ".join(files[i].path for i in s)
-            return RESULT_OF[self._judge(self.parent, sel, f"files {names}").verdict]
+            return RESULT_OF[self._judge(self.parent, sel,
+                                         _short("files", [files[i].path for i in s])).verdict]
 
         found = minimize(len(files), test_files)
         self.result.file_tests = found.tests
@@ -145,7 +152,7 @@ class Isolation:
             return sel_of(tuple(range(len(items))))
 
         def test_hunks(s: Subset) -> Result:
-            label = "hunks " + "; ".join(labels[i] for i in s)
+            label = _short("hunks", [labels[i] for i in s])
             return RESULT_OF[self._judge(self.parent, sel_of(s), label).verdict]
 
         found = minimize(len(items), test_hunks)
