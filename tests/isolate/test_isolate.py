@@ -13,7 +13,7 @@ from vllm_bisect.isolate.synth import wide_culprit_history
 
 
 def test_names_the_guilty_file_and_hunk_of_twenty(tmp_path: Path) -> None:
-    w = wide_culprit_history(tmp_path / "vllm", n_files=20)
+    w = wide_culprit_history(tmp_path / "vllm", n_files=20, before=1, after=1)
     session = bisect(command_spec(w.history), tmp_path)
     assert json.loads((session / "result.json").read_text())["first_bad"] == w.culprit
     assert "vllm-bisect isolate SESSION" in (session / "report.md").read_text()  # offered

@@ -55,7 +55,10 @@ class PinChange:
     @property
     def label(self) -> str:
         where = f"{self.file}" + (f" [{self.marker}]" if self.marker else "")
-        return f"{self.name} {self.old or '(none)'} -> {self.new or '(none)'} ({where})"
+        def show(spec: str | None) -> str:
+            return "(none)" if spec is None else spec or "(any)"
+
+        return f"{self.name} {show(self.old)} -> {show(self.new)} ({where})"
 
 
 def is_pin_file(path: str) -> bool:
@@ -96,7 +99,7 @@ def pins_of(path: str, text: str) -> list[Pin]:
     if base.startswith("Dockerfile"):
         return ([Pin(path, n, v, kind=PinKind.DOCKER) for n, v in ARG.findall(text)]
                 + [Pin(path, n, v, kind=PinKind.DOCKER) for n, v in FROM.findall(text)
-                   if "$" not in n])
+                   if "$" not in n + v])  # (a tag built from an ARG: the ARG is the pin)
     if path == "pyproject.toml":
         try:
             doc = tomllib.loads(text)
