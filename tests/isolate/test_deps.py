@@ -19,14 +19,15 @@ from vllm_bisect.sim.package_index import PackageIndex, build_package
 VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 
 
-@pytest.fixture
-def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PackageIndex]:
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))  # nothing from earlier runs
-    dist = tmp_path / "dist"
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PackageIndex]:
+    tmp = tmp_path_factory.mktemp("index")
+    dist = tmp / "dist"
     for v in VERSIONS:
         cap = "128" if v >= "1.3" else "None"
         build_package("tinydep", v, f'"""tinydep {v}"""\nSPEC_OUTPUT_CAP = {cap}\n', dist)
-    with PackageIndex(dist) as idx:
+    with pytest.MonkeyPatch.context() as mp, PackageIndex(dist) as idx:
+        mp.setenv("UV_CACHE_DIR", str(tmp / "uv-cache"))  # nothing from earlier runs
         yield idx
 
 
@@ -51,3 +52,14 @@ def test_names_the_dependency_and_its_first_bad_version(tmp_path: Path,
     assert json.loads((session / "deps.json").read_text())["packages"][0][
         "first_bad_version"] == "1.3"
     print("deps fresh builds", res["fresh_builds"])
+
+
+def test_swaps_tell_vllm_code_from_the_dependency(tmp_path: Path, index: PackageIndex) -> None:
+    # the culprit bumps tinydep 1.0 -> 1.1 (harmless) and caps outputs in its own code
+    h = dependency_history(tmp_path / "vllm", "tinydep", "1.0", "1.1", before=0, after=0,
+                           code_cap=True)
+    res = run_studies(tmp_path / "session", tmp_path / "cache", isolate=False,
+                      spec=source_spec(h, index.url), culprit=h.planted["length"])["deps"]
+    assert res["parent_with_new_pins"].startswith("good")
+    assert res["culprit_with_old_pins"].startswith("bad")
+    assert res["conclusion"] == "vllm code" and res["packages"] == []

@@ -10,7 +10,7 @@ from typing import Any
 
 import git
 
-from vllm_bisect.errors import NotReproduced
+from vllm_bisect.errors import FatalError, NotReproduced
 from vllm_bisect.isolate.adapter import Prober, Trial
 from vllm_bisect.isolate.ddmin import Result, Subset, minimize
 from vllm_bisect.isolate.patches import (
@@ -90,6 +90,9 @@ class Isolation:
         self.prober, self.spec = prober, spec
         self.culprit, self.parent = culprit, parent
         self.changes = diff_changes(repo, parent, culprit)
+        if not self.changes:
+            raise FatalError(f"{culprit[:12]} changes no files: nothing to isolate",
+                             hint="is it an empty or a merge commit? pass --culprit REF")
         self.scratch = Scratch(repo, parent, self.changes)
         self.result = IsolateResult(culprit, parent, [c.path for c in self.changes],
                                     python_only(self.changes))

@@ -182,9 +182,11 @@ def wide_culprit_history(path: Path, n_files: int = 20, before: int = 3, after: 
 
 
 def dependency_history(path: Path, package: str = "tinydep", old: str = "1.0",
-                       new: str = "1.4", before: int = 2, after: int = 2) -> History:
+                       new: str = "1.4", before: int = 2, after: int = 2,
+                       code_cap: bool = False) -> History:
     """A vLLM whose speculative output cap comes from ``package`` (``SPEC_OUTPUT_CAP``); the
-    culprit only bumps its pin in requirements/common.txt from ``old`` to ``new``."""
+    culprit bumps its pin in requirements/common.txt from ``old`` to ``new`` and, with
+    ``code_cap``, also caps outputs at 128 in its own code (the code is then the cause)."""
     w = _Writer(path)
     cfg = spec_config(cap_expr=f'getattr({package}, "SPEC_OUTPUT_CAP", None)',
                       imports=f"import {package}\n")
@@ -192,8 +194,12 @@ def dependency_history(path: Path, package: str = "tinydep", old: str = "1.0",
              "[Core] Initial import")
     for i in range(before):
         w.filler(i)
-    culprit = w.commit({"requirements/common.txt": f"{package}=={new}\n"},
-                       f"[Deps] Bump {package} to {new}")
+    change = {"requirements/common.txt": f"{package}=={new}\n"}
+    if code_cap:
+        change["vllm/spec_decode/config.py"] = spec_config(
+            cap_expr="128", imports=f"import {package}  # noqa: F401\n")
+    culprit = w.commit(change, f"[Deps] Bump {package} to {new}"
+                       + (" and merge the generation-config cap" if code_cap else ""))
     for i in range(after):
         w.filler(before + i)
     return History(path=path, shas=tuple(w.shas), planted={"length": culprit})
