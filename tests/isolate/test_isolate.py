@@ -8,8 +8,10 @@ import math
 from pathlib import Path
 
 import git
+import pytest
 
 from tests.isolate.helpers import bisect, command_spec
+from vllm_bisect.isolate.adapter import Trial
 from vllm_bisect.isolate.runner import run_studies
 from vllm_bisect.isolate.synth import wide_culprit_history
 
@@ -20,7 +22,17 @@ def test_names_the_guilty_file_and_hunk_of_twenty(tmp_path: Path) -> None:
     assert json.loads((session / "result.json").read_text())["first_bad"] == w.culprit
     assert "vllm-bisect isolate SESSION" in (session / "report.md").read_text()  # offered
 
-    res = run_studies(session, tmp_path / "cache", deps=False)["isolate"]
+    seen: list[Trial] = []
+
+    def interrupt(t: Trial) -> None:  # Ctrl-C after the third subset built and journaled
+        seen.append(t)
+        if sum(x.fresh for x in seen) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_studies(session, tmp_path / "cache", deps=False, on_trial=interrupt)
+    res = run_studies(session, tmp_path / "cache", deps=False)["isolate"]  # resumes
+    assert res["fresh_builds"] + 3 == res["tests"]  # nothing journaled was built again
     assert res["minimal_files"] == [w.guilty_file]
     assert len(res["files"]) == 20
     assert res["file_tests"] <= math.ceil(math.log2(20)) + 4  # the bound: 9
@@ -40,7 +52,7 @@ def test_names_the_guilty_file_and_hunk_of_twenty(tmp_path: Path) -> None:
     assert json.loads((session / "result.json").read_text())["isolate"]["minimal_files"] == [
         w.guilty_file]
 
-    again = run_studies(session, tmp_path / "cache", deps=False)["isolate"]  # resumed
+    again = run_studies(session, tmp_path / "cache", deps=False)["isolate"]
     assert again["fresh_builds"] == 0 and again["minimal_hunks"] == res["minimal_hunks"]
     print("file builds", res["file_tests"], "hunk builds", res["hunk_tests"],
           "fresh", res["fresh_builds"])
