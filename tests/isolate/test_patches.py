@@ -63,3 +63,42 @@ def test_files_hunks_and_exact_reconstruction(tmp_path: Path) -> None:
         parent, {"a.py": frozenset({0})}, "hunk 0")
     assert again == only and repo.git.rev_parse(REF_PREFIX + only) == only
     assert repo.head.commit.hexsha == culprit and not repo.is_dirty()
+
+
+def test_scratch_commits_reuse_the_parents_wheel(tmp_path: Path) -> None:
+    """A wheel session isolates with precompiled source builds: a Python-only subset sits on
+    the parent and reuses its wheel; a subset with compiled source is a skip."""
+    from vllm_bisect.builders.precompiled import BuildMode, plan_source_build
+    from vllm_bisect.errors import SpecError
+    from vllm_bisect.isolate.runner import source_build
+    from vllm_bisect.spec import BuildKind, parse_spec
+
+    repo, parent, culprit = _repo(tmp_path)
+    root = Path(repo.working_dir)
+    (root / "csrc").mkdir()
+    (root / "csrc" / "k.cu").write_text("// kernel\n")
+    repo.index.add(["csrc/k.cu"])
+    repo.git.commit("--amend", "-m", "change, with a kernel")
+    culprit = repo.head.commit.hexsha
+    assert repo.commit(culprit).parents[0].hexsha == parent
+    changes = diff_changes(repo, parent, culprit)
+    assert not python_only(changes)
+    s = Scratch(repo, parent, changes)
+    wheels = {parent}.__contains__
+    py = s.commit(parent, {"a.py": None}, "python only")
+    cu = s.commit(parent, {"csrc/k.cu": None}, "kernel")
+    assert plan_source_build(repo, py, wheels, full_build=False).mode is BuildMode.PRECOMPILED
+    assert plan_source_build(repo, py, wheels, full_build=False).base == parent
+    assert plan_source_build(repo, cu, wheels, full_build=False).mode is BuildMode.SKIP
+
+    wheel = parse_spec({"build": {"kind": "wheel"}})
+    b = source_build(wheel).build
+    assert (b.kind, b.precompiled, b.full_build) == (BuildKind.SOURCE, True, False)
+    command = parse_spec({"build": {"kind": "command", "serve": "x {port}"}})
+    assert source_build(command) is command
+    try:
+        source_build(parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"}}))
+    except SpecError as e:
+        assert "cannot build a subset" in e.message
+    else:
+        raise AssertionError("a url build cannot isolate")
