@@ -93,3 +93,13 @@ def test_versions_between_pins() -> None:
         "1.2", "1.2rc1", "1.1"]
     assert index_from_args(["--index-url", "http://x/simple"]) == "http://x/simple"
     assert index_from_args(["--index-url=http://y"]) == "http://y" and index_from_args([]) is None
+
+
+def test_swap_conclusions() -> None:
+    from vllm_bisect.isolate.deps import Conclusion, conclude
+    from vllm_bisect.models import Verdict
+
+    g, b, s = Verdict.GOOD, Verdict.BAD, Verdict.SKIP
+    assert conclude(b, g) == Conclusion.DEPENDENCY and conclude(g, b) == Conclusion.CODE
+    assert conclude(b, b) == Conclusion.EITHER and conclude(g, g) == Conclusion.BOTH
+    assert conclude(s, g) == Conclusion.UNDETERMINED
