@@ -88,11 +88,15 @@ def knobs_lines(d: dict[str, Any]) -> list[str]:
 def offer_lines(result: dict[str, Any], spec_text: str) -> list[str]:
     """Offer ``isolate`` when the culprit is Python-only and the build can build source."""
     sha = result.get("first_bad")
-    if not sha or "isolate" in result:
+    if not sha or ("isolate" in result and "deps" in result):
         return []
+    import git
+
+    from vllm_bisect.bisect.range import open_repo
+    from vllm_bisect.errors import BisectError
+    from vllm_bisect.isolate.pins import is_pin_file
+
     try:
-        from vllm_bisect.bisect.range import open_repo
-        from vllm_bisect.isolate.pins import is_pin_file
 
         spec = tomllib.loads(spec_text) if spec_text else {}
         kind = spec.get("build", {}).get("kind", "source")
@@ -100,17 +104,17 @@ def offer_lines(result: dict[str, Any], spec_text: str) -> list[str]:
         commit = repo.commit(sha)
         paths = repo.git.diff("--no-renames", "--name-only", commit.parents[0].hexsha,
                               sha).split()
-    except Exception:  # the offer is a courtesy: no repository, no offer
-        return []
+    except (BisectError, git.GitError, ValueError, IndexError, OSError, tomllib.TOMLDecodeError):
+        return []  # the offer is a courtesy: no repository (or no such commit), no offer
     from vllm_bisect.builders.precompiled import is_compiled
 
     out = []
     if kind in ("source", "command", "wheel") and not any(is_compiled(p) for p in paths) \
-            and len(paths) > 1:
+            and len(paths) > 1 and "isolate" not in result:
         out.append(f"- Which of its {len(paths)} files? The culprit changes only Python: "
                    "`vllm-bisect isolate SESSION` finds the smallest set of files and hunks "
                    "that reproduces the symptom.")
-    if any(is_pin_file(p) for p in paths):
+    if any(is_pin_file(p) for p in paths) and "deps" not in result:
         out.append("- The culprit changes dependency pins: `vllm-bisect deps SESSION` tells "
                    "a dependency from vLLM code and bisects the package's versions.")
     return ["", "Next questions:", *out] if out else []
