@@ -151,8 +151,9 @@ def knobs_cmd(
     knob: Annotated[list[str], typer.Option(
         help="NAME=BASELINE,OTHER... (env) or --flag=BASELINE,OTHER... (serve flag); '-' "
              "unset, '+' flag without value; repeatable")],
-    commit: Annotated[list[str] | None, typer.Option(help="commit(s) to test (default: "
-                                                     "range.bad); repeatable")] = None,
+    commit: Annotated[list[str] | None, typer.Option(help="commit(s) to test (default: a "
+                                                     "bisect session's culprit and its parent, "
+                                                     "else range.bad); repeatable")] = None,
     session: Annotated[Path | None, typer.Option(help="session dir (a bisect session adds "
                                                  "the table to its report)")] = None,
     cache_dir: CacheOpt = None,
@@ -162,13 +163,13 @@ def knobs_cmd(
     """Config bisect at a commit: each knob's values one at a time, then ddmin over the
     combination of all of them: which knob flips the symptom."""
     from vllm_bisect.isolate.knobs import parse_knob
-    from vllm_bisect.isolate.runner import run_knobs
+    from vllm_bisect.isolate.runner import default_commits, run_knobs
 
     _setup_logging(verbose)
     try:
         spec = load_spec(spec_path)
         knobs = [parse_knob(k) for k in knob]
-        commits = commit or ([spec.range.bad] if spec.range.bad else [])
+        commits = commit or default_commits(session, spec)
         if not commits:
             raise FatalError("no commit given", hint="pass --commit REF or set range.bad")
         session_dir = session or new_session_dir()

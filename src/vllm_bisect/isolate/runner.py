@@ -120,6 +120,16 @@ def run_studies(session: Path, cache_dir: Path, *, isolate: bool = True, deps: b
     return out
 
 
+def default_commits(session: Path | None, spec: BisectSpec) -> list[str]:
+    """Where to turn the knobs by default: a bisect session's culprit and its parent, else
+    range.bad."""
+    doc = _result_doc(session) if session is not None else None
+    if doc and doc.get("first_bad"):
+        c = resolve(open_repo(spec.range.repo), str(doc["first_bad"]), "culprit")
+        return [c.hexsha] + [p.hexsha for p in c.parents[:1]]
+    return [spec.range.bad] if spec.range.bad else []
+
+
 def run_knobs(session: Path, cache_dir: Path, spec: BisectSpec, commits: list[str],
               knobs: list[Knob], on_trial: OnTrial | None = None,
               on_phase: OnPhase | None = None) -> dict[str, Any]:
