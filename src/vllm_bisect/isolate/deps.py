@@ -17,7 +17,14 @@ from vllm_bisect.isolate import pkgindex
 from vllm_bisect.isolate.adapter import Prober, Trial
 from vllm_bisect.isolate.culprit import endpoints
 from vllm_bisect.isolate.patches import FileChange, Scratch, diff_changes, invert
-from vllm_bisect.isolate.pins import PinChange, PinKind, is_pin_file, pin_changes, rewrite
+from vllm_bisect.isolate.pins import (
+    Pin,
+    PinChange,
+    PinKind,
+    is_pin_file,
+    pin_changes,
+    rewrite,
+)
 from vllm_bisect.models import Measurement, Verdict
 from vllm_bisect.spec import BisectSpec
 
@@ -66,6 +73,11 @@ class DepsResult:
         d = {k: v for k, v in self.__dict__.items() if k != "packages"}
         d["packages"] = [p.to_dict() for p in self.packages]
         return d
+
+
+def exact(spec: str | None) -> Version | None:
+    """The version of an exact ``==`` specifier (None for ranges, wildcards, no pin)."""
+    return Pin("", "", spec).exact if spec else None
 
 
 def conclude(parent_new: Verdict, culprit_old: Verdict) -> str:
@@ -157,8 +169,8 @@ class DependencyStudy:
 
     def _package(self, name: str, mine: list[PinChange], base: str, several: bool
                  ) -> PackageBisect:
-        olds = {Version(c.old.lstrip("=")) for c in mine if c.old and c.old.startswith("==")}
-        news = {Version(c.new.lstrip("=")) for c in mine if c.new and c.new.startswith("==")}
+        olds = {v for c in mine if (v := exact(c.old)) is not None}
+        news = {v for c in mine if (v := exact(c.new)) is not None}
         pb = PackageBisect(name, ",".join(sorted({c.old or "" for c in mine})),
                            ",".join(sorted({c.new or "" for c in mine})), base)
         if len(olds) != 1 or len(news) != 1:
@@ -182,10 +194,10 @@ class DependencyStudy:
             if step.done:
                 break
             assert step.test is not None
-            v = str(cands[step.test])
-            t = self._pinned(base, name, v, f"{base} with {name}=={v}")
+            ver = str(cands[step.test])
+            t = self._pinned(base, name, ver, f"{base} with {name}=={ver}")
             verdicts[step.test] = t.verdict
-            pb.tested.append({"version": v, "verdict": t.verdict.value, "reason": t.reason})
+            pb.tested.append({"version": ver, "verdict": t.verdict.value, "reason": t.reason})
         if step.culprit is not None:
             pb.first_bad_version = str(cands[step.culprit])
         pb.candidates = [str(cands[i]) for i in step.candidates]

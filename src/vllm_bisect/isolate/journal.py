@@ -52,13 +52,6 @@ class StudyJournal:
                              (study, key, label, ev.commit, verdict.value, reason,
                               ev.model_dump_json(), time.time()))
 
-    def trials(self, study: str) -> list[tuple[str, str, str]]:
-        """(label, verdict, reason) of a study's trials, oldest first."""
-        with self._lock:
-            rows = self.con.execute("SELECT label, verdict, reason FROM trials WHERE study = ? "
-                                    "ORDER BY created", (study,)).fetchall()
-        return [(str(a), str(b), str(c)) for a, b, c in rows]
-
     def save_result(self, study: str, doc: dict[str, Any]) -> None:
         with self._lock:
             self.con.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?)",
