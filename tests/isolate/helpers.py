@@ -20,8 +20,7 @@ def command_spec(h: History, **over: dict[str, Any]) -> BisectSpec:
         "build": {"kind": "command", "setup": f"{sys.executable} -m compileall -q vllm",
                   "serve": f"{sys.executable} -m vllm.entrypoints.cli.main serve {{model}} "
                            f"--port {{port}} --speculative-config '{MTP}'"},
-        "serve": {"model": "sim-model", "startup_timeout_s": 30, "retries": 0,
-                  "env": {"VLLM_BISECT_SIM_PATH": sim_path()}},
+        "serve": {"model": "sim-model", "env": {"VLLM_BISECT_SIM_PATH": sim_path()}},
         "probe": {"max_tokens": 160, "requests": 1, "warmup": 0},
         "verdict": {"symptom": "length", "verify_samples": 0},
     }
@@ -35,8 +34,7 @@ def source_spec(h: History, index_url: str) -> BisectSpec:
     return parse_spec({
         "range": {"repo": str(h.path), "good": h.good, "bad": h.bad},
         "build": {"kind": "source", "install_args": ["--index-url", index_url]},
-        "serve": {"model": "sim-model", "startup_timeout_s": 30, "retries": 0,
-                  "env": {"VLLM_BISECT_SIM_PATH": sim_path()},
+        "serve": {"model": "sim-model", "env": {"VLLM_BISECT_SIM_PATH": sim_path()},
                   "speculative": {"method": "mtp", "num_speculative_tokens": 3}},
         "probe": {"max_tokens": 160, "requests": 1, "warmup": 0},
         "verdict": {"symptom": "length", "verify_samples": 0},

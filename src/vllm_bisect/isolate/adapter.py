@@ -53,6 +53,12 @@ def check_judgeable(spec: BisectSpec) -> None:
                         hint="set verdict.itl_factor (e.g. 1.5) or verdict.max_itl_ms")
 
 
+def spec_retries(spec: BisectSpec) -> int:
+    """How often a failed server is retried (serve.retries; ops.retries in the newer layout)."""
+    section = getattr(spec, "ops", None) or spec.serve
+    return int(getattr(section, "retries", 0))
+
+
 def needs_reference(spec: BisectSpec) -> bool:
     return Judge(spec.verdict, spec.min_output_tokens()).needs_reference
 
@@ -109,7 +115,7 @@ class Prober:
               reference: Measurement | None = None, retries: int | None = None) -> Trial:
         """Measure (or reuse) and judge ``commit`` under ``spec``; journaled under ``study``."""
         ev, fresh = self.evaluation(spec, commit, study,
-                                    spec.serve.retries if retries is None else retries)
+                                    spec_retries(spec) if retries is None else retries)
         verdict, reason = judge(spec, ev, reference)
         t = Trial(study, label, commit, verdict, reason, ev.measurement, fresh, ev.artifact)
         self.studies.record(study, spec.measurement_key(commit), label, t.verdict, t.reason, ev)

@@ -96,7 +96,8 @@ class DependencyStudy:
         self.culprit, self.parent = culprit, parent
         self.changes = diff_changes(repo, parent, culprit)
         self.scratch = Scratch(repo, parent, self.changes)
-        self.index_url = (index_url or pkgindex.index_from_args(spec.build.install_args)
+        self.index_url = (index_url
+                          or pkgindex.index_from_args(getattr(spec.build, "install_args", []))
                           or pkgindex.PYPI)
         self.result = DepsResult(culprit, parent, index_url=self.index_url)
         self.reference: Measurement | None = None

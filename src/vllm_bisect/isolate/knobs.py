@@ -20,7 +20,7 @@ from vllm_bisect.errors import SpecError
 from vllm_bisect.isolate.adapter import Prober, Trial
 from vllm_bisect.isolate.ddmin import Result, Subset, minimize
 from vllm_bisect.models import Measurement, Verdict
-from vllm_bisect.spec import BisectSpec, BuildKind
+from vllm_bisect.spec import BisectSpec
 
 STUDY = "knobs"
 UNSET, PRESENT = "-", "+"
@@ -95,9 +95,9 @@ def apply(spec: BisectSpec, setting: dict[Knob, str]) -> BisectSpec:
             added.append(f"{knob.name}={value}")
     serve = spec.serve.model_copy(update={"env": env, "args": args + added})
     build = spec.build
-    if build.kind is BuildKind.COMMAND and added and build.serve:
+    if build.kind == "command" and added and getattr(build, "serve", None):
         line = " ".join(shlex.quote(a).replace("{", "{{").replace("}", "}}") for a in added)
-        build = build.model_copy(update={"serve": f"{build.serve} {line}"})
+        build = build.model_copy(update={"serve": f"{getattr(build, 'serve', '')} {line}"})
     return spec.model_copy(update={"serve": serve, "build": build})
 
 

@@ -24,7 +24,7 @@ from vllm_bisect.isolate.culprit import Isolation
 from vllm_bisect.isolate.deps import DependencyStudy
 from vllm_bisect.isolate.journal import StudyJournal
 from vllm_bisect.isolate.knobs import Knob, apply, knob_table
-from vllm_bisect.spec import BisectSpec, BuildKind, parse_spec
+from vllm_bisect.spec import BisectSpec, parse_spec
 
 OnPhase = Callable[[str, str], None]
 
@@ -34,12 +34,15 @@ def source_build(spec: BisectSpec) -> BisectSpec:
     they are; wheel builds become precompiled source builds (the compiled parts of the nearest
     wheel, no compiler: a subset that touches compiled source is then a skip)."""
     b = spec.build
-    if b.kind in (BuildKind.SOURCE, BuildKind.COMMAND):
+    if b.kind in ("source", "command"):
         return spec
-    if b.kind is BuildKind.WHEEL:
-        return spec.model_copy(update={"build": b.model_copy(update={
-            "kind": BuildKind.SOURCE, "precompiled": True, "full_build": False})})
-    raise SpecError(f"build.kind = {b.kind.value!r} cannot build a subset of a commit",
+    if b.kind == "wheel":  # (through the spec's own validation, whatever its build layout)
+        data = spec.model_dump(mode="json")
+        data["build"] = {"kind": "source", "precompiled": True, "full_build": False,
+                         **{k: v for k, v in data["build"].items()
+                            if k in ("index_url", "variant", "python")}}
+        return parse_spec(data, source="isolate: the wheel build as a precompiled source build")
+    raise SpecError(f"build.kind = {str(b.kind)!r} cannot build a subset of a commit",
                     hint='use build.kind = "source" (precompiled = true for Python-only '
                          'culprits) or "command"')
 
