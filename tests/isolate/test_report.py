@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vllm_bisect.isolate.report import section_lines
+from vllm_bisect.isolate.report import section_html, section_lines
 
 
 def test_sections_render_every_study() -> None:
@@ -34,3 +34,7 @@ def test_sections_render_every_study() -> None:
     assert "conclusion: **dependency**" in text and "first bad version **1.3**" in text
     assert "| `A` | `2` | bad | **yes** |" in text and "`A=2`" in text
     assert section_lines({"first_bad": None}) == []
+    page = section_html(result)
+    assert '<h2 id="isolate">Which part of the culprit' in page and '<h2 id="deps">' in page
+    assert '<h2 id="knobs">' in page and "ServeError: x\\|y" in page
+    assert section_html({"first_bad": None}) == ""

@@ -4,6 +4,7 @@ culprit's diff from the repository named in the spec (nothing is offered when it
 
 from __future__ import annotations
 
+import html
 import tomllib
 from typing import Any
 
@@ -130,3 +131,16 @@ def section_lines(result: dict[str, Any], spec_text: str = "") -> list[str]:
     if result.get("knobs"):
         out += knobs_lines(result["knobs"])
     return out + offer_lines(result, spec_text)
+
+
+def section_html(result: dict[str, Any]) -> str:
+    """Each study as its own HTML section (a heading and its Markdown, preformatted)."""
+    out = []
+    for key, render in (("isolate", isolate_lines), ("deps", deps_lines),
+                        ("knobs", knobs_lines)):
+        if result.get(key):
+            lines = render(result[key])
+            title = next((x[4:] for x in lines if x.startswith("### ")), key)
+            body = "\n".join(x for x in lines if not x.startswith("### ")).strip()
+            out.append(f'<h2 id="{key}">{html.escape(title)}</h2><pre>{html.escape(body)}</pre>')
+    return "".join(out)

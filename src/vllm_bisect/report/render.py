@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_bisect.errors import BisectError, SessionError
+from vllm_bisect.isolate.report import section_html as study_html
 from vllm_bisect.isolate.report import section_lines as study_lines
 from vllm_bisect.verdict import symptoms
 from vllm_bisect.verdict.stats import bootstrap_change
@@ -291,5 +292,6 @@ def html_report(r: SessionReport) -> str:
             "<p>Points: <span style=\"color:#2e7d32\">● good</span> "
             "<span style=\"color:#c62828\">● bad</span> <span style=\"color:#f9a825\">× skipped"
             "</span>; the dashed line marks the first bad commit.</p>"
-            + "".join(plots) + f"<h2>Details</h2><pre>{md}</pre></body></html>\n")
+            + "".join(plots) + study_html(res)
+            + f"<h2>Details</h2><pre>{md}</pre></body></html>\n")
 
