@@ -24,7 +24,7 @@ GPU = re.compile(r"\b(?:NVIDIA\s{1,3})?(?P<gpu>GB10|GB200|GB300|GH200|H20|H100|H
                  r"(?<![A-Za-z0-9])(?P<ascend>A[23])(?![A-Za-z0-9])",
                  re.IGNORECASE)
 SERVE_CMD = re.compile(r"\bvllm\s{1,3}serve\s{1,3}[^\n`]{1,2000}")
-MODEL_FLAG = re.compile(r"""(?:--model(?:[-_]path)?|--model_dir|\bmodel_id|\bmodel|pretrained)"""
+MODEL_FLAG = re.compile(r"""(?:--model[-_](?:path|dir)|--model|\bmodel_id|\bmodel|pretrained)"""
                         r"""["']?\s{0,3}[=:,]?\s{0,3}["']?(?P<v>[^\s"',)\]]{2,200})""")
 BENCH_CMD = re.compile(r"\bvllm\s{1,3}bench\s{1,3}(?P<kind>serve|throughput|latency)\b[^\n`]{0,2000}")
 SPEC_JSON = re.compile(r"--speculative[-_]config\s{1,3}(['\"])(?P<json>\{[^\n]{1,500}?\})\1")
