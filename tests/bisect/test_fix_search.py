@@ -49,3 +49,17 @@ def test_cli_reports_which_search_ran(tmp_path: Path) -> None:
     assert f"first fixed commit: {h.planted['fix']}" in r.stdout
     report = (tmp_path / "s" / "report.md").read_text()
     assert "First fixed commit" in report and "Find-the-fix search" in report
+
+
+def test_parallel_workers_find_the_first_fixed_commit(tmp_path: Path) -> None:
+    # the endpoints run beside interior commits; the fixed end is still judged first (it is
+    # the reference of itl_factor), and interior commits are judged in old/new terms
+    from tests.bisect.test_parallel import bisect
+
+    h = history(tmp_path, n_commits=12, slow_at=0, fixed_at=8, slow_factor=5.0, step_ms=2.0)
+    spec = make_spec(h, range={"search": "fix"}, parallel={"workers": 3},
+                     serve={"serialize_startup": False},
+                     verdict={"symptom": "itl", "itl_factor": 2.0})
+    r = bisect(spec, tmp_path)
+    assert r.search == "fix" and r.workers == 3 and r.first_bad == h.planted["fix"]
+    assert all(o.verdict is not Verdict.SKIP for o in r.probed)
