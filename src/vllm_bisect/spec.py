@@ -29,10 +29,29 @@ from vllm_bisect.spec_build import (
     migrate_stored,
 )
 
-__all__ = ["DEFAULT_TAGS", "ArtifactKind", "BisectSpec", "BuildSpec", "CommandBuild",
-           "Endpoint", "ExecutorKind", "ImageBuild", "OpsSpec", "ProbeSpec", "ServeSpec",
-           "SourceBuild", "Strategy", "Symptom", "UrlBuild", "WheelBuild", "dump_spec",
-           "load_spec", "parse_spec", "stored_spec"]
+__all__ = [
+    "DEFAULT_TAGS",
+    "ArtifactKind",
+    "BisectSpec",
+    "BuildSpec",
+    "CommandBuild",
+    "Endpoint",
+    "ExecutorKind",
+    "ImageBuild",
+    "OpsSpec",
+    "ProbeSpec",
+    "SearchKind",
+    "ServeSpec",
+    "SourceBuild",
+    "Strategy",
+    "Symptom",
+    "UrlBuild",
+    "WheelBuild",
+    "dump_spec",
+    "load_spec",
+    "parse_spec",
+    "stored_spec",
+]
 
 # the measurement key's schema: bump it when what a key covers changes (old cache entries
 # are then never matched again). 2: [ops] left the key; build is one model per kind.
@@ -58,11 +77,20 @@ class Symptom(StrEnum):
     ANY = "any"                  # length or itl
 
 
+class SearchKind(StrEnum):
+    """regression: old = good, new = bad, find the first bad commit. fix: old = has the
+    problem, new = fixed, find the first fixed commit (``git bisect terms`` inverted)."""
+
+    REGRESSION = "regression"
+    FIX = "fix"
+
+
 class RangeSpec(_Model):
     repo: str = "."
-    good: str | None = None
-    bad: str | None = None
+    good: str | None = None  # the old end (search = "fix": a commit that has the problem)
+    bad: str | None = None   # the new end (search = "fix": a commit where it is fixed)
     first_parent: bool = True
+    search: SearchKind = SearchKind.REGRESSION
 
 
 class SpeculativeSpec(_Model):
@@ -234,6 +262,9 @@ class BisectSpec(_Model):
     @model_validator(mode="after")
     def _check_verdict(self) -> BisectSpec:
         v = self.verdict
+        if self.range.search is SearchKind.FIX and v.strategy is Strategy.BAYES:
+            raise ValueError('range.search = "fix" works with the threshold and sequential '
+                             'strategies, not "bayes"')
         if v.strategy is Strategy.SEQUENTIAL and v.symptom is not Symptom.ITL:
             raise ValueError('verdict.strategy = "sequential" needs verdict.symptom = "itl"')
         if (v.symptom is Symptom.ITL and v.strategy is Strategy.THRESHOLD and v.max_itl_ms is None

@@ -9,8 +9,9 @@ from types import FrameType
 from vllm_bisect.cli.app import app
 from vllm_bisect.cli.operator_cmds import version  # importing a module registers its commands
 from vllm_bisect.cli.run_cmds import run
+from vllm_bisect.cli.study_cmds import isolate_cmd
 
-__all__ = ["app", "main", "run", "version"]
+__all__ = ["app", "isolate_cmd", "main", "run", "version"]
 
 
 def _sigterm(_sig: int, _frame: FrameType | None) -> None:

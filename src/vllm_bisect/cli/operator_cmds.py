@@ -54,16 +54,31 @@ def triage_cmd(
     if as_json:
         print_json(json.dumps(doc, default=str))
         return
+    from rich.markup import escape
+
     o = out()
-    o.print(f"good: {t.good or '?'}   bad: {t.bad or '?'}   symptom: {t.symptom or '?'}")
-    o.print(f"model: {t.model or '?'}   speculative: {t.speculative or 'none'}   "
-            f"hardware: {t.hardware}")
+    search = ("find the fix (old = has the problem, new = fixed)" if t.search.value == "fix"
+              else "regression (old = good, new = bad)")
+    o.print(f"search: {search}", markup=False)
+    o.print(f"{t.old_term}: {t.good_label or t.good or '?'}   {t.new_term}: "
+            f"{t.bad_label or t.bad or '?'}", markup=False)
+    o.print(f"symptoms: {', '.join(t.symptoms) or '?'}   (the spec follows: "
+            f"{doc['spec']['verdict']['symptom']})", markup=False)
+    o.print(f"model: {t.model or t.local_model or '?'}   speculative: "
+            f"{t.speculative or 'none'}   hardware: {t.hardware}", markup=False)
     if t.serve_args or t.env:
-        o.print(f"serve args: {t.serve_args}   env: {t.env}")
+        o.print(f"serve args: {t.serve_args}   env: {t.env}", markup=False)
+    if t.bench:
+        o.print(f"probe.bench: {t.bench['kind']} {' '.join(t.bench['args'])}", markup=False)
+    for r in t.read:
+        o.print(f"  read {r.what}: {r.value}" + (f" (line {r.line})" if r.line else "")
+                + f": {r.why}", markup=False, highlight=False)
     for w in t.warnings:
-        o.print(f"[yellow]warning:[/] {w}")
+        o.print(f"[yellow]warning:[/] {escape(w)}")
     for u in t.unknowns:
-        o.print(f"[red]unknown:[/] {u}")
+        o.print(f"[red]unknown:[/] {escape(u)}")
+    if doc.get("compare_command"):
+        o.print(f"A/B the env var the report flips: {doc['compare_command']}", markup=False)
     if write is not None:
         o.print(f"spec written to {write}")
 

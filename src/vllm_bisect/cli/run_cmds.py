@@ -35,13 +35,20 @@ if TYPE_CHECKING:
 class RichEvents:
     """Progress lines on stderr (stdout stays clean for --json)."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, search: str = "regression") -> None:
+        from vllm_bisect.report.table import verdict_labels
+
         self.c = console
         self.started = time.monotonic()
+        self.labels = verdict_labels(search)  # a fix search names its old/new terms
 
     def on_range(self, rng: CommitRange) -> None:
+        from rich.markup import escape
+
         self.c.print(f"[bold]range[/] {rng.good.sha[:12]}..{rng.bad.sha[:12]}: "
                      f"{len(rng.commits)} commits")
+        for note in rng.notes:
+            self.c.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
 
     def on_testing(self, commit: CommitInfo, role: str, steps_left: int) -> None:
         t = time.monotonic() - self.started
@@ -57,7 +64,8 @@ class RichEvents:
 
         cached = " [dim](cached)[/]" if outcome.from_cache else ""
         self.c.print(f"          -> {commit.sha[:12]} [{STYLE[outcome.verdict]}]"
-                     f"{outcome.verdict.value}[/]: {outcome.reason}{cached}")
+                     f"{self.labels.get(outcome.verdict.value, outcome.verdict.value)}[/]: "
+                     f"{outcome.reason}{cached}")
 
 
 class QuietPhases:
@@ -88,7 +96,9 @@ def summary(session_dir: Path, console: Console) -> None:
     result = BisectReport.read(session_dir / "result.json")
     console.print(result_table(result))
     if result.first_bad:
-        console.print(f"[bold red]first bad commit:[/] {result.first_bad} "
+        if result.search == "fix":
+            console.print("[dim]find-the-fix search: old = has the problem, new = fixed[/]")
+        console.print(f"[bold red]{result.first_new_label}:[/] {result.first_bad} "
                       f"{result.first_bad_subject or ''}")
         console.print(f"  https://github.com/vllm-project/vllm/commit/{result.first_bad}")
     else:
@@ -153,6 +163,9 @@ def run(
     gpus_per_probe: Annotated[int | None, typer.Option(
         help="GPUs per probe, for tensor parallel (parallel.gpus_per_probe)")] = None,
     executor: Annotated[str | None, typer.Option(help="local or ray (parallel.executor)")] = None,
+    search: Annotated[str | None, typer.Option(
+        help="range.search: regression (good..bad, find the first bad commit) or fix (--good "
+             "has the problem, --bad is fixed; find the first fixed commit)")] = None,
     ray_address: Annotated[str | None, typer.Option(
         help="Ray cluster: auto or ray://host:port (parallel.ray_address)")] = None,
     ray_resource: Annotated[list[str] | None, typer.Option(
@@ -177,7 +190,8 @@ def run(
         else:
             raise FatalError("no spec given", hint="pass --spec FILE (or --session DIR of an "
                              "earlier run to resume it)")
-        spec = spec.with_overrides(range={"good": good, "bad": bad, "repo": repo},
+        spec = spec.with_overrides(range={"good": good, "bad": bad, "repo": repo,
+                                          "search": search},
                                    verdict={"symptom": symptom, "itl_factor": itl_factor},
                                    parallel={"workers": workers, "gpus": gpus,
                                              "gpus_per_probe": gpus_per_probe,
@@ -185,7 +199,8 @@ def run(
                                              "ray_resources": _resources(ray_resource)})
         err().print(f"[dim]session {session_dir}  (resume: vllm-bisect run --session "
                     f"{shlex.quote(str(session_dir))})[/]")
-        run_bisect(spec, session_dir, cache_dir or default_cache_dir(), RichEvents(err()))
+        run_bisect(spec, session_dir, cache_dir or default_cache_dir(),
+                   RichEvents(err(), spec.range.search.value))
     except KeyboardInterrupt:
         err().print("[yellow]interrupted; nothing recorded is lost.[/] resume with: "
                     f"vllm-bisect run --session {shlex.quote(str(session_dir))}")
@@ -283,7 +298,8 @@ def demo(
                     f"128-token cap under MTP at {d.history.planted['length'][:12]}, "
                     f"{len(d.history.unbuildable)} unbuildable commits")
         spec = d.spec.with_overrides(parallel={"workers": workers}) if workers > 1 else d.spec
-        result = run_bisect(spec, session_dir, root / "cache", QuietPhases(RichEvents(err())))
+        result = run_bisect(spec, session_dir, root / "cache",
+                            QuietPhases(RichEvents(err(), spec.range.search.value)))
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except BisectError as e:

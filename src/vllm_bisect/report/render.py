@@ -35,7 +35,9 @@ def markdown(r: SessionReport) -> str:
     v = view(r)
     lines = ["## vllm-bisect result", ""]
     if v.first_bad:
-        lines.append(f"**First bad commit:** [`{v.first_bad[:12]}`]"
+        if v.search_note:
+            lines.append(v.search_note)
+        lines.append(f"**{v.first_label}:** [`{v.first_bad[:12]}`]"
                      f"({COMMIT_URL.format(sha=v.first_bad)}) {v.subject}"
                      + (f" ([#{v.pr}]({PR_URL.format(pr=v.pr)}))" if v.pr else ""))
     else:
@@ -56,6 +58,7 @@ def markdown(r: SessionReport) -> str:
         lines += [f"- {f}" for f in s.flips] + [f"- {s.conclusion}"]
         lines += [f"- follow `{symptom}` too (cached measurements are reused): `{cmd}`"
                   for symptom, cmd in s.follow_ups]
+    lines += v.studies  # isolate / deps / knobs (vllm_bisect.isolate)
     if v.skips:
         lines += ["", "Skipped (never judged):"]
         lines += [f"- `{sha[:12]}`: {reason}" for sha, reason in v.skips]
@@ -82,6 +85,26 @@ def html_report(r: SessionReport) -> str:
              make_plot("Inter-token latency (server-counted tokens)", "ms/token",
                        series(r, "itl_ms")),
              make_plot("Decode speed", "tok/s", series(r, "tok_s"))]
+    v = view(r)
     return env.get_template("report.html.j2").render(
-        v=view(r), plots=plots, colours=COLOURS, columns=COMMIT_COLUMNS,
-        commit_url=COMMIT_URL, pr_url=PR_URL)
+        v=v, plots=plots, colours=COLOURS, columns=COMMIT_COLUMNS,
+        commit_url=COMMIT_URL, pr_url=PR_URL, studies=_studies_html(v.studies))
+
+
+def _studies_html(lines: list[str]) -> str:
+    """The studies' Markdown as HTML (their tables as tables), one section per study."""
+    if not lines:
+        return ""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")  # their text is escaped
+    out = []
+    for ln in lines:
+        if ln.startswith("### "):
+            ln = "## " + ln[4:]
+        elif ln.startswith("<details><summary>"):
+            ln = "**" + ln.removeprefix("<details><summary>").removesuffix("</summary>") + "**"
+        elif ln == "</details>":
+            continue
+        out.append(ln)
+    return str(md.render("\n".join(out)))

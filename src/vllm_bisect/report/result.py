@@ -91,6 +91,10 @@ class BisectReport(_Doc):
     twice appears twice); :meth:`judged` is one row per commit in range order."""
 
     schema_version: int = RESULT_SCHEMA
+    # search = "fix": old = has the problem, new = fixed, and first_bad is the first fixed
+    # commit (the bisect ran with inverted terms)
+    search: str = "regression"
+    first_new_label: str = "first bad commit"
     first_bad: str | None
     first_bad_subject: str | None = None
     candidates: list[str]
@@ -104,6 +108,10 @@ class BisectReport(_Doc):
     rounds: int = 0
     workers: int = 1
     wall_s: float = 0.0
+    # the studies of the culprit (vllm_bisect.isolate), each under its own key once run
+    isolate: dict[str, Any] | None = None
+    deps: dict[str, Any] | None = None
+    knobs: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, result: BisectResult) -> BisectReport:
@@ -118,7 +126,10 @@ class BisectReport(_Doc):
                 verdict=o.verdict, reason=o.reason, from_cache=o.from_cache,
                 artifact=ev.artifact if ev else None, environment=ev.environment if ev else None,
                 measurement=_lean(o.measurement), per_request=PerRequest.of(o.measurement)))
-        return cls(first_bad=result.first_bad,
+        return cls(search=result.search,
+                   first_new_label=("first fixed commit" if result.search == "fix"
+                                    else "first bad commit"),
+                   first_bad=result.first_bad,
                    first_bad_subject=subjects.get(result.first_bad or ""),
                    candidates=list(result.candidates), good=result.range.good.sha,
                    bad=result.range.bad.sha, n_commits=len(result.range.commits),

@@ -11,6 +11,11 @@ from vllm_bisect.report.view import fmt, tokens
 STYLE = {Verdict.GOOD: "green", Verdict.BAD: "red", Verdict.SKIP: "yellow"}
 
 
+def verdict_labels(search: str) -> dict[str, str]:
+    """A fix search runs on old/new terms: good = has the problem, bad = fixed."""
+    return {"good": "has the problem", "bad": "fixed"} if search == "fix" else {}
+
+
 def result_table(result: BisectReport) -> Table:
     table = Table(title="vllm-bisect", show_lines=False)
     for col in ("#", "commit", "subject", "out tok", "ITL ms", "chunk ITL", "tok/chunk",
@@ -18,13 +23,16 @@ def result_table(result: BisectReport) -> Table:
         left = col in ("commit", "subject", "verdict")
         table.add_column(col, justify="left" if left else "right", no_wrap=True,
                          overflow="ellipsis", max_width=48 if col == "subject" else None)
+    labels = verdict_labels(result.search)
+    first = "fixed" if result.search == "fix" else "bad"
     for p in result.judged():
         m = p.measurement
-        mark = " <- first bad" if p.commit == result.first_bad else ""
+        mark = f" <- first {first}" if p.commit == result.first_bad else ""
         table.add_row("?" if p.index is None else str(p.index), p.commit[:12],
                       (p.subject or "")[:60], tokens(m),
                       fmt(m.itl_ms if m else None), fmt(m.chunk_itl_ms if m else None),
                       fmt(m.tokens_per_chunk if m else None),
                       fmt(m.acceptance_length if m else None),
-                      f"[{STYLE[p.verdict]}]{p.verdict.value}[/]{mark}")
+                      f"[{STYLE[p.verdict]}]{labels.get(p.verdict.value, p.verdict.value)}[/]"
+                      f"{mark}")
     return table

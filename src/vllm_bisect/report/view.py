@@ -75,6 +75,8 @@ class SymptomView:
 @dataclass(frozen=True)
 class ReportView:
     first_bad: str | None
+    first_label: str         # "First bad commit", or "First fixed commit" (a fix search)
+    search_note: str | None  # a fix search says what its terms mean
     subject: str
     pr: str | None
     subject_plain: str       # without the trailing "(#PR)" (linked separately)
@@ -90,6 +92,7 @@ class ReportView:
     reproduce: str
     artifact: str | None
     spec_text: str
+    studies: list[str]       # the culprit's studies (isolate, deps, knobs), Markdown lines
 
 
 def view(r: SessionReport) -> ReportView:
@@ -99,8 +102,13 @@ def view(r: SessionReport) -> ReportView:
                       p.subject or "", _cells(p.measurement), p.verdict.value,
                       p.commit == res.first_bad) for p in judged]
     culprit = res.culprit()
+    from vllm_bisect.isolate.report import section_lines
+
+    fix = res.search == "fix"
     return ReportView(
         first_bad=res.first_bad, subject=res.first_bad_subject or "",
+        first_label="First fixed commit" if fix else "First bad commit",
+        search_note="Find-the-fix search: old = has the problem, new = fixed." if fix else None,
         pr=pr_number(res.first_bad_subject), candidates=list(res.candidates),
         subject_plain=PR_IN_SUBJECT.sub("", res.first_bad_subject or "").rstrip(),
         effects=effects(r), verification=verification_text(res),
@@ -112,7 +120,8 @@ def view(r: SessionReport) -> ReportView:
         skips=[(p.commit, p.reason) for p in judged if p.verdict is Verdict.SKIP],
         environment=next((p.environment for p in judged if p.environment), None),
         reproduce=f"vllm-bisect run --spec spec.toml --good {res.good[:12]} --bad {res.bad[:12]}",
-        artifact=culprit.artifact if culprit else None, spec_text=r.spec_text.strip())
+        artifact=culprit.artifact if culprit else None, spec_text=r.spec_text.strip(),
+        studies=section_lines(res.model_dump(mode="json"), r.spec_text))
 
 
 def _cells(m: Measurement | None) -> tuple[str, ...]:
