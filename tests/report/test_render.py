@@ -118,3 +118,20 @@ def test_plot_ticks_are_round_and_x_labels_do_not_overlap() -> None:
         for t in p.y_ticks:  # 1, 2 or 5 times a power of ten apart, printed without noise
             assert len(t.label.replace(",", "").rstrip("0").rstrip(".")) <= 4, t.label
     assert make_plot("t", "ms", [(0, None, "skip", False)]) is None
+
+
+def test_studies_render_as_html_tables() -> None:
+    from tests.isolate.test_report import STUDIES
+    from vllm_bisect.report.render import SessionReport, html_report, markdown
+    from vllm_bisect.report.result import BisectReport
+
+    res = BisectReport.model_validate({"first_bad": "c" * 40, "candidates": ["c" * 40],
+                                       "good": "a" * 40, "bad": "c" * 40, "n_commits": 1,
+                                       "probed": [], **STUDIES})
+    assert BisectReport.model_validate_json(res.model_dump_json()) == res  # they round-trip
+    r = SessionReport(Path("."), res, "")
+    assert "### Which part of the culprit" in markdown(r)
+    page = html_report(r)
+    assert "<h2>Which part of the culprit" in page and "<h2>Dependency or vLLM code</h2>" in page
+    assert "<td>ServeError: x|y</td>" in page and "<td><code>A</code></td>" in page
+    assert "|---|" not in page and "<details>" not in page
