@@ -10,7 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from vllm_bisect.errors import SessionError
 from vllm_bisect.models import Measurement, Verdict
@@ -20,6 +26,7 @@ if TYPE_CHECKING:
     from vllm_bisect.models import Verification
 
 RESULT_SCHEMA = 1
+STUDIES = ("isolate", "deps", "knobs")
 
 
 class _Doc(BaseModel):
@@ -112,6 +119,15 @@ class BisectReport(_Doc):
     isolate: dict[str, Any] | None = None
     deps: dict[str, Any] | None = None
     knobs: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unrun_studies(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A study that has not run has no key (its absence is what offers it)."""
+        data = handler(self)
+        for key in STUDIES:
+            if isinstance(data, dict) and data.get(key) is None:
+                data.pop(key, None)
+        return data
 
     @classmethod
     def of(cls, result: BisectResult) -> BisectReport:
