@@ -440,9 +440,10 @@ def version() -> None:
     out.print(__version__)
 
 
+from vllm_bisect import cli_sweep as _sweep  # noqa: E402  (registers sweep)
 from vllm_bisect import cli_tools as _tools  # noqa: E402  (registers cache, env, bot)
 
-del _tools
+del _tools, _sweep
 
 
 def main() -> None:
