@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import socket
 import statistics
@@ -38,7 +39,9 @@ from vllm_bisect.spec import Endpoint, ProbeSpec  # noqa: E402
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
        "DO_NOT_TRACK": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
 MAX_LEN = 40960
-COMMON = ["--max-model-len", str(MAX_LEN), "--enforce-eager", "--gpu-memory-utilization", "0.3"]
+# FlashInfer is not installed: on SM90 vLLM 0.25.1 would pick FlashInfer's GDN prefill ("auto")
+COMMON = ["--max-model-len", str(MAX_LEN), "--enforce-eager", "--gpu-memory-utilization", "0.3",
+          "--dtype", "bfloat16", "--additional-config", json.dumps({"gdn_prefill_backend": "triton"})]
 MTP = json.dumps({"method": "mtp", "num_speculative_tokens": 3})
 PROMPT = "Write a long story about a lighthouse keeper who finds a map."
 T0 = time.monotonic()
@@ -355,10 +358,11 @@ class Run:
         return repo
 
     def spec_file(self, name: str, probe: str) -> Path:
-        serve = (f"{self.vllm} serve {self.work / 'mtp'} --port {{port}} "
-                 + " ".join(COMMON) + " {speculative}")
+        static = " ".join(shlex.quote(x) for x in COMMON).replace("{", "{{").replace("}", "}}")
+        serve = (f"{shlex.quote(self.vllm)} serve {shlex.quote(str(self.work / 'mtp'))} "
+                 f"--port {{port}} {static} {{speculative}}")
         env = ", ".join(f'{k} = "{v}"' for k, v in ENV.items())
-        text = (f'[range]\nrepo = "{self.repo()}"\n\n[build]\nkind = "command"\nserve = "{serve}"\n\n'
+        text = (f'[range]\nrepo = "{self.repo()}"\n\n[build]\nkind = "command"\nserve = {json.dumps(serve)}\n\n'
                 f'[serve]\nmodel = "{self.work / "mtp"}"\nenv = {{ {env} }}\n'
                 'startup_timeout_s = 420\n'
                 'speculative = { method = "mtp", num_speculative_tokens = 3 }\n\n'
