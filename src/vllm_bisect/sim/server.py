@@ -9,6 +9,7 @@ connection refused during start-up.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import random
@@ -91,6 +92,14 @@ class SimServer:
             raise RequestError("prompt must be a string")
         return prompt
 
+    def _acceptance_rng(self, body: dict[str, Any], chat: bool) -> random.Random:
+        """The generator of a request's draft acceptances (see SimConfig.prompt_seeded_acceptance)."""
+        greedy = not body.get("temperature")
+        if not (self.cfg.prompt_seeded_acceptance and greedy):
+            return self.rng
+        key = f"{self.cfg.seed}|{self._prompt(body, chat)}".encode()
+        return random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
+
     async def tokenize(self, req: Request, resp: Responder) -> None:
         """``POST /tokenize`` as vLLM 0.25.1 answers it (serve/tokenize/protocol.py):
         ``{"prompt"}`` or ``{"messages"}`` in, ``{"count", "max_model_len", "tokens",
@@ -137,7 +146,7 @@ class SimServer:
         rid = p.request_id(chat)
         created = int(time.time())
         model = self.cfg.model
-        steps = plan_steps(self.cfg, plan.n_tokens, self.rng)
+        steps = plan_steps(self.cfg, plan.n_tokens, self._acceptance_rng(body, chat))
         pace = self.cfg.step_ms / 1000.0
         if self.cfg.noise_cv > 0:
             pace *= max(0.1, self.rng.gauss(1.0, self.cfg.noise_cv))
