@@ -72,8 +72,13 @@ class LoadProbe:
                     results.append(r)
 
         with httpx.Client(limits=limits, timeout=timeout) as http:
-            warm = {k: v for k, v in body.items() if k != "min_tokens"}
-            self.decode.run_one(http, server, {**warm, "max_tokens": 8})  # warm-up
+            # warm-up at the cell's concurrency: Triton kernels compile per batch shape (on real
+            # vLLM with MTP the first c=12 cell, warmed by one request only, ran at 3x the TPOT
+            # of the next c=12 cell; most likely that compilation)
+            warm = {k: v for k, v in body.items() if k != "min_tokens"} | {"max_tokens": 16}
+            with ThreadPoolExecutor(max_workers=c) as pool:
+                for f in [pool.submit(self.decode.run_one, http, server, warm) for _ in range(c)]:
+                    f.result()
             before = metrics.scrape(http, server.url)
             t0 = time.perf_counter()
             with ThreadPoolExecutor(max_workers=c) as pool:
