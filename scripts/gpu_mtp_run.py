@@ -11,6 +11,11 @@ VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE=1 vs 0, MTP on), B (the same model with
 generation_config max_new_tokens=128: captures without max_tokens). WORK/res holds every
 result; it is tarred to OUT/results.tgz after each stage. A stage is skipped when less than its
 estimate is left of the budget.
+
+Besides the wheels of ../shared/gpu/vllm-0.25.1-serve-wheels.txt, Qwen3-Next needs
+compressed-tensors==0.17.0 and loguru (without them the model fails to be inspected:
+"No module named 'compressed_tensors'"). On 2026-12-03 the sweep ran with the grid cut to
+concurrency [1, 12], requests 3, max_tokens 128 and compare with 4 pairs to fit the device time.
 """
 
 from __future__ import annotations

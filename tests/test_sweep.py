@@ -75,3 +75,28 @@ def test_rows_and_grid_defaults(tmp_path: Path) -> None:
     (row,) = rows_of(m, 3)
     assert round(row.change_pct or 0, 6) == -22.0 and round(row.acceptance_rate or 0, 6) == 0.72
     assert row.prompt_tokens == 32760
+
+
+def test_the_worst_cell_drives_the_mtp_verdict() -> None:
+    from vllm_bisect.bisect.evaluate import with_mtp_off
+    from vllm_bisect.models import Verdict
+    from vllm_bisect.spec import Symptom, VerdictSpec
+    from vllm_bisect.verdict.judge import Judge
+
+    def load(c: int, ctx: int, tok_s: float) -> LoadResult:
+        return LoadResult(concurrency=c, requests=c, errors=0, duration_s=1.0, output_tokens=1,
+                          output_tok_s=tok_s, tpot_ms=None, context_tokens=ctx)
+
+    cells = [MtpCell(concurrency=c, context_tokens=n, on=load(c, n, on))
+             for c, n, on in ((1, 2048, 180.0), (12, 32768, 70.0))]
+    m = Measurement(endpoint="completions", model="m", requested_tokens=1, min_output_tokens=1,
+                    output_tokens=[1], length_ok=True, itl_ms=None, chunk_itl_ms=None,
+                    tokens_per_chunk=None, ttft_ms=None, tpot_ms=None, finish_reasons=[],
+                    tokens_source=TokensSource.USAGE, mtp_cells=cells, mtp_on=cells[0].on)
+    paired = with_mtp_off(m, [load(1, 2048, 100.0), load(12, 32768, 100.0)])
+    assert [c.speedup for c in paired.mtp_cells] == [1.8, 0.7]
+    assert paired.mtp_speedup == 0.7 and paired.mtp_on is not None
+    assert paired.mtp_on.concurrency == 12
+    j = Judge(VerdictSpec(symptom=Symptom.MTP_SPEEDUP, min_mtp_speedup=1.0), None).judge(paired)
+    assert j.verdict is Verdict.BAD
+    assert "0.70x at concurrency 12, 32768-token context" in j.reason

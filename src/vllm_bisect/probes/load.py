@@ -77,8 +77,9 @@ class LoadProbe:
             # of the next c=12 cell; most likely that compilation)
             warm = {k: v for k, v in body.items() if k != "min_tokens"} | {"max_tokens": 16}
             with ThreadPoolExecutor(max_workers=c) as pool:
-                for f in [pool.submit(self.decode.run_one, http, server, warm) for _ in range(c)]:
-                    f.result()
+                warming = [pool.submit(self.decode.run_one, http, server, warm) for _ in range(c)]
+                for w in warming:
+                    w.result()
             before = metrics.scrape(http, server.url)
             t0 = time.perf_counter()
             with ThreadPoolExecutor(max_workers=c) as pool:
