@@ -140,7 +140,7 @@ def test_boolean_flags_look_like_flags() -> None:
     runner = CliRunner()
     for command in (["run"], ["demo"], ["probe"], ["compare"], ["triage"], ["env"],
                     ["cache", "ls"], ["cache", "prune"], ["hook"], ["report"], ["bot", "serve"],
-                    ["version"], ["cache"], []):
+                    ["version"], ["cache"], ["isolate"], ["deps"], ["knobs"], ["sweep"], []):
         r = runner.invoke(app, [*command, "--help"], terminal_width=160)
         assert r.exit_code == 0 and "<bool>" not in r.output, (command, r.output)
         assert "--help " in r.output

@@ -221,3 +221,18 @@ def test_a_session_stored_by_the_earlier_layout_still_resumes() -> None:
         60.0, False, 1, 30.0, 99.0, False, "50G", "/srv/hf")
     with pytest.raises(SpecError, match="moved to ops"):  # a spec file is not migrated silently
         parse_spec(tomllib.loads(OLD_SESSION_SPEC))
+
+
+def test_load_grid_values_are_checked() -> None:
+    from vllm_bisect.spec import LoadSpec
+
+    grid = LoadSpec(concurrency=[1, 12], context=[2048, 32768], requests=4)
+    assert [(c.concurrency, c.context, c.requests) for c in grid.cells()] == [
+        (1, 2048, 4), (1, 32768, 4), (12, 2048, 12), (12, 32768, 12)]
+    assert LoadSpec(concurrency=4).cells()[0].context is None
+    for bad, msg in (({"concurrency": [0]}, "concurrency must be in 1..1024"),
+                     ({"concurrency": []}, "at least one value"),
+                     ({"context": [0]}, "context must be a positive"),
+                     ({"context": []}, "at least one value")):
+        with pytest.raises(ValueError, match=msg):
+            LoadSpec.model_validate(bad)

@@ -2,8 +2,8 @@
 
 ``app`` (the typer app, consoles, errors), ``run_cmds`` (run, hook, demo, report),
 ``operator_cmds`` (triage, probe, compare, cache, env, bot, version), ``study_cmds``
-(isolate, deps, knobs), ``main`` (the entry point that registers them all), ``__main__``
-(``python -m vllm_bisect.cli``).
+(isolate, deps, knobs), ``sweep_cmds`` (sweep), ``main`` (the entry point that registers
+them all), ``__main__`` (``python -m vllm_bisect.cli``).
 """
 
 from __future__ import annotations
