@@ -55,7 +55,8 @@ def markdown(r: SessionReport) -> str:
     if v.symptoms:
         s = v.symptoms
         lines += ["", s.caption + ":", "", *_table(s.columns, s.rows), ""]
-        lines += [f"- {f}" for f in s.flips] + [f"- {s.conclusion}"]
+        lines += [f"- `{symptom}` flips {where}" for symptom, where in s.flips]
+        lines.append(f"- {s.conclusion}")
         lines += [f"- follow `{symptom}` too (cached measurements are reused): `{cmd}`"
                   for symptom, cmd in s.follow_ups]
     lines += v.studies  # isolate / deps / knobs (vllm_bisect.isolate)

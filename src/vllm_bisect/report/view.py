@@ -67,7 +67,7 @@ class SymptomView:
     caption: str
     columns: tuple[str, ...]
     rows: list[tuple[str, ...]]     # index, then yes/no/- per symptom
-    flips: list[str]
+    flips: list[tuple[str, str]]    # (symptom, where it flips)
     conclusion: str
     follow_ups: list[tuple[str, str]]   # (symptom, the command that follows it)
 
@@ -159,7 +159,7 @@ def symptom_view(r: SessionReport) -> SymptomView | None:
         where = (f"at commit #{f.first_with}" if f.exact else
                  f"between #{f.last_without} and #{f.first_with}" if f.last_without is not None
                  else f"at or before #{f.first_with}")
-        flips.append(f"{f.symptom} flips {where}")
+        flips.append((f.symptom, where))
     covered = {"any": {"length", "itl"}}.get(followed, {followed})
     follow = []
     for f in fl:
