@@ -19,7 +19,12 @@ from typer.core import TyperCommand, TyperGroup
 from vllm_bisect.errors import BisectError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rich.console import Console
+
+    from vllm_bisect.builders import Builder
+    from vllm_bisect.spec import BisectSpec
 
 EXIT_USER = 2
 EXIT_NOT_REPRODUCED = 3
@@ -90,6 +95,25 @@ def fail(e: BisectError, code: int = EXIT_USER) -> NoReturn:
 def setup_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def one_commit(spec: BisectSpec, commit: str | None, cache_dir: Path | None, logs: str
+               ) -> tuple[Builder, str, Path, Path]:
+    """For the one-commit commands (compare, sweep): the spec's builder, the commit (--commit,
+    else range.bad) as a full sha, the cache root and this command's log directory."""
+    from vllm_bisect.bisect.range import open_repo, resolve
+    from vllm_bisect.bisect.session import default_cache_dir
+    from vllm_bisect.builders import make_builder
+    from vllm_bisect.errors import FatalError
+
+    repo = open_repo(spec.range.repo)
+    ref = commit or spec.range.bad
+    if ref is None:
+        raise FatalError("no commit given", hint="pass --commit or set range.bad")
+    sha = resolve(repo, ref, "commit").hexsha
+    root = cache_dir or default_cache_dir()
+    log_dir = root / logs
+    return make_builder(spec, repo, root, log_dir), sha, root, log_dir
 
 
 def print_json(doc: str) -> None:

@@ -17,6 +17,7 @@ from vllm_bisect.cli.app import (
     app,
     command,
     fail,
+    one_commit,
     out,
     print_json,
     setup_logging,
@@ -170,25 +171,16 @@ def compare_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """A/B two serve configs at one commit on the same GPU: paired gain with a 95% CI."""
-    from vllm_bisect.bisect.range import open_repo, resolve
-    from vllm_bisect.bisect.session import default_cache_dir
-    from vllm_bisect.builders import make_builder
     from vllm_bisect.compare import Variant, compare
     from vllm_bisect.spec import load_spec
 
     setup_logging(False)
     try:
         spec = load_spec(spec_path)
-        repo_ = open_repo(spec.range.repo)
-        ref = commit or spec.range.bad
-        if ref is None:
-            raise FatalError("no commit given", hint="pass --commit or set range.bad")
-        sha = resolve(repo_, ref, "commit").hexsha
-        root = cache_dir or default_cache_dir()
-        logs = root / "compare-logs"
+        builder, sha, _root, logs = one_commit(spec, commit, cache_dir, "compare-logs")
         a = Variant("a", _env_pairs(a_env), list(a_arg or []), not a_no_speculative)
         b = Variant("b", _env_pairs(b_env), list(b_arg or []), not b_no_speculative)
-        res = compare(spec, make_builder(spec, repo_, root, logs), sha, a, b, pairs, logs, seed)
+        res = compare(spec, builder, sha, a, b, pairs, logs, seed)
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except BisectError as e:

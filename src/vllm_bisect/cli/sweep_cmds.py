@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from vllm_bisect.cli.app import EXIT_INTERRUPTED, command, err, out, print_json
+from vllm_bisect.cli.app import EXIT_INTERRUPTED, command, err, one_commit, out, print_json
 from vllm_bisect.cli.app import fail as _fail
 from vllm_bisect.cli.app import setup_logging as _setup_logging
 from vllm_bisect.errors import BisectError, FatalError
@@ -45,9 +45,6 @@ def sweep_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """MTP on vs off over concurrency x context at one commit (tok/s, change %, acceptance)."""
-    from vllm_bisect.bisect.range import open_repo, resolve
-    from vllm_bisect.bisect.session import default_cache_dir
-    from vllm_bisect.builders import make_builder
     from vllm_bisect.cli.run_cmds import RichEvents
     from vllm_bisect.spec import load_spec
     from vllm_bisect.sweep import run_sweep, sweep_spec, write_report
@@ -56,16 +53,9 @@ def sweep_cmd(
     try:
         spec = sweep_spec(load_spec(spec_path), _ints(concurrency, "concurrency"),
                           _ints(context, "context"), requests, max_tokens)
-        repo_ = open_repo(spec.range.repo)
-        ref = commit or spec.range.bad
-        if ref is None:
-            raise FatalError("no commit given", hint="pass --commit or set range.bad")
-        sha = resolve(repo_, ref, "commit").hexsha
-        root = cache_dir or default_cache_dir()
-        logs = root / "sweep-logs"
+        builder, sha, root, logs = one_commit(spec, commit, cache_dir, "sweep-logs")
         events = RichEvents(err())
-        res = run_sweep(spec, make_builder(spec, repo_, root, logs), sha, logs,
-                        on_phase=events.on_phase)
+        res = run_sweep(spec, builder, sha, logs, on_phase=events.on_phase)
         md, js = write_report(res, out_dir or root / "sweeps" / sha[:12])
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
