@@ -142,9 +142,13 @@ def run(
     _setup_logging(verbose)
     try:
         session_dir = session or new_session_dir()
+        stored = (session_dir / "journal.sqlite").exists()
+        if cache_dir is None and stored:  # a resume uses the cache dir the session started with
+            remembered = _stored_meta(session_dir, "cache_dir")
+            cache_dir = Path(remembered) if remembered else None
         if spec_path is not None:
             spec = load_spec(spec_path)
-        elif (session_dir / "journal.sqlite").exists():
+        elif stored:
             spec = _stored_spec(session_dir)
         else:
             raise FatalError("no spec given", hint="pass --spec FILE (or --session DIR of an "
@@ -155,12 +159,12 @@ def run(
                                              "gpus_per_probe": gpus_per_probe,
                                              "executor": executor, "ray_address": ray_address,
                                              "ray_resources": _resources(ray_resource)})
-        err.print(f"[dim]session {session_dir}  (resume: vllm-bisect run --session "
-                  f"{shlex.quote(str(session_dir))})[/]")
+        err.print(f"[dim]session {session_dir}  (resume: "
+                  f"{_resume_command(session_dir, cache_dir)})[/]")
         result = _bisect(spec, session_dir, cache_dir or default_cache_dir(), err)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted; nothing recorded is lost.[/] resume with: "
-                  f"vllm-bisect run --session {shlex.quote(str(session_dir))}")
+                  f"{_resume_command(session_dir, cache_dir)}")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except NotReproduced as e:
         _fail(e, EXIT_NOT_REPRODUCED)
@@ -186,16 +190,35 @@ def _resources(items: list[str] | None) -> dict[str, float] | None:
     return out
 
 
+def _resume_command(session_dir: Path, cache_dir: Path | None) -> str:
+    cmd = f"vllm-bisect run --session {shlex.quote(str(session_dir))}"
+    if cache_dir is not None:
+        cmd += f" --cache-dir {shlex.quote(str(cache_dir))}"
+    return cmd
+
+
+def _stored_meta(session_dir: Path, key: str) -> str | None:
+    import sqlite3
+
+    from vllm_bisect.bisect.journal import SessionJournal
+    from vllm_bisect.errors import SessionError
+
+    try:
+        j = SessionJournal(session_dir)
+        try:
+            return j.get_meta(key)
+        finally:
+            j.close()
+    except sqlite3.DatabaseError as e:
+        raise SessionError(f"the journal of session {session_dir} is damaged: {e}",
+                           hint="start a new session (another --session); measured results "
+                                "stay in the cache dir") from None
+
+
 def _stored_spec(session_dir: Path) -> BisectSpec:
     import tomllib
 
-    from vllm_bisect.bisect.journal import SessionJournal
-
-    j = SessionJournal(session_dir)
-    try:
-        text = j.get_meta("spec")
-    finally:
-        j.close()
+    text = _stored_meta(session_dir, "spec")
     if text is None:
         raise FatalError(f"session {session_dir} has no stored spec", hint="pass --spec FILE")
     return parse_spec(tomllib.loads(text), source=f"{session_dir}/journal.sqlite")
@@ -237,8 +260,14 @@ def triage_cmd(
 
     try:
         text = report_file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        _fail(FatalError(f"{report_file} is not UTF-8 text (byte {e.start} is "
+                         f"{e.object[e.start:e.start + 1]!r})",
+                         hint=f"save the report as UTF-8, e.g. `iconv -f latin1 -t utf-8 "
+                              f"{shlex.quote(str(report_file))} > report.md`, and triage that"))
     except OSError as err:
-        _fail(FatalError(f"cannot read {report_file}: {err.strerror}"))
+        _fail(FatalError(f"cannot read {report_file}: {err.strerror}",
+                         hint="pass the path of a Markdown or text file"))
     t = triage(text)
     try:
         if repo is not None:
@@ -447,6 +476,10 @@ del _tools
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _sigterm)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started with SIGINT ignored (`cmd &` from a script, some CI runners): Ctrl-C must
+        # still stop the run and tear its servers down
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     app()
 
