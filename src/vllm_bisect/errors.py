@@ -116,7 +116,7 @@ def untestable_hint(reason: str) -> str:
     (a serve command that fails at every commit is wrong itself, not the commit)."""
     if "log: " in reason:
         log = reason.rpartition("log: ")[2].rstrip(")")
-        return (f"read the server log {log}: if the serve command fails at every commit, "
+        return (f"read its log {log}: if the serve command fails at every commit, "
                 "fix the command or serve arguments; otherwise pick a good commit that "
                 "builds and serves")
     return "pick a good commit that builds and serves"

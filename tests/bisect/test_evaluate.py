@@ -78,6 +78,8 @@ def test_an_unforeseen_error_is_a_skip_and_a_resume_does_not_abort(tmp_path: Pat
         assert o.verdict is Verdict.SKIP
         want = "KeyError" if late else "RecursionError"
         assert "internal error" in o.reason and want in o.reason, o.reason
+        log = tmp / "session" / "logs" / f"error-{evil[:12]}.log"
+        assert f"(log: {log})" in o.reason and "Traceback" in log.read_text()
         ev = r.evaluations[evil]  # type: ignore[attr-defined]
         assert ev.status is EvalStatus.FAILED
         calls, again = _run(spec, tmp, evil, late)  # resume the same session

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import threading
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -157,11 +158,19 @@ class Evaluator:
         fault = disk_full(err, f"while {doing}")
         if fault is not None:
             raise fault from None
-        logger.error("%s: unexpected %s while %s: %s", commit[:12], type(err).__name__, doing,
-                     err, exc_info=err)
+        log = self.log_dir / f"error-{commit[:12]}.log"
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write("".join(traceback.format_exception(err)) + "\n")
+            where = f" (log: {log})"
+        except OSError:
+            where = ""
+        logger.warning("%s: unexpected %s while %s: %s%s", commit[:12], type(err).__name__,
+                       doing, err, where)
         return Evaluation(commit=commit, status=EvalStatus.FAILED, artifact=artifact,
                           reason=f"internal error while {doing} ({type(err).__name__}: "
-                                 f"{str(err)[:300]})", environment=env)
+                                 f"{str(err)[:300]}){where}", environment=env)
 
     def _measure(self, commit: str, artifact: Artifact, more: MoreSamples | None,
                  devices: Sequence[int] | None, extra: dict[str, str],
