@@ -55,7 +55,7 @@ def dir_size(path: Path) -> int:
 
 class ArtifactCache:
     def __init__(self, root: Path, max_bytes: int | None = None) -> None:
-        self.root = root
+        self.root = root.absolute()  # records hold absolute paths, whatever the cwd
         self.max_bytes = max_bytes
         self.protected: set[str] = set()  # the current session's endpoints
         self.lock = threading.RLock()

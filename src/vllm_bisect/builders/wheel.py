@@ -68,6 +68,12 @@ def wheel_version(wheel: Path) -> str:
     return str(meta.get("Version", "(no version)"))
 
 
+def part_path(target: Path) -> Path:
+    """Where a download lands before it is checked and renamed: unique to this process and
+    thread, so runs sharing a cache never write or rename each other's file."""
+    return target.with_name(f".{target.name}.{os.getpid()}-{threading.get_ident()}.part")
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text().strip() or None
@@ -165,10 +171,10 @@ class WheelBuilder:
     def _fetch(self, entry: WheelEntry, folder: Path, target: Path,
                cancel: threading.Event | None) -> str:
         url = entry.url
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".download-", suffix=".part")
+        tmp = part_path(target)
         digest = hashlib.sha256()
         try:
-            with os.fdopen(fd, "wb") as fh, \
+            with open(tmp, "wb") as fh, \
                     get_same_origin(self.client, url, self.spec.index_url) as r:
                 if r.status_code != 200:
                     raise ArtifactUnavailable(f"wheel download failed: HTTP {r.status_code} {url}")
