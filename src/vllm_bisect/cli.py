@@ -23,13 +23,18 @@ from vllm_bisect.bisect.driver import BisectResult
 from vllm_bisect.bisect.hook import EXIT_FOR, HookExit, run_hook
 from vllm_bisect.bisect.range import CommitInfo, CommitRange, open_repo
 from vllm_bisect.bisect.runner import run_bisect
-from vllm_bisect.bisect.session import default_cache_dir, new_session_dir
+from vllm_bisect.bisect.session import (
+    default_cache_dir,
+    new_session_dir,
+    stored_meta,
+    stored_spec,
+)
 from vllm_bisect.errors import BisectError, FatalError, NotReproduced, RecoverableError, SpecError
 from vllm_bisect.models import Outcome
 from vllm_bisect.probes.decode import DecodeProbe
 from vllm_bisect.report.table import STYLE, result_json, result_table
 from vllm_bisect.runtime.base import ServerHandle
-from vllm_bisect.spec import BisectSpec, Endpoint, ProbeSpec, dump_spec, load_spec, parse_spec
+from vllm_bisect.spec import BisectSpec, Endpoint, ProbeSpec, dump_spec, load_spec
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the vLLM commit that broke decode speed or output length.")
@@ -144,12 +149,12 @@ def run(
         session_dir = session or new_session_dir()
         stored = (session_dir / "journal.sqlite").exists()
         if cache_dir is None and stored:  # a resume uses the cache dir the session started with
-            remembered = _stored_meta(session_dir, "cache_dir")
+            remembered = stored_meta(session_dir, "cache_dir")
             cache_dir = Path(remembered) if remembered else None
         if spec_path is not None:
             spec = load_spec(spec_path)
         elif stored:
-            spec = _stored_spec(session_dir)
+            spec = stored_spec(session_dir)
         else:
             raise FatalError("no spec given", hint="pass --spec FILE (or --session DIR of an "
                              "earlier run to resume it)")
@@ -195,33 +200,6 @@ def _resume_command(session_dir: Path, cache_dir: Path | None) -> str:
     if cache_dir is not None:
         cmd += f" --cache-dir {shlex.quote(str(cache_dir))}"
     return cmd
-
-
-def _stored_meta(session_dir: Path, key: str) -> str | None:
-    import sqlite3
-
-    from vllm_bisect.bisect.journal import SessionJournal
-    from vllm_bisect.errors import SessionError
-
-    try:
-        j = SessionJournal(session_dir)
-        try:
-            return j.get_meta(key)
-        finally:
-            j.close()
-    except sqlite3.DatabaseError as e:
-        raise SessionError(f"the journal of session {session_dir} is damaged: {e}",
-                           hint="start a new session (another --session); measured results "
-                                "stay in the cache dir") from None
-
-
-def _stored_spec(session_dir: Path) -> BisectSpec:
-    import tomllib
-
-    text = _stored_meta(session_dir, "spec")
-    if text is None:
-        raise FatalError(f"session {session_dir} has no stored spec", hint="pass --spec FILE")
-    return parse_spec(tomllib.loads(text), source=f"{session_dir}/journal.sqlite")
 
 
 class ReportFormat(StrEnum):
