@@ -101,38 +101,43 @@ class DecodeProbe:
         timeout = httpx.Timeout(30.0, read=min(self.spec.request_timeout_s, deadline_s))
         fired = threading.Event()
         try:
-            with client.stream("POST", url, json=body, timeout=timeout) as r:
+            with client.stream("POST", url, json=body, timeout=timeout) as r, \
+                    deadline_guard(r, end - time.monotonic()) as fired:
                 if r.status_code != 200:
-                    detail = r.read().decode(errors="replace")[:300]
-                    raise ProbeError(f"{url} answered HTTP {r.status_code}: {detail}",
-                                     hint="check the model name and the serve arguments")
-                with deadline_guard(r, end - time.monotonic()) as fired:
-                    last_cum = 0
-                    lines = split_lines(bounded_bytes(r.iter_bytes(), end, fired))
-                    for ev in iter_events(lines):
-                        if ev.data is None:
-                            saw_done = True
+                    detail = bytearray()
+                    for piece in bounded_bytes(r.iter_bytes(), end, fired):
+                        detail += piece
+                        if len(detail) > 300:
                             break
-                        out_text = chunk_text(ev.data)
-                        finish = finish_reason(ev.data) or finish
-                        cum = completion_tokens(ev.data, bound)
-                        if not ev.data.get("choices") and cum is not None:
-                            final_usage = cum
-                            continue
-                        if out_text is None:
-                            continue
-                        text.update(out_text.encode())
-                        n = None
-                        if cum is not None:
-                            if cum < last_cum:
-                                raise StreamFormatError(
-                                    f"usage.completion_tokens went down ({last_cum} -> {cum})")
-                            n, last_cum = cum - last_cum, cum
-                        chunks.append(_Chunk(ev.t, n))
-                        if len(chunks) > bound:
+                    raise ProbeError(f"{url} answered HTTP {r.status_code}: "
+                                     f"{detail[:300].decode(errors='replace')}",
+                                     hint="check the model name and the serve arguments")
+                last_cum = 0
+                lines = split_lines(bounded_bytes(r.iter_bytes(), end, fired))
+                for ev in iter_events(lines):
+                    if ev.data is None:
+                        saw_done = True
+                        break
+                    out_text = chunk_text(ev.data)
+                    finish = finish_reason(ev.data) or finish
+                    cum = completion_tokens(ev.data, bound)
+                    if not ev.data.get("choices") and cum is not None:
+                        final_usage = cum
+                        continue
+                    if out_text is None:
+                        continue
+                    text.update(out_text.encode())
+                    n = None
+                    if cum is not None:
+                        if cum < last_cum:
                             raise StreamFormatError(
-                                f"stream from {url} sent more than {bound} output chunks "
-                                "(more than max_tokens)", hint="the server does not stop")
+                                f"usage.completion_tokens went down ({last_cum} -> {cum})")
+                        n, last_cum = cum - last_cum, cum
+                    chunks.append(_Chunk(ev.t, n))
+                    if len(chunks) > bound:
+                        raise StreamFormatError(
+                            f"stream from {url} sent more than {bound} output chunks "
+                            "(more than max_tokens)", hint="the server does not stop")
         except DeadlineExceeded:
             raise self._deadline_error(url, deadline_s, chunks) from None
         except httpx.TimeoutException:
