@@ -214,6 +214,11 @@ class ProbeSpec(_Model):
     temperature: float = Field(default=0.0, ge=0.0)
     warmup: int = Field(default=1, ge=0, le=100)
     request_timeout_s: float = Field(default=600.0, gt=0)
+    # the total time one request may take: request_deadline_s if set, else
+    # request_timeout_s + (max_tokens or 16384) / min_tokens_per_s (a stream slower than
+    # that pace, or one that never ends, is a probe error: the commit is skipped)
+    request_deadline_s: float | None = Field(default=None, gt=0)
+    min_tokens_per_s: float = Field(default=1.0, gt=0)
     # [probe.load]: a closed-loop load after the decode probe (output tok/s, TPOT)
     load: LoadSpec | None = None
     # [probe.mtp_speedup]: the same load with speculative decoding and, on a second server,
@@ -221,6 +226,12 @@ class ProbeSpec(_Model):
     mtp_speedup: LoadSpec | None = None
     # [probe.bench]: `vllm bench serve` or `vllm bench throughput` (output tok/s)
     bench: BenchSpec | None = None
+
+    def deadline_s(self, max_tokens: int | None) -> float:
+        """The total deadline of one request that asks for ``max_tokens`` (None: unbounded)."""
+        if self.request_deadline_s is not None:
+            return self.request_deadline_s
+        return self.request_timeout_s + (max_tokens or 16384) / self.min_tokens_per_s
 
     def effective_min_tokens(self) -> int | None:
         if self.min_tokens is not None:
@@ -332,7 +343,8 @@ class BisectSpec(_Model):
             "commit": commit,
             "build": self.build.model_dump(mode="json"),
             "serve": self.serve.model_dump(mode="json", exclude={"retries"}),
-            "probe": self.probe.model_dump(mode="json"),
+            "probe": self.probe.model_dump(  # (bounds on a hostile server change no result)
+                mode="json", exclude={"request_deadline_s", "min_tokens_per_s"}),
         }
         blob = json.dumps(payload, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()

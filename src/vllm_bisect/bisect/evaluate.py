@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import threading
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +20,14 @@ from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.builders import Artifact, ArtifactKind, Builder
 from vllm_bisect.builders.base import prepare
 from vllm_bisect.envinfo import fingerprint
-from vllm_bisect.errors import ArtifactUnavailable, Cancelled, ProbeError, RecoverableError
+from vllm_bisect.errors import (
+    ArtifactUnavailable,
+    Cancelled,
+    FatalError,
+    ProbeError,
+    RecoverableError,
+    disk_full,
+)
 from vllm_bisect.models import EvalStatus, Evaluation, LoadResult, Measurement, MtpCell, TokensSource
 from vllm_bisect.probes.decode import DecodeProbe, combine
 from vllm_bisect.probes.load import measure_grid
@@ -136,6 +144,42 @@ class Evaluator:
         except ArtifactUnavailable as err:
             return Evaluation(commit=commit, status=EvalStatus.UNAVAILABLE, reason=err.message,
                               log_tail=err.log_tail, environment=env)
+        except FatalError:
+            raise
+        except Exception as err:  # a bug or an unforeseen input: skip this commit only
+            return self._internal(commit, "preparing its artifact", err, env, None)
+        try:
+            return self._measure(commit, artifact, more, devices, extra, cancel, env, cancelled)
+        except FatalError:
+            raise
+        except Exception as err:
+            return self._internal(commit, "measuring it", err, env, artifact.identity)
+
+    def _internal(self, commit: str, doing: str, err: Exception, env: dict[str, object],
+                  artifact: str | None) -> Evaluation:
+        """An unexpected exception while measuring one commit: a skip with its reason (the
+        traceback goes to the log), never an aborted bisect; a full disk stops the run."""
+        fault = disk_full(err, f"while {doing}")
+        if fault is not None:
+            raise fault from None
+        log = self.log_dir / f"error-{commit[:12]}.log"
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write("".join(traceback.format_exception(err)) + "\n")
+            where = f" (log: {log})"
+        except OSError:
+            where = ""
+        logger.warning("%s: unexpected %s while %s: %s%s", commit[:12], type(err).__name__,
+                       doing, err, where)
+        return Evaluation(commit=commit, status=EvalStatus.FAILED, artifact=artifact,
+                          reason=f"internal error while {doing} ({type(err).__name__}: "
+                                 f"{str(err)[:300]}){where}", environment=env)
+
+    def _measure(self, commit: str, artifact: Artifact, more: MoreSamples | None,
+                 devices: Sequence[int] | None, extra: dict[str, str],
+                 cancel: threading.Event | None, env: dict[str, object],
+                 cancelled: Evaluation) -> Evaluation:
         try:
             if cancel is not None and cancel.is_set():
                 raise Cancelled("cancelled after the artifact was ready")
@@ -156,8 +200,9 @@ class Evaluator:
         except RecoverableError as err:
             if isinstance(err, Cancelled) or (cancel is not None and cancel.is_set()):
                 return cancelled.model_copy(update={"artifact": artifact.identity})
+            where = f" (log: {err.hint.partition('log: ')[2]})" if "log: " in err.hint else ""
             return Evaluation(commit=commit, status=EvalStatus.FAILED,
-                              reason=f"{type(err).__name__}: {err.message}",
+                              reason=f"{type(err).__name__}: {err.message}{where}",
                               log_tail=err.log_tail, artifact=artifact.identity, environment=env)
         return Evaluation(commit=commit, status=EvalStatus.MEASURED, measurement=m,
                           artifact=artifact.identity, startup_s=startup, environment=env)
