@@ -86,7 +86,7 @@ def compare(spec: BisectSpec, builder: Builder, commit: str, a: Variant, b: Vari
         raise FatalError("compare runs two servers from one artifact: use a wheel, source or "
                          "command build", hint="set build.kind accordingly")
     probe = DecodeProbe(spec.probe, spec.min_output_tokens(),
-                        request_timeout_s=spec.ops.request_timeout_s)
+                        ops=spec.ops)
     rnd = random.Random(seed)
     with contextlib.ExitStack() as stack:
         handles = {}

@@ -246,8 +246,13 @@ class OpsSpec(_Model):
 
     # seconds until a started server must answer /health
     startup_timeout_s: float = Field(default=900.0, gt=0)
-    # seconds a probe request may stream before it counts as hung
+    # seconds a probe request may wait for its next bytes before it counts as hung
     request_timeout_s: float = Field(default=600.0, gt=0)
+    # the total time one request may take: request_deadline_s if set, else
+    # request_timeout_s + (max_tokens or 16384) / min_tokens_per_s (a stream slower than
+    # that pace, or one that never ends, is a probe error: the commit is skipped)
+    request_deadline_s: float | None = Field(default=None, gt=0)
+    min_tokens_per_s: float = Field(default=1.0, gt=0)
     # seconds `vllm bench` may run ([probe.bench])
     bench_timeout_s: float = Field(default=1800.0, gt=0)
     # one server start-up at a time per GPU set on this host (vLLM's memory profiling
@@ -265,6 +270,13 @@ class OpsSpec(_Model):
     cache_max_size: str | None = None
     # image builds: the host's Hugging Face cache, mounted so weights load once ("": none)
     hf_cache: str = "~/.cache/huggingface"
+
+
+    def deadline_s(self, max_tokens: int | None) -> float:
+        """The total deadline of one request that asks for ``max_tokens`` (None: unbounded)."""
+        if self.request_deadline_s is not None:
+            return self.request_deadline_s
+        return self.request_timeout_s + (max_tokens or 16384) / self.min_tokens_per_s
 
 
 class ExecutorKind(StrEnum):

@@ -122,6 +122,8 @@ MOVED = {
     ("serve", "serialize_startup"): "ops.serialize_startup",
     ("serve", "retries"): "ops.retries",
     ("probe", "request_timeout_s"): "ops.request_timeout_s",
+    ("probe", "request_deadline_s"): "ops.request_deadline_s",
+    ("probe", "min_tokens_per_s"): "ops.min_tokens_per_s",
     ("build", "prefetch"): "ops.prefetch",
     ("build", "cache_max_size"): "ops.cache_max_size",
     ("build", "hf_cache"): "ops.hf_cache",

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import threading
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,14 +20,21 @@ from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.builders import Artifact, ArtifactKind, Builder
 from vllm_bisect.builders.base import prepare
 from vllm_bisect.envinfo import fingerprint
-from vllm_bisect.errors import ArtifactUnavailable, Cancelled, ProbeError, RecoverableError
+from vllm_bisect.errors import (
+    ArtifactUnavailable,
+    Cancelled,
+    FatalError,
+    ProbeError,
+    RecoverableError,
+    disk_full,
+)
 from vllm_bisect.models import EvalStatus, Evaluation, LoadResult, Measurement, MtpCell, TokensSource
 from vllm_bisect.probes.decode import DecodeProbe, combine
 from vllm_bisect.probes.load import measure_grid
 from vllm_bisect.probes.vllm_bench import bench_serve, bench_throughput
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.process import free_port, run_server
-from vllm_bisect.spec import BisectSpec, ImageBuild, LoadSpec, ProbeSpec
+from vllm_bisect.spec import BisectSpec, ImageBuild, LoadSpec, OpsSpec, ProbeSpec
 
 if TYPE_CHECKING:
     import docker
@@ -48,7 +56,7 @@ class Evaluator:
         self.session_id = session_id
         self.on_phase = on_phase
         self.probe = DecodeProbe(spec.probe, spec.min_output_tokens(),
-                                 request_timeout_s=spec.ops.request_timeout_s)
+                                 ops=spec.ops)
         self._docker: docker.DockerClient | None = None
         self._vllm = "vllm"                       # the artifact's vllm, for probe.bench
         self._bench_env: dict[str, str] | None = None
@@ -84,7 +92,7 @@ class Evaluator:
                 self._phase(commit, f"load: {p.load.requests} requests at concurrency "
                                     f"{p.load.concurrency}, context {p.load.context}")
                 cells = measure_grid(
-                    p, p.load, handle, request_timeout_s=self.spec.ops.request_timeout_s)
+                    p, p.load, handle, ops=self.spec.ops)
                 m = m.model_copy(update={"load": cells[0], "load_cells": cells})
             if p.bench is not None and p.bench.kind == "serve":
                 self._phase(commit, "vllm bench serve")
@@ -95,7 +103,7 @@ class Evaluator:
             if p.mtp_speedup is not None:
                 self._phase(commit, "MTP speed-up: the load with speculative decoding")
                 on = measure_grid(
-                    p, p.mtp_speedup, handle, request_timeout_s=self.spec.ops.request_timeout_s)
+                    p, p.mtp_speedup, handle, ops=self.spec.ops)
                 m = m.model_copy(update={
                     "mtp_on": on[0], "mtp_cells": [MtpCell(concurrency=r.concurrency,
                                                            context_tokens=r.context_tokens, on=r)
@@ -113,7 +121,7 @@ class Evaluator:
             "probe": p.model_copy(update={"mtp_speedup": None, "load": None, "bench": None})}),
             self.builder, self.log_dir / "no-spec", self.journal, self.session_id, self.on_phase)
         plain._docker = self._docker
-        plain.probe = _LoadOnly(p, p.mtp_speedup, self.spec.ops.request_timeout_s)  # type: ignore[assignment]
+        plain.probe = _LoadOnly(p, p.mtp_speedup, self.spec.ops)  # type: ignore[assignment]
         self._phase(commit, "MTP speed-up: the same load without speculative decoding")
         off, _ = plain._serve_and_probe(artifact, commit, None, devices, extra, cancel)
         assert off.load_cells and m.mtp_cells
@@ -139,6 +147,42 @@ class Evaluator:
         except ArtifactUnavailable as err:
             return Evaluation(commit=commit, status=EvalStatus.UNAVAILABLE, reason=err.message,
                               log_tail=err.log_tail, environment=env)
+        except FatalError:
+            raise
+        except Exception as err:  # a bug or an unforeseen input: skip this commit only
+            return self._internal(commit, "preparing its artifact", err, env, None)
+        try:
+            return self._measure(commit, artifact, more, devices, extra, cancel, env, cancelled)
+        except FatalError:
+            raise
+        except Exception as err:
+            return self._internal(commit, "measuring it", err, env, artifact.identity)
+
+    def _internal(self, commit: str, doing: str, err: Exception, env: dict[str, object],
+                  artifact: str | None) -> Evaluation:
+        """An unexpected exception while measuring one commit: a skip with its reason (the
+        traceback goes to the log), never an aborted bisect; a full disk stops the run."""
+        fault = disk_full(err, f"while {doing}")
+        if fault is not None:
+            raise fault from None
+        log = self.log_dir / f"error-{commit[:12]}.log"
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write("".join(traceback.format_exception(err)) + "\n")
+            where = f" (log: {log})"
+        except OSError:
+            where = ""
+        logger.warning("%s: unexpected %s while %s: %s%s", commit[:12], type(err).__name__,
+                       doing, err, where)
+        return Evaluation(commit=commit, status=EvalStatus.FAILED, artifact=artifact,
+                          reason=f"internal error while {doing} ({type(err).__name__}: "
+                                 f"{str(err)[:300]}){where}", environment=env)
+
+    def _measure(self, commit: str, artifact: Artifact, more: MoreSamples | None,
+                 devices: Sequence[int] | None, extra: dict[str, str],
+                 cancel: threading.Event | None, env: dict[str, object],
+                 cancelled: Evaluation) -> Evaluation:
         try:
             if cancel is not None and cancel.is_set():
                 raise Cancelled("cancelled after the artifact was ready")
@@ -159,8 +203,9 @@ class Evaluator:
         except RecoverableError as err:
             if isinstance(err, Cancelled) or (cancel is not None and cancel.is_set()):
                 return cancelled.model_copy(update={"artifact": artifact.identity})
+            where = f" (log: {err.hint.partition('log: ')[2]})" if "log: " in err.hint else ""
             return Evaluation(commit=commit, status=EvalStatus.FAILED,
-                              reason=f"{type(err).__name__}: {err.message}",
+                              reason=f"{type(err).__name__}: {err.message}{where}",
                               log_tail=err.log_tail, artifact=artifact.identity, environment=env)
         return Evaluation(commit=commit, status=EvalStatus.MEASURED, measurement=m,
                           artifact=artifact.identity, startup_s=startup, environment=env)
@@ -254,15 +299,15 @@ class _LoadOnly:
     """Stands in for the decode probe on the MTP speed-up's plain server: it runs the load
     only, and hands it back in a measurement."""
 
-    def __init__(self, probe: ProbeSpec, load: LoadSpec, request_timeout_s: float) -> None:
+    def __init__(self, probe: ProbeSpec, load: LoadSpec, ops: OpsSpec) -> None:
         self.probe = probe
         self.load = load
-        self.request_timeout_s = request_timeout_s
+        self.ops = ops
 
     def measure(self, server: ServerHandle, requests: int | None = None,
                 warmup: int | None = None) -> Measurement:
         cells = measure_grid(self.probe, self.load, server,
-                             request_timeout_s=self.request_timeout_s)
+                             ops=self.ops)
         res = cells[0]
         return Measurement(endpoint="completions", model=server.model, requested_tokens=None,
                            min_output_tokens=None, output_tokens=[], length_ok=True, itl_ms=None,

@@ -21,5 +21,9 @@ def _sigterm(_sig: int, _frame: FrameType | None) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _sigterm)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started with SIGINT ignored (`cmd &` from a script, some CI runners): Ctrl-C must
+        # still stop the run and tear its servers down
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     app()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -40,8 +41,14 @@ def triage_cmd(
 
     try:
         text = report_file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        fail(FatalError(f"{report_file} is not UTF-8 text (byte {e.start} is "
+                        f"{e.object[e.start:e.start + 1]!r})",
+                        hint=f"save the report as UTF-8, e.g. `iconv -f latin1 -t utf-8 "
+                             f"{shlex.quote(str(report_file))} > report.md`, and triage that"))
     except OSError as e:
-        fail(FatalError(f"cannot read {report_file}: {e.strerror}"))
+        fail(FatalError(f"cannot read {report_file}: {e.strerror}",
+                        hint="pass the path of a Markdown or text file"))
     t = triage(text)
     try:
         if repo is not None:
@@ -106,7 +113,7 @@ def probe(
 
     from vllm_bisect.probes.decode import DecodeProbe
     from vllm_bisect.runtime.base import ServerHandle
-    from vllm_bisect.spec import ProbeSpec
+    from vllm_bisect.spec import OpsSpec, ProbeSpec
 
     try:
         fields: dict[str, Any] = dict(max_tokens=max_tokens, send_max_tokens=not no_max_tokens,
@@ -121,7 +128,7 @@ def probe(
                             for x in e.errors())
             raise FatalError(f"invalid probe option: {bad}") from None
         handle = ServerHandle(url=url.rstrip("/"), model=model, log_path=log)
-        m = DecodeProbe(spec, request_timeout_s=timeout).measure(handle)
+        m = DecodeProbe(spec, ops=OpsSpec(request_timeout_s=timeout)).measure(handle)
     except BisectError as e:
         fail(e, EXIT_USER if isinstance(e, FatalError) else 1)
     if as_json:

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from vllm_bisect.bisect.driver import EventHandler
     from vllm_bisect.bisect.range import CommitInfo, CommitRange
     from vllm_bisect.models import Outcome
-    from vllm_bisect.spec import BisectSpec
 
 
 class RichEvents:
@@ -130,18 +129,11 @@ def _resources(items: list[str] | None) -> dict[str, float] | None:
     return res
 
 
-def _stored_spec(session_dir: Path) -> BisectSpec:
-    from vllm_bisect.bisect.journal import SessionJournal
-    from vllm_bisect.spec import stored_spec
-
-    j = SessionJournal(session_dir)
-    try:
-        text = j.get_meta("spec")
-    finally:
-        j.close()
-    if text is None:
-        raise FatalError(f"session {session_dir} has no stored spec", hint="pass --spec FILE")
-    return stored_spec(text, source=f"{session_dir}/journal.sqlite")
+def _resume_command(session_dir: Path, cache_dir: Path | None) -> str:
+    cmd = f"vllm-bisect run --session {shlex.quote(str(session_dir))}"
+    if cache_dir is not None:
+        cmd += f" --cache-dir {shlex.quote(str(cache_dir))}"
+    return cmd
 
 
 @command()
@@ -177,16 +169,25 @@ def run(
     """Bisect a range: verify both endpoints, then binary (or, with several workers,
     multi-way) search to the first bad commit."""
     from vllm_bisect.bisect.runner import run_bisect
-    from vllm_bisect.bisect.session import default_cache_dir, new_session_dir
+    from vllm_bisect.bisect.session import (
+        default_cache_dir,
+        new_session_dir,
+        stored_meta,
+        stored_spec,
+    )
     from vllm_bisect.spec import load_spec
 
     setup_logging(verbose)
     session_dir = session or new_session_dir()
     try:
+        stored = (session_dir / "journal.sqlite").exists()
+        if cache_dir is None and stored:  # a resume uses the cache dir the session started with
+            remembered = stored_meta(session_dir, "cache_dir")
+            cache_dir = Path(remembered) if remembered else None
         if spec_path is not None:
             spec = load_spec(spec_path)
-        elif (session_dir / "journal.sqlite").exists():
-            spec = _stored_spec(session_dir)
+        elif stored:
+            spec = stored_spec(session_dir)
         else:
             raise FatalError("no spec given", hint="pass --spec FILE (or --session DIR of an "
                              "earlier run to resume it)")
@@ -197,13 +198,13 @@ def run(
                                              "gpus_per_probe": gpus_per_probe,
                                              "executor": executor, "ray_address": ray_address,
                                              "ray_resources": _resources(ray_resource)})
-        err().print(f"[dim]session {session_dir}  (resume: vllm-bisect run --session "
-                    f"{shlex.quote(str(session_dir))})[/]")
+        err().print(f"[dim]session {session_dir}  (resume: "
+                    f"{_resume_command(session_dir, cache_dir)})[/]")
         run_bisect(spec, session_dir, cache_dir or default_cache_dir(),
                    RichEvents(err(), spec.range.search.value))
     except KeyboardInterrupt:
         err().print("[yellow]interrupted; nothing recorded is lost.[/] resume with: "
-                    f"vllm-bisect run --session {shlex.quote(str(session_dir))}")
+                    f"{_resume_command(session_dir, cache_dir)}")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except NotReproduced as e:
         fail(e, EXIT_NOT_REPRODUCED)

@@ -171,6 +171,6 @@ class BisectReport(_Doc):
         try:
             return cls.model_validate_json(path.read_bytes())
         except (OSError, ValidationError) as err:
-            raise SessionError(f"{path} is not a readable vllm-bisect result: "
-                               f"{str(err).splitlines()[0]}",
-                               hint="re-run the session to write it again") from None
+            raise SessionError(f"{path} cannot be read: {str(err).splitlines()[0]}",
+                               hint=f"write it again with: vllm-bisect run --session "
+                                    f"{path.parent}") from None

@@ -29,7 +29,17 @@ class SessionReport:
 
 def load(session: Path) -> SessionReport:
     res = session / "result.json"
+    if not session.is_dir():
+        raise SessionError(f"{session} is not a directory",
+                           hint="pass the session directory `vllm-bisect run` printed "
+                                "('session DIR')")
     if not res.exists():
+        if not (session / "journal.sqlite").exists():
+            raise SessionError(f"{session} is not a vllm-bisect session directory (it has "
+                               "no journal.sqlite)",
+                               hint="pass the session directory `vllm-bisect run` printed "
+                                    "('session DIR'); by default it is under "
+                                    "./vllm-bisect-sessions/")
         raise SessionError(f"{session} has no result.json (the bisect has not finished)",
                            hint=f"finish it with: vllm-bisect run --session {session}")
     spec = session / "spec.toml"
