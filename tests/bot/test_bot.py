@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from vllm_bisect.spec import _toml_value
 
 SECRET = "s3cret-for-tests"
 REPO = "vllm-project/vllm"
+_ids = itertools.count(1000)
 
 
 def sign(body: bytes, secret: str = SECRET) -> str:
@@ -34,25 +36,31 @@ def sign(body: bytes, secret: str = SECRET) -> str:
 
 def comment_event(body: str, association: str = "MEMBER", login: str = "maintainer",
                   issue: int = 1, issue_body: str = "") -> dict[str, Any]:
+    """An issue_comment delivery; every call is a new comment (a new id), as on GitHub."""
     return {"action": "created",
             "issue": {"number": issue, "body": issue_body,
                       "html_url": f"https://github.com/{REPO}/issues/{issue}"},
-            "comment": {"id": 99, "body": body, "user": {"login": login},
+            "comment": {"id": next(_ids), "body": body, "user": {"login": login},
                         "author_association": association},
             "repository": {"full_name": REPO}, "sender": {"login": login}}
 
 
 class Bot:
-    def __init__(self, url: str, proc: subprocess.Popen[bytes], config: Path) -> None:
-        self.url, self.proc, self.config = url, proc, config
+    def __init__(self, url: str, proc: subprocess.Popen[bytes], config: Path, log: Path) -> None:
+        self.url, self.proc, self.config, self.log = url, proc, config, log
 
-    def send(self, event: str, payload: dict[str, Any], delivery: str | None = None,
-             signature: str | None = None) -> httpx.Response:
-        body = json.dumps(payload).encode()
+    def send(self, event: str, payload: dict[str, Any] | bytes, delivery: str | None = None,
+             signature: str | None = None, no_delivery: bool = False) -> httpx.Response:
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
                    "X-Hub-Signature-256": signature if signature is not None else sign(body),
                    "Content-Type": "application/json"}
+        if no_delivery:
+            del headers["X-GitHub-Delivery"]
         return httpx.post(self.url + "/webhook", content=body, headers=headers, timeout=30)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
 
 
 def write_config(path: Path, gh: GitHubStandIn, h: History, state: Path, **over: Any) -> Path:
@@ -60,7 +68,8 @@ def write_config(path: Path, gh: GitHubStandIn, h: History, state: Path, **over:
     spec["range"] = {"repo": str(h.path)}
     cfg: dict[str, Any] = {"host": "127.0.0.1", "port": free_port(), "github_api_url": gh.url,
                            "state_dir": str(state), "cache_dir": str(state / "cache"),
-                           "progress_interval_s": 0.0, "workers": 1}
+                           "progress_interval_s": 0.0, "workers": 1,
+                           "ack_wait_s": 60.0}  # answers carry the outcome (see test_webhook)
     cfg.update(over)
     lines = [f"{k} = {_toml_value(v)}" for k, v in cfg.items()]
     for section, values in spec.items():
@@ -82,27 +91,33 @@ def start_bot(env: dict[str, str]) -> Iterator[Callable[[Path], Bot]]:
     def start(config: Path) -> Bot:
         port = int(next(ln for ln in config.read_text().splitlines()
                         if ln.startswith("port")).split("=")[1])
-        proc = subprocess.Popen([sys.executable, "-m", "vllm_bisect.cli", "bot", "serve",
-                                 "--config", str(config)], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        log = config.with_suffix(".log")
+        with open(log, "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "vllm_bisect.cli", "bot", "serve",
+                                     "--config", str(config)], env=env,
+                                    stdout=out, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
-        for _ in range(100):
+        bot = Bot(url, proc, config, log)
+        bots.append(bot)
+        for _ in range(300):
             try:
                 if httpx.get(url + "/healthz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
         else:
-            raise RuntimeError(proc.stdout.read().decode() if proc.stdout else "bot did not start")
-        bot = Bot(url, proc, config)
-        bots.append(bot)
+            raise RuntimeError(bot.output() or "bot did not start")
         return bot
 
     yield start
     for b in bots:
         if b.proc.poll() is None:
             b.proc.send_signal(signal.SIGTERM)
-            b.proc.wait(timeout=15)
+            try:
+                b.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                b.proc.kill()
+                b.proc.wait(timeout=15)
 
 
 @pytest.fixture
@@ -173,10 +188,9 @@ def test_bisect_request_end_to_end(tmp_path: Path, gh: GitHubStandIn,
     assert "https://github.com/vllm-project/vllm/pull/" in ack.body and "finished" in ack.body
     assert any("running over 10 commits" in e for e in ack.edits)  # progress, edited in place
     assert len(gh.comments) == 1 and set(gh.auth) == {"Bearer tok-123"}
-    out = bot.proc
-    out.send_signal(signal.SIGTERM)
-    logs = out.communicate(timeout=15)[0].decode()
-    assert "tok-123" not in logs
+    bot.proc.send_signal(signal.SIGTERM)
+    bot.proc.wait(timeout=15)
+    assert "tok-123" not in bot.output()
 
 
 def test_labeled_issue_is_triaged_and_survives_a_restart(tmp_path: Path, gh: GitHubStandIn,
@@ -186,7 +200,8 @@ def test_labeled_issue_is_triaged_and_survives_a_restart(tmp_path: Path, gh: Git
               "every answer is capped at 128 tokens (bad).")
     payload = {"action": "labeled", "label": {"name": "bisect"},
                "issue": {"number": 7, "body": report}, "repository": {"full_name": REPO},
-               "sender": {"login": "maintainer"}, "sender_association": "OWNER"}
+               "sender": {"login": "maintainer"}}
+    gh.permissions["maintainer"] = "maintain"  # asked through the collaborators API
     state = tmp_path / "state"
     bot = start_bot(write_config(tmp_path / "queue-only.toml", gh, h, state, workers=0))
     assert bot.send("issues", payload).json()["status"] == "queued"
