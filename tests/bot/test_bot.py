@@ -2,142 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import itertools
-import json
-import os
 import signal
-import subprocess
-import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import httpx
-import pytest
-
-from tests.bot.github_standin import Comment, GitHubStandIn
-from tests.helpers import history, make_spec
-from vllm_bisect.runtime.process import free_port
-from vllm_bisect.sim.history import History
-from vllm_bisect.spec import _toml_value
-
-SECRET = "s3cret-for-tests"
-REPO = "vllm-project/vllm"
-_ids = itertools.count(1000)
-
-
-def sign(body: bytes, secret: str = SECRET) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-def comment_event(body: str, association: str = "MEMBER", login: str = "maintainer",
-                  issue: int = 1, issue_body: str = "") -> dict[str, Any]:
-    """An issue_comment delivery; every call is a new comment (a new id), as on GitHub."""
-    return {"action": "created",
-            "issue": {"number": issue, "body": issue_body,
-                      "html_url": f"https://github.com/{REPO}/issues/{issue}"},
-            "comment": {"id": next(_ids), "body": body, "user": {"login": login},
-                        "author_association": association},
-            "repository": {"full_name": REPO}, "sender": {"login": login}}
-
-
-class Bot:
-    def __init__(self, url: str, proc: subprocess.Popen[bytes], config: Path, log: Path) -> None:
-        self.url, self.proc, self.config, self.log = url, proc, config, log
-
-    def send(self, event: str, payload: dict[str, Any] | bytes, delivery: str | None = None,
-             signature: str | None = None, no_delivery: bool = False) -> httpx.Response:
-        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
-                   "X-Hub-Signature-256": signature if signature is not None else sign(body),
-                   "Content-Type": "application/json"}
-        if no_delivery:
-            del headers["X-GitHub-Delivery"]
-        return httpx.post(self.url + "/webhook", content=body, headers=headers, timeout=30)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-def write_config(path: Path, gh: GitHubStandIn, h: History, state: Path, **over: Any) -> Path:
-    spec = make_spec(h).model_dump(mode="json", exclude_none=True)
-    spec["range"] = {"repo": str(h.path)}
-    cfg: dict[str, Any] = {"host": "127.0.0.1", "port": free_port(), "github_api_url": gh.url,
-                           "state_dir": str(state), "cache_dir": str(state / "cache"),
-                           "progress_interval_s": 0.0, "workers": 1,
-                           "ack_wait_s": 60.0}  # answers carry the outcome (see test_webhook)
-    cfg.update(over)
-    lines = [f"{k} = {_toml_value(v)}" for k, v in cfg.items()]
-    for section, values in spec.items():
-        lines.append(f"[base_spec.{section}]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-@pytest.fixture
-def env() -> dict[str, str]:
-    return {**os.environ, "VLLM_BISECT_WEBHOOK_SECRET": SECRET, "GITHUB_TOKEN": "tok-123"}
-
-
-@pytest.fixture
-def start_bot(env: dict[str, str]) -> Iterator[Callable[[Path], Bot]]:
-    bots: list[Bot] = []
-
-    def start(config: Path) -> Bot:
-        port = int(next(ln for ln in config.read_text().splitlines()
-                        if ln.startswith("port")).split("=")[1])
-        log = config.with_suffix(".log")
-        with open(log, "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "vllm_bisect.cli", "bot", "serve",
-                                     "--config", str(config)], env=env,
-                                    stdout=out, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        bot = Bot(url, proc, config, log)
-        bots.append(bot)
-        for _ in range(300):
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError(bot.output() or "bot did not start")
-        return bot
-
-    yield start
-    for b in bots:
-        if b.proc.poll() is None:
-            b.proc.send_signal(signal.SIGTERM)
-            try:
-                b.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                b.proc.kill()
-                b.proc.wait(timeout=15)
-
-
-@pytest.fixture
-def gh() -> Iterator[GitHubStandIn]:
-    g = GitHubStandIn()
-    yield g
-    g.close()
-
-
-def wait_for(pred: Callable[[], bool], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.2)
-    raise AssertionError("condition not met in time")
-
-
-def final(c: Comment) -> bool:
-    return "finished" in c.body or "inconclusive" in c.body or "failed" in c.body
+from tests.bot.botkit import REPO, Bot, comment_event, final, wait_for, write_config
+from tests.bot.github_standin import GitHubStandIn
+from tests.helpers import history
 
 
 def test_signatures_bodies_and_ping(tmp_path: Path, gh: GitHubStandIn,
