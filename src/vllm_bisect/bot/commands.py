@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from pydantic import ValidationError
+
 from vllm_bisect.bot.config import BotConfig
 from vllm_bisect.bot.policy import MODEL, REF, SYMPTOMS, Allowlist, JobPlan, effective_spec
 from vllm_bisect.bot.triage_call import read_issue
 from vllm_bisect.errors import SpecError
-from vllm_bisect.spec import parse_spec
+from vllm_bisect.spec import BisectSpec
 
 COMMAND = re.compile(r"^/bisect\b(?P<args>[^\n]*)$", re.MULTILINE)
 
@@ -58,5 +60,12 @@ def job_spec(cfg: BotConfig, args: str | None, issue_body: str) -> JobPlan:
         raise SpecError(f"could not determine {' and '.join(missing)} from the issue"
                         + (f" ({'; '.join(reading.notes)})" if reading.notes else ""),
                         hint="comment /bisect good=<ref> bad=<ref>")
-    parse_spec(plan.spec, source="bisect request")  # validate now, answer with the key if wrong
+    try:  # validate now, answer with the key if wrong (never with values: env may hold secrets)
+        BisectSpec.model_validate(plan.spec)
+    except ValidationError as err:
+        keys = "; ".join(".".join(map(str, e["loc"])) + (": " if e["loc"] else "") + e["msg"]
+                         for e in err.errors()[:5])
+        raise SpecError(f"the bisect request does not make a valid spec: {keys}",
+                        hint="check the /bisect arguments, or ask the bot's operator about "
+                             "its base_spec") from None
     return plan
