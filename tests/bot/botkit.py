@@ -59,9 +59,12 @@ class Bot:
         return self.log.read_text(errors="replace")
 
 
-def write_config(path: Path, gh: GitHubStandIn, h: History, state: Path, **over: Any) -> Path:
+def write_config(path: Path, gh: GitHubStandIn, h: History, state: Path,
+                 base_over: dict[str, dict[str, Any]] | None = None, **over: Any) -> Path:
     spec = make_spec(h).model_dump(mode="json", exclude_none=True)
     spec["range"] = {"repo": str(h.path)}
+    for section, values in (base_over or {}).items():
+        spec[section] = values
     cfg: dict[str, Any] = {"host": "127.0.0.1", "port": free_port(), "github_api_url": gh.url,
                            "state_dir": str(state), "cache_dir": str(state / "cache"),
                            "progress_interval_s": 0.0, "workers": 1,

@@ -19,7 +19,8 @@ from tests.bot.github_standin import GitHubStandIn
 
 @pytest.fixture
 def env() -> dict[str, str]:
-    return {**os.environ, "VLLM_BISECT_WEBHOOK_SECRET": SECRET, "GITHUB_TOKEN": "tok-123"}
+    return {**os.environ, "VLLM_BISECT_WEBHOOK_SECRET": SECRET, "GITHUB_TOKEN": "tok-123",
+            "HF_TOKEN": "hf-tok-456", "AWS_SECRET_ACCESS_KEY": "aws-789"}
 
 
 @pytest.fixture
