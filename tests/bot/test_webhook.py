@@ -117,7 +117,7 @@ def test_one_reply_per_outsider_per_issue(tmp_path: Path, gh: GitHubStandIn,
     # a rate-limited maintainer: one reply per window, however often they ask
     assert bot.send("issue_comment", comment_event(
         f"/bisect good={h.good} bad={h.bad}", issue=3)).json()["status"] == "queued"
-    for i in range(10):
+    for _ in range(10):
         r = bot.send("issue_comment", comment_event(f"/bisect good={h.shas[1]} bad={h.bad}",
                                                     issue=3))
         assert r.status_code == 429

@@ -31,7 +31,7 @@ class IssueReading:
     notes: tuple[str, ...] = ()
 
 
-def _limits(cpu_s: int) -> None:  # runs in the child between fork and exec
+def _limits(cpu_s: int) -> None:  # the child sets its own (no preexec_fn in a threaded bot)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
@@ -46,10 +46,9 @@ def read_issue(body: str, max_chars: int, timeout_s: float) -> IssueReading:
         return IssueReading(notes=tuple(notes))
     cpu = max(1, int(timeout_s) + 1)
     try:
-        r = subprocess.run([sys.executable, "-m", "vllm_bisect.bot.triage_call"],
+        r = subprocess.run([sys.executable, "-m", "vllm_bisect.bot.triage_call", str(cpu)],
                            input=body.encode("utf-8", "replace"), capture_output=True,
-                           timeout=timeout_s, env=child_env(), check=False,
-                           preexec_fn=lambda: _limits(cpu))
+                           timeout=timeout_s, env=child_env(), check=False)
     except subprocess.TimeoutExpired:
         logger.warning("triage of an issue body ran over %.0f s; stopped", timeout_s)
         return IssueReading(notes=(*notes, f"reading the issue took over {timeout_s:.0f} s "
@@ -65,6 +64,7 @@ def read_issue(body: str, max_chars: int, timeout_s: float) -> IssueReading:
 
 
 def main() -> None:
+    _limits(int(sys.argv[1]) if len(sys.argv) > 1 else 30)
     from vllm_bisect.triage import spec_from_triage, triage
 
     text = sys.stdin.buffer.read().decode("utf-8", "replace")
