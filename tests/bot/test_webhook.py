@@ -68,23 +68,7 @@ def test_signed_malformed_payloads_are_400(tmp_path: Path, gh: GitHubStandIn,
     no_tracebacks(bot)
 
 
-def test_a_failed_delivery_is_handled_when_redelivered(tmp_path: Path, gh: GitHubStandIn,
-                                                       start_bot: StartBot) -> None:
-    bot = quick_bot(tmp_path, gh, start_bot)
-    payload = comment_event("/bisect", association="NONE", login="someone")
-    d = str(uuid.uuid4())
-    gh.fail_status = 500
-    r = bot.send("issue_comment", payload, delivery=d)
-    assert r.status_code == 502 and "not recorded" in r.json()["error"]
-    gh.fail_status = None
-    assert bot.send("issue_comment", payload, delivery=d).json()["status"] == "unauthorized"
-    assert len(gh.comments) == 1
-    assert bot.send("issue_comment", payload, delivery=d).json()["status"] == \
-        "duplicate delivery"
-    assert "Traceback" not in bot.output()  # a GitHub failure is one warning line
-
-
-def test_a_captured_delivery_cannot_be_replayed(tmp_path: Path, gh: GitHubStandIn,
+def test_replays_are_refused_and_failed_deliveries_redelivered(tmp_path: Path, gh: GitHubStandIn,
                                                 start_bot: StartBot) -> None:
     h = history(tmp_path, n_commits=3)
     bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, tmp_path / "state", workers=0))
@@ -94,6 +78,18 @@ def test_a_captured_delivery_cannot_be_replayed(tmp_path: Path, gh: GitHubStandI
         assert bot.send("issue_comment", body).json()["status"] == "duplicate delivery"
     assert bot.send("issue_comment", body, no_delivery=True).status_code == 400
     assert len(gh.comments) == 1
+    # a delivery whose handling failed (GitHub down) is not recorded: its redelivery runs
+    payload = comment_event("/bisect", association="NONE", login="someone")
+    d = str(uuid.uuid4())
+    gh.fail_status = 500
+    r = bot.send("issue_comment", payload, delivery=d)
+    assert r.status_code == 502 and "not recorded" in r.json()["error"]
+    gh.fail_status = None
+    assert bot.send("issue_comment", payload, delivery=d).json()["status"] == "unauthorized"
+    assert bot.send("issue_comment", payload, delivery=d).json()["status"] == \
+        "duplicate delivery"
+    assert len(gh.comments) == 2
+    assert "Traceback" not in bot.output()  # a GitHub failure is one warning line
     # and it survives a restart (recorded in SQLite)
     bot.proc.terminate()
     bot.proc.wait(timeout=15)

@@ -12,6 +12,7 @@ GitHub's redelivery of one that failed is handled again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -133,7 +134,11 @@ class BotApp:
             done()
             return duplicate
         fut = self.pool.submit(self._handle, event, keys)
-        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(done))
+        def finished(_: object) -> None:  # in the pool thread
+            with contextlib.suppress(RuntimeError):  # the loop closed: shutting down
+                loop.call_soon_threadsafe(done)
+
+        fut.add_done_callback(finished)
         try:
             outcome = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)),
                                              self.cfg.ack_wait_s)
