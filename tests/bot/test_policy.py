@@ -135,3 +135,10 @@ def test_deep_or_broken_json_does_not_validate() -> None:
     for body in (b"{not json", b"[" * 100000 + b"]" * 100000, b"\xff\xfe", b""):
         with pytest.raises(ValidationError):
             parse_event(EventKind.ISSUE_COMMENT, body)
+
+
+def test_the_final_report_hides_credential_like_env_values() -> None:
+    from vllm_bisect.bot.worker import redact
+
+    report = '[serve.env]\nMY_API_TOKEN = "t0p"\nHF_HUB_OFFLINE = "1"\n'
+    assert redact(report, BASE) == '[serve.env]\nMY_API_TOKEN = "<redacted>"\nHF_HUB_OFFLINE = "1"\n'
