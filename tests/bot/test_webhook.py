@@ -176,6 +176,16 @@ def test_a_stalled_github_stalls_neither_the_webhook_nor_healthz(
         th.join(timeout=120)
     print(f"2 s GitHub: /healthz max {max(slow) * 1000:.0f} ms")
     assert max(slow) < 5.0
+    # acknowledged (202), then GitHub fails: not recorded, so the redelivery is handled
+    gh.delay_s, gh.fail_status = 1.0, 500
+    late = comment_event("/bisect", association="NONE", login="late", issue=60)
+    d = str(uuid.uuid4())
+    assert bot.send("issue_comment", late, delivery=d).json()["status"] == "accepted"
+    wait_for(lambda: "delivery not handled" in bot.output(), timeout=60)
+    wait_for(lambda: httpx.get(bot.url + "/healthz").json()["pending"] == 0, timeout=60)
+    gh.delay_s, gh.fail_status = 0.0, None
+    assert bot.send("issue_comment", late, delivery=d).status_code == 202
+    wait_for(lambda: any(c.issue == 60 for c in gh.comments), timeout=60)
     no_tracebacks(bot)
 
 

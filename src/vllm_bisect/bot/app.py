@@ -139,9 +139,11 @@ class BotApp:
                 loop.call_soon_threadsafe(done)
 
         fut.add_done_callback(finished)
+        handled = asyncio.wrap_future(fut)
+        # after an early 202 nobody awaits it: mark its exception retrieved (it was logged)
+        handled.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
-            outcome = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)),
-                                             self.cfg.ack_wait_s)
+            outcome = await asyncio.wait_for(asyncio.shield(handled), self.cfg.ack_wait_s)
         except TimeoutError:
             return JSONResponse({"status": "accepted"}, status_code=202)
         except Exception:
