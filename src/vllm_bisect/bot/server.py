@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,30 @@ def guarded_protocol(header_timeout_s: float) -> type[H11Protocol]:
     return Guarded
 
 
+class OncePerMinute(logging.Filter):
+    """uvicorn warns once per refused connection; a flood would write one line each."""
+
+    MESSAGE = "Exceeded concurrency limit."
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = -60.0
+        self.dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() != self.MESSAGE:
+            return True
+        now = time.monotonic()
+        if now - self.last < 60.0:
+            self.dropped += 1
+            return False
+        record.msg, record.args = (f"{self.MESSAGE} ({self.dropped} more connections refused "
+                                   "since the last warning)" if self.dropped else self.MESSAGE,
+                                   None)
+        self.last, self.dropped = now, 0
+        return True
+
+
 def serve(cfg: BotConfig) -> None:
     Path(cfg.state_dir).mkdir(parents=True, exist_ok=True)
     queue = JobQueue(Path(cfg.state_dir) / "jobs.sqlite", cfg.max_queue)
@@ -60,6 +85,7 @@ def serve(cfg: BotConfig) -> None:
         http=guarded_protocol(cfg.header_timeout_s), timeout_keep_alive=int(cfg.keep_alive_s),
         limit_concurrency=cfg.max_connections,
         h11_max_incomplete_event_size=cfg.max_header_bytes, timeout_graceful_shutdown=5)
+    logging.getLogger("uvicorn.error").addFilter(OncePerMinute())
     try:
         uvicorn.Server(config).run()
     finally:
