@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.runner import run_bisect
 from vllm_bisect.bisect.session import default_cache_dir
@@ -39,7 +41,10 @@ class CommentProgress:
         self.last = time.monotonic()
         body = (f"Bisect job #{self.job.id} running over {self.total} commits:\n\n"
                 + "\n".join(f"- {ln}" for ln in self.lines[-30:]))
-        self.github.edit_comment(self.job.repo, self.job.comment_id, body)
+        try:  # progress is best effort: a GitHub hiccup must not abort the bisect
+            self.github.edit_comment(self.job.repo, self.job.comment_id, body)
+        except httpx.HTTPError as err:
+            logger.warning("progress edit of job %d failed: %s", self.job.id, err)
 
     def on_range(self, rng: CommitRange) -> None:
         self.total = len(rng.commits)
