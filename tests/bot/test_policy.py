@@ -45,7 +45,7 @@ def test_hostile_issue_body_is_refused_item_by_item() -> None:
     assert plan.spec["build"] == {"kind": "wheel"} and serve["pass_env"] == ["HF_TOKEN"]
     assert plan.spec["range"] == {"repo": "/srv/vllm", "good": "e312c5cb2", "bad": "a16dbd5b8"}
     refused = "\n".join(plan.refused)
-    for item in ("--trust-remote-code", "--host 0.0.0.0", "--chat-template /etc/shadow",
+    for item in ("--trust-remote-code", "--chat-template /etc/shadow",
                  "TRITON_PTXAS_PATH", "CUDA_VISIBLE_DEVICES", "model=evil/draft"):
         assert item in refused, item
     assert "`--max-model-len 4096` (set by the operator)" in refused
@@ -81,6 +81,22 @@ def test_operator_allowlist_and_values() -> None:
              "env": {"TRITON_PTXAS_PATH": "/tmp/evil", "X": "1"}}
     plan = effective_spec({}, {}, found, allow)
     assert plan.spec["serve"]["args"] == ["--enforce-eager"]   # paths are never values
+    # whatever triage lets through, the allowlist decides (triage itself drops --host now)
+    default = effective_spec({}, {}, {"args": ["--host", "0.0.0.0", "--port", "80",
+                                               "--api-key", "k", "--max-num-seqs", "8"]},
+                             allowlist(cfg()))
+    assert default.spec["serve"]["args"] == ["--max-num-seqs", "8"]
+    assert [r.split("`")[1] for r in default.refused] == ["--host 0.0.0.0", "--port 80",
+                                                          "--api-key k"]
+    # `vllm bench` flags and probe settings from an issue: allowlisted and bounded
+    bench = effective_spec({}, {}, {"probe": {
+        "bench": {"kind": "serve", "args": ["--dataset-path", "/etc/shadow", "--num-prompts", "8",
+                                            "--result-dir", "/"]},
+        "load": {"concurrency": 10**6, "requests": 4}, "prompt": "x", "requests": 10**9}},
+        allowlist(cfg()))
+    assert bench.spec["probe"] == {"bench": {"kind": "serve", "args": ["--num-prompts", "8"]},
+                                   "load": {"concurrency": 64, "requests": 4}}
+    assert len(bench.refused) == 4
     assert plan.spec["serve"]["env"] == {}
     assert len(plan.refused) == 5
     assert all(len(r) < 200 and "\n" not in r for r in plan.refused)

@@ -19,6 +19,7 @@ from vllm_bisect.bisect.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.multisection import ideal_rounds
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.strategy import Step, lookahead, next_step
+from vllm_bisect.bisect.terms import Terms
 from vllm_bisect.builders.prefetch import Prefetcher
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import (
@@ -85,6 +86,7 @@ class BisectResult:
     workers: int = 1
     verification: Verification | None = None  # the culprit and its parent, re-measured
     confidence: float | None = None  # bayes: the posterior probability of first_bad
+    search: str = "regression"  # "fix": first_bad is the first fixed commit (terms inverted)
 
 
 def _dist(xs: list[float]) -> str:
@@ -109,6 +111,7 @@ class Driver:
         self.executor = executor if executor is not None and executor.workers > 1 else None
         self.workers = executor.workers if executor is not None else 1
         self.judge = Judge(spec.verdict, spec.min_output_tokens())
+        self.terms = Terms(spec.range.search)
         self.session_evals = journal.evaluations()
         self.server_starts = 0
         self.sequential: SequentialJudge | None = None
@@ -278,11 +281,13 @@ class Driver:
             outcome = Outcome(commit=info.sha, verdict=verdict, reason=why,
                               measurement=ev.measurement, from_cache=cached)
         else:
-            if info.sha == self.rng.good.sha and self.judge.needs_reference:
+            if info.sha == self.terms.reference(self.rng).sha and self.judge.needs_reference:
                 self.judge = self.judge.with_reference(ev.measurement)  # itl_factor's baseline
             j = self.judge.judge(ev.measurement)
             outcome = Outcome(commit=info.sha, verdict=j.verdict, reason=j.reason,
                               measurement=ev.measurement, from_cache=cached)
+        if self.sequential is None or role not in ("bisect", "verify"):  # absolute verdicts
+            outcome = outcome.model_copy(update={"verdict": self.terms.verdict(outcome.verdict)})
         return outcome
 
     # -- the search --------------------------------------------------------------------
@@ -334,10 +339,12 @@ class Driver:
         n = len(rng.commits)
         first = next_step(n, {n - 1: Verdict.BAD}).test
         self._prefetch([rng.bad.sha] + ([rng.commits[first].sha] if first is not None else []))
-        good = self.test(rng.good, "good endpoint", steps + 1)
-        if good.verdict is Verdict.SKIP:
-            self.check_endpoints(good, None)
-        self.check_endpoints(good, self.test(rng.bad, "bad endpoint", steps))
+        (ref_end, role), (other, role2) = self.terms.endpoints(rng)  # the reference first
+        one = self.test(ref_end, role, steps + 1)
+        if one.verdict is Verdict.SKIP and ref_end is rng.good:
+            self.check_endpoints(one, None)
+        two = self.test(other, role2, steps)
+        self.check_endpoints(*((one, two) if ref_end is rng.good else (two, one)))
 
     def check_endpoints(self, good: Outcome, bad: Outcome | None) -> None:
         """Raise NotReproduced unless good judged good and bad judged bad."""
@@ -346,10 +353,13 @@ class Driver:
             raise NotReproduced(f"the good endpoint {rng.good.sha[:12]} could not be tested: "
                                 f"{good.reason}", hint="pick a good commit that builds and serves")
         problems = []
+        t = self.terms
         if good.verdict is not Verdict.GOOD:
-            problems.append(f"good endpoint {rng.good.sha[:12]} judged {good.verdict}: {good.reason}")
+            problems.append(f"{t.old} endpoint {rng.good.sha[:12]} judged {good.verdict} "
+                            f"(expected {t.old}): {good.reason}")
         if bad is not None and bad.verdict is not Verdict.BAD:
-            problems.append(f"bad endpoint {rng.bad.sha[:12]} judged {bad.verdict}: {bad.reason}")
+            problems.append(f"{t.new} endpoint {rng.bad.sha[:12]} judged {bad.verdict} "
+                            f"(expected {t.new}): {bad.reason}")
         if problems:
             raise NotReproduced("did not reproduce: " + "; ".join(problems),
                                 hint="check the verdict thresholds against both measurements "
@@ -392,7 +402,7 @@ class Driver:
                             probed=self.probed, evaluations=self.evaluations,
                             server_starts=self.server_starts, wall_s=time.monotonic() - t0,
                             rounds=rounds, workers=self.workers, verification=verification,
-                            confidence=confidence)
+                            confidence=confidence, search=self.terms.search.value)
 
     def _search(self) -> tuple[Step, int]:
         """Binary search, one commit at a time, prefetching what may come next."""

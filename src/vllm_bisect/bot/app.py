@@ -134,6 +134,7 @@ class BotApp:
             done()
             return duplicate
         fut = self.pool.submit(self._handle, event, keys)
+
         def finished(_: object) -> None:  # in the pool thread
             with contextlib.suppress(RuntimeError):  # the loop closed: shutting down
                 loop.call_soon_threadsafe(done)

@@ -43,7 +43,18 @@ def allowlist(cfg: BotConfig) -> Allowlist:
     return Allowlist(serve_flags=frozenset(cfg.allowed_serve_flags),
                      env=frozenset(cfg.allowed_env), models=tuple(cfg.allowed_models),
                      speculative_keys=frozenset(cfg.allowed_speculative_keys),
-                     max_probe_tokens=cfg.max_probe_tokens)
+                     max_probe_tokens=cfg.max_probe_tokens,
+                     bench_flags=frozenset(cfg.allowed_bench_flags))
+
+
+def triage_comment(args: str | None, issue_body: str, max_chars: int = 32768,
+                   timeout_s: float = 10.0) -> str:
+    """For a bare ``/bisect`` (or a labeled issue): what was read from the issue, from which
+    line, and what is unknown, as Markdown; empty when the command named its own refs.
+    (job_spec returns the same text as JobPlan.read, from its one bounded triage run.)"""
+    if args and args.strip():
+        return ""
+    return read_issue(issue_body, max_chars, timeout_s).comment
 
 
 def job_spec(cfg: BotConfig, args: str | None, issue_body: str) -> JobPlan:
@@ -54,12 +65,14 @@ def job_spec(cfg: BotConfig, args: str | None, issue_body: str) -> JobPlan:
     found = dict(reading.found)
     found.pop("repo", None)
     plan = effective_spec(cfg.base_spec, given, found, allowlist(cfg))
-    plan = dataclasses.replace(plan, notes=plan.notes + reading.notes)
+    bare = not (args and args.strip())
+    plan = dataclasses.replace(plan, notes=plan.notes + reading.notes,
+                               read=reading.comment if bare else "")
     missing = [k for k in ("good", "bad") if not plan.spec.get("range", {}).get(k)]
     if missing:
         raise SpecError(f"could not determine {' and '.join(missing)} from the issue"
                         + (f" ({'; '.join(reading.notes)})" if reading.notes else ""),
-                        hint="comment /bisect good=<ref> bad=<ref>")
+                        hint=plan.read or "comment /bisect good=<ref> bad=<ref>")
     try:  # validate now, answer with the key if wrong (never with values: env may hold secrets)
         BisectSpec.model_validate(plan.spec)
     except ValidationError as err:

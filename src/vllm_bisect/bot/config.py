@@ -19,6 +19,13 @@ SAFE_SERVE_FLAGS = (
     "--enable-prefix-caching", "--no-enable-prefix-caching", "--enable-chunked-prefill",
     "--no-enable-chunked-prefill", "--async-scheduling", "--no-async-scheduling",
     "--enable-expert-parallel", "--generation-config", "--max-logprobs")
+# `vllm bench` flags a request may set (the dataset is generated, never read from a path)
+SAFE_BENCH_FLAGS = (
+    "--dataset-name", "--num-prompts", "--random-input-len", "--random-output-len",
+    "--random-range-ratio", "--input-len", "--output-len", "--max-concurrency", "--request-rate",
+    "--burstiness", "--seed", "--async-engine", "--prefix-repetition-prefix-len",
+    "--prefix-repetition-suffix-len", "--prefix-repetition-num-prefixes",
+    "--prefix-repetition-output-len")
 # environment variables a request may set (values: names and numbers only)
 SAFE_ENV = (
     "VLLM_ATTENTION_BACKEND", "VLLM_USE_V1", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_USE_DEEP_GEMM",
@@ -54,6 +61,7 @@ class BotConfig(BaseModel):
     allowed_serve_flags: list[str] = Field(default_factory=lambda: list(SAFE_SERVE_FLAGS))
     allowed_env: list[str] = Field(default_factory=lambda: list(SAFE_ENV))
     allowed_models: list[str] = Field(default_factory=list)   # fnmatch patterns; [] = base's
+    allowed_bench_flags: list[str] = Field(default_factory=lambda: list(SAFE_BENCH_FLAGS))
     allowed_speculative_keys: list[str] = Field(
         default_factory=lambda: ["method", "num_speculative_tokens"])
     max_probe_tokens: int = Field(default=16384, gt=0)

@@ -108,6 +108,7 @@ class Handler:
         if not created and job.comment_id is not None:
             return Outcome("already queued", job=job.id)
         cid = self.github.comment(repo, number, f"Bisect job #{job.id} queued; I will edit "
-                                  f"this comment with progress.\n\n{describe(plan)}")
+                                  f"this comment with progress.\n\n{describe(plan)}"
+                                  + (f"\n\n{plan.read}" if plan.read else ""))
         self.queue.set_comment(job.id, cid)
         return Outcome("queued", 202, job=job.id)

@@ -12,6 +12,7 @@ with a path or special characters are refused.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -22,6 +23,8 @@ from vllm_bisect.runtime.childenv import is_secret_name
 REF = re.compile(r"^(?:[0-9a-f]{7,40}|v?\d+\.\d+\.\d+(?:rc\d+)?(?:\.dev\d+)?|[\w][\w.-]{0,79})$")
 MODEL = re.compile(r"^[\w.-]+/[\w.-]+$")
 SYMPTOMS = ("length", "itl", "correctness", "any")
+TRIAGE_SYMPTOMS = (*SYMPTOMS, "throughput", "crash", "mtp-speedup")
+VERDICT_NUMBERS = ("itl_factor", "throughput_factor", "min_mtp_speedup")
 VALUE = re.compile(r"^[A-Za-z0-9_.,:+-]{1,64}$")   # no "/", no spaces, no quotes, no "="
 METHOD = re.compile(r"^[a-z0-9_]{1,32}$")
 
@@ -33,6 +36,7 @@ class Allowlist:
     models: tuple[str, ...] = ()
     speculative_keys: frozenset[str] = frozenset({"method", "num_speculative_tokens"})
     max_probe_tokens: int = 16384
+    bench_flags: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class JobPlan:
     refused: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     requested_env: tuple[str, ...] = ()   # env keys the request set (their values are shown)
+    read: str = ""                         # bare /bisect: what triage read (Markdown)
 
 
 def code(text: object, limit: int = 80) -> str:
@@ -76,27 +81,68 @@ def split_flags(args: list[str]) -> tuple[list[tuple[str, str | None]], list[str
     return pairs, stray
 
 
-def _serve_args(serve: dict[str, Any], requested: list[str], allow: Allowlist,
-                refused: list[str]) -> None:
-    base = [str(a) for a in serve.get("args") or []]
-    operator = {_flag_name(a) for a in base if a.startswith("-")}
+def _flags(requested: list[str], allowed: frozenset[str], operator: set[str], what: str,
+           setting: str, refused: list[str]) -> list[str]:
+    """The allowed flags of ``requested`` (an argv), each refusal named in ``refused``."""
     pairs, stray = split_flags(requested)
-    refused += [f"serve argument {code(w)} (not a flag)" for w in stray]
+    refused += [f"{what} argument {code(w)} (not a flag)" for w in stray]
     added: list[str] = []
     taken: set[str] = set()
     for flag, value in pairs:
         shown = code(flag if value is None else f"{flag} {value}")
-        if flag not in allow.serve_flags:
-            refused.append(f"serve flag {shown} (not in allowed_serve_flags)")
+        if flag not in allowed:
+            refused.append(f"{what} flag {shown} (not in {setting})")
         elif flag in operator:
-            refused.append(f"serve flag {shown} (set by the operator)")
+            refused.append(f"{what} flag {shown} (set by the operator)")
         elif value is not None and not VALUE.match(value):
-            refused.append(f"serve flag {shown} (its value may hold only letters, digits "
+            refused.append(f"{what} flag {shown} (its value may hold only letters, digits "
                            "and . , : + - _)")
         elif flag not in taken:
             taken.add(flag)
             added += [flag] if value is None else [flag, value]
-    serve["args"] = base + added
+    return added
+
+
+def _serve_args(serve: dict[str, Any], requested: list[str], allow: Allowlist,
+                refused: list[str]) -> None:
+    base = [str(a) for a in serve.get("args") or []]
+    operator = {_flag_name(a) for a in base if a.startswith("-")}
+    serve["args"] = base + _flags(requested, allow.serve_flags, operator, "serve",
+                                  "allowed_serve_flags", refused)
+
+
+def _int_in(value: Any, low: int, high: int) -> bool:
+    return type(value) is int and low <= value <= high
+
+
+def _probe(probe: dict[str, Any], requested: Any, allow: Allowlist,
+           refused: list[str]) -> None:
+    """Probe settings the request may add (the operator's own keys stay), bounded."""
+    if not isinstance(requested, dict):
+        return
+    caps = {"concurrency": 64, "requests": 256, "max_tokens": allow.max_probe_tokens}
+    for key, value in requested.items():
+        if key in probe:
+            continue
+        if ((key == "endpoint" and value in ("completions", "chat"))
+                or (key == "requests" and _int_in(value, 1, 20))):
+            probe[key] = value
+        elif key == "max_tokens" and _int_in(value, 1, 1 << 30):
+            probe[key] = min(value, allow.max_probe_tokens)
+        elif (key == "temperature" and isinstance(value, int | float)
+              and not isinstance(value, bool) and 0 <= value <= 2):
+            probe[key] = value
+        elif key in ("load", "mtp_speedup") and isinstance(value, dict):
+            probe[key] = {k: min(v, caps[k]) for k, v in value.items()
+                          if k in caps and _int_in(v, 1, 1 << 30)}
+        elif (key == "bench" and isinstance(value, dict)
+              and value.get("kind") in ("serve", "throughput")):
+            args = [str(a) for a in value.get("args") or []]
+            probe[key] = {"kind": value["kind"],
+                          "args": _flags(args, allow.bench_flags, set(), "benchmark",
+                                         "allowed_bench_flags", refused)}
+        else:
+            refused.append(f"probe setting {code(key)}")
 
 
 def _serve_env(serve: dict[str, Any], requested: dict[str, Any], allow: Allowlist,
@@ -157,17 +203,18 @@ def effective_spec(base_spec: dict[str, Any], given: dict[str, str], found: dict
             rng[key] = ref
         else:
             refused.append(f"{key} ref {code(ref)} (not a commit, tag or version)")
+    if found.get("search") in ("regression", "fix") and "search" not in rng:
+        rng["search"] = found["search"]        # a fix report: find the first fixed commit
     verdict = spec.setdefault("verdict", {})
     symptom = given.get("symptom") or found.get("symptom")
-    if symptom in SYMPTOMS:
+    if symptom in TRIAGE_SYMPTOMS:
         verdict["symptom"] = symptom
-    itl = found.get("itl_factor")
-    if isinstance(itl, int | float) and not isinstance(itl, bool) and "itl_factor" not in verdict:
-        verdict["itl_factor"] = float(itl)
-    probe = spec.setdefault("probe", {})
-    tokens = found.get("max_tokens")
-    if type(tokens) is int and tokens > 0 and "max_tokens" not in probe:
-        probe["max_tokens"] = min(tokens, allow.max_probe_tokens)
+    numbers = found.get("verdict")
+    for key, value in (numbers.items() if isinstance(numbers, dict) else ()):
+        if (key in VERDICT_NUMBERS and isinstance(value, int | float)
+                and not isinstance(value, bool) and 0 < value < 1000 and key not in verdict):
+            verdict[key] = float(value)
+    _probe(spec.setdefault("probe", {}), found.get("probe"), allow, refused)
     serve = spec.setdefault("serve", {})
     model = given.get("model") or found.get("model")
     if model and model != serve.get("model"):
@@ -205,6 +252,9 @@ def describe(plan: JobPlan, limit: int = 20) -> str:
              + (" (values of the operator's variables are not shown)" if env_items else "")]
     if serve.get("speculative"):
         lines.append(f"- speculative config: {code(serve['speculative'], 200)}")
+    probe = {k: v for k, v in (spec.get("probe") or {}).items() if k != "prompt"}
+    if probe:
+        lines.append(f"- probe: {code(json.dumps(probe, sort_keys=True), 300)}")
     if serve.get("pass_env"):
         lines.append("- passed from the bot's environment: "
                      + ", ".join(code(k) for k in serve["pass_env"]))

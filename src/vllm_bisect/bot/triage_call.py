@@ -30,6 +30,12 @@ class IssueReading:
     found: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
+    @property
+    def comment(self) -> str:
+        """What was read, from which line, what is unknown (triage.comment_markdown)."""
+        text = self.found.get("comment")
+        return text if isinstance(text, str) else ""
+
 
 def _limits(cpu_s: int) -> None:  # the child sets its own (no preexec_fn in a threaded bot)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
@@ -65,14 +71,17 @@ def read_issue(body: str, max_chars: int, timeout_s: float) -> IssueReading:
 
 def main() -> None:
     _limits(int(sys.argv[1]) if len(sys.argv) > 1 else 30)
-    from vllm_bisect.triage import spec_from_triage, triage
+    from vllm_bisect.triage import comment_markdown, compare_command, spec_from_triage, triage
 
     text = sys.stdin.buffer.read().decode("utf-8", "replace")
     t = triage(text)
     spec = spec_from_triage(t)
-    out = {"good": t.good, "bad": t.bad, "symptom": t.symptom, "itl_factor": t.itl_factor,
-           "max_tokens": spec.get("probe", {}).get("max_tokens"), "model": t.model,
-           "speculative": t.speculative, "args": spec["serve"]["args"], "env": t.env}
+    out = {"good": t.good, "bad": t.bad, "search": spec["range"].get("search"),
+           "symptom": spec["verdict"]["symptom"] if t.symptom else None,
+           "verdict": {k: v for k, v in spec["verdict"].items() if k != "symptom"},
+           "probe": spec["probe"], "model": spec["serve"].get("model"),
+           "speculative": t.speculative, "args": spec["serve"]["args"], "env": t.env,
+           "comment": comment_markdown(t, compare_command(t), started=False)}
     sys.stdout.write(json.dumps(out))
 
 
