@@ -74,3 +74,20 @@ def test_setup_runs_without_credentials(tmp_path: Path, monkeypatch: pytest.Monk
     names = {e.split(b"=", 1)[0] for e in dump.read_bytes().split(b"\0") if e}
     assert {b"FROM_SPEC", b"VLLM_BISECT_COMMIT", b"PATH"} <= names
     assert not names & {b"GITHUB_TOKEN", b"VLLM_BISECT_WEBHOOK_SECRET", b"HF_TOKEN"}
+
+
+def test_serve_template_takes_the_speculative_config() -> None:
+    import shlex
+
+    from vllm_bisect.builders.base import Artifact, ArtifactKind
+    from vllm_bisect.spec import ServeSpec, SpeculativeSpec
+
+    art = Artifact(commit="c" * 40, kind=ArtifactKind.COMMAND, identity="x",
+                   serve_template="vllm serve {model} --port {port} {speculative}")
+    on = art.launch_plan(ServeSpec(model="m", speculative=SpeculativeSpec()), 8123)
+    assert on is not None and on.shell is not None
+    assert shlex.split(on.shell) == ["vllm", "serve", "m", "--port", "8123", "--speculative-config",
+                                     '{"method":"mtp","num_speculative_tokens":3}']
+    off = art.launch_plan(ServeSpec(model="m", speculative=None), 8123)
+    assert off is not None and off.shell is not None
+    assert shlex.split(off.shell) == ["vllm", "serve", "m", "--port", "8123"]

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,10 +19,17 @@ from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.builders import Artifact, ArtifactKind, Builder
 from vllm_bisect.builders.base import prepare
 from vllm_bisect.envinfo import fingerprint
-from vllm_bisect.errors import ArtifactUnavailable, Cancelled, ProbeError, RecoverableError
-from vllm_bisect.models import EvalStatus, Evaluation, Measurement, TokensSource
+from vllm_bisect.errors import (
+    ArtifactUnavailable,
+    Cancelled,
+    FatalError,
+    ProbeError,
+    RecoverableError,
+    disk_full,
+)
+from vllm_bisect.models import EvalStatus, Evaluation, LoadResult, Measurement, MtpCell, TokensSource
 from vllm_bisect.probes.decode import DecodeProbe, combine
-from vllm_bisect.probes.load import LoadProbe
+from vllm_bisect.probes.load import measure_grid
 from vllm_bisect.probes.vllm_bench import bench_serve, bench_throughput
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.childenv import child_env
@@ -81,8 +89,9 @@ class Evaluator:
                 m = combine(m, self.probe.measure(handle, requests=k, warmup=0))
             if p.load is not None:
                 self._phase(commit, f"load: {p.load.requests} requests at concurrency "
-                                    f"{p.load.concurrency}")
-                m = m.model_copy(update={"load": LoadProbe(p, p.load).measure(handle)})
+                                    f"{p.load.concurrency}, context {p.load.context}")
+                cells = measure_grid(p, p.load, handle)
+                m = m.model_copy(update={"load": cells[0], "load_cells": cells})
             if p.bench is not None and p.bench.kind == "serve":
                 self._phase(commit, "vllm bench serve")
                 m = m.model_copy(update={"bench": bench_serve(
@@ -91,7 +100,11 @@ class Evaluator:
                     timeout_s=p.bench.timeout_s)})
             if p.mtp_speedup is not None:
                 self._phase(commit, "MTP speed-up: the load with speculative decoding")
-                m = m.model_copy(update={"mtp_on": LoadProbe(p, p.mtp_speedup).measure(handle)})
+                on = measure_grid(p, p.mtp_speedup, handle)
+                m = m.model_copy(update={
+                    "mtp_on": on[0], "mtp_cells": [MtpCell(concurrency=r.concurrency,
+                                                           context_tokens=r.context_tokens, on=r)
+                                                   for r in on]})
         return m
 
     def _mtp_off(self, artifact: Artifact, commit: str, m: Measurement,
@@ -108,9 +121,8 @@ class Evaluator:
         plain.probe = _LoadOnly(p, p.mtp_speedup)  # type: ignore[assignment]
         self._phase(commit, "MTP speed-up: the same load without speculative decoding")
         off, _ = plain._serve_and_probe(artifact, commit, None, devices, extra, cancel)
-        assert off.load is not None and m.mtp_on is not None
-        speedup = m.mtp_on.output_tok_s / off.load.output_tok_s if off.load.output_tok_s else None
-        return m.model_copy(update={"mtp_off": off.load, "mtp_speedup": speedup})
+        assert off.load_cells and m.mtp_cells
+        return with_mtp_off(m, off.load_cells)
 
     def evaluate(self, commit: str, more: MoreSamples | None = None, *,
                  devices: Sequence[int] | None = None,
@@ -132,6 +144,42 @@ class Evaluator:
         except ArtifactUnavailable as err:
             return Evaluation(commit=commit, status=EvalStatus.UNAVAILABLE, reason=err.message,
                               log_tail=err.log_tail, environment=env)
+        except FatalError:
+            raise
+        except Exception as err:  # a bug or an unforeseen input: skip this commit only
+            return self._internal(commit, "preparing its artifact", err, env, None)
+        try:
+            return self._measure(commit, artifact, more, devices, extra, cancel, env, cancelled)
+        except FatalError:
+            raise
+        except Exception as err:
+            return self._internal(commit, "measuring it", err, env, artifact.identity)
+
+    def _internal(self, commit: str, doing: str, err: Exception, env: dict[str, object],
+                  artifact: str | None) -> Evaluation:
+        """An unexpected exception while measuring one commit: a skip with its reason (the
+        traceback goes to the log), never an aborted bisect; a full disk stops the run."""
+        fault = disk_full(err, f"while {doing}")
+        if fault is not None:
+            raise fault from None
+        log = self.log_dir / f"error-{commit[:12]}.log"
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write("".join(traceback.format_exception(err)) + "\n")
+            where = f" (log: {log})"
+        except OSError:
+            where = ""
+        logger.warning("%s: unexpected %s while %s: %s%s", commit[:12], type(err).__name__,
+                       doing, err, where)
+        return Evaluation(commit=commit, status=EvalStatus.FAILED, artifact=artifact,
+                          reason=f"internal error while {doing} ({type(err).__name__}: "
+                                 f"{str(err)[:300]}){where}", environment=env)
+
+    def _measure(self, commit: str, artifact: Artifact, more: MoreSamples | None,
+                 devices: Sequence[int] | None, extra: dict[str, str],
+                 cancel: threading.Event | None, env: dict[str, object],
+                 cancelled: Evaluation) -> Evaluation:
         try:
             if cancel is not None and cancel.is_set():
                 raise Cancelled("cancelled after the artifact was ready")
@@ -152,8 +200,9 @@ class Evaluator:
         except RecoverableError as err:
             if isinstance(err, Cancelled) or (cancel is not None and cancel.is_set()):
                 return cancelled.model_copy(update={"artifact": artifact.identity})
+            where = f" (log: {err.hint.partition('log: ')[2]})" if "log: " in err.hint else ""
             return Evaluation(commit=commit, status=EvalStatus.FAILED,
-                              reason=f"{type(err).__name__}: {err.message}",
+                              reason=f"{type(err).__name__}: {err.message}{where}",
                               log_tail=err.log_tail, artifact=artifact.identity, environment=env)
         return Evaluation(commit=commit, status=EvalStatus.MEASURED, measurement=m,
                           artifact=artifact.identity, startup_s=startup, environment=env)
@@ -228,18 +277,33 @@ def _stop_on(cancel: threading.Event | None, handle: ServerHandle) -> Iterator[N
         t.join()
 
 
+def with_mtp_off(m: Measurement, off: list[LoadResult]) -> Measurement:
+    """Pair each MTP-on cell with its MTP-off cell; the verdict's speed-up (``mtp_speedup``,
+    ``mtp_on``, ``mtp_off``) is the worst cell's."""
+    cells = [c.model_copy(update={"off": o, "speedup": c.on.output_tok_s / o.output_tok_s
+                                  if o.output_tok_s else None})
+             for c, o in zip(m.mtp_cells, off, strict=True)]
+    rated = [c for c in cells if c.speedup is not None]
+    worst = min(rated, key=lambda c: c.speedup or 0.0) if rated else cells[0]
+    return m.model_copy(update={"mtp_cells": cells, "mtp_on": worst.on, "mtp_off": worst.off,
+                                "mtp_speedup": worst.speedup})
+
+
 class _LoadOnly:
     """Stands in for the decode probe on the MTP speed-up's plain server: it runs the load
     only, and hands it back in a measurement."""
 
     def __init__(self, probe: ProbeSpec, load: LoadSpec) -> None:
-        self.load = LoadProbe(probe, load)
+        self.probe = probe
+        self.load = load
 
     def measure(self, server: ServerHandle, requests: int | None = None,
                 warmup: int | None = None) -> Measurement:
-        res = self.load.measure(server)
+        cells = measure_grid(self.probe, self.load, server)
+        res = cells[0]
         return Measurement(endpoint="completions", model=server.model, requested_tokens=None,
                            min_output_tokens=None, output_tokens=[], length_ok=True, itl_ms=None,
                            chunk_itl_ms=None, tokens_per_chunk=None, ttft_ms=None,
                            tpot_ms=res.tpot_ms, finish_reasons=[],
-                           tokens_source=TokensSource.USAGE, load=res, wall_s=res.duration_s)
+                           tokens_source=TokensSource.USAGE, load=res, load_cells=cells,
+                           wall_s=sum(c.duration_s for c in cells))
