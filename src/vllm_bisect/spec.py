@@ -103,6 +103,10 @@ class ServeSpec(_Model):
     model: str = "facebook/opt-125m"
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    # names taken from the driver's environment although they look like credentials, for
+    # servers and benchmarks (e.g. ["HF_TOKEN"] for a gated model); nothing else that looks
+    # like one ever reaches a child (runtime/childenv.py); not in the measurement key
+    pass_env: list[str] = Field(default_factory=list)
     speculative: SpeculativeSpec | None = None
 
     def speculative_config_json(self) -> str | None:
@@ -367,7 +371,7 @@ class BisectSpec(_Model):
             "v": KEY_VERSION,
             "commit": commit,
             "build": self.build.model_dump(mode="json"),
-            "serve": self.serve.model_dump(mode="json"),
+            "serve": self.serve.model_dump(mode="json", exclude={"pass_env"}),
             "probe": self.probe.model_dump(mode="json"),
         }
         blob = json.dumps(payload, sort_keys=True).encode()

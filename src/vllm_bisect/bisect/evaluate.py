@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -33,6 +32,7 @@ from vllm_bisect.probes.decode import DecodeProbe, combine
 from vllm_bisect.probes.load import measure_grid
 from vllm_bisect.probes.vllm_bench import bench_serve, bench_throughput
 from vllm_bisect.runtime.base import ServerHandle
+from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.process import free_port, run_server
 from vllm_bisect.spec import BisectSpec, ImageBuild, LoadSpec, OpsSpec, ProbeSpec
 
@@ -216,7 +216,8 @@ class Evaluator:
         plan = artifact.launch_plan(self.spec.serve, port := free_port())
         log = self.log_dir / f"serve-{commit[:12]}.log"
         self._vllm = str(artifact.venv / "bin" / "vllm") if artifact.venv else "vllm"
-        self._bench_env = {**os.environ, **(plan.env or {}), **extra} if plan else None
+        self._bench_env = child_env({**((plan.env or {}) if plan else {}), **extra},
+                                    pass_env=self.spec.serve.pass_env)
         if artifact.kind is ArtifactKind.IMAGE:
             from vllm_bisect.runtime.container import run_container
 
