@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from vllm_bisect.bisect.executor import Executor
 from vllm_bisect.bisect.journal import ResultCache, SessionJournal
@@ -31,6 +31,7 @@ from vllm_bisect.models import (
 )
 from vllm_bisect.spec import BisectSpec, Symptom
 from vllm_bisect.verdict import Judge
+from vllm_bisect.verdict.auto import Strategy, choose_strategy
 from vllm_bisect.verdict.sequential import (
     SequentialJudge,
     SequentialTest,
@@ -39,6 +40,9 @@ from vllm_bisect.verdict.sequential import (
     itl_samples,
 )
 from vllm_bisect.verdict.symptoms import CRASH_MARKERS
+
+if TYPE_CHECKING:
+    from vllm_bisect.bisect.twolevel_policy import TwoLevelPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +89,8 @@ class BisectResult:
     workers: int = 1
     verification: Verification | None = None  # the culprit and its parent, re-measured
     confidence: float | None = None  # bayes: the posterior probability of first_bad
+    strategy_chosen: str = ""        # the verdict strategy that ran (auto resolved)
+    strategy_reason: str = ""        # why (written, or auto's rule)
 
 
 def _dist(xs: list[float]) -> str:
@@ -117,6 +123,13 @@ class Driver:
         self.sampled_by: dict[str, SequentialJudge] = {}
         self.probed: list[Outcome] = []
         self.evaluations: dict[str, Evaluation] = {}
+        self.choice = choose_strategy(spec.verdict)
+        # the two-level test (its own module: calibration, "more requests or a fresh server?")
+        self.policy: TwoLevelPolicy | None = None
+        if self.choice.strategy is Strategy.TWOLEVEL:
+            from vllm_bisect.bisect.twolevel_policy import TwoLevelPolicy
+
+            self.policy = TwoLevelPolicy(self)
 
     # -- prefetch ----------------------------------------------------------------------
     def _unmeasured(self, shas: list[str]) -> list[str]:
@@ -144,6 +157,8 @@ class Driver:
         key = self.spec.measurement_key(commit)
         for source in (self.session_evals, self.cache):
             found = source.get(key) if source is not None else None
+            if found is not None and self.policy is not None and not self.policy.final(found):
+                continue  # the two-level test wants more of it: measured again
             if found is not None and not (more and found.measurement and more(found.measurement)):
                 return found
         return None
@@ -195,6 +210,8 @@ class Driver:
 
     def test(self, info: CommitInfo, role: str, steps_left: int,
              more: Callable[[Measurement], int] | None = None) -> Outcome:
+        if self.policy is not None and self.policy.test_ is not None and role == "bisect":
+            return self.policy.test_commit(info, role, steps_left)
         self.events.on_testing(info, role, steps_left)
         ev, cached = self._evaluation(info.sha, more or self._more())
         return self.record(info, role, ev, cached)
@@ -262,6 +279,9 @@ class Driver:
     def judged(self, info: CommitInfo, role: str, ev: Evaluation, cached: bool = False
                ) -> Outcome:
         """The verdict on one evaluation (the good endpoint's also sets the reference)."""
+        if self.policy is not None and (
+                two := self.policy.judged(info, role, ev, cached)) is not None:
+            return two
         if ev.measurement is None and self._crashed(ev):
             outcome = Outcome(commit=info.sha, verdict=Verdict.BAD,
                               reason=f"crashed: {ev.reason}", from_cache=cached)
@@ -359,7 +379,8 @@ class Driver:
         t0 = time.monotonic()
         rng = self.rng
         self.events.on_range(rng)
-        strategy = self.spec.verdict.strategy
+        strategy = self.choice.strategy
+        logger.info("verdict strategy %s: %s", strategy.value, self.choice.reason)
         confidence = None
         if strategy == "bayes":  # flaky symptoms: runs chosen by information, one at a time
             from vllm_bisect.bisect.bayes_search import BayesSearch
@@ -372,12 +393,16 @@ class Driver:
 
             if strategy == "sequential":
                 self.calibrate_endpoints()
+            elif self.policy is not None:
+                self.policy.calibrate()
             # (threshold verdicts: the endpoints run beside the first interior commits)
             step, rounds = ParallelSearch(self, self.executor).run(
-                endpoints=strategy != "sequential")
+                endpoints=strategy not in (Strategy.SEQUENTIAL, Strategy.TWOLEVEL))
         else:
             if strategy == "sequential":
                 self.calibrate_endpoints()
+            elif self.policy is not None:
+                self.policy.calibrate()
             else:
                 self.verify_endpoints()
             step, rounds = self._search()
@@ -392,7 +417,8 @@ class Driver:
                             probed=self.probed, evaluations=self.evaluations,
                             server_starts=self.server_starts, wall_s=time.monotonic() - t0,
                             rounds=rounds, workers=self.workers, verification=verification,
-                            confidence=confidence)
+                            confidence=confidence, strategy_chosen=strategy.value,
+                            strategy_reason=self.choice.reason)
 
     def _search(self) -> tuple[Step, int]:
         """Binary search, one commit at a time, prefetching what may come next."""
