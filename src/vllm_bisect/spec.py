@@ -195,7 +195,7 @@ class VerdictSpec(_Model):
     strategy: Literal["auto", "threshold", "sequential", "bayes", "twolevel"] = "auto"
     # twolevel: a server start costs this many probe requests (picks requests vs servers)
     server_cost: float = Field(default=3.0, gt=0.0, le=1000.0)
-    max_servers: int = Field(default=10, ge=1, le=100)
+    max_servers: int = Field(default=12, ge=1, le=100)
     confidence: float = Field(default=0.99, gt=0.5, lt=1.0)
     calibration_runs: int = Field(default=4, ge=1, le=100)
     max_runs: int = Field(default=60, ge=1, le=10000)

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 SAMPLES_KEY = "two_level_samples"
-CALIBRATION_SERVERS = 6   # per endpoint, at most
+CALIBRATION_SERVERS = 8   # per endpoint, at most
+SAMPLE_CAP = 3            # x verdict.max_samples: a commit's samples over all its servers
 More = Callable[[Measurement], int]
 
 
@@ -169,7 +170,8 @@ class TwoLevelPolicy:
         if step.status is CalStatus.READY:
             assert step.model is not None
             self.test_ = CommitTest(step.model, alpha_total=v.alpha, expected_steps=tests,
-                                    max_samples=v.max_samples, max_servers=v.max_servers,
+                                    max_samples=SAMPLE_CAP * v.max_samples,
+                                    max_servers=v.max_servers,
                                     server_cost=v.server_cost,
                                     requests_help=per_request(self.symptom))
         for sha, (info, role) in roles.items():

@@ -53,6 +53,7 @@ _S2 = (np.repeat(_SIGMAS, len(_TAUS)) ** 2)
 _T2 = (np.tile(_TAUS, len(_SIGMAS)) ** 2)
 _PRIOR = np.full(_S2.shape, -math.log(_S2.size))
 
+LONE_SAMPLE = 1.5    # a single sample decides only at this multiple of the threshold
 Group = tuple[float, ...]     # one server's samples, log scale
 Arr = NDArray[np.float64]
 
@@ -227,9 +228,13 @@ class CommitTest:
         if not gs:
             return Decision.NEW_SERVER
         score = self.model.log_bf(gs)
-        if score >= self.threshold:
+        # one sample decides only far past the threshold: a normal model's evidence grows
+        # with the square of a single outlier's distance (a heavier tail than modelled, a
+        # server level at its extreme), a second sample costs one request
+        need = self.threshold * (LONE_SAMPLE if sum(len(g) for g in gs) == 1 else 1.0)
+        if score >= need:
             return Decision.BAD
-        if score <= -self.threshold:
+        if score <= -need:
             return Decision.GOOD
         if sum(len(g) for g in gs) >= self.max_samples:
             return Decision.UNKNOWN
