@@ -190,6 +190,8 @@ def trials(seed: int, n: int, crash: float, rows: str, arms: tuple[str, ...]
             continue
         if rows == "new" and not server_cv:
             continue
+        if rows == "rest" and r in GOAL_ROWS:
+            continue
         label = label_of(effect, cv, server_cv, acc)
         for arm in ARMS["itl"]:
             if arm not in arms:
@@ -219,8 +221,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--max-crash", type=float, default=0.05,
                     help="server crash rates drawn from 0..this per start")
-    ap.add_argument("--rows", choices=("all", "goals", "new"), default="all",
-                    help="goals: the rows issue 14 sets goals for; new: the server-CV rows")
+    ap.add_argument("--rows", choices=("all", "goals", "new", "rest"), default="all",
+                    help="goals: the rows issue 14 sets goals for; new: the server-CV rows; "
+                         "rest: the ITL rows that are not goal rows")
     ap.add_argument("--arms", default="plain,sequential,bayes,default",
                     help="comma-separated arms to run")
     a = ap.parse_args()

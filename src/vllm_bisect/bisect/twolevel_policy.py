@@ -170,7 +170,7 @@ class TwoLevelPolicy:
         if step.status is CalStatus.READY:
             assert step.model is not None
             self.test_ = CommitTest(step.model, alpha_total=v.alpha, expected_steps=tests,
-                                    max_samples=SAMPLE_CAP * v.max_samples,
+                                    max_samples=SAMPLE_CAP * v.max_samples,  # 120
                                     max_servers=v.max_servers,
                                     server_cost=v.server_cost,
                                     requests_help=per_request(self.symptom))
