@@ -44,6 +44,9 @@ class SimConfig:
     # A numerics bug: greedy output differs from the correct text after this many tokens.
     diverge_after_tokens: int | None = None
     noise_cv: float = 0.0
+    # this server start's own speed level: every step time x N(1, server_cv), drawn once at
+    # start-up (a different process, memory layout, clocks, acceptance path on real GPUs)
+    server_cv: float = 0.0
     seed: int | None = None
     fingerprint_hash: str = "nohash"
     extra: dict[str, Any] = field(default_factory=dict)

@@ -112,6 +112,8 @@ PREFILL_MS = 20.0
 ENGINE_INIT_S = {init_s}
 # Run-to-run variation of the step time (coefficient of variation).
 STEP_NOISE_CV = {noise_cv}
+# Start-to-start variation: each server start's own step-time level (coefficient of variation).
+SERVER_LEVEL_CV = {server_cv}
 # Numerics: greedy output is wrong after this many tokens (None: correct).
 GREEDY_DIVERGES_AFTER = {diverge}
 '''
@@ -183,6 +185,7 @@ def main():
         prefill_ms=engine.PREFILL_MS,
         startup_delay_s=engine.ENGINE_INIT_S,
         noise_cv=engine.STEP_NOISE_CV,
+        server_cv=getattr(engine, "SERVER_LEVEL_CV", 0.0),
         diverge_after_tokens=getattr(engine, "GREEDY_DIVERGES_AFTER", None),
         spec_k=spec_k,
         acceptance=spec.DRAFT_ACCEPTANCE,
