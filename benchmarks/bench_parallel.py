@@ -33,7 +33,6 @@ from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.bisect.multisection import ideal_rounds
 from vllm_bisect.spec import BisectSpec, parse_spec
 
-
 STRATEGY = "sequential"   # --noisy: "sequential", or "default" (no strategy written: auto)
 
 

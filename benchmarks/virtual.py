@@ -19,8 +19,8 @@ tests assume), the mean stepping up by ``effect`` at the culprit. ``level`` is t
 start's own speed, ``N(1, server_cv)``, drawn once per server start (a different process,
 memory layout, clocks, acceptance path): requests on one server share it. With
 ``acceptance`` (K = 3 draft tokens, 80% acceptance, 256 tokens) each request's ITL also
-varies with the tokens accepted in its ~75 engine steps (binomial: about 2.4% CV). For the length symptom a bad
-commit's server shows the 128-token cap with probability ``cap_q`` (1: always).
+varies with the tokens accepted in its ~75 engine steps (binomial: about 2.4% CV). For the
+length symptom a bad commit's server shows the 128-token cap with probability ``cap_q`` (1: always).
 """
 
 from __future__ import annotations

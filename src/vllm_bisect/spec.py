@@ -122,6 +122,10 @@ class ServeSpec(_Model):
     # a fresh server this many times before the commit counts as a skip; not with
     # verdict.symptom = "crash", where the failure is the symptom (not in the cache key)
     retries: int = Field(default=2, ge=0, le=10)
+    # pin the GPUs' SM clock for the session (nvidia-smi -lgc; reset with -rgc after; needs
+    # root): to lock_clocks_mhz, else the lowest default applications clock
+    lock_clocks: bool = False
+    lock_clocks_mhz: int | None = Field(default=None, ge=100, le=5000)
 
     def speculative_config_json(self) -> str | None:
         if self.speculative is None:
@@ -290,7 +294,8 @@ class BisectSpec(_Model):
         payload = {
             "commit": commit,
             "build": self.build.model_dump(mode="json"),
-            "serve": self.serve.model_dump(mode="json", exclude={"retries"}),
+            "serve": self.serve.model_dump(mode="json", exclude={"retries"} | (
+                set() if self.serve.lock_clocks else {"lock_clocks", "lock_clocks_mhz"})),
             "probe": self.probe.model_dump(mode="json"),
         }
         blob = json.dumps(payload, sort_keys=True).encode()
