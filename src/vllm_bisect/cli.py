@@ -104,6 +104,9 @@ def _summary(result: BisectResult, console: Console) -> None:
                       "[/] candidates:")
         for c in result.candidates:
             console.print(f"  {c}")
+    if result.strategy_chosen:
+        console.print(f"[dim]verdict strategy {result.strategy_chosen}: "
+                      f"{result.strategy_reason}[/]")
     par = (f", {result.rounds} rounds on {result.workers} workers" if result.workers > 1
            else "")
     console.print(f"[dim]{len(result.probed)} commits judged, {result.server_starts} server "

@@ -381,6 +381,7 @@ class Driver:
         self.events.on_range(rng)
         strategy = self.choice.strategy
         logger.info("verdict strategy %s: %s", strategy.value, self.choice.reason)
+        self.events.on_phase("", f"verdict strategy {strategy.value}: {self.choice.reason}")
         confidence = None
         if strategy == "bayes":  # flaky symptoms: runs chosen by information, one at a time
             from vllm_bisect.bisect.bayes_search import BayesSearch

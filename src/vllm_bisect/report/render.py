@@ -82,6 +82,9 @@ def markdown(r: SessionReport) -> str:
         lines.append(f"\nEffect at the first bad commit vs its parent: {effect}")
     for line in verification_lines(r):
         lines.append(f"\n{line}")
+    if res.get("strategy_chosen"):
+        lines.append(f"\nVerdict strategy: `{res['strategy_chosen']}` "
+                     f"({res.get('strategy_reason') or ''}).")
     lines += ["", f"Range: `{res['good'][:12]}` (good) .. `{res['bad'][:12]}` (bad), "
               f"{res['n_commits']} commits; {len(r.probed)} judged, {res['server_starts']} "
               f"server starts, {res['wall_s']:.0f} s.", "",

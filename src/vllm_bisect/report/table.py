@@ -73,6 +73,8 @@ def result_json(result: BisectResult) -> dict[str, Any]:
         ],
         "verification": _verification(result),
         "confidence": result.confidence,
+        "strategy_chosen": result.strategy_chosen,
+        "strategy_reason": result.strategy_reason,
         "server_starts": result.server_starts,
         "rounds": result.rounds,
         "workers": result.workers,
