@@ -81,7 +81,9 @@ class Evaluator:
                     raise Cancelled("cancelled between samples")
                 self._phase(commit, f"sampling {k} more requests ({len(m.requests)} so far)")
                 m = combine(m, self.probe.measure(handle, requests=k, warmup=0))
-            record, note = observe(before, read_state(), process_tree(handle.pid))
+            after = read_state()
+            own = process_tree(handle.pid) if before or after else set()
+            record, note = observe(before, after, own)
             if record is not None:
                 m = m.model_copy(update={"gpu_state": record, "gpu_contended": note is not None,
                                          "notes": [*m.notes, note] if note else m.notes})

@@ -185,7 +185,6 @@ def main():
         prefill_ms=engine.PREFILL_MS,
         startup_delay_s=engine.ENGINE_INIT_S,
         noise_cv=engine.STEP_NOISE_CV,
-        server_cv=getattr(engine, "SERVER_LEVEL_CV", 0.0),
         diverge_after_tokens=getattr(engine, "GREEDY_DIVERGES_AFTER", None),
         spec_k=spec_k,
         acceptance=spec.DRAFT_ACCEPTANCE,
@@ -194,6 +193,9 @@ def main():
         gen_max_new_tokens=gen.MODEL_MAX_NEW_TOKENS if use_gen else None,
         gen_caps_explicit=gen.MAX_NEW_TOKENS_CAPS_EXPLICIT,
         seed=args.seed,
+        # (only when set: a simulator package from before server_cv still runs the rest)
+        **({"server_cv": server_cv} if (server_cv := getattr(engine, "SERVER_LEVEL_CV", 0.0))
+           else {}),
     )
     run(cfg, args.host, args.port)
 
