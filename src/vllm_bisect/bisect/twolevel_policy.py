@@ -136,12 +136,12 @@ class TwoLevelPolicy:
             if found is not None and found.measurement is not None and self.groups_of(found):
                 groups[sha], last[sha] = self.groups_of(found), found
 
-        def run(todo: list[str], k: int) -> None:
+        def run(todo: list[str], k: int, reps: int = 1) -> None:
             def more(m: Measurement) -> int:
                 return max(0, k - len(samples_of(m, self.symptom)))
-            evs = d.evaluate_all(todo, more if per_request(self.symptom) else None)
-            for sha in todo:
-                ev = evs[sha]
+            evs = self._many([sha for sha in todo for _ in range(reps)],
+                             more if per_request(self.symptom) else None)
+            for sha, ev in evs:
                 d.fresh(ev)
                 s = self.samples(ev)
                 if ev.measurement is None or not s:
@@ -165,7 +165,8 @@ class TwoLevelPolicy:
             logger.info("%s", step.reason)
             if step.status is not CalStatus.MORE:
                 break
-            run(list(roles), step.requests)
+            # k workers: k / 2 fresh servers per endpoint at once (the wall of one)
+            run(list(roles), step.requests, max(1, d.workers // 2))
         self.reason = step.reason
         if step.status is CalStatus.READY:
             assert step.model is not None
@@ -187,6 +188,30 @@ class TwoLevelPolicy:
                 hint="check the range, or lower verdict.itl_factor / throughput_factor "
                      "(the smallest change that matters)")
         logger.info("two-level calibration: %s", self.reason)
+
+    def _many(self, shas: list[str], more: More | None) -> list[tuple[str, Evaluation]]:
+        """Fresh servers for ``shas`` (a commit may repeat): at once on the executor's
+        workers, else one after another; a failed server is retried as the Driver does."""
+        d = self.d
+        if d.executor is None:
+            return [(sha, d.evaluate_fresh(sha, more)) for sha in shas]
+        ex = d.executor
+        tasks = {ex.submit(sha, more): sha for sha in shas}
+        left = {t: d._retries() for t in tasks}
+        out: list[tuple[str, Evaluation]] = []
+        try:
+            while tasks:
+                for done in ex.wait():
+                    sha, n = tasks.pop(done.task), left.pop(done.task)
+                    if d._retry(done.evaluation, n):
+                        t = ex.submit(sha, more)
+                        tasks[t], left[t] = sha, n - 1
+                        continue
+                    out.append((sha, done.evaluation))
+        except BaseException:
+            ex.close()
+            raise
+        return out
 
     # -- one commit (serial) -------------------------------------------------------------
     def final(self, ev: Evaluation) -> bool:
