@@ -19,11 +19,13 @@ def test_default_spec_finds_a_slowdown_under_server_level_noise(tmp_path: Path) 
     # No strategy written: auto picks the two-level test.
     h = history(tmp_path, n_commits=6, slow_at=4, slow_factor=2.0, step_ms=4.0, noise_cv=0.05,
                 server_cv=0.05)
-    spec = make_spec(h, verdict={"symptom": "itl", "itl_factor": 1.3, "verify_samples": 0},
+    spec = make_spec(h, verdict={"symptom": "itl", "itl_factor": 1.3},
                      probe={"max_tokens": 48, "warmup": 0})
     assert spec.verdict.strategy == "auto"
     r = run_driver(spec, tmp_path)
     assert r.first_bad == h.planted["itl"]
+    # verified on fresh servers by the same test: culprit bad, parent good
+    assert r.verification is not None and r.verification.confirmed
     assert r.strategy_chosen == "twolevel" and "two-level" in r.strategy_reason
     good = next(o for o in r.probed if o.commit == h.good)
     bad = next(o for o in r.probed if o.commit == h.bad)

@@ -227,6 +227,12 @@ class TwoLevelPolicy:
         found = d.lookup(info.sha)
         if found is not None:
             return d.record(info, role, found, cached=True)
+        return d.record(info, role, self.measure(info.sha), cached=False)
+
+    def measure(self, sha: str) -> Evaluation:
+        """Fresh servers for one commit until the test decides (or a server fails): its
+        merged evaluation, cached. Culprit verification re-measures this way too."""
+        d = self.d
         test = self.test
         groups: list[list[float]] = []
         last: Evaluation | None = None
@@ -235,14 +241,13 @@ class TwoLevelPolicy:
             if groups and test.final([to_logs(g) for g in groups]):
                 break
             if groups:
-                d.events.on_phase(info.sha, f"a fresh server (servers so far: "
-                                            f"{describe(groups)})")
-            ev = d.evaluate_fresh(info.sha, self._more(test, groups))
+                d.events.on_phase(sha, f"a fresh server (servers so far: {describe(groups)})")
+            ev = d.evaluate_fresh(sha, self._more(test, groups))
             d.fresh(ev)
             s = self.samples(ev)
             if ev.measurement is None or not s:
                 if last is None:
-                    return d.record(info, role, ev, cached=False)
+                    return ev
                 break  # a later server failed: decide with what there is
             if last is not None and last.measurement is not None:
                 kept.append(last.measurement)
@@ -251,7 +256,7 @@ class TwoLevelPolicy:
         assert last is not None
         merged = self.merged(last, groups, kept)
         self._put(merged)
-        return d.record(info, role, merged, cached=False)
+        return merged
 
     # -- parallel: a worker finished one server of a commit ------------------------------
     def start(self, sha: str) -> More | None:
