@@ -31,7 +31,7 @@ from vllm_bisect.models import (
 )
 from vllm_bisect.spec import BisectSpec, Symptom
 from vllm_bisect.verdict import Judge
-from vllm_bisect.verdict.auto import Strategy, choose_strategy
+from vllm_bisect.verdict.auto import Choice, Strategy, choose_strategy
 from vllm_bisect.verdict.sequential import (
     SequentialJudge,
     SequentialTest,
@@ -383,30 +383,12 @@ class Driver:
         logger.info("verdict strategy %s: %s", strategy.value, self.choice.reason)
         self.events.on_phase("", f"verdict strategy {strategy.value}: {self.choice.reason}")
         confidence = None
-        if strategy == "bayes":  # flaky symptoms: runs chosen by information, one at a time
-            from vllm_bisect.bisect.bayes_search import BayesSearch
-
-            bayes = BayesSearch(self)
-            step, rounds = bayes.run()
-            confidence = bayes.confidence
-        elif self.executor is not None:
-            from vllm_bisect.bisect.parallel import ParallelSearch
-
-            if strategy == "sequential":
-                self.calibrate_endpoints()
-            elif self.policy is not None:
-                self.policy.calibrate()
-            # (threshold verdicts: the endpoints run beside the first interior commits)
-            step, rounds = ParallelSearch(self, self.executor).run(
-                endpoints=strategy not in (Strategy.SEQUENTIAL, Strategy.TWOLEVEL))
-        else:
-            if strategy == "sequential":
-                self.calibrate_endpoints()
-            elif self.policy is not None:
-                self.policy.calibrate()
-            else:
-                self.verify_endpoints()
-            step, rounds = self._search()
+        try:
+            step, rounds, confidence = self._run_strategy(strategy)
+        except NotReproduced:
+            if not self._shows_in_some_runs():
+                raise
+            step, rounds, confidence = self._run_strategy(Strategy.BAYES)
         first_bad = rng.sha(step.culprit) if step.culprit is not None else None
         verification = None
         if first_bad is not None and self.spec.verdict.verify_samples > 0:
@@ -418,8 +400,56 @@ class Driver:
                             probed=self.probed, evaluations=self.evaluations,
                             server_starts=self.server_starts, wall_s=time.monotonic() - t0,
                             rounds=rounds, workers=self.workers, verification=verification,
-                            confidence=confidence, strategy_chosen=strategy.value,
+                            confidence=confidence, strategy_chosen=self.choice.strategy.value,
                             strategy_reason=self.choice.reason)
+
+    def _run_strategy(self, strategy: Strategy) -> tuple[Step, int, float | None]:
+        """The endpoints and the search under one strategy: (step, rounds, confidence)."""
+        if strategy == "bayes":  # flaky symptoms: runs chosen by information, one at a time
+            from vllm_bisect.bisect.bayes_search import BayesSearch
+
+            bayes = BayesSearch(self)
+            step, rounds = bayes.run()
+            return step, rounds, bayes.confidence
+        if self.executor is not None:
+            from vllm_bisect.bisect.parallel import ParallelSearch
+
+            if strategy == "sequential":
+                self.calibrate_endpoints()
+            elif self.policy is not None:
+                self.policy.calibrate()
+            # (threshold verdicts: the endpoints run beside the first interior commits)
+            step, rounds = ParallelSearch(self, self.executor).run(
+                endpoints=strategy not in (Strategy.SEQUENTIAL, Strategy.TWOLEVEL))
+            return step, rounds, None
+        if strategy == "sequential":
+            self.calibrate_endpoints()
+        elif self.policy is not None:
+            self.policy.calibrate()
+        else:
+            self.verify_endpoints()
+        step, rounds = self._search()
+        return step, rounds, None
+
+    def _shows_in_some_runs(self) -> bool:
+        """auto, a cap or a correctness change: the endpoints did not reproduce because the
+        bad endpoint's run did not show the symptom. It may show in some runs only: the
+        search goes on under bayes (which runs both endpoints again to learn how often)."""
+        v, rng = self.spec.verdict, self.rng
+        if (v.strategy != "auto" or self.choice.strategy is not Strategy.THRESHOLD
+                or v.symptom not in (Symptom.LENGTH, Symptom.CORRECTNESS)):
+            return False
+        outs = {o.commit: o for o in self.probed}
+        good, bad = outs.get(rng.good.sha), outs.get(rng.bad.sha)
+        if (good is None or bad is None or good.verdict is not Verdict.GOOD
+                or bad.verdict is not Verdict.GOOD):
+            return False
+        self.choice = Choice(Strategy.BAYES, f"auto: the bad endpoint did not show the "
+                             f"{v.symptom.value} symptom in its first run; it may show in some "
+                             "runs only: runs are repeated where they tell most (bayes)")
+        logger.warning("%s", self.choice.reason)
+        self.events.on_phase("", f"verdict strategy bayes: {self.choice.reason}")
+        return True
 
     def _search(self) -> tuple[Step, int]:
         """Binary search, one commit at a time, prefetching what may come next."""
