@@ -130,6 +130,7 @@ class TwoLevelPolicy:
         groups: dict[str, list[list[float]]] = {s: [] for s in roles}
         last: dict[str, Evaluation] = {}
         earlier: dict[str, list[Measurement]] = {s: [] for s in roles}
+        fresh: set[str] = set()   # endpoints that needed a server this session
         for sha, (info, role) in roles.items():
             d.events.on_testing(info, role, steps)
             found = d.lookup(sha)
@@ -143,6 +144,7 @@ class TwoLevelPolicy:
                              more if per_request(self.symptom) else None)
             for sha, ev in evs:
                 d.fresh(ev)
+                fresh.add(sha)
                 s = self.samples(ev)
                 if ev.measurement is None or not s:
                     raise NotReproduced(f"the {roles[sha][1]} could not be tested: "
@@ -178,7 +180,7 @@ class TwoLevelPolicy:
         for sha, (info, role) in roles.items():
             ev = self.merged(last[sha], groups[sha], earlier[sha])
             self._put(ev)
-            d.record(info, role, ev, cached=False)
+            d.record(info, role, ev, cached=sha not in fresh)
         if step.status is CalStatus.REFUSE:
             g, b = groups[rng.good.sha], groups[rng.bad.sha]
             raise NotReproduced(
