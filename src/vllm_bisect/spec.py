@@ -44,11 +44,20 @@ class Symptom(StrEnum):
     ANY = "any"                  # length or itl
 
 
+class SearchKind(StrEnum):
+    """regression: old = good, new = bad, find the first bad commit. fix: old = has the
+    problem, new = fixed, find the first fixed commit (``git bisect terms`` inverted)."""
+
+    REGRESSION = "regression"
+    FIX = "fix"
+
+
 class RangeSpec(_Model):
     repo: str = "."
-    good: str | None = None
-    bad: str | None = None
+    good: str | None = None  # the old end (search = "fix": a commit that has the problem)
+    bad: str | None = None   # the new end (search = "fix": a commit where it is fixed)
     first_parent: bool = True
+    search: SearchKind = SearchKind.REGRESSION
 
 
 DEFAULT_TAGS = (
@@ -134,9 +143,52 @@ class ServeSpec(_Model):
 
 
 class LoadSpec(_Model):
-    concurrency: int = Field(default=8, ge=1, le=1024)
+    """A closed-loop load. ``concurrency`` and ``context`` (prompt tokens; None: the probe's
+    prompt) may be lists: the load then runs once per (concurrency, context) cell, in that
+    order, each with ``requests`` requests (at least ``concurrency``)."""
+
+    concurrency: int | list[int] = Field(default=8)
     requests: int = Field(default=32, ge=1, le=100000)
     max_tokens: int = Field(default=256, ge=2)
+    context: int | list[int] | None = None
+
+    @model_validator(mode="after")
+    def _check_grid(self) -> LoadSpec:
+        for c in self.concurrencies:
+            if not 1 <= c <= 1024:
+                raise ValueError(f"concurrency must be in 1..1024, got {c}")
+        for n in self.contexts:
+            if n is not None and n < 1:
+                raise ValueError(f"context must be a positive number of tokens, got {n}")
+        if isinstance(self.concurrency, list) and not self.concurrency:
+            raise ValueError("concurrency: give at least one value")
+        if isinstance(self.context, list) and not self.context:
+            raise ValueError("context: give at least one value (or leave it out)")
+        return self
+
+    @property
+    def concurrencies(self) -> list[int]:
+        return list(self.concurrency) if isinstance(self.concurrency, list) else [self.concurrency]
+
+    @property
+    def contexts(self) -> list[int | None]:
+        if self.context is None:
+            return [None]
+        return list(self.context) if isinstance(self.context, list) else [self.context]
+
+    def cells(self) -> list[LoadSpec]:
+        """One single-valued LoadSpec per (concurrency, context), concurrency-major."""
+        return [self.model_copy(update={"concurrency": c, "context": n,
+                                        "requests": max(self.requests, c)})
+                for c in self.concurrencies for n in self.contexts]
+
+    @property
+    def single_concurrency(self) -> int:
+        return self.concurrencies[0]
+
+    @property
+    def single_context(self) -> int | None:
+        return self.contexts[0]
 
 
 class BenchSpec(_Model):
@@ -154,6 +206,9 @@ class ProbeSpec(_Model):
     kind: Literal["decode"] = "decode"
     endpoint: Endpoint = Endpoint.COMPLETIONS
     prompt: str = "Write a long story about a lighthouse keeper who finds a map."
+    # about this many prompt tokens: the prompt is repeated and cut to size with the served
+    # model's own tokenizer (POST /tokenize); usage.prompt_tokens is checked against it
+    prompt_tokens: int | None = Field(default=None, ge=1)
     requests: int = Field(default=3, ge=1, le=1000)
     concurrency: int = Field(default=1, ge=1, le=256)
     max_tokens: int | None = Field(default=512, ge=1)
@@ -250,6 +305,9 @@ class BisectSpec(_Model):
     @model_validator(mode="after")
     def _check_verdict(self) -> BisectSpec:
         v = self.verdict
+        if self.range.search is SearchKind.FIX and v.strategy == "bayes":
+            raise ValueError('range.search = "fix" works with the threshold and sequential '
+                             'strategies, not "bayes"')
         if v.strategy == "sequential" and v.symptom is not Symptom.ITL:
             raise ValueError('verdict.strategy = "sequential" needs verdict.symptom = "itl"')
         if v.strategy == "twolevel" and v.symptom not in (Symptom.ITL, Symptom.THROUGHPUT,

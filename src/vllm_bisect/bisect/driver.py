@@ -19,6 +19,7 @@ from vllm_bisect.bisect.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.multisection import ideal_rounds
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.strategy import Step, lookahead, next_step
+from vllm_bisect.bisect.terms import Terms
 from vllm_bisect.builders.prefetch import Prefetcher
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import (
@@ -91,6 +92,7 @@ class BisectResult:
     confidence: float | None = None  # bayes: the posterior probability of first_bad
     strategy_chosen: str = ""        # the verdict strategy that ran (auto resolved)
     strategy_reason: str = ""        # why (written, or auto's rule)
+    search: str = "regression"  # "fix": first_bad is the first fixed commit (terms inverted)
 
 
 def _dist(xs: list[float]) -> str:
@@ -115,6 +117,7 @@ class Driver:
         self.executor = executor if executor is not None and executor.workers > 1 else None
         self.workers = executor.workers if executor is not None else 1
         self.judge = Judge(spec.verdict, spec.min_output_tokens())
+        self.terms = Terms(spec.range.search)
         self.session_evals = journal.evaluations()
         self.server_starts = 0
         self.sequential: SequentialJudge | None = None
@@ -124,6 +127,9 @@ class Driver:
         self.probed: list[Outcome] = []
         self.evaluations: dict[str, Evaluation] = {}
         self.choice = choose_strategy(spec.verdict)
+        if self.terms.fix and self.choice.strategy is Strategy.BAYES:  # (not in a fix search)
+            self.choice = Choice(Strategy.THRESHOLD, "auto: a fix search runs the threshold "
+                                 "strategy for this symptom (bayes does not search for fixes)")
         # the two-level test (its own module: calibration, "more requests or a fresh server?")
         self.policy: TwoLevelPolicy | None = None
         if self.choice.strategy is Strategy.TWOLEVEL:
@@ -298,11 +304,13 @@ class Driver:
             outcome = Outcome(commit=info.sha, verdict=verdict, reason=why,
                               measurement=ev.measurement, from_cache=cached)
         else:
-            if info.sha == self.rng.good.sha and self.judge.needs_reference:
+            if info.sha == self.terms.reference(self.rng).sha and self.judge.needs_reference:
                 self.judge = self.judge.with_reference(ev.measurement)  # itl_factor's baseline
             j = self.judge.judge(ev.measurement)
             outcome = Outcome(commit=info.sha, verdict=j.verdict, reason=j.reason,
                               measurement=ev.measurement, from_cache=cached)
+        if self.sequential is None or role not in ("bisect", "verify"):  # absolute verdicts
+            outcome = outcome.model_copy(update={"verdict": self.terms.verdict(outcome.verdict)})
         return outcome
 
     # -- the search --------------------------------------------------------------------
@@ -354,10 +362,12 @@ class Driver:
         n = len(rng.commits)
         first = next_step(n, {n - 1: Verdict.BAD}).test
         self._prefetch([rng.bad.sha] + ([rng.commits[first].sha] if first is not None else []))
-        good = self.test(rng.good, "good endpoint", steps + 1)
-        if good.verdict is Verdict.SKIP:
-            self.check_endpoints(good, None)
-        self.check_endpoints(good, self.test(rng.bad, "bad endpoint", steps))
+        (ref_end, role), (other, role2) = self.terms.endpoints(rng)  # the reference first
+        one = self.test(ref_end, role, steps + 1)
+        if one.verdict is Verdict.SKIP and ref_end is rng.good:
+            self.check_endpoints(one, None)
+        two = self.test(other, role2, steps)
+        self.check_endpoints(*((one, two) if ref_end is rng.good else (two, one)))
 
     def check_endpoints(self, good: Outcome, bad: Outcome | None) -> None:
         """Raise NotReproduced unless good judged good and bad judged bad."""
@@ -366,10 +376,13 @@ class Driver:
             raise NotReproduced(f"the good endpoint {rng.good.sha[:12]} could not be tested: "
                                 f"{good.reason}", hint="pick a good commit that builds and serves")
         problems = []
+        t = self.terms
         if good.verdict is not Verdict.GOOD:
-            problems.append(f"good endpoint {rng.good.sha[:12]} judged {good.verdict}: {good.reason}")
+            problems.append(f"{t.old} endpoint {rng.good.sha[:12]} judged {good.verdict} "
+                            f"(expected {t.old}): {good.reason}")
         if bad is not None and bad.verdict is not Verdict.BAD:
-            problems.append(f"bad endpoint {rng.bad.sha[:12]} judged {bad.verdict}: {bad.reason}")
+            problems.append(f"{t.new} endpoint {rng.bad.sha[:12]} judged {bad.verdict} "
+                            f"(expected {t.new}): {bad.reason}")
         if problems:
             raise NotReproduced("did not reproduce: " + "; ".join(problems),
                                 hint="check the verdict thresholds against both measurements "
@@ -400,7 +413,8 @@ class Driver:
                             probed=self.probed, evaluations=self.evaluations,
                             server_starts=self.server_starts, wall_s=time.monotonic() - t0,
                             rounds=rounds, workers=self.workers, verification=verification,
-                            confidence=confidence, strategy_chosen=self.choice.strategy.value,
+                            confidence=confidence, search=self.terms.search.value,
+                            strategy_chosen=self.choice.strategy.value,
                             strategy_reason=self.choice.reason)
 
     def _run_strategy(self, strategy: Strategy) -> tuple[Step, int, float | None]:
@@ -437,7 +451,7 @@ class Driver:
         search goes on under bayes (which runs both endpoints again to learn how often)."""
         v, rng = self.spec.verdict, self.rng
         if (v.strategy != "auto" or self.choice.strategy is not Strategy.THRESHOLD
-                or v.symptom not in (Symptom.LENGTH, Symptom.CORRECTNESS)):
+                or v.symptom not in (Symptom.LENGTH, Symptom.CORRECTNESS) or self.terms.fix):
             return False
         outs = {o.commit: o for o in self.probed}
         good, bad = outs.get(rng.good.sha), outs.get(rng.bad.sha)

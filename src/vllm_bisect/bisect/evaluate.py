@@ -20,9 +20,9 @@ from vllm_bisect.builders import Artifact, ArtifactKind, Builder
 from vllm_bisect.builders.base import prepare
 from vllm_bisect.envinfo import fingerprint
 from vllm_bisect.errors import ArtifactUnavailable, Cancelled, ProbeError, RecoverableError
-from vllm_bisect.models import EvalStatus, Evaluation, Measurement, TokensSource
+from vllm_bisect.models import EvalStatus, Evaluation, LoadResult, Measurement, MtpCell, TokensSource
 from vllm_bisect.probes.decode import DecodeProbe, combine
-from vllm_bisect.probes.load import LoadProbe
+from vllm_bisect.probes.load import measure_grid
 from vllm_bisect.probes.vllm_bench import bench_serve, bench_throughput
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.gpustate import observe, process_tree, read_state
@@ -91,8 +91,9 @@ class Evaluator:
                     logger.warning("%s: %s", commit[:12], note)
             if p.load is not None:
                 self._phase(commit, f"load: {p.load.requests} requests at concurrency "
-                                    f"{p.load.concurrency}")
-                m = m.model_copy(update={"load": LoadProbe(p, p.load).measure(handle)})
+                                    f"{p.load.concurrency}, context {p.load.context}")
+                cells = measure_grid(p, p.load, handle)
+                m = m.model_copy(update={"load": cells[0], "load_cells": cells})
             if p.bench is not None and p.bench.kind == "serve":
                 self._phase(commit, "vllm bench serve")
                 m = m.model_copy(update={"bench": bench_serve(
@@ -101,7 +102,11 @@ class Evaluator:
                     timeout_s=p.bench.timeout_s)})
             if p.mtp_speedup is not None:
                 self._phase(commit, "MTP speed-up: the load with speculative decoding")
-                m = m.model_copy(update={"mtp_on": LoadProbe(p, p.mtp_speedup).measure(handle)})
+                on = measure_grid(p, p.mtp_speedup, handle)
+                m = m.model_copy(update={
+                    "mtp_on": on[0], "mtp_cells": [MtpCell(concurrency=r.concurrency,
+                                                           context_tokens=r.context_tokens, on=r)
+                                                   for r in on]})
         return m
 
     def _mtp_off(self, artifact: Artifact, commit: str, m: Measurement,
@@ -118,9 +123,8 @@ class Evaluator:
         plain.probe = _LoadOnly(p, p.mtp_speedup)  # type: ignore[assignment]
         self._phase(commit, "MTP speed-up: the same load without speculative decoding")
         off, _ = plain._serve_and_probe(artifact, commit, None, devices, extra, cancel)
-        assert off.load is not None and m.mtp_on is not None
-        speedup = m.mtp_on.output_tok_s / off.load.output_tok_s if off.load.output_tok_s else None
-        return m.model_copy(update={"mtp_off": off.load, "mtp_speedup": speedup})
+        assert off.load_cells and m.mtp_cells
+        return with_mtp_off(m, off.load_cells)
 
     def evaluate(self, commit: str, more: MoreSamples | None = None, *,
                  devices: Sequence[int] | None = None,
@@ -237,18 +241,33 @@ def _stop_on(cancel: threading.Event | None, handle: ServerHandle) -> Iterator[N
         t.join()
 
 
+def with_mtp_off(m: Measurement, off: list[LoadResult]) -> Measurement:
+    """Pair each MTP-on cell with its MTP-off cell; the verdict's speed-up (``mtp_speedup``,
+    ``mtp_on``, ``mtp_off``) is the worst cell's."""
+    cells = [c.model_copy(update={"off": o, "speedup": c.on.output_tok_s / o.output_tok_s
+                                  if o.output_tok_s else None})
+             for c, o in zip(m.mtp_cells, off, strict=True)]
+    rated = [c for c in cells if c.speedup is not None]
+    worst = min(rated, key=lambda c: c.speedup or 0.0) if rated else cells[0]
+    return m.model_copy(update={"mtp_cells": cells, "mtp_on": worst.on, "mtp_off": worst.off,
+                                "mtp_speedup": worst.speedup})
+
+
 class _LoadOnly:
     """Stands in for the decode probe on the MTP speed-up's plain server: it runs the load
     only, and hands it back in a measurement."""
 
     def __init__(self, probe: ProbeSpec, load: LoadSpec) -> None:
-        self.load = LoadProbe(probe, load)
+        self.probe = probe
+        self.load = load
 
     def measure(self, server: ServerHandle, requests: int | None = None,
                 warmup: int | None = None) -> Measurement:
-        res = self.load.measure(server)
+        cells = measure_grid(self.probe, self.load, server)
+        res = cells[0]
         return Measurement(endpoint="completions", model=server.model, requested_tokens=None,
                            min_output_tokens=None, output_tokens=[], length_ok=True, itl_ms=None,
                            chunk_itl_ms=None, tokens_per_chunk=None, ttft_ms=None,
                            tpot_ms=res.tpot_ms, finish_reasons=[],
-                           tokens_source=TokensSource.USAGE, load=res, wall_s=res.duration_s)
+                           tokens_source=TokensSource.USAGE, load=res, load_cells=cells,
+                           wall_s=sum(c.duration_s for c in cells))

@@ -16,6 +16,7 @@ from vllm_bisect.bisect.evaluate import Evaluator
 from vllm_bisect.bisect.journal import ResultCache
 from vllm_bisect.bisect.range import open_repo, resolve
 from vllm_bisect.bisect.session import Session
+from vllm_bisect.bisect.terms import Terms
 from vllm_bisect.builders import make_builder
 from vllm_bisect.errors import SpecError
 from vllm_bisect.models import Evaluation, Outcome, Verdict
@@ -59,8 +60,9 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
             return ev
 
         judge = Judge(spec.verdict, spec.min_output_tokens())
+        terms = Terms(spec.range.search)  # fix: exit 0 = has the problem (old), 1 = fixed
         if judge.needs_reference:
-            ref = bisect_good_ref(repo, spec)
+            ref = spec.range.bad if terms.fix else bisect_good_ref(repo, spec)
             if ref is None:
                 raise SpecError("verdict.itl_factor needs a good reference commit",
                                 hint="run under `git bisect` after `git bisect good <ref>`, "
@@ -75,7 +77,7 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
             outcome = Outcome(commit=head, verdict=Verdict.SKIP, reason=ev.reason)
         else:
             j = judge.judge(ev.measurement)
-            outcome = Outcome(commit=head, verdict=j.verdict, reason=j.reason,
+            outcome = Outcome(commit=head, verdict=terms.verdict(j.verdict), reason=j.reason,
                               measurement=ev.measurement)
         session.journal.record(spec.measurement_key(head), outcome, ev)
     return outcome

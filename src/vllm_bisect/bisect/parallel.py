@@ -104,7 +104,8 @@ class ParallelSearch:
         steps = ideal_rounds(self.n, self.ex.workers)
         results: dict[str, tuple[Evaluation, bool]] = {}
         tasks: dict[int, str] = {}
-        for info, role in ((rng.good, "good endpoint"), (rng.bad, "bad endpoint")):
+        order = d.terms.endpoints(rng)  # the reference endpoint is judged first
+        for info, role in order:
             d.events.on_testing(info, role, steps)
             found = d.lookup(info.sha)
             if found is not None:
@@ -121,9 +122,8 @@ class ParallelSearch:
                     results[done.commit] = (done.evaluation, False)
                 else:
                     held.append(done)
-        good = d.record(rng.good, "good endpoint", *results[rng.good.sha])
-        bad = d.record(rng.bad, "bad endpoint", *results[rng.bad.sha])
-        d.check_endpoints(good, bad)
+        out = {info.sha: d.record(info, role, *results[info.sha]) for info, role in order}
+        d.check_endpoints(out[rng.good.sha], out[rng.bad.sha])
         for done in held:
             self._finish(done)
 

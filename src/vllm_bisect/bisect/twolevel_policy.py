@@ -162,7 +162,9 @@ class TwoLevelPolicy:
             step = calibration_step(
                 [to_logs(g) for g in groups[rng.good.sha]],
                 [to_logs(g) for g in groups[rng.bad.sha]],
-                min_change=log_min_change(v), direction=direction(self.symptom),
+                min_change=log_min_change(v),
+                # a fix search: the new end is the one without the problem
+                direction=direction(self.symptom) * (-1 if d.terms.fix else 1),
                 threshold=threshold, max_servers=CALIBRATION_SERVERS, server_cost=v.server_cost)
             logger.info("%s", step.reason)
             if step.status is not CalStatus.MORE:

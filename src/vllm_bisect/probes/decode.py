@@ -23,6 +23,7 @@ import httpx
 from vllm_bisect.errors import ProbeError, StreamFormatError
 from vllm_bisect.models import Measurement, RequestResult, TokensSource
 from vllm_bisect.probes import metrics
+from vllm_bisect.probes.prompt import PromptSizer, SizedPrompt, check_prompt_tokens
 from vllm_bisect.probes.sse import chunk_text, iter_events
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.spec import Endpoint, ProbeSpec
@@ -46,6 +47,11 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+def _median_int(xs: list[int | None]) -> int | None:
+    got = [x for x in xs if x is not None]
+    return int(statistics.median_low(got)) if got else None
+
+
 class DecodeProbe:
     """``measure(server) -> Measurement`` over HTTP; no other I/O."""
 
@@ -55,17 +61,20 @@ class DecodeProbe:
         self.min_output_tokens = (min_output_tokens if min_output_tokens is not None
                                   else spec.effective_min_tokens())
         self.on_request = on_request
+        self.sizer = PromptSizer(spec.prompt) if spec.prompt_tokens is not None else None
 
     # -- request -----------------------------------------------------------------------
-    def request_body(self, model: str, max_tokens: int | None) -> dict[str, Any]:
+    def request_body(self, model: str, max_tokens: int | None,
+                     prompt: str | None = None) -> dict[str, Any]:
         s = self.spec
+        text = s.prompt if prompt is None else prompt
         body: dict[str, Any] = {"model": model, "stream": True, "temperature": s.temperature,
                                 "stream_options": {"include_usage": True,
                                                    "continuous_usage_stats": True}}
         if s.endpoint is Endpoint.CHAT:
-            body["messages"] = [{"role": "user", "content": s.prompt}]
+            body["messages"] = [{"role": "user", "content": text}]
         else:
-            body["prompt"] = s.prompt
+            body["prompt"] = text
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         if s.ignore_eos:
@@ -84,6 +93,7 @@ class DecodeProbe:
         chunks: list[_Chunk] = []
         text = hashlib.sha256()
         final_usage: int | None = None
+        prompt_tokens: int | None = None
         finish: str | None = None
         saw_done = False
         t0 = time.perf_counter()
@@ -104,6 +114,8 @@ class DecodeProbe:
                     if choices and isinstance(choices[0], dict) and choices[0].get("finish_reason"):
                         finish = choices[0]["finish_reason"]
                     cum = usage.get("completion_tokens") if isinstance(usage, dict) else None
+                    if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+                        prompt_tokens = usage["prompt_tokens"]
                     if not choices and isinstance(cum, int):
                         final_usage = cum
                         continue
@@ -124,7 +136,8 @@ class DecodeProbe:
             raise StreamFormatError(f"stream from {url} ended after {len(chunks)} chunks "
                                     "without 'data: [DONE]'", hint="the server died mid-request")
         result = self._summarize(chunks, final_usage, finish, t0)
-        return result.model_copy(update={"text_sha256": text.hexdigest()})
+        return result.model_copy(update={"text_sha256": text.hexdigest(),
+                                         "prompt_tokens": prompt_tokens})
 
     @staticmethod
     def _summarize(chunks: list[_Chunk], final_usage: int | None, finish: str | None,
@@ -165,10 +178,12 @@ class DecodeProbe:
             s = s.model_copy(update={k: v for k, v in (("requests", requests), ("warmup", warmup))
                                      if v is not None})
         max_tokens = s.max_tokens if s.send_max_tokens else None
-        body = self.request_body(server.model, max_tokens)
         started = time.perf_counter()
         limits = httpx.Limits(max_connections=s.concurrency + 2)
         with httpx.Client(limits=limits, timeout=httpx.Timeout(30.0, read=s.request_timeout_s)) as client:
+            sized = self.sized_prompt(client, server, s.prompt_tokens)
+            body = self.request_body(server.model, max_tokens,
+                                     sized.text if sized is not None else None)
             version = self._version(client, server)
             for _ in range(s.warmup):
                 warm = dict(body)
@@ -180,8 +195,19 @@ class DecodeProbe:
             results = self._run_all(client, server, body, s.requests)
             after = metrics.scrape(client, server.url)
         delta = metrics.diff(before, after) if before is not None and after is not None else None
+        if sized is not None:
+            check_prompt_tokens(sized, [r.prompt_tokens for r in results])
         return self._aggregate(server, version, max_tokens, results, delta,
                                time.perf_counter() - started)
+
+    def sized_prompt(self, client: httpx.Client, server: ServerHandle,
+                     target: int | None) -> SizedPrompt | None:
+        """The prompt of about ``target`` tokens for this server (None: probe.prompt as is)."""
+        if target is None:
+            return None
+        if self.sizer is None:
+            self.sizer = PromptSizer(self.spec.prompt)
+        return self.sizer.build(client, server.url, server.model, self.spec.endpoint, target)
 
     def _run_all(self, client: httpx.Client, server: ServerHandle,
                  body: dict[str, Any], requests: int) -> list[RequestResult]:
@@ -235,6 +261,7 @@ class DecodeProbe:
             generation_tokens_delta=delta.generation_tokens if delta else None,
             tokens_source=source, notes=log_notes(server.read_log()), requests=results,
             wall_s=wall_s,
+            prompt_tokens=_median_int([r.prompt_tokens for r in results]),
         )
 
 
