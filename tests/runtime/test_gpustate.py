@@ -130,6 +130,8 @@ def test_a_bisect_records_gpu_state_flags_contention_and_locks_clocks(
     assert r.first_bad == h.planted["length"]
     log = calls(smi)
     assert log[1] == "-lgc 1755,1755" and log[-1] == "-rgc"  # locked for the whole session
+    report = (tmp_path / "session" / "report.md").read_text()  # auto's choice, with its reason
+    assert "Verdict strategy: `threshold` (auto: the length symptom is deterministic" in report
     for o in r.probed:
         assert o.measurement is not None and o.measurement.gpu_state is not None
         assert o.measurement.gpu_contended
