@@ -458,9 +458,20 @@ class Driver:
         if (good is None or bad is None or good.verdict is not Verdict.GOOD
                 or bad.verdict is not Verdict.GOOD):
             return False
+        shown = 0  # does it show in some runs?
+        while not shown and len([o for o in self.probed if o.commit == rng.bad.sha]) <= (
+                v.calibration_runs):
+            ev = self.evaluate_fresh(rng.bad.sha)
+            self.fresh(ev)
+            o = self.record(rng.bad, "bad endpoint", ev, cached=False)
+            shown = sum(1 for o in self.probed if o.commit == rng.bad.sha) if (
+                o.verdict is Verdict.BAD) else 0
+        if not shown:
+            return False  # not in any of them: it does not reproduce
         self.choice = Choice(Strategy.BAYES, f"auto: the bad endpoint did not show the "
-                             f"{v.symptom.value} symptom in its first run; it may show in some "
-                             "runs only: runs are repeated where they tell most (bayes)")
+                             f"{v.symptom.value} symptom in its first run, then in run {shown}: "
+                             "it shows in some runs only: runs are repeated where they tell "
+                             "most (bayes)")
         logger.warning("%s", self.choice.reason)
         self.events.on_phase("", f"verdict strategy bayes: {self.choice.reason}")
         return True

@@ -126,7 +126,8 @@ class TwoLevelPolicy:
         steps = math.ceil(math.log2(max(2, n)))
         tests = max(steps, d.workers * ideal_rounds(n, d.workers)) + 2
         threshold = math.log(tests / v.alpha)
-        roles = {rng.good.sha: (rng.good, "good endpoint"), rng.bad.sha: (rng.bad, "bad endpoint")}
+        # (the reference end first: the old one, or the fixed one in a fix search)
+        roles = {info.sha: (info, role) for info, role in d.terms.endpoints(rng)}
         groups: dict[str, list[list[float]]] = {s: [] for s in roles}
         last: dict[str, Evaluation] = {}
         earlier: dict[str, list[Measurement]] = {s: [] for s in roles}
@@ -309,12 +310,12 @@ class TwoLevelPolicy:
         """The verdict on a measured evaluation (None: not the two-level test's to judge)."""
         if ev.measurement is None:
             return None
-        if role == "good endpoint":
-            return Outcome(commit=info.sha, verdict=Verdict.GOOD, reason=self.reason,
-                           measurement=ev.measurement, from_cache=cached)
-        if role == "bad endpoint":
-            return Outcome(commit=info.sha, verdict=Verdict.BAD, reason=self.reason,
-                           measurement=ev.measurement, from_cache=cached)
+        rng = self.d.rng
+        if role not in ("bisect", "verify") and info.sha in (rng.good.sha, rng.bad.sha):
+            # an endpoint: old ("good") or new ("bad") by definition, once calibrated
+            return Outcome(commit=info.sha, verdict=Verdict.GOOD if info.sha == rng.good.sha
+                           else Verdict.BAD, reason=self.reason, measurement=ev.measurement,
+                           from_cache=cached)
         if self.test_ is None:
             return None
         test = self.sampled_by.pop(info.sha, None) or self.test
