@@ -122,6 +122,10 @@ class ServeSpec(_Model):
     model: str = "facebook/opt-125m"
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    # names taken from the driver's environment although they look like credentials, for
+    # servers and benchmarks (e.g. ["HF_TOKEN"] for a gated model); nothing else that looks
+    # like one ever reaches a child (runtime/childenv.py); not in the cache key
+    pass_env: list[str] = Field(default_factory=list)
     startup_timeout_s: float = Field(default=900.0, gt=0)
     # One server start-up at a time per GPU set on this host (vLLM's memory profiling
     # counts another starting server's memory against itself).
@@ -218,6 +222,11 @@ class ProbeSpec(_Model):
     temperature: float = Field(default=0.0, ge=0.0)
     warmup: int = Field(default=1, ge=0, le=100)
     request_timeout_s: float = Field(default=600.0, gt=0)
+    # the total time one request may take: request_deadline_s if set, else
+    # request_timeout_s + (max_tokens or 16384) / min_tokens_per_s (a stream slower than
+    # that pace, or one that never ends, is a probe error: the commit is skipped)
+    request_deadline_s: float | None = Field(default=None, gt=0)
+    min_tokens_per_s: float = Field(default=1.0, gt=0)
     # [probe.load]: a closed-loop load after the decode probe (output tok/s, TPOT)
     load: LoadSpec | None = None
     # [probe.mtp_speedup]: the same load with speculative decoding and, on a second server,
@@ -225,6 +234,12 @@ class ProbeSpec(_Model):
     mtp_speedup: LoadSpec | None = None
     # [probe.bench]: `vllm bench serve` or `vllm bench throughput` (output tok/s)
     bench: BenchSpec | None = None
+
+    def deadline_s(self, max_tokens: int | None) -> float:
+        """The total deadline of one request that asks for ``max_tokens`` (None: unbounded)."""
+        if self.request_deadline_s is not None:
+            return self.request_deadline_s
+        return self.request_timeout_s + (max_tokens or 16384) / self.min_tokens_per_s
 
     def effective_min_tokens(self) -> int | None:
         if self.min_tokens is not None:
@@ -352,9 +367,10 @@ class BisectSpec(_Model):
         payload = {
             "commit": commit,
             "build": self.build.model_dump(mode="json"),
-            "serve": self.serve.model_dump(mode="json", exclude={"retries"} | (
+            "serve": self.serve.model_dump(mode="json", exclude={"retries", "pass_env"} | (
                 set() if self.serve.lock_clocks else {"lock_clocks", "lock_clocks_mhz"})),
-            "probe": self.probe.model_dump(mode="json"),
+            "probe": self.probe.model_dump(  # (bounds on a hostile server change no result)
+                mode="json", exclude={"request_deadline_s", "min_tokens_per_s"}),
         }
         blob = json.dumps(payload, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()

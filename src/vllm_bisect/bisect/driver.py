@@ -21,7 +21,7 @@ from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.strategy import Step, lookahead, next_step
 from vllm_bisect.bisect.terms import Terms
 from vllm_bisect.builders.prefetch import Prefetcher
-from vllm_bisect.errors import NotReproduced
+from vllm_bisect.errors import NotReproduced, untestable_hint
 from vllm_bisect.models import (
     EvalStatus,
     Evaluation,
@@ -374,7 +374,7 @@ class Driver:
         rng = self.rng
         if good.verdict is Verdict.SKIP:
             raise NotReproduced(f"the good endpoint {rng.good.sha[:12]} could not be tested: "
-                                f"{good.reason}", hint="pick a good commit that builds and serves")
+                                f"{good.reason}", hint=untestable_hint(good.reason))
         problems = []
         t = self.terms
         if good.verdict is not Verdict.GOOD:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 import threading
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,12 +19,20 @@ from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.builders import Artifact, ArtifactKind, Builder
 from vllm_bisect.builders.base import prepare
 from vllm_bisect.envinfo import fingerprint
-from vllm_bisect.errors import ArtifactUnavailable, Cancelled, ProbeError, RecoverableError
+from vllm_bisect.errors import (
+    ArtifactUnavailable,
+    Cancelled,
+    FatalError,
+    ProbeError,
+    RecoverableError,
+    disk_full,
+)
 from vllm_bisect.models import EvalStatus, Evaluation, LoadResult, Measurement, MtpCell, TokensSource
 from vllm_bisect.probes.decode import DecodeProbe, combine
 from vllm_bisect.probes.load import measure_grid
 from vllm_bisect.probes.vllm_bench import bench_serve, bench_throughput
 from vllm_bisect.runtime.base import ServerHandle
+from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.gpustate import observe, process_tree, read_state
 from vllm_bisect.runtime.process import free_port, run_server
 from vllm_bisect.spec import BisectSpec, LoadSpec, ProbeSpec
@@ -146,6 +154,42 @@ class Evaluator:
         except ArtifactUnavailable as err:
             return Evaluation(commit=commit, status=EvalStatus.UNAVAILABLE, reason=err.message,
                               log_tail=err.log_tail, environment=env)
+        except FatalError:
+            raise
+        except Exception as err:  # a bug or an unforeseen input: skip this commit only
+            return self._internal(commit, "preparing its artifact", err, env, None)
+        try:
+            return self._measure(commit, artifact, more, devices, extra, cancel, env, cancelled)
+        except FatalError:
+            raise
+        except Exception as err:
+            return self._internal(commit, "measuring it", err, env, artifact.identity)
+
+    def _internal(self, commit: str, doing: str, err: Exception, env: dict[str, object],
+                  artifact: str | None) -> Evaluation:
+        """An unexpected exception while measuring one commit: a skip with its reason (the
+        traceback goes to the log), never an aborted bisect; a full disk stops the run."""
+        fault = disk_full(err, f"while {doing}")
+        if fault is not None:
+            raise fault from None
+        log = self.log_dir / f"error-{commit[:12]}.log"
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write("".join(traceback.format_exception(err)) + "\n")
+            where = f" (log: {log})"
+        except OSError:
+            where = ""
+        logger.warning("%s: unexpected %s while %s: %s%s", commit[:12], type(err).__name__,
+                       doing, err, where)
+        return Evaluation(commit=commit, status=EvalStatus.FAILED, artifact=artifact,
+                          reason=f"internal error while {doing} ({type(err).__name__}: "
+                                 f"{str(err)[:300]}){where}", environment=env)
+
+    def _measure(self, commit: str, artifact: Artifact, more: MoreSamples | None,
+                 devices: Sequence[int] | None, extra: dict[str, str],
+                 cancel: threading.Event | None, env: dict[str, object],
+                 cancelled: Evaluation) -> Evaluation:
         try:
             if cancel is not None and cancel.is_set():
                 raise Cancelled("cancelled after the artifact was ready")
@@ -166,8 +210,9 @@ class Evaluator:
         except RecoverableError as err:
             if isinstance(err, Cancelled) or (cancel is not None and cancel.is_set()):
                 return cancelled.model_copy(update={"artifact": artifact.identity})
+            where = f" (log: {err.hint.partition('log: ')[2]})" if "log: " in err.hint else ""
             return Evaluation(commit=commit, status=EvalStatus.FAILED,
-                              reason=f"{type(err).__name__}: {err.message}",
+                              reason=f"{type(err).__name__}: {err.message}{where}",
                               log_tail=err.log_tail, artifact=artifact.identity, environment=env)
         return Evaluation(commit=commit, status=EvalStatus.MEASURED, measurement=m,
                           artifact=artifact.identity, startup_s=startup, environment=env)
@@ -178,7 +223,8 @@ class Evaluator:
         plan = artifact.launch_plan(self.spec.serve, port := free_port())
         log = self.log_dir / f"serve-{commit[:12]}.log"
         self._vllm = str(artifact.venv / "bin" / "vllm") if artifact.venv else "vllm"
-        self._bench_env = {**os.environ, **(plan.env or {}), **extra} if plan else None
+        self._bench_env = child_env({**((plan.env or {}) if plan else {}), **extra},
+                                    pass_env=self.spec.serve.pass_env)
         if artifact.kind is ArtifactKind.IMAGE:
             from vllm_bisect.runtime.container import run_container
 

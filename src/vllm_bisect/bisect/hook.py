@@ -18,7 +18,7 @@ from vllm_bisect.bisect.range import open_repo, resolve
 from vllm_bisect.bisect.session import Session
 from vllm_bisect.bisect.terms import Terms
 from vllm_bisect.builders import make_builder
-from vllm_bisect.errors import SpecError
+from vllm_bisect.errors import SpecError, untestable_hint
 from vllm_bisect.models import Evaluation, Outcome, Verdict
 from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict import Judge
@@ -70,7 +70,7 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
             good = measured(resolve(repo, ref, "good").hexsha)
             if good.measurement is None:
                 raise SpecError(f"the good reference {ref[:12]} could not be measured: "
-                                f"{good.reason}", hint="pick a good commit that builds and serves")
+                                f"{good.reason}", hint=untestable_hint(good.reason))
             judge = judge.with_reference(good.measurement)
         ev = measured(head)
         if ev.measurement is None:

@@ -238,7 +238,7 @@ def locked_clocks(enabled: bool, mhz: int | None = None) -> Iterator[int | None]
         yield None
         return
     r = subprocess.run(["nvidia-smi", "-lgc", f"{target},{target}"], capture_output=True,
-                       text=True, check=False, env={**os.environ})
+                       text=True, check=False)
     if r.returncode != 0:
         logger.warning("serve.lock_clocks: nvidia-smi -lgc failed (%s); clocks are not locked",
                        (r.stdout + r.stderr).strip() or r.returncode)
