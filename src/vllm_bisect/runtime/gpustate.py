@@ -18,7 +18,6 @@ import contextlib
 import csv
 import io
 import logging
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator
