@@ -21,7 +21,7 @@ def config_spec(h: ConfigHistory, symptom: str, env: dict[str, str], startup_tim
     }
     if symptom == "itl":
         data["probe"] = {"prompt": PROMPT, "max_tokens": 256, "requests": requests, "warmup": 1}
-        data["verdict"] = {"symptom": "itl", "itl_factor": 2.0}
+        data["verdict"] = {"symptom": "itl", "itl_factor": 2.0, "strategy": "threshold"}
     else:  # length: the probe relies on server defaults, as chat clients do
         data["probe"] = {"prompt": PROMPT, "endpoint": "chat", "send_max_tokens": False,
                          "max_tokens": None, "requests": requests, "warmup": 1}

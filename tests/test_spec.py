@@ -38,7 +38,8 @@ def test_defaults_and_round_trip(tmp_path: Path) -> None:
     ({"bogus": {}}, "bogus: unknown key"),
     ({"build": {"kind": "command"}}, "build.serve"),
     ({"build": {"kind": "url"}}, "build.url"),
-    ({"verdict": {"symptom": "itl"}}, "max_itl_ms or verdict.itl_factor"),
+    ({"verdict": {"symptom": "itl", "strategy": "threshold"}},
+     "max_itl_ms or verdict.itl_factor"),
     ({"verdict": {"symptom": "fast"}}, "verdict.symptom"),
     ({"verdict": {"itl_factor": 0.5}}, "verdict.itl_factor"),
 ])
@@ -59,9 +60,12 @@ def test_file_errors(tmp_path: Path) -> None:
 
 def test_cache_key_ignores_verdict() -> None:
     a = parse_spec({"verdict": {"symptom": "length"}})
-    b = parse_spec({"verdict": {"symptom": "itl", "itl_factor": 2.0}})
+    b = parse_spec({"probe": {"requests": 3}, "verdict": {"symptom": "itl", "itl_factor": 2.0}})
     c = parse_spec({"probe": {"max_tokens": 100}})
     assert a.measurement_key("x") == b.measurement_key("x") != c.measurement_key("x")
+    # (under the two-level test an unset probe.requests starts with 1 request: a probe setting)
+    d = parse_spec({"verdict": {"symptom": "itl", "itl_factor": 2.0}})
+    assert d.probe.requests == 1 and d.measurement_key("x") != a.measurement_key("x")
     assert a.measurement_key("x") != a.measurement_key("y")
 
 

@@ -108,6 +108,11 @@ class ServeSpec(_Model):
     # like one ever reaches a child (runtime/childenv.py); not in the measurement key
     pass_env: list[str] = Field(default_factory=list)
     speculative: SpeculativeSpec | None = None
+    # pin the GPUs' SM clock for the session (nvidia-smi -lgc; reset with -rgc after; needs
+    # root): to lock_clocks_mhz, else the lowest default applications clock (in the
+    # measurement key only when on: locked clocks change what is measured)
+    lock_clocks: bool = False
+    lock_clocks_mhz: int | None = Field(default=None, ge=100, le=5000)
 
     def speculative_config_json(self) -> str | None:
         if self.speculative is None:
@@ -207,9 +212,11 @@ class Strategy(StrEnum):
     """How commits are judged: one measurement against thresholds, a sequential test on
     per-request samples, or a posterior over the culprit for flaky symptoms."""
 
+    AUTO = "auto"            # chosen from the symptom (see VerdictSpec.strategy)
     THRESHOLD = "threshold"
     SEQUENTIAL = "sequential"
     BAYES = "bayes"
+    TWOLEVEL = "twolevel"
 
 
 class VerdictSpec(_Model):
@@ -225,7 +232,16 @@ class VerdictSpec(_Model):
     # calibration_runs times to learn how often the symptom shows, keep a posterior over the
     # culprit, run the commit with the largest expected information gain (again if need be),
     # stop when one commit holds `confidence` of it (or after max_runs)
-    strategy: Strategy = Strategy.THRESHOLD
+    # "twolevel": the two-level sequential test (a server level plus per-request noise):
+    # at least two servers per endpoint, then per commit more requests or a fresh server,
+    # whichever reduces the doubt more per cost, until the evidence is clear; itl_factor /
+    # throughput_factor (else 1 + min_effect) is the smallest change that matters.
+    # "auto" (the default): length, correctness -> threshold; crash -> bayes; itl,
+    # throughput, mtp-speedup -> twolevel; any -> threshold
+    strategy: Strategy = Strategy.AUTO
+    # twolevel: a server start costs this many probe requests (picks requests vs servers)
+    server_cost: float = Field(default=3.0, gt=0.0, le=1000.0)
+    max_servers: int = Field(default=12, ge=1, le=100)
     confidence: float = Field(default=0.99, gt=0.5, lt=1.0)
     calibration_runs: int = Field(default=4, ge=1, le=100)
     max_runs: int = Field(default=60, ge=1, le=10000)
@@ -329,6 +345,10 @@ class BisectSpec(_Model):
                              'strategies, not "bayes"')
         if v.strategy is Strategy.SEQUENTIAL and v.symptom is not Symptom.ITL:
             raise ValueError('verdict.strategy = "sequential" needs verdict.symptom = "itl"')
+        if v.strategy is Strategy.TWOLEVEL and v.symptom not in (
+                Symptom.ITL, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP):
+            raise ValueError('verdict.strategy = "twolevel" needs verdict.symptom = "itl", '
+                             '"throughput" or "mtp-speedup"')
         if (v.symptom is Symptom.ITL and v.strategy is Strategy.THRESHOLD and v.max_itl_ms is None
                 and v.itl_factor is None):
             raise ValueError('verdict.symptom = "itl" needs verdict.max_itl_ms or verdict.itl_factor')
@@ -346,6 +366,10 @@ class BisectSpec(_Model):
         if v.symptom is Symptom.CORRECTNESS and self.probe.temperature != 0.0:
             raise ValueError('verdict.symptom = "correctness" compares greedy outputs: it needs '
                              "probe.temperature = 0")
+        if (v.symptom is Symptom.ITL and v.strategy in ("auto", "twolevel")
+                and "requests" not in self.probe.model_fields_set):
+            # the two-level test starts with one request and asks for more when they help
+            object.__setattr__(self, "probe", self.probe.model_copy(update={"requests": 1}))
         if v.symptom is Symptom.LENGTH and self.min_output_tokens() is None:
             raise ValueError(
                 "verdict.symptom = \"length\" needs verdict.min_output_tokens when the probe "
@@ -371,7 +395,8 @@ class BisectSpec(_Model):
             "v": KEY_VERSION,
             "commit": commit,
             "build": self.build.model_dump(mode="json"),
-            "serve": self.serve.model_dump(mode="json", exclude={"pass_env"}),
+            "serve": self.serve.model_dump(mode="json", exclude={"pass_env"} | (
+                set() if self.serve.lock_clocks else {"lock_clocks", "lock_clocks_mhz"})),
             "probe": self.probe.model_dump(mode="json"),
         }
         blob = json.dumps(payload, sort_keys=True).encode()

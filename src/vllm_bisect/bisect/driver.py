@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from vllm_bisect.bisect.executor import Executor
 from vllm_bisect.bisect.journal import ResultCache, SessionJournal
@@ -32,6 +32,7 @@ from vllm_bisect.models import (
 )
 from vllm_bisect.spec import BisectSpec, Symptom
 from vllm_bisect.verdict import Judge
+from vllm_bisect.verdict.auto import Choice, Strategy, choose_strategy
 from vllm_bisect.verdict.sequential import (
     SequentialJudge,
     SequentialTest,
@@ -40,6 +41,9 @@ from vllm_bisect.verdict.sequential import (
     itl_samples,
 )
 from vllm_bisect.verdict.symptoms import CRASH_MARKERS
+
+if TYPE_CHECKING:
+    from vllm_bisect.bisect.twolevel_policy import TwoLevelPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +90,8 @@ class BisectResult:
     workers: int = 1
     verification: Verification | None = None  # the culprit and its parent, re-measured
     confidence: float | None = None  # bayes: the posterior probability of first_bad
+    strategy_chosen: str = ""        # the verdict strategy that ran (auto resolved)
+    strategy_reason: str = ""        # why (written, or auto's rule)
     search: str = "regression"  # "fix": first_bad is the first fixed commit (terms inverted)
 
 
@@ -120,6 +126,16 @@ class Driver:
         self.sampled_by: dict[str, SequentialJudge] = {}
         self.probed: list[Outcome] = []
         self.evaluations: dict[str, Evaluation] = {}
+        self.choice = choose_strategy(spec.verdict)
+        if self.terms.fix and self.choice.strategy is Strategy.BAYES:  # (not in a fix search)
+            self.choice = Choice(Strategy.THRESHOLD, "auto: a fix search runs the threshold "
+                                 "strategy for this symptom (bayes does not search for fixes)")
+        # the two-level test (its own module: calibration, "more requests or a fresh server?")
+        self.policy: TwoLevelPolicy | None = None
+        if self.choice.strategy is Strategy.TWOLEVEL:
+            from vllm_bisect.bisect.twolevel_policy import TwoLevelPolicy
+
+            self.policy = TwoLevelPolicy(self)
 
     # -- prefetch ----------------------------------------------------------------------
     def _unmeasured(self, shas: list[str]) -> list[str]:
@@ -147,6 +163,8 @@ class Driver:
         key = self.spec.measurement_key(commit)
         for source in (self.session_evals, self.cache):
             found = source.get(key) if source is not None else None
+            if found is not None and self.policy is not None and not self.policy.final(found):
+                continue  # the two-level test wants more of it: measured again
             if found is not None and not (more and found.measurement and more(found.measurement)):
                 return found
         return None
@@ -198,6 +216,8 @@ class Driver:
 
     def test(self, info: CommitInfo, role: str, steps_left: int,
              more: Callable[[Measurement], int] | None = None) -> Outcome:
+        if self.policy is not None and self.policy.test_ is not None and role == "bisect":
+            return self.policy.test_commit(info, role, steps_left)
         self.events.on_testing(info, role, steps_left)
         ev, cached = self._evaluation(info.sha, more or self._more())
         return self.record(info, role, ev, cached)
@@ -265,6 +285,9 @@ class Driver:
     def judged(self, info: CommitInfo, role: str, ev: Evaluation, cached: bool = False
                ) -> Outcome:
         """The verdict on one evaluation (the good endpoint's also sets the reference)."""
+        if self.policy is not None and (
+                two := self.policy.judged(info, role, ev, cached)) is not None:
+            return two
         if ev.measurement is None and self._crashed(ev):
             outcome = Outcome(commit=info.sha, verdict=Verdict.BAD,
                               reason=f"crashed: {ev.reason}", from_cache=cached)
@@ -369,28 +392,16 @@ class Driver:
         t0 = time.monotonic()
         rng = self.rng
         self.events.on_range(rng)
-        strategy = self.spec.verdict.strategy
+        strategy = self.choice.strategy
+        logger.info("verdict strategy %s: %s", strategy.value, self.choice.reason)
+        self.events.on_phase("", f"verdict strategy {strategy.value}: {self.choice.reason}")
         confidence = None
-        if strategy == "bayes":  # flaky symptoms: runs chosen by information, one at a time
-            from vllm_bisect.bisect.bayes_search import BayesSearch
-
-            bayes = BayesSearch(self)
-            step, rounds = bayes.run()
-            confidence = bayes.confidence
-        elif self.executor is not None:
-            from vllm_bisect.bisect.parallel import ParallelSearch
-
-            if strategy == "sequential":
-                self.calibrate_endpoints()
-            # (threshold verdicts: the endpoints run beside the first interior commits)
-            step, rounds = ParallelSearch(self, self.executor).run(
-                endpoints=strategy != "sequential")
-        else:
-            if strategy == "sequential":
-                self.calibrate_endpoints()
-            else:
-                self.verify_endpoints()
-            step, rounds = self._search()
+        try:
+            step, rounds, confidence = self._run_strategy(strategy)
+        except NotReproduced:
+            if not self._shows_in_some_runs():
+                raise
+            step, rounds, confidence = self._run_strategy(Strategy.BAYES)
         first_bad = rng.sha(step.culprit) if step.culprit is not None else None
         verification = None
         if first_bad is not None and self.spec.verdict.verify_samples > 0:
@@ -402,7 +413,68 @@ class Driver:
                             probed=self.probed, evaluations=self.evaluations,
                             server_starts=self.server_starts, wall_s=time.monotonic() - t0,
                             rounds=rounds, workers=self.workers, verification=verification,
-                            confidence=confidence, search=self.terms.search.value)
+                            confidence=confidence, search=self.terms.search.value,
+                            strategy_chosen=self.choice.strategy.value,
+                            strategy_reason=self.choice.reason)
+
+    def _run_strategy(self, strategy: Strategy) -> tuple[Step, int, float | None]:
+        """The endpoints and the search under one strategy: (step, rounds, confidence)."""
+        if strategy == "bayes":  # flaky symptoms: runs chosen by information, one at a time
+            from vllm_bisect.bisect.bayes_search import BayesSearch
+
+            bayes = BayesSearch(self)
+            step, rounds = bayes.run()
+            return step, rounds, bayes.confidence
+        if self.executor is not None:
+            from vllm_bisect.bisect.parallel import ParallelSearch
+
+            if strategy == "sequential":
+                self.calibrate_endpoints()
+            elif self.policy is not None:
+                self.policy.calibrate()
+            # (threshold verdicts: the endpoints run beside the first interior commits)
+            step, rounds = ParallelSearch(self, self.executor).run(
+                endpoints=strategy not in (Strategy.SEQUENTIAL, Strategy.TWOLEVEL))
+            return step, rounds, None
+        if strategy == "sequential":
+            self.calibrate_endpoints()
+        elif self.policy is not None:
+            self.policy.calibrate()
+        else:
+            self.verify_endpoints()
+        step, rounds = self._search()
+        return step, rounds, None
+
+    def _shows_in_some_runs(self) -> bool:
+        """auto, a cap or a correctness change: the endpoints did not reproduce because the
+        bad endpoint's run did not show the symptom. It may show in some runs only: the
+        search goes on under bayes (which runs both endpoints again to learn how often)."""
+        v, rng = self.spec.verdict, self.rng
+        if (v.strategy != "auto" or self.choice.strategy is not Strategy.THRESHOLD
+                or v.symptom not in (Symptom.LENGTH, Symptom.CORRECTNESS) or self.terms.fix):
+            return False
+        outs = {o.commit: o for o in self.probed}
+        good, bad = outs.get(rng.good.sha), outs.get(rng.bad.sha)
+        if (good is None or bad is None or good.verdict is not Verdict.GOOD
+                or bad.verdict is not Verdict.GOOD):
+            return False
+        shown = 0  # does it show in some runs?
+        while not shown and len([o for o in self.probed if o.commit == rng.bad.sha]) <= (
+                v.calibration_runs):
+            ev = self.evaluate_fresh(rng.bad.sha)
+            self.fresh(ev)
+            o = self.record(rng.bad, "bad endpoint", ev, cached=False)
+            shown = sum(1 for o in self.probed if o.commit == rng.bad.sha) if (
+                o.verdict is Verdict.BAD) else 0
+        if not shown:
+            return False  # not in any of them: it does not reproduce
+        self.choice = Choice(Strategy.BAYES, f"auto: the bad endpoint did not show the "
+                             f"{v.symptom.value} symptom in its first run, then in run {shown}: "
+                             "it shows in some runs only: runs are repeated where they tell "
+                             "most (bayes)")
+        logger.warning("%s", self.choice.reason)
+        self.events.on_phase("", f"verdict strategy bayes: {self.choice.reason}")
+        return True
 
     def _search(self) -> tuple[Step, int]:
         """Binary search, one commit at a time, prefetching what may come next."""

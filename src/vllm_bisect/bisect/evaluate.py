@@ -33,6 +33,7 @@ from vllm_bisect.probes.load import measure_grid
 from vllm_bisect.probes.vllm_bench import bench_serve, bench_throughput
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.childenv import child_env
+from vllm_bisect.runtime.gpustate import observe, process_tree, read_state
 from vllm_bisect.runtime.process import free_port, run_server
 from vllm_bisect.spec import BisectSpec, ImageBuild, LoadSpec, OpsSpec, ProbeSpec
 
@@ -81,6 +82,7 @@ class Evaluator:
     def _sample(self, handle: ServerHandle, commit: str, more: MoreSamples | None,
                 cancel: threading.Event | None = None) -> Measurement:
         p = self.spec.probe
+        before = read_state()
         with _stop_on(cancel, handle):
             m = self.probe.measure(handle)
             while more is not None and (k := more(m)) > 0:
@@ -88,6 +90,14 @@ class Evaluator:
                     raise Cancelled("cancelled between samples")
                 self._phase(commit, f"sampling {k} more requests ({len(m.requests)} so far)")
                 m = combine(m, self.probe.measure(handle, requests=k, warmup=0))
+            after = read_state()
+            own = process_tree(handle.pid) if before or after else set()
+            record, note = observe(before, after, own)
+            if record is not None:
+                m = m.model_copy(update={"gpu_state": record, "gpu_contended": note is not None,
+                                         "notes": [*m.notes, note] if note else m.notes})
+                if note:
+                    logger.warning("%s: %s", commit[:12], note)
             if p.load is not None:
                 self._phase(commit, f"load: {p.load.requests} requests at concurrency "
                                     f"{p.load.concurrency}, context {p.load.context}")

@@ -66,6 +66,8 @@ class ParallelSearch:
             self.d.events.on_testing(info, "bisect", self._steps_left())
             if self.d.sequential is not None:
                 self.d.sampled_by[info.sha] = self.d.sequential
+            if self.d.policy is not None:  # the two-level test: its own "more"
+                more = self.d.policy.start(info.sha)
             task = self.ex.submit(info.sha, more)
             self.running[task] = (idx, self.known_depth + 1)
             self.by_index[idx] = task
@@ -77,10 +79,21 @@ class ParallelSearch:
         if done.cancelled or done.task in self.cancelled:
             logger.info("%s: run cancelled on %s", done.commit[:12], done.worker)
             self.d.sampled_by.pop(done.commit, None)
+            if self.d.policy is not None:
+                self.d.policy.cancel(done.commit)
             return
         self.d.fresh(done.evaluation)
+        ev = done.evaluation
+        if self.d.policy is not None:  # the two-level test: a fresh server, or decided
+            again = self.d.policy.again(done.commit, ev)
+            if again is not False:
+                task = self.ex.submit(done.commit, again if callable(again) else None)
+                self.running[task] = (idx, depth)
+                self.by_index[idx] = task
+                return
+            ev = self.d.policy.finish(done.commit, ev)
         info = self.d.rng.commits[idx]
-        self.verdicts[idx] = self.d.record(info, "bisect", done.evaluation, cached=False).verdict
+        self.verdicts[idx] = self.d.record(info, "bisect", ev, cached=False).verdict
         self.known_depth = max(self.known_depth, depth)
         self.rounds = max(self.rounds, depth)
 

@@ -18,6 +18,7 @@ from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.prefetch import Prefetcher
 from vllm_bisect.errors import SessionError, disk_full
 from vllm_bisect.report.result import BisectReport
+from vllm_bisect.runtime.gpustate import locked_clocks
 from vllm_bisect.spec import BisectSpec, ExecutorKind, dump_spec
 
 
@@ -82,8 +83,9 @@ def _run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
         cache = ResultCache(cache_dir / "results.sqlite")
         executor = make_executor(spec, evaluator, session_dir, cache_dir, session.id, events)
         try:
-            result = Driver(spec, rng, evaluator, session.journal, cache, events,
-                            prefetcher, executor).run()
+            with locked_clocks(spec.serve.lock_clocks, spec.serve.lock_clocks_mhz):
+                result = Driver(spec, rng, evaluator, session.journal, cache, events,
+                                prefetcher, executor).run()
         finally:
             cache.close()
             if prefetcher is not None:

@@ -109,6 +109,9 @@ def summary(session_dir: Path, console: Console) -> None:
            else "")
     console.print(f"[dim]{len(result.judged())} commits judged, {result.server_starts} server "
                   f"starts{par}, {result.wall_s:.1f} s[/]")
+    if result.strategy_chosen:
+        console.print(f"[dim]verdict strategy {result.strategy_chosen}: "
+                      f"{result.strategy_reason}[/]")
     console.print(f"session  {session_dir}")
     for name in ("report.md", "report.html"):
         if (session_dir / name).exists():

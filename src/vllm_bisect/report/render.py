@@ -49,6 +49,9 @@ def markdown(r: SessionReport) -> str:
         text = v.verification
         lines.append("\n" + (text if v.verified else
                              text.replace("Not verified:", "**Not verified**:", 1)))
+    if v.strategy:
+        name, _, why = v.strategy.partition(" ")
+        lines.append(f"\nVerdict strategy: `{name}` {why}.")
     rows = [(row.index, f"`{row.sha[:12]}`", row.subject, *row.cells,
              row.verdict + (" **(first bad)**" if row.is_culprit else "")) for row in v.rows]
     lines += ["", v.summary, "", *_table(COMMIT_COLUMNS, rows)]

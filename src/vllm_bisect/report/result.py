@@ -111,6 +111,9 @@ class BisectReport(_Doc):
     probed: list[JudgedCommit]
     verification: VerificationDoc | None = None
     confidence: float | None = None
+    # verdict.strategy = "auto": the strategy it chose for the symptom, and why
+    strategy_chosen: str | None = None
+    strategy_reason: str | None = None
     server_starts: int = 0
     rounds: int = 0
     workers: int = 1
@@ -150,7 +153,8 @@ class BisectReport(_Doc):
                    candidates=list(result.candidates), good=result.range.good.sha,
                    bad=result.range.bad.sha, n_commits=len(result.range.commits),
                    probed=probed, verification=VerificationDoc.of(result.verification),
-                   confidence=result.confidence, server_starts=result.server_starts,
+                   confidence=result.confidence, strategy_chosen=result.strategy_chosen,
+                   strategy_reason=result.strategy_reason, server_starts=result.server_starts,
                    rounds=result.rounds, workers=result.workers, wall_s=round(result.wall_s, 3))
 
     def judged(self) -> list[JudgedCommit]:

@@ -94,6 +94,7 @@ class ReportView:
     effects: list[str]
     verification: str | None
     verified: bool
+    strategy: str | None     # the verdict strategy auto chose, and why
     summary: str
     rows: list[CommitRow]
     symptoms: SymptomView | None
@@ -123,6 +124,8 @@ def view(r: SessionReport) -> ReportView:
         subject_plain=PR_IN_SUBJECT.sub("", res.first_bad_subject or "").rstrip(),
         effects=effects(r), verification=verification_text(res),
         verified=bool(res.verification and res.verification.confirmed),
+        strategy=(f"{res.strategy_chosen} ({res.strategy_reason or ''})"
+                  if res.strategy_chosen else None),
         summary=(f"Range {res.good[:12]} (good) .. {res.bad[:12]} (bad), {res.n_commits} "
                  f"commits; {len(judged)} judged, {res.server_starts} server starts, "
                  f"{res.wall_s:.0f} s."),
