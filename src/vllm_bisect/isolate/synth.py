@@ -85,7 +85,7 @@ def base_files(version: str, spec_config: str, requirements: str | None = None
         "vllm/version.py": t.VERSION.format(version=version),
         "vllm/config/__init__.py": "",
         "vllm/config/engine.py": t.ENGINE_CONFIG.format(step_ms=1.0, init_s=0.0, noise_cv=0.0,
-                                                        diverge=None),
+                                                        server_cv=0.0, diverge=None),
         "vllm/spec_decode/__init__.py": "",
         "vllm/spec_decode/config.py": spec_config,
         "vllm/transformers_utils/__init__.py": "",
