@@ -1,0 +1,77 @@
+"""The verdict policy seam: how an evaluation becomes GOOD / BAD / SKIP, the same for every
+way into the core (``vllm-bisect run``, the ``git bisect run`` hook, culprit verification).
+
+A policy is built once per bisect (:func:`vllm_bisect.bisect.policies.make_policy`) and
+asked three things:
+
+1. ``calibrate(endpoints, tests)`` before the search, when ``needs_calibration`` is set:
+   measure both endpoints (through the ``endpoints`` callback, which may be asked again
+   with more samples) and learn from them, or raise ``NotReproduced``.
+2. ``sampler(commit, role)`` just before a commit is measured: how many more requests the
+   policy wants on the same server (None: the probe's first batch is enough). A policy
+   that learns meanwhile snapshots its state here; ``judge`` of that commit uses the
+   snapshot, ``forget(commit)`` drops it (the run was cancelled).
+3. ``judge(evaluation, role)``: the verdict and its reason. The crash rule lives here:
+   following ``symptom = "crash"``, a server that died or a probe that failed is BAD;
+   otherwise an evaluation without a measurement is a SKIP.
+
+``Role`` says why a commit is judged: the good endpoint's measurement is also the reference
+of relative thresholds (``itl_factor``, correctness, throughput); a bisect step's samples
+may sharpen a learning policy; a verification is judged without learning.
+
+To add a policy (a two-level noise test, inverted terms for find-the-fix, patch
+isolation): implement this Protocol and register it in ``policies.make_policy``; nothing
+else in the core changes. ``supports_hook`` says whether it can judge one commit at a
+time under git's control (``git bisect run``); the hook refuses the ones that cannot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Protocol
+
+from vllm_bisect.models import Evaluation, Measurement, Outcome
+
+MoreSamples = Callable[[Measurement], int]  # how many more requests to probe (0: enough)
+
+
+class Role(StrEnum):
+    """Why a commit is measured (the value is what progress lines show)."""
+
+    GOOD_ENDPOINT = "good endpoint"
+    BAD_ENDPOINT = "bad endpoint"
+    BISECT = "bisect"
+    VERIFY_CULPRIT = "verify culprit"
+    VERIFY_PARENT = "verify parent"
+
+    @property
+    def verifies(self) -> bool:
+        return self in (Role.VERIFY_CULPRIT, Role.VERIFY_PARENT)
+
+
+# measure both endpoints, each with at least the requests ``more`` asks for:
+# (good evaluation, bad evaluation)
+EndpointMeasure = Callable[[MoreSamples | None], tuple[Evaluation, Evaluation]]
+
+
+class VerdictPolicy(Protocol):
+    """See the module docstring."""
+
+    @property
+    def needs_calibration(self) -> bool: ...
+
+    @property
+    def supports_hook(self) -> bool: ...
+
+    def calibrate(self, endpoints: EndpointMeasure, tests: int) -> None:
+        """``tests``: how many commits the search may judge (the error budget's split)."""
+        ...
+
+    def sampler(self, commit: str, role: Role) -> MoreSamples | None: ...
+
+    def forget(self, commit: str) -> None: ...
+
+    def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
+        """The verdict (``from_cache`` False: the caller marks cached ones)."""
+        ...
