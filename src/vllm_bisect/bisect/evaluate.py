@@ -1,7 +1,10 @@
 """Measure one commit: prepare its artifact, serve it, probe it, always tear down.
 
 Every recoverable failure becomes an :class:`Evaluation` that is not MEASURED (a skip);
-fatal errors propagate.
+fatal errors propagate. One :class:`Evaluator` serves every worker thread: what belongs to
+one call (artifact, launch plan, GPUs, env, logs, cancel) travels down in an
+:class:`~vllm_bisect.bisect.probe_steps.EvalCall`; what is probed is an explicit list of
+steps (:mod:`vllm_bisect.bisect.probe_steps`).
 """
 
 from __future__ import annotations
@@ -9,24 +12,23 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_bisect.bisect.journal import SessionJournal
-from vllm_bisect.builders import Artifact, ArtifactKind, Builder
+from vllm_bisect.bisect.policy import MoreSamples
+from vllm_bisect.bisect.probe_steps import EvalCall, ProbeStep, plain_steps, server_steps
+from vllm_bisect.builders import ArtifactKind, Builder
 from vllm_bisect.builders.base import prepare
 from vllm_bisect.envinfo import fingerprint
 from vllm_bisect.errors import ArtifactUnavailable, Cancelled, ProbeError, RecoverableError
-from vllm_bisect.models import EvalStatus, Evaluation, Measurement, TokensSource
-from vllm_bisect.probes.decode import DecodeProbe, combine
-from vllm_bisect.probes.load import LoadProbe
-from vllm_bisect.probes.vllm_bench import bench_serve, bench_throughput
+from vllm_bisect.models import EvalStatus, Evaluation, Measurement
+from vllm_bisect.probes.vllm_bench import bench_throughput
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.process import free_port, run_server
-from vllm_bisect.spec import BisectSpec, LoadSpec, ProbeSpec
+from vllm_bisect.spec import BisectSpec, ServeSpec
 
 if TYPE_CHECKING:
     import docker
@@ -34,7 +36,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PhaseCallback = Callable[[str, str], None]  # (commit, phase)
-MoreSamples = Callable[[Measurement], int]  # how many more requests to probe (0: enough)
 
 
 class Evaluator:
@@ -47,84 +48,44 @@ class Evaluator:
         self.journal = journal
         self.session_id = session_id
         self.on_phase = on_phase
-        self.probe = DecodeProbe(spec.probe, spec.min_output_tokens())
+        self.steps = server_steps(spec)
         self._docker: docker.DockerClient | None = None
-        self._vllm = "vllm"                       # the artifact's vllm, for probe.bench
-        self._bench_env: dict[str, str] | None = None
+        self._docker_lock = threading.Lock()
 
     def container_client(self) -> docker.DockerClient:
         """The docker client for the container runtime (created on first use; reaps orphans)."""
-        if self._docker is None:
-            from vllm_bisect.builders.image import docker_client
-            from vllm_bisect.runtime.container import reap_orphans
+        with self._docker_lock:
+            if self._docker is None:
+                from vllm_bisect.builders.dockerd import docker_client
+                from vllm_bisect.runtime.container import reap_orphans
 
-            client = docker_client()
-            for name in reap_orphans(client):
-                logger.warning("removed container %s left by an earlier run", name)
-            self._docker = client
-        return self._docker
+                client = docker_client()
+                for name in reap_orphans(client):
+                    logger.warning("removed container %s left by an earlier run", name)
+                self._docker = client
+            return self._docker
 
     def _phase(self, commit: str, phase: str) -> None:
         logger.info("%s: %s", commit[:12], phase)
         if self.on_phase is not None:
             self.on_phase(commit, phase)
 
-    def _sample(self, handle: ServerHandle, commit: str, more: MoreSamples | None,
-                cancel: threading.Event | None = None) -> Measurement:
-        p = self.spec.probe
-        with _stop_on(cancel, handle):
-            m = self.probe.measure(handle)
-            while more is not None and (k := more(m)) > 0:
-                if cancel is not None and cancel.is_set():
-                    raise Cancelled("cancelled between samples")
-                self._phase(commit, f"sampling {k} more requests ({len(m.requests)} so far)")
-                m = combine(m, self.probe.measure(handle, requests=k, warmup=0))
-            if p.load is not None:
-                self._phase(commit, f"load: {p.load.requests} requests at concurrency "
-                                    f"{p.load.concurrency}")
-                m = m.model_copy(update={"load": LoadProbe(p, p.load).measure(handle)})
-            if p.bench is not None and p.bench.kind == "serve":
-                self._phase(commit, "vllm bench serve")
-                m = m.model_copy(update={"bench": bench_serve(
-                    self._vllm, handle.url, self.spec.serve.model, p.bench.args,
-                    log=self.log_dir / f"bench-{commit[:12]}.log", env=self._bench_env,
-                    timeout_s=p.bench.timeout_s)})
-            if p.mtp_speedup is not None:
-                self._phase(commit, "MTP speed-up: the load with speculative decoding")
-                m = m.model_copy(update={"mtp_on": LoadProbe(p, p.mtp_speedup).measure(handle)})
-        return m
-
-    def _mtp_off(self, artifact: Artifact, commit: str, m: Measurement,
-                 devices: Sequence[int] | None, extra: dict[str, str],
-                 cancel: threading.Event | None) -> Measurement:
-        """The MTP speed-up's other arm: the same load on a server without speculation."""
-        p = self.spec.probe
-        assert p.mtp_speedup is not None
-        plain = Evaluator(self.spec.model_copy(update={
-            "serve": self.spec.serve.model_copy(update={"speculative": None}),
-            "probe": p.model_copy(update={"mtp_speedup": None, "load": None, "bench": None})}),
-            self.builder, self.log_dir / "no-spec", self.journal, self.session_id, self.on_phase)
-        plain._docker = self._docker
-        plain.probe = _LoadOnly(p, p.mtp_speedup)  # type: ignore[assignment]
-        self._phase(commit, "MTP speed-up: the same load without speculative decoding")
-        off, _ = plain._serve_and_probe(artifact, commit, None, devices, extra, cancel)
-        assert off.load is not None and m.mtp_on is not None
-        speedup = m.mtp_on.output_tok_s / off.load.output_tok_s if off.load.output_tok_s else None
-        return m.model_copy(update={"mtp_off": off.load, "mtp_speedup": speedup})
-
     def evaluate(self, commit: str, more: MoreSamples | None = None, *,
                  devices: Sequence[int] | None = None,
                  cancel: threading.Event | None = None) -> Evaluation:
-        """Measure one commit. ``devices``: the GPUs this evaluation may use (a parallel
-        worker's share: CUDA_VISIBLE_DEVICES, or the container's device ids). ``cancel``: set
-        from another thread to stop it (the server is torn down; the result is CANCELLED)."""
+        """Measure one commit. ``devices``: the GPUs this evaluation may use (its worker's
+        slot: CUDA_VISIBLE_DEVICES, or the container's device ids). ``cancel``: set from
+        another thread to stop it (the server is torn down; the result is CANCELLED)."""
         extra = {} if devices is None else {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices))}
+        call = EvalCall(commit=commit, log_dir=self.log_dir, more=more,
+                        devices=None if devices is None else tuple(devices), cancel=cancel,
+                        phase=self._phase, env=extra)
         env = fingerprint({**self.spec.serve.env, **extra})
         cancelled = Evaluation(commit=commit, status=EvalStatus.CANCELLED, reason="cancelled",
                                environment=env)
-        if cancel is not None and cancel.is_set():
+        if call.cancelled():
             return cancelled
-        self._phase(commit, "preparing artifact")
+        call.say("preparing artifact")
         try:
             artifact = prepare(self.builder, commit, cancel)
         except Cancelled:
@@ -132,25 +93,16 @@ class Evaluator:
         except ArtifactUnavailable as err:
             return Evaluation(commit=commit, status=EvalStatus.UNAVAILABLE, reason=err.message,
                               log_tail=err.log_tail, environment=env)
+        call = dataclasses.replace(call, artifact=artifact)
         try:
-            if cancel is not None and cancel.is_set():
+            if call.cancelled():
                 raise Cancelled("cancelled after the artifact was ready")
-            m, startup = self._serve_and_probe(artifact, commit, more, devices, extra, cancel)
+            m, startup = self._serve_and_probe(call, self.spec.serve, self.steps)
             if self.spec.probe.mtp_speedup is not None and self.spec.serve.speculative is not None:
-                m = self._mtp_off(artifact, commit, m, devices, extra, cancel)
-            bench = self.spec.probe.bench
-            if bench is not None and bench.kind == "throughput":
-                if artifact.kind is ArtifactKind.IMAGE or artifact.kind is ArtifactKind.URL:
-                    raise ProbeError("vllm bench throughput runs only with a local vllm "
-                                     f"(not a {artifact.kind.value} artifact)",
-                                     hint='use probe.bench.kind = "serve"')
-                self._phase(commit, "vllm bench throughput (offline)")
-                m = m.model_copy(update={"bench": bench_throughput(
-                    self._vllm, self.spec.serve.model, bench.args,
-                    log=self.log_dir / f"bench-{commit[:12]}.log", env=self._bench_env,
-                    timeout_s=bench.timeout_s)})
+                m = self._mtp_off(call, m)
+            m = self._offline(call, m)
         except RecoverableError as err:
-            if isinstance(err, Cancelled) or (cancel is not None and cancel.is_set()):
+            if isinstance(err, Cancelled) or call.cancelled():
                 return cancelled.model_copy(update={"artifact": artifact.identity})
             return Evaluation(commit=commit, status=EvalStatus.FAILED,
                               reason=f"{type(err).__name__}: {err.message}",
@@ -158,38 +110,75 @@ class Evaluator:
         return Evaluation(commit=commit, status=EvalStatus.MEASURED, measurement=m,
                           artifact=artifact.identity, startup_s=startup, environment=env)
 
-    def _serve_and_probe(self, artifact: Artifact, commit: str, more: MoreSamples | None,
-                         devices: Sequence[int] | None, extra: dict[str, str],
-                         cancel: threading.Event | None) -> tuple[Measurement, float | None]:
-        plan = artifact.launch_plan(self.spec.serve, port := free_port())
-        log = self.log_dir / f"serve-{commit[:12]}.log"
-        self._vllm = str(artifact.venv / "bin" / "vllm") if artifact.venv else "vllm"
-        self._bench_env = {**os.environ, **(plan.env or {}), **extra} if plan else None
+    def _mtp_off(self, call: EvalCall, m: Measurement) -> Measurement:
+        """The MTP speed-up's other arm: the same load on a server without speculation."""
+        serve = self.spec.serve.model_copy(update={"speculative": None})
+        off, _ = self._serve_and_probe(dataclasses.replace(call, log_dir=call.log_dir / "no-spec"),
+                                       serve, plain_steps(self.spec))
+        assert off.load is not None and m.mtp_on is not None
+        speedup = m.mtp_on.output_tok_s / off.load.output_tok_s if off.load.output_tok_s else None
+        return m.model_copy(update={"mtp_off": off.load, "mtp_speedup": speedup})
+
+    def _offline(self, call: EvalCall, m: Measurement) -> Measurement:
+        """``vllm bench throughput``: offline, no server, with the artifact's vllm."""
+        bench = self.spec.probe.bench
+        if bench is None or bench.kind != "throughput":
+            return m
+        assert call.artifact is not None
+        kind = call.artifact.kind
+        if kind is ArtifactKind.IMAGE or kind is ArtifactKind.URL:
+            raise ProbeError("vllm bench throughput runs only with a local vllm "
+                             f"(not a {kind.value} artifact)",
+                             hint='use probe.bench.kind = "serve"')
+        call.say("vllm bench throughput (offline)")
+        if call.plan is None:  # the env the server would get
+            call = dataclasses.replace(call, plan=call.artifact.launch_plan(self.spec.serve, 0))
+        return m.model_copy(update={"bench": bench_throughput(
+            call.vllm, self.spec.serve.model, bench.args, log=call.log("bench"),
+            env=call.bench_env, timeout_s=bench.timeout_s)})
+
+    def _probe(self, call: EvalCall, handle: ServerHandle, steps: list[ProbeStep]
+               ) -> Measurement:
+        m: Measurement | None = None
+        with _stop_on(call.cancel, handle):
+            for step in steps:
+                m = step.run(call, handle, m)
+        assert m is not None
+        return m
+
+    def _serve_and_probe(self, call: EvalCall, serve: ServeSpec, steps: list[ProbeStep]
+                         ) -> tuple[Measurement, float | None]:
+        artifact, commit = call.artifact, call.commit
+        assert artifact is not None
+        plan = artifact.launch_plan(serve, port := free_port())
+        call = dataclasses.replace(call, plan=plan)
+        log = call.log("serve")
+        log.parent.mkdir(parents=True, exist_ok=True)
         if artifact.kind is ArtifactKind.IMAGE:
             from vllm_bisect.runtime.container import run_container
 
-            build = self.spec.build if devices is None else self.spec.build.model_copy(
-                update={"gpus": list(devices)})
-            self._phase(commit, f"starting container {artifact.image}")
-            with run_container(self.container_client(), artifact, self.spec.serve, build,
+            build = self.spec.build if call.devices is None else self.spec.build.model_copy(
+                update={"gpus": list(call.devices)})
+            call.say(f"starting container {artifact.image}")
+            with run_container(self.container_client(), artifact, serve, build,
                                port=port, log_path=log, session_id=self.session_id,
-                               timeout_s=self.spec.serve.startup_timeout_s, cancel=cancel) as h:
-                self._phase(commit, f"probing ({h.startup_s:.1f} s to healthy)")
-                return self._sample(h, commit, more, cancel), h.startup_s
+                               timeout_s=serve.startup_timeout_s, cancel=call.cancel) as h:
+                call.say(f"probing ({h.startup_s:.1f} s to healthy)")
+                return self._probe(call, h, steps), h.startup_s
         if plan is None:
             assert artifact.url is not None
-            self._phase(commit, "probing")
-            handle = ServerHandle(url=artifact.url, model=self.spec.serve.model)
-            return self._sample(handle, commit, more, cancel), None
+            call.say("probing")
+            handle = ServerHandle(url=artifact.url, model=serve.model)
+            return self._probe(call, handle, steps), None
         plan = dataclasses.replace(
-            plan, env={**(plan.env or {}), **extra, "VLLM_BISECT_SESSION": self.session_id})
-        self._phase(commit, "starting server")
-        with run_server(plan, url=f"http://127.0.0.1:{port}", model=self.spec.serve.model,
-                        log_path=log, timeout_s=self.spec.serve.startup_timeout_s,
+            plan, env={**(plan.env or {}), **call.env, "VLLM_BISECT_SESSION": self.session_id})
+        call.say("starting server")
+        with run_server(plan, url=f"http://127.0.0.1:{port}", model=serve.model,
+                        log_path=log, timeout_s=serve.startup_timeout_s,
                         on_start=self._started(commit), on_stop=self._stopped,
-                        serialize_startup=self.spec.serve.serialize_startup, cancel=cancel) as h:
-            self._phase(commit, f"probing ({h.startup_s:.1f} s to healthy)")
-            return self._sample(h, commit, more, cancel), h.startup_s
+                        serialize_startup=serve.serialize_startup, cancel=call.cancel) as h:
+            call.say(f"probing ({h.startup_s:.1f} s to healthy)")
+            return self._probe(call, h, steps), h.startup_s
 
     def _started(self, commit: str) -> Callable[[int], None]:
         def cb(pid: int) -> None:
@@ -225,20 +214,3 @@ def _stop_on(cancel: threading.Event | None, handle: ServerHandle) -> Iterator[N
     finally:
         done.set()
         t.join()
-
-
-class _LoadOnly:
-    """Stands in for the decode probe on the MTP speed-up's plain server: it runs the load
-    only, and hands it back in a measurement."""
-
-    def __init__(self, probe: ProbeSpec, load: LoadSpec) -> None:
-        self.load = LoadProbe(probe, load)
-
-    def measure(self, server: ServerHandle, requests: int | None = None,
-                warmup: int | None = None) -> Measurement:
-        res = self.load.measure(server)
-        return Measurement(endpoint="completions", model=server.model, requested_tokens=None,
-                           min_output_tokens=None, output_tokens=[], length_ok=True, itl_ms=None,
-                           chunk_itl_ms=None, tokens_per_chunk=None, ttft_ms=None,
-                           tpot_ms=res.tpot_ms, finish_reasons=[],
-                           tokens_source=TokensSource.USAGE, load=res, wall_s=res.duration_s)

@@ -25,6 +25,7 @@ from vllm_bisect.bisect.policy import MoreSamples
 from vllm_bisect.errors import FatalError, SpecError
 from vllm_bisect.models import EvalStatus, Evaluation
 from vllm_bisect.runtime.gpulock import gpu_locks
+from vllm_bisect.spec import BisectSpec
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +110,18 @@ def plan_slots(workers: int, gpus: list[int] | None, gpus_per_probe: int) -> lis
                         hint="lower --workers or --gpus-per-probe, or list more GPUs")
     return [Slot(i, tuple(gpus[i * gpus_per_probe:(i + 1) * gpus_per_probe]))
             for i in range(n)]
+
+
+def local_slots(spec: BisectSpec) -> list[Slot]:
+    """This host's worker slots for a spec: ``parallel.workers``, each on ``gpus_per_probe``
+    of ``parallel.gpus`` when GPUs are given (``--gpus 3``: one worker, pinned to GPU 3)."""
+    par = spec.parallel
+    detected = 0
+    if par.gpus == "auto":
+        from vllm_bisect.envinfo import detect
+
+        detected = len(detect().gpus)
+    return plan_slots(par.workers, parse_gpus(par.gpus, detected), par.gpus_per_probe)
 
 
 def run_on_slot(evaluate: EvaluateFn, commit: str, more: MoreSamples | None, slot: Slot,

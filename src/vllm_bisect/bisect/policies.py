@@ -53,6 +53,10 @@ class ThresholdPolicy:
         self.spec = spec
         self.thresholds = Judge(spec.verdict, spec.min_output_tokens())
 
+    @property
+    def needs_reference(self) -> bool:
+        return self.thresholds.needs_reference or self.needs_calibration
+
     def calibrate(self, endpoints: EndpointMeasure, tests: int) -> None:
         pass
 

@@ -22,7 +22,9 @@ may sharpen a learning policy; a verification is judged without learning.
 To add a policy (a two-level noise test, inverted terms for find-the-fix, patch
 isolation): implement this Protocol and register it in ``policies.make_policy``; nothing
 else in the core changes. ``supports_hook`` says whether it can judge one commit at a
-time under git's control (``git bisect run``); the hook refuses the ones that cannot.
+time under git's control (``git bisect run``); the hook refuses the ones that cannot. The
+hook replays the verdicts of the commits it judged before (``judge(..., Role.BISECT)`` in
+order) so a learning policy is in the state ``run`` would be in.
 """
 
 from __future__ import annotations
@@ -63,6 +65,12 @@ class VerdictPolicy(Protocol):
 
     @property
     def supports_hook(self) -> bool: ...
+
+    @property
+    def needs_reference(self) -> bool:
+        """Whether verdicts are relative to the good endpoint's measurement (judged first,
+        with ``Role.GOOD_ENDPOINT``)."""
+        ...
 
     def calibrate(self, endpoints: EndpointMeasure, tests: int) -> None:
         """``tests``: how many commits the search may judge (the error budget's split)."""

@@ -76,7 +76,7 @@ class ArtifactCache:
 
     @staticmethod
     def remove_image(ref: str) -> None:
-        from vllm_bisect.builders.image import docker_client
+        from vllm_bisect.builders.dockerd import docker_client
 
         docker_client().images.remove(ref, force=True)
 

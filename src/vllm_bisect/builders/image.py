@@ -22,6 +22,7 @@ import docker.errors
 from vllm_bisect.builders.base import Artifact, ArtifactKind
 from vllm_bisect.builders.cache import ArtifactCache
 from vllm_bisect.builders.checkout import Checkouts
+from vllm_bisect.builders.dockerd import docker_client as docker_client
 from vllm_bisect.envinfo import Platform, detect
 from vllm_bisect.errors import (
     ArtifactUnavailable,
@@ -33,16 +34,6 @@ from vllm_bisect.errors import (
 from vllm_bisect.spec import BuildSpec
 
 logger = logging.getLogger(__name__)
-
-
-def docker_client() -> docker.DockerClient:
-    try:
-        client = docker.from_env(timeout=600)
-        client.ping()
-    except docker.errors.DockerException as err:
-        raise ToolMissing(f"cannot reach the docker daemon: {err}",
-                          hint="start dockerd (or set DOCKER_HOST), or use build.kind = \"wheel\"") from None
-    return client
 
 
 def render_tags(templates: list[str], commit: str, p: Platform) -> list[str]:
