@@ -15,6 +15,7 @@ is bad, as in ``run``. A strategy that cannot work one commit at a time under gi
 from __future__ import annotations
 
 import hashlib
+import re
 from enum import IntEnum
 from pathlib import Path
 
@@ -48,12 +49,28 @@ class HookExit(IntEnum):
 EXIT_FOR = {Verdict.GOOD: HookExit.GOOD, Verdict.BAD: HookExit.BAD, Verdict.SKIP: HookExit.SKIP}
 
 
+_LOGGED = re.compile(r"# (good|bad|old|new): \[([0-9a-f]{40})\]")
+
+
 def bisect_refs(repo: git.Repo, spec: BisectSpec) -> tuple[str | None, str | None]:
-    """git bisect's good and bad commits (else the spec's range)."""
-    good = sorted(r.path for r in repo.refs if r.path.startswith("refs/bisect/good"))
-    bad = [r for r in repo.refs if r.path == "refs/bisect/bad"]
-    return (repo.commit(good[0]).hexsha if good else spec.range.good,
-            bad[0].commit.hexsha if bad else spec.range.bad)
+    """The good and bad commits git bisect was started with: the first of each in its log
+    (they stay put while ``refs/bisect/bad`` moves down and ``good-*`` refs pile up), else
+    its refs, else the spec's range."""
+    good: str | None = None
+    bad: str | None = None
+    log = Path(repo.git_dir) / "BISECT_LOG"
+    if log.exists():
+        for line in log.read_text(errors="replace").splitlines():
+            m = _LOGGED.match(line)
+            if m and m.group(1) in ("good", "old") and good is None:
+                good = m.group(2)
+            elif m and m.group(1) in ("bad", "new") and bad is None:
+                bad = m.group(2)
+    goods = sorted(r.path for r in repo.refs if r.path.startswith("refs/bisect/good"))
+    bads = [r for r in repo.refs if r.path == "refs/bisect/bad"]
+    good = good or (repo.commit(goods[0]).hexsha if goods else spec.range.good)
+    bad = bad or (bads[0].commit.hexsha if bads else spec.range.bad)
+    return good, bad
 
 
 def bisect_good_ref(repo: git.Repo, spec: BisectSpec) -> str | None:

@@ -35,8 +35,8 @@ class Measurer:
         spec = store.spec
         self.retries = 0 if spec.verdict.symptom is Symptom.CRASH else spec.serve.retries
         self._next = 0
-        # own task id -> (executor task, commit, more, retries left)
-        self._tasks: dict[int, tuple[int, str, MoreSamples | None, int]] = {}
+        # own task id -> (executor task, commit, more, retries left, account)
+        self._tasks: dict[int, tuple[int, str, MoreSamples | None, int, bool]] = {}
         self._by_exec: dict[int, int] = {}
 
     @property
@@ -50,14 +50,17 @@ class Measurer:
         return len(self._tasks)
 
     # -- asynchronous: the parallel search -----------------------------------------------
-    def submit(self, commit: str, more: MoreSamples | None = None) -> int:
+    def submit(self, commit: str, more: MoreSamples | None = None, account: bool = True) -> int:
+        """``account``: count and cache it (culprit verification does not: it is kept in
+        the journal, and the search's server starts are what the report compares)."""
         task, self._next = self._next, self._next + 1
-        self._start(task, commit, more, self.retries)
+        self._start(task, commit, more, self.retries, account)
         return task
 
-    def _start(self, task: int, commit: str, more: MoreSamples | None, left: int) -> None:
+    def _start(self, task: int, commit: str, more: MoreSamples | None, left: int,
+               account: bool) -> None:
         ex_task = self.executor.submit(commit, more)
-        self._tasks[task] = (ex_task, commit, more, left)
+        self._tasks[task] = (ex_task, commit, more, left, account)
         self._by_exec[ex_task] = task
 
     def cancel(self, task: int) -> None:
@@ -71,15 +74,15 @@ class Measurer:
             while not out and self._tasks:
                 for done in self.executor.wait(timeout):
                     task = self._by_exec.pop(done.task)
-                    _, commit, more, left = self._tasks.pop(task)
+                    _, commit, more, left, account = self._tasks.pop(task)
                     ev = done.evaluation
                     if ev.status is EvalStatus.FAILED and left > 0:
                         self.server_starts += 1  # the failed attempt's (it is not cached)
                         logger.warning("%s failed (%s); trying again on a fresh server",
                                        commit[:12], ev.reason)
-                        self._start(task, commit, more, left - 1)
+                        self._start(task, commit, more, left - 1, account)
                         continue
-                    if ev.status is not EvalStatus.CANCELLED:
+                    if account and ev.status is not EvalStatus.CANCELLED:
                         self._account(ev)
                     out.append(replace(done, task=task))
                 if timeout is not None:
@@ -95,7 +98,8 @@ class Measurer:
         self.store.put(ev)
 
     # -- synchronous ----------------------------------------------------------------------
-    def measure_all(self, wants: Mapping[str, MoreSamples | None]) -> dict[str, Evaluation]:
+    def measure_all(self, wants: Mapping[str, MoreSamples | None], account: bool = True
+                    ) -> dict[str, Evaluation]:
         """Fresh evaluations (no cache lookup) of each commit with the samples it wants, as
         many at once as there are free workers."""
         out: dict[str, Evaluation] = {}
@@ -104,7 +108,7 @@ class Measurer:
             while waiting or self._tasks:
                 while waiting and self.free() > 0:
                     commit = waiting.pop(0)
-                    self.submit(commit, wants[commit])
+                    self.submit(commit, wants[commit], account)
                 for done in self.wait():
                     out[done.commit] = done.evaluation
         except BaseException:
