@@ -24,14 +24,21 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def sim_serve(before: str = "") -> str:
-    """The commit's simulated vLLM, served straight from its checkout (no venv build)."""
+    """The commit's simulated vLLM with MTP (the planted cap shows with speculative
+    decoding), served straight from its checkout (no venv build)."""
     return (f"{before}PYTHONPATH=. VLLM_BISECT_SIM_PATH={sim_path()} exec {sys.executable} "
-            "-m vllm.entrypoints.cli.main serve {model} --port {port}")
+            "-m vllm.entrypoints.cli.main serve {model} --port {port} "
+            """--speculative-config '{{"method": "mtp", "num_speculative_tokens": 3}}'""")
 
 
-def spec_for(h: History, serve: str, **over: dict[str, Any]) -> BisectSpec:
-    return make_spec(h, build={"kind": "command", "serve": serve},
-                     **{"verdict": {"verify_samples": 0}, **over})
+def spec_for(h: History, command: str, **over: dict[str, Any]) -> BisectSpec:
+    """A command build serving with ``command``; culprit verification off (these tests compare
+    first bad commits)."""
+    sections: dict[str, dict[str, Any]] = {"build": {"kind": "command", "serve": command},
+                                           "verdict": {"verify_samples": 0}}
+    for name, values in over.items():
+        sections[name] = {**sections.get(name, {}), **values}
+    return make_spec(h, **sections)
 
 
 def hook_first_bad(h: History, spec: BisectSpec, tmp: Path) -> tuple[str, str]:
@@ -56,8 +63,7 @@ def run_first_bad(spec: BisectSpec, tmp: Path) -> str | None:
 
 def test_threshold_relative_to_the_good_endpoint(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=8, slow_at=5, slow_factor=3.0, step_ms=2.0)
-    spec = spec_for(h, sim_serve(), verdict={"symptom": "itl", "itl_factor": 2.0,
-                                             "verify_samples": 0})
+    spec = spec_for(h, sim_serve(), verdict={"symptom": "itl", "itl_factor": 2.0})
     hook, _ = hook_first_bad(h, spec, tmp_path)
     assert hook == run_first_bad(spec, tmp_path) == h.planted["itl"]
 
@@ -68,7 +74,7 @@ def test_sequential_calibrates_on_git_bisects_refs(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=8, slow_at=3, slow_factor=1.5, step_ms=2.0, noise_cv=0.05)
     spec = spec_for(h, sim_serve(),
                     verdict={"symptom": "itl", "strategy": "sequential", "alpha": 0.001,
-                             "calibration_samples": 6, "verify_samples": 0},
+                             "calibration_samples": 6},
                     probe={"max_tokens": 120, "requests": 2, "warmup": 0})
     hook, _ = hook_first_bad(h, spec, tmp_path)
     assert hook == run_first_bad(spec, tmp_path) == h.planted["itl"]
@@ -83,7 +89,7 @@ def test_a_server_that_dies_is_bad_under_the_crash_symptom(tmp_path: Path) -> No
     crashing.write_text("\n".join(h.shas[4:]) + "\n")  # from commit 4 on the server dies
     die = (f"if grep -q {{commit}} {crashing}; then "
            "echo 'RuntimeError: CUDA error: an illegal memory access' >&2; exit 3; fi; ")
-    spec = spec_for(h, sim_serve(die), verdict={"symptom": "crash", "verify_samples": 0})
+    spec = spec_for(h, sim_serve(die), verdict={"symptom": "crash"})
     hook, log = hook_first_bad(h, spec, tmp_path)
     assert hook == run_first_bad(spec, tmp_path) == h.shas[4]
     assert "skip" not in log.replace("# skip", "")  # a crash is bad, not a skip
