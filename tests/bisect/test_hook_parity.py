@@ -4,6 +4,7 @@ the same real history (threshold, sequential, crash): one verdict policy for bot
 from __future__ import annotations
 
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -78,9 +79,14 @@ def test_sequential_calibrates_on_git_bisects_refs(tmp_path: Path) -> None:
                     probe={"max_tokens": 120, "requests": 2, "warmup": 0})
     hook, _ = hook_first_bad(h, spec, tmp_path)
     assert hook == run_first_bad(spec, tmp_path) == h.planted["itl"]
-    # the endpoints were measured once (calibration), then reused from the cache
-    journals = list((h.path / ".git" / "vllm-bisect-hook").glob("*/journal.sqlite"))
-    assert len(journals) == 1
+    # one journal for the whole bisect; the endpoints were measured by the first hook call
+    # (calibration, before its HEAD), then reused from the cache by every later call
+    (journal,) = (h.path / ".git" / "vllm-bisect-hook").glob("*/journal.sqlite")
+    with sqlite3.connect(journal) as con:
+        started = [c for (c,) in con.execute("SELECT commit_sha FROM servers ORDER BY started")]
+    heads = [i for i, c in enumerate(started) if c not in (h.good, h.bad)]
+    assert len(heads) >= 2 and {h.good, h.bad} <= set(started[:heads[0]])
+    assert not {h.good, h.bad} & set(started[heads[0]:])
 
 
 def test_a_server_that_dies_is_bad_under_the_crash_symptom(tmp_path: Path) -> None:
