@@ -77,9 +77,9 @@ def bisect_good_ref(repo: git.Repo, spec: BisectSpec) -> str | None:
     return bisect_refs(repo, spec)[0]
 
 
-def _hook_dir(repo: git.Repo, spec: BisectSpec, rng: CommitRange) -> Path:
+def _hook_dir(repo: git.Repo, spec: BisectSpec, good: str | None, bad: str | None) -> Path:
     """One journal per bisect: its endpoints and everything but the range in the spec."""
-    blob = f"{rng.good.sha}:{rng.bad.sha}:{spec.model_dump_json(exclude={'range'})}"
+    blob = f"{good}:{bad}:{spec.model_dump_json(exclude={'range'})}"
     return Path(repo.git_dir) / "vllm-bisect-hook" / hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -94,16 +94,16 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
     repo = open_repo(cwd)
     head = info(repo.head.commit)
     good_ref, bad_ref = bisect_refs(repo, spec)
-    if policy.needs_reference and (good_ref is None or bad_ref is None):
-        raise SpecError(f"verdict.strategy {str(spec.verdict.strategy)!r} with these "
-                        "thresholds needs git bisect's good and bad commits",
-                        hint="run under `git bisect` after `git bisect good/bad <ref>`, or "
-                             "set range.good and range.bad")
-    rng = commit_range(repo, good_ref or head.sha, bad_ref or head.sha, spec.range.first_parent)\
-        if good_ref and bad_ref and good_ref != bad_ref else None
+    rng: CommitRange | None = None
+    if policy.needs_reference:  # (else the range is not needed: ignored, as documented)
+        if not (good_ref and bad_ref):
+            raise SpecError(f"verdict.strategy {str(spec.verdict.strategy)!r} with these "
+                            "thresholds needs git bisect's good and bad commits",
+                            hint="run under `git bisect` after `git bisect good/bad <ref>`, "
+                                 "or set range.good and range.bad")
+        rng = commit_range(repo, good_ref, bad_ref, spec.range.first_parent)
     slot = local_slots(spec)[0]  # pinned as `run` pins its first worker
-    session_dir = (_hook_dir(repo, spec, rng) if rng is not None
-                   else Path(repo.git_dir) / "vllm-bisect-hook" / "no-range")
+    session_dir = _hook_dir(repo, spec, good_ref, bad_ref)
     cache = ResultCache(cache_dir / "results.sqlite")
     try:
         with Session(session_dir) as session:
