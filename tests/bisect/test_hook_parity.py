@@ -32,11 +32,16 @@ def sim_serve(before: str = "") -> str:
             """--speculative-config '{{"method": "mtp", "num_speculative_tokens": 3}}'""")
 
 
+# the history's unbuildable commits (their build backend requires a newer CMake) fail this
+SETUP = "! grep -q CMake _build/backend.py"  # setup step
+
+
 def spec_for(h: History, command: str, **over: dict[str, Any]) -> BisectSpec:
     """A command build serving with ``command``; culprit verification off (these tests compare
     first bad commits)."""
-    sections: dict[str, dict[str, Any]] = {"build": {"kind": "command", "serve": command},
-                                           "verdict": {"verify_samples": 0}}
+    sections: dict[str, dict[str, Any]] = {
+        "build": {"kind": "command", "serve": command, "setup": SETUP},
+        "verdict": {"verify_samples": 0}}
     for name, values in over.items():
         sections[name] = {**sections.get(name, {}), **values}
     return make_spec(h, **sections)
@@ -63,10 +68,15 @@ def run_first_bad(spec: BisectSpec, tmp: Path) -> str | None:
 
 
 def test_threshold_relative_to_the_good_endpoint(tmp_path: Path) -> None:
-    h = history(tmp_path, n_commits=8, slow_at=5, slow_factor=3.0, step_ms=2.0)
+    h = history(tmp_path, n_commits=10, slow_at=6, slow_factor=3.0, step_ms=2.0,
+                unbuildable=(4, 5))
     spec = spec_for(h, sim_serve(), verdict={"symptom": "itl", "itl_factor": 2.0})
-    hook, _ = hook_first_bad(h, spec, tmp_path)
+    hook, log = hook_first_bad(h, spec, tmp_path)
     assert hook == run_first_bad(spec, tmp_path) == h.planted["itl"]
+    skipped = re.findall(r"# skip: \[([0-9a-f]{40})\]", log)  # an unbuildable commit: exit 125
+    assert set(skipped) <= set(h.unbuildable)
+    if any(u[:7] in log for u in h.unbuildable):
+        assert skipped
 
 
 def test_sequential_calibrates_on_git_bisects_refs(tmp_path: Path) -> None:
