@@ -17,6 +17,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from vllm_bisect import __version__
 from vllm_bisect.bisect.driver import BisectResult
@@ -62,13 +63,17 @@ def _setup_logging(verbose: bool) -> None:
 class RichEvents:
     """Progress lines on stderr (stdout stays clean for --json)."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, fix: bool = False) -> None:
         self.c = console
         self.started = time.monotonic()
+        # a fix search runs on old/new terms: good = has the problem, bad = fixed
+        self.labels = {"good": "has the problem", "bad": "fixed"} if fix else {}
 
     def on_range(self, rng: CommitRange) -> None:
         self.c.print(f"[bold]range[/] {rng.good.sha[:12]}..{rng.bad.sha[:12]}: "
                      f"{len(rng.commits)} commits")
+        for note in rng.notes:
+            self.c.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
 
     def on_testing(self, commit: CommitInfo, role: str, steps_left: int) -> None:
         t = time.monotonic() - self.started
@@ -82,12 +87,13 @@ class RichEvents:
     def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
         cached = " [dim](cached)[/]" if outcome.from_cache else ""
         self.c.print(f"          -> {commit.sha[:12]} [{STYLE[outcome.verdict]}]"
-                     f"{outcome.verdict.value}[/]: {outcome.reason}{cached}")
+                     f"{self.labels.get(outcome.verdict.value, outcome.verdict.value)}[/]: "
+                     f"{outcome.reason}{cached}")
 
 
 def _bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path, console: Console,
             quiet_phases: bool = False) -> BisectResult:
-    events = RichEvents(console)
+    events = RichEvents(console, fix=spec.range.search == "fix")
     if quiet_phases:
         events.on_phase = lambda commit, phase: None  # type: ignore[method-assign]
     return run_bisect(spec, session_dir, cache_dir, events)
@@ -97,7 +103,10 @@ def _summary(result: BisectResult, console: Console) -> None:
     console.print(result_table(result))
     if result.first_bad:
         subj = next((c.subject for c in result.range.commits if c.sha == result.first_bad), "")
-        console.print(f"[bold red]first bad commit:[/] {result.first_bad} {subj}")
+        label = "first fixed commit" if result.search == "fix" else "first bad commit"
+        if result.search == "fix":
+            console.print("[dim]find-the-fix search: old = has the problem, new = fixed[/]")
+        console.print(f"[bold red]{label}:[/] {result.first_bad} {subj}")
         console.print(f"  https://github.com/vllm-project/vllm/commit/{result.first_bad}")
     else:
         console.print("[yellow]no single culprit: only skipped commits separate good from bad."
@@ -129,6 +138,9 @@ def run(
     gpus_per_probe: Annotated[int | None, typer.Option(
         help="GPUs per probe, for tensor parallel (parallel.gpus_per_probe)")] = None,
     executor: Annotated[str | None, typer.Option(help="local or ray (parallel.executor)")] = None,
+    search: Annotated[str | None, typer.Option(
+        help="range.search: regression (good..bad, find the first bad commit) or fix (--good "
+             "has the problem, --bad is fixed; find the first fixed commit)")] = None,
     ray_address: Annotated[str | None, typer.Option(
         help="Ray cluster: auto or ray://host:port (parallel.ray_address)")] = None,
     ray_resource: Annotated[list[str] | None, typer.Option(
@@ -149,7 +161,8 @@ def run(
         else:
             raise FatalError("no spec given", hint="pass --spec FILE (or --session DIR of an "
                              "earlier run to resume it)")
-        spec = spec.with_overrides(range={"good": good, "bad": bad, "repo": repo},
+        spec = spec.with_overrides(range={"good": good, "bad": bad, "repo": repo,
+                                          "search": search},
                                    verdict={"symptom": symptom, "itl_factor": itl_factor},
                                    parallel={"workers": workers, "gpus": gpus,
                                              "gpus_per_probe": gpus_per_probe,
@@ -252,15 +265,28 @@ def triage_cmd(
     if as_json:
         out.print_json(json.dumps(doc, default=str))
         return
-    out.print(f"good: {t.good or '?'}   bad: {t.bad or '?'}   symptom: {t.symptom or '?'}")
-    out.print(f"model: {t.model or '?'}   speculative: {t.speculative or 'none'}   "
-              f"hardware: {t.hardware}")
+    search = ("find the fix (old = has the problem, new = fixed)" if t.search.value == "fix"
+              else "regression (old = good, new = bad)")
+    out.print(f"search: {search}", markup=False)
+    out.print(f"{t.old_term}: {t.good_label or t.good or '?'}   {t.new_term}: "
+              f"{t.bad_label or t.bad or '?'}", markup=False)
+    out.print(f"symptoms: {', '.join(t.symptoms) or '?'}   (the spec follows: "
+              f"{doc['spec']['verdict']['symptom']})", markup=False)
+    out.print(f"model: {t.model or t.local_model or '?'}   speculative: "
+              f"{t.speculative or 'none'}   hardware: {t.hardware}", markup=False)
     if t.serve_args or t.env:
-        out.print(f"serve args: {t.serve_args}   env: {t.env}")
+        out.print(f"serve args: {t.serve_args}   env: {t.env}", markup=False)
+    if t.bench:
+        out.print(f"probe.bench: {t.bench['kind']} {' '.join(t.bench['args'])}", markup=False)
+    for r in t.read:
+        out.print(f"  read {r.what}: {r.value}" + (f" (line {r.line})" if r.line else "")
+                  + f": {r.why}", markup=False, highlight=False)
     for w in t.warnings:
-        out.print(f"[yellow]warning:[/] {w}")
+        out.print(f"[yellow]warning:[/] {escape(w)}")
     for u in t.unknowns:
-        out.print(f"[red]unknown:[/] {u}")
+        out.print(f"[red]unknown:[/] {escape(u)}")
+    if doc.get("compare_command"):
+        out.print(f"A/B the env var the report flips: {doc['compare_command']}", markup=False)
     if write is not None:
         out.print(f"spec written to {write}")
 

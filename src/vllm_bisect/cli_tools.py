@@ -129,3 +129,8 @@ def bot_serve(
         _fail(e)
 
 
+
+
+from vllm_bisect.isolate import commands as _studies  # noqa: E402  (isolate, deps, knobs)
+
+del _studies

@@ -44,11 +44,20 @@ class Symptom(StrEnum):
     ANY = "any"                  # length or itl
 
 
+class SearchKind(StrEnum):
+    """regression: old = good, new = bad, find the first bad commit. fix: old = has the
+    problem, new = fixed, find the first fixed commit (``git bisect terms`` inverted)."""
+
+    REGRESSION = "regression"
+    FIX = "fix"
+
+
 class RangeSpec(_Model):
     repo: str = "."
-    good: str | None = None
-    bad: str | None = None
+    good: str | None = None  # the old end (search = "fix": a commit that has the problem)
+    bad: str | None = None   # the new end (search = "fix": a commit where it is fixed)
     first_parent: bool = True
+    search: SearchKind = SearchKind.REGRESSION
 
 
 DEFAULT_TAGS = (
@@ -237,6 +246,9 @@ class BisectSpec(_Model):
     @model_validator(mode="after")
     def _check_verdict(self) -> BisectSpec:
         v = self.verdict
+        if self.range.search is SearchKind.FIX and v.strategy == "bayes":
+            raise ValueError('range.search = "fix" works with the threshold and sequential '
+                             'strategies, not "bayes"')
         if v.strategy == "sequential" and v.symptom is not Symptom.ITL:
             raise ValueError('verdict.strategy = "sequential" needs verdict.symptom = "itl"')
         if (v.symptom is Symptom.ITL and v.strategy == "threshold" and v.max_itl_ms is None

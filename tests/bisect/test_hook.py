@@ -21,6 +21,19 @@ def test_hook_exit_codes(tmp_path: Path) -> None:
         assert r.returncode == code, r.stderr
 
 
+def test_git_bisect_run_with_fix_terms(tmp_path: Path) -> None:
+    # range.search = "fix": exit 0 = has the problem (old term), 1 = fixed (new term)
+    h = history(tmp_path, n_commits=8, cap_at=0, fixed_at=5)
+    spec = write_spec(tmp_path / "spec.toml", spec_for(h, sim_serve(), range={"search": "fix"}))
+    git(h.path, "bisect", "start", "--term-old=broken", "--term-new=fixed", h.bad, h.good)
+    hook = " ".join([*HOOK, "--spec", str(spec)])
+    r = subprocess.run(["git", "bisect", "run", "sh", "-c", hook], cwd=h.path,
+                       capture_output=True, text=True, timeout=300)
+    git(h.path, "bisect", "reset")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"{h.planted['fix']} is the first fixed commit" in r.stdout
+
+
 def test_hook_invalid_spec_aborts(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=2)
     bad = tmp_path / "bad.toml"

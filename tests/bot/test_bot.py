@@ -207,3 +207,23 @@ def test_not_reproduced_blames_nobody(tmp_path: Path, gh: GitHubStandIn,
     wait_for(lambda: final(ack))
     assert "inconclusive" in ack.body and "No commit is blamed" in ack.body
     assert "First bad commit" not in ack.body
+
+
+def test_bare_bisect_answers_with_what_it_read(tmp_path: Path, gh: GitHubStandIn,
+                                               start_bot: Callable[[Path], Bot]) -> None:
+    h = history(tmp_path, n_commits=3)
+    bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, tmp_path / "state", workers=0))
+    sweep = (Path(__file__).parent.parent / "triage" / "corpus" / "founding-mtp-sweep-en"
+             / "report.md").read_text()
+    r = bot.send("issue_comment", comment_event("/bisect", issue_body=sweep))
+    assert r.status_code == 422
+    body = gh.comments[-1].body
+    assert "could not determine good and bad" in body and "what I read from this issue" in body
+    assert "| model | `/path/to/Qwen3.6-27B-NVFP4` | 6 |" in body
+    assert "good: no ref named as good" in body and "f4517815" not in body
+    report = (f"Regressed: fine at `{h.good[:9]}` (good), but `{h.bad[:9]}` caps every answer "
+              "at 128 tokens (bad).")
+    r = bot.send("issue_comment", comment_event("/bisect", issue=2, issue_body=report))
+    assert r.json()["status"] == "queued"
+    ack = gh.comments[-1].body
+    assert "regression report" in ack and f"`{h.bad[:9]}`" in ack and "| 1 |" in ack

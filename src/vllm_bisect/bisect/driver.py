@@ -56,6 +56,7 @@ class BisectResult:
     workers: int = 1
     verification: Verification | None = None  # the culprit and its parent, re-measured
     confidence: float | None = None  # bayes: the posterior probability of first_bad
+    search: str = "regression"  # "fix": first_bad is the first fixed commit (terms inverted)
 
 
 def inline(evaluator: CommitEvaluator) -> EvaluateFn:
@@ -104,4 +105,4 @@ class Driver:
                             server_starts=self.measurer.server_starts,
                             wall_s=time.monotonic() - t0, rounds=found.rounds,
                             workers=self.measurer.workers, verification=verification,
-                            confidence=found.confidence)
+                            confidence=found.confidence, search=t.terms.search.value)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 
 from vllm_bisect.bisect.multisection import ideal_rounds
-from vllm_bisect.bisect.policy import MoreSamples, Role
-from vllm_bisect.bisect.range import CommitRange
+from vllm_bisect.bisect.policy import MoreSamples
 from vllm_bisect.bisect.strategy import next_step
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.errors import NotReproduced
@@ -27,25 +26,31 @@ def prefetch_first(t: Tester) -> None:
 
 
 def verify_endpoints(t: Tester) -> None:
-    """One at a time: the good endpoint first (no need to build bad if good fails)."""
+    """One at a time, the reference (healthy) endpoint first: no need to build the other if
+    the good one cannot be tested."""
     rng, k = t.rng, steps(len(t.rng.commits))
     prefetch_first(t)
-    good = t.test(rng.good, Role.GOOD_ENDPOINT, k + 1)
-    if good.verdict is Verdict.SKIP:
-        check_endpoints(rng, good, None)
-    check_endpoints(rng, good, t.test(rng.bad, Role.BAD_ENDPOINT, k))
+    (ref_end, role), (other, role2) = t.terms.endpoints(rng)
+    one = t.test(ref_end, role, k + 1)
+    if one.verdict is Verdict.SKIP and ref_end is rng.good:
+        check_endpoints(t, one, None)
+    two = t.test(other, role2, k)
+    check_endpoints(t, *((one, two) if ref_end is rng.good else (two, one)))
 
 
-def check_endpoints(rng: CommitRange, good: Outcome, bad: Outcome | None) -> None:
-    """Raise NotReproduced unless good judged good and bad judged bad."""
-    if good.verdict is Verdict.SKIP:
+def check_endpoints(t: Tester, good: Outcome | None, bad: Outcome | None) -> None:
+    """Raise NotReproduced unless the old end judged old (good) and the new end new (bad)."""
+    rng, terms = t.rng, t.terms
+    if good is not None and good.verdict is Verdict.SKIP:
         raise NotReproduced(f"the good endpoint {rng.good.sha[:12]} could not be tested: "
                             f"{good.reason}", hint="pick a good commit that builds and serves")
     problems = []
-    if good.verdict is not Verdict.GOOD:
-        problems.append(f"good endpoint {rng.good.sha[:12]} judged {good.verdict}: {good.reason}")
+    if good is not None and good.verdict is not Verdict.GOOD:
+        problems.append(f"{terms.old} endpoint {rng.good.sha[:12]} judged {good.verdict} "
+                        f"(expected {terms.old}): {good.reason}")
     if bad is not None and bad.verdict is not Verdict.BAD:
-        problems.append(f"bad endpoint {rng.bad.sha[:12]} judged {bad.verdict}: {bad.reason}")
+        problems.append(f"{terms.new} endpoint {rng.bad.sha[:12]} judged {bad.verdict} "
+                        f"(expected {terms.new}): {bad.reason}")
     if problems:
         raise NotReproduced("did not reproduce: " + "; ".join(problems),
                             hint="check the verdict thresholds against both measurements "
@@ -66,8 +71,8 @@ def calibrate_endpoints(t: Tester) -> None:
     k = steps(n)
 
     def endpoints(more: MoreSamples | None) -> tuple[Evaluation, Evaluation]:
-        t.test_batch([(rng.good, Role.GOOD_ENDPOINT, k + 1), (rng.bad, Role.BAD_ENDPOINT, k)],
-                     more)
+        t.test_batch([(info, role, k + 1 - i)
+                      for i, (info, role) in enumerate(t.terms.endpoints(rng))], more)
         return t.evaluations[rng.good.sha], t.evaluations[rng.bad.sha]
 
     t.policy.calibrate(endpoints, search_tests(n, t.measurer.workers))

@@ -1,11 +1,13 @@
 """``git bisect run vllm-bisect hook --spec S``: judge HEAD; 0 good, 1 bad, 125 skip.
 
 HEAD is judged by the same :class:`~vllm_bisect.bisect.policy.VerdictPolicy` as
-``vllm-bisect run``, with git bisect's own endpoints: ``refs/bisect/good-*`` (the first) and
-``refs/bisect/bad`` (else ``range.good`` / ``range.bad``; the rest of the range section is
-ignored). A policy that needs the good endpoint (``itl_factor``, correctness, throughput)
-or calibrates on both (``sequential``) measures them once; they are cached like every other
-commit and reused by later hook calls. Each bisect (endpoints + spec) keeps a journal under
+``vllm-bisect run``, with git bisect's own endpoints: the old (good) and new (bad) commits it
+was started with (its log, in its terms; else its refs; else ``range.good`` / ``range.bad``;
+the rest of the range section is ignored). With ``range.search = "fix"`` the exit codes are in
+old/new terms (0 = has the problem, 1 = fixed) and the fixed end is the reference. A policy
+that needs the healthy endpoint (``itl_factor``, correctness, throughput) or calibrates on both
+(``sequential``) measures them once; they are cached like every other commit and reused by
+later hook calls. Each bisect (endpoints + spec) keeps a journal under
 ``.git/vllm-bisect-hook/``; its earlier verdicts are replayed in order, so a learning policy
 judges HEAD in the state ``run`` would. Following ``symptom = "crash"``, a server that dies
 is bad, as in ``run``. A strategy that cannot work one commit at a time under git's control
@@ -49,27 +51,31 @@ class HookExit(IntEnum):
 EXIT_FOR = {Verdict.GOOD: HookExit.GOOD, Verdict.BAD: HookExit.BAD, Verdict.SKIP: HookExit.SKIP}
 
 
-_LOGGED = re.compile(r"# (good|bad|old|new): \[([0-9a-f]{40})\]")
+def _terms(git_dir: Path) -> tuple[str, str]:
+    """git bisect's (old, new) terms: good/bad, or ``--term-old`` / ``--term-new``."""
+    try:
+        new, old = (Path(git_dir) / "BISECT_TERMS").read_text().split()[:2]
+        return old, new
+    except (OSError, ValueError):
+        return "good", "bad"
 
 
 def bisect_refs(repo: git.Repo, spec: BisectSpec) -> tuple[str | None, str | None]:
-    """The good and bad commits git bisect was started with: the first of each in its log
-    (they stay put while ``refs/bisect/bad`` moves down and ``good-*`` refs pile up), else
-    its refs, else the spec's range."""
-    good: str | None = None
-    bad: str | None = None
+    """The old (good) and new (bad) commits git bisect was started with: the first of each
+    in its log (they stay put while ``refs/bisect/bad`` moves and ``good-*`` refs pile up),
+    else its refs, else the spec's range."""
+    old_term, new_term = _terms(Path(repo.git_dir))
+    logged = re.compile(rf"# ({re.escape(old_term)}|{re.escape(new_term)}): \[([0-9a-f]{{40}})\]")
+    found: dict[str, str] = {}
     log = Path(repo.git_dir) / "BISECT_LOG"
     if log.exists():
         for line in log.read_text(errors="replace").splitlines():
-            m = _LOGGED.match(line)
-            if m and m.group(1) in ("good", "old") and good is None:
-                good = m.group(2)
-            elif m and m.group(1) in ("bad", "new") and bad is None:
-                bad = m.group(2)
-    goods = sorted(r.path for r in repo.refs if r.path.startswith("refs/bisect/good"))
-    bads = [r for r in repo.refs if r.path == "refs/bisect/bad"]
-    good = good or (repo.commit(goods[0]).hexsha if goods else spec.range.good)
-    bad = bad or (bads[0].commit.hexsha if bads else spec.range.bad)
+            if (m := logged.match(line)) and m.group(1) not in found:
+                found[m.group(1)] = m.group(2)
+    olds = sorted(r.path for r in repo.refs if r.path.startswith(f"refs/bisect/{old_term}-"))
+    news = [r for r in repo.refs if r.path == f"refs/bisect/{new_term}"]
+    good = found.get(old_term) or (repo.commit(olds[0]).hexsha if olds else spec.range.good)
+    bad = found.get(new_term) or (news[0].commit.hexsha if news else spec.range.bad)
     return good, bad
 
 
@@ -128,7 +134,8 @@ def _settle_endpoints(t: Tester) -> None:
     if t.policy.needs_calibration:
         calibrate_endpoints(t)
         return
-    check_endpoints(t.rng, t.test(t.rng.good, Role.GOOD_ENDPOINT, 0), None)
+    ref = t.test(t.terms.reference(t.rng), t.terms.reference_role, 0)
+    check_endpoints(t, *((None, ref) if t.terms.fix else (ref, None)))
 
 
 def _replay(t: Tester, head: str) -> None:

@@ -88,7 +88,8 @@ class MultisectionSearch:
         steps = ideal_rounds(self.n, self.m.workers)
         results: dict[str, tuple[Evaluation, bool]] = {}
         tasks: dict[int, str] = {}
-        for info, role in ((rng.good, Role.GOOD_ENDPOINT), (rng.bad, Role.BAD_ENDPOINT)):
+        order = t.terms.endpoints(rng)  # the reference endpoint is judged first
+        for info, role in order:
             t.events.on_testing(info, role, steps)
             found = t.store.get(info.sha)
             if found is not None:
@@ -104,9 +105,8 @@ class MultisectionSearch:
                     results[done.commit] = (done.evaluation, False)
                 else:
                     held.append(done)
-        good = t.record(rng.good, Role.GOOD_ENDPOINT, *results[rng.good.sha])
-        bad = t.record(rng.bad, Role.BAD_ENDPOINT, *results[rng.bad.sha])
-        check_endpoints(rng, good, bad)
+        out = {info.sha: t.record(info, role, *results[info.sha]) for info, role in order}
+        check_endpoints(t, out[rng.good.sha], out[rng.bad.sha])
         for done in held:
             self._finish(done)
 

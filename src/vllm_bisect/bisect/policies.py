@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 
 from vllm_bisect.bisect.policy import EndpointMeasure, MoreSamples, Role, VerdictPolicy
+from vllm_bisect.bisect.terms import Terms
 from vllm_bisect.errors import NotReproduced, SpecError
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Verdict
 from vllm_bisect.spec import BisectSpec, Symptom
@@ -44,13 +45,15 @@ def unmeasured(spec: BisectSpec, ev: Evaluation) -> Outcome:
 
 
 class ThresholdPolicy:
-    """The spec's thresholds; the good endpoint sets the reference of relative ones."""
+    """The spec's thresholds; the healthy endpoint sets the reference of relative ones.
+    Verdicts in the search's terms (a fix search inverts them)."""
 
     needs_calibration = False
     supports_hook = True
 
     def __init__(self, spec: BisectSpec) -> None:
         self.spec = spec
+        self.terms = Terms(spec.range.search)
         self.thresholds = Judge(spec.verdict, spec.min_output_tokens())
 
     @property
@@ -69,12 +72,14 @@ class ThresholdPolicy:
     def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
         m = evaluation.measurement
         if m is None:
-            return unmeasured(self.spec, evaluation)
-        if role is Role.GOOD_ENDPOINT and self.thresholds.needs_reference:
-            self.thresholds = self.thresholds.with_reference(m)  # itl_factor's baseline
-        j = self.thresholds.judge(m)
-        return Outcome(commit=evaluation.commit, verdict=j.verdict, reason=j.reason,
-                       measurement=m)
+            outcome = unmeasured(self.spec, evaluation)
+        else:
+            if role is self.terms.reference_role and self.thresholds.needs_reference:
+                self.thresholds = self.thresholds.with_reference(m)  # itl_factor's baseline
+            j = self.thresholds.judge(m)
+            outcome = Outcome(commit=evaluation.commit, verdict=j.verdict, reason=j.reason,
+                              measurement=m)
+        return outcome.model_copy(update={"verdict": self.terms.verdict(outcome.verdict)})
 
 
 class BayesPolicy(ThresholdPolicy):
@@ -100,8 +105,9 @@ _SEQ_VERDICT = {SeqVerdict.GOOD: Verdict.GOOD, SeqVerdict.BAD: Verdict.BAD}
 
 
 class SequentialPolicy(ThresholdPolicy):
-    """Calibrated on both endpoints, then the SPRT on per-request ITL (learning as it goes).
-    The endpoints themselves are judged by the thresholds (they are the calibration)."""
+    """Calibrated on both endpoints, then the SPRT on per-request ITL (learning as it goes;
+    its verdicts are old/new already: like the old end or like the new one). The endpoints
+    themselves are judged by the thresholds (they are the calibration)."""
 
     needs_calibration = True
 
@@ -156,8 +162,7 @@ class SequentialPolicy(ThresholdPolicy):
 
     def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
         m = evaluation.measurement
-        if self.sequential is None or m is None or role in (Role.GOOD_ENDPOINT,
-                                                             Role.BAD_ENDPOINT):
+        if self.sequential is None or m is None or role.endpoint:
             self.sampled_by.pop(evaluation.commit, None)
             return super().judge(evaluation, role)
         judge = self.sampled_by.pop(evaluation.commit, None) or self.sequential

@@ -15,9 +15,12 @@ asked three things:
    following ``symptom = "crash"``, a server that died or a probe that failed is BAD;
    otherwise an evaluation without a measurement is a SKIP.
 
-``Role`` says why a commit is judged: the good endpoint's measurement is also the reference
-of relative thresholds (``itl_factor``, correctness, throughput); a bisect step's samples
-may sharpen a learning policy; a verification is judged without learning.
+``Role`` says why a commit is judged: the healthy endpoint's measurement (the good end; in
+a fix search the fixed end, ``Terms.reference_role``) is also the reference of relative
+thresholds (``itl_factor``, correctness, throughput); a bisect step's samples may sharpen a
+learning policy; a verification is judged without learning. Verdicts are in the search's
+old/new terms: GOOD = like the old end, BAD = like the new end (a fix search inverts the
+symptom's verdict, in ``bisect.terms``, one place).
 
 To add a policy (a two-level noise test, inverted terms for find-the-fix, patch
 isolation): implement this Protocol and register it in ``policies.make_policy``; nothing
@@ -39,17 +42,29 @@ MoreSamples = Callable[[Measurement], int]  # how many more requests to probe (0
 
 
 class Role(StrEnum):
-    """Why a commit is measured (the value is what progress lines show)."""
+    """Why a commit is measured (the value is what progress lines show). The endpoints have
+    the names of the search's terms (``bisect.terms``): good/bad, or in a fix search "with
+    the problem" (the old end) / "fixed" (the new end)."""
 
     GOOD_ENDPOINT = "good endpoint"
     BAD_ENDPOINT = "bad endpoint"
+    PROBLEM_ENDPOINT = "endpoint with the problem"
+    FIXED_ENDPOINT = "fixed endpoint"
     BISECT = "bisect"
     VERIFY_CULPRIT = "verify culprit"
     VERIFY_PARENT = "verify parent"
 
     @property
+    def endpoint(self) -> bool:
+        return self in _ENDPOINTS
+
+    @property
     def verifies(self) -> bool:
         return self in (Role.VERIFY_CULPRIT, Role.VERIFY_PARENT)
+
+
+_ENDPOINTS = frozenset({Role.GOOD_ENDPOINT, Role.BAD_ENDPOINT, Role.PROBLEM_ENDPOINT,
+                        Role.FIXED_ENDPOINT})
 
 
 # measure both endpoints, each with at least the requests ``more`` asks for:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import git
 
+from vllm_bisect.bisect.release import candidates, main_branch, map_ref
 from vllm_bisect.errors import RangeError
 
 
@@ -23,6 +24,7 @@ class CommitRange:
     good: CommitInfo
     bad: CommitInfo
     commits: tuple[CommitInfo, ...]  # (good, bad], oldest first; commits[-1] is bad
+    notes: tuple[str, ...] = ()  # e.g. a release tag mapped to its branch point on main
 
     def index(self, sha: str) -> int:
         for i, c in enumerate(self.commits):
@@ -54,12 +56,14 @@ def info(c: git.Commit) -> CommitInfo:
 
 
 def resolve(repo: git.Repo, ref: str, what: str) -> git.Commit:
-    try:
-        return repo.commit(ref)
-    except (git.BadName, ValueError, git.GitCommandError):
-        raise RangeError(f"unknown {what} ref: {ref!r}",
-                         hint="use a commit sha, tag or branch that exists in the repository "
-                              "(try `git fetch` if it is a newer commit)") from None
+    for candidate in candidates(ref):  # 0.10.2 names the tag v0.10.2
+        try:
+            return repo.commit(candidate)
+        except (git.BadName, ValueError, git.GitCommandError):
+            continue
+    raise RangeError(f"unknown {what} ref: {ref!r}",
+                     hint="use a commit sha, tag or branch that exists in the repository "
+                          "(try `git fetch` if it is a newer commit)")
 
 
 def commit_range(repo: git.Repo, good_ref: str | None, bad_ref: str | None,
@@ -68,6 +72,17 @@ def commit_range(repo: git.Repo, good_ref: str | None, bad_ref: str | None,
         missing = "good" if not good_ref else "bad"
         raise RangeError(f"no {missing} ref given", hint=f"pass --{missing} or set range.{missing}")
     good, bad = resolve(repo, good_ref, "good"), resolve(repo, bad_ref, "bad")
+    main = main_branch(repo)
+    notes: list[str] = []
+    for what, ref, c in (("good", good_ref, good), ("bad", bad_ref, bad)):
+        mapped = map_ref(repo, ref, c, main)
+        if mapped.note:
+            notes.append(mapped.note + "".join(f"\n    {p}" for p in mapped.cherry_picks[:20]))
+        if mapped.sha != c.hexsha:
+            if what == "good":
+                good = repo.commit(mapped.sha)
+            else:
+                bad = repo.commit(mapped.sha)
     if good == bad:
         raise RangeError(f"good and bad are the same commit ({good.hexsha[:12]})",
                          hint="pass a good commit older than the bad one")
@@ -84,4 +99,4 @@ def commit_range(repo: git.Repo, good_ref: str | None, bad_ref: str | None,
     by_sha = {c.hexsha: c for c in repo.iter_commits(f"{good.hexsha}..{bad.hexsha}",
                                                      first_parent=first_parent)}
     commits = tuple(info(by_sha[s]) for s in shas)
-    return CommitRange(good=info(good), bad=info(bad), commits=commits)
+    return CommitRange(good=info(good), bad=info(bad), commits=commits, notes=tuple(notes))

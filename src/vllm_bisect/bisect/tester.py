@@ -14,6 +14,7 @@ from vllm_bisect.bisect.measurer import Measurer
 from vllm_bisect.bisect.policy import MoreSamples, Role, VerdictPolicy
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.store import MeasurementStore
+from vllm_bisect.bisect.terms import Terms
 from vllm_bisect.models import Evaluation, Outcome
 
 Item = tuple[CommitInfo, Role, int]  # (commit, role, steps left)
@@ -27,6 +28,7 @@ class Tester:
         self.measurer = measurer
         self.policy = policy
         self.events = events
+        self.terms = Terms(store.spec.range.search)  # which end is which, and named how
         self.probed: list[Outcome] = []
         self.evaluations: dict[str, Evaluation] = {}
 

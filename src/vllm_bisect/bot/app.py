@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from vllm_bisect.bot.commands import find_command, job_spec
+from vllm_bisect.bot.commands import find_command, job_spec, triage_comment
 from vllm_bisect.bot.config import BotConfig
 from vllm_bisect.bot.github import GitHub
 from vllm_bisect.bot.queue import JobQueue, QueueFull
@@ -112,6 +112,7 @@ class BotApp:
         if not created:
             return JSONResponse({"status": "already queued", "job": job.id})
         cid = self.github.comment(repo, number, f"Bisect job #{job.id} queued: "
-                                  f"{spec_summary(spec)}. I will edit this comment with progress.")
+                                  f"{spec_summary(spec)}. I will edit this comment with progress."
+                                  f"\n\n{triage_comment(args, str(issue.get('body') or ''))}")
         self.queue.set_comment(job.id, cid)
         return JSONResponse({"status": "queued", "job": job.id}, status_code=202)

@@ -7,7 +7,7 @@ from typing import Any
 
 from vllm_bisect.errors import SpecError
 from vllm_bisect.spec import parse_spec
-from vllm_bisect.triage import spec_from_triage, triage
+from vllm_bisect.triage import comment_markdown, compare_command, spec_from_triage, triage
 
 COMMAND = re.compile(r"^/bisect\b(?P<args>[^\n]*)$", re.MULTILINE)
 REF = re.compile(r"^(?:[0-9a-f]{7,40}|v?\d+\.\d+\.\d+(?:rc\d+)?(?:\.dev\d+)?|[\w.-]{1,80})$")
@@ -45,6 +45,15 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def triage_comment(args: str | None, issue_body: str) -> str:
+    """For a bare ``/bisect`` (or a labeled issue): what was read from the issue, from which
+    line, and what is unknown, as Markdown; empty when the command named its own refs."""
+    if args and args.strip():
+        return ""
+    t = triage(issue_body)
+    return comment_markdown(t, compare_command(t), started=False)
+
+
 def job_spec(base_spec: dict[str, Any], args: str | None, issue_body: str) -> dict[str, Any]:
     """The job's spec: the bot's base spec, then the issue's triage, then explicit arguments."""
     t = triage(issue_body)
@@ -61,6 +70,7 @@ def job_spec(base_spec: dict[str, Any], args: str | None, issue_body: str) -> di
     missing = [k for k in ("good", "bad") if not spec.get("range", {}).get(k)]
     if missing:
         raise SpecError(f"could not determine {' and '.join(missing)} from the issue",
-                        hint="comment /bisect good=<ref> bad=<ref>")
+                        hint=triage_comment(args, issue_body)
+                        or "comment /bisect good=<ref> bad=<ref>")
     parse_spec(spec, source="bisect request")  # validate now, answer with the key if wrong
     return spec

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from vllm_bisect.errors import BisectError, SessionError
+from vllm_bisect.isolate.report import section_html as study_html
+from vllm_bisect.isolate.report import section_lines as study_lines
 from vllm_bisect.verdict import symptoms
 from vllm_bisect.verdict.stats import bootstrap_change
 
@@ -72,7 +74,10 @@ def markdown(r: SessionReport) -> str:
     if res["first_bad"]:
         sha, subject = res["first_bad"], res.get("first_bad_subject") or ""
         pr = pr_number(subject)
-        lines.append(f"**First bad commit:** [`{sha[:12]}`]({COMMIT_URL.format(sha=sha)}) "
+        label = "First fixed commit" if res.get("search") == "fix" else "First bad commit"
+        if res.get("search") == "fix":
+            lines.append("Find-the-fix search: old = has the problem, new = fixed.")
+        lines.append(f"**{label}:** [`{sha[:12]}`]({COMMIT_URL.format(sha=sha)}) "
                      f"{subject}" + (f" ([#{pr}]({PR_URL.format(pr=pr)}))" if pr else ""))
     else:
         lines.append("**Inconclusive:** only commits that could not be tested separate good "
@@ -96,6 +101,7 @@ def markdown(r: SessionReport) -> str:
                      f"{_f((m or {}).get('tokens_per_chunk'))} | "
                      f"{_f((m or {}).get('acceptance_length'))} | {p['verdict']}{mark} |")
     lines += symptom_lines(r)
+    lines += study_lines(r.result, r.spec_text)  # isolate / deps / knobs (vllm_bisect.isolate)
     skips = [p for p in r.probed if p["verdict"] == "skip"]
     if skips:
         lines += ["", "Skipped (never judged):"]
@@ -289,5 +295,6 @@ def html_report(r: SessionReport) -> str:
             "<p>Points: <span style=\"color:#2e7d32\">● good</span> "
             "<span style=\"color:#c62828\">● bad</span> <span style=\"color:#f9a825\">× skipped"
             "</span>; the dashed line marks the first bad commit.</p>"
-            + "".join(plots) + f"<h2>Details</h2><pre>{md}</pre></body></html>\n")
+            + "".join(plots) + study_html(res)
+            + f"<h2>Details</h2><pre>{md}</pre></body></html>\n")
 

@@ -35,18 +35,22 @@ def result_table(result: BisectResult) -> Table:
         table.add_column(col, justify="left" if left else "right", no_wrap=True,
                          overflow="ellipsis", max_width=48 if col == "subject" else None)
     seen = set()
+    # a fix search runs on old/new terms: good = has the problem, bad = fixed
+    labels = {"good": "has the problem", "bad": "fixed"} if result.search == "fix" else {}
     for o in sorted(result.probed, key=lambda o: order.get(o.commit, -1)):
         if o.commit in seen:
             continue
         seen.add(o.commit)
         m = o.measurement
-        mark = " <- first bad" if o.commit == result.first_bad else ""
+        mark = (f" <- first {'fixed' if result.search == 'fix' else 'bad'}"
+                if o.commit == result.first_bad else "")
         table.add_row(str(order.get(o.commit, "?")), o.commit[:12],
                       subjects.get(o.commit, "")[:60], _tokens(o),
                       _fmt(m.itl_ms if m else None), _fmt(m.chunk_itl_ms if m else None),
                       _fmt(m.tokens_per_chunk if m else None),
                       _fmt(m.acceptance_length if m else None),
-                      f"[{STYLE[o.verdict]}]{o.verdict.value}[/]{mark}")
+                      f"[{STYLE[o.verdict]}]{labels.get(o.verdict.value, o.verdict.value)}[/]"
+                      f"{mark}")
     return table
 
 
@@ -55,6 +59,10 @@ def result_json(result: BisectResult) -> dict[str, Any]:
     subjects = {c.sha: c.subject for c in commits}
     order = {c.sha: i for i, c in enumerate(commits)}
     return {
+        # search = "fix": old = has the problem, new = fixed, and first_bad is the first
+        # fixed commit (the bisect ran with inverted terms)
+        "search": result.search,
+        "first_new_label": "first fixed commit" if result.search == "fix" else "first bad commit",
         "first_bad": result.first_bad,
         "first_bad_subject": subjects.get(result.first_bad or ""),
         "candidates": result.candidates,

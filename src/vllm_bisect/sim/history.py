@@ -42,6 +42,7 @@ WRONG_SUBJECT = "[Kernel] Use the fast-math path in the fused sampler epilogue"
 GEN_CAP_SUBJECT = "[Model] Ship generation_config.json with max_new_tokens=128"
 BROKEN_SUBJECT = "[Build] Require CMake 3.31 for the CUDA 13 toolchain"
 FIX_BUILD_SUBJECT = "[Build] Revert CMake minimum to 3.26"
+FIX_SUBJECT = "[Bugfix] Restore the fused decode path for non-spec batches"
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class HistoryPlan:
     low_acceptance_at: int | None = None  # from here on: draft acceptance 0.1 (MTP gains ~0)
     slow_start: tuple[int, ...] = ()   # these commits take slow_start_s to start (weight load)
     slow_start_s: float = 60.0
+    fixed_at: int | None = None        # from here on the planted cap and slowdown are gone
     step_ms: float = 10.0
     acceptance: float = 0.8
     noise_cv: float = 0.0
@@ -85,8 +87,9 @@ class History:
 
 
 def _files(plan: HistoryPlan, i: int) -> dict[str, str]:
-    slow = plan.slow_at is not None and i >= plan.slow_at
-    cap = plan.cap_at is not None and i >= plan.cap_at
+    fixed = plan.fixed_at is not None and i >= plan.fixed_at
+    slow = plan.slow_at is not None and i >= plan.slow_at and not fixed
+    cap = plan.cap_at is not None and i >= plan.cap_at and not fixed
     gen_cap = plan.gen_cap_at is not None and i >= plan.gen_cap_at
     broken = i in plan.unbuildable
     version = f"0.23.1rc1.dev{400 + i}"
@@ -137,6 +140,8 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
             files["README.md"] = t.README.format(rev=0)
             files["csrc/layernorm_kernels.cu"] = t.KERNEL_SOURCE.format(rev=0)
             subject = "[Core] Initial import"
+        elif i == plan.fixed_at:
+            subject = FIX_SUBJECT
         elif i == plan.cap_at:
             subject = CAP_SUBJECT
         elif i == plan.slow_at:
@@ -176,6 +181,8 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
         c = repo.index.commit(message, author=actor, committer=actor, author_date=stamp,
                               commit_date=stamp)
         shas.append(c.hexsha)
+        if i == plan.fixed_at:
+            planted["fix"] = c.hexsha
         if i == plan.cap_at:
             planted["length"] = c.hexsha
         if i == plan.slow_at:

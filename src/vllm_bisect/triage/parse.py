@@ -1,312 +1,215 @@
-"""Turn a regression report (GitHub issue Markdown, English or Chinese) into a bisect spec.
+"""Turn a regression (or fix) report, GitHub issue Markdown in English or Chinese, into what a
+bisect needs: the range and which kind of search, the symptoms, how the reporter served and
+measured, and what could not be read. Every value remembers the line it was read from.
 
-Nothing in a report is ever executed: refs must look like hex shas or version tags, flags are
-split with shlex and checked against an allowlist of shapes, JSON is parsed, not evaluated.
+Input is capped (MAX_CHARS, MAX_LINE per line) and every pattern is linear-time.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
-SHA = r"[0-9a-f]{7,40}"
-VERSION = r"\d+\.\d+\.\d+(?:rc\d+)?(?:\.dev\d+)?"
-PATTERNS = (
-    # 0.23.1rc1.dev471+ge312c5cb2
-    re.compile(rf"\b(?P<version>{VERSION})\+g(?P<sha>{SHA})\b"),
-    # 0.23.1rc1.dev471 (e312c5cb2)
-    re.compile(rf"\b(?P<version>{VERSION})\s*\((?P<sha>{SHA})\)"),
-    # 0.21.0+2325b6f0
-    re.compile(rf"\b(?P<version>{VERSION})\+(?P<sha>{SHA})\b"),
-    # commit URLs
-    re.compile(rf"github\.com/vllm-project/vllm/commit/(?P<sha>{SHA})"),
-    # "main 21c08ac4589", "commit e4294144a8ca..."
-    re.compile(rf"(?:commit|main|sha|at)\s+`?(?P<sha>{SHA})`?\b", re.IGNORECASE),
-    # v0.22.1 (a release tag)
-    re.compile(r"(?<![\w.])(?P<tag>v\d+\.\d+\.\d+(?:rc\d+)?)\b"),
-    # `e312c5cb2` in backticks
-    re.compile(rf"`(?P<sha>{SHA})`"),
-    # a full sha anywhere
-    re.compile(r"\b(?P<sha>[0-9a-f]{40})\b"),
+from vllm_bisect.triage.refs import MAX_LINE, find_mentions
+from vllm_bisect.triage.roles import (
+    Point,
+    SearchKind,
+    assign_votes,
+    choose,
+    merge_points,
 )
-GOOD_WORDS = re.compile(r"✅|\bOK\b|\bgood\b|\bfast\b|\bworks\b|\bfine\b|\bnormal\b|\bbaseline\b|"
-                        r"\bbefore\b|正常|好的|没问题|快", re.IGNORECASE)
-BAD_WORDS = re.compile(r"❌|\bbad\b|regress\w*|\bslow\w*|\bbroken\b|\bbreaks?\b|\bcapped\b|"
-                       r"\bafter\b|\bpre-fix\b|变慢|慢|异常|回归|坏|截断", re.IGNORECASE)
-FIXED_BY = re.compile(r"fixed by (?:#|https://github\.com/vllm-project/vllm/pull/)(\d+)",
-                      re.IGNORECASE)
-MODEL = re.compile(r"\b((?:[A-Za-z0-9][\w.-]*)/(?:[A-Za-z0-9][\w.-]*?(?:\d+(?:\.\d+)?[BbMm]"
-                   r"[\w.-]*|-[\w.-]+)))\b")
-CAP = re.compile(r"(?:stops?|capped|cut off|truncated|exactly|只有|截断在|停在)\D{0,20}?(\d{2,5})"
-                 r"\s*(?:output\s*)?(?:tokens?|个?token)", re.IGNORECASE)
-ITL = re.compile(r"(?:ITL|TPOT|inter[- ]token latency|每token延迟)\D{0,30}?(\d+(?:\.\d+)?)\s*ms"
-                 r"|(\d+(?:\.\d+)?)\s*ms\s*(?:ITL|TPOT)", re.IGNORECASE)
-NUM = r"\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?"
-TOKS = re.compile(rf"({NUM})\s*tok(?:ens)?/s", re.IGNORECASE)
-VS_TOKS = re.compile(rf"({NUM})\s*(?:vs\.?|->|→)\s*({NUM})\s*tok(?:ens)?/s", re.IGNORECASE)
-MS_CELL = re.compile(r"^~?(\d+(?:\.\d+)?)\s*ms$")
-SPECULATIVE_WORD = re.compile(r"\bMTP\b|(?<![Nn]on-)(?<![Nn]on )\bspeculative\b|\beagle\b|"
-                              r"\bngram\b", re.IGNORECASE)
-K = re.compile(r"(?:K\s*=\s*|num_speculative_tokens\"?\s*[:=]\s*)(\d+)")
-SPEC_CONFIG = re.compile(r"--speculative[-_]config\s+(['\"])(\{.*?\})\1")
-SERVE_CMD = re.compile(r"vllm serve [^\n`]+")
-BENCH_CMD = re.compile(r"vllm bench (serve|throughput)[^\n`]*")
-ENV_VAR = re.compile(r"\b((?:VLLM|CUDA|TORCH|NCCL|TRITON|FLASHINFER)_[A-Z0-9_]+|CUTE_DSL_ARCH)"
-                     r"=([\w.,:/-]+)")
-TP = re.compile(r"\bTP\s*=\s*(\d+)|--tensor-parallel-size\s+(\d+)|-tp\s+(\d+)", re.IGNORECASE)
-HARDWARE = (("GB10", re.compile(r"GB10|DGX Spark|sm_?121", re.IGNORECASE)),
-            ("H200", re.compile(r"\bH200\b")), ("H100", re.compile(r"\bH100\b")),
-            ("B200", re.compile(r"\bB200\b")), ("RTX 5090", re.compile(r"RTX ?5090")),
-            ("A100", re.compile(r"\bA100\b")))
-FLAG = re.compile(r"^--[a-z][a-z0-9-]*$")
-SAFE_VALUE = re.compile(r"^[\w.,:/{}\[\]\"' =+-]*$")
+from vllm_bisect.triage.serving import find_serving
+from vllm_bisect.triage.symptoms import Found, find_symptoms
+
+MAX_CHARS = 200_000
 
 
 @dataclass(frozen=True)
-class Point:
-    ref: str                    # sha (short or full), tag, or version as written
-    version: str | None
-    verdict: str | None         # "good" | "bad" | None
-    line: int
-    text: str
+class Read:
+    """One thing read from the report: what, its value, the line, and why."""
+
+    what: str
+    value: str
+    line: int | None
+    why: str
 
 
 @dataclass
 class Triage:
-    good: str | None = None
-    bad: str | None = None
-    points: list[Point] = field(default_factory=list)
-    symptom: str | None = None
+    search: SearchKind = SearchKind.REGRESSION
+    good: str | None = None     # the range's old end: good (regression) / has the problem (fix)
+    bad: str | None = None      # the range's new end: bad (regression) / fixed (fix)
+    good_label: str | None = None
+    bad_label: str | None = None
+    candidates: dict[str, list[str]] = field(default_factory=dict)  # role -> refs, oldest first
+    points: list[dict[str, Any]] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
+    symptoms: list[str] = field(default_factory=list)
+    symptom: str | None = None  # the one the spec follows
     min_output_tokens: int | None = None
     itl_factor: float | None = None
+    throughput_factor: float | None = None
     numbers: dict[str, list[float]] = field(default_factory=dict)
     model: str | None = None
+    local_model: str | None = None
     speculative: dict[str, Any] | None = None
     serve_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    env_flips: dict[str, list[str]] = field(default_factory=dict)
     hardware: dict[str, Any] = field(default_factory=dict)
     benchmark: str | None = None
+    bench: dict[str, Any] | None = None
     fixed_by: list[str] = field(default_factory=list)
+    read: list[Read] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     unknowns: list[str] = field(default_factory=list)
 
+    @property
+    def old_term(self) -> str:
+        return "good" if self.search is SearchKind.REGRESSION else "has the problem"
 
-def _clause(line: str, start: int, end: int) -> tuple[str, int, int]:
-    """The clause holding line[start:end], and the span's offsets inside it."""
-    bounds = [i for i, ch in enumerate(line) if ch in ";|"] + \
-             [m.start() for m in re.finditer(r"\.\s|,\s|\bbut\b|，|。|；", line)]
-    left = max((b for b in bounds if b < start), default=-1)
-    right = min((b for b in bounds if b >= end), default=len(line))
-    return line[left + 1:right], start - left - 1, end - left - 1
+    @property
+    def new_term(self) -> str:
+        return "bad" if self.search is SearchKind.REGRESSION else "fixed"
 
 
-def _nearest_verdict(text: str, start: int, end: int) -> str | None:
-    """The good/bad marker closest to the ref in its clause (a tie decides nothing)."""
-    found = []
-    for verdict, pat in (("good", GOOD_WORDS), ("bad", BAD_WORDS)):
-        for m in pat.finditer(text):
-            gap = start - m.end() if m.end() <= start else max(0, m.start() - end)
-            found.append((gap, verdict))
-    if not found:
+def _point_doc(p: Point, role: str | None) -> dict[str, Any]:
+    return {"ref": p.ref, "version": p.version, "sha": p.sha, "role": role,
+            "lines": sorted({m.line for m in p.mentions}), "why": p.why[:4]}
+
+
+def _ratio(values: list[float]) -> float | None:
+    pos = [v for v in values if v > 0]
+    if len(pos) < 2:
         return None
-    found.sort()
-    if len(found) > 1 and found[0][0] == found[1][0] and found[0][1] != found[1][1]:
-        return None
-    return found[0][1]
+    r = max(pos) / min(pos)
+    return round(max(1.05, math.sqrt(r)), 2) if r > 1.05 else None  # the geometric midpoint
 
 
-def table_ms(text: str) -> list[float]:
-    """Millisecond values in table columns headed ITL or TPOT."""
-    values: list[float] = []
-    column: int | None = None
-    for line in text.splitlines():
-        if "|" not in line:
-            column = None
+def _range(t: Triage, lines: list[str]) -> None:
+    mentions = find_mentions(lines)
+    t.images = sorted({m.image for m in mentions if m.image})
+    points = merge_points(mentions)
+    arrows = assign_votes(lines, mentions, points)
+    pairs: list[list[Point]] = []
+    for n in sorted({m.line for m in mentions}):
+        on_line: list[Point] = []
+        for p in points:
+            if p.key is not None and any(m.line == n for m in p.mentions) and p not in on_line:
+                on_line.append(p)
+        pairs.append(on_line)
+    roles = choose(points, arrows, pairs)
+    t.search = roles.search
+    role_of = {id(p): "old" for p in roles.goods} | {id(p): "new" for p in roles.bads}
+    t.points = [_point_doc(p, role_of.get(id(p))) for p in points]
+    t.candidates = {"old": [p.ref for p in roles.goods], "new": [p.ref for p in roles.bads]}
+    t.warnings += roles.notes
+    for attr, end in (("good", roles.old), ("bad", roles.new)):
+        if end is None:
             continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        header = [i for i, c in enumerate(cells) if re.search(r"\b(ITL|TPOT)\b", c, re.I)]
-        if header:
-            column = header[0]
-            continue
-        if column is not None and column < len(cells):
-            m = MS_CELL.match(cells[column])
-            if m:
-                values.append(float(m.group(1)))
-    return values
-
-
-def find_points(text: str) -> list[Point]:
-    points: list[Point] = []
-    seen: set[str] = set()
-    for n, line in enumerate(text.splitlines(), 1):
-        if re.fullmatch(r"\s*\|?[\s:|-]+\|?\s*", line):
-            continue  # table rule
-        for pat in PATTERNS:
-            for m in pat.finditer(line):
-                ref = m.groupdict().get("sha") or m.groupdict().get("tag")
-                if not ref or ref in seen or (m.groupdict().get("sha") and ref.isdigit()):
-                    continue
-                if any(ref != p.ref and (p.ref.startswith(ref) or ref.startswith(p.ref))
-                       for p in points):
-                    continue
-                seen.add(ref)
-                # the marker nearest the ref in its clause decides ("X, fast); pre-fix Y is
-                # slow"), else the nearest on its line (a table row's status cell)
-                clause, a, b = _clause(line, m.start(), m.end())
-                verdict = (_nearest_verdict(clause, a, b)
-                           or _nearest_verdict(line, m.start(), m.end()))
-                points.append(Point(ref=ref, version=m.groupdict().get("version"),
-                                    verdict=verdict, line=n, text=line.strip()))
-    return points
-
-
-def _version_key(p: Point) -> Version | None:
-    v = p.version or (p.ref[1:] if p.ref.startswith("v") else None)
-    try:
-        return Version(v) if v else None
-    except InvalidVersion:
-        return None
-
-
-def choose_endpoints(t: Triage) -> None:
-    goods = [p for p in t.points if p.verdict == "good"]
-    bads = [p for p in t.points if p.verdict == "bad"]
-    if goods and bads and all(_version_key(p) for p in goods + bads):
-        latest_good = max(goods, key=lambda p: _version_key(p) or Version("0"))
-        earliest_bad = min(bads, key=lambda p: _version_key(p) or Version("0"))
-        if (_version_key(latest_good) or Version("0")) > (_version_key(earliest_bad)
-                                                           or Version("0")):
-            t.warnings.append(f"rows contradict each other: good {latest_good.ref} is newer "
-                              f"than bad {earliest_bad.ref}")
-        t.good, t.bad = latest_good.ref, earliest_bad.ref
-    else:
-        t.good = goods[-1].ref if goods else None
-        t.bad = bads[0].ref if bads else None
+        setattr(t, attr, end.ref)
+        setattr(t, attr + "_label", end.label)
+        term = t.old_term if attr == "good" else t.new_term
+        role = end.role()
+        line = end.role_lines.get(role, end.line) if role else end.line
+        t.read.append(Read(f"range.{attr} ({term})", end.label, line,
+                           "; ".join(end.why[:2]) or "named in the report"))
+    if roles.search is SearchKind.FIX:
+        t.read.append(Read("search", "find the fix", None,
+                           "the report is about a fix: the range runs from a commit with the "
+                           "problem to a fixed one, and the bisect looks for the first fixed "
+                           "commit"))
+    what = "the commit with the problem" if t.search is SearchKind.FIX else "good"
     if t.good is None:
-        t.unknowns.append("good: no commit or version marked good (pass --good)")
+        t.unknowns.append(f"{what}: no ref named as {t.old_term} (pass --good)")
     if t.bad is None:
-        t.unknowns.append("bad: no commit or version marked bad (pass --bad)")
+        t.unknowns.append(f"{'the fixed commit' if t.search is SearchKind.FIX else 'bad'}: no ref "
+                          f"named as {t.new_term} (pass --bad)")
+    for label in ("good", "bad"):
+        ref = getattr(t, label)
+        if ref and not ref.startswith("v") and any(c == "." for c in ref):
+            t.unknowns.append(f"{label} {ref} is a dev/nightly version without its commit: pass "
+                              "the commit sha (vllm --version prints it as +g<sha>)")
 
 
-def _floats(pattern: re.Pattern[str], text: str) -> list[float]:
-    out = []
-    for m in pattern.finditer(text):
-        out += [float(g.replace(",", "")) for g in m.groups() if g]
-    return out
-
-
-def parse_symptoms(t: Triage, text: str) -> None:
-    caps = [int(m.group(1)) for m in CAP.finditer(text)]
-    itls = _floats(ITL, text) + table_ms(text)
-    toks = _floats(VS_TOKS, text) or _floats(TOKS, text)
-    t.numbers = {"cap_tokens": [float(c) for c in caps], "itl_ms": itls, "tok_s": toks}
-    length = bool(caps)
-    itl = len(itls) >= 2 or len(toks) >= 2
-    if length and itl:
+def _symptoms(t: Triage, lines: list[str]) -> None:
+    s = find_symptoms(lines, bench_throughput=t.bench is not None and t.bench["kind"] == "throughput")
+    t.symptoms = [f.value for f in s.found]
+    t.numbers = {"cap_tokens": [float(c) for c in s.caps], "itl_ms": s.itl_ms, "tok_s": s.tok_s}
+    for f in s.found:
+        line = s.where.get(f.value) or None
+        t.read.append(Read("symptom", f.value, line, s.why.get(f.value, "")))
+    if s.caps:
+        t.min_output_tokens = max(s.caps) + 1  # a run reaching past the cap is good
+    found = set(s.found)
+    if Found.LENGTH in found and Found.ITL in found:
         t.symptom = "any"
-    elif length:
+    elif Found.LENGTH in found:
         t.symptom = "length"
-    elif itl:
+    elif Found.ITL in found:
         t.symptom = "itl"
+    elif Found.THROUGHPUT in found:
+        t.symptom = "throughput"
+    elif Found.CORRECTNESS in found:
+        t.symptom = "correctness"
+    elif Found.MTP_SPEEDUP in found:
+        t.symptom = "mtp-speedup"
+    elif Found.CRASH in found:
+        t.symptom = "crash"
+    t.itl_factor = _ratio(s.itl_ms) if Found.ITL in found else None
+    if t.itl_factor is None and Found.ITL in found:
+        t.itl_factor = _ratio(s.tok_s)
+    if Found.THROUGHPUT in found:
+        t.throughput_factor = _ratio(s.tok_s) or 1.1
+    unsupported = [f.value for f in s.found if f in (Found.TTFT, Found.LATENCY)]
+    if unsupported:
+        t.unknowns.append(f"symptom {', '.join(unsupported)}: no probe judges it yet; the spec "
+                          f"follows {t.symptom or 'nothing'}")
+    if not s.found:
+        t.unknowns.append("symptom: no output cap, ITL, throughput, TTFT or accuracy change "
+                          "found (pass verdict.symptom)")
+
+
+def _serving(t: Triage, lines: list[str]) -> None:
+    s = find_serving(lines)
+    t.model, t.local_model = s.model, s.local_model
+    if s.model:
+        t.read.append(Read("model", s.model, s.model_line, "Hugging Face id"))
+    elif s.local_model:
+        t.read.append(Read("model", s.local_model, s.model_line, "a local path"))
+        t.unknowns.append(f"model: the report serves a local path ({s.local_model}); pass the "
+                          "Hugging Face id or mount that path (serve.model)")
     else:
-        t.unknowns.append("symptom: no output cap, ITL or tok/s numbers found (pass "
-                          "verdict.symptom)")
-    if caps:
-        t.min_output_tokens = max(caps) + 1  # a run reaching past the cap is good
-    ratio = None
-    if len(itls) >= 2 and min(itls) > 0:
-        ratio = max(itls) / min(itls)
-    elif len(toks) >= 2 and min(toks) > 0:
-        ratio = max(toks) / min(toks)
-    if ratio is not None and ratio > 1.05:
-        t.itl_factor = round(max(1.05, math.sqrt(ratio)), 2)  # the geometric midpoint
-
-
-def parse_serving(t: Triage, text: str) -> None:
-    models = [m.group(1) for m in MODEL.finditer(text)
-              if not m.group(1).startswith(("vllm-project/", "github.com"))]
-    t.model = models[0] if models else None
-    if t.model is None:
         t.unknowns.append("model: no Hugging Face model id found (pass serve.model)")
-    m = SPEC_CONFIG.search(text)
-    if m:
-        try:
-            cfg = json.loads(m.group(2))
-            if isinstance(cfg, dict):
-                t.speculative = {k: v for k, v in cfg.items()
-                                 if isinstance(v, str | int | float | bool)}
-        except json.JSONDecodeError:
-            t.warnings.append(f"--speculative-config is not valid JSON: {m.group(2)[:80]}")
-    if t.speculative is None and SPECULATIVE_WORD.search(text):
-        k = K.search(text)
-        method = "ngram" if re.search(r"\bngram\b", text, re.I) else "mtp"
-        t.speculative = {"method": method, "num_speculative_tokens": int(k.group(1)) if k else 3}
-        if not k:
-            t.unknowns.append("speculative: K not stated, assumed 3")
-    if t.speculative and str(t.speculative.get("method", "")).endswith("_mtp"):
-        t.speculative["method"] = "mtp"  # vLLM rewrites qwen3_5_mtp, deepseek_mtp, ... to mtp
-    cmd = SERVE_CMD.search(text)
-    if cmd:
-        t.serve_args = safe_args(cmd.group(0), t)
-    t.env = {k: v for k, v in ENV_VAR.findall(text)}
-    hw = next((name for name, pat in HARDWARE if pat.search(text)), None)
-    tp = TP.search(text)
-    t.hardware = {"gpu": hw, "tensor_parallel": int(next(g for g in tp.groups() if g))
-                  if tp else 1}
-    if hw == "GB10" or re.search(r"aarch64|arm64|Grace", text, re.I):
-        t.hardware.update(arch="aarch64", docker_platform="linux/arm64")
-    if re.search(r"CUDA 13|cu130", text, re.I):
-        t.hardware["variant"] = "cu130"
-    if hw is None:
+    t.serve_args, t.env, t.env_flips = s.serve_args, s.env, s.env_flips
+    if s.serve_line:
+        t.read.append(Read("serve args", " ".join(s.serve_args) or "(none)", s.serve_line,
+                           "`vllm serve` line (--port, --host, --model and unsafe values dropped)"))
+    t.speculative = s.speculative
+    if s.speculative_why:
+        t.read.append(Read("speculative", str(s.speculative or "none"), None, s.speculative_why))
+    t.hardware = s.hardware
+    if s.hardware.get("gpu") is None:
         t.unknowns.append("hardware: no GPU named (the bisect runs on the machine you use)")
-    bench = BENCH_CMD.search(text)
-    if bench:
-        t.benchmark = bench.group(0).strip()
-        t.warnings.append(f"report uses `vllm bench {bench.group(1)}`: the decode probe measures "
-                          "per-token ITL and output length; a throughput probe is not built yet")
-    t.fixed_by = FIXED_BY.findall(text)
-
-
-def safe_args(cmd: str, t: Triage) -> list[str]:
-    """`vllm serve MODEL --flag value ...` -> the flags after the model, validated."""
-    try:
-        words = shlex.split(cmd)
-    except ValueError as err:
-        t.warnings.append(f"cannot split the serve command ({err}); flags ignored")
-        return []
-    args = words[3:]  # vllm serve MODEL
-    out: list[str] = []
-    i = 0
-    while i < len(args):
-        flag = args[i]
-        if not FLAG.match(flag) or flag == "--speculative-config":
-            i += 2 if flag == "--speculative-config" else 1
-            continue
-        out.append(flag)
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            if not SAFE_VALUE.match(args[i + 1]):
-                t.warnings.append(f"dropped {flag}: its value has unexpected characters")
-                out.pop()
-            else:
-                out.append(args[i + 1])
-            i += 1
-        i += 1
-    if "--port" in out:
-        j = out.index("--port")
-        del out[j:j + 2]  # vllm-bisect picks the port
-    return out
+    if s.bench_kind:
+        t.benchmark = s.bench_command
+        t.bench = {"kind": s.bench_kind, "args": s.bench_args}
+        t.read.append(Read("benchmark", s.bench_command or "", s.bench_line,
+                           f"`vllm bench {s.bench_kind}` line"))
+        if s.bench_kind == "latency":
+            t.warnings.append("`vllm bench latency` has no probe here: its dataset flags are "
+                              "kept in the report, the decode probe measures ITL instead")
+            t.bench = None
+    t.fixed_by = s.fixed_by
+    t.warnings += s.warnings
 
 
 def triage(text: str) -> Triage:
-    text = text.replace("\\\n", " ")  # shell line continuations
-    t = Triage(points=find_points(text))
-    choose_endpoints(t)
-    parse_symptoms(t, text)
-    parse_serving(t, text)
+    text = text[:MAX_CHARS]
+    lines = [ln[:MAX_LINE] for ln in text.splitlines()]
+    t = Triage()
+    _range(t, lines)
+    _serving(t, lines)
+    _symptoms(t, lines)
     return t

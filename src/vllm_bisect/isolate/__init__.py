@@ -1,0 +1,10 @@
+"""After the culprit: which part of it (files, hunks), which dependency (pins, versions on the
+package index), which knob (env vars, serve flags) flips the symptom.
+
+``ddmin`` is pure delta debugging; ``patches`` turns a subset of a culprit's diff into a
+content-addressed scratch commit; ``pins`` and ``pkgindex`` read dependency pins and the
+versions an index offers; ``adapter`` is the one seam to today's evaluator and judge;
+``culprit`` (files, hunks), ``deps`` and ``knobs`` are the studies; ``journal`` keeps their
+trials; ``runner`` binds them to a session; ``report`` renders their sections; ``commands``
+is their CLI; ``synth`` generates synthetic histories for them.
+"""

@@ -1,0 +1,204 @@
+"""``vllm-bisect isolate|deps|knobs``: the studies' commands (part of the CLI layer: like
+cli_tools.py, this module prints; cli_tools.py registers it)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from vllm_bisect.bisect.session import default_cache_dir, new_session_dir
+from vllm_bisect.cli import EXIT_INTERRUPTED, EXIT_NOT_REPRODUCED, _fail, _setup_logging, err, out
+from vllm_bisect.cli import app as _app
+from vllm_bisect.errors import BisectError, FatalError, NotReproduced
+from vllm_bisect.isolate.adapter import Trial
+from vllm_bisect.report.table import STYLE
+from vllm_bisect.spec import load_spec
+
+SessionArg = Annotated[Path, typer.Argument(help="a bisect session directory")]
+CacheOpt = Annotated[Path | None, typer.Option(help="artifact and result cache")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+
+
+def _on_trial(t: Trial) -> None:
+    how = "built" if t.fresh else "reused"
+    err.print(f"  [{STYLE[t.verdict]}]{t.verdict.value:>4}[/] {t.label[:110]} "
+              f"[dim]({how}; {t.reason[:80]})[/]")
+
+
+def _quiet_phase(commit: str, phase: str) -> None:
+    pass
+
+
+def _studies(session: Path, cache_dir: Path | None, *, isolate: bool, deps: bool, hunks: bool,
+             spec_path: Path | None, culprit: str | None, index_url: str | None,
+             verbose: bool) -> dict[str, dict[str, Any]]:
+    from vllm_bisect.isolate.runner import run_studies
+
+    _setup_logging(verbose)
+    try:
+        spec = load_spec(spec_path) if spec_path else None
+        return run_studies(session, cache_dir or default_cache_dir(), isolate=isolate,
+                           deps=deps, hunks=hunks, spec=spec, culprit=culprit,
+                           index_url=index_url, on_trial=_on_trial, on_phase=_quiet_phase)
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted; every judged subset is journaled.[/] resume with the "
+                  "same command")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except NotReproduced as e:
+        _fail(e, EXIT_NOT_REPRODUCED)
+    except BisectError as e:
+        _fail(e)
+
+
+def _print_isolate(d: dict[str, Any]) -> None:
+    out.print(f"[bold]culprit[/] {d['culprit'][:12]} changes {len(d['files'])} files; "
+              f"smallest reproducing set ({d['file_tests']} builds):")
+    for f in d["minimal_files"]:
+        out.print(f"  [red]{f}[/]")
+    if d["hunk_tests"]:
+        out.print(f"hunks ({len(d['minimal_hunks'])} of {len(d['hunks'])}, "
+                  f"{d['hunk_tests']} builds):")
+        for h in d["minimal_hunks"]:
+            out.print(f"  [red]{h}[/]")
+    removes = d["revert_removes"]
+    out.print("reverting exactly that set on the culprit: " + (
+        "[green]removes the symptom[/]" if removes else "[red]does NOT remove it[/]"
+        if removes is False else f"untested ({d['revert_reason']})"))
+    out.print(f"[dim]{d['tests']} subsets judged, {d['fresh_builds']} built this run[/]")
+
+
+def _print_deps(d: dict[str, Any]) -> None:
+    if not d["changes"]:
+        out.print("the culprit changes no dependency pins")
+        return
+    for c in d["changes"]:
+        out.print(f"pin: {c}")
+    out.print(f"parent with the culprit's pins: {d['parent_with_new_pins']}")
+    out.print(f"culprit with the parent's pins: {d['culprit_with_old_pins']}")
+    out.print(f"[bold]conclusion: {d['conclusion']}[/]")
+    for p in d["packages"]:
+        for t in p["tested"]:
+            out.print(f"  {p['name']}=={t['version']}: {t['verdict']} ({t['reason']})")
+        if p["first_bad_version"]:
+            out.print(f"[bold red]first bad {p['name']} version: {p['first_bad_version']}[/]"
+                      f" ({p['old']} -> {p['new']})")
+        elif p["candidates"]:
+            out.print(f"{p['name']}: first bad among {', '.join(p['candidates'])}")
+        if p["note"]:
+            out.print(f"{p['name']}: {p['note']}")
+    out.print(f"[dim]{d['fresh_builds']} built this run[/]")
+
+
+@_app.command("isolate")
+def isolate_cmd(
+    session: SessionArg,
+    culprit: Annotated[str | None, typer.Option(help="commit to isolate (default: the "
+                                                "session's first bad commit)")] = None,
+    spec_path: Annotated[Path | None, typer.Option("--spec", help="spec (default: the "
+                                                   "session's)")] = None,
+    hunks: Annotated[bool, typer.Option(help="go on from files to hunks")] = True,
+    deps: Annotated[bool, typer.Option(help="also study changed dependency pins")] = True,
+    index_url: Annotated[str | None, typer.Option(help="package index for the dependency "
+                                                  "bisect (PEP 503 simple)")] = None,
+    cache_dir: CacheOpt = None,
+    as_json: JsonOpt = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+) -> None:
+    """Which files and hunks of the culprit reproduce the symptom (ddmin on its parent), and
+    whether reverting exactly them on the culprit removes it; then its dependency pins."""
+    res = _studies(session, cache_dir, isolate=True, deps=deps, hunks=hunks,
+                   spec_path=spec_path, culprit=culprit, index_url=index_url, verbose=verbose)
+    if as_json:
+        out.print_json(json.dumps(res))
+        return
+    _print_isolate(res["isolate"])
+    if "deps" in res and res["deps"]["changes"]:
+        _print_deps(res["deps"])
+
+
+@_app.command("deps")
+def deps_cmd(
+    session: SessionArg,
+    culprit: Annotated[str | None, typer.Option(help="commit (default: the session's first "
+                                                "bad commit)")] = None,
+    spec_path: Annotated[Path | None, typer.Option("--spec", help="spec (default: the "
+                                                   "session's)")] = None,
+    index_url: Annotated[str | None, typer.Option(help="PEP 503 simple index (default: "
+                                                  "build.install_args' --index-url, else PyPI)")
+                         ] = None,
+    cache_dir: CacheOpt = None,
+    as_json: JsonOpt = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+) -> None:
+    """Dependency or vLLM code: swap the culprit's and its parent's pins, then bisect the
+    package's versions on the index to the first bad one."""
+    res = _studies(session, cache_dir, isolate=False, deps=True, hunks=False,
+                   spec_path=spec_path, culprit=culprit, index_url=index_url, verbose=verbose)
+    if as_json:
+        out.print_json(json.dumps(res["deps"]))
+    else:
+        _print_deps(res["deps"])
+
+
+@_app.command("knobs")
+def knobs_cmd(
+    spec_path: Annotated[Path, typer.Option("--spec", help="bisect spec (TOML)")],
+    knob: Annotated[list[str], typer.Option(
+        help="NAME=BASELINE,OTHER... (env) or --flag=BASELINE,OTHER... (serve flag); '-' "
+             "unset, '+' flag without value; repeatable")],
+    commit: Annotated[list[str] | None, typer.Option(help="commit(s) to test (default: a "
+                                                     "bisect session's culprit and its parent, "
+                                                     "else range.bad); repeatable")] = None,
+    session: Annotated[Path | None, typer.Option(help="session dir (a bisect session adds "
+                                                 "the table to its report)")] = None,
+    cache_dir: CacheOpt = None,
+    as_json: JsonOpt = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+) -> None:
+    """Config bisect at a commit: each knob's values one at a time, then ddmin over the
+    combination of all of them: which knob flips the symptom."""
+    from vllm_bisect.isolate.knobs import parse_knob
+    from vllm_bisect.isolate.runner import default_commits, run_knobs
+
+    _setup_logging(verbose)
+    try:
+        spec = load_spec(spec_path)
+        knobs = [parse_knob(k) for k in knob]
+        commits = commit or default_commits(session, spec)
+        if not commits:
+            raise FatalError("no commit given", hint="pass --commit REF or set range.bad")
+        session_dir = session or new_session_dir()
+        err.print(f"[dim]session {session_dir}  (resume: add --session "
+                  f"{shlex.quote(str(session_dir))})[/]")
+        doc = run_knobs(session_dir, cache_dir or default_cache_dir(), spec, commits, knobs,
+                        _on_trial, _quiet_phase)
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except BisectError as e:
+        _fail(e)
+    if as_json:
+        out.print_json(json.dumps(doc))
+        return
+    for t in doc["tables"]:
+        table = Table(title=f"knobs at {t['commit'][:12]} (baseline {t['baseline']}: "
+                            f"{t['baseline_verdict']})")
+        for col in ("knob", "value", "verdict", "flips", "why"):
+            table.add_column(col, overflow="fold")
+        for r in t["rows"]:
+            table.add_row(r["knob"], r["value"], f"[{STYLE_BY[r['verdict']]}]{r['verdict']}[/]",
+                          {True: "[bold]yes[/]", False: "no", None: "untestable"}[r["flips"]],
+                          r["reason"][:70])
+        out.print(table)
+        if t["minimal"]:
+            out.print("[bold red]flips the symptom:[/] " + ", ".join(t["minimal"]))
+        else:
+            out.print("no knob flips the symptom")
+    out.print(f"[dim]{doc['fresh_builds']} servers measured this run[/]")
+
+
+STYLE_BY = {v.value: s for v, s in STYLE.items()}

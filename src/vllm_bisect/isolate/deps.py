@@ -1,0 +1,205 @@
+"""Dependency or vLLM code? When the culprit changes pins: the parent built with the
+culprit's pin files and the culprit with the parent's (swap tests); then, for a Python
+package pinned exactly on both sides, a bisect over the versions the package index offers
+between the two pins, on whichever side flips with the pin, to its first bad version."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import git
+from packaging.version import Version
+
+from vllm_bisect.bisect.strategy import next_step
+from vllm_bisect.isolate import pkgindex
+from vllm_bisect.isolate.adapter import Prober, Trial
+from vllm_bisect.isolate.culprit import endpoints
+from vllm_bisect.isolate.patches import FileChange, Scratch, diff_changes, invert
+from vllm_bisect.isolate.pins import (
+    Pin,
+    PinChange,
+    PinKind,
+    is_pin_file,
+    pin_changes,
+    rewrite,
+)
+from vllm_bisect.models import Measurement, Verdict
+from vllm_bisect.spec import BisectSpec
+
+logger = logging.getLogger(__name__)
+STUDY = "deps"
+
+
+class Conclusion:
+    NO_PINS = "no dependency pins changed"
+    DEPENDENCY = "dependency"      # the new pins alone reproduce; the old pins alone cure
+    CODE = "vllm code"             # the pins do not matter
+    EITHER = "either"              # the new pins reproduce, and so does the code change
+    BOTH = "both"                  # only the new pins and the code change together
+    UNDETERMINED = "undetermined"  # a swap could not be tested (not installable)
+
+
+@dataclass
+class PackageBisect:
+    name: str
+    old: str
+    new: str
+    base: str = ""                 # "culprit" or "parent": where the pin was varied
+    single_verdict: str | None = None  # only this package's pin flipped (several changed)
+    tested: list[dict[str, str]] = field(default_factory=list)
+    first_bad_version: str | None = None
+    candidates: list[str] = field(default_factory=list)
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class DepsResult:
+    culprit: str
+    parent: str
+    changes: list[str] = field(default_factory=list)
+    parent_with_new_pins: str | None = None
+    culprit_with_old_pins: str | None = None
+    conclusion: str = Conclusion.NO_PINS
+    packages: list[PackageBisect] = field(default_factory=list)
+    index_url: str | None = None
+    fresh_builds: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "packages"}
+        d["packages"] = [p.to_dict() for p in self.packages]
+        return d
+
+
+def exact(spec: str | None) -> Version | None:
+    """The version of an exact ``==`` specifier (None for ranges, wildcards, no pin)."""
+    return Pin("", "", spec).exact if spec else None
+
+
+def conclude(parent_new: Verdict, culprit_old: Verdict) -> str:
+    if Verdict.SKIP in (parent_new, culprit_old):
+        return Conclusion.UNDETERMINED
+    return {(Verdict.BAD, Verdict.GOOD): Conclusion.DEPENDENCY,
+            (Verdict.GOOD, Verdict.BAD): Conclusion.CODE,
+            (Verdict.BAD, Verdict.BAD): Conclusion.EITHER,
+            (Verdict.GOOD, Verdict.GOOD): Conclusion.BOTH}[(parent_new, culprit_old)]
+
+
+class DependencyStudy:
+    def __init__(self, prober: Prober, spec: BisectSpec, repo: git.Repo, culprit: str,
+                 parent: str, index_url: str | None) -> None:
+        self.prober, self.spec = prober, spec
+        self.culprit, self.parent = culprit, parent
+        self.changes = diff_changes(repo, parent, culprit)
+        self.scratch = Scratch(repo, parent, self.changes)
+        self.index_url = (index_url
+                          or pkgindex.index_from_args(getattr(spec.build, "install_args", []))
+                          or pkgindex.PYPI)
+        self.result = DepsResult(culprit, parent, index_url=self.index_url)
+        self.reference: Measurement | None = None
+        self.pins: list[PinChange] = []
+
+    def _trial(self, base: str, sel: dict[str, frozenset[int] | None], label: str,
+               files: dict[str, bytes | None] | None = None) -> Trial:
+        sha = self.scratch.commit(base, sel, f"vllm-bisect deps: {label}\n", files)
+        return self.prober.trial(self.spec, sha, study=STUDY, label=label,
+                                 reference=self.reference, retries=0)
+
+    def pin_files(self) -> list[FileChange]:
+        return [c for c in self.changes if is_pin_file(c.path)]
+
+    def run(self) -> DepsResult:
+        fresh0 = self.prober.fresh
+        files = self.pin_files()
+        text = {c.path: (c.before or b"").decode("utf-8", "replace") for c in files
+                if c.before is not None}
+        after = {c.path: (c.after or b"").decode("utf-8", "replace") for c in files
+                 if c.after is not None}
+        changed = self.pins = pin_changes(text, after)
+        self.result.changes = [c.label for c in changed]
+        if not changed:
+            return self.result
+        self.reference = endpoints(self.prober, self.spec, self.culprit, self.parent, STUDY)
+        pins_sel: dict[str, frozenset[int] | None] = {c.path: None for c in files}
+        if len(files) == len(self.changes):  # only pins changed: the code is the parent's
+            pn, co = Verdict.BAD, Verdict.GOOD
+            self.result.parent_with_new_pins = "bad (the culprit itself: it changes only pins)"
+            self.result.culprit_with_old_pins = "good (the parent itself)"
+        else:
+            t1 = self._trial(self.parent, pins_sel, "parent with the culprit's pins")
+            t2 = self._trial(self.culprit, invert(self.changes, pins_sel),
+                             "culprit with the parent's pins")
+            pn, co = t1.verdict, t2.verdict
+            self.result.parent_with_new_pins = f"{pn.value}: {t1.reason}"
+            self.result.culprit_with_old_pins = f"{co.value}: {t2.reason}"
+        self.result.conclusion = conclude(pn, co)
+        if co is Verdict.GOOD:
+            base = "culprit"
+        elif pn is Verdict.BAD:
+            base = "parent"
+        else:
+            self.result.fresh_builds = self.prober.fresh - fresh0
+            return self.result
+        python = [c for c in changed if c.kind is PinKind.PYTHON]
+        names = sorted({c.name for c in python})
+        for name in names:
+            mine = [c for c in python if c.name == name]
+            self.result.packages.append(self._package(name, mine, base, several=len(names) > 1))
+        self.result.fresh_builds = self.prober.fresh - fresh0
+        return self.result
+
+    def _pinned(self, base: str, name: str, version: str, label: str) -> Trial:
+        """``base`` (the culprit or its parent) with every pin of ``name`` set to version."""
+        sel: dict[str, frozenset[int] | None] = (invert(self.changes, {}) if base == "culprit"
+                                                 else {})
+        by_path = {c.path: c for c in self.changes}
+        files: dict[str, bytes | None] = {}
+        for path in {c.file for c in self._mine(name)}:
+            ch = by_path.get(path)
+            src = (ch.after if base == "culprit" else ch.before) if ch else None
+            if src is not None:
+                files[path] = rewrite(path, src.decode(), name, version).encode()
+        return self._trial(self.culprit if base == "culprit" else self.parent, sel, label, files)
+
+    def _mine(self, name: str) -> list[PinChange]:
+        return [c for c in self.pins if c.name == name]
+
+    def _package(self, name: str, mine: list[PinChange], base: str, several: bool
+                 ) -> PackageBisect:
+        olds = {v for c in mine if (v := exact(c.old)) is not None}
+        news = {v for c in mine if (v := exact(c.new)) is not None}
+        pb = PackageBisect(name, ",".join(sorted({c.old or "" for c in mine})),
+                           ",".join(sorted({c.new or "" for c in mine})), base)
+        if len(olds) != 1 or len(news) != 1:
+            pb.note = "not pinned exactly (==) on both sides: versions not bisected"
+            return pb
+        old, new = olds.pop(), news.pop()
+        if several:  # does this package alone flip it?
+            flip_to = old if base == "culprit" else new
+            t = self._pinned(base, name, str(flip_to), f"{base} with only {name}=={flip_to}")
+            pb.single_verdict = t.verdict.value
+            want = Verdict.GOOD if base == "culprit" else Verdict.BAD
+            if t.verdict is not want:
+                pb.note = f"{name} alone does not flip the symptom: versions not bisected"
+                return pb
+        cands = pkgindex.between(pkgindex.versions(self.index_url, name), old, new)
+        if not cands or cands[-1] != new:
+            cands = [*cands, new]
+        verdicts: dict[int, Verdict] = {len(cands) - 1: Verdict.BAD}
+        while True:
+            step = next_step(len(cands), verdicts)
+            if step.done:
+                break
+            assert step.test is not None
+            ver = str(cands[step.test])
+            t = self._pinned(base, name, ver, f"{base} with {name}=={ver}")
+            verdicts[step.test] = t.verdict
+            pb.tested.append({"version": ver, "verdict": t.verdict.value, "reason": t.reason})
+        if step.culprit is not None:
+            pb.first_bad_version = str(cands[step.culprit])
+        pb.candidates = [str(cands[i]) for i in step.candidates]
+        return pb

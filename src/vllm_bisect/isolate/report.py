@@ -1,0 +1,146 @@
+"""Report sections of the studies (Markdown; the HTML report embeds the Markdown), and the
+offer to run them. Pure functions of the result JSON, except the offer, which reads the
+culprit's diff from the repository named in the spec (nothing is offered when it cannot)."""
+
+from __future__ import annotations
+
+import html
+import tomllib
+from typing import Any
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def isolate_lines(d: dict[str, Any]) -> list[str]:
+    out = ["", "### Which part of the culprit (delta debugging over its diff)", ""]
+    files = d.get("minimal_files") or []
+    out.append(f"The culprit changes {len(d['files'])} files; applied on its parent "
+               f"`{d['parent'][:12]}`, the smallest set that reproduces the symptom is "
+               f"**{len(files)} file{'s' if len(files) != 1 else ''}**: "
+               + ", ".join(f"`{f}`" for f in files) + f" ({d['file_tests']} builds).")
+    if d.get("minimal_hunks") and d.get("hunk_tests"):
+        out.append(f"Within {'it' if len(files) == 1 else 'them'}, {len(d['minimal_hunks'])} of "
+                   f"{len(d['hunks'])} hunks reproduce it ({d['hunk_tests']} builds):")
+        out += [f"- `{h}`" for h in d["minimal_hunks"]]
+    removes = d.get("revert_removes")
+    if removes is not None:
+        out.append("Reverting exactly that set on the culprit **"
+                   + ("removes the symptom" if removes else "does not remove the symptom")
+                   + f"** ({d['revert_verdict']}: {d['revert_reason']}).")
+    elif d.get("revert_verdict"):
+        out.append(f"Reverting that set on the culprit could not be tested: {d['revert_reason']}")
+    skips = [t for t in d.get("trials", []) if t["verdict"] == "skip"]
+    out.append(f"{d['fresh_builds']} builds this run; {len(skips)} subsets did not build or "
+               "serve (skips, not verdicts).")
+    out += ["", "<details><summary>Subsets tested</summary>", "", "| subset | verdict | why |",
+            "|---|---|---|"]
+    out += [f"| {_cell(t['label'])[:160]} | {t['verdict']} | {_cell(t['reason'])[:100]} |"
+            for t in d.get("trials", [])]
+    out += ["", "</details>"]
+    return out
+
+
+def deps_lines(d: dict[str, Any]) -> list[str]:
+    out = ["", "### Dependency or vLLM code", ""]
+    if not d.get("changes"):
+        return [*out, "The culprit changes no dependency pins."]
+    out += ["Pins the culprit changes:", ""] + [f"- {c}" for c in d["changes"]] + [""]
+    out.append(f"- parent with the culprit's pins: {d.get('parent_with_new_pins') or '-'}")
+    out.append(f"- culprit with the parent's pins: {d.get('culprit_with_old_pins') or '-'}")
+    out.append(f"- conclusion: **{d['conclusion']}**")
+    for p in d.get("packages", []):
+        if p.get("first_bad_version"):
+            out.append(f"- `{p['name']}` {p['old']} -> {p['new']}: first bad version "
+                       f"**{p['first_bad_version']}** (on the {p['base']}, index "
+                       f"{d.get('index_url')}; {len(p['tested'])} versions built)")
+        elif p.get("candidates"):
+            out.append(f"- `{p['name']}`: the first bad version is one of "
+                       + ", ".join(p["candidates"]) + " (the others could not be installed)")
+        if p.get("note"):
+            out.append(f"- `{p['name']}`: {p['note']}")
+        if p.get("tested"):
+            out += ["", "| version | verdict | why |", "|---|---|---|"]
+            out += [f"| {t['version']} | {t['verdict']} | {_cell(t['reason'])[:100]} |"
+                    for t in p["tested"]]
+    return out
+
+
+def knobs_lines(d: dict[str, Any]) -> list[str]:
+    out = ["", "### Which knob flips the symptom", ""]
+    for t in d.get("tables", []):
+        out.append(f"At `{t['commit'][:12]}`, baseline ({t['baseline']}): "
+                   f"**{t['baseline_verdict']}** ({t['baseline_reason']}).")
+        out += ["", "| knob | value | verdict | flips |", "|---|---|---|---|"]
+        mark = {True: "**yes**", False: "no", None: "untestable"}
+        out += [f"| `{r['knob']}` | `{r['value']}` | {r['verdict']} | {mark[r['flips']]} |"
+                for r in t["rows"]]
+        if t.get("minimal"):
+            out.append("")
+            out.append("Smallest change that flips it: " + ", ".join(f"`{m}`"
+                                                                   for m in t["minimal"]))
+        elif t.get("all_changed_verdict") is not None:
+            out += ["", f"Every knob changed at once: {t['all_changed_verdict']} (no flip)."]
+        out.append("")
+    return out
+
+
+def offer_lines(result: dict[str, Any], spec_text: str) -> list[str]:
+    """Offer ``isolate`` when the culprit is Python-only and the build can build source."""
+    sha = result.get("first_bad")
+    if not sha or ("isolate" in result and "deps" in result):
+        return []
+    import git
+
+    from vllm_bisect.bisect.range import open_repo
+    from vllm_bisect.errors import BisectError
+    from vllm_bisect.isolate.pins import is_pin_file
+
+    try:
+
+        spec = tomllib.loads(spec_text) if spec_text else {}
+        kind = spec.get("build", {}).get("kind", "source")
+        repo = open_repo(spec.get("range", {}).get("repo", "."))
+        commit = repo.commit(sha)
+        paths = repo.git.diff("--no-renames", "--name-only", commit.parents[0].hexsha,
+                              sha).split()
+    except (BisectError, git.GitError, ValueError, IndexError, OSError, tomllib.TOMLDecodeError):
+        return []  # the offer is a courtesy: no repository (or no such commit), no offer
+    from vllm_bisect.builders.precompiled import is_compiled
+
+    out = []
+    if kind in ("source", "command", "wheel") and not any(is_compiled(p) for p in paths) \
+            and len(paths) > 1 and "isolate" not in result:
+        out.append(f"- Which of its {len(paths)} files? The culprit changes only Python: "
+                   "`vllm-bisect isolate SESSION` finds the smallest set of files and hunks "
+                   "that reproduces the symptom.")
+    if any(is_pin_file(p) for p in paths) and "deps" not in result:
+        out.append("- The culprit changes dependency pins: `vllm-bisect deps SESSION` tells "
+                   "a dependency from vLLM code and bisects the package's versions.")
+    return ["", "Next questions:", *out] if out else []
+
+
+def section_lines(result: dict[str, Any], spec_text: str = "") -> list[str]:
+    """Every study section of a session's result, then what else could be asked."""
+    out: list[str] = []
+    if result.get("isolate"):
+        out += isolate_lines(result["isolate"])
+    if result.get("deps"):
+        out += deps_lines(result["deps"])
+    if result.get("knobs"):
+        out += knobs_lines(result["knobs"])
+    return out + offer_lines(result, spec_text)
+
+
+def section_html(result: dict[str, Any]) -> str:
+    """Each study as its own HTML section (a heading and its Markdown, preformatted)."""
+    out = []
+    for key, render in (("isolate", isolate_lines), ("deps", deps_lines),
+                        ("knobs", knobs_lines)):
+        if result.get(key):
+            lines = render(result[key])
+            title = next((x[4:] for x in lines if x.startswith("### ")), key)
+            body = "\n".join(x for x in lines if not x.startswith("### ")).strip()
+            out.append(f'<h2 id="{key}">{html.escape(title)}</h2><pre>{html.escape(body)}</pre>')
+    return "".join(out)

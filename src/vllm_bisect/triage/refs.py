@@ -1,0 +1,198 @@
+"""Refs a report names: release versions, dev/nightly strings, commit shas, docker image tags.
+
+A sha is taken only where it looks like a commit: a commit URL, a ``+g<sha>`` version, a sha in
+parentheses right after a version or a nightly, a backticked sha, a labelled sha ("commit",
+"commit id:", "main", "nightly-", "build"), or a full 40-hex word outside any URL. Anything
+inside another URL (images, assets, dashboards, CI runs) is ignored. Versions named after
+another package (torch 2.11.0, Transformers==4.54.1, CUDA 13.0, driver 570.172.08) are not refs.
+All patterns are linear: no nested quantifiers, every repetition bounded.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from packaging.version import InvalidVersion, Version
+
+MAX_LINE = 4000
+MAX_MENTIONS = 1000  # a report names a handful of refs; more is noise (or an attack)
+URL = re.compile(r"https?://[^\s)\]>\"'`]{1,2000}")
+COMMIT_URL = re.compile(r"github\.com/[\w.-]{1,100}/[\w.-]{1,100}/commit/([0-9a-f]{7,40})\b")
+COMPARE_URL = re.compile(r"github\.com/[\w.-]{1,100}/[\w.-]{1,100}/compare/([0-9a-f]{7,40})\.{2,3}"
+                         r"([0-9a-f]{7,40})\b")
+# 0.23.1rc1.dev601+ga16dbd5b8, v0.26.0, 0.9.0.1, v0.18, 1.2.0rc2, 0.6.1.post2
+VERSION = re.compile(
+    r"(?:(?<![A-Za-z0-9_.+])|(?<=vllm)|(?<=vLLM)|(?<=VLLM))(?P<v>[vV])?(?P<num>\d{1,3}(?:\.\d{1,4}){1,3})"
+    r"(?P<pre>(?:a|b|rc)\d{1,3})?(?P<post>\.post\d{1,3})?(?P<dev>\.dev\d{1,6})?"
+    r"(?P<local>\+g?[0-9a-f]{7,40}(?![0-9a-z])|\+[A-Za-z0-9_.]{1,40})?")
+LABELLED_SHA = re.compile(
+    r"(?:\bcommit(?:\s+id)?|\bsha|\bmain|\bnightly|\bnightlies|\bbuild|\bbuilt\s+from|\brevision|"
+    r"\bhead|\bHEAD|提交|\bfrom|\bsince|\bafter|\bbefore|\bat|\buntil)\s{0,3}[:=]?\s{0,3}[(（]?\s{0,2}`?"
+    r"(?P<sha>[0-9a-f]{7,40})(?![\w/-])(?!\.\w)")
+NIGHTLY_TAG = re.compile(r"nightly-(?P<sha>[0-9a-f]{7,40})\b")
+PAREN_SHA = re.compile(r"\s{0,3}[(（]\s{0,2}(?:commit(?:\s+id)?\s{0,2}[:=]?\s{0,2})?`?"
+                       r"(?P<sha>[0-9a-f]{7,40})`?\s{0,2}[)）,，]")
+BACKTICK_SHA = re.compile(r"`(?P<sha>[0-9a-f]{7,40})`")
+FULL_SHA = re.compile(r"(?<![\w/.-])(?P<sha>[0-9a-f]{40})(?![\w/.-])")
+DOCKER = re.compile(r"(?P<image>(?:[\w.-]{1,60}/){0,3}(?:vllm-openai(?:-rocm)?|vllm-ascend|sglang|"
+                    r"tensorrt-llm/release|vllm-release-repo|vllm-ci-postmerge-repo)):"
+                    r"(?P<tag>[\w.+-]{1,80})")
+# a version right after one of these words belongs to another package
+OTHER_PACKAGE = re.compile(
+    r"(?:torch|pytorch|transformers|cuda|cudnn|driver|python|triton|flashinfer|cann|lm_eval|"
+    r"lm-eval|nccl|gcc|glibc|libc|ubuntu|centos|rocm|hip|aiter|mlx-vlm|mlx|numpy|xformers|"
+    r"tokenizers|cmake|clang|nvcc|kernel|firmware|cc|sm|compute capability|jax|tensorrt(?!-llm)|"
+    r"ray|pydantic|fastapi|openai|accelerate|deepspeed|megatron|verl|os|debian|rhel|qwen|llama|"
+    r"mistral|gemma|glm|deepseek|phi|kimi|minimax|nemotron|torch_npu|torchvision|ascend-cann|"
+    r"mooncake|nixl|lmcache|ucx|pyzmq|safetensors|huggingface|hf)"
+    r"(?:\s{0,3}version)?[\s:=_v-]{0,24}$", re.IGNORECASE)
+OUR_PRODUCT = re.compile(r"(?:vllm|vllm-ascend|vllm-omni|sglang|trtllm|tensorrt-llm|trt-llm|"
+                         r"version|release|tag|image|wheel|nightly|rocm)[\s:=/_-]{0,3}(?:==?|-)?$",
+                         re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Mention:
+    """One ref as written: a version (maybe with its sha), a sha, or both."""
+
+    version: str | None      # PEP 440 text without a leading v, e.g. "0.23.1rc1.dev601"
+    sha: str | None          # hex as written (short or full)
+    image: str | None        # a docker image reference it came from
+    line: int                # 1-based
+    start: int               # offsets in the line
+    end: int
+    how: str                 # "version", "+g", "commit-url", "labelled", "backticks", ...
+
+    @property
+    def label(self) -> str:
+        if self.version and self.sha:
+            return f"{self.version} ({self.sha[:12]})"
+        return self.sha or self.tag or "?"
+
+    @property
+    def tag(self) -> str | None:
+        return f"v{self.version}" if self.version else None
+
+
+@lru_cache(maxsize=4096)
+def version_key(version: str | None) -> Version | None:
+    if not version:
+        return None
+    try:
+        return Version(version)
+    except InvalidVersion:
+        return None
+
+
+def _url_spans(line: str) -> list[tuple[int, int]]:
+    return [(m.start(), m.end()) for m in URL.finditer(line)]
+
+
+def _inside(spans: list[tuple[int, int]], pos: int) -> bool:
+    return any(a <= pos < b for a, b in spans)
+
+
+def _is_sha(s: str) -> bool:
+    return any(c.isdigit() for c in s) and any(c.isalpha() for c in s)
+
+
+def _version_ok(line: str, m: re.Match[str]) -> str | None:
+    """The PEP 440 text of a version match, or None when it is not a ref of ours."""
+    num = m.group("num")
+    parts = num.split(".")
+    before = line[max(0, m.start() - 40):m.start()]
+    ours = bool(m.group("v")) or bool(OUR_PRODUCT.search(before))
+    after = line[m.end():m.end() + 4]
+    if re.match(r"\.[*xX]|-dev|-[A-Za-z]{0,3}\d*\.\d", after):
+        return None  # 0.9.*, v0.4.x, v0.11.0-dev: a family or a branch, not a ref
+    if re.match(r"[A-Za-z0-9_]|\.\d", after):
+        return None  # 1.2.3x, 1.2.3.4.5: part of a longer word
+    if m.start() > 0 and line[m.start() - 1] == "-" and not re.search(
+            r"(?:vllm|sglang|ascend|release)-$", line[max(0, m.start() - 12):m.start()], re.I):
+        return None  # Qwen3-32B-..., 6.8.0-38-generic
+    if OTHER_PACKAGE.search(before) and not m.group("v"):
+        return None
+    if int(parts[0]) > 99 or all(p == "0" for p in parts):
+        return None  # driver versions, 0.0.0.0
+    if line[m.end():m.end() + 1] == ":" and line[m.end() + 1:m.end() + 2].isdigit():
+        return None  # host:port
+    if len(parts) == 2 and not ours:
+        return None  # "3.2", "13.0": too weak without a v or a product name
+    if len(parts) == 4 and not ours and parts[0] != "0":
+        return None  # 0.9.0.1 is a version (no IP address starts at 0); 10.0.0.1 is not
+    text = num + (m.group("pre") or "") + (m.group("post") or "") + (m.group("dev") or "")
+    return text if version_key(text) is not None else None
+
+
+def find_mentions(lines: list[str]) -> list[Mention]:
+    out: list[Mention] = []
+    for n, raw in enumerate(lines, 1):
+        line = raw[:MAX_LINE]
+        urls = _url_spans(line)
+        taken: list[tuple[int, int]] = []
+
+        def add(version: str | None, sha: str | None, a: int, b: int, how: str,
+                image: str | None = None, n: int = n, taken: list[tuple[int, int]] = taken
+                ) -> None:
+            if any(x < b and a < y for x, y in taken):
+                return
+            taken.append((a, b))
+            out.append(Mention(version, sha, image, n, a, b, how))
+
+        for m in COMMIT_URL.finditer(line):
+            start = next((a for a, b in urls if a <= m.start() < b), m.start())
+            add(None, m.group(1), start, m.end(), "commit-url")
+        for m in COMPARE_URL.finditer(line):
+            add(None, m.group(1), m.start(1), m.end(1), "compare-url")
+            add(None, m.group(2), m.start(2), m.end(2), "compare-url")
+        for m in DOCKER.finditer(line):
+            if _inside(urls, m.start()):
+                continue
+            tag, image = m.group("tag"), f"{m.group('image')}:{m.group('tag')}"
+            nightly = NIGHTLY_TAG.search(tag)
+            vm = VERSION.match(tag)
+            if nightly:
+                add(None, nightly.group("sha"), m.start(), m.end(), "docker", image)
+            elif vm and version_key(vm.group("num") + (vm.group("pre") or "")):
+                ver = vm.group("num") + (vm.group("pre") or "") + (vm.group("post") or "")
+                add(ver, None, m.start(), m.end(), "docker", image)
+            else:  # :latest, :nightly: an image, not a commit
+                add(None, None, m.start(), m.end(), "docker", image)
+        for m in VERSION.finditer(line):
+            if _inside(urls, m.start()):
+                continue
+            version = _version_ok(line, m)
+            if version is None:
+                continue
+            local = m.group("local") or ""
+            sha = local[2:] if local.startswith("+g") else (
+                local[1:] if local[1:] and _is_sha(local[1:]) and
+                re.fullmatch(r"[0-9a-f]{7,40}", local[1:]) else None)
+            end = m.end("local") if local else m.end("dev") if m.group("dev") else m.end("num")
+            for g in ("pre", "post", "dev"):
+                if m.group(g):
+                    end = max(end, m.end(g))
+            how = "+g" if sha else "version"
+            if sha is None:  # 0.23.1rc1.dev471 (e312c5cb2), 0.6.1 as follow(commit id:9b3e12..)
+                window = line[end:end + 80]
+                pm = PAREN_SHA.match(window) or re.match(
+                    r"[^()（）\n]{0,14}[(（]\s{0,2}commit(?:\s+id)?\s{0,2}[:=]?\s{0,2}`?"
+                    r"(?P<sha>[0-9a-f]{7,40})", window) or re.match(
+                    r",\s{0,2}commit\s{0,2}\[?`?(?P<sha>[0-9a-f]{7,40})", window)
+                if pm and _is_sha(pm.group("sha")):
+                    sha, how = pm.group("sha"), "version+sha"
+                    end = end + pm.end("sha")
+            add(version, sha, m.start(), end, how)
+        for pat, how in ((NIGHTLY_TAG, "nightly-tag"), (LABELLED_SHA, "labelled"),
+                         (BACKTICK_SHA, "backticks"), (FULL_SHA, "full-sha")):
+            for m in pat.finditer(line):
+                sha = m.group("sha")
+                if _inside(urls, m.start("sha")) or not _is_sha(sha):
+                    continue
+                add(None, sha, m.start("sha"), m.end("sha"), how)
+        if len(out) >= MAX_MENTIONS:
+            break
+    out.sort(key=lambda x: (x.line, x.start))
+    return out[:MAX_MENTIONS]

@@ -1,0 +1,375 @@
+"""Which ref is good, which is bad (or, in a fix report, which has the problem and which is fixed).
+
+A marker binds to its own ref: a phrase right before it ("after upgrading to X", "pre-fix main
+X", "Occurs in: X", "last good X"), a phrase right after it in the same sentence ("X is slow",
+"X gives much better ..."), or a ✅/❌-style word in a table row or clause that names only that
+ref. "X to Y" / "X → Y" orders two refs. Refs left without a role take the one implied by version
+order (in a regression report the older of two compared versions is the good one). Then the
+range is the latest good before the earliest bad.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from itertools import pairwise
+
+from packaging.version import Version
+
+from vllm_bisect.triage.refs import Mention, version_key
+
+
+class Role(StrEnum):
+    GOOD = "good"
+    BAD = "bad"
+    FIXED = "fixed"      # fix report: the commit/version where the problem is gone
+    PROBLEM = "problem"  # fix report: a commit/version that still has it (e.g. "pre-fix main")
+
+
+class SearchKind(StrEnum):
+    REGRESSION = "regression"
+    FIX = "fix"
+
+
+@dataclass
+class Point:
+    """One ref of the report with every mention of it and the role votes they cast."""
+
+    version: str | None
+    sha: str | None
+    mentions: list[Mention] = field(default_factory=list)
+    votes: dict[Role, int] = field(default_factory=dict)
+    why: list[str] = field(default_factory=list)  # "line 17: ❌ in its table row"
+    role_lines: dict[Role, int] = field(default_factory=dict)  # where each role was first read
+
+    @property
+    def ref(self) -> str:
+        if self.sha:
+            return self.sha
+        assert self.version is not None
+        v = version_key(self.version)
+        if v is not None and v.is_devrelease:
+            return self.version  # a dev/nightly string: no tag, needs its commit
+        return "v" + _release_text(self.version)
+
+    @property
+    def key(self) -> Version | None:
+        return version_key(self.version)
+
+    @property
+    def label(self) -> str:
+        if self.version and self.sha:
+            return f"{self.version} ({self.sha[:12]})"
+        return self.ref
+
+    @property
+    def line(self) -> int:
+        return self.mentions[0].line
+
+    def role(self) -> Role | None:
+        if not self.votes:
+            return None
+        best = max(self.votes.values())
+        top = [r for r, n in self.votes.items() if n == best]
+        return top[0] if len(top) == 1 else None
+
+    def vote(self, role: Role, weight: int, why: str, line: int | None = None) -> None:
+        self.votes[role] = self.votes.get(role, 0) + weight
+        self.why.append(why)
+        if line is not None:
+            self.role_lines.setdefault(role, line)
+
+
+def _release_text(version: str) -> str:
+    parts = version.split(".")
+    if len(parts) == 2 and parts[1].isdigit():
+        return version + ".0"  # "vllm 0.17" is the v0.17.0 release
+    return version
+
+
+FILLER = re.compile(
+    r"(?:(?<![A-Za-z0-9])(?:vllm|vllm-ascend|sglang|trtllm|tensorrt-llm|version|versions|release|"
+    r"releases|tag|the|commit|id|merge|pr|main|nightly|nightlies|build|built|image|docker|wheel|"
+    r"rocm|ascend|stable|latest|eg|branch|from|this|my|our|vllm-openai|lmsysorg|nvcr|#\d{1,7})"
+    r"|[\s`*_:=,(（)\[\]/#.\-]|\d)$", re.IGNORECASE)
+BEFORE = (
+    (Role.PROBLEM, re.compile(r"(?:pre-?fix|before the fix|without the fix|unfixed|修复前的?|"
+                              r"修复之前的?)$", re.IGNORECASE)),
+    (Role.FIXED, re.compile(r"(?:(?:fixed|resolved|addressed|solved)\s{1,3}(?:by|in|on|with|at)|"
+                            r"(?:with|after) the fix|post-?fix|修复[:：]?|已修复|修复后的?)$",
+                            re.IGNORECASE)),
+    (Role.GOOD, re.compile(
+        r"(?:last\s{1,3}(?:known\s{1,3})?(?:good|healthy|working|ok|fast)|"
+        r"(?<!first )(?<!first\s)\bgood|\bworks?\s{1,3}(?:fine\s{1,3})?(?:on|with|in)|"
+        r"\bfine\s{1,3}(?:on|with|in)|prior\s{1,3}to|\bbefore(?:\s{1,3}(?:update|upgrading))?|"
+        r"downgrad\w{0,6}\s{1,3}to|revert\w{0,4}\s{1,3}(?:back\s{1,3})?to|"
+        r"roll\w{0,4}\s{1,3}back\s{1,3}to|does\s{1,3}not\s{1,3}occur\s{1,3}in|"
+        r"doesn't\s{1,3}occur\s{1,3}in|not\s{1,3}(?:reproduc\w{0,5}|occur\w{0,3})\s{1,3}(?:on|in|with)|"
+        r"\bold|\bnormal|baseline|(?:slower|worse|behind)\s{1,3}than|✅|✔|正常|回退到|降级到)$",
+        re.IGNORECASE)),
+    (Role.BAD, re.compile(
+        r"(?:upgrad\w{0,5}\s{1,3}to|updat\w{0,5}\s{1,3}to|chang\w{0,5}\s{1,3}to|"
+        r"switch\w{0,5}\s{1,3}to|mov\w{0,5}\s{1,3}to|bump\w{0,5}\s{1,3}to|\bafter|\bsince|"
+        r"starting\s{1,3}(?:with|from|at|in)|first\s{1,3}(?:bad|broken|regressed|slow)|"
+        r"first\s{1,3}(?:observed|seen|noticed)\s{1,3}(?:regressed|bad|broken|slow)?\s{0,3}"
+        r"(?:at|in|on|with)?|regress\w{0,4}\s{1,3}(?:at|in|on|with|since)|"
+        r"broken\s{1,3}(?:at|in|on|with)|(?<!not )occurs?\s{1,3}in|introduced\s{1,3}(?:in|by)|"
+        r"first\s{1,3}in|still\s{1,3}present\s{1,3}in|(?:appears|shows\s{1,3}up)\s{1,3}"
+        r"(?:after|in|on|with)|with\s{1,3}this(?:\s{1,3}pr)?|(?:faster|better)\s{1,3}than|"
+        r"(?:slower|worse|regressed)\s{1,3}(?:from|since|after|at)|\bnew|\bbad|❌|✗|✘|变慢的?|升级到|"
+        r"换成|切换到)$", re.IGNORECASE)),
+)
+AFTER_FIXED = re.compile(r"问题(?:已经)?(?:消失|解决)|(?:issue|problem|regression|bug)\s{1,3}"
+                         r"(?:is\s{1,3}|was\s{1,3}|has\s{1,3}been\s{1,3})?(?:gone|fixed|resolved)",
+                         re.IGNORECASE)
+AFTER = (
+    (Role.GOOD, re.compile(r"^[\s:：)）(（-]{0,4}(?:✅|✔|正常|没问题|\(good\)|ok\b|fine\b)|"
+                           r"\b(?:is|was|works?|worked)\s{1,3}(?:fine|ok|good|fast|normal|healthy)\b|"
+                           r"\bgives\s{1,3}(?:much\s{1,3})?better|\bfaster\s{1,3}than|\bbaseline\b",
+                           re.IGNORECASE)),
+    (Role.BAD, re.compile(r"^[\s:：)）(（-]{0,4}(?:❌|✗|✘|变慢|慢|\(bad\))|"
+                          r"\b(?:is|are|was|were)\s{1,3}(?:just\s{1,3}as\s{1,3})?(?:slow|slower|broken|"
+                          r"bad|worse|regressed)\b|\bslower\s{1,3}than|\bdrops?\b|\blags?\b|"
+                          r"\b(?:very|incredibly|extremely|really|significantly)\s{1,3}(?:low|slow)\b|"
+                          r"\bregress\w{0,4}\b|劣化|下降|变慢", re.IGNORECASE)),
+)
+SEGMENT = (
+    (Role.GOOD, re.compile(r"✅|✔|✓|正常|没问题|\(good\)")),
+    (Role.BAD, re.compile(r"❌|✗|✘|变慢|\(bad\)")),
+)
+ROW = (  # a table row is about its one ref: words mark it too
+    (Role.GOOD, re.compile(r"\bOK\b|\bbaseline\b|\bfast\b|\bgood\b|\bworks\b|\bfine\b",
+                           re.IGNORECASE)),
+    (Role.BAD, re.compile(r"回归|劣化|\bregress\w{0,4}|\bslow\w{0,2}\b|\bbad\b|\bbroken\b|"
+                          r"\bworse\b|\bdegrad\w{0,5}", re.IGNORECASE)),
+)
+COMPARE = re.compile(r"^(?:相比|相较于?|对比|compared\s{1,3}(?:to|with)|vs\.?|versus)$", re.IGNORECASE)
+LABEL_LINE = re.compile(r"^[\s#>*_-]{0,8}(?P<label>before(?:\s{1,3}(?:update|upgrade))?|"
+                        r"after(?:\s{1,3}(?:update|upgrade))?|good|bad|old|new|修复前|修复后)"
+                        r"[\s*_:：]{0,6}$", re.IGNORECASE)
+LABEL_ROLE = {"before": Role.GOOD, "good": Role.GOOD, "old": Role.GOOD, "after": Role.BAD,
+              "bad": Role.BAD, "new": Role.BAD, "修复前": Role.PROBLEM, "修复后": Role.FIXED}
+CLAUSE_END = re.compile(r"[.!?](?=\s|$)|\.(?=[A-Z])|[;；。！？，]|\bbut\b|\bwhile\b|\bwhereas\b|"
+                        r"\bhowever\b")
+ARROW = re.compile(r"^(?:to|→|->|=>|⇒|到|升级到)$", re.IGNORECASE)
+TABLE_RULE = re.compile(r"^\s*\|?(?:\s*:?-{2,}:?\s*\|)+\s*:?-{0,}:?\s*\|?\s*$")
+
+
+def _strip_filler(text: str) -> str:
+    text = text[-100:]
+    for _ in range(60):
+        m = FILLER.search(text)
+        if not m:
+            break
+        text = text[:m.start()]
+    return text
+
+
+def _before_marker(text: str) -> tuple[Role, str] | None:
+    """The marker right before a ref, looking past filler words one at a time."""
+    text = text[-100:]
+    for _ in range(60):
+        for role, pat in BEFORE:
+            hit = pat.search(text)
+            if hit:
+                return role, hit.group(0)
+        m = FILLER.search(text)
+        if not m:
+            return None
+        text = text[:m.start()]
+    return None
+
+
+def merge_points(mentions: list[Mention]) -> list[Point]:
+    points: list[Point] = []
+    by_version: dict[Version, list[Point]] = {}
+    with_sha: list[Point] = []
+    for m in mentions:
+        if m.version is None and m.sha is None:
+            continue  # an image such as vllm/vllm-openai:latest: not a commit
+        found = None
+        if m.sha:
+            found = next((p for p in with_sha if p.sha and (
+                p.sha.startswith(m.sha) or m.sha.startswith(p.sha))), None)
+        key = version_key(m.version)
+        if found is None and key is not None:
+            found = next((p for p in by_version.get(key, []) if not (m.sha and p.sha)), None)
+        if found is None:
+            found = Point(m.version, m.sha)
+            points.append(found)
+        if m.sha and (found.sha is None or len(m.sha) > len(found.sha)):
+            if found.sha is None:
+                with_sha.append(found)
+            found.sha = m.sha
+        if m.version and found.version is None:
+            found.version = m.version
+        if found.key is not None and found not in by_version.get(found.key, []):
+            by_version.setdefault(found.key, []).append(found)
+        found.mentions.append(m)
+    return points
+
+
+def _clauses(line: str) -> list[tuple[int, int]]:
+    cuts = [0] + [x.end() for x in CLAUSE_END.finditer(line)] + [len(line)]
+    return [(a, b) for a, b in pairwise(cuts) if b > a]
+
+
+def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
+                 ) -> list[tuple[Point, Point]]:
+    """Cast role votes from markers; return the ordered (older, newer) pairs from "X to Y"."""
+    arrows: list[tuple[Point, Point]] = []
+    by_line: dict[int, list[Mention]] = {}
+    own = {id(m): p for p in points for m in p.mentions}
+
+    def _point_of(_: list[Point], m: Mention) -> Point | None:
+        return own.get(id(m))
+
+    for m in mentions:
+        if _point_of(points, m) is not None:
+            by_line.setdefault(m.line, []).append(m)
+    section: Role | None = None
+    for n, line in enumerate(lines, 1):
+        stripped = line.strip()
+        label = LABEL_LINE.match(stripped) if len(stripped) < 40 else None
+        if label:
+            section = LABEL_ROLE[label.group("label").lower().split()[0]]
+            continue
+        if stripped.startswith("#") or not stripped:
+            section = None if stripped.startswith("#") else section
+        ms = by_line.get(n, [])
+        if not ms or TABLE_RULE.match(line):
+            continue
+        table = stripped.startswith("|") and stripped.count("|") >= 2
+        segments = [(0, len(line))] if table else _clauses(line)
+        for a, b in segments:
+            seg = [m for m in ms if a <= m.start < b]
+            if not seg:
+                continue
+            distinct = {id(_point_of(points, m)) for m in seg}
+            for i, m in enumerate(seg):
+                p = _point_of(points, m)
+                assert p is not None
+                prev_end = seg[i - 1].end if i else a
+                next_start = seg[i + 1].start if i + 1 < len(seg) else b
+                bound = False
+                found = _before_marker(line[prev_end:m.start])
+                if found is not None:
+                    p.vote(found[0], 3, f"line {n}: {found[1]!r} before it", n)
+                    bound = True
+                after = line[m.end:next_start][:60]
+                wide = line[m.end:(ms[ms.index(m) + 1].start if ms.index(m) + 1 < len(ms)
+                                   else len(line))][:60]
+                if not bound and AFTER_FIXED.search(wide):
+                    p.vote(Role.FIXED, 3, f"line {n}: {wide.strip()[:30]!r} after it", n)
+                    bound = True
+                subject = p
+                if i > 0 and COMPARE.match(_strip_filler(line[seg[i - 1].end:m.start]).strip()):
+                    subject = _point_of(points, seg[i - 1]) or p  # "X 相比 Y 劣化": X changed
+                for role, pat in AFTER if not (bound or table) else ():
+                    if pat.search(after):
+                        subject.vote(role, 2, f"line {n}: {after.strip()[:30]!r} after "
+                                              f"{'it' if subject is p else 'the comparison'}", n)
+                        bound = subject is p
+                        break
+                if not bound and len(distinct) == 1:
+                    text = line[a:b]
+                    for role, pat in SEGMENT + (ROW if table else ()):
+                        if pat.search(text):
+                            where = "its table row" if table else "its sentence"
+                            hit = pat.search(text)
+                            p.vote(role, 1, f"line {n}: {hit.group(0) if hit else ''!r} in "
+                                            f"{where}", n)
+                            bound = True
+                            break
+                if not bound and section is not None:
+                    p.vote(section, 1, f"line {n}: under a {section.value!r} label", n)
+                if i + 1 < len(seg):
+                    q = _point_of(points, seg[i + 1])
+                    gap = _strip_filler(line[m.end:seg[i + 1].start]).strip()
+                    if q is not None and q is not p and ARROW.match(gap):
+                        arrows.append((p, q))
+    return arrows
+
+
+@dataclass
+class Roles:
+    search: SearchKind
+    old: Point | None          # regression: the good end; fix: the end with the problem
+    new: Point | None          # regression: the bad end; fix: the fixed end
+    goods: list[Point]
+    bads: list[Point]
+    notes: list[str]
+
+
+def _older(a: Point, b: Point) -> bool | None:
+    ka, kb = a.key, b.key
+    return None if ka is None or kb is None else ka < kb
+
+
+def choose(points: list[Point], arrows: list[tuple[Point, Point]],
+           lines_with_pairs: list[list[Point]]) -> Roles:
+    notes: list[str] = []
+    roles = {id(p): p.role() for p in points}
+    fix = any(r in (Role.FIXED, Role.PROBLEM) for r in roles.values())
+    old_role, new_role = (Role.PROBLEM, Role.FIXED) if fix else (Role.GOOD, Role.BAD)
+    if fix:  # in a fix report "good/fast" means fixed and "bad/slow" means the problem
+        for p in points:
+            r = roles[id(p)]
+            roles[id(p)] = {Role.GOOD: Role.FIXED, Role.BAD: Role.PROBLEM}.get(r, r) if r else r
+    for a, b in arrows:
+        ra, rb = roles[id(a)], roles[id(b)]
+        if ra is None and rb in (None, new_role):
+            roles[id(a)] = old_role
+            a.why.append(f"line {a.line}: before '→/to' {b.label}")
+        if rb is None and roles[id(a)] == old_role:
+            roles[id(b)] = new_role
+            b.why.append(f"line {b.line}: after {a.label} '→/to'")
+    olds = [p for p in points if roles[id(p)] == old_role]
+    news = [p for p in points if roles[id(p)] == new_role]
+    unmarked = [p for p in points if roles[id(p)] is None and p.key is not None]
+    if news and not olds:  # contrast: the unmarked versions older than the earliest bad
+        first = min((p for p in news if p.key), key=lambda p: p.key, default=None)  # type: ignore[arg-type,return-value]
+        olds = [p for p in unmarked if first is not None and _older(p, first)]
+        for p in olds:
+            p.why.append(f"line {p.line}: unmarked, older than {first.label if first else '?'}")
+    elif olds and not news and not fix:
+        last = max((p for p in olds if p.key), key=lambda p: p.key, default=None)  # type: ignore[arg-type,return-value]
+        news = [p for p in unmarked if last is not None and _older(last, p)]
+        for p in news:
+            p.why.append(f"line {p.line}: unmarked, newer than {last.label if last else '?'}")
+    elif not olds and not news and not fix:
+        pair = next((ps for ps in lines_with_pairs if len(ps) >= 2), None)
+        versioned = sorted((p for p in points if p.key is not None), key=lambda p: p.key)  # type: ignore[arg-type,return-value]
+        if pair is None and len(versioned) >= 2:
+            pair = [versioned[0], versioned[-1]]
+        if pair is not None:
+            pair = sorted(pair, key=lambda p: p.key)  # type: ignore[arg-type,return-value]
+            olds, news = [pair[0]], [pair[-1]]
+            notes.append(f"no good/bad marker: roles from version order ({pair[0].label} is "
+                         f"older than {pair[-1].label})")
+    new = _earliest(news)
+    old = _latest_before(olds, new)
+    if old is not None and new is not None and _older(new, old):
+        notes.append(f"markers contradict each other: {old.label} ({old_role.value}) is newer "
+                     f"than {new.label} ({new_role.value})")
+    others = [p for p in news if p is not new and p.key is None and new is not None]
+    if others:
+        notes.append("also " + new_role.value + ": " + ", ".join(p.label for p in others) +
+                     " (no version to order it by; pass --repo to order by git ancestry)")
+    return Roles(SearchKind.FIX if fix else SearchKind.REGRESSION, old, new, olds, news, notes)
+
+
+def _earliest(ps: list[Point]) -> Point | None:
+    versioned = [p for p in ps if p.key is not None]
+    if versioned:
+        return min(versioned, key=lambda p: p.key)  # type: ignore[arg-type,return-value]
+    return ps[0] if ps else None
+
+
+def _latest_before(ps: list[Point], new: Point | None) -> Point | None:
+    versioned = [p for p in ps if p.key is not None]
+    if versioned:
+        before = [p for p in versioned if new is None or new.key is None or _older(p, new)]
+        return max(before or versioned, key=lambda p: p.key)  # type: ignore[arg-type,return-value]
+    return ps[-1] if ps else None

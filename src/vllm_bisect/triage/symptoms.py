@@ -1,0 +1,197 @@
+"""Symptoms a report shows: an output cap, ITL/TPOT, throughput, TTFT, latency, correctness,
+a crash, a lost MTP speed-up. A metric counts when a sentence says it changed (regressed,
+dropped, increased, 劣化 ...), when the title names it, or when the report gives two or more
+values of it (a before/after pair, a table column).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Found(StrEnum):
+    LENGTH = "length"
+    ITL = "itl"
+    THROUGHPUT = "throughput"
+    TTFT = "ttft"
+    LATENCY = "latency"
+    CORRECTNESS = "correctness"
+    CRASH = "crash"
+    MTP_SPEEDUP = "mtp-speedup"
+
+
+NUM = r"\d{1,3}(?:,\d{3}){1,4}(?:\.\d{1,6})?|\d{1,9}(?:\.\d{1,6})?"
+CHANGE = re.compile(
+    r"regress|degrad|decreas|increas|\bdrop|\bslow|\bworse|\blower\b|\bhigher\b|\blags?\b|"
+    r"\breduc|deteriorat|\bsurge|\bjump|\bfell\b|\bfall|\bloss\b|\bdip|\bcut\b|\bhurt|"
+    r"劣化|下降|变慢|降低|增加|上升|回退|慢", re.IGNORECASE)
+NEGATED = re.compile(r"unaffected|not\s{1,3}affected|no\s{1,3}(?:meaningful\s{1,3})?regression|"
+                     r"match(?:es)?\s{1,3}closely|identical|confirming|unchanged|无变化|一致",
+                     re.IGNORECASE)
+METRICS = (
+    (Found.TTFT, re.compile(r"(?<![A-Za-z0-9_])TTFT(?![A-Za-z0-9_])|time[- ]to[- ]first[- ]token|"
+                            r"first token|首\s{0,2}token",
+                            re.IGNORECASE)),
+    (Found.ITL, re.compile(r"(?<![A-Za-z0-9_])(?:ITL|TPOT)(?![A-Za-z0-9_])|inter[- ]token|"
+                           r"time per output token|"
+                           r"per[- ]token latency|decode[- ](?:speed|latency|throughput|perf\w*)|"
+                           r"generation rate|每个?请求|单请求|single[- ]request", re.IGNORECASE)),
+    (Found.LATENCY, re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延|延迟|"
+                               r"(?:inference|response|request|wall|e2e|end-to-end)[ -]time\b",
+                               re.IGNORECASE)),
+    (Found.THROUGHPUT, re.compile(r"throughput|requests/s|req/s|samples/s|(?<![A-Za-z0-9_])TPS|"
+                                  r"tok(?:en)?s?/s|(?<![A-Za-z])(?:it|items)/s|吞吐",
+                                  re.IGNORECASE)),
+    (Found.CORRECTNESS, re.compile(r"accuracy|gsm8k|exact_match|\bmmlu\b|correctness|garbage|"
+                                   r"wrong (?:output|answer)|gibberish|精度|准确率", re.IGNORECASE)),
+)
+TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|tokens per second|it/s|items/s)(?!/)",
+                  re.IGNORECASE)
+SECONDS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:s|sec|secs|seconds)\b")
+VERSIONISH = re.compile(r"(?<![\w.])v?\d{1,3}\.\d{1,4}\.\d{1,4}")
+MS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}ms\b", re.IGNORECASE)
+CAP = re.compile(
+    r"(?:stops?|stopped|capped|cut\s{1,3}off|truncat\w{0,5}|exactly|hard[- ]?limit\w{0,4}|"
+    r"limited|硬限制在|截断在|停在|只有|限制在)[^\n\d]{0,25}?(?P<n>\d{2,6})\s{0,2}"
+    r"(?:个\s{0,2})?(?:output\s{1,3}|输出\s{0,2})?tokens?(?![/\w])"
+    r"|(?<!-)(?<!--)\boutput[ _]len(?:gth)?\s{0,3}(?:of\s{1,3}|=|:)?\s{0,3}(?P<m>\d{2,6})\b",
+    re.IGNORECASE)
+CRASH = re.compile(r"illegal memory access|\bcrash\w{0,3}|segmentation fault|segfault|core dumped|"
+                   r"CUDA error|EngineDeadError|engine (?:core )?died|崩溃", re.IGNORECASE)
+MTP_SPEEDUP = re.compile(r"\b(?:MTP|speculative decoding|spec(?:ulative)? decode|EAGLE)\s{1,3}"
+                         r"(?:cut|cuts|hurt|hurts|slowed|reduced|made|helps?)\b|MTP\s{0,2}让|"
+                         r"(?:MTP|spec\w{0,10})[- ]speed-?up|speed-?up\s{1,3}(?:of|from)\s{1,3}"
+                         r"(?:MTP|spec)|(?:with|开)\s{0,2}MTP\b.{0,40}(?:\+\d|提升|faster)",
+                         re.IGNORECASE)
+PER_REQUEST = re.compile(r"per[- ]request|single[- ]request|每个?请求|单请求|\bbs\s{0,2}=\s{0,2}1\b|"
+                         r"decode|generation rate|one request", re.IGNORECASE)
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|[。！？；;]")
+
+
+@dataclass
+class Symptoms:
+    found: list[Found] = field(default_factory=list)
+    caps: list[int] = field(default_factory=list)
+    itl_ms: list[float] = field(default_factory=list)
+    tok_s: list[float] = field(default_factory=list)
+    where: dict[str, int] = field(default_factory=dict)  # symptom -> first line it was read on
+    why: dict[str, str] = field(default_factory=dict)    # symptom -> how it was read
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _table_columns(lines: list[str], where: dict[Found, int] | None = None
+                   ) -> dict[Found, list[float]]:
+    """Values in table columns headed by a metric name (two or more = a comparison)."""
+    out: dict[Found, list[float]] = {}
+    header: list[str] | None = None
+    header_line = 0
+    for n, line in enumerate(lines, 1):
+        s = line.strip()
+        if not (s.startswith("|") and s.count("|") >= 2):
+            header = None
+            continue
+        cells = [c.strip() for c in s.strip("|").split("|")]
+        if header is None:
+            header, header_line = cells, n
+            continue
+        itl_table = any(METRICS[1][1].search(h) for h in header)
+        for i, cell in enumerate(cells[:len(header)]):
+            m = re.match(rf"~?(?P<n>{NUM})", cell)
+            if not m:
+                continue
+            unit = re.search(r"tok(?:en)?s?/s|\bms\b", cell)
+            for found, pat in METRICS:
+                if pat.search(header[i]) or (unit and pat.search(unit.group(0))):
+                    if found is Found.THROUGHPUT and not re.search(
+                            r"throughput|吞吐", header[i], re.I) and itl_table:
+                        found = Found.ITL  # tok/s beside ITL: one decode speed, two units
+                        break
+                    out.setdefault(found, []).append(number(m.group("n")))
+                    if where is not None:
+                        where.setdefault(found, header_line)
+                    break
+    return out
+
+
+LABELLED = re.compile(rf"(?P<label>[A-Za-z][\w ()/.-]{{0,40}}?)\s{{0,2}}:\s{{0,3}}~?(?P<n>{NUM})")
+
+
+def _labelled_values(lines: list[str]) -> dict[Found, list[float]]:
+    """"Throughput: 21.25 requests/s" on one line, "Throughput: 0.93 ..." on another."""
+    out: dict[Found, list[float]] = {}
+    for line in lines:
+        for m in LABELLED.finditer(line):
+            for found, pat in METRICS:
+                if pat.search(m.group("label")):
+                    out.setdefault(found, []).append(number(m.group("n")))
+                    break
+    return out
+
+
+def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
+    s = Symptoms()
+
+    def add(f: Found, n: int, why: str) -> None:
+        if f not in s.found:
+            s.found.append(f)
+            s.where[f.value] = n
+            s.why[f.value] = why
+
+    title = next((ln for ln in lines if ln.strip()), "")
+    version_toks: list[tuple[int, float]] = []
+    for n, line in enumerate(lines, 1):
+        for m in CAP.finditer(line):
+            s.caps.append(int(m.group("n") or m.group("m")))
+            add(Found.LENGTH, n, f"output cap: {m.group(0)[:40]!r}")
+        if CRASH.search(line) and not re.search(r"\bno\s{1,3}crash", line, re.I):
+            add(Found.CRASH, n, "a crash message")
+        if line.strip().startswith("|") and line.count("|") >= 2:
+            continue  # a table row: its columns are read by _table_columns
+        for text in SENTENCE_END.split(line):
+            if MTP_SPEEDUP.search(text):
+                add(Found.MTP_SPEEDUP, n, "MTP compared with plain decoding")
+                continue  # its numbers compare MTP with plain decoding, not two versions
+            toks = [number(m.group("n")) for m in TOKS.finditer(text)]
+            changed = bool(CHANGE.search(text)) and not NEGATED.search(text)
+            for found, pat in METRICS:
+                hit = pat.search(text)
+                if not hit or NEGATED.search(text):
+                    continue
+                if found is Found.THROUGHPUT and (
+                        re.search(r"decode[- ]throughput", text, re.I) or (
+                            PER_REQUEST.search(text) and not re.search(r"throughput|吞吐", text, re.I))):
+                    found = Found.ITL  # a per-request decode speed
+                if changed or line is title or len(MS.findall(text)) >= 2 or len(toks) >= 2:
+                    add(found, n, "named in the title" if line is title else (
+                        "named with a change" if changed else "two values compared"))
+            if len(SECONDS.findall(text)) >= 2 and re.search(r"\bvs\.?\b|→|->|对比", text):
+                add(Found.LATENCY, n, "two durations compared")  # "1.6s vs. 0.95s": two durations compared
+            if len(toks) == 1 and VERSIONISH.search(text):
+                version_toks.append((n, toks[0]))  # "v2.0.7: 16tokens/s" on its own line
+            if len(toks) >= 2:
+                s.tok_s += toks
+                per_req = PER_REQUEST.search(text) and not re.search(
+                    r"throughput|concurren|parallel|\bload\b", text, re.I)
+                add(Found.ITL if per_req else Found.THROUGHPUT, n,
+                    "tok/s compared" + (" per request" if per_req else ""))
+            if re.search(r"\b(?:ITL|TPOT)\b|inter-token", text, re.I):
+                s.itl_ms += [number(m.group("n")) for m in MS.finditer(text)]
+    if len({v for _, v in version_toks}) >= 2 and not {Found.ITL, Found.THROUGHPUT} & set(s.found):
+        s.tok_s += [v for _, v in version_toks]  # one value per version line: compared
+        add(Found.THROUGHPUT, version_toks[0][0], "tok/s on one line per version")
+    table_lines: dict[Found, int] = {}
+    for found, values in (_table_columns(lines, table_lines) | _labelled_values(lines)).items():
+        if len(set(values)) >= 2:
+            add(found, table_lines.get(found, 0), "values in a table column or labelled lines")
+            if found is Found.ITL:
+                s.itl_ms += values
+            if found is Found.THROUGHPUT:
+                s.tok_s += values
+    if bench_throughput and s.tok_s and Found.ITL in s.found and Found.THROUGHPUT not in s.found:
+        add(Found.THROUGHPUT, 0, "`vllm bench throughput` tok/s")
+    return s

@@ -1,0 +1,34 @@
+"""A bare /bisect builds its job from the issue's triage (pure functions, no server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vllm_bisect.bot.commands import job_spec, triage_comment
+from vllm_bisect.errors import SpecError
+
+CORPUS = Path(__file__).parent.parent / "triage" / "corpus"
+BASE = {"range": {"repo": "/srv/vllm"}, "build": {"kind": "wheel"}}
+
+
+def report(name: str) -> str:
+    return (CORPUS / name / "report.md").read_text()
+
+
+def test_fix_report_becomes_a_fix_search() -> None:
+    spec = job_spec(BASE, None, report("founding-59520-zh"))
+    assert spec["range"]["search"] == "fix"
+    assert spec["range"]["good"] == "21c08ac4589" and spec["range"]["bad"].startswith("e4294144a8")
+    assert "speculative" not in spec["serve"] and spec["probe"]["bench"]["kind"] == "throughput"
+    text = triage_comment(None, report("founding-59520-zh"))
+    assert "fix report" in text and "first fixed commit" in text
+    assert "VLLM_GDN_DECODE_KERNEL=triton" in text  # the suggested A/B
+
+
+def test_explicit_refs_skip_the_triage_comment_and_missing_refs_show_it() -> None:
+    assert triage_comment("good=abc1234 bad=def5678", report("founding-47297-en")) == ""
+    with pytest.raises(SpecError) as e:
+        job_spec(BASE, "", report("founding-mtp-sweep-zh"))
+    assert "what I read" in (e.value.hint or "") and "f4517815" not in (e.value.hint or "")

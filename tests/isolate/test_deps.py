@@ -1,0 +1,65 @@
+"""deps on a culprit that only bumps a pin: a real PEP 503 index on 127.0.0.1 serving five
+setuptools-built versions of a tiny package (1.3 carries the regression), real venv builds
+that resolve it there, the simulator reading the installed package."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.isolate.helpers import source_spec
+from vllm_bisect.isolate import pkgindex
+from vllm_bisect.isolate.runner import run_studies
+from vllm_bisect.isolate.synth import dependency_history
+from vllm_bisect.sim.package_index import PackageIndex, build_package
+
+VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PackageIndex]:
+    tmp = tmp_path_factory.mktemp("index")
+    dist = tmp / "dist"
+    for v in VERSIONS:
+        cap = "128" if v >= "1.3" else "None"
+        build_package("tinydep", v, f'"""tinydep {v}"""\nSPEC_OUTPUT_CAP = {cap}\n', dist)
+    with pytest.MonkeyPatch.context() as mp, PackageIndex(dist) as idx:
+        mp.setenv("UV_CACHE_DIR", str(tmp / "uv-cache"))  # nothing from earlier runs
+        yield idx
+
+
+def test_index_lists_the_versions(index: PackageIndex) -> None:
+    got = [str(v) for v in pkgindex.versions(index.url, "TinyDep")]
+    assert got == list(VERSIONS)
+    assert pkgindex.versions(index.url, "absent") == []
+
+
+def test_names_the_dependency_and_its_first_bad_version(tmp_path: Path,
+                                                        index: PackageIndex) -> None:
+    h = dependency_history(tmp_path / "vllm", "tinydep", "1.0", "1.4", before=1, after=1)
+    session = tmp_path / "session"
+    res = run_studies(session, tmp_path / "cache", isolate=False, spec=source_spec(h, index.url),
+                      culprit=h.planted["length"])["deps"]
+    assert res["changes"] == ["tinydep ==1.0 -> ==1.4 (requirements/common.txt)"]
+    assert res["conclusion"] == "dependency"
+    (pkg,) = res["packages"]
+    assert pkg["name"] == "tinydep" and pkg["first_bad_version"] == "1.3"
+    assert [t["version"] for t in pkg["tested"]] == ["1.2", "1.3"]
+    assert [t["verdict"] for t in pkg["tested"]] == ["good", "bad"]
+    assert json.loads((session / "deps.json").read_text())["packages"][0][
+        "first_bad_version"] == "1.3"
+    print("deps fresh builds", res["fresh_builds"])
+
+
+def test_swaps_tell_vllm_code_from_the_dependency(tmp_path: Path, index: PackageIndex) -> None:
+    # the culprit bumps tinydep 1.0 -> 1.1 (harmless) and caps outputs in its own code
+    h = dependency_history(tmp_path / "vllm", "tinydep", "1.0", "1.1", before=0, after=0,
+                           code_cap=True)
+    res = run_studies(tmp_path / "session", tmp_path / "cache", isolate=False,
+                      spec=source_spec(h, index.url), culprit=h.planted["length"])["deps"]
+    assert res["parent_with_new_pins"].startswith("good")
+    assert res["culprit_with_old_pins"].startswith("bad")
+    assert res["conclusion"] == "vllm code" and res["packages"] == []

@@ -1,0 +1,127 @@
+"""Accuracy of triage over a corpus of real regression and fix reports.
+
+Each folder under corpus/ holds a report (report.md, trimmed from a public issue, or a
+write-up of one of the founding reports, said so in its expected.json) and expected.json,
+written by hand from reading the report before triage was run on it. The test prints the
+accuracy per field and fails below the bar (good/bad pair >= 90%, symptom set >= 85%).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.version import InvalidVersion, Version
+
+from vllm_bisect.triage import Triage, triage
+
+CORPUS = Path(__file__).parent / "corpus"
+BARS = {"pair": 0.90, "symptoms": 0.85}
+
+
+def cases() -> list[Path]:
+    return sorted(p for p in CORPUS.iterdir() if (p / "expected.json").is_file())
+
+
+def same_ref(got: str | None, accepted: list[str] | None) -> bool:
+    if not accepted or got is None:
+        return not accepted and got is None
+    for want in accepted:
+        a, b = got.lower().removeprefix("v"), want.lower().removeprefix("v")
+        if all(c in "0123456789abcdef" for c in a + b) and min(len(a), len(b)) >= 7:
+            if a.startswith(b) or b.startswith(a):
+                return True
+            continue
+        try:
+            if Version(a) == Version(b):
+                return True
+        except InvalidVersion:
+            continue
+    return False
+
+
+def field_ok(name: str, exp: dict[str, Any], t: Triage) -> bool:
+    if name == "pair":
+        if exp["search"] == "fix":
+            return (t.search.value == "fix" and same_ref(t.good, exp["old"])
+                    and same_ref(t.bad, exp["new"]))
+        return (t.search.value == "regression" and same_ref(t.good, exp["good"])
+                and same_ref(t.bad, exp["bad"]))
+    if name == "search":
+        return bool(t.search.value == exp["search"])
+    if name == "symptoms":
+        return sorted(t.symptoms) == sorted(exp["symptoms"])
+    if name == "model":
+        want = exp["model"]
+        if isinstance(want, dict):
+            return (t.local_model or "").rstrip("/") == want["local"].rstrip("/") and not t.model
+        return (t.model or "").lower() == (want or "").lower() and (want is not None
+                                                                   or t.local_model is None)
+    if name == "speculative":
+        want, got = exp["speculative"], t.speculative
+        if want is None or got is None:
+            return want is None and got is None
+        return bool(got.get("method") == want["method"]
+                    and got.get("num_speculative_tokens") == want["num_speculative_tokens"])
+    if name == "hardware":
+        return (t.hardware.get("gpu") or "").lower() == (exp["hardware"] or "").lower()
+    if name == "benchmark":
+        want = exp["benchmark"]
+        return (t.benchmark or "").startswith(want) if want else t.benchmark is None
+    if name == "fix":
+        return t.fixed_by == ([exp["fix"]] if exp["fix"] else [])
+    if name == "env_flip":
+        return sorted(t.env_flips) == ([exp["env_flip"]] if exp.get("env_flip") else [])
+    raise KeyError(name)
+
+
+FIELDS = ("pair", "search", "symptoms", "model", "speculative", "hardware", "benchmark", "fix",
+          "env_flip")
+
+
+def score(held_out: bool | None = None) -> tuple[dict[str, float], dict[str, list[str]]]:
+    """Accuracy per field over all reports, or only the held-out ones (labelled after the
+    rules were written) or only the others."""
+    right = dict.fromkeys(FIELDS, 0)
+    misses: dict[str, list[str]] = {f: [] for f in FIELDS}
+    all_cases = [c for c in cases() if held_out is None or bool(
+        json.loads((c / "expected.json").read_text()).get("held_out")) == held_out]
+    for case in all_cases:
+        exp = json.loads((case / "expected.json").read_text())
+        t = triage((case / "report.md").read_text())
+        for f in FIELDS:
+            if field_ok(f, exp, t):
+                right[f] += 1
+            else:
+                got = {"pair": f"{t.search.value} {t.good}..{t.bad}", "symptoms": t.symptoms,
+                       "model": t.model or t.local_model, "speculative": t.speculative,
+                       "hardware": t.hardware.get("gpu"), "benchmark": t.benchmark,
+                       "fix": t.fixed_by, "env_flip": sorted(t.env_flips),
+                       "search": t.search.value}[f]
+                misses[f].append(f"{case.name}: got {got}")
+    return {f: right[f] / len(all_cases) for f in FIELDS}, misses
+
+
+def test_corpus_is_big_and_well_formed() -> None:
+    all_cases = cases()
+    assert len(all_cases) >= 30
+    for case in all_cases:
+        exp = json.loads((case / "expected.json").read_text())
+        assert exp["url"] and exp["search"] in ("regression", "fix"), case.name
+        assert (case / "report.md").read_text().strip(), case.name
+
+
+def test_corpus_accuracy(capsys: pytest.CaptureFixture[str]) -> None:
+    acc, misses = score()
+    held, _ = score(held_out=True)
+    n_held = sum(1 for c in cases() if json.loads((c / "expected.json").read_text()).get("held_out"))
+    with capsys.disabled():
+        print(f"\ntriage accuracy over {len(cases())} reports (held out: {n_held}):")
+        for f in FIELDS:
+            print(f"  {f:12s} {acc[f]:6.1%}   held out {held[f]:6.1%}")
+            for m in misses[f]:
+                print(f"      miss {m}")
+    for f, bar in BARS.items():
+        assert acc[f] >= bar, f"{f} accuracy {acc[f]:.1%} is below {bar:.0%}"
