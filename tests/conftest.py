@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -39,6 +40,24 @@ def wait_port(url: str, proc: subprocess.Popen[bytes], timeout: float = 15.0) ->
 ServerFactory = Callable[..., str]
 
 
+def restore_sigint() -> None:
+    """preexec_fn for children of the tests: default SIGINT even when pytest itself was
+    started with it ignored (`pytest &` from a script), so Ctrl-C and ray.cancel work."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def stop(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
+    """Terminate a child; kill it if it lingers."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 @contextmanager
 def _servers(prefix: list[str]) -> Iterator[Callable[[list[str]], str]]:
     """Start `python -m vllm_bisect.sim PREFIX... --port P ARGS` servers; stop them after."""
@@ -48,8 +67,8 @@ def _servers(prefix: list[str]) -> Iterator[Callable[[list[str]], str]]:
         port = free_port()
         proc = subprocess.Popen([sys.executable, "-m", "vllm_bisect.sim", *prefix, "--port",
                                  str(port), *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, env={**os.environ,
-                                                               "PYTHONUNBUFFERED": "1"})
+                                stderr=subprocess.STDOUT, preexec_fn=restore_sigint,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
         procs.append(proc)
         url = f"http://127.0.0.1:{port}"
         wait_port(url, proc)
@@ -59,8 +78,7 @@ def _servers(prefix: list[str]) -> Iterator[Callable[[list[str]], str]]:
         yield start
     finally:
         for p in procs:
-            p.terminate()
-            p.wait(timeout=10)
+            stop(p)
 
 
 @pytest.fixture

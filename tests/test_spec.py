@@ -52,3 +52,18 @@ def test_cache_key_ignores_verdict() -> None:
     c = parse_spec({"probe": {"max_tokens": 100}})
     assert a.measurement_key("x") == b.measurement_key("x") != c.measurement_key("x")
     assert a.measurement_key("x") != a.measurement_key("y")
+
+
+def test_load_grid_values_are_checked() -> None:
+    from vllm_bisect.spec import LoadSpec
+
+    grid = LoadSpec(concurrency=[1, 12], context=[2048, 32768], requests=4)
+    assert [(c.concurrency, c.context, c.requests) for c in grid.cells()] == [
+        (1, 2048, 4), (1, 32768, 4), (12, 2048, 12), (12, 32768, 12)]
+    assert LoadSpec(concurrency=4).cells()[0].context is None
+    for bad, msg in (({"concurrency": [0]}, "concurrency must be in 1..1024"),
+                     ({"concurrency": []}, "at least one value"),
+                     ({"context": [0]}, "context must be a positive"),
+                     ({"context": []}, "at least one value")):
+        with pytest.raises(ValueError, match=msg):
+            LoadSpec.model_validate(bad)

@@ -24,13 +24,18 @@ from vllm_bisect.bisect.driver import BisectResult
 from vllm_bisect.bisect.hook import EXIT_FOR, HookExit, run_hook
 from vllm_bisect.bisect.range import CommitInfo, CommitRange, open_repo
 from vllm_bisect.bisect.runner import run_bisect
-from vllm_bisect.bisect.session import default_cache_dir, new_session_dir
+from vllm_bisect.bisect.session import (
+    default_cache_dir,
+    new_session_dir,
+    stored_meta,
+    stored_spec,
+)
 from vllm_bisect.errors import BisectError, FatalError, NotReproduced, RecoverableError, SpecError
 from vllm_bisect.models import Outcome
 from vllm_bisect.probes.decode import DecodeProbe
 from vllm_bisect.report.table import STYLE, result_json, result_table
 from vllm_bisect.runtime.base import ServerHandle
-from vllm_bisect.spec import BisectSpec, Endpoint, ProbeSpec, dump_spec, load_spec, parse_spec
+from vllm_bisect.spec import BisectSpec, Endpoint, ProbeSpec, dump_spec, load_spec
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the vLLM commit that broke decode speed or output length.")
@@ -154,10 +159,14 @@ def run(
     _setup_logging(verbose)
     try:
         session_dir = session or new_session_dir()
+        stored = (session_dir / "journal.sqlite").exists()
+        if cache_dir is None and stored:  # a resume uses the cache dir the session started with
+            remembered = stored_meta(session_dir, "cache_dir")
+            cache_dir = Path(remembered) if remembered else None
         if spec_path is not None:
             spec = load_spec(spec_path)
-        elif (session_dir / "journal.sqlite").exists():
-            spec = _stored_spec(session_dir)
+        elif stored:
+            spec = stored_spec(session_dir)
         else:
             raise FatalError("no spec given", hint="pass --spec FILE (or --session DIR of an "
                              "earlier run to resume it)")
@@ -168,12 +177,12 @@ def run(
                                              "gpus_per_probe": gpus_per_probe,
                                              "executor": executor, "ray_address": ray_address,
                                              "ray_resources": _resources(ray_resource)})
-        err.print(f"[dim]session {session_dir}  (resume: vllm-bisect run --session "
-                  f"{shlex.quote(str(session_dir))})[/]")
+        err.print(f"[dim]session {session_dir}  (resume: "
+                  f"{_resume_command(session_dir, cache_dir)})[/]")
         result = _bisect(spec, session_dir, cache_dir or default_cache_dir(), err)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted; nothing recorded is lost.[/] resume with: "
-                  f"vllm-bisect run --session {shlex.quote(str(session_dir))}")
+                  f"{_resume_command(session_dir, cache_dir)}")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except NotReproduced as e:
         _fail(e, EXIT_NOT_REPRODUCED)
@@ -199,19 +208,11 @@ def _resources(items: list[str] | None) -> dict[str, float] | None:
     return out
 
 
-def _stored_spec(session_dir: Path) -> BisectSpec:
-    import tomllib
-
-    from vllm_bisect.bisect.journal import SessionJournal
-
-    j = SessionJournal(session_dir)
-    try:
-        text = j.get_meta("spec")
-    finally:
-        j.close()
-    if text is None:
-        raise FatalError(f"session {session_dir} has no stored spec", hint="pass --spec FILE")
-    return parse_spec(tomllib.loads(text), source=f"{session_dir}/journal.sqlite")
+def _resume_command(session_dir: Path, cache_dir: Path | None) -> str:
+    cmd = f"vllm-bisect run --session {shlex.quote(str(session_dir))}"
+    if cache_dir is not None:
+        cmd += f" --cache-dir {shlex.quote(str(cache_dir))}"
+    return cmd
 
 
 class ReportFormat(StrEnum):
@@ -250,8 +251,14 @@ def triage_cmd(
 
     try:
         text = report_file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        _fail(FatalError(f"{report_file} is not UTF-8 text (byte {e.start} is "
+                         f"{e.object[e.start:e.start + 1]!r})",
+                         hint=f"save the report as UTF-8, e.g. `iconv -f latin1 -t utf-8 "
+                              f"{shlex.quote(str(report_file))} > report.md`, and triage that"))
     except OSError as err:
-        _fail(FatalError(f"cannot read {report_file}: {err.strerror}"))
+        _fail(FatalError(f"cannot read {report_file}: {err.strerror}",
+                         hint="pass the path of a Markdown or text file"))
     t = triage(text)
     try:
         if repo is not None:
@@ -466,13 +473,18 @@ def version() -> None:
     out.print(__version__)
 
 
+from vllm_bisect import cli_sweep as _sweep  # noqa: E402  (registers sweep)
 from vllm_bisect import cli_tools as _tools  # noqa: E402  (registers cache, env, bot)
 
-del _tools
+del _tools, _sweep
 
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _sigterm)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started with SIGINT ignored (`cmd &` from a script, some CI runners): Ctrl-C must
+        # still stop the run and tear its servers down
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     app()
 

@@ -93,3 +93,30 @@ class ToolMissing(FatalError):
 
 class HostFault(FatalError):
     """The host cannot continue the bisect (e.g. no space left while pulling an image)."""
+
+
+def disk_full(err: BaseException, where: str = "") -> HostFault | None:
+    """The project's disk-full error for an OSError (ENOSPC, EDQUOT) or an SQLite "database
+    or disk is full"; None for anything else."""
+    import errno
+    import sqlite3
+
+    full = (isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)) or (
+        isinstance(err, sqlite3.OperationalError) and "disk is full" in str(err))
+    if not full:
+        return None
+    at = f" ({where})" if where else ""
+    return HostFault(f"no space left on the device{at}: {err}",
+                     hint="free disk space or run `vllm-bisect cache prune --max-size ...`; "
+                          "then resume the session")
+
+
+def untestable_hint(reason: str) -> str:
+    """The hint when the good endpoint could not be tested: its server log when it has one
+    (a serve command that fails at every commit is wrong itself, not the commit)."""
+    if "log: " in reason:
+        log = reason.rpartition("log: ")[2].rstrip(")")
+        return (f"read its log {log}: if the serve command fails at every commit, "
+                "fix the command or serve arguments; otherwise pick a good commit that "
+                "builds and serves")
+    return "pick a good commit that builds and serves"

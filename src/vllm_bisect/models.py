@@ -36,6 +36,7 @@ class RequestResult(_Value):
     chunk_tokens: list[int] | None = None
     tokens_source: TokensSource
     text_sha256: str | None = None   # of the generated text: greedy outputs can be compared
+    prompt_tokens: int | None = None  # server-counted (usage.prompt_tokens)
 
 
 class LoadResult(_Value):
@@ -49,6 +50,21 @@ class LoadResult(_Value):
     output_tok_s: float            # all output tokens / wall time
     tpot_ms: float | None          # median per-request time per output token
     per_request_tok_s: list[float] = Field(default_factory=list)
+    context_tokens: int | None = None          # the prompt size asked for (None: probe.prompt)
+    prompt_tokens: int | None = None           # server-counted prompt tokens (median)
+    acceptance_length: float | None = None     # from the /metrics deltas over this load
+    acceptance_per_position: list[float] | None = None
+
+
+class MtpCell(_Value):
+    """One (concurrency, context) cell of an MTP speed-up grid: the same load with
+    speculative decoding (``on``) and on a server without it (``off``)."""
+
+    concurrency: int
+    context_tokens: int | None
+    on: LoadResult
+    off: LoadResult | None = None
+    speedup: float | None = None               # on / off output tok/s
 
 
 class BenchResult(_Value):
@@ -92,7 +108,10 @@ class Measurement(_Value):
     load: LoadResult | None = None          # probe.load: throughput at a concurrency
     mtp_on: LoadResult | None = None        # probe.mtp_speedup: with speculative decoding
     mtp_off: LoadResult | None = None       # ... and on a second server without it
-    mtp_speedup: float | None = None        # mtp_on / mtp_off output tok/s
+    mtp_speedup: float | None = None        # mtp_on / mtp_off output tok/s (the worst cell)
+    load_cells: list[LoadResult] = Field(default_factory=list)  # probe.load over its grid
+    mtp_cells: list[MtpCell] = Field(default_factory=list)      # probe.mtp_speedup's grid
+    prompt_tokens: int | None = None        # server-counted prompt tokens (median)
     bench: BenchResult | None = None        # probe.bench: vLLM's own benchmark
 
 

@@ -139,9 +139,52 @@ class ServeSpec(_Model):
 
 
 class LoadSpec(_Model):
-    concurrency: int = Field(default=8, ge=1, le=1024)
+    """A closed-loop load. ``concurrency`` and ``context`` (prompt tokens; None: the probe's
+    prompt) may be lists: the load then runs once per (concurrency, context) cell, in that
+    order, each with ``requests`` requests (at least ``concurrency``)."""
+
+    concurrency: int | list[int] = Field(default=8)
     requests: int = Field(default=32, ge=1, le=100000)
     max_tokens: int = Field(default=256, ge=2)
+    context: int | list[int] | None = None
+
+    @model_validator(mode="after")
+    def _check_grid(self) -> LoadSpec:
+        for c in self.concurrencies:
+            if not 1 <= c <= 1024:
+                raise ValueError(f"concurrency must be in 1..1024, got {c}")
+        for n in self.contexts:
+            if n is not None and n < 1:
+                raise ValueError(f"context must be a positive number of tokens, got {n}")
+        if isinstance(self.concurrency, list) and not self.concurrency:
+            raise ValueError("concurrency: give at least one value")
+        if isinstance(self.context, list) and not self.context:
+            raise ValueError("context: give at least one value (or leave it out)")
+        return self
+
+    @property
+    def concurrencies(self) -> list[int]:
+        return list(self.concurrency) if isinstance(self.concurrency, list) else [self.concurrency]
+
+    @property
+    def contexts(self) -> list[int | None]:
+        if self.context is None:
+            return [None]
+        return list(self.context) if isinstance(self.context, list) else [self.context]
+
+    def cells(self) -> list[LoadSpec]:
+        """One single-valued LoadSpec per (concurrency, context), concurrency-major."""
+        return [self.model_copy(update={"concurrency": c, "context": n,
+                                        "requests": max(self.requests, c)})
+                for c in self.concurrencies for n in self.contexts]
+
+    @property
+    def single_concurrency(self) -> int:
+        return self.concurrencies[0]
+
+    @property
+    def single_context(self) -> int | None:
+        return self.contexts[0]
 
 
 class BenchSpec(_Model):
@@ -159,6 +202,9 @@ class ProbeSpec(_Model):
     kind: Literal["decode"] = "decode"
     endpoint: Endpoint = Endpoint.COMPLETIONS
     prompt: str = "Write a long story about a lighthouse keeper who finds a map."
+    # about this many prompt tokens: the prompt is repeated and cut to size with the served
+    # model's own tokenizer (POST /tokenize); usage.prompt_tokens is checked against it
+    prompt_tokens: int | None = Field(default=None, ge=1)
     requests: int = Field(default=3, ge=1, le=1000)
     concurrency: int = Field(default=1, ge=1, le=256)
     max_tokens: int | None = Field(default=512, ge=1)
@@ -168,6 +214,11 @@ class ProbeSpec(_Model):
     temperature: float = Field(default=0.0, ge=0.0)
     warmup: int = Field(default=1, ge=0, le=100)
     request_timeout_s: float = Field(default=600.0, gt=0)
+    # the total time one request may take: request_deadline_s if set, else
+    # request_timeout_s + (max_tokens or 16384) / min_tokens_per_s (a stream slower than
+    # that pace, or one that never ends, is a probe error: the commit is skipped)
+    request_deadline_s: float | None = Field(default=None, gt=0)
+    min_tokens_per_s: float = Field(default=1.0, gt=0)
     # [probe.load]: a closed-loop load after the decode probe (output tok/s, TPOT)
     load: LoadSpec | None = None
     # [probe.mtp_speedup]: the same load with speculative decoding and, on a second server,
@@ -175,6 +226,12 @@ class ProbeSpec(_Model):
     mtp_speedup: LoadSpec | None = None
     # [probe.bench]: `vllm bench serve` or `vllm bench throughput` (output tok/s)
     bench: BenchSpec | None = None
+
+    def deadline_s(self, max_tokens: int | None) -> float:
+        """The total deadline of one request that asks for ``max_tokens`` (None: unbounded)."""
+        if self.request_deadline_s is not None:
+            return self.request_deadline_s
+        return self.request_timeout_s + (max_tokens or 16384) / self.min_tokens_per_s
 
     def effective_min_tokens(self) -> int | None:
         if self.min_tokens is not None:
@@ -286,7 +343,8 @@ class BisectSpec(_Model):
             "commit": commit,
             "build": self.build.model_dump(mode="json"),
             "serve": self.serve.model_dump(mode="json", exclude={"retries"}),
-            "probe": self.probe.model_dump(mode="json"),
+            "probe": self.probe.model_dump(  # (bounds on a hostile server change no result)
+                mode="json", exclude={"request_deadline_s", "min_tokens_per_s"}),
         }
         blob = json.dumps(payload, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()

@@ -97,16 +97,18 @@ def test_resume_after_sigkill_does_not_reprobe(tmp_path: Path) -> None:
     db = session / "journal.sqlite"
     import sqlite3
 
-    deadline = time.monotonic() + 120
-    done = 0
-    while time.monotonic() < deadline and done < 3:
-        time.sleep(0.2)
-        if db.exists():
-            with sqlite3.connect(db) as con:
-                done = con.execute("SELECT count(*) FROM outcomes").fetchone()[0]
-    assert done >= 3, "driver made no progress"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    try:
+        deadline = time.monotonic() + 120
+        done = 0
+        while time.monotonic() < deadline and done < 3:
+            time.sleep(0.2)
+            if db.exists():
+                with sqlite3.connect(db) as con:
+                    done = con.execute("SELECT count(*) FROM outcomes").fetchone()[0]
+        assert done >= 3, "driver made no progress"
+    finally:  # (its servers die with it: parent-death signal)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
     with sqlite3.connect(db) as con:
         before = [r[0] for r in con.execute("SELECT commit_sha FROM outcomes ORDER BY seq")]
     r = cli("run", "--session", str(session), "--json")  # spec comes from the session

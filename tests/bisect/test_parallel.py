@@ -146,21 +146,26 @@ def test_ctrl_c_tears_down_every_worker_and_resume_finishes(tmp_path: Path) -> N
             "--session", str(session), "--cache-dir", str(tmp_path / "cache"), "--json"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # wait until four servers are starting at once
-        if (session / "journal.sqlite").exists():
-            try:
-                _, _, servers = journal_rows(session)
-            except sqlite3.OperationalError:
-                servers = []
-            if sum(1 for _, stopped in servers if stopped is None) >= 4:
-                break
-        time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("four servers never ran at once")
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # wait until four servers are starting at once
+            if (session / "journal.sqlite").exists():
+                try:
+                    _, _, servers = journal_rows(session)
+                except sqlite3.OperationalError:
+                    servers = []
+                if sum(1 for _, stopped in servers if stopped is None) >= 4:
+                    break
+            time.sleep(0.2)
+        else:
+            proc.kill()
+            pytest.fail("four servers never ran at once")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:  # a failed test leaves no run (nor, by parent-death signal, servers) behind
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 130, stderr.decode()[-2000:]
     assert b"resume with" in stderr
     sid, first, servers = journal_rows(session)

@@ -3,8 +3,11 @@ with fake GPUs and a custom resource), bisecting generated histories on the simu
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +19,7 @@ import pytest
 from tests.bisect.test_parallel import session_processes
 from tests.builders.test_command import sim_env
 from tests.config_specs import config_spec
+from tests.conftest import restore_sigint
 from tests.helpers import history, make_spec
 from vllm_bisect.bisect.driver import NullEvents
 from vllm_bisect.bisect.ray_executor import RayExecutor
@@ -40,7 +44,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         subprocess.run([exe, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
                         "--num-cpus=2", "--num-gpus=4", '--resources={"sm_121": 2}',
                         "--include-dashboard=false", "--disable-usage-stats",
-                        f"--temp-dir={tmp}"], check=True, capture_output=True, timeout=120)
+                        f"--temp-dir={tmp}"], check=True, capture_output=True, timeout=120,
+                       preexec_fn=restore_sigint)  # ray.cancel is a SIGINT in the worker
         try:
             yield f"127.0.0.1:{port}"
         finally:
@@ -122,3 +127,6 @@ def test_cancel_stops_a_ray_task(tmp_path: Path, cluster: str) -> None:
         assert session_processes("cancel-sid") == []  # torn down, not left behind
     finally:
         ex.close()
+        for pid in session_processes("cancel-sid"):  # a failed test leaves no server behind
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)

@@ -170,6 +170,7 @@ def test_disk_full_while_storing_a_wheel_stops_the_run(
     b = builder(tmp_path, url)
     entry_dir = None
     # the first download's target folder; its .part file is made to point at /dev/full
+    from vllm_bisect.builders.wheel import part_path
     from vllm_bisect.builders.wheel_index import choose
 
     e = choose(b.client, url, h.shas[1], "default", HOST)
@@ -177,7 +178,7 @@ def test_disk_full_while_storing_a_wheel_stops_the_run(
 
     entry_dir = b.cache.path("wheel-" + _h.sha256(e.url.encode()).hexdigest()[:24])
     entry_dir.mkdir(parents=True)
-    (entry_dir / e.filename).with_suffix(".part").symlink_to("/dev/full")
+    part_path(entry_dir / e.filename).symlink_to("/dev/full")  # (this process and thread)
     with pytest.raises(HostFault, match="no space left"):
         b.prepare(h.shas[1])
 

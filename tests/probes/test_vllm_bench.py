@@ -55,3 +55,23 @@ def test_bench_serve_throughput_bisect(tmp_path: Path) -> None:
     bad = next(o for o in r.probed if o.commit == h.bad)
     assert "(vllm bench serve)" in bad.reason
     assert bad.measurement and bad.measurement.bench and bad.measurement.bench.completed == 8
+
+
+def test_peer_check_on_real_mtp() -> None:
+    """The probe and `vllm bench serve` on the same real MTP server, concurrency 1
+    (tests/fixtures/vllm-0.25.1-mtp/, docs/validation.md (d))."""
+    import json as _json
+
+    from vllm_bisect.models import Measurement
+    from vllm_bisect.probes.peer import peer_check
+
+    mtp = Path(__file__).parents[1] / "fixtures" / "vllm-0.25.1-mtp"
+    m = Measurement.model_validate_json((mtp / "probe_peer_c1.json").read_text())
+    pc = peer_check(m, _json.loads((mtp / "bench_serve_mtp_c1.json").read_text()))
+    assert round(pc.per_chunk_diff, 3) == -0.005          # per verify step: within 0.5%
+    assert round(pc.per_token_diff, 3) == -0.065          # per token: 6.5% apart ...
+    assert not pc.agrees(0.03)
+    assert pc.bench_tokens_per_chunk is not None and pc.probe_tokens_per_chunk is not None
+    assert round(pc.bench_tokens_per_chunk, 2) == 2.66 and round(pc.probe_tokens_per_chunk, 2) == 2.81
+    adjusted = pc.acceptance_adjusted_diff              # ... because acceptance differed
+    assert adjusted is not None and abs(adjusted) < 0.015

@@ -9,7 +9,7 @@ from vllm_bisect.bisect.multisection import ideal_rounds
 from vllm_bisect.bisect.policy import MoreSamples
 from vllm_bisect.bisect.strategy import next_step
 from vllm_bisect.bisect.tester import Tester
-from vllm_bisect.errors import NotReproduced
+from vllm_bisect.errors import NotReproduced, untestable_hint
 from vllm_bisect.models import Evaluation, Outcome, Verdict
 
 
@@ -43,7 +43,7 @@ def check_endpoints(t: Tester, good: Outcome | None, bad: Outcome | None) -> Non
     rng, terms = t.rng, t.terms
     if good is not None and good.verdict is Verdict.SKIP:
         raise NotReproduced(f"the good endpoint {rng.good.sha[:12]} could not be tested: "
-                            f"{good.reason}", hint="pick a good commit that builds and serves")
+                            f"{good.reason}", hint=untestable_hint(good.reason))
     problems = []
     if good is not None and good.verdict is not Verdict.GOOD:
         problems.append(f"{terms.old} endpoint {rng.good.sha[:12]} judged {good.verdict} "

@@ -13,17 +13,31 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.bisect.policy import MoreSamples
-from vllm_bisect.bisect.probe_steps import EvalCall, ProbeStep, plain_steps, server_steps
+from vllm_bisect.bisect.probe_steps import (
+    EvalCall,
+    ProbeStep,
+    plain_steps,
+    server_steps,
+    with_mtp_off,
+)
 from vllm_bisect.builders import ArtifactKind, Builder
 from vllm_bisect.builders.base import prepare
 from vllm_bisect.envinfo import fingerprint
-from vllm_bisect.errors import ArtifactUnavailable, Cancelled, ProbeError, RecoverableError
+from vllm_bisect.errors import (
+    ArtifactUnavailable,
+    Cancelled,
+    FatalError,
+    ProbeError,
+    RecoverableError,
+    disk_full,
+)
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement
 from vllm_bisect.probes.vllm_bench import bench_throughput
 from vllm_bisect.runtime.base import ServerHandle
@@ -93,7 +107,22 @@ class Evaluator:
         except ArtifactUnavailable as err:
             return Evaluation(commit=commit, status=EvalStatus.UNAVAILABLE, reason=err.message,
                               log_tail=err.log_tail, environment=env)
+        except FatalError:
+            raise
+        except Exception as err:  # a bug or an unforeseen input: skip this commit only
+            return self._internal(call, "preparing its artifact", err, env, None)
         call = dataclasses.replace(call, artifact=artifact)
+        try:
+            return self._measure(call, env, cancelled)
+        except FatalError:
+            raise
+        except Exception as err:
+            return self._internal(call, "measuring it", err, env, artifact.identity)
+
+    def _measure(self, call: EvalCall, env: dict[str, object], cancelled: Evaluation
+                 ) -> Evaluation:
+        artifact = call.artifact
+        assert artifact is not None
         try:
             if call.cancelled():
                 raise Cancelled("cancelled after the artifact was ready")
@@ -104,20 +133,41 @@ class Evaluator:
         except RecoverableError as err:
             if isinstance(err, Cancelled) or call.cancelled():
                 return cancelled.model_copy(update={"artifact": artifact.identity})
-            return Evaluation(commit=commit, status=EvalStatus.FAILED,
-                              reason=f"{type(err).__name__}: {err.message}",
+            where = f" (log: {err.hint.partition('log: ')[2]})" if "log: " in err.hint else ""
+            return Evaluation(commit=call.commit, status=EvalStatus.FAILED,
+                              reason=f"{type(err).__name__}: {err.message}{where}",
                               log_tail=err.log_tail, artifact=artifact.identity, environment=env)
-        return Evaluation(commit=commit, status=EvalStatus.MEASURED, measurement=m,
+        return Evaluation(commit=call.commit, status=EvalStatus.MEASURED, measurement=m,
                           artifact=artifact.identity, startup_s=startup, environment=env)
+
+    def _internal(self, call: EvalCall, doing: str, err: Exception, env: dict[str, object],
+                  artifact: str | None) -> Evaluation:
+        """An unexpected exception while measuring one commit: a skip with its reason (the
+        traceback goes to the log), never an aborted bisect; a full disk stops the run."""
+        fault = disk_full(err, f"while {doing}")
+        if fault is not None:
+            raise fault from None
+        log = call.log("error")
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write("".join(traceback.format_exception(err)) + "\n")
+            where = f" (log: {log})"
+        except OSError:
+            where = ""
+        logger.warning("%s: unexpected %s while %s: %s%s", call.commit[:12], type(err).__name__,
+                       doing, err, where)
+        return Evaluation(commit=call.commit, status=EvalStatus.FAILED, artifact=artifact,
+                          reason=f"internal error while {doing} ({type(err).__name__}: "
+                                 f"{str(err)[:300]}){where}", environment=env)
 
     def _mtp_off(self, call: EvalCall, m: Measurement) -> Measurement:
         """The MTP speed-up's other arm: the same load on a server without speculation."""
         serve = self.spec.serve.model_copy(update={"speculative": None})
         off, _ = self._serve_and_probe(dataclasses.replace(call, log_dir=call.log_dir / "no-spec"),
                                        serve, plain_steps(self.spec))
-        assert off.load is not None and m.mtp_on is not None
-        speedup = m.mtp_on.output_tok_s / off.load.output_tok_s if off.load.output_tok_s else None
-        return m.model_copy(update={"mtp_off": off.load, "mtp_speedup": speedup})
+        assert off.load_cells and m.mtp_cells
+        return with_mtp_off(m, off.load_cells)
 
     def _offline(self, call: EvalCall, m: Measurement) -> Measurement:
         """``vllm bench throughput``: offline, no server, with the artifact's vllm."""

@@ -9,13 +9,19 @@ session that uses the same cache dir, so a second bisect of another symptom reus
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
 from pathlib import Path
 
-from vllm_bisect.errors import SessionError
+from pydantic import ValidationError
+
+from vllm_bisect.builders.cache import quarantine
+from vllm_bisect.errors import SessionError, disk_full
 from vllm_bisect.models import EvalStatus, Evaluation, Outcome, Verdict
+
+logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
@@ -27,6 +33,9 @@ def _connect(path: Path) -> sqlite3.Connection:
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("PRAGMA synchronous=NORMAL")
     except sqlite3.DatabaseError as err:
+        fault = disk_full(err, str(path))
+        if fault is not None:
+            raise fault from None
         raise SessionError(f"cannot open database {path}: {err}",
                            hint="the file is damaged or not a vllm-bisect database; "
                                 "move it away and start a new session") from None
@@ -34,22 +43,80 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 class ResultCache:
+    """Shared by every session of a cache dir. It is only a cache: a damaged file is moved
+    aside with a warning and a new one started (what it held is measured again)."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.con = _connect(path)
-        self.con.execute("""CREATE TABLE IF NOT EXISTS results (
-            key TEXT PRIMARY KEY, commit_sha TEXT NOT NULL, status TEXT NOT NULL,
-            evaluation TEXT NOT NULL, created REAL NOT NULL)""")
+        self.con = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        for attempt in range(2):
+            try:
+                con = _connect(self.path)
+            except SessionError:
+                con = None
+            try:
+                if con is None:
+                    raise sqlite3.DatabaseError("file is not a database")
+                con.execute("""CREATE TABLE IF NOT EXISTS results (
+                    key TEXT PRIMARY KEY, commit_sha TEXT NOT NULL, status TEXT NOT NULL,
+                    evaluation TEXT NOT NULL, created REAL NOT NULL)""")
+                check = con.execute("PRAGMA quick_check").fetchall()
+                if check != [("ok",)]:
+                    raise sqlite3.DatabaseError(f"quick_check: {check[0][0] if check else '?'}")
+                return con
+            except sqlite3.DatabaseError as err:
+                if con is not None:
+                    con.close()
+                if attempt:
+                    raise self._error(err) from None
+                self._damaged(err)
+        raise AssertionError("unreachable")
+
+    def _error(self, err: sqlite3.DatabaseError) -> Exception:
+        return disk_full(err, str(self.path)) or SessionError(
+            f"the result cache {self.path} cannot be used: {err}",
+            hint="check the cache dir's permissions and free space, or pass another "
+                 "--cache-dir")
+
+    def _damaged(self, err: Exception) -> None:
+        fault = disk_full(err, str(self.path)) if isinstance(err, sqlite3.DatabaseError) else None
+        if fault is not None:
+            raise fault from None
+        aside = quarantine(self.path)
+        logger.warning("the result cache %s is damaged (%s): moved to %s; starting an empty "
+                       "one (its measurements are taken again)", self.path, err, aside)
+
+    def _reopen(self, err: Exception) -> None:
+        self.con.close()
+        self._damaged(err)
+        self.con = self._open()
 
     def get(self, key: str) -> Evaluation | None:
-        row = self.con.execute("SELECT evaluation FROM results WHERE key = ?", (key,)).fetchone()
-        return Evaluation.model_validate_json(row[0]) if row else None
+        try:
+            row = self.con.execute("SELECT evaluation FROM results WHERE key = ?",
+                                   (key,)).fetchone()
+        except sqlite3.DatabaseError as err:
+            self._reopen(err)
+            return None
+        if row is None:
+            return None
+        try:
+            return Evaluation.model_validate_json(row[0])
+        except (ValidationError, ValueError) as err:  # another version's row: measure again
+            logger.info("ignoring an unreadable cached result %s: %s", key[:12], err)
+            return None
 
     def put(self, key: str, ev: Evaluation) -> None:
         if ev.status in (EvalStatus.FAILED, EvalStatus.CANCELLED):
             return  # a serve/probe failure may be transient: never cached across sessions
-        self.con.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?)",
-                         (key, ev.commit, ev.status.value, ev.model_dump_json(), time.time()))
+        row = (key, ev.commit, ev.status.value, ev.model_dump_json(), time.time())
+        try:
+            self.con.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?)", row)
+        except sqlite3.DatabaseError as err:
+            self._reopen(err)
+            self.con.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?)", row)
 
     def close(self) -> None:
         self.con.close()

@@ -19,9 +19,9 @@ from typing import Protocol
 from vllm_bisect.bisect.policy import MoreSamples
 from vllm_bisect.builders import Artifact
 from vllm_bisect.errors import Cancelled
-from vllm_bisect.models import Measurement, TokensSource
+from vllm_bisect.models import LoadResult, Measurement, MtpCell, TokensSource
 from vllm_bisect.probes.decode import DecodeProbe, combine
-from vllm_bisect.probes.load import LoadProbe
+from vllm_bisect.probes.load import measure_grid
 from vllm_bisect.probes.vllm_bench import bench_serve
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.process import LaunchPlan
@@ -88,23 +88,31 @@ class DecodeStep:
 
 
 class LoadStep:
-    """Concurrent load; ``into``: the measurement field it fills (load, mtp_on)."""
+    """Concurrent load over its (concurrency, context) grid. ``into``: "load" (the cells in
+    ``load_cells``, the first in ``load``) or "mtp_on" (the MTP speed-up's arm with
+    speculative decoding: ``mtp_cells``, paired with the plain arm later)."""
 
     def __init__(self, probe: ProbeSpec, load: LoadSpec, into: str, what: str) -> None:
-        self.load = LoadProbe(probe, load)
+        self.probe = probe
+        self.load = load
         self.into = into
         self.what = what
 
     def run(self, call: EvalCall, server: ServerHandle, m: Measurement | None) -> Measurement:
         call.say(self.what)
-        res = self.load.measure(server)
+        cells = measure_grid(self.probe, self.load, server)
         if m is None:  # the load alone (the MTP speed-up's plain server)
             m = Measurement(endpoint="completions", model=server.model, requested_tokens=None,
                             min_output_tokens=None, output_tokens=[], length_ok=True,
                             itl_ms=None, chunk_itl_ms=None, tokens_per_chunk=None,
-                            ttft_ms=None, tpot_ms=res.tpot_ms, finish_reasons=[],
-                            tokens_source=TokensSource.USAGE, wall_s=res.duration_s)
-        return m.model_copy(update={self.into: res})
+                            ttft_ms=None, tpot_ms=cells[0].tpot_ms, finish_reasons=[],
+                            tokens_source=TokensSource.USAGE,
+                            wall_s=sum(c.duration_s for c in cells))
+        if self.into == "mtp_on":
+            return m.model_copy(update={"mtp_on": cells[0], "mtp_cells": [
+                MtpCell(concurrency=r.concurrency, context_tokens=r.context_tokens, on=r)
+                for r in cells]})
+        return m.model_copy(update={"load": cells[0], "load_cells": cells})
 
 
 class BenchServeStep:
@@ -128,7 +136,8 @@ def server_steps(spec: BisectSpec) -> list[ProbeStep]:
     steps: list[ProbeStep] = [DecodeStep(p, spec.min_output_tokens())]
     if p.load is not None:
         steps.append(LoadStep(p, p.load, "load", f"load: {p.load.requests} requests at "
-                                                 f"concurrency {p.load.concurrency}"))
+                                                 f"concurrency {p.load.concurrency}, "
+                                                 f"context {p.load.context}"))
     if p.bench is not None and p.bench.kind == "serve":
         steps.append(BenchServeStep(p.bench, spec.serve.model))
     if p.mtp_speedup is not None:
@@ -142,3 +151,15 @@ def plain_steps(spec: BisectSpec) -> list[ProbeStep]:
     p = spec.probe
     assert p.mtp_speedup is not None
     return [LoadStep(p, p.mtp_speedup, "load", "MTP speed-up: the load without speculation")]
+
+
+def with_mtp_off(m: Measurement, off: list[LoadResult]) -> Measurement:
+    """Pair each MTP-on cell with its MTP-off cell; the verdict's speed-up (``mtp_speedup``,
+    ``mtp_on``, ``mtp_off``) is the worst cell's."""
+    cells = [c.model_copy(update={"off": o, "speedup": c.on.output_tok_s / o.output_tok_s
+                                  if o.output_tok_s else None})
+             for c, o in zip(m.mtp_cells, off, strict=True)]
+    rated = [c for c in cells if c.speedup is not None]
+    worst = min(rated, key=lambda c: c.speedup or 0.0) if rated else cells[0]
+    return m.model_copy(update={"mtp_cells": cells, "mtp_on": worst.on, "mtp_off": worst.off,
+                                "mtp_speedup": worst.speedup})

@@ -41,7 +41,16 @@ def _ray() -> Any:
 def evaluate_task(spec_json: str, session_id: str, cache_dir: str, commit: str,
                   more: MoreSamples | None) -> tuple[str, dict[str, str]]:
     """Runs on a Ray worker: one evaluation, with its logs returned as text."""
+    import signal
+    import threading
+
     import ray
+
+    if (signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            and threading.current_thread() is threading.main_thread()):
+        # a cluster started with SIGINT ignored: ray.cancel (a KeyboardInterrupt by SIGINT)
+        # must still stop this task and tear its server down
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     from vllm_bisect.bisect.evaluate import Evaluator
     from vllm_bisect.bisect.range import open_repo

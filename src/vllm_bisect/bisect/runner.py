@@ -6,6 +6,7 @@ Used by the CLI (``vllm-bisect run``, ``demo``) and the bot's worker; it prints 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 from vllm_bisect.bisect.driver import BisectResult, Driver, EventHandler
@@ -22,6 +23,7 @@ from vllm_bisect.bisect.range import commit_range, open_repo
 from vllm_bisect.bisect.session import Session
 from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.prefetch import Prefetcher
+from vllm_bisect.errors import SessionError, disk_full
 from vllm_bisect.report.table import result_json
 from vllm_bisect.spec import BisectSpec, ExecutorKind, dump_spec
 
@@ -46,11 +48,33 @@ def make_executor(spec: BisectSpec, evaluator: Evaluator, session_dir: Path, cac
 
 def run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
                events: EventHandler) -> BisectResult:
+    """One bisect; a full disk or a damaged database anywhere is the project's error."""
+    try:
+        return _run_bisect(spec, session_dir, cache_dir, events)
+    except (OSError, sqlite3.DatabaseError) as err:
+        fault = disk_full(err)
+        if fault is not None:
+            raise fault from None
+        if isinstance(err, sqlite3.DatabaseError):
+            raise SessionError(
+                f"a database of this run is damaged: {err}",
+                hint=f"the session journal ({session_dir / 'journal.sqlite'}) or the artifact "
+                     f"index ({cache_dir / 'artifacts.sqlite'}): move the damaged file away "
+                     "and start a new session; measured results stay in the cache dir") from None
+        if err.filename is None:
+            raise
+        raise SessionError(f"cannot use {err.filename}: {err.strerror}",
+                           hint="check the permissions of the session and cache dirs") from None
+
+
+def _run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
+                events: EventHandler) -> BisectResult:
     repo = open_repo(spec.range.repo)
     rng = commit_range(repo, spec.range.good, spec.range.bad, spec.range.first_parent)
     with Session(session_dir) as session:
         assert session.journal is not None
         session.journal.set_meta("spec", dump_spec(spec))
+        session.journal.set_meta("cache_dir", str(cache_dir.absolute()))
         (session_dir / "spec.toml").write_text(dump_spec(spec))
         builder = make_builder(spec, repo, cache_dir, session.logs)
         ray = spec.parallel.executor is ExecutorKind.RAY

@@ -7,13 +7,16 @@ import fcntl
 import logging
 import os
 import secrets
+import sqlite3
 import time
+import tomllib
 from pathlib import Path
 from typing import IO
 
 from vllm_bisect.bisect.journal import SessionJournal
-from vllm_bisect.errors import SessionError
+from vllm_bisect.errors import FatalError, SessionError
 from vllm_bisect.runtime.process import kill_group
+from vllm_bisect.spec import BisectSpec, parse_spec
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +27,28 @@ def default_cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "vllm-bisect"
+
+
+def stored_meta(session_dir: Path, key: str) -> str | None:
+    """A value an earlier run of this session recorded (its spec, its cache dir)."""
+    try:
+        j = SessionJournal(session_dir)
+        try:
+            return j.get_meta(key)
+        finally:
+            j.close()
+    except sqlite3.DatabaseError as e:
+        raise SessionError(f"the journal of session {session_dir} is damaged: {e}",
+                           hint="start a new session (another --session); measured results "
+                                "stay in the cache dir") from None
+
+
+def stored_spec(session_dir: Path) -> BisectSpec:
+    """The spec an earlier run of this session used (for a resume without --spec)."""
+    text = stored_meta(session_dir, "spec")
+    if text is None:
+        raise FatalError(f"session {session_dir} has no stored spec", hint="pass --spec FILE")
+    return parse_spec(tomllib.loads(text), source=f"{session_dir}/journal.sqlite")
 
 
 def new_session_dir(root: Path | None = None) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import shlex
 import threading
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -35,7 +36,7 @@ class Artifact:
     checkout: Path | None = None
     venv: Path | None = None
     url: str | None = None
-    serve_template: str | None = None  # command builder: shell line with {port} {model} {commit}
+    serve_template: str | None = None  # command builder: {port} {model} {commit} {speculative}
     image: str | None = None           # image builder: the pulled reference
     digest: str | None = None          # image builder: repo digest or image id
     env: dict[str, str] = field(default_factory=dict)
@@ -48,7 +49,11 @@ class Artifact:
             return None  # already running, or served by the container runtime
         if self.kind is ArtifactKind.COMMAND:
             assert self.serve_template is not None
-            line = self.serve_template.format(port=port, model=serve.model, commit=self.commit)
+            spec_json = serve.speculative_config_json()
+            speculative = ("" if spec_json is None
+                           else "--speculative-config " + shlex.quote(spec_json))
+            line = self.serve_template.format(port=port, model=serve.model, commit=self.commit,
+                                              speculative=speculative)
             return LaunchPlan(shell=line, env=env, cwd=self.checkout)
         assert self.venv is not None
         argv = [str(self.venv / "bin" / "vllm"), "serve", serve.model, "--port", str(port),

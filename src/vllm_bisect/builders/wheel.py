@@ -9,14 +9,18 @@ hand out another build (see CONTEXT.md), and a wrong build must never be judged.
 
 from __future__ import annotations
 
-import errno
+import contextlib
+import email.parser
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+import zipfile
 from pathlib import Path
 from typing import BinaryIO
 
@@ -24,10 +28,11 @@ import httpx
 
 from vllm_bisect.builders.base import Artifact, ArtifactKind
 from vllm_bisect.builders.cache import ArtifactCache
+from vllm_bisect.builders.fetch import get_same_origin, wheel_filename
 from vllm_bisect.builders.source import DONE_MARK, find_python, find_uv
-from vllm_bisect.builders.wheel_index import choose
+from vllm_bisect.builders.wheel_index import WheelEntry, choose
 from vllm_bisect.envinfo import Platform, detect
-from vllm_bisect.errors import ArtifactUnavailable, BuildError, Cancelled, HostFault
+from vllm_bisect.errors import ArtifactUnavailable, BuildError, Cancelled, disk_full
 from vllm_bisect.runtime.process import tail
 from vllm_bisect.spec import BuildSpec
 
@@ -38,6 +43,53 @@ def version_matches(version: str, commit: str) -> bool:
     local = version.partition("+")[2]
     return any(part.startswith("g") and len(part) >= 8 and commit.startswith(part[1:])
                for part in local.split("."))
+
+
+DIST_INFO_METADATA = re.compile(r"^[^/]+\.dist-info/METADATA$")
+MAX_METADATA_BYTES = 1 << 20
+
+
+def wheel_version(wheel: Path) -> str:
+    """The version in the wheel's own ``*.dist-info/METADATA`` (read, never installed)."""
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            found = [i for i in z.infolist() if DIST_INFO_METADATA.match(i.filename)]
+            if len(found) != 1 or found[0].file_size > MAX_METADATA_BYTES:
+                raise ArtifactUnavailable(f"{wheel.name} has {len(found)} usable dist-info "
+                                          "METADATA files (want exactly one): refused")
+            text = z.read(found[0]).decode("utf-8", errors="replace")
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        raise ArtifactUnavailable(f"{wheel.name} is not a readable wheel: {err}") from None
+    meta = email.parser.HeaderParser().parsestr(text)
+    name = re.sub(r"[-_.]+", "-", str(meta.get("Name", ""))).lower()
+    if name != "vllm":
+        raise ArtifactUnavailable(f"{wheel.name} is the package {name or '(unnamed)'!r}, not "
+                                  "vllm: refused")
+    return str(meta.get("Version", "(no version)"))
+
+
+def part_path(target: Path) -> Path:
+    """Where a download lands before it is checked and renamed: unique to this process and
+    thread, so runs sharing a cache never write or rename each other's file."""
+    return target.with_name(f".{target.name}.{os.getpid()}-{threading.get_ident()}.part")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 class WheelBuilder:
@@ -52,71 +104,103 @@ class WheelBuilder:
 
     def prepare(self, commit: str, cancel: threading.Event | None = None) -> Artifact:
         entry = choose(self.client, self.spec.index_url, commit, self.spec.variant, self.platform)
+        if not version_matches(entry.version, commit):
+            raise ArtifactUnavailable(
+                f"the index lists vllm {entry.version}, which does not carry +g{commit[:9]} "
+                f"(asked for {commit[:12]})",
+                hint="the index served another build; this commit is skipped, never judged")
         key = f"venv-wheel-{commit}-{entry.variant}-{self.platform.arch}"
         venv = self.cache.path(key)
-        if (venv / DONE_MARK).exists():
-            self.cache.touch(key)
-            return self._artifact(commit, venv, entry.filename, cached=True)
-        wheel = self._download(entry.url, entry.filename, commit, cancel)
-        shutil.rmtree(venv, ignore_errors=True)
-        log = self.log_dir / f"install-{commit[:12]}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "wb") as out:
-            self._install(venv, wheel, out, log, commit)
-        version = self._installed_version(venv)
-        if not version_matches(version, commit):
+        with self.cache.key_lock(key):  # another run sharing the cache may be making it
+            if (venv / DONE_MARK).exists():
+                self.cache.touch(key)
+                return self._artifact(commit, venv, entry.filename, cached=True)
+            wheel, sha = self._download(entry, commit, cancel)
+            version = wheel_version(wheel)  # before anything of the wheel is installed or run
+            if not version_matches(version, commit):
+                raise ArtifactUnavailable(
+                    f"the wheel's METADATA says vllm {version}, which does not carry "
+                    f"+g{commit[:9]} (asked for {commit[:12]})",
+                    hint="the index served another build; this commit is skipped, never "
+                         "judged (nothing of it was installed)")
             shutil.rmtree(venv, ignore_errors=True)
-            raise ArtifactUnavailable(
-                f"installed vllm {version} does not carry +g{commit[:9]} (asked for {commit[:12]})",
-                hint="the index served another build; this commit is skipped, never judged")
-        sha = (wheel.parent / "sha256").read_text().strip()
-        (venv / DONE_MARK).write_text(f"{commit}\n{entry.filename}\n{version}\n{sha}\n")
-        self.cache.register(key, venv, commit=commit, kind="venv")
+            log = self.log_dir / f"install-{commit[:12]}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "wb") as out:
+                self._install(venv, wheel, out, log, commit)
+            version = self._installed_version(venv)
+            if not version_matches(version, commit):
+                shutil.rmtree(venv, ignore_errors=True)
+                raise ArtifactUnavailable(
+                    f"installed vllm {version} does not carry +g{commit[:9]} "
+                    f"(asked for {commit[:12]})",
+                    hint="the index served another build; this commit is skipped, never judged")
+            _write_atomic(venv / DONE_MARK, f"{commit}\n{entry.filename}\n{version}\n{sha}\n")
+            self.cache.register(key, venv, commit=commit, kind="venv")
         return self._artifact(commit, venv, entry.filename, cached=False)
 
-    def _download(self, url: str, filename: str, commit: str,
-                  cancel: threading.Event | None = None) -> Path:
+    def _download(self, entry: WheelEntry, commit: str,
+                  cancel: threading.Event | None = None) -> tuple[Path, str]:
+        """The wheel in the cache and its sha256: downloaded to a unique temporary file,
+        checked (size, the index's hash), then renamed into place under the key's lock."""
+        url, filename = entry.url, entry.filename
+        wheel_filename(filename)
         key = "wheel-" + hashlib.sha256(url.encode()).hexdigest()[:24]
-        target = self.cache.path(key) / filename
-        if target.exists():
-            self.cache.touch(key)
-            return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        part = target.with_suffix(".part")
+        folder = self.cache.path(key)
+        target = folder / filename
+        if not self.cache.inside(target):
+            raise ArtifactUnavailable(f"wheel path {target} leaves the cache: refused")
+        with self.cache.key_lock(key):
+            have = _read(folder / "sha256")
+            if target.exists() and have and entry.sha256 in (None, have):
+                self.cache.touch(key)
+                return target, have
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                sha = self._fetch(entry, folder, target, cancel)
+                _write_atomic(folder / "sha256", sha + "\n")
+            except OSError as err:
+                fault = disk_full(err, f"storing the wheel {target}")
+                if fault is not None:  # every later commit would fail too: stop the run
+                    raise fault from None
+                raise ArtifactUnavailable(f"cannot store the wheel ({err.strerror}): "
+                                          f"{target}") from None
+            self.cache.register(key, folder, commit=commit, kind="wheel")
+        return target, sha
+
+    def _fetch(self, entry: WheelEntry, folder: Path, target: Path,
+               cancel: threading.Event | None) -> str:
+        url = entry.url
+        tmp = part_path(target)
         digest = hashlib.sha256()
         try:
-            with self.client.stream("GET", url, follow_redirects=True) as r:
+            with open(tmp, "wb") as fh, \
+                    get_same_origin(self.client, url, self.spec.index_url) as r:
                 if r.status_code != 200:
                     raise ArtifactUnavailable(f"wheel download failed: HTTP {r.status_code} {url}")
                 expected = r.headers.get("content-length")
                 size = 0
-                with open(part, "wb") as fh:
-                    for chunk in r.iter_bytes(1 << 20):
-                        if cancel is not None and cancel.is_set():
-                            raise Cancelled(f"download of {filename} cancelled")
-                        fh.write(chunk)
-                        digest.update(chunk)
-                        size += len(chunk)
-                if expected is not None and int(expected) != size:
-                    raise ArtifactUnavailable(f"wheel download truncated ({size} of {expected} "
-                                              f"bytes): {url}", hint="retry; the index may be flaky")
+                for chunk in r.iter_bytes(1 << 20):
+                    if cancel is not None and cancel.is_set():
+                        raise Cancelled(f"download of {entry.filename} cancelled")
+                    fh.write(chunk)
+                    digest.update(chunk)
+                    size += len(chunk)
+            if expected is not None and expected.isdigit() and int(expected) != size:
+                raise ArtifactUnavailable(f"wheel download truncated ({size} of {expected} "
+                                          f"bytes): {url}", hint="retry; the index may be flaky")
+            if entry.sha256 is not None and digest.hexdigest() != entry.sha256:
+                raise ArtifactUnavailable(
+                    f"wheel {entry.filename} has sha256 {digest.hexdigest()[:16]}..., the index "
+                    f"says {entry.sha256[:16]}...: refused", hint="the download was corrupted or "
+                    "tampered with; this commit is skipped")
+            os.replace(tmp, target)
         except httpx.HTTPError as err:
-            part.unlink(missing_ok=True)
             raise ArtifactUnavailable(f"wheel download failed: {err}: {url}") from None
-        except OSError as err:
-            part.unlink(missing_ok=True)
-            if err.errno == errno.ENOSPC:  # every later commit would fail too: stop the run
-                raise HostFault(f"no space left while storing the wheel {target}",
-                                hint="free disk space or run `vllm-bisect cache prune "
-                                     "--max-size ...`; then resume the session") from None
-            raise ArtifactUnavailable(f"cannot store the wheel ({err.strerror}): {target}") from None
-        except ArtifactUnavailable:
-            part.unlink(missing_ok=True)
-            raise
-        part.rename(target)
-        (target.parent / "sha256").write_text(digest.hexdigest() + "\n")
-        self.cache.register(key, target.parent, commit=commit, kind="wheel")
-        return target
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return digest.hexdigest()
 
     def _install(self, venv: Path, wheel: Path, out: BinaryIO, log: Path, commit: str) -> None:
         python = find_python(self.spec.python) if self.spec.python or not self.uv else sys.executable

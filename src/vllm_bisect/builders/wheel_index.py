@@ -5,6 +5,11 @@ wheels; ``<base>/<sha>/vllm/metadata.json`` describes the default variant and
 ``<base>/<sha>/<variant>/vllm/metadata.json`` the others. Each entry has ``filename``,
 ``path`` (relative to the metadata.json URL, ``+`` escaped as ``%2B``), ``platform_tag`` and
 ``version`` (the variant rides in the local version: ``+g<sha9>.cu130``).
+
+Nothing from the index is trusted as a path or a host: ``filename`` must be a plain wheel
+file name, ``path`` must stay on the index's origin (redirects too), and a hash the index
+gives (``sha256`` in the entry, or a ``#sha256=`` fragment on ``path``) is checked after the
+download.
 """
 
 from __future__ import annotations
@@ -13,16 +18,19 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urljoin
+from typing import Any
+from urllib.parse import urldefrag, urljoin
 
 import httpx
 
+from vllm_bisect.builders.fetch import SHA256, check_origin, get_same_origin, wheel_filename
 from vllm_bisect.envinfo import Platform
 from vllm_bisect.errors import ArtifactUnavailable, SpecError
 
 VARIANTS = ("auto", "default", "cu129", "cu130", "cpu")
 MANYLINUX = re.compile(r"^manylinux_(\d+)_(\d+)_(x86_64|aarch64)$")
 LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+MAX_METADATA_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,7 @@ class WheelEntry:
     version: str
     platform_tag: str
     variant: str
+    sha256: str | None = None   # when the index gives one
 
 
 def metadata_url(base: str, commit: str, variant: str) -> str:
@@ -61,20 +70,27 @@ def platform_fits(tag: str, p: Platform) -> bool:
 def fetch_entries(client: httpx.Client, base: str, commit: str, variant: str) -> list[WheelEntry]:
     url = metadata_url(base, commit, variant)
     try:
-        r = client.get(url, timeout=60.0, follow_redirects=True)
+        with get_same_origin(client, url, base, timeout=60.0) as r:
+            if r.status_code in (403, 404):
+                raise ArtifactUnavailable(
+                    f"no {variant} wheels for {commit[:12]} ({r.status_code} at {url})",
+                    hint="wheels appear about an hour after merge; not every variant exists "
+                         "for every commit")
+            if r.status_code != 200:
+                raise ArtifactUnavailable(f"wheel index answered HTTP {r.status_code} for {url}")
+            body = bytearray()
+            for chunk in r.iter_bytes():
+                body += chunk
+                if len(body) > MAX_METADATA_BYTES:
+                    raise ArtifactUnavailable(f"metadata.json at {url} is larger than "
+                                              f"{MAX_METADATA_BYTES} bytes: refused")
     except httpx.HTTPError as err:
         raise ArtifactUnavailable(f"wheel index unreachable: {url}: {err}",
                                   hint="check build.index_url and the network") from None
-    if r.status_code in (403, 404):
-        raise ArtifactUnavailable(f"no {variant} wheels for {commit[:12]} ({r.status_code} at {url})",
-                                  hint="wheels appear about an hour after merge; not every "
-                                       "variant exists for every commit")
-    if r.status_code != 200:
-        raise ArtifactUnavailable(f"wheel index answered HTTP {r.status_code} for {url}")
     try:
-        data = r.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        kind = "HTML" if r.text.lstrip().startswith("<") else "a malformed or truncated file"
+        data = json.loads(bytes(body))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        kind = "HTML" if body.lstrip().startswith(b"<") else "a malformed or truncated file"
         raise ArtifactUnavailable(f"wheel index returned {kind} instead of metadata.json at {url}",
                                   hint="the index may be mid-upload; retry later") from None
     if not isinstance(data, list):
@@ -83,14 +99,30 @@ def fetch_entries(client: httpx.Client, base: str, commit: str, variant: str) ->
     for item in data:
         if not isinstance(item, dict) or item.get("package_name", "vllm") != "vllm":
             continue
-        try:
-            entries.append(WheelEntry(filename=str(item["filename"]),
-                                      url=urljoin(url, str(item["path"])),
-                                      version=str(item["version"]),
-                                      platform_tag=str(item["platform_tag"]), variant=variant))
-        except KeyError as err:
-            raise ArtifactUnavailable(f"metadata.json at {url} lacks {err}") from None
+        entries.append(_entry(item, url, base, variant))
     return entries
+
+
+def _entry(item: dict[str, Any], url: str, base: str, variant: str) -> WheelEntry:
+    try:
+        fields = {k: item[k] for k in ("filename", "path", "version", "platform_tag")}
+    except KeyError as err:
+        raise ArtifactUnavailable(f"metadata.json at {url} lacks {err}") from None
+    if not all(isinstance(v, str) for v in fields.values()):
+        raise ArtifactUnavailable(f"metadata.json at {url} has a non-string field: refused")
+    filename = fields["filename"]
+    wheel_filename(filename)
+    target, fragment = urldefrag(urljoin(url, fields["path"]))
+    check_origin(target, base, "wheel URL")
+    sha = item.get("sha256")
+    if sha is None and fragment.startswith("sha256="):
+        sha = fragment.removeprefix("sha256=")
+    if sha is not None and (not isinstance(sha, str) or not SHA256.match(sha.lower())):
+        raise ArtifactUnavailable(f"metadata.json at {url} gives a malformed sha256 for "
+                                  f"{filename}: refused")
+    return WheelEntry(filename=filename, url=target, version=fields["version"],
+                      platform_tag=fields["platform_tag"], variant=variant,
+                      sha256=sha.lower() if sha else None)
 
 
 def choose(client: httpx.Client, base: str, commit: str, variant: str,

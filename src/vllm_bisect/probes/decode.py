@@ -12,6 +12,7 @@ import hashlib
 import logging
 import re
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,15 +20,28 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from vllm_bisect.errors import ProbeError, StreamFormatError
 from vllm_bisect.models import Measurement, RequestResult, TokensSource
 from vllm_bisect.probes import metrics
-from vllm_bisect.probes.sse import chunk_text, iter_events
+from vllm_bisect.probes.limits import DeadlineExceeded, bounded_bytes, deadline_guard, split_lines
+from vllm_bisect.probes.prompt import PromptSizer, SizedPrompt, check_prompt_tokens
+from vllm_bisect.probes.sse import (
+    chunk_text,
+    completion_tokens,
+    finish_reason,
+    iter_events,
+)
+from vllm_bisect.probes.sse import (
+    prompt_tokens as usage_prompt_tokens,
+)
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.spec import Endpoint, ProbeSpec
 
 logger = logging.getLogger(__name__)
+
+UNBOUNDED_TOKENS = 1 << 24  # the count bound when no max_tokens is sent
 
 # Server log lines that explain a length cap (vLLM has worded these a few ways).
 NOTE_PATTERNS = (
@@ -46,6 +60,11 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+def _median_int(xs: list[int | None]) -> int | None:
+    got = [x for x in xs if x is not None]
+    return int(statistics.median_low(got)) if got else None
+
+
 class DecodeProbe:
     """``measure(server) -> Measurement`` over HTTP; no other I/O."""
 
@@ -55,17 +74,20 @@ class DecodeProbe:
         self.min_output_tokens = (min_output_tokens if min_output_tokens is not None
                                   else spec.effective_min_tokens())
         self.on_request = on_request
+        self.sizer = PromptSizer(spec.prompt) if spec.prompt_tokens is not None else None
 
     # -- request -----------------------------------------------------------------------
-    def request_body(self, model: str, max_tokens: int | None) -> dict[str, Any]:
+    def request_body(self, model: str, max_tokens: int | None,
+                     prompt: str | None = None) -> dict[str, Any]:
         s = self.spec
+        text = s.prompt if prompt is None else prompt
         body: dict[str, Any] = {"model": model, "stream": True, "temperature": s.temperature,
                                 "stream_options": {"include_usage": True,
                                                    "continuous_usage_stats": True}}
         if s.endpoint is Endpoint.CHAT:
-            body["messages"] = [{"role": "user", "content": s.prompt}]
+            body["messages"] = [{"role": "user", "content": text}]
         else:
-            body["prompt"] = s.prompt
+            body["prompt"] = text
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         if s.ignore_eos:
@@ -80,51 +102,97 @@ class DecodeProbe:
 
     def run_one(self, client: httpx.Client, server: ServerHandle,
                 body: dict[str, Any]) -> RequestResult:
+        """One streamed request, within the spec's total deadline; anything the server sends
+        that does not fit vLLM's format is a ProbeError (the commit is skipped)."""
         url = server.url + self._path()
         chunks: list[_Chunk] = []
         text = hashlib.sha256()
         final_usage: int | None = None
+        prompt_tokens: int | None = None
         finish: str | None = None
         saw_done = False
+        max_tokens = body.get("max_tokens")
+        bound = max_tokens if isinstance(max_tokens, int) else UNBOUNDED_TOKENS
+        deadline_s = self.spec.deadline_s(max_tokens if isinstance(max_tokens, int) else None)
         t0 = time.perf_counter()
+        end = time.monotonic() + deadline_s
+        timeout = httpx.Timeout(30.0, read=min(self.spec.request_timeout_s, deadline_s))
+        fired = threading.Event()
         try:
-            with client.stream("POST", url, json=body, timeout=self.spec.request_timeout_s) as r:
+            with client.stream("POST", url, json=body, timeout=timeout) as r, \
+                    deadline_guard(r, end - time.monotonic()) as fired:
                 if r.status_code != 200:
-                    detail = r.read().decode(errors="replace")[:300]
-                    raise ProbeError(f"{url} answered HTTP {r.status_code}: {detail}",
+                    detail = bytearray()
+                    for piece in bounded_bytes(r.iter_bytes(), end, fired):
+                        detail += piece
+                        if len(detail) > 300:
+                            break
+                    raise ProbeError(f"{url} answered HTTP {r.status_code}: "
+                                     f"{detail[:300].decode(errors='replace')}",
                                      hint="check the model name and the serve arguments")
                 last_cum = 0
-                for ev in iter_events(r.iter_lines()):
+                lines = split_lines(bounded_bytes(r.iter_bytes(), end, fired))
+                for ev in iter_events(lines):
                     if ev.data is None:
                         saw_done = True
                         break
-                    usage = ev.data.get("usage")
                     out_text = chunk_text(ev.data)
-                    choices = ev.data.get("choices") or []
-                    if choices and isinstance(choices[0], dict) and choices[0].get("finish_reason"):
-                        finish = choices[0]["finish_reason"]
-                    cum = usage.get("completion_tokens") if isinstance(usage, dict) else None
-                    if not choices and isinstance(cum, int):
+                    finish = finish_reason(ev.data) or finish
+                    cum = completion_tokens(ev.data, bound)
+                    prompt_tokens = usage_prompt_tokens(ev.data) or prompt_tokens
+                    if not ev.data.get("choices") and cum is not None:
                         final_usage = cum
                         continue
                     if out_text is None:
                         continue
                     text.update(out_text.encode())
                     n = None
-                    if isinstance(cum, int):
+                    if cum is not None:
+                        if cum < last_cum:
+                            raise StreamFormatError(
+                                f"usage.completion_tokens went down ({last_cum} -> {cum})")
                         n, last_cum = cum - last_cum, cum
                     chunks.append(_Chunk(ev.t, n))
+                    if len(chunks) > bound:
+                        raise StreamFormatError(
+                            f"stream from {url} sent more than {bound} output chunks "
+                            "(more than max_tokens)", hint="the server does not stop")
+        except DeadlineExceeded:
+            raise self._deadline_error(url, deadline_s, chunks) from None
         except httpx.TimeoutException:
-            raise ProbeError(f"request to {url} timed out after {self.spec.request_timeout_s:.0f} s",
+            if fired.is_set():
+                raise self._deadline_error(url, deadline_s, chunks) from None
+            raise ProbeError(f"request to {url} timed out after {timeout.read:.0f} s",
                              hint="the server hangs; raise probe.request_timeout_s if it is slow") from None
+        except httpx.ConnectError as err:
+            raise ProbeError(f"nothing accepts connections at {server.url} ({err})",
+                             hint="is the server running, and is the URL (host and port) "
+                                  "right?") from None
         except httpx.HTTPError as err:
+            if fired.is_set():
+                raise self._deadline_error(url, deadline_s, chunks) from None
             raise ProbeError(f"stream from {url} broke after {len(chunks)} chunks: {err}",
                              hint="the server died mid-request; see its log") from None
         if not saw_done:
+            if fired.is_set():
+                raise self._deadline_error(url, deadline_s, chunks)
             raise StreamFormatError(f"stream from {url} ended after {len(chunks)} chunks "
                                     "without 'data: [DONE]'", hint="the server died mid-request")
-        result = self._summarize(chunks, final_usage, finish, t0)
-        return result.model_copy(update={"text_sha256": text.hexdigest()})
+        try:
+            result = self._summarize(chunks, final_usage, finish, t0)
+        except ValidationError as err:
+            raise StreamFormatError(f"stream from {url} gave an unusable result: "
+                                    f"{err.errors()[0]['msg']}") from None
+        return result.model_copy(update={"text_sha256": text.hexdigest(),
+                                         "prompt_tokens": prompt_tokens})
+
+    @staticmethod
+    def _deadline_error(url: str, deadline_s: float, chunks: list[_Chunk]) -> ProbeError:
+        return ProbeError(f"request to {url} did not finish within its {deadline_s:.0f} s "
+                          f"deadline ({len(chunks)} chunks received)",
+                          hint="the server streams without end or far too slowly; set "
+                               "probe.request_deadline_s (or lower probe.min_tokens_per_s) "
+                               "if it is just slow")
 
     @staticmethod
     def _summarize(chunks: list[_Chunk], final_usage: int | None, finish: str | None,
@@ -165,10 +233,12 @@ class DecodeProbe:
             s = s.model_copy(update={k: v for k, v in (("requests", requests), ("warmup", warmup))
                                      if v is not None})
         max_tokens = s.max_tokens if s.send_max_tokens else None
-        body = self.request_body(server.model, max_tokens)
         started = time.perf_counter()
         limits = httpx.Limits(max_connections=s.concurrency + 2)
         with httpx.Client(limits=limits, timeout=httpx.Timeout(30.0, read=s.request_timeout_s)) as client:
+            sized = self.sized_prompt(client, server, s.prompt_tokens)
+            body = self.request_body(server.model, max_tokens,
+                                     sized.text if sized is not None else None)
             version = self._version(client, server)
             for _ in range(s.warmup):
                 warm = dict(body)
@@ -180,8 +250,19 @@ class DecodeProbe:
             results = self._run_all(client, server, body, s.requests)
             after = metrics.scrape(client, server.url)
         delta = metrics.diff(before, after) if before is not None and after is not None else None
+        if sized is not None:
+            check_prompt_tokens(sized, [r.prompt_tokens for r in results])
         return self._aggregate(server, version, max_tokens, results, delta,
                                time.perf_counter() - started)
+
+    def sized_prompt(self, client: httpx.Client, server: ServerHandle,
+                     target: int | None) -> SizedPrompt | None:
+        """The prompt of about ``target`` tokens for this server (None: probe.prompt as is)."""
+        if target is None:
+            return None
+        if self.sizer is None:
+            self.sizer = PromptSizer(self.spec.prompt)
+        return self.sizer.build(client, server.url, server.model, self.spec.endpoint, target)
 
     def _run_all(self, client: httpx.Client, server: ServerHandle,
                  body: dict[str, Any], requests: int) -> list[RequestResult]:
@@ -235,6 +316,7 @@ class DecodeProbe:
             generation_tokens_delta=delta.generation_tokens if delta else None,
             tokens_source=source, notes=log_notes(server.read_log()), requests=results,
             wall_s=wall_s,
+            prompt_tokens=_median_int([r.prompt_tokens for r in results]),
         )
 
 

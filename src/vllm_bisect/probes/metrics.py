@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from vllm_bisect.probes.limits import MAX_METRICS_BYTES, DeadlineExceeded, deadline_guard, read_capped
 
 logger = logging.getLogger(__name__)
 
@@ -21,17 +24,26 @@ def parse(text: str) -> Samples:
     return out
 
 
-def scrape(client: httpx.Client, base_url: str) -> Samples | None:
+def scrape(client: httpx.Client, base_url: str, max_bytes: int = MAX_METRICS_BYTES,
+           deadline_s: float = 30.0) -> Samples | None:
+    """The samples of ``/metrics``; None when it is missing, too large, too slow or garbled
+    (the spec-decode counters are an extra, never a reason to skip a commit)."""
+    end = time.monotonic() + deadline_s
     try:
-        r = client.get(f"{base_url}/metrics", timeout=10.0)
-    except httpx.HTTPError as err:
+        with client.stream("GET", f"{base_url}/metrics", timeout=10.0) as r:
+            if r.status_code != 200:
+                return None
+            with deadline_guard(r, deadline_s) as fired:
+                body = read_capped(r, max_bytes, end, fired)
+    except (httpx.HTTPError, DeadlineExceeded) as err:
         logger.debug("metrics scrape failed: %s", err)
         return None
-    if r.status_code != 200:
+    if body is None:
+        logger.warning("/metrics of %s is larger than %d bytes: ignored", base_url, max_bytes)
         return None
     try:
-        return parse(r.text)
-    except ValueError as err:
+        return parse(body.decode("utf-8", errors="replace"))
+    except (ValueError, TypeError, IndexError, RecursionError) as err:
         logger.warning("unparseable /metrics from %s: %s", base_url, err)
         return None
 

@@ -34,7 +34,10 @@ def iter_events(lines: Iterable[str]) -> Iterator[Event]:
             return
         try:
             obj = json.loads(payload)
-        except json.JSONDecodeError:
+        except RecursionError:
+            raise StreamFormatError("SSE data line nests JSON too deeply",
+                                    hint="the server is not vLLM-compatible") from None
+        except (json.JSONDecodeError, UnicodeDecodeError):
             raise StreamFormatError(
                 f"SSE data line is not JSON: {payload[:120]!r}",
                 hint="the stream was corrupted or the server is not vLLM-compatible",
@@ -57,10 +60,61 @@ def chunk_text(obj: dict[str, Any]) -> str | None:
     if not isinstance(choice, dict):
         raise StreamFormatError(f"malformed choice in chunk: {choice!r:.120}")
     if "text" in choice:
-        text = choice["text"]
+        text = _str_or_none(choice["text"], "text")
     else:
         delta = choice.get("delta") or {}
-        text = delta.get("content") if isinstance(delta, dict) else None
-        if text is None and isinstance(delta, dict):
-            text = delta.get("reasoning_content") or delta.get("reasoning")
+        if not isinstance(delta, dict):
+            raise StreamFormatError(f"chunk 'delta' is not an object: {delta!r:.120}")
+        text = _str_or_none(delta.get("content"), "delta.content")
+        if text is None:
+            text = (_str_or_none(delta.get("reasoning_content"), "delta.reasoning_content")
+                    or _str_or_none(delta.get("reasoning"), "delta.reasoning"))
     return text if text else None
+
+
+def finish_reason(obj: dict[str, Any]) -> str | None:
+    """The first choice's finish_reason (a string, or None while it streams)."""
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    return _str_or_none(choices[0].get("finish_reason"), "finish_reason")
+
+
+def completion_tokens(obj: dict[str, Any], bound: int) -> int | None:
+    """``usage.completion_tokens`` of a chunk, checked: an int (not a bool) in 0..bound."""
+    usage = obj.get("usage")
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        raise StreamFormatError(f"chunk 'usage' is not an object: {usage!r:.120}")
+    n = usage.get("completion_tokens")
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= bound:
+        raise StreamFormatError(f"usage.completion_tokens {n!r:.40} is not a count in 0..{bound}",
+                                hint="the server's token counts cannot be trusted; "
+                                     "is it vLLM-compatible?")
+    return n
+
+
+def prompt_tokens(obj: dict[str, Any]) -> int | None:
+    """``usage.prompt_tokens`` of a chunk when it is a plain count (an int, not a bool, >= 0)."""
+    usage = obj.get("usage")
+    n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_PROMPT_TOKENS:
+        raise StreamFormatError(f"usage.prompt_tokens {n!r:.40} is not a token count",
+                                hint="the server's token counts cannot be trusted; "
+                                     "is it vLLM-compatible?")
+    return n
+
+
+MAX_PROMPT_TOKENS = 10_000_000
+
+
+def _str_or_none(value: Any, name: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise StreamFormatError(f"chunk field '{name}' is a {type(value).__name__}, not a string: "
+                            f"{value!r:.80}", hint="the server is not vLLM-compatible")

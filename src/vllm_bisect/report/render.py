@@ -38,12 +38,29 @@ class SessionReport:
 
 def load(session: Path) -> SessionReport:
     res = session / "result.json"
+    if not session.is_dir():
+        raise SessionError(f"{session} is not a directory",
+                           hint="pass the session directory `vllm-bisect run` printed "
+                                "('session DIR')")
     if not res.exists():
+        if not (session / "journal.sqlite").exists():
+            raise SessionError(f"{session} is not a vllm-bisect session directory (it has "
+                               "no journal.sqlite)",
+                               hint="pass the session directory `vllm-bisect run` printed "
+                                    "('session DIR'); by default it is under "
+                                    "./vllm-bisect-sessions/")
         raise SessionError(f"{session} has no result.json (the bisect has not finished)",
                            hint=f"finish it with: vllm-bisect run --session {session}")
     spec = session / "spec.toml"
-    return SessionReport(session, json.loads(res.read_text()),
-                         spec.read_text() if spec.exists() else "")
+    try:
+        result = json.loads(res.read_text(encoding="utf-8"))
+        if not isinstance(result, dict) or "probed" not in result:
+            raise ValueError("not a result object")
+    except (ValueError, OSError) as err:
+        raise SessionError(f"{res} cannot be read: {err}",
+                           hint=f"write it again with: vllm-bisect run --session {session}"
+                           ) from None
+    return SessionReport(session, result, spec.read_text() if spec.exists() else "")
 
 
 def pr_number(subject: str | None) -> str | None:

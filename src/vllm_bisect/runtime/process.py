@@ -44,6 +44,10 @@ def free_port() -> int:
 
 def _child_setup() -> None:  # runs in the child between fork and exec
     os.setsid()
+    # an ignored SIGINT survives exec: a run started with `cmd &` from a script would give
+    # its servers a SIGINT they cannot receive
+    with contextlib.suppress(ValueError, OSError):
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL("libc.so.6", use_errno=True)

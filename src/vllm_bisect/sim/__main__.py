@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--crash-after-tokens", type=int, default=None)
     s.add_argument("--noise-cv", type=float, default=0.0)
     s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--prompt-seeded-acceptance", action="store_true",
+                   help="greedy requests with the same prompt repeat their draft acceptances "
+                        "(as real MTP does)")
     r = sub.add_parser("replay", help="replay a captured vLLM transcript")
     r.add_argument("transcript", type=Path)
     r.add_argument("--host", default="127.0.0.1")
@@ -54,7 +57,7 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         gen_max_new_tokens=a.gen_max_new_tokens, gen_caps_explicit=a.gen_caps_explicit,
         spec_output_cap=a.spec_output_cap, eos_after=a.eos_after, startup_delay_s=a.startup_delay,
         first_request_delay_s=a.first_request_delay, crash_after_tokens=a.crash_after_tokens,
-        noise_cv=a.noise_cv, seed=a.seed,
+        noise_cv=a.noise_cv, seed=a.seed, prompt_seeded_acceptance=a.prompt_seeded_acceptance,
     )
 
 

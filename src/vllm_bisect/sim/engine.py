@@ -45,6 +45,13 @@ class SimConfig:
     diverge_after_tokens: int | None = None
     noise_cv: float = 0.0
     seed: int | None = None
+    # Real greedy MTP (vLLM 0.25.1, tests/fixtures/vllm-0.25.1-mtp/): whether a draft is
+    # accepted depends on the tokens, so the same prompt at temperature 0 gives the same chunk
+    # pattern on every request, and another prompt (another context) another pattern and
+    # acceptance. True draws a greedy request's acceptances from a generator seeded by its
+    # prompt (and ``seed``); False (the default, kept for the existing tests) draws them from
+    # the server's one generator, so repeated requests differ.
+    prompt_seeded_acceptance: bool = False
     fingerprint_hash: str = "nohash"
     extra: dict[str, Any] = field(default_factory=dict)
 

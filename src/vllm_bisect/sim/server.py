@@ -9,6 +9,7 @@ connection refused during start-up.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import random
@@ -69,8 +70,10 @@ class SimServer:
             await self.generate(req, resp, chat=False)
         elif route == ("POST", "/v1/chat/completions"):
             await self.generate(req, resp, chat=True)
+        elif route == ("POST", "/tokenize"):
+            await self.tokenize(req, resp)
         elif req.path in {"/health", "/v1/models", "/version", "/metrics", "/v1/completions",
-                          "/v1/chat/completions"}:
+                          "/v1/chat/completions", "/tokenize"}:
             await resp.send_json(405, {"detail": "Method Not Allowed"})
         else:
             await resp.send_json(404, {"detail": "Not Found"})
@@ -88,6 +91,39 @@ class SimServer:
         if not isinstance(prompt, str):
             raise RequestError("prompt must be a string")
         return prompt
+
+    def _acceptance_rng(self, body: dict[str, Any], chat: bool) -> random.Random:
+        """The generator of a request's draft acceptances (see SimConfig.prompt_seeded_acceptance)."""
+        greedy = not body.get("temperature")
+        if not (self.cfg.prompt_seeded_acceptance and greedy):
+            return self.rng
+        key = f"{self.cfg.seed}|{self._prompt(body, chat)}".encode()
+        return random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
+
+    async def tokenize(self, req: Request, resp: Responder) -> None:
+        """``POST /tokenize`` as vLLM 0.25.1 answers it (serve/tokenize/protocol.py):
+        ``{"prompt"}`` or ``{"messages"}`` in, ``{"count", "max_model_len", "tokens",
+        "token_strs"}`` out, counted the way generation counts prompt tokens."""
+        try:
+            body = req.json()
+            if not isinstance(body, dict):
+                raise RequestError("request body must be a JSON object")
+            if body.get("model") not in (None, self.cfg.model):
+                await resp.send_json(404, p.error_response(
+                    f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError"))
+                return
+            chat = "messages" in body
+            if not chat and "prompt" not in body:
+                raise RequestError("Field required: prompt (or messages)")
+            n = count_prompt_tokens(self._prompt(body, chat))
+        except (ValueError, RequestError) as err:
+            await resp.send_json(400, p.error_response(str(err)))
+            return
+        ids = [(i * 7919) % 2048 for i in range(n)]
+        strs = [w for w in " ".join(str(x) for x in ids).split()] \
+            if body.get("return_token_strs") else None
+        await resp.send_json(200, {"count": n, "max_model_len": self.cfg.max_model_len,
+                                   "tokens": ids, "token_strs": strs})
 
     async def generate(self, req: Request, resp: Responder, chat: bool) -> None:
         try:
@@ -110,7 +146,7 @@ class SimServer:
         rid = p.request_id(chat)
         created = int(time.time())
         model = self.cfg.model
-        steps = plan_steps(self.cfg, plan.n_tokens, self.rng)
+        steps = plan_steps(self.cfg, plan.n_tokens, self._acceptance_rng(body, chat))
         pace = self.cfg.step_ms / 1000.0
         if self.cfg.noise_cv > 0:
             pace *= max(0.1, self.rng.gauss(1.0, self.cfg.noise_cv))

@@ -6,7 +6,8 @@ It reads what real vLLM reads: ``--speculative-config`` JSON (``num_speculative_
 ``MODEL/generation_config.json``; ``vllm`` ignores it), and ``max_new_tokens`` from that file.
 Flags it does not model (``--enforce-eager``, ``--gpu-memory-utilization``, ...) are accepted
 and ignored. Pacing comes from the environment (``VLLM_SIM_STEP_MS``, ``VLLM_SIM_SPEC_STEP_MS``,
-``VLLM_SIM_ACCEPTANCE``, ``VLLM_SIM_STARTUP_S``).
+``VLLM_SIM_ACCEPTANCE``, ``VLLM_SIM_STARTUP_S``); ``VLLM_SIM_PROMPT_SEEDED=1`` makes greedy
+requests repeat their draft acceptances per prompt, as real MTP does.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def parse(argv: list[str]) -> SimConfig:
         gen_max_new_tokens=max_new,
         startup_delay_s=float(env.get("VLLM_SIM_STARTUP_S", "0.2")),
         seed=args.seed,
+        prompt_seeded_acceptance=env.get("VLLM_SIM_PROMPT_SEEDED", "0") == "1",
         extra={"host": args.host, "port": args.port},
     )
 

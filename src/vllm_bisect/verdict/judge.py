@@ -56,7 +56,9 @@ class Judge:
         floor = self.spec.min_mtp_speedup or 0.0
         if m.mtp_speedup is None or m.mtp_on is None:
             return Judgement(Verdict.SKIP, "no MTP speed-up measurement", False, None)
-        where = (f"MTP speed-up {m.mtp_speedup:.2f}x at concurrency {m.mtp_on.concurrency} "
+        ctx = (f", {m.mtp_on.context_tokens}-token context"
+               if m.mtp_on.context_tokens is not None else "")
+        where = (f"MTP speed-up {m.mtp_speedup:.2f}x at concurrency {m.mtp_on.concurrency}{ctx} "
                  f"({m.mtp_on.output_tok_s:.1f} vs {m.mtp_off.output_tok_s if m.mtp_off else 0:.1f}"
                  " tok/s)")
         if m.mtp_speedup < floor:

@@ -1,0 +1,454 @@
+#!/usr/bin/env python3
+"""Issue 16 on a GPU machine with vLLM 0.25.1: real MTP on a tiny Qwen3-Next, captured and
+measured, in stages that resume (a stage whose result exists is not run again).
+
+    python3 scripts/gpu_mtp_run.py WORK OUT [--budget-s 540] [--only a,b]
+
+Stages (in order): env, model, A (MTP server: raw captures, /metrics before/after, /tokenize,
+the decode probe, sized prompts, the `vllm bench serve` peer check), sweep (`vllm-bisect
+sweep`: MTP on/off over concurrency x context), compare (`vllm-bisect compare`:
+VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE=1 vs 0, MTP on), B (the same model with
+generation_config max_new_tokens=128: captures without max_tokens). WORK/res holds every
+result; it is tarred to OUT/results.tgz after each stage. A stage is skipped when less than its
+estimate is left of the budget.
+
+Besides the wheels of ../shared/gpu/vllm-0.25.1-serve-wheels.txt, Qwen3-Next needs
+compressed-tensors==0.17.0 and loguru (without them the model fails to be inspected:
+"No module named 'compressed_tensors'"). On 2026-12-03 the sweep ran with the grid cut to
+concurrency [1, 12], requests 3, max_tokens 128 and compare with 4 pairs to fit the device time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from vllm_bisect.probes.decode import DecodeProbe  # noqa: E402
+from vllm_bisect.runtime.process import LaunchPlan, free_port, run_server  # noqa: E402
+from vllm_bisect.spec import Endpoint, ProbeSpec  # noqa: E402
+
+ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+       "DO_NOT_TRACK": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+MAX_LEN = 40960
+# FlashInfer is not installed: on SM90 vLLM 0.25.1 would pick FlashInfer's GDN prefill ("auto")
+COMMON = ["--max-model-len", str(MAX_LEN), "--enforce-eager", "--gpu-memory-utilization", "0.3",
+          "--dtype", "bfloat16", "--additional-config", json.dumps({"gdn_prefill_backend": "triton"})]
+MTP = json.dumps({"method": "mtp", "num_speculative_tokens": 3})
+PROMPT = "Write a long story about a lighthouse keeper who finds a map."
+T0 = time.monotonic()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.monotonic() - T0:6.1f}s] {msg}", flush=True)
+
+
+# -- raw HTTP capture (the format of tests/fixtures/vllm-0.25.1/) --------------------------
+def capture(port: int, method: str, path: str, body: dict[str, Any] | None,
+            timeout: float = 300.0) -> dict[str, Any]:
+    payload = b"" if body is None else json.dumps(body).encode()
+    head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: raw-capture/1\r\n"
+            "Accept: */*\r\nConnection: close\r\n")
+    if body is not None:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+    raw_req = head.encode() + b"\r\n" + payload
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    t0 = time.perf_counter()
+    s.sendall(raw_req)
+    data, events = b"", []
+    while True:
+        got = s.recv(65536)
+        if not got:
+            break
+        events.append({"t": round(time.perf_counter() - t0, 6), "nbytes": len(got)})
+        data += got
+    s.close()
+    hdr, _, rest = data.partition(b"\r\n\r\n")
+    lines = hdr.decode("latin-1").split("\r\n")
+    headers = [tuple(x.split(": ", 1)) for x in lines[1:] if ": " in x]
+    chunked = any(k.lower() == "transfer-encoding" and "chunked" in v.lower() for k, v in headers)
+    rec: dict[str, Any] = {
+        "request": {"method": method, "path": path, "port": port, "body": body,
+                    "raw_request": raw_req.decode()},
+        "status_line": lines[0], "headers": [list(h) for h in headers],
+        "transfer_chunked": chunked, "recv_events": events}
+    body_bytes, sizes = rest, []
+    if chunked:
+        body_bytes, pos = b"", 0
+        while pos < len(rest):
+            eol = rest.index(b"\r\n", pos)
+            n = int(rest[pos:eol].split(b";")[0], 16)
+            sizes.append(n)
+            if n == 0:
+                break
+            body_bytes += rest[eol + 2: eol + 2 + n]
+            pos = eol + 2 + n + 2
+    rec["http_chunk_sizes"] = sizes
+    ctype = dict((k.lower(), v) for k, v in headers).get("content-type", "")
+    if "text/event-stream" in ctype:
+        # time of each SSE line = time of the recv that delivered its last byte
+        header_len = len(hdr) + 4
+        ends, acc = [], 0
+        for e in events:
+            acc += e["nbytes"]
+            ends.append((acc, e["t"]))
+        sse, raw_pos = [], header_len
+        # map body offsets back to raw offsets through the chunk framing
+        offsets, pos, body_off = [], 0, 0
+        while pos < len(rest) and chunked:
+            eol = rest.index(b"\r\n", pos)
+            n = int(rest[pos:eol].split(b";")[0], 16)
+            if n == 0:
+                break
+            offsets.append((body_off, header_len + eol + 2))
+            body_off += n
+            pos = eol + 2 + n + 2
+        start = 0
+        for line in body_bytes.split(b"\n"):
+            end_body = start + len(line)
+            raw_end = end_body + raw_pos
+            for b_off, r_off in offsets:
+                if b_off < end_body:
+                    raw_end = r_off + (end_body - b_off)
+            t = next((tt for a, tt in ends if a >= raw_end), events[-1]["t"] if events else 0.0)
+            if line:
+                sse.append({"t": t, "line": line.decode()})
+            start = end_body + 1
+        rec["sse_lines"] = sse
+        rec["analysis"] = analyse(sse)
+        if len(data) < 400_000:
+            rec["raw_response"] = data.decode("utf-8", errors="replace")
+    else:
+        rec["body"] = body_bytes.decode("utf-8", errors="replace")
+    return rec
+
+
+def analyse(sse: list[dict[str, Any]]) -> dict[str, Any]:
+    chunks, last, final_usage = [], 0, None
+    for ev in sse:
+        line = ev["line"]
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        obj = json.loads(line[6:])
+        ch = obj.get("choices") or []
+        usage = obj.get("usage")
+        if not ch:
+            final_usage = usage
+            continue
+        c0 = ch[0]
+        text = c0.get("text") if "text" in c0 else (c0.get("delta") or {}).get("content")
+        entry: dict[str, Any] = {"t": ev["t"], "text": text, "n_words": len((text or "").split()),
+                                 "usage": usage, "finish_reason": c0.get("finish_reason")}
+        if isinstance(usage, dict):
+            entry["completion_tokens_delta"] = usage["completion_tokens"] - last
+            last = usage["completion_tokens"]
+        chunks.append(entry)
+    content = [c for c in chunks if c["text"]]
+    deltas = [c.get("completion_tokens_delta") for c in content]
+    hist: dict[str, int] = {}
+    for d in (deltas if all(d is not None for d in deltas) else [c["n_words"] for c in content]):
+        hist[str(d)] = hist.get(str(d), 0) + 1
+    return {"n_data_lines": len(sse), "n_content_chunks": len(content),
+            "tokens_per_content_chunk_hist": hist, "final_usage": final_usage,
+            "chunk_tokens": deltas, "chunks": chunks}
+
+
+def get(port: int, path: str) -> str:
+    import httpx
+    return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=30).text
+
+
+def vllm_lines(text: str) -> str:
+    return "\n".join(x for x in text.splitlines()
+                     if x.startswith(("vllm:", "# HELP vllm:", "# TYPE vllm:"))) + "\n"
+
+
+# -- stages --------------------------------------------------------------------------------
+class Run:
+    def __init__(self, work: Path, out: Path, budget: float) -> None:
+        self.work, self.out, self.res = work, out, work / "res"
+        self.res.mkdir(parents=True, exist_ok=True)
+        self.deadline = T0 + budget
+        self.vllm = shutil.which("vllm") or "vllm"
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def save(self, name: str, obj: Any) -> None:
+        p = self.res / name
+        p.write_text(obj if isinstance(obj, str) else json.dumps(obj, indent=2, default=str))
+
+    def pack(self) -> None:
+        with tarfile.open(self.out / "results.tgz", "w:gz") as tar:
+            tar.add(self.res, arcname="res")
+
+    def server(self, name: str, model: Path, extra: list[str], env: dict[str, str] | None = None):
+        port = free_port()
+        argv = [self.vllm, "serve", str(model), "--port", str(port), *COMMON, *extra]
+        self.save(f"{name}_argv.json", {"argv": argv, "env": {**ENV, **(env or {})}})
+        return run_server(LaunchPlan(argv=argv, env={**ENV, **(env or {})}),
+                          url=f"http://127.0.0.1:{port}", model=str(model),
+                          log_path=self.res / f"{name}_server.log", timeout_s=420)
+
+    # env ------------------------------------------------------------------------------
+    def stage_env(self) -> None:
+        cmds = ["nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv",
+                "python3 -c 'import torch,sys;print(sys.version);print(torch.__version__,"
+                "torch.version.cuda)'",
+                "python3 -c 'import vllm,transformers;print(vllm.__version__,"
+                "transformers.__version__)'",
+                f"{self.vllm} --version", "pip list --path /tmp/site 2>/dev/null | head -60"]
+        outs = []
+        for c in cmds:
+            r = subprocess.run(c, shell=True, capture_output=True, text=True, timeout=120)
+            outs.append(f"$ {c}\n{r.stdout}{r.stderr[-2000:]}")
+        self.save("env.txt", "\n".join(outs))
+
+    def stage_model(self) -> None:
+        info = {}
+        for name, extra in (("mtp", []), ("mtp128", ["--max-new-tokens", "128"])):
+            r = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_tiny_mtp_model.py"),
+                                str(self.work / name), *extra], capture_output=True, text=True,
+                               timeout=300)
+            info[name] = r.stdout + r.stderr[-3000:]
+            if r.returncode != 0:
+                raise RuntimeError(f"model build failed: {info[name]}")
+        self.save("model_build.json", info)
+
+    # A --------------------------------------------------------------------------------
+    def stage_a(self) -> None:
+        t = time.monotonic()
+        with self.server("A", self.work / "mtp", ["--speculative-config", MTP]) as h:
+            port = int(h.url.rsplit(":", 1)[1])
+            doc: dict[str, Any] = {"startup_s": h.startup_s, "launched_after_s": t - T0}
+            log(f"A healthy after {h.startup_s:.1f} s")
+            model = str(self.work / "mtp")
+            eps = {p: capture(port, "GET", p, None) for p in ("/v1/models", "/version", "/health")}
+            eps["/tokenize"] = capture(port, "POST", "/tokenize", {"model": model, "prompt": PROMPT})
+            eps["/tokenize chat"] = capture(port, "POST", "/tokenize", {
+                "model": model, "messages": [{"role": "user", "content": PROMPT}],
+                "add_generation_prompt": True, "return_token_strs": True})
+            before = vllm_lines(get(port, "/metrics"))
+            base = {"model": model, "temperature": 0, "stream": True, "ignore_eos": True}
+            cont = {"include_usage": True, "continuous_usage_stats": True}
+            caps: dict[str, Any] = {"endpoints": eps}
+            caps["completions_stream_continuous_usage"] = capture(port, "POST", "/v1/completions", {
+                **base, "prompt": PROMPT, "max_tokens": 200, "stream_options": cont})
+            caps["completions_stream_include_usage_only"] = capture(
+                port, "POST", "/v1/completions", {**base, "prompt": PROMPT, "max_tokens": 200,
+                                                  "stream_options": {"include_usage": True}})
+            caps["chat_stream_continuous_usage"] = capture(port, "POST", "/v1/chat/completions", {
+                **base, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 200,
+                "stream_options": cont})
+            caps["completions_nonstream"] = capture(port, "POST", "/v1/completions", {
+                "model": model, "temperature": 0, "prompt": PROMPT, "max_tokens": 32})
+            time.sleep(1.5)
+            after = vllm_lines(get(port, "/metrics"))
+            self.save("sse_mtp_k3_qwen3next.json", caps)
+            self.save("metrics_A.txt", "########## A_mtp_qwen3next: before requests\n" + before
+                      + "########## A_mtp_qwen3next: after requests\n" + after)
+            log("A captures done")
+            probe = ProbeSpec(prompt=PROMPT, max_tokens=256, requests=5)
+            doc["decode"] = DecodeProbe(probe, 256).measure(h).model_dump(mode="json")
+            sized = {}
+            for n in (2048, 32768):
+                for ep in (Endpoint.COMPLETIONS, Endpoint.CHAT):
+                    sp = ProbeSpec(prompt=PROMPT, prompt_tokens=n, max_tokens=64, requests=2,
+                                   endpoint=ep)
+                    m = DecodeProbe(sp, 64).measure(h)
+                    sized[f"{ep.value}_{n}"] = m.model_dump(mode="json", exclude={"requests"}) | {
+                        "prompt_tokens_per_request": [r.prompt_tokens for r in m.requests]}
+            doc["sized_prompts"] = sized
+            log("A probe + sized prompts done")
+            doc["peer"] = self.peer(h, port, model)
+            self.save("A.json", doc)
+
+    def peer(self, h: Any, port: int, model: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for conc, n in ((1, 16), (4, 32)):
+            name = f"bench_serve_c{conc}"
+            cmd = [self.vllm, "bench", "serve", "--backend", "vllm", "--base-url", h.url,
+                   "--model", model, "--tokenizer", model, "--dataset-name", "random",
+                   "--random-input-len", "256", "--random-output-len", "512",
+                   "--num-prompts", str(n), "--max-concurrency", str(conc), "--ignore-eos",
+                   "--temperature", "0", "--num-warmups", "1", "--save-result", "--save-detailed",
+                   "--result-dir", str(self.res), "--result-filename", f"{name}.json"]
+            t = time.monotonic()
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                               env={**os.environ, **ENV})
+            self.save(f"{name}_stdout.txt", "$ " + " ".join(cmd) + f"\n(rc {r.returncode}, "
+                      f"{time.monotonic() - t:.0f} s)\n" + r.stdout[-8000:] + "\n--- stderr ---\n"
+                      + r.stderr[-4000:])
+            sp = ProbeSpec(prompt=PROMPT, prompt_tokens=256, max_tokens=512, requests=n,
+                           concurrency=conc, warmup=1)
+            m = DecodeProbe(sp, 512).measure(h)
+            reqs = m.requests
+            out[f"c{conc}"] = {
+                "bench_rc": r.returncode,
+                "probe": m.model_dump(mode="json"),
+                "probe_mean_itl_ms": statistics.fmean(x.itl_ms for x in reqs if x.itl_ms),
+                "probe_mean_tpot_ms": statistics.fmean(x.tpot_ms for x in reqs if x.tpot_ms),
+                "probe_mean_chunk_itl_ms": statistics.fmean(
+                    x.chunk_itl_ms for x in reqs if x.chunk_itl_ms),
+                "probe_pooled_chunk_gap_ms": (
+                    sum((x.latency_ms - x.ttft_ms) for x in reqs)
+                    / sum(x.n_chunks - 1 for x in reqs)),
+            }
+            log(f"peer c={conc} done (bench rc {r.returncode})")
+        return out
+
+    # diagnosis when A failed -----------------------------------------------------------
+    def stage_diag(self) -> None:
+        if not (self.res / "a.failed").exists():
+            self.save("diag.json", {"skipped": "A did not fail"})
+            return
+        doc: dict[str, Any] = {}
+        for name, extra in (("dummy_mtp", ["--load-format", "dummy", "--speculative-config", MTP]),
+                            ("plain", [])):
+            try:
+                with self.server(f"diag_{name}", self.work / "mtp", extra) as h:
+                    m = DecodeProbe(ProbeSpec(prompt=PROMPT, max_tokens=64, requests=2), 64)
+                    doc[name] = {"startup_s": h.startup_s,
+                                 "decode": m.measure(h).model_dump(mode="json", exclude={"requests"})}
+            except Exception as err:
+                doc[name] = {"error": f"{type(err).__name__}: {err}"}
+        self.save("diag.json", doc)
+
+    # B --------------------------------------------------------------------------------
+    def stage_b(self) -> None:
+        with self.server("B", self.work / "mtp128", ["--speculative-config", MTP]) as h:
+            port = int(h.url.rsplit(":", 1)[1])
+            model = str(self.work / "mtp128")
+            log(f"B healthy after {h.startup_s:.1f} s")
+            before = vllm_lines(get(port, "/metrics"))
+            base = {"model": model, "temperature": 0, "stream": True, "ignore_eos": True,
+                    "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+            caps: dict[str, Any] = {}
+            caps["chat_stream_no_max_tokens"] = capture(port, "POST", "/v1/chat/completions", {
+                **base, "messages": [{"role": "user", "content": PROMPT}]})
+            caps["completions_stream_no_max_tokens"] = capture(port, "POST", "/v1/completions", {
+                **base, "prompt": PROMPT})
+            caps["completions_stream_max512_min512"] = capture(port, "POST", "/v1/completions", {
+                **base, "prompt": PROMPT, "max_tokens": 512, "min_tokens": 512})
+            time.sleep(1.5)
+            after = vllm_lines(get(port, "/metrics"))
+            self.save("sse_mtp_k3_qwen3next_gencfg_cap128.json", caps)
+            self.save("metrics_B.txt", "########## B_mtp_qwen3next_cap128: before requests\n"
+                      + before + "########## B_mtp_qwen3next_cap128: after requests\n" + after)
+            self.save("B.json", {"startup_s": h.startup_s})
+
+    # sweep / compare through the CLI ---------------------------------------------------
+    def repo(self) -> Path:
+        repo = self.work / "repo"
+        if not (repo / ".git").exists():
+            repo.mkdir(parents=True, exist_ok=True)
+            (repo / "README").write_text("vllm 0.25.1 wheel, tiny Qwen3-Next MTP model\n")
+            for c in (["git", "init", "-q"], ["git", "add", "-A"],
+                      ["git", "-c", "user.email=gpu@x", "-c", "user.name=gpu", "commit", "-qm",
+                       "vllm 0.25.1"]):
+                subprocess.run(c, cwd=repo, check=True)
+        return repo
+
+    def spec_file(self, name: str, probe: str) -> Path:
+        static = " ".join(shlex.quote(x) for x in COMMON).replace("{", "{{").replace("}", "}}")
+        serve = (f"{shlex.quote(self.vllm)} serve {shlex.quote(str(self.work / 'mtp'))} "
+                 f"--port {{port}} {static} {{speculative}}")
+        env = ", ".join(f'{k} = "{v}"' for k, v in ENV.items())
+        text = (f'[range]\nrepo = "{self.repo()}"\n\n[build]\nkind = "command"\nserve = {json.dumps(serve)}\n\n'
+                f'[serve]\nmodel = "{self.work / "mtp"}"\nenv = {{ {env} }}\n'
+                'startup_timeout_s = 420\n'
+                'speculative = { method = "mtp", num_speculative_tokens = 3 }\n\n'
+                f"[probe]\n{probe}\n")
+        p = self.work / f"{name}.toml"
+        p.write_text(text)
+        self.save(f"{name}.toml", text)
+        return p
+
+    def cli(self, name: str, args: list[str], timeout: float) -> None:
+        cmd = [sys.executable, "-m", "vllm_bisect.cli", *args]
+        t = time.monotonic()
+        env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}",
+               "VLLM_BISECT_CACHE_DIR": str(self.work / "cache")}
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+            rc, so, se = r.returncode, r.stdout, r.stderr
+        except subprocess.TimeoutExpired as e:
+            rc, so, se = -9, str(e.stdout or ""), str(e.stderr or "")
+        self.save(f"{name}_cli.txt", "$ " + " ".join(cmd) + f"\n(rc {rc}, "
+                  f"{time.monotonic() - t:.0f} s)\n--- stdout ---\n{so}\n--- stderr ---\n"
+                  + se[-12000:])
+        for log_name in (self.work / "cache").glob("*-logs/**/*.log"):
+            tag = "nospec_" if log_name.parent.name == "no-spec" else ""
+            (self.res / f"{name}_{tag}{log_name.name}").write_bytes(log_name.read_bytes()[-400_000:])
+        if rc != 0:
+            raise RuntimeError(f"{name}: rc {rc}")
+        self.save(f"{name}.json", so)
+
+    def stage_sweep(self) -> None:
+        spec = self.spec_file("sweep", f'prompt = "{PROMPT}"\nmax_tokens = 64\nwarmup = 1\n'
+                              "mtp_speedup = { concurrency = [1, 4, 12], context = [2048, 32768],"
+                              " requests = 12, max_tokens = 256 }")
+        self.cli("sweep", ["sweep", "--spec", str(spec), "--commit", "HEAD", "--json",
+                           "--out", str(self.res / "sweep")], timeout=max(60.0, self.left() - 5))
+
+    def stage_compare(self) -> None:
+        spec = self.spec_file("compare", f'prompt = "{PROMPT}"\nmax_tokens = 256\nrequests = 3\n'
+                              "warmup = 1")
+        self.cli("compare", ["compare", "--spec", str(spec), "--commit", "HEAD",
+                             "--a-env", "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE=1",
+                             "--b-env", "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE=0",
+                             "--a-no-speculative", "--b-no-speculative",
+                             "--pairs", "8", "--seed", "16", "--json"],
+                 timeout=max(60.0, self.left() - 5))
+
+
+STAGES = [("env", 20, "env.txt"), ("model", 30, "model_build.json"), ("a", 240, "A.json"),
+          ("diag", 150, "diag.json"),
+          ("sweep", 200, "sweep.json"), ("compare", 170, "compare.json"), ("b", 100, "B.json")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("work", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--budget-s", type=float, default=540)
+    ap.add_argument("--only", default=None)
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    run = Run(a.work, a.out, a.budget_s)
+    only = set(a.only.split(",")) if a.only else None
+    for name, estimate, marker in STAGES:
+        if only is not None and name not in only:
+            continue
+        if (run.res / marker).exists() or (run.res / f"{name}.failed").exists():
+            log(f"{name}: already done")
+            continue
+        if run.left() < estimate:
+            log(f"{name}: skipped, {run.left():.0f} s left < {estimate} s")
+            continue
+        log(f"{name}: start ({run.left():.0f} s left)")
+        try:
+            getattr(run, f"stage_{name}")()
+            log(f"{name}: done")
+        except Exception as err:
+            log(f"{name}: FAILED {type(err).__name__}: {err}")
+            run.save(f"{name}.failed", f"{type(err).__name__}: {err}")
+        run.pack()
+    run.pack()
+
+
+if __name__ == "__main__":
+    main()

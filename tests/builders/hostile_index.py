@@ -1,0 +1,103 @@
+"""A hostile wheel index for tests: a real HTTP server on 127.0.0.1 serving fixed routes
+(malicious metadata.json, redirects, wrong hashes, crafted wheels) and logging every hit."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import threading
+import time
+import zipfile
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+
+@dataclass
+class Route:
+    body: bytes = b""
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    chunk_delay_s: float = 0.0   # > 0: the body goes out in 8 pieces, this far apart
+
+
+class RouteServer:
+    """``with RouteServer() as srv:``; ``srv.routes[path] = Route(...)``; ``srv.hits``."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, Route] = {}
+        self.hits: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                server.hits.append(self.path)
+                r = server.routes.get(self.path.split("?")[0], Route(b"not found", 404))
+                self.send_response(r.status)
+                for k, v in {"Content-Length": str(len(r.body)), **r.headers}.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                if r.chunk_delay_s <= 0:
+                    self.wfile.write(r.body)
+                    return
+                step = max(1, len(r.body) // 8)
+                for i in range(0, len(r.body), step):
+                    self.wfile.write(r.body[i:i + step])
+                    self.wfile.flush()
+                    time.sleep(r.chunk_delay_s)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> RouteServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def metadata(self, commit: str, entries: list[dict[str, Any]]) -> None:
+        self.routes[f"/{commit}/vllm/metadata.json"] = Route(json.dumps(entries).encode())
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def make_wheel(out: Path, version: str, pth_marker: Path | None = None) -> Path:
+    """An installable pure-Python 'vllm' wheel; with ``pth_marker``, a .pth file that writes
+    that marker whenever Python starts in an environment where it is installed."""
+    files = {
+        "vllm/__init__.py": b"",
+        f"vllm-{version}.dist-info/METADATA":
+            f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode(),
+        f"vllm-{version}.dist-info/WHEEL":
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    if pth_marker is not None:
+        files["vllm_hook.pth"] = (f"import pathlib; pathlib.Path({str(pth_marker)!r})"
+                                  ".write_text('ran')\n").encode()
+    record = f"vllm-{version}.dist-info/RECORD"
+    lines = [f"{p},sha256={_b64(d)},{len(d)}" for p, d in files.items()] + [f"{record},,"]
+    files[record] = ("\n".join(lines) + "\n").encode()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"vllm-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for p, d in files.items():
+            z.writestr(p, d)
+    return path
+
+
+def entry(filename: str, path: str, version: str, **extra: Any) -> dict[str, Any]:
+    return {"package_name": "vllm", "filename": filename, "path": path, "version": version,
+            "platform_tag": "any", **extra}

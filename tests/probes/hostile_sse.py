@@ -1,0 +1,132 @@
+"""A hostile vLLM stand-in: a real HTTP server on 127.0.0.1 whose completions stream misbehaves.
+
+Stdlib only, so a serve command can run it as a script: ``python3 hostile_sse.py PORT MODE``.
+It answers /health and /version like vLLM; ``/v1/completions`` follows MODE:
+
+endless      valid chunks forever, one every 5 ms
+keepalive    SSE comment lines forever (no output chunk ever: only a deadline stops it)
+slowloris    a valid stream, one byte every 0.2 s
+hugeline     one 3 MB line without a newline
+text-int     ``"text": 123``
+finish-dict  ``"finish_reason": {"x": 1}``
+deep         a data line nested 100 000 deep
+usage-neg / usage-huge / usage-bool   completion_tokens -5, 10**30, true
+metrics-huge /metrics is 5 MB (the completions are valid)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+
+MODES = ("endless", "keepalive", "slowloris", "hugeline", "text-int", "finish-dict", "deep",
+         "usage-neg", "usage-huge", "usage-bool", "metrics-huge", "valid")
+
+
+def _chunk(text: object = "tok ", finish: object = None, usage: object = None) -> bytes:
+    obj: dict[str, object] = {"id": "x", "object": "text_completion", "model": "m",
+                              "choices": [{"index": 0, "text": text, "finish_reason": finish}]}
+    if usage is not None:
+        obj["usage"] = usage
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def _valid(n: int = 4) -> bytes:
+    out = b"".join(_chunk(usage={"completion_tokens": i + 1}) for i in range(n))
+    out += b'data: {"choices": [], "usage": {"completion_tokens": %d}}\n\n' % n
+    return out + b"data: [DONE]\n\n"
+
+
+class Handler(BaseHTTPRequestHandler):
+    mode = "valid"
+    stop = threading.Event()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _head(self, ctype: str, length: int | None = None) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        if length is not None:
+            self.send_header("Content-Length", str(length))
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        if self.path == "/metrics":
+            line = b'vllm:generation_tokens_total{model_name="m"} 1.0\n'
+            body = line * (5_000_000 // len(line)) if self.mode == "metrics-huge" else line
+            self._head("text/plain", len(body))
+            self.wfile.write(body)
+            return
+        body = b'{"version": "0.0.0+hostile"}' if self.path == "/version" else b"{}"
+        self._head("application/json", len(body))
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self._head("text/event-stream")
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self._stream()
+
+    def _stream(self) -> None:
+        w, m = self.wfile, self.mode
+        if m in ("endless", "keepalive"):
+            while not self.stop.is_set():
+                w.write(_chunk() if m == "endless" else b": keep-alive\n\n")
+                w.flush()
+                time.sleep(0.005)
+        elif m == "slowloris":
+            for b in _valid(50):
+                if self.stop.is_set():
+                    return
+                w.write(bytes([b]))
+                w.flush()
+                time.sleep(0.2)
+        elif m == "hugeline":
+            w.write(b"data: {\"x\": \"" + b"a" * 3_000_000)
+        elif m == "deep":
+            w.write(b"data: " + b"[" * 100_000 + b"]" * 100_000 + b"\n\n")
+        elif m == "text-int":
+            w.write(_chunk(text=123) + b"data: [DONE]\n\n")
+        elif m == "finish-dict":
+            w.write(_chunk(finish={"x": 1}) + b"data: [DONE]\n\n")
+        elif m.startswith("usage-"):
+            bad = {"usage-neg": -5, "usage-huge": 10**30, "usage-bool": True}[m]
+            w.write(_chunk(usage={"completion_tokens": bad}) + b"data: [DONE]\n\n")
+        else:
+            w.write(_valid())
+
+
+class HostileServer:
+    """``with HostileServer(mode) as url:`` serves MODE on a free 127.0.0.1 port."""
+
+    def __init__(self, mode: str, port: int = 0) -> None:
+        assert mode in MODES, mode
+        handler = type("H", (Handler,), {"mode": mode, "stop": threading.Event()})
+        self.handler = handler
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return self.url
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.handler.stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+if __name__ == "__main__":
+    server = HostileServer(sys.argv[2], int(sys.argv[1]))
+    server.thread.start()
+    server.thread.join()
