@@ -122,6 +122,10 @@ class ServeSpec(_Model):
     model: str = "facebook/opt-125m"
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    # names taken from the driver's environment although they look like credentials, for
+    # servers and benchmarks (e.g. ["HF_TOKEN"] for a gated model); nothing else that looks
+    # like one ever reaches a child (runtime/childenv.py); not in the cache key
+    pass_env: list[str] = Field(default_factory=list)
     startup_timeout_s: float = Field(default=900.0, gt=0)
     # One server start-up at a time per GPU set on this host (vLLM's memory profiling
     # counts another starting server's memory against itself).
@@ -342,7 +346,7 @@ class BisectSpec(_Model):
         payload = {
             "commit": commit,
             "build": self.build.model_dump(mode="json"),
-            "serve": self.serve.model_dump(mode="json", exclude={"retries"}),
+            "serve": self.serve.model_dump(mode="json", exclude={"retries", "pass_env"}),
             "probe": self.probe.model_dump(  # (bounds on a hostile server change no result)
                 mode="json", exclude={"request_deadline_s", "min_tokens_per_s"}),
         }

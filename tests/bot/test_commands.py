@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from vllm_bisect.bot.commands import job_spec, triage_comment
+from vllm_bisect.bot.config import BotConfig
 from vllm_bisect.errors import SpecError
 
 CORPUS = Path(__file__).parent.parent / "triage" / "corpus"
-BASE = {"range": {"repo": "/srv/vllm"}, "build": {"kind": "wheel"}}
+BASE = BotConfig(base_spec={"range": {"repo": "/srv/vllm"}, "build": {"kind": "wheel"}})
 
 
 def report(name: str) -> str:
@@ -18,10 +19,16 @@ def report(name: str) -> str:
 
 
 def test_fix_report_becomes_a_fix_search() -> None:
-    spec = job_spec(BASE, None, report("founding-59520-zh"))
+    plan = job_spec(BASE, None, report("founding-59520-zh"))
+    spec = plan.spec
     assert spec["range"]["search"] == "fix"
     assert spec["range"]["good"] == "21c08ac4589" and spec["range"]["bad"].startswith("e4294144a8")
     assert "speculative" not in spec["serve"] and spec["probe"]["bench"]["kind"] == "throughput"
+    # the benchmark's flags are allowlisted too; the report's env var is not (refused, named)
+    assert spec["probe"]["bench"]["args"] == ["--async-engine", "--dataset-name",
+                                              "prefix_repetition", "--num-prompts", "200"]
+    assert any("VLLM_GDN_DECODE_KERNEL" in r for r in plan.refused)
+    assert "fix report" in plan.read  # the same text as triage_comment, from one triage run
     text = triage_comment(None, report("founding-59520-zh"))
     assert "fix report" in text and "first fixed commit" in text
     assert "VLLM_GDN_DECODE_KERNEL=triton" in text  # the suggested A/B

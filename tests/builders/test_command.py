@@ -61,6 +61,21 @@ def test_checkouts_are_cached_and_exact(tmp_path: Path) -> None:
     assert "revision 3" in (co.get(h.shas[3]) / "serve.sh").read_text()
 
 
+def test_setup_runs_without_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-test")
+    monkeypatch.setenv("VLLM_BISECT_WEBHOOK_SECRET", "whsec-test")
+    monkeypatch.setenv("HF_TOKEN", "hf-test")
+    h = generate_config_history(tmp_path / "configs", n_commits=2)
+    dump = tmp_path / "environ"
+    b = CommandBuilder(Checkouts(open_repo(h.path), tmp_path / "cache"),
+                       setup=f"cat /proc/$$/environ > {dump}", serve="true",
+                       log_dir=tmp_path / "logs", env={"FROM_SPEC": "1"})
+    b.prepare(h.bad)
+    names = {e.split(b"=", 1)[0] for e in dump.read_bytes().split(b"\0") if e}
+    assert {b"FROM_SPEC", b"VLLM_BISECT_COMMIT", b"PATH"} <= names
+    assert not names & {b"GITHUB_TOKEN", b"VLLM_BISECT_WEBHOOK_SECRET", b"HF_TOKEN"}
+
+
 def test_serve_template_takes_the_speculative_config() -> None:
     import shlex
 

@@ -272,3 +272,27 @@ def test_build_fallback_uses_the_commits_dockerfile(tmp_path: Path, base_image: 
     assert ev.status is EvalStatus.MEASURED and ev.measurement is not None
     assert ev.measurement.output_tokens == [128]  # the planted cap is in this commit's source
     client.images.remove(a.image, force=True)
+
+
+def test_containers_get_no_credentials(tmp_path: Path, published: Published,
+                                       client: docker.DockerClient,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_bisect.runtime.container import run_container
+    from vllm_bisect.runtime.process import free_port
+
+    for name, value in {"GITHUB_TOKEN": "ghp-x", "VLLM_BISECT_WEBHOOK_SECRET": "whsec-x",
+                        "HF_TOKEN": "hf-x", "VLLM_USE_V1": "1"}.items():
+        monkeypatch.setenv(name, value)
+    h = published.history
+    artifact = image_builder(tmp_path, published.tags).prepare(h.shas[0])
+    build = BuildSpec(kind="image", tags=published.tags, gpus="none")  # type: ignore[arg-type]
+    for pass_env in ([], ["HF_TOKEN"]):
+        serve = make_spec(h, serve={"startup_timeout_s": 30, "env": {}}).serve.model_copy(
+            update={"pass_env": pass_env})
+        with run_container(client, artifact, serve, build, port=free_port(),
+                           log_path=tmp_path / "log", session_id=f"env-{len(pass_env)}",
+                           timeout_s=30):
+            c = client.containers.list(filters={"label": f"{SESSION_LABEL}=env-{len(pass_env)}"})
+            env = dict(e.split("=", 1) for e in c[0].attrs["Config"]["Env"])
+        assert "GITHUB_TOKEN" not in env and "VLLM_BISECT_WEBHOOK_SECRET" not in env
+        assert ("HF_TOKEN" in env) == bool(pass_env) and env["VLLM_USE_V1"] == "1"

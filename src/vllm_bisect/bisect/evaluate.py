@@ -93,7 +93,8 @@ class Evaluator:
         extra = {} if devices is None else {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices))}
         call = EvalCall(commit=commit, log_dir=self.log_dir, more=more,
                         devices=None if devices is None else tuple(devices), cancel=cancel,
-                        phase=self._phase, env=extra)
+                        phase=self._phase, env=extra,
+                        pass_env=tuple(self.spec.serve.pass_env))
         env = fingerprint({**self.spec.serve.env, **extra})
         cancelled = Evaluation(commit=commit, status=EvalStatus.CANCELLED, reason="cancelled",
                                environment=env)

@@ -9,7 +9,6 @@ passes it down; nothing per call is kept on the evaluator, which worker threads 
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from vllm_bisect.probes.decode import DecodeProbe, combine
 from vllm_bisect.probes.load import measure_grid
 from vllm_bisect.probes.vllm_bench import bench_serve
 from vllm_bisect.runtime.base import ServerHandle
+from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.process import LaunchPlan
 from vllm_bisect.spec import BenchSpec, BisectSpec, LoadSpec, ProbeSpec
 
@@ -41,6 +41,7 @@ class EvalCall:
     artifact: Artifact | None = None
     plan: LaunchPlan | None = None
     env: dict[str, str] = field(default_factory=dict)  # what pinning adds (CUDA_VISIBLE_DEVICES)
+    pass_env: tuple[str, ...] = ()  # serve.pass_env: credentials the operator opted into
 
     def say(self, phase: str) -> None:
         self.phase(self.commit, phase)
@@ -55,11 +56,11 @@ class EvalCall:
         return str(venv / "bin" / "vllm") if venv else "vllm"
 
     @property
-    def bench_env(self) -> dict[str, str] | None:
-        """``vllm bench``'s environment: the server's, with this call's GPUs."""
-        if self.plan is None:
-            return None
-        return {**os.environ, **(self.plan.env or {}), **self.env}
+    def bench_env(self) -> dict[str, str]:
+        """``vllm bench``'s environment: the server's (an allowlist, ``runtime.childenv``),
+        with this call's GPUs."""
+        plan_env = (self.plan.env or {}) if self.plan is not None else {}
+        return child_env({**plan_env, **self.env}, pass_env=self.pass_env)
 
     def log(self, kind: str) -> Path:
         return self.log_dir / f"{kind}-{self.commit[:12]}.log"

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Any
 
+from pydantic import ValidationError
+
+from vllm_bisect.bot.config import BotConfig
+from vllm_bisect.bot.policy import MODEL, REF, SYMPTOMS, Allowlist, JobPlan, effective_spec
+from vllm_bisect.bot.triage_call import read_issue
 from vllm_bisect.errors import SpecError
-from vllm_bisect.spec import parse_spec
-from vllm_bisect.triage import comment_markdown, compare_command, spec_from_triage, triage
+from vllm_bisect.spec import BisectSpec
 
 COMMAND = re.compile(r"^/bisect\b(?P<args>[^\n]*)$", re.MULTILINE)
-REF = re.compile(r"^(?:[0-9a-f]{7,40}|v?\d+\.\d+\.\d+(?:rc\d+)?(?:\.dev\d+)?|[\w.-]{1,80})$")
-MODEL = re.compile(r"^[\w.-]+/[\w.-]+$")
-SYMPTOMS = ("length", "itl", "correctness", "any")
 
 
 def find_command(comment: str) -> str | None:
@@ -25,52 +26,59 @@ def parse_command(args: str) -> dict[str, str]:
     for word in args.split():
         key, sep, value = word.partition("=")
         if not sep or key not in ("good", "bad", "symptom", "model"):
-            raise SpecError(f"unknown /bisect argument {word!r}",
+            raise SpecError(f"unknown /bisect argument {word[:80]!r}",
                             hint="use /bisect good=<ref> bad=<ref> [symptom=length|itl|any] "
                                  "[model=org/name], or a bare /bisect to triage the issue")
         if key in ("good", "bad") and not REF.match(value):
-            raise SpecError(f"{key}={value!r} is not a commit, tag or version")
+            raise SpecError(f"{key}={value[:80]!r} is not a commit, tag or version")
         if key == "symptom" and value not in SYMPTOMS:
-            raise SpecError(f"symptom={value!r}: use one of {', '.join(SYMPTOMS)}")
+            raise SpecError(f"symptom={value[:80]!r}: use one of {', '.join(SYMPTOMS)}")
         if key == "model" and not MODEL.match(value):
-            raise SpecError(f"model={value!r} is not a Hugging Face model id (org/name)")
+            raise SpecError(f"model={value[:80]!r} is not a Hugging Face model id (org/name)")
         out[key] = value
     return out
 
 
-def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in top.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
+def allowlist(cfg: BotConfig) -> Allowlist:
+    return Allowlist(serve_flags=frozenset(cfg.allowed_serve_flags),
+                     env=frozenset(cfg.allowed_env), models=tuple(cfg.allowed_models),
+                     speculative_keys=frozenset(cfg.allowed_speculative_keys),
+                     max_probe_tokens=cfg.max_probe_tokens,
+                     bench_flags=frozenset(cfg.allowed_bench_flags))
 
 
-def triage_comment(args: str | None, issue_body: str) -> str:
+def triage_comment(args: str | None, issue_body: str, max_chars: int = 32768,
+                   timeout_s: float = 10.0) -> str:
     """For a bare ``/bisect`` (or a labeled issue): what was read from the issue, from which
-    line, and what is unknown, as Markdown; empty when the command named its own refs."""
+    line, and what is unknown, as Markdown; empty when the command named its own refs.
+    (job_spec returns the same text as JobPlan.read, from its one bounded triage run.)"""
     if args and args.strip():
         return ""
-    t = triage(issue_body)
-    return comment_markdown(t, compare_command(t), started=False)
+    return read_issue(issue_body, max_chars, timeout_s).comment
 
 
-def job_spec(base_spec: dict[str, Any], args: str | None, issue_body: str) -> dict[str, Any]:
-    """The job's spec: the bot's base spec, then the issue's triage, then explicit arguments."""
-    t = triage(issue_body)
-    found = spec_from_triage(t)
-    found["range"].pop("repo", None)
-    found.pop("build", None)  # how artifacts are obtained is the bot operator's choice
-    spec = _merge(base_spec, found)
-    if args:
-        given = parse_command(args)
-        for key, section in (("good", "range"), ("bad", "range"), ("symptom", "verdict"),
-                             ("model", "serve")):
-            if key in given:
-                spec.setdefault(section, {})[key] = given[key]
-    missing = [k for k in ("good", "bad") if not spec.get("range", {}).get(k)]
+def job_spec(cfg: BotConfig, args: str | None, issue_body: str) -> JobPlan:
+    """The job: the operator's base spec, plus what the command arguments and the issue's
+    triage may set under the operator's allowlist (see policy.py). Raises SpecError."""
+    given = parse_command(args) if args else {}
+    reading = read_issue(issue_body, cfg.triage_max_chars, cfg.triage_timeout_s)
+    found = dict(reading.found)
+    found.pop("repo", None)
+    plan = effective_spec(cfg.base_spec, given, found, allowlist(cfg))
+    bare = not (args and args.strip())
+    plan = dataclasses.replace(plan, notes=plan.notes + reading.notes,
+                               read=reading.comment if bare else "")
+    missing = [k for k in ("good", "bad") if not plan.spec.get("range", {}).get(k)]
     if missing:
-        raise SpecError(f"could not determine {' and '.join(missing)} from the issue",
-                        hint=triage_comment(args, issue_body)
-                        or "comment /bisect good=<ref> bad=<ref>")
-    parse_spec(spec, source="bisect request")  # validate now, answer with the key if wrong
-    return spec
+        raise SpecError(f"could not determine {' and '.join(missing)} from the issue"
+                        + (f" ({'; '.join(reading.notes)})" if reading.notes else ""),
+                        hint=plan.read or "comment /bisect good=<ref> bad=<ref>")
+    try:  # validate now, answer with the key if wrong (never with values: env may hold secrets)
+        BisectSpec.model_validate(plan.spec)
+    except ValidationError as err:
+        keys = "; ".join(".".join(map(str, e["loc"])) + (": " if e["loc"] else "") + e["msg"]
+                         for e in err.errors()[:5])
+        raise SpecError(f"the bisect request does not make a valid spec: {keys}",
+                        hint="check the /bisect arguments, or ask the bot's operator about "
+                             "its base_spec") from None
+    return plan

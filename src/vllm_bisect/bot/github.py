@@ -11,7 +11,7 @@ logger = logging.getLogger(__name__)
 
 
 class GitHub:
-    def __init__(self, base_url: str, token: str | None, timeout_s: float = 30.0) -> None:
+    def __init__(self, base_url: str, token: str | None, timeout_s: float = 10.0) -> None:
         headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28",
                    "User-Agent": "vllm-bisect-bot"}
         if token:
@@ -36,6 +36,17 @@ class GitHub:
     def issue_body(self, repo: str, issue: int) -> str:
         r = self.http.get(f"/repos/{repo}/issues/{issue}")
         return str(self._check(r, "get issue").get("body") or "")
+
+    def permission(self, repo: str, user: str) -> str:
+        """The user's role on the repository (admin, maintain, write, triage, read, none),
+        from the collaborators API; "none" for a user who is not a collaborator."""
+        r = self.http.get(f"/repos/{repo}/collaborators/{user}/permission")
+        if r.status_code == 404:
+            return "none"
+        doc = self._check(r, "collaborator permission")
+        if not isinstance(doc, dict):
+            return "none"
+        return str(doc.get("role_name") or doc.get("permission") or "none")
 
     def close(self) -> None:
         self.http.close()

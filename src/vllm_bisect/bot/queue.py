@@ -49,18 +49,41 @@ class JobQueue:
                 status TEXT NOT NULL, comment_id INTEGER, created REAL NOT NULL,
                 result TEXT);
             CREATE TABLE IF NOT EXISTS deliveries (id TEXT PRIMARY KEY, seen REAL NOT NULL);
+            CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, at REAL NOT NULL);
         """)
         # a job that was running when the bot stopped runs again (its session resumes)
         self.con.execute("UPDATE jobs SET status = 'queued' WHERE status = 'running'")
 
-    def seen_delivery(self, delivery: str) -> bool:
-        """Record a delivery id; True if it was seen before (a replay)."""
+    def seen(self, keys: list[str], window_s: float) -> bool:
+        """True if any key (a delivery id, a body hash) was recorded within window_s."""
         with self.lock:
-            try:
-                self.con.execute("INSERT INTO deliveries VALUES (?, ?)", (delivery, time.time()))
+            marks = ",".join("?" * len(keys))
+            return self.con.execute(f"SELECT 1 FROM deliveries WHERE id IN ({marks}) AND "
+                                    "seen > ? LIMIT 1", (*keys, time.time() - window_s)
+                                    ).fetchone() is not None
+
+    def record(self, keys: list[str], window_s: float) -> None:
+        """Record handled keys (and forget those older than window_s)."""
+        now = time.time()
+        with self.lock:
+            self.con.execute("DELETE FROM deliveries WHERE seen < ?", (now - window_s,))
+            self.con.executemany("INSERT OR REPLACE INTO deliveries VALUES (?, ?)",
+                                 [(k, now) for k in keys])
+
+    def reply_once(self, key: str, window_s: float | None = None) -> bool:
+        """True (and remembered) the first time ``key`` asks within window_s (None: ever):
+        one polite reply per outsider per issue, one rate-limit reply per window."""
+        now = time.time()
+        with self.lock:
+            row = self.con.execute("SELECT at FROM replies WHERE key = ?", (key,)).fetchone()
+            if row is not None and (window_s is None or row[0] > now - window_s):
                 return False
-            except sqlite3.IntegrityError:
-                return True
+            self.con.execute("INSERT OR REPLACE INTO replies VALUES (?, ?)", (key, now))
+            return True
+
+    def forget_reply(self, key: str) -> None:
+        with self.lock:
+            self.con.execute("DELETE FROM replies WHERE key = ?", (key,))
 
     @staticmethod
     def dedupe_key(repo: str, issue: int, spec: dict[str, Any]) -> str:

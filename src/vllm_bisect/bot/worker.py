@@ -6,6 +6,9 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.runner import run_bisect
@@ -16,6 +19,7 @@ from vllm_bisect.bot.queue import Job, JobQueue
 from vllm_bisect.errors import BisectError, NotReproduced
 from vllm_bisect.models import Outcome
 from vllm_bisect.report.render import load, markdown
+from vllm_bisect.runtime.childenv import is_secret_name
 from vllm_bisect.spec import parse_spec
 
 logger = logging.getLogger(__name__)
@@ -37,7 +41,10 @@ class CommentProgress:
         self.last = time.monotonic()
         body = (f"Bisect job #{self.job.id} running over {self.total} commits:\n\n"
                 + "\n".join(f"- {ln}" for ln in self.lines[-30:]))
-        self.github.edit_comment(self.job.repo, self.job.comment_id, body)
+        try:  # progress is best effort: a GitHub hiccup must not abort the bisect
+            self.github.edit_comment(self.job.repo, self.job.comment_id, body)
+        except httpx.HTTPError as err:
+            logger.warning("progress edit of job %d failed: %s", self.job.id, err)
 
     def on_range(self, rng: CommitRange) -> None:
         self.total = len(rng.commits)
@@ -53,6 +60,14 @@ class CommentProgress:
         self.lines.append(f"`{commit.sha[:12]}` {commit.subject[:60]}: **{outcome.verdict.value}**"
                           f" ({outcome.reason})")
         self._flush()
+
+
+def redact(text: str, spec: dict[str, Any]) -> str:
+    """The report quotes the spec: hide the values of credential-like env names in it."""
+    for key, value in ((spec.get("serve") or {}).get("env") or {}).items():
+        if is_secret_name(str(key)) and str(value):
+            text = text.replace(str(value), "<redacted>")
+    return text
 
 
 class Worker(threading.Thread):
@@ -94,6 +109,7 @@ class Worker(threading.Thread):
             ok = False
             body = f"Bisect job #{job.id} failed: {e.message}" + (f"\n\n{e.hint}" if e.hint else "")
             outcome = {"error": e.message}
+        body = redact(body, job.spec)
         if job.comment_id is not None:
             self.github.edit_comment(job.repo, job.comment_id, body)
         else:

@@ -54,16 +54,18 @@ class Artifact:
                            else "--speculative-config " + shlex.quote(spec_json))
             line = self.serve_template.format(port=port, model=serve.model, commit=self.commit,
                                               speculative=speculative)
-            return LaunchPlan(shell=line, env=env, cwd=self.checkout)
+            return LaunchPlan(shell=line, env=env, cwd=self.checkout,
+                              pass_env=tuple(serve.pass_env))
         assert self.venv is not None
-        argv = [str(self.venv / "bin" / "vllm"), "serve", serve.model, "--port", str(port),
-                *serve.args]
+        # vLLM listens on every interface unless told otherwise; the probe is local
+        argv = [str(self.venv / "bin" / "vllm"), "serve", serve.model, "--host", "127.0.0.1",
+                "--port", str(port), *serve.args]
         spec_json = serve.speculative_config_json()
         if spec_json is not None:
             argv += ["--speculative-config", spec_json]
         path = f"{self.venv / 'bin'}:{env.get('PATH') or os.environ.get('PATH', '/usr/bin:/bin')}"
         return LaunchPlan(argv=argv, env={**env, "PATH": path, "VIRTUAL_ENV": str(self.venv)},
-                          cwd=self.checkout)
+                          cwd=self.checkout, pass_env=tuple(serve.pass_env))
 
 
 class Builder(Protocol):

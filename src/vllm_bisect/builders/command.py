@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 from pathlib import Path
 
 from vllm_bisect.builders.base import Artifact, ArtifactKind
 from vllm_bisect.builders.checkout import Checkouts
 from vllm_bisect.errors import BuildError
+from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.process import tail
 
 logger = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ class CommandBuilder:
         if self.setup:
             log = self.log_dir / f"setup-{commit[:12]}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
-            env = {**os.environ, **self.env, "VLLM_BISECT_COMMIT": commit}
+            env = child_env({**self.env, "VLLM_BISECT_COMMIT": commit})
             with open(log, "wb") as out:
                 try:
                     code = subprocess.run(["/bin/sh", "-c", self.setup], cwd=checkout, env=env,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from vllm_bisect.builders.base import Artifact, ArtifactKind
 from vllm_bisect.builders.checkout import Checkouts
 from vllm_bisect.builders.precompiled import BuildMode, SourcePlan, plan_source_build
 from vllm_bisect.errors import ArtifactUnavailable, BuildError, ToolMissing
+from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.process import tail
 from vllm_bisect.spec import BuildSpec
 
@@ -52,7 +52,7 @@ def find_python(version: str | None) -> str:
 
 def _version_of(python: str) -> str:
     out = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                         capture_output=True, text=True, check=False)
+                         capture_output=True, text=True, check=False, env=child_env())
     return out.stdout.strip()
 
 
@@ -93,7 +93,7 @@ class SourceBuilder:
         shutil.rmtree(venv, ignore_errors=True)
         log = self.log_dir / f"build-{commit[:12]}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
+        env = child_env()  # an allowlist: no credentials reach setup.py
         if plan is not None and plan.mode is BuildMode.PRECOMPILED and plan.base is not None:
             env["VLLM_USE_PRECOMPILED"] = "1"
             env["VLLM_PRECOMPILED_WHEEL_COMMIT"] = plan.base

@@ -33,6 +33,7 @@ from vllm_bisect.builders.source import DONE_MARK, find_python, find_uv
 from vllm_bisect.builders.wheel_index import WheelEntry, choose
 from vllm_bisect.envinfo import Platform, detect
 from vllm_bisect.errors import ArtifactUnavailable, BuildError, Cancelled, disk_full
+from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.process import tail
 from vllm_bisect.spec import BuildSpec
 
@@ -204,7 +205,7 @@ class WheelBuilder:
 
     def _install(self, venv: Path, wheel: Path, out: BinaryIO, log: Path, commit: str) -> None:
         python = find_python(self.spec.python) if self.spec.python or not self.uv else sys.executable
-        env = dict(os.environ)
+        env = child_env()  # an allowlist: no credentials reach the installer
         env.setdefault("UV_CACHE_DIR", str(self.cache.root / "uv-cache"))
         if self.uv:
             cmds = [[self.uv, "venv", "--quiet", "--python", python, str(venv)],
@@ -228,7 +229,7 @@ class WheelBuilder:
     def _installed_version(venv: Path) -> str:
         out = subprocess.run([str(venv / "bin" / "python"), "-c",
                               "import importlib.metadata as m; print(m.version('vllm'))"],
-                             capture_output=True, text=True, check=False)
+                             capture_output=True, text=True, check=False, env=child_env())
         return out.stdout.strip() or "(not installed)"
 
     def _artifact(self, commit: str, venv: Path, filename: str, cached: bool) -> Artifact:

@@ -23,23 +23,21 @@ import docker.errors
 from docker.types import DeviceRequest
 
 from vllm_bisect.builders.base import Artifact
-from vllm_bisect.envinfo import relevant_env
 from vllm_bisect.errors import ServeError
 from vllm_bisect.runtime.base import ServerHandle
+from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.process import startup_lock, startup_lock_path, wait_healthy
 from vllm_bisect.spec import BuildSpec, ServeSpec
 
 logger = logging.getLogger(__name__)
-PASSTHROUGH = ("TRITON_PTXAS_PATH", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 SESSION_LABEL = "vllm-bisect.session"
 OWNER_LABEL = "vllm-bisect.owner-pid"
 
 
 def container_env(serve: ServeSpec) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k in relevant_env(dict(os.environ)) or k in PASSTHROUGH}
-    env.update(serve.env)
-    return env
+    """vLLM's own variables from our environment (no credentials; HF_TOKEN only when
+    serve.pass_env names it), then serve.env."""
+    return child_env(serve.env, pass_env=serve.pass_env, container=True)
 
 
 def device_requests(gpus: str | list[int]) -> list[DeviceRequest]:

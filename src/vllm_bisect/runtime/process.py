@@ -29,6 +29,7 @@ import httpx
 
 from vllm_bisect.errors import Cancelled, ServeError
 from vllm_bisect.runtime.base import ServerHandle
+from vllm_bisect.runtime.childenv import child_env
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class LaunchPlan:
     shell: str | None = None
     env: Mapping[str, str] | None = None
     cwd: Path | None = None
+    pass_env: tuple[str, ...] = ()   # credentials the operator lets through (serve.pass_env)
 
     def describe(self) -> str:
         if self.shell is not None:
@@ -200,8 +202,7 @@ def run_server(plan: LaunchPlan, *, url: str, model: str, log_path: Path, timeou
     With serialize_startup, start-ups on the same GPUs of this host happen one at a time:
     the lock is held from launch until healthy, then released for the probe."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env.update(plan.env or {})
+    env = child_env(plan.env, pass_env=plan.pass_env)  # an allowlist: no credentials
     env.setdefault("PYTHONUNBUFFERED", "1")
     with startup_lock(startup_lock_path(env) if serialize_startup else None, cancel):
         proc = _launch(plan, env, log_path)

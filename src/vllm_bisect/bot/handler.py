@@ -1,0 +1,114 @@
+"""Handling one validated delivery: authorize, rate-limit, read the issue, queue, reply.
+
+Blocking (GitHub calls, SQLite, triage in a child process): the webhook runs it in a thread
+pool, never on its event loop. Raises on a failed GitHub call, so the delivery is not recorded
+and GitHub's redelivery of it is handled again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_bisect.bot.commands import find_command, job_spec
+from vllm_bisect.bot.config import BotConfig
+from vllm_bisect.bot.github import GitHub
+from vllm_bisect.bot.payload import Event, IssueCommentEvent, IssuesEvent, PingEvent
+from vllm_bisect.bot.policy import describe
+from vllm_bisect.bot.queue import JobQueue, QueueFull
+from vllm_bisect.errors import SpecError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    code: int = 200
+    job: int | None = None
+    error: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status}
+        if self.job is not None:
+            out["job"] = self.job
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+IGNORED = Outcome("ignored")
+
+
+class Handler:
+    def __init__(self, cfg: BotConfig, queue: JobQueue, github: GitHub) -> None:
+        self.cfg, self.queue, self.github = cfg, queue, github
+
+    def handle(self, event: Event) -> Outcome:
+        if isinstance(event, PingEvent):
+            return Outcome("pong")
+        if isinstance(event, IssueCommentEvent):
+            c = event.comment
+            if event.action != "created" or c.user.type == "Bot":
+                return IGNORED
+            args = find_command(c.body)
+            if args is None:
+                return IGNORED
+            user = c.user.login
+            trusted = (c.author_association in self.cfg.trusted_associations
+                       or user in self.cfg.allowlist)
+            return self.request(event.repository.full_name, event.issue.number, user, trusted,
+                                args or None, event.issue.body or "")
+        if (isinstance(event, IssuesEvent) and event.action == "labeled"
+                and event.label is not None and event.label.name == self.cfg.label):
+            user, repo = event.sender.login, event.repository.full_name
+            # the payload says who labeled, not their role: ask the collaborators API
+            trusted = (user in self.cfg.allowlist or self.github.permission(repo, user)
+                       in self.cfg.trusted_permissions)
+            return self.request(repo, event.issue.number, user, trusted, None,
+                                event.issue.body or "")
+        return IGNORED
+
+    def _reply_once(self, key: str, window_s: float | None, repo: str, issue: int,
+                    text: str) -> None:
+        if not self.queue.reply_once(key, window_s):
+            return
+        try:
+            self.github.comment(repo, issue, text)
+        except BaseException:
+            self.queue.forget_reply(key)  # not said: a redelivery may say it
+            raise
+
+    def request(self, repo: str, number: int, user: str, trusted: bool, args: str | None,
+                issue_body: str) -> Outcome:
+        if not trusted:
+            self._reply_once(f"outsider:{repo}#{number}:{user}", None, repo, number,
+                             f"Thanks @{user}! Bisects run on shared GPUs, so only maintainers "
+                             "and collaborators can start one. A maintainer can comment "
+                             "`/bisect` to run it. (I reply to this only once per issue.)")
+            return Outcome("unauthorized", 202)
+        if (self.queue.recent("user", user) >= self.cfg.jobs_per_user_per_hour
+                or self.queue.recent("repo", repo) >= self.cfg.jobs_per_repo_per_hour):
+            self._reply_once(f"rate:{repo}#{number}:{user}", self.cfg.rate_reply_window_s,
+                             repo, number, f"@{user}: the bisect rate limit is reached; "
+                             "please try again in an hour.")
+            return Outcome("rate limited", 429)
+        try:
+            plan = job_spec(self.cfg, args, issue_body)
+        except SpecError as e:
+            self.github.comment(repo, number, f"Could not start a bisect: {e.message}"
+                                + (f"\n\n{e.hint}" if e.hint else ""))
+            return Outcome("invalid request", 422, error=e.message)
+        try:
+            job, created = self.queue.enqueue(repo, number, user, plan.spec)
+        except QueueFull:
+            self.github.comment(repo, number, "The bisect queue is full; please retry later.")
+            return Outcome("queue full", 503)
+        if not created and job.comment_id is not None:
+            return Outcome("already queued", job=job.id)
+        cid = self.github.comment(repo, number, f"Bisect job #{job.id} queued; I will edit "
+                                  f"this comment with progress.\n\n{describe(plan)}"
+                                  + (f"\n\n{plan.read}" if plan.read else ""))
+        self.queue.set_comment(job.id, cid)
+        return Outcome("queued", 202, job=job.id)
