@@ -29,9 +29,13 @@ from vllm_bisect.bisect.multisection import ideal_rounds
 from vllm_bisect.sim.virtual import Scenario, VirtualCluster, commit_range, scenario
 from vllm_bisect.spec import BisectSpec, parse_spec
 
+STRATEGY = "sequential"   # --noisy: "sequential", or "default" (no strategy written: auto)
+
 
 def spec(noisy: bool) -> BisectSpec:
-    verdict = ({"symptom": "itl", "strategy": "sequential"} if noisy else {"symptom": "length"})
+    verdict: dict[str, object] = (
+        ({"symptom": "itl", "strategy": "sequential"} if STRATEGY == "sequential"
+         else {"symptom": "itl", "itl_factor": 1.15}) if noisy else {"symptom": "length"})
     verdict["verify_samples"] = 0  # the search only (verification adds the same to every k)
     return parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
                        "probe": {"max_tokens": 256}, "verdict": verdict})
@@ -47,11 +51,12 @@ class Run:
 
 def bisect(s: Scenario, workers: int, seed: int, tmp: Path) -> Run:
     rng = commit_range(s.n)
-    cluster = VirtualCluster(s, rng, workers, random.Random(seed))
+    sp = spec(s.symptom == "itl")
+    cluster = VirtualCluster(s, rng, workers, random.Random(seed), first_batch=sp.probe.requests)
     with tempfile.TemporaryDirectory(dir=tmp) as d:
         journal = SessionJournal(Path(d))
         try:
-            result = Driver(spec(s.symptom == "itl"), rng, cluster, journal, None,
+            result = Driver(sp, rng, cluster, journal, None,
                             executor=cluster if workers > 1 else None).run()
         finally:
             journal.close()
@@ -84,8 +89,8 @@ def real(n: int, repeats: int) -> None:
                 sp = parse_spec({
                     "range": {"repo": str(h.path), "good": h.good, "bad": h.bad},
                     "build": {"kind": "source"},
+                    "ops": {"serialize_startup": False, "startup_timeout_s": 60},
                     "serve": {"model": "sim", "env": {"VLLM_BISECT_SIM_PATH": sim_path()},
-                              "serialize_startup": False, "startup_timeout_s": 60,
                               "speculative": {"method": "mtp", "num_speculative_tokens": 3}},
                     "probe": {"max_tokens": 256, "requests": 2, "warmup": 0},
                     "verdict": {"symptom": "length", "verify_samples": 0},
@@ -108,6 +113,11 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--noisy", action="store_true")
+    ap.add_argument("--strategy", choices=("sequential", "default"), default="sequential",
+                    help="--noisy: today's sequential test, or the default spec (auto)")
+    ap.add_argument("--server-cv", type=float, default=0.0,
+                    help="--noisy: server-level CV (with acceptance noise when > 0)")
+    ap.add_argument("--workers", default="1,2,4,8")
     ap.add_argument("--max-skip", type=float, default=0.2, help="skip rates drawn from 0..this")
     ap.add_argument("--real", type=int, metavar="N", default=0,
                     help="instead: bisect an N-commit history on the real simulator")
@@ -116,7 +126,10 @@ def main() -> None:
     if a.real:
         real(a.real, a.repeats)
         return
-    kind = "sequential ITL, 1.3x, CV 10%" if a.noisy else "deterministic (length)"
+    global STRATEGY
+    STRATEGY = a.strategy
+    kind = (f"{a.strategy} ITL, 1.3x, CV 10%, server CV {a.server_cv:.0%}" if a.noisy
+            else "deterministic (length)")
     print(f"{a.trials} scenarios, n 50..1000, skip rate 0..{a.max_skip:.0%}, verdicts: {kind}\n")
     print("| workers | exact | mean wall (h) | wall speed-up vs k=1 | ideal log2(k+1) | "
           "of ideal | mean rounds | rounds speed-up | rounds <= ceil(log_{k+1} n)+1 | "
@@ -124,11 +137,13 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     rnd = random.Random(a.seed)
     scenarios = [scenario(rnd, symptom="itl" if a.noisy else "length", effect=1.3,
-                          cv=0.10 if a.noisy else 0.0, max_skip=a.max_skip)
+                          cv=0.10 if a.noisy else 0.0, max_skip=a.max_skip,
+                          server_cv=a.server_cv if a.noisy else 0.0,
+                          acceptance=bool(a.noisy and a.server_cv))
                  for _ in range(a.trials)]
     base: list[Run] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for k in (1, 2, 4, 8):
+        for k in (int(w) for w in a.workers.split(",")):
             runs = [bisect(s, k, a.seed * 100003 + j, Path(tmp)) for j, s in enumerate(scenarios)]
             if k == 1:
                 base = runs

@@ -16,11 +16,12 @@ def config_spec(h: ConfigHistory, symptom: str, env: dict[str, str], startup_tim
     data: dict[str, Any] = {
         "range": {"repo": str(h.path), "good": h.good, "bad": h.bad},
         "build": {"kind": "command", "serve": "sh serve.sh {port}"},
-        "serve": {"model": "tiny", "env": env, "startup_timeout_s": startup_timeout_s},
+        "serve": {"model": "tiny", "env": env},
+        "ops": {"startup_timeout_s": startup_timeout_s},
     }
     if symptom == "itl":
         data["probe"] = {"prompt": PROMPT, "max_tokens": 256, "requests": requests, "warmup": 1}
-        data["verdict"] = {"symptom": "itl", "itl_factor": 2.0}
+        data["verdict"] = {"symptom": "itl", "itl_factor": 2.0, "strategy": "threshold"}
     else:  # length: the probe relies on server defaults, as chat clients do
         data["probe"] = {"prompt": PROMPT, "endpoint": "chat", "send_max_tokens": False,
                          "max_tokens": None, "requests": requests, "warmup": 1}

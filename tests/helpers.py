@@ -13,7 +13,8 @@ def make_spec(history: History, **over: dict[str, Any]) -> BisectSpec:
     data: dict[str, Any] = {
         "range": {"repo": str(history.path), "good": history.good, "bad": history.bad},
         "build": {"kind": "source"},
-        "serve": {"model": "sim-model", "startup_timeout_s": 30,
+        "ops": {"startup_timeout_s": 30},
+        "serve": {"model": "sim-model",
                   "env": {"VLLM_BISECT_SIM_PATH": sim_path()},
                   "speculative": {"method": "mtp", "num_speculative_tokens": 3}},
         "probe": {"max_tokens": 160, "requests": 1, "warmup": 0},

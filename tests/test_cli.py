@@ -7,8 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ServerFactory
 from tests.helpers import history, make_spec, write_spec
+from vllm_bisect.bisect.driver import NullEvents
+from vllm_bisect.bisect.range import CommitInfo
+from vllm_bisect.bisect.runner import run_bisect
+from vllm_bisect.models import Outcome
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -60,24 +66,82 @@ def test_run_not_reproduced_exit_code(tmp_path: Path) -> None:
     assert "did not reproduce" in r.stderr
 
 
-def test_run_json_and_table(tmp_path: Path) -> None:
+class StopAfterTwo(NullEvents):
+    """Interrupts a bisect (as Ctrl-C does) after its second judged commit."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
+        self.seen += 1
+        if self.seen == 2:
+            raise KeyboardInterrupt
+
+
+def test_run_resumes_a_partial_then_a_finished_session(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=9, cap_at=5)
-    spec = write_spec(tmp_path / "s.toml", make_spec(h))
-    r = cli("run", "--spec", str(spec), "--session", str(tmp_path / "sess"), "--json")
+    spec = make_spec(h, ops={"retries": 1, "cache_max_size": "1G"})
+    session, cache = tmp_path / "sess", tmp_path / "cache"
+    with pytest.raises(KeyboardInterrupt):
+        run_bisect(spec, session, cache, StopAfterTwo())
+    assert not (session / "result.json").exists()
+    # resumed from the spec the journal stored, without --spec
+    r = cli("run", "--session", str(session), "--cache-dir", str(cache), "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["first_bad"] == h.planted["length"] and doc["candidates"] == [doc["first_bad"]]
     assert {p["verdict"] for p in doc["probed"]} <= {"good", "bad", "skip"}
-    assert (tmp_path / "sess" / "result.json").exists()
-    r2 = cli("run", "--session", str(tmp_path / "sess"))
+    assert r.stderr.count("(cached)") == 2  # the two judged before the stop are not re-probed
+    assert json.loads((session / "result.json").read_text()) == doc  # one result model
+    r2 = cli("run", "--session", str(session), "--cache-dir", str(cache))
     assert r2.returncode == 0 and "first bad commit" in r2.stdout
-    assert "(cached)" in r2.stderr
+    assert "(cached)" in r2.stderr and "server starts" in r2.stdout
+    assert f"session  {session}" in r2.stdout
+    assert f"report   {session / 'report.md'}" in r2.stdout
+    assert f"report   {session / 'report.html'}" in r2.stdout
 
 
-def test_demo_json() -> None:
-    r = cli("demo", "--json")
+def test_demo_json(tmp_path: Path) -> None:
+    r = cli("demo", "--json", "--workdir", str(tmp_path / "demo"))
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["first_bad"] == doc["planted"] and doc["found_planted"] is True
     assert any(p["verdict"] == "skip" for p in doc["probed"])
     assert doc["n_commits"] >= 60
+    session = Path(doc["session"])
+    assert (session / "report.html").exists() and str(tmp_path / "demo") in r.stderr
+
+
+HEAVY = ("scipy", "numpy", "docker", "ray", "starlette", "uvicorn", "git", "jinja2",
+         "vllm_bisect.bisect.driver", "vllm_bisect.verdict.sequential", "vllm_bisect.spec")
+
+
+def _imported(*args: str) -> list[str]:
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "vllm_bisect.cli", *args],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return [line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines()
+            if line.startswith("import time:") and "|" in line]
+
+
+def test_version_and_hook_help_load_no_heavy_module_and_cli_once() -> None:
+    for args in (["version"], ["hook", "--help"], ["run", "--help"]):
+        mods = _imported(*args)
+        assert mods.count("vllm_bisect.cli") == 1 and mods.count("vllm_bisect.cli.main") == 1
+        loaded = [m for m in mods if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+        assert not loaded, (args, loaded)
+
+
+def test_boolean_flags_look_like_flags() -> None:
+    from typer.testing import CliRunner
+
+    from vllm_bisect.cli.main import app
+
+    runner = CliRunner()
+    for command in (["run"], ["demo"], ["probe"], ["compare"], ["triage"], ["env"],
+                    ["cache", "ls"], ["cache", "prune"], ["hook"], ["report"], ["bot", "serve"],
+                    ["version"], ["cache"], ["isolate"], ["deps"], ["knobs"], ["sweep"], []):
+        r = runner.invoke(app, [*command, "--help"], terminal_width=160)
+        assert r.exit_code == 0 and "<bool>" not in r.output, (command, r.output)
+        assert "--help " in r.output
+    assert "--json " in runner.invoke(app, ["run", "--help"], terminal_width=160).output

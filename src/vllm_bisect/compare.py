@@ -85,7 +85,8 @@ def compare(spec: BisectSpec, builder: Builder, commit: str, a: Variant, b: Vari
     if artifact.kind in (ArtifactKind.URL, ArtifactKind.IMAGE):
         raise FatalError("compare runs two servers from one artifact: use a wheel, source or "
                          "command build", hint="set build.kind accordingly")
-    probe = DecodeProbe(spec.probe, spec.min_output_tokens())
+    probe = DecodeProbe(spec.probe, spec.min_output_tokens(),
+                        ops=spec.ops)
     rnd = random.Random(seed)
     with contextlib.ExitStack() as stack:
         handles = {}
@@ -97,8 +98,8 @@ def compare(spec: BisectSpec, builder: Builder, commit: str, a: Variant, b: Vari
             handles[v.name] = stack.enter_context(run_server(
                 plan, url=f"http://127.0.0.1:{port}", model=spec.serve.model,
                 log_path=log_dir / f"compare-{v.name}-{commit[:12]}.log",
-                timeout_s=spec.serve.startup_timeout_s,
-                serialize_startup=spec.serve.serialize_startup))
+                timeout_s=spec.ops.startup_timeout_s,
+                serialize_startup=spec.ops.serialize_startup))
         for v in (a, b):  # warm both before any counted pair
             with contextlib.suppress(RecoverableError):
                 probe.measure(handles[v.name], requests=1)

@@ -24,7 +24,8 @@ def make_demo(workdir: Path, plan: HistoryPlan = DEMO_PLAN) -> Demo:
     spec = parse_spec({
         "range": {"repo": str(history.path), "good": history.good, "bad": history.bad},
         "build": {"kind": "source"},
-        "serve": {"model": DEMO_MODEL, "startup_timeout_s": 60,
+        "ops": {"startup_timeout_s": 60},
+        "serve": {"model": DEMO_MODEL,
                   "env": {"VLLM_BISECT_SIM_PATH": sim_path()},
                   "speculative": {"method": "mtp", "num_speculative_tokens": 3}},
         "probe": {"endpoint": "completions", "max_tokens": 256, "requests": 2, "warmup": 1},

@@ -20,7 +20,7 @@ what the driver does::
         ├── ToolMissing           a required program or daemon (git, uv, docker) is unavailable
         └── HostFault             the machine cannot go on (disk full during a pull)
 
-Only ``cli.py`` turns these into messages and exit codes; library code raises them.
+Only the ``cli`` package turns these into messages and exit codes; library code raises them.
 """
 
 from __future__ import annotations

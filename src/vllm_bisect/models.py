@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -107,6 +108,10 @@ class Measurement(_Value):
     wall_s: float = 0.0
     load: LoadResult | None = None          # probe.load: throughput at a concurrency
     mtp_on: LoadResult | None = None        # probe.mtp_speedup: with speculative decoding
+    # the GPUs before and after the probe (clocks, temperature, power, compute processes;
+    # runtime/gpustate.py); contended: another process used a GPU meanwhile
+    gpu_state: dict[str, Any] | None = None
+    gpu_contended: bool = False
     mtp_off: LoadResult | None = None       # ... and on a second server without it
     mtp_speedup: float | None = None        # mtp_on / mtp_off output tok/s (the worst cell)
     load_cells: list[LoadResult] = Field(default_factory=list)  # probe.load over its grid

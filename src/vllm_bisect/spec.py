@@ -15,18 +15,51 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from vllm_bisect.errors import SpecError
+from vllm_bisect.spec_build import (
+    DEFAULT_KIND,
+    DEFAULT_TAGS,
+    ArtifactKind,
+    BuildSpec,
+    CommandBuild,
+    ImageBuild,
+    SourceBuild,
+    UrlBuild,
+    WheelBuild,
+    layout_errors,
+    migrate_stored,
+)
+
+__all__ = [
+    "DEFAULT_TAGS",
+    "ArtifactKind",
+    "BisectSpec",
+    "BuildSpec",
+    "CommandBuild",
+    "Endpoint",
+    "ExecutorKind",
+    "ImageBuild",
+    "OpsSpec",
+    "ProbeSpec",
+    "SearchKind",
+    "ServeSpec",
+    "SourceBuild",
+    "Strategy",
+    "Symptom",
+    "UrlBuild",
+    "WheelBuild",
+    "dump_spec",
+    "load_spec",
+    "parse_spec",
+    "stored_spec",
+]
+
+# the measurement key's schema: bump it when what a key covers changes (old cache entries
+# are then never matched again). 2: [ops] left the key; build is one model per kind.
+KEY_VERSION = 2
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class BuildKind(StrEnum):
-    SOURCE = "source"
-    WHEEL = "wheel"
-    IMAGE = "image"
-    COMMAND = "command"
-    URL = "url"
 
 
 class Endpoint(StrEnum):
@@ -60,58 +93,6 @@ class RangeSpec(_Model):
     search: SearchKind = SearchKind.REGRESSION
 
 
-DEFAULT_TAGS = (
-    "public.ecr.aws/q9t5s3a7/vllm-release-repo:{sha}-{arch}-{variant}",
-    "public.ecr.aws/q9t5s3a7/vllm-release-repo:{sha}-{arch}",
-    "public.ecr.aws/q9t5s3a7/vllm-ci-postmerge-repo:{sha}{arm64_suffix}",
-    "vllm/vllm-openai:nightly-{sha}",
-)
-
-
-class BuildSpec(_Model):
-    kind: BuildKind = BuildKind.SOURCE
-    # command builder
-    setup: str | None = None
-    serve: str | None = None
-    # url builder
-    url: str | None = None
-    # source builder (python is also the wheel builder's venv interpreter)
-    python: str | None = None
-    precompiled: bool = False
-    full_build: bool = True
-    install_args: list[str] = Field(default_factory=list)
-    # prefetch the next possible commits' artifacts while one is probed (None: on for
-    # wheel and image builds, whose cost is I/O; off for source builds, which compete with
-    # the probe for CPU)
-    prefetch: bool | None = None
-    # artifact cache size cap, LRU eviction that keeps the session's endpoints ("200G")
-    cache_max_size: str | None = None
-    # wheel builder (and the precompiled source build's wheel lookup)
-    index_url: str = "https://wheels.vllm.ai"
-    variant: Literal["auto", "default", "cu129", "cu130", "cpu"] = "auto"
-    # image builder
-    tags: list[str] = Field(default_factory=lambda: list(DEFAULT_TAGS))
-    platform: Literal["auto", "linux/amd64", "linux/arm64"] = "auto"
-    build: bool = False
-    gpus: str | list[int] = "all"
-    network: Literal["host", "bridge"] = "host"
-    shm_size: str | None = None
-    hf_cache: str | None = "~/.cache/huggingface"
-
-    def prefetch_enabled(self) -> bool:
-        if self.prefetch is not None:
-            return self.prefetch
-        return self.kind in (BuildKind.WHEEL, BuildKind.IMAGE)
-
-    @model_validator(mode="after")
-    def _check_kind(self) -> BuildSpec:
-        if self.kind is BuildKind.COMMAND and not self.serve:
-            raise ValueError('build.kind = "command" needs build.serve (a shell command with {port})')
-        if self.kind is BuildKind.URL and not self.url:
-            raise ValueError('build.kind = "url" needs build.url (e.g. "http://127.0.0.1:8000")')
-        return self
-
-
 class SpeculativeSpec(_Model):
     model_config = ConfigDict(extra="allow", frozen=True)
     method: str = "mtp"
@@ -124,17 +105,14 @@ class ServeSpec(_Model):
     env: dict[str, str] = Field(default_factory=dict)
     # names taken from the driver's environment although they look like credentials, for
     # servers and benchmarks (e.g. ["HF_TOKEN"] for a gated model); nothing else that looks
-    # like one ever reaches a child (runtime/childenv.py); not in the cache key
+    # like one ever reaches a child (runtime/childenv.py); not in the measurement key
     pass_env: list[str] = Field(default_factory=list)
-    startup_timeout_s: float = Field(default=900.0, gt=0)
-    # One server start-up at a time per GPU set on this host (vLLM's memory profiling
-    # counts another starting server's memory against itself).
-    serialize_startup: bool = True
     speculative: SpeculativeSpec | None = None
-    # a server that dies or a probe that fails (not an unbuildable commit) is tried again on
-    # a fresh server this many times before the commit counts as a skip; not with
-    # verdict.symptom = "crash", where the failure is the symptom (not in the cache key)
-    retries: int = Field(default=2, ge=0, le=10)
+    # pin the GPUs' SM clock for the session (nvidia-smi -lgc; reset with -rgc after; needs
+    # root): to lock_clocks_mhz, else the lowest default applications clock (in the
+    # measurement key only when on: locked clocks change what is measured)
+    lock_clocks: bool = False
+    lock_clocks_mhz: int | None = Field(default=None, ge=100, le=5000)
 
     def speculative_config_json(self) -> str | None:
         if self.speculative is None:
@@ -199,7 +177,6 @@ class BenchSpec(_Model):
 
     kind: Literal["serve", "throughput"] = "serve"
     args: list[str] = Field(default_factory=list)
-    timeout_s: float = Field(default=1800.0, gt=0)
 
 
 class ProbeSpec(_Model):
@@ -217,12 +194,6 @@ class ProbeSpec(_Model):
     min_tokens: int | None = Field(default=None, ge=0)
     temperature: float = Field(default=0.0, ge=0.0)
     warmup: int = Field(default=1, ge=0, le=100)
-    request_timeout_s: float = Field(default=600.0, gt=0)
-    # the total time one request may take: request_deadline_s if set, else
-    # request_timeout_s + (max_tokens or 16384) / min_tokens_per_s (a stream slower than
-    # that pace, or one that never ends, is a probe error: the commit is skipped)
-    request_deadline_s: float | None = Field(default=None, gt=0)
-    min_tokens_per_s: float = Field(default=1.0, gt=0)
     # [probe.load]: a closed-loop load after the decode probe (output tok/s, TPOT)
     load: LoadSpec | None = None
     # [probe.mtp_speedup]: the same load with speculative decoding and, on a second server,
@@ -231,16 +202,21 @@ class ProbeSpec(_Model):
     # [probe.bench]: `vllm bench serve` or `vllm bench throughput` (output tok/s)
     bench: BenchSpec | None = None
 
-    def deadline_s(self, max_tokens: int | None) -> float:
-        """The total deadline of one request that asks for ``max_tokens`` (None: unbounded)."""
-        if self.request_deadline_s is not None:
-            return self.request_deadline_s
-        return self.request_timeout_s + (max_tokens or 16384) / self.min_tokens_per_s
-
     def effective_min_tokens(self) -> int | None:
         if self.min_tokens is not None:
             return self.min_tokens
         return self.max_tokens if self.send_max_tokens else None
+
+
+class Strategy(StrEnum):
+    """How commits are judged: one measurement against thresholds, a sequential test on
+    per-request samples, or a posterior over the culprit for flaky symptoms."""
+
+    AUTO = "auto"            # chosen from the symptom (see VerdictSpec.strategy)
+    THRESHOLD = "threshold"
+    SEQUENTIAL = "sequential"
+    BAYES = "bayes"
+    TWOLEVEL = "twolevel"
 
 
 class VerdictSpec(_Model):
@@ -256,7 +232,16 @@ class VerdictSpec(_Model):
     # calibration_runs times to learn how often the symptom shows, keep a posterior over the
     # culprit, run the commit with the largest expected information gain (again if need be),
     # stop when one commit holds `confidence` of it (or after max_runs)
-    strategy: Literal["threshold", "sequential", "bayes"] = "threshold"
+    # "twolevel": the two-level sequential test (a server level plus per-request noise):
+    # at least two servers per endpoint, then per commit more requests or a fresh server,
+    # whichever reduces the doubt more per cost, until the evidence is clear; itl_factor /
+    # throughput_factor (else 1 + min_effect) is the smallest change that matters.
+    # "auto" (the default): length, correctness -> threshold; crash -> bayes; itl,
+    # throughput, mtp-speedup -> twolevel; any -> threshold
+    strategy: Strategy = Strategy.AUTO
+    # twolevel: a server start costs this many probe requests (picks requests vs servers)
+    server_cost: float = Field(default=3.0, gt=0.0, le=1000.0)
+    max_servers: int = Field(default=12, ge=1, le=100)
     confidence: float = Field(default=0.99, gt=0.5, lt=1.0)
     calibration_runs: int = Field(default=4, ge=1, le=100)
     max_runs: int = Field(default=60, ge=1, le=10000)
@@ -273,6 +258,45 @@ class VerdictSpec(_Model):
     # once the culprit is found, re-measure it and its parent on fresh servers with this many
     # requests each; the report's effect and its 95% CI come from these samples (0: skip)
     verify_samples: int = Field(default=10, ge=0, le=1000)
+
+
+class OpsSpec(_Model):
+    """``[ops]``: how a run is operated. Nothing here changes a measurement, so nothing here
+    is in the measurement key: change any of it and cached measurements are reused."""
+
+    # seconds until a started server must answer /health
+    startup_timeout_s: float = Field(default=900.0, gt=0)
+    # seconds a probe request may wait for its next bytes before it counts as hung
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    # the total time one request may take: request_deadline_s if set, else
+    # request_timeout_s + (max_tokens or 16384) / min_tokens_per_s (a stream slower than
+    # that pace, or one that never ends, is a probe error: the commit is skipped)
+    request_deadline_s: float | None = Field(default=None, gt=0)
+    min_tokens_per_s: float = Field(default=1.0, gt=0)
+    # seconds `vllm bench` may run ([probe.bench])
+    bench_timeout_s: float = Field(default=1800.0, gt=0)
+    # one server start-up at a time per GPU set on this host (vLLM's memory profiling
+    # counts another starting server's memory against itself)
+    serialize_startup: bool = True
+    # a server that dies or a probe that fails (not an unbuildable commit) is tried again on
+    # a fresh server this many times before the commit counts as a skip; not with
+    # verdict.symptom = "crash", where the failure is the symptom
+    retries: int = Field(default=2, ge=0, le=10)
+    # prefetch the next possible commits' artifacts while one is probed (None: on for
+    # wheel and image builds, whose cost is I/O; off for source builds, which compete with
+    # the probe for CPU)
+    prefetch: bool | None = None
+    # artifact cache size cap, LRU eviction that keeps the session's endpoints ("200G")
+    cache_max_size: str | None = None
+    # image builds: the host's Hugging Face cache, mounted so weights load once ("": none)
+    hf_cache: str = "~/.cache/huggingface"
+
+
+    def deadline_s(self, max_tokens: int | None) -> float:
+        """The total deadline of one request that asks for ``max_tokens`` (None: unbounded)."""
+        if self.request_deadline_s is not None:
+            return self.request_deadline_s
+        return self.request_timeout_s + (max_tokens or 16384) / self.min_tokens_per_s
 
 
 class ExecutorKind(StrEnum):
@@ -299,20 +323,33 @@ class ParallelSpec(_Model):
 class BisectSpec(_Model):
     range: RangeSpec = Field(default_factory=RangeSpec)
     parallel: ParallelSpec = Field(default_factory=ParallelSpec)
-    build: BuildSpec = Field(default_factory=BuildSpec)
+    build: BuildSpec = Field(default_factory=SourceBuild)
     serve: ServeSpec = Field(default_factory=ServeSpec)
     probe: ProbeSpec = Field(default_factory=ProbeSpec)
     verdict: VerdictSpec = Field(default_factory=VerdictSpec)
+    ops: OpsSpec = Field(default_factory=OpsSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_build_kind(cls, data: Any) -> Any:
+        build = data.get("build") if isinstance(data, dict) else None
+        if isinstance(build, dict) and "kind" not in build:
+            data = {**data, "build": {**build, "kind": DEFAULT_KIND.value}}
+        return data
 
     @model_validator(mode="after")
     def _check_verdict(self) -> BisectSpec:
         v = self.verdict
-        if self.range.search is SearchKind.FIX and v.strategy == "bayes":
+        if self.range.search is SearchKind.FIX and v.strategy is Strategy.BAYES:
             raise ValueError('range.search = "fix" works with the threshold and sequential '
                              'strategies, not "bayes"')
-        if v.strategy == "sequential" and v.symptom is not Symptom.ITL:
+        if v.strategy is Strategy.SEQUENTIAL and v.symptom is not Symptom.ITL:
             raise ValueError('verdict.strategy = "sequential" needs verdict.symptom = "itl"')
-        if (v.symptom is Symptom.ITL and v.strategy == "threshold" and v.max_itl_ms is None
+        if v.strategy is Strategy.TWOLEVEL and v.symptom not in (
+                Symptom.ITL, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP):
+            raise ValueError('verdict.strategy = "twolevel" needs verdict.symptom = "itl", '
+                             '"throughput" or "mtp-speedup"')
+        if (v.symptom is Symptom.ITL and v.strategy is Strategy.THRESHOLD and v.max_itl_ms is None
                 and v.itl_factor is None):
             raise ValueError('verdict.symptom = "itl" needs verdict.max_itl_ms or verdict.itl_factor')
         if v.symptom is Symptom.THROUGHPUT and (
@@ -329,6 +366,10 @@ class BisectSpec(_Model):
         if v.symptom is Symptom.CORRECTNESS and self.probe.temperature != 0.0:
             raise ValueError('verdict.symptom = "correctness" compares greedy outputs: it needs '
                              "probe.temperature = 0")
+        if (v.symptom is Symptom.ITL and v.strategy in ("auto", "twolevel")
+                and "requests" not in self.probe.model_fields_set):
+            # the two-level test starts with one request and asks for more when they help
+            object.__setattr__(self, "probe", self.probe.model_copy(update={"requests": 1}))
         if v.symptom is Symptom.LENGTH and self.min_output_tokens() is None:
             raise ValueError(
                 "verdict.symptom = \"length\" needs verdict.min_output_tokens when the probe "
@@ -341,14 +382,22 @@ class BisectSpec(_Model):
             return self.verdict.min_output_tokens
         return self.probe.max_tokens if self.probe.send_max_tokens else None
 
+    def prefetch_enabled(self) -> bool:
+        """ops.prefetch, or by default on where fetching an artifact is I/O (wheel, image)."""
+        if self.ops.prefetch is not None:
+            return self.ops.prefetch
+        return self.build.kind in (ArtifactKind.WHEEL, ArtifactKind.IMAGE)
+
     def measurement_key(self, commit: str) -> str:
-        """Cache key of a measurement: (commit, build, serve, probe). The verdict is not in it."""
+        """Cache key of a measurement: (commit, build, serve, probe). Neither the verdict nor
+        [ops], [parallel] or [range] is in it. ``KEY_VERSION`` drops older caches' entries."""
         payload = {
+            "v": KEY_VERSION,
             "commit": commit,
             "build": self.build.model_dump(mode="json"),
-            "serve": self.serve.model_dump(mode="json", exclude={"retries", "pass_env"}),
-            "probe": self.probe.model_dump(  # (bounds on a hostile server change no result)
-                mode="json", exclude={"request_deadline_s", "min_tokens_per_s"}),
+            "serve": self.serve.model_dump(mode="json", exclude={"pass_env"} | (
+                set() if self.serve.lock_clocks else {"lock_clocks", "lock_clocks_mhz"})),
+            "probe": self.probe.model_dump(mode="json"),
         }
         blob = json.dumps(payload, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
@@ -366,22 +415,33 @@ class BisectSpec(_Model):
 def _format_validation_error(err: ValidationError, source: str) -> str:
     lines = [f"invalid spec ({source}):"]
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        parts = [str(p) for p in e["loc"]]
+        if parts[:1] == ["build"] and len(parts) > 1 and parts[1] in set(ArtifactKind):
+            del parts[1]  # the union's tag: build.wheel.tags -> build.tags
+        loc = ".".join(parts) or "(top level)"
         if e["type"] == "extra_forbidden":
             lines.append(f"  {loc}: unknown key")
+        elif e["type"] == "union_tag_invalid":
+            lines.append(f"  {loc}.kind: {e['input'].get('kind')!r} is not one of "
+                         f"{', '.join(k.value for k in ArtifactKind)}")
+        elif e["type"] == "value_error":
+            lines.append(f"  {loc}: {e['msg'].removeprefix('Value error, ')}")
         else:
             lines.append(f"  {loc}: {e['msg']} (got {e.get('input')!r})")
     return "\n".join(lines)
 
 
+_HINT = "fix the key(s) named above; `vllm-bisect --help` and the README list every key"
+
+
 def parse_spec(data: dict[str, Any], *, source: str = "spec") -> BisectSpec:
+    moved = layout_errors(data)
+    if moved:
+        raise SpecError("\n".join([f"invalid spec ({source}):", *moved]), hint=_HINT)
     try:
         return BisectSpec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(
-            _format_validation_error(err, source),
-            hint="fix the key(s) named above; `vllm-bisect --help` and the README list every key",
-        ) from None
+        raise SpecError(_format_validation_error(err, source), hint=_HINT) from None
 
 
 def load_spec(path: Path) -> BisectSpec:
@@ -397,6 +457,19 @@ def load_spec(path: Path) -> BisectSpec:
         raise SpecError(f"spec file {path} is not valid TOML: {err}",
                         hint="check the line named above") from None
     return parse_spec(data, source=str(path))
+
+
+def stored_spec(text: str, *, source: str) -> BisectSpec:
+    """A spec as a session journal stores it: JSON (exact, None kept), or TOML (older
+    sessions)."""
+    try:
+        # JSON: this version; TOML: an earlier version's session, in its layout
+        data = (json.loads(text) if text.lstrip().startswith("{")
+                else migrate_stored(tomllib.loads(text)))
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
+        raise SpecError(f"the spec stored in {source} is unreadable: {err}",
+                        hint="pass --spec FILE") from None
+    return parse_spec(data, source=source)
 
 
 def dump_spec(spec: BisectSpec) -> str:

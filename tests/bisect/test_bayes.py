@@ -123,7 +123,7 @@ def test_bayes_runs_again_a_commit_whose_first_server_died(tmp_path: Path) -> No
     # (fresh), not look the cached failure up again and again
     h = history(tmp_path, n_commits=6, cap_at=3)
     spec = make_spec(h, build={"kind": "command", "serve": flaky_serve(tmp_path)},
-                     serve={"retries": 0},
+                     ops={"retries": 0},
                      verdict={"symptom": "length", "strategy": "bayes", "calibration_runs": 2,
                               "confidence": 0.95, "verify_samples": 0, "max_runs": 30})
     r = run_driver(spec, tmp_path)

@@ -14,7 +14,14 @@ from vllm_bisect.bisect.driver import BisectResult, Driver
 from vllm_bisect.bisect.events import NullEvents
 from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.bisect.multisection import ideal_rounds
-from vllm_bisect.bisect.policies import SequentialPolicy, ThresholdPolicy, make_policy
+from vllm_bisect.bisect.policies import (
+    BayesPolicy,
+    SequentialPolicy,
+    ThresholdPolicy,
+    TwoLevelPolicy,
+    make_policy,
+    resolve_strategy,
+)
 from vllm_bisect.bisect.policy import Role
 from vllm_bisect.bisect.range import CommitInfo
 from vllm_bisect.errors import SpecError
@@ -118,10 +125,15 @@ def test_policy_by_strategy_str_or_enum() -> None:
     assert type(make_policy(as_enum)) is type(make_policy(spec)) is SequentialPolicy
     assert type(make_policy(parse_spec(LENGTH))) is ThresholdPolicy
     assert not make_policy(parse_spec({**LENGTH, "verdict": {"strategy": "bayes"}})).supports_hook
-    unknown = spec.model_copy(update={"verdict": spec.verdict.model_copy(
+    auto = spec.model_copy(update={"verdict": spec.verdict.model_copy(
         update={"strategy": Strategy.AUTO})})
-    with pytest.raises(SpecError, match="auto"):
-        make_policy(unknown)
+    assert type(make_policy(auto)) is TwoLevelPolicy  # auto resolves: itl -> two-level
+    assert resolve_strategy(auto).reason.startswith("auto: itl")
+    crash = parse_spec({**LENGTH, "verdict": {"symptom": "crash"}})
+    assert type(make_policy(crash)) is BayesPolicy  # auto: crash -> bayes (no hook)
+    assert type(make_policy(parse_spec({**LENGTH, "verdict": {}}))) is ThresholdPolicy
+    with pytest.raises(SpecError, match="nope"):
+        make_policy(spec, "nope")  # type: ignore[arg-type]
 
 
 def test_retries_and_server_starts_on_one_worker_and_on_four(tmp_path: Path) -> None:

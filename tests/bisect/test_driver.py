@@ -156,6 +156,6 @@ def test_a_server_that_dies_once_is_tried_again(tmp_path: Path) -> None:
 def test_without_retries_a_dead_server_is_a_skip(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=4, cap_at=3)
     spec = make_spec(h, build={"kind": "command", "serve": flaky_serve(tmp_path)},
-                     serve={"retries": 0})
+                     ops={"retries": 0})
     with pytest.raises(NotReproduced, match=r"good endpoint .* could not be tested: .*exit"):
         run_driver(spec, tmp_path)

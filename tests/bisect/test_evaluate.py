@@ -73,7 +73,7 @@ def test_an_unforeseen_error_is_a_skip_and_a_resume_does_not_abort(tmp_path: Pat
     for late in (False, True):
         tmp = tmp_path / str(late)
         calls, r = _run(spec, tmp, evil, late)
-        assert calls.count(evil) == 1 + spec.serve.retries  # failed: tried on fresh servers
+        assert calls.count(evil) == 1 + spec.ops.retries  # failed: tried on fresh servers
         (o,) = [o for o in r.probed if o.commit == evil]  # type: ignore[attr-defined]
         assert o.verdict is Verdict.SKIP
         want = "KeyError" if late else "RecursionError"

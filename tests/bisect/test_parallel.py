@@ -80,7 +80,7 @@ def test_useless_runs_are_cancelled_and_torn_down(tmp_path: Path) -> None:
     # takes two minutes to start) is useless: cancelled.
     h = history(tmp_path, n_commits=30, cap_at=5, slow_start=(20,), slow_start_s=120.0)
     # (the simulator needs no GPU memory profiling: start-ups need not wait for each other)
-    spec = make_spec(h, parallel={"workers": 4}, serve={"serialize_startup": False})
+    spec = make_spec(h, parallel={"workers": 4}, ops={"serialize_startup": False})
     rec = Recorder()
     started = time.monotonic()
     result = bisect(spec, tmp_path, rec)
@@ -140,7 +140,7 @@ def test_ctrl_c_tears_down_every_worker_and_resume_finishes(tmp_path: Path) -> N
     h = history(tmp_path, n_commits=30, cap_at=8, slow_start=(5, 10, 15, 20, 25),
                 slow_start_s=6.0)
     spec_file = write_spec(tmp_path / "spec.toml", make_spec(
-        h, parallel={"workers": 4}, serve={"serialize_startup": False}))
+        h, parallel={"workers": 4}, ops={"serialize_startup": False}))
     session = tmp_path / "session"
     argv = [sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec_file),
             "--session", str(session), "--cache-dir", str(tmp_path / "cache"), "--json"]
@@ -181,7 +181,7 @@ def test_ctrl_c_tears_down_every_worker_and_resume_finishes(tmp_path: Path) -> N
 
 def test_endpoints_that_do_not_reproduce_stop_every_worker(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=30, slow_start=(10, 20), slow_start_s=120.0)  # no regression
-    spec = make_spec(h, parallel={"workers": 4}, serve={"serialize_startup": False})
+    spec = make_spec(h, parallel={"workers": 4}, ops={"serialize_startup": False})
     started = time.monotonic()
     with pytest.raises(NotReproduced, match=r"bad endpoint .* judged good"):
         bisect(spec, tmp_path)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from pathlib import Path
 
@@ -10,8 +9,8 @@ from tests.bisect.test_driver import run_driver
 from tests.helpers import history, make_spec
 from vllm_bisect.bisect.runner import write_reports
 from vllm_bisect.models import Verdict
-from vllm_bisect.report.render import SessionReport, verification_lines
-from vllm_bisect.report.table import result_json
+from vllm_bisect.report.render import SessionReport, markdown
+from vllm_bisect.report.result import BisectReport, VerificationDoc
 
 
 def test_culprit_and_parent_are_re_measured_and_reported(tmp_path: Path) -> None:
@@ -25,7 +24,7 @@ def test_culprit_and_parent_are_re_measured_and_reported(tmp_path: Path) -> None
     assert v.culprit_measurement is not None and len(v.culprit_measurement.requests) == 6
     assert v.parent_measurement is not None and len(v.parent_measurement.requests) == 6
     session = tmp_path / "session"
-    (session / "result.json").write_text(json.dumps(result_json(r)))
+    BisectReport.of(r).write(session / "result.json")
     write_reports(session)
     md = (session / "report.md").read_text()
     assert "Verified: re-measured on fresh servers (6 requests each)" in md
@@ -39,11 +38,13 @@ def test_culprit_and_parent_are_re_measured_and_reported(tmp_path: Path) -> None
 
 
 def test_an_unconfirmed_culprit_is_said_so() -> None:
-    r = SessionReport(Path("."), {"first_bad": "a" * 40, "verification": {
-        "culprit": "a" * 40, "parent": "b" * 40, "samples": 10, "confirmed": False,
-        "culprit_verdict": "good", "culprit_reason": "all outputs >= 256 tokens",
-        "parent_verdict": "good", "parent_reason": "all outputs >= 256 tokens"}}, "")
-    (line,) = verification_lines(r)
+    v = VerificationDoc(culprit="a" * 40, parent="b" * 40, samples=10, confirmed=False,
+                        culprit_verdict=Verdict.GOOD, culprit_reason="all outputs >= 256 tokens",
+                        parent_verdict=Verdict.GOOD, parent_reason="all outputs >= 256 tokens")
+    res = BisectReport(first_bad="a" * 40, candidates=["a" * 40], good="b" * 40, bad="a" * 40,
+                       n_commits=1, probed=[], verification=v)
+    md = markdown(SessionReport(Path("."), res, ""))
+    (line,) = [ln for ln in md.splitlines() if "verified" in ln.lower()]
     assert line.startswith("**Not verified**") and "culprit judged good" in line
     assert "flaky" in line
 

@@ -35,7 +35,7 @@ from vllm_bisect.errors import ArtifactUnavailable, HostFault, ToolMissing
 from vllm_bisect.models import EvalStatus, Verdict
 from vllm_bisect.runtime.container import OWNER_LABEL, SESSION_LABEL, reap_orphans
 from vllm_bisect.sim.history import History
-from vllm_bisect.spec import BuildSpec
+from vllm_bisect.spec import ImageBuild
 
 BASE = "vllm-bisect-test/debian-python:bookworm"
 CACHE = Path(os.environ.get("VLLM_BISECT_TEST_CACHE", "/var/cache/vllm-bisect-tests"))
@@ -163,7 +163,7 @@ def published(client: docker.DockerClient, registry: str, base_image: str,
 
 
 def image_builder(tmp_path: Path, tags: list[str]) -> ImageBuilder:
-    spec = BuildSpec(kind="image", tags=tags, gpus="none")  # type: ignore[arg-type]
+    spec = ImageBuild(tags=tags, gpus="none")
     return ImageBuilder(spec, ArtifactCache(tmp_path / "cache"), tmp_path / "logs", platform=HOST)
 
 
@@ -204,7 +204,7 @@ def test_disk_full_stops_the_run() -> None:
 def test_image_without_vllm_is_a_serve_failure(tmp_path: Path, published: Published) -> None:
     h = published.history
     spec = make_spec(h, build={"kind": "image", "tags": published.tags, "gpus": "none"},
-                     serve={"startup_timeout_s": 20, "env": {}})
+                     serve={"env": {}}, ops={"startup_timeout_s": 20})
     builder = make_builder(spec, open_repo(h.path), tmp_path / "cache", tmp_path / "logs")
     ev = Evaluator(spec, builder, tmp_path / "logs", None, "t").evaluate(h.shas[9])
     assert ev.status is EvalStatus.FAILED
@@ -215,7 +215,7 @@ def test_bisect_by_pulling_images(tmp_path: Path, published: Published,
                                   client: docker.DockerClient) -> None:
     h = published.history
     spec = make_spec(h, build={"kind": "image", "tags": published.tags, "gpus": "none"},
-                     serve={"startup_timeout_s": 30, "env": {}})
+                     serve={"env": {}}, ops={"startup_timeout_s": 30})
     r = run_driver(spec, tmp_path)
     assert r.first_bad == h.planted["length"]
     assert any(o.verdict is Verdict.SKIP for o in r.probed)
@@ -262,7 +262,7 @@ def test_build_fallback_uses_the_commits_dockerfile(tmp_path: Path, base_image: 
     sha = repo.index.commit("[Build] Add docker/Dockerfile (#1)").hexsha
     spec = make_spec(h, build={"kind": "image", "tags": ["127.0.0.1:9/none:{sha}"],
                                "build": True, "gpus": "none"},
-                     serve={"startup_timeout_s": 30, "env": {}})
+                     serve={"env": {}}, ops={"startup_timeout_s": 30})
     builder = make_builder(spec, open_repo(h.path), tmp_path / "cache", tmp_path / "logs")
     a = builder.prepare(sha)
     assert a.image == f"vllm-bisect/vllm-openai:{sha}"
@@ -285,9 +285,9 @@ def test_containers_get_no_credentials(tmp_path: Path, published: Published,
         monkeypatch.setenv(name, value)
     h = published.history
     artifact = image_builder(tmp_path, published.tags).prepare(h.shas[0])
-    build = BuildSpec(kind="image", tags=published.tags, gpus="none")  # type: ignore[arg-type]
+    build = ImageBuild(tags=published.tags, gpus="none")
     for pass_env in ([], ["HF_TOKEN"]):
-        serve = make_spec(h, serve={"startup_timeout_s": 30, "env": {}}).serve.model_copy(
+        serve = make_spec(h, serve={"env": {}}).serve.model_copy(
             update={"pass_env": pass_env})
         with run_container(client, artifact, serve, build, port=free_port(),
                            log_path=tmp_path / "log", session_id=f"env-{len(pass_env)}",

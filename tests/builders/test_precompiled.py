@@ -16,7 +16,7 @@ from vllm_bisect.builders.wheel_index import has_wheel_fn
 from vllm_bisect.envinfo import Platform
 from vllm_bisect.errors import ArtifactUnavailable
 from vllm_bisect.sim.wheel_index import IndexServer, build_wheel, publish
-from vllm_bisect.spec import BuildSpec
+from vllm_bisect.spec import SourceBuild
 
 HOST = Platform(machine="x86_64", glibc=(2, 36))
 
@@ -64,8 +64,7 @@ def test_source_build_pins_the_wheel_commit(tmp_path: Path) -> None:
     whl = build_wheel(co.get(h.shas[i]), tmp_path / "w", "cp38-abi3-manylinux_2_28_x86_64")
     publish(root, h.shas[i], {"default": [whl]})
     with IndexServer(root) as url:
-        spec = BuildSpec(kind="source", precompiled=True, full_build=False, index_url=url,
-                         variant="default")  # type: ignore[arg-type]
+        spec = SourceBuild(precompiled=True, full_build=False, index_url=url, variant="default")
         b = SourceBuilder(co, spec, tmp_path / "cache", tmp_path / "logs",
                           has_wheel=has_wheel_fn(url, "default", HOST))
         a = b.prepare(h.shas[i + 1])

@@ -20,7 +20,7 @@ from vllm_bisect.errors import ArtifactUnavailable, SpecError
 from vllm_bisect.models import Verdict
 from vllm_bisect.sim.history import History
 from vllm_bisect.sim.wheel_index import IndexServer, build_wheel, publish
-from vllm_bisect.spec import BuildSpec, parse_spec
+from vllm_bisect.spec import WheelBuild, parse_spec
 
 X86 = "cp38-abi3-manylinux_2_28_x86_64"
 ARM = "cp38-abi3-manylinux_2_28_aarch64"
@@ -49,7 +49,7 @@ def index(tmp_path: Path) -> Iterator[tuple[History, str, dict[int, str]]]:
 
 
 def builder(tmp_path: Path, url: str, variant: str = "default") -> WheelBuilder:
-    spec = BuildSpec(kind="wheel", index_url=url, variant=variant)  # type: ignore[arg-type]
+    spec = WheelBuild(index_url=url, variant=variant)  # type: ignore[arg-type]
     return WheelBuilder(spec, ArtifactCache(tmp_path / "cache"), tmp_path / "logs", platform=HOST)
 
 
@@ -188,7 +188,7 @@ def test_cache_cap_evicts_old_venvs_but_not_endpoints(
     h, url, _ = index
     cache = ArtifactCache(tmp_path / "cache", max_bytes=1)  # everything is over the cap
     cache.protect([h.shas[0]])
-    spec = BuildSpec(kind="wheel", index_url=url, variant="default")  # type: ignore[arg-type]
+    spec = WheelBuild(index_url=url, variant="default")
     b = WheelBuilder(spec, cache, tmp_path / "logs", platform=HOST)
     for i in (0, 1, 2):
         b.prepare(h.shas[i])

@@ -14,12 +14,13 @@ from vllm_bisect.probes import metrics
 from vllm_bisect.probes.decode import DecodeProbe
 from vllm_bisect.probes.limits import split_lines
 from vllm_bisect.runtime.base import ServerHandle
-from vllm_bisect.spec import ProbeSpec
+from vllm_bisect.spec import OpsSpec, ProbeSpec
 
 
-def probe(url: str, **over: object) -> None:
-    spec = ProbeSpec(**{"max_tokens": 8, "requests": 1, "warmup": 0, **over})  # type: ignore[arg-type]
-    DecodeProbe(spec).measure(ServerHandle(url=url, model="m"))
+def probe(url: str, **ops: object) -> None:
+    spec = ProbeSpec(max_tokens=8, requests=1, warmup=0)
+    DecodeProbe(spec, ops=OpsSpec(**ops)).measure(  # type: ignore[arg-type]
+        ServerHandle(url=url, model="m"))
 
 
 def test_a_valid_stream_still_measures() -> None:
@@ -41,7 +42,7 @@ def test_total_deadline_stops_endless_and_slow_streams(mode: str) -> None:
 
 
 def test_deadline_is_derived_from_max_tokens_and_pace() -> None:
-    s = ProbeSpec(max_tokens=100, request_timeout_s=10, min_tokens_per_s=4.0)
+    s = OpsSpec(request_timeout_s=10, min_tokens_per_s=4.0)
     assert s.deadline_s(100) == 10 + 25
     assert s.deadline_s(None) == 10 + 16384 / 4
     assert s.model_copy(update={"request_deadline_s": 3.0}).deadline_s(100) == 3.0

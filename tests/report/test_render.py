@@ -91,3 +91,50 @@ def test_html_renders_in_headless_chromium(sessions: dict[str, Path], tmp_path: 
     assert shot.exists() and shot.stat().st_size > 20_000
     keep = Path("/tmp/vllm-bisect-report.png")
     shutil.copy(shot, keep)  # for a person to look at
+
+
+def test_html_tables_are_html_and_nothing_is_markdown(sessions: dict[str, Path]) -> None:
+    page = (sessions["found"] / "report.html").read_text()
+    assert "<table" in page and "<th>output tokens</th>" in page
+    assert page.count('<tr class="first-bad">') == 1
+    for pre in re.findall(r"<pre>(.*?)</pre>", page, re.S):
+        assert "| # |" not in pre and "**" not in pre  # no Markdown source in a <pre>
+    assert "|---|" not in page and "**First" not in page
+    assert 'viewBox="0 0 1000 260"' in page and 'width: 100%' in page  # stretches to the page
+
+
+def test_plot_ticks_are_round_and_x_labels_do_not_overlap() -> None:
+    from vllm_bisect.report.plot import X_LABEL_PX, make_plot, nice_ticks
+
+    assert nice_ticks(0, 1296) == [0, 500, 1000, 1500]
+    assert nice_ticks(0, 0.37) == [0, 0.1, 0.2, 0.3, 0.4]
+    for n in (3, 12, 64, 200, 1000):
+        pts = [(i, 10.0 + (i % 7) * 1.37, "good" if i < n // 2 else "bad", i == n // 2)
+               for i in range(0, n + 1, max(1, n // 40))]
+        p = make_plot("t", "ms", pts)
+        assert p is not None and p.x_ticks and p.y_ticks
+        gaps = [b.pos - a.pos for a, b in zip(p.x_ticks, p.x_ticks[1:], strict=False)]
+        assert min(gaps, default=X_LABEL_PX) >= X_LABEL_PX, (n, gaps)
+        steps = {int(b.label) - int(a.label)
+                 for a, b in zip(p.x_ticks, p.x_ticks[1:], strict=False)}
+        assert len(steps) <= 1 and all(str(s)[0] in "125" for s in steps), steps
+        for t in p.y_ticks:  # 1, 2 or 5 times a power of ten apart, printed without noise
+            assert len(t.label.replace(",", "").rstrip("0").rstrip(".")) <= 4, t.label
+    assert make_plot("t", "ms", [(0, None, "skip", False)]) is None
+
+
+def test_studies_render_as_html_tables() -> None:
+    from tests.isolate.test_report import STUDIES
+    from vllm_bisect.report.render import SessionReport, html_report, markdown
+    from vllm_bisect.report.result import BisectReport
+
+    res = BisectReport.model_validate({"first_bad": "c" * 40, "candidates": ["c" * 40],
+                                       "good": "a" * 40, "bad": "c" * 40, "n_commits": 1,
+                                       "probed": [], **STUDIES})
+    assert BisectReport.model_validate_json(res.model_dump_json()) == res  # they round-trip
+    r = SessionReport(Path("."), res, "")
+    assert "### Which part of the culprit" in markdown(r)
+    page = html_report(r)
+    assert "<h2>Which part of the culprit" in page and "<h2>Dependency or vLLM code</h2>" in page
+    assert "<td>ServeError: x|y</td>" in page and "<td><code>A</code></td>" in page
+    assert "|---|" not in page and "<details>" not in page

@@ -10,6 +10,7 @@ settles the endpoints), and :func:`~vllm_bisect.bisect.verify.verify_culprit`.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,17 +23,22 @@ from vllm_bisect.bisect.executor import EvaluateFn, Executor, InlineExecutor
 from vllm_bisect.bisect.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.measurer import Measurer
 from vllm_bisect.bisect.parallel import MultisectionSearch
-from vllm_bisect.bisect.policies import make_policy
+from vllm_bisect.bisect.policies import make_policy, resolve_strategy
+from vllm_bisect.bisect.policy import Role
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.search import BinarySearch, Search
 from vllm_bisect.bisect.store import MeasurementStore
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.bisect.verify import verify_culprit
 from vllm_bisect.builders.prefetch import Prefetcher
-from vllm_bisect.models import Evaluation, Measurement, Outcome, Verification
-from vllm_bisect.spec import BisectSpec
+from vllm_bisect.errors import NotReproduced
+from vllm_bisect.models import Evaluation, Measurement, Outcome, Verdict, Verification
+from vllm_bisect.spec import BisectSpec, Symptom
+from vllm_bisect.verdict.auto import Choice, Strategy
 
 __all__ = ["BisectResult", "CommitEvaluator", "Driver", "EventHandler", "NullEvents"]
+
+logger = logging.getLogger(__name__)
 
 
 class CommitEvaluator(Protocol):
@@ -56,6 +62,8 @@ class BisectResult:
     workers: int = 1
     verification: Verification | None = None  # the culprit and its parent, re-measured
     confidence: float | None = None  # bayes: the posterior probability of first_bad
+    strategy_chosen: str = ""        # the verdict strategy that ran (auto resolved)
+    strategy_reason: str = ""        # why (written, or auto's rule)
     search: str = "regression"  # "fix": first_bad is the first fixed commit (terms inverted)
 
 
@@ -81,10 +89,12 @@ class Driver:
         self.measurer = Measurer(executor or InlineExecutor(inline(evaluator)), store,
                                  prefetcher if (executor is None or executor.workers == 1)
                                  else None)
-        self.tester = Tester(rng, store, self.measurer, make_policy(spec), self.events)
+        self.choice = resolve_strategy(spec)  # auto: chosen from the symptom, with the reason
+        self.tester = Tester(rng, store, self.measurer,
+                             make_policy(spec, self.choice.strategy), self.events)
 
     def search(self) -> Search:
-        if self.spec.verdict.strategy == "bayes":  # flaky symptoms: runs chosen by information
+        if self.choice.strategy is Strategy.BAYES:  # flaky: runs chosen by information
             return BayesSearch(self.tester)
         if self.measurer.workers > 1:
             return MultisectionSearch(self.tester)
@@ -94,7 +104,16 @@ class Driver:
         t0 = time.monotonic()
         rng, t = self.rng, self.tester
         self.events.on_range(rng)
-        found = self.search().run()
+        strategy = self.choice.strategy
+        logger.info("verdict strategy %s: %s", strategy.value, self.choice.reason)
+        self.events.on_phase("", f"verdict strategy {strategy.value}: {self.choice.reason}")
+        try:
+            found = self.search().run()
+        except NotReproduced:
+            if not self._shows_in_some_runs():
+                raise
+            t.policy = make_policy(self.spec, Strategy.BAYES)
+            found = self.search().run()
         first_bad = rng.sha(found.step.culprit) if found.step.culprit is not None else None
         verification = None
         if first_bad is not None and self.spec.verdict.verify_samples > 0:
@@ -105,4 +124,36 @@ class Driver:
                             server_starts=self.measurer.server_starts,
                             wall_s=time.monotonic() - t0, rounds=found.rounds,
                             workers=self.measurer.workers, verification=verification,
-                            confidence=found.confidence, search=t.terms.search.value)
+                            confidence=found.confidence, search=t.terms.search.value,
+                            strategy_chosen=self.choice.strategy.value,
+                            strategy_reason=self.choice.reason)
+
+    def _shows_in_some_runs(self) -> bool:
+        """auto, a cap or a correctness change: the endpoints did not reproduce because the
+        bad endpoint's run did not show the symptom. It may show in some runs only: the bad
+        endpoint runs again (up to ``verdict.calibration_runs`` runs in all); if it shows,
+        the search goes on under bayes (which runs both endpoints again to learn how often)."""
+        v, rng, t = self.spec.verdict, self.rng, self.tester
+        if (v.strategy != "auto" or self.choice.strategy is not Strategy.THRESHOLD
+                or v.symptom not in (Symptom.LENGTH, Symptom.CORRECTNESS) or t.terms.fix):
+            return False
+        outs = {o.commit: o for o in t.probed}
+        good, bad = outs.get(rng.good.sha), outs.get(rng.bad.sha)
+        if (good is None or bad is None or good.verdict is not Verdict.GOOD
+                or bad.verdict is not Verdict.GOOD):
+            return False
+        shown = 0  # does it show in some runs?
+        while not shown and len([o for o in t.probed if o.commit == rng.bad.sha]) <= (
+                v.calibration_runs):
+            o = t.test(rng.bad, Role.BAD_ENDPOINT, 0, fresh=True)
+            shown = sum(1 for o in t.probed if o.commit == rng.bad.sha) if (
+                o.verdict is Verdict.BAD) else 0
+        if not shown:
+            return False  # not in any of them: it does not reproduce
+        self.choice = Choice(Strategy.BAYES, f"auto: the bad endpoint did not show the "
+                             f"{v.symptom.value} symptom in its first run, then in run {shown}: "
+                             "it shows in some runs only: runs are repeated where they tell "
+                             "most (bayes)")
+        logger.warning("%s", self.choice.reason)
+        self.events.on_phase("", f"verdict strategy bayes: {self.choice.reason}")
+        return True

@@ -75,4 +75,4 @@ def calibrate_endpoints(t: Tester) -> None:
                       for i, (info, role) in enumerate(t.terms.endpoints(rng))], more)
         return t.evaluations[rng.good.sha], t.evaluations[rng.bad.sha]
 
-    t.policy.calibrate(endpoints, search_tests(n, t.measurer.workers))
+    t.policy.calibrate(endpoints, search_tests(n, t.measurer.workers), t)

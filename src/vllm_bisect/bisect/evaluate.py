@@ -42,7 +42,7 @@ from vllm_bisect.models import EvalStatus, Evaluation, Measurement
 from vllm_bisect.probes.vllm_bench import bench_throughput
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.process import free_port, run_server
-from vllm_bisect.spec import BisectSpec, ServeSpec
+from vllm_bisect.spec import BisectSpec, ImageBuild, ServeSpec
 
 if TYPE_CHECKING:
     import docker
@@ -186,7 +186,7 @@ class Evaluator:
             call = dataclasses.replace(call, plan=call.artifact.launch_plan(self.spec.serve, 0))
         return m.model_copy(update={"bench": bench_throughput(
             call.vllm, self.spec.serve.model, bench.args, log=call.log("bench"),
-            env=call.bench_env, timeout_s=bench.timeout_s)})
+            env=call.bench_env, timeout_s=self.spec.ops.bench_timeout_s)})
 
     def _probe(self, call: EvalCall, handle: ServerHandle, steps: list[ProbeStep]
                ) -> Measurement:
@@ -208,12 +208,16 @@ class Evaluator:
         if artifact.kind is ArtifactKind.IMAGE:
             from vllm_bisect.runtime.container import run_container
 
+            assert isinstance(self.spec.build, ImageBuild)
             build = self.spec.build if call.devices is None else self.spec.build.model_copy(
                 update={"gpus": list(call.devices)})
             call.say(f"starting container {artifact.image}")
             with run_container(self.container_client(), artifact, serve, build,
                                port=port, log_path=log, session_id=self.session_id,
-                               timeout_s=serve.startup_timeout_s, cancel=call.cancel) as h:
+                               timeout_s=self.spec.ops.startup_timeout_s,
+                               hf_cache=self.spec.ops.hf_cache,
+                               serialize_startup=self.spec.ops.serialize_startup,
+                               cancel=call.cancel) as h:
                 call.say(f"probing ({h.startup_s:.1f} s to healthy)")
                 return self._probe(call, h, steps), h.startup_s
         if plan is None:
@@ -225,9 +229,10 @@ class Evaluator:
             plan, env={**(plan.env or {}), **call.env, "VLLM_BISECT_SESSION": self.session_id})
         call.say("starting server")
         with run_server(plan, url=f"http://127.0.0.1:{port}", model=serve.model,
-                        log_path=log, timeout_s=serve.startup_timeout_s,
+                        log_path=log, timeout_s=self.spec.ops.startup_timeout_s,
                         on_start=self._started(commit), on_stop=self._stopped,
-                        serialize_startup=serve.serialize_startup, cancel=call.cancel) as h:
+                        serialize_startup=self.spec.ops.serialize_startup,
+                        cancel=call.cancel) as h:
             call.say(f"probing ({h.startup_s:.1f} s to healthy)")
             return self._probe(call, h, steps), h.startup_s
 

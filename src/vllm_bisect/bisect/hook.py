@@ -29,7 +29,7 @@ from vllm_bisect.bisect.events import NullEvents
 from vllm_bisect.bisect.executor import InlineExecutor, local_slots
 from vllm_bisect.bisect.journal import ResultCache
 from vllm_bisect.bisect.measurer import Measurer
-from vllm_bisect.bisect.policies import make_policy
+from vllm_bisect.bisect.policies import make_policy, resolve_strategy
 from vllm_bisect.bisect.policy import Role
 from vllm_bisect.bisect.range import CommitRange, commit_range, info, open_repo
 from vllm_bisect.bisect.session import Session
@@ -90,9 +90,14 @@ def _hook_dir(repo: git.Repo, spec: BisectSpec, good: str | None, bad: str | Non
 
 
 def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
-    policy = make_policy(spec)
+    choice = resolve_strategy(spec)
+    policy = make_policy(spec, choice.strategy)
     if not policy.supports_hook:
-        raise SpecError(f"verdict.strategy = {str(spec.verdict.strategy)!r} cannot judge one "
+        written = str(spec.verdict.strategy)
+        chosen = (f"verdict.strategy = {written!r}" if written == choice.strategy.value else
+                  f"verdict.strategy = {written!r} (resolved to {choice.strategy.value!r}: "
+                  f"{choice.reason})")
+        raise SpecError(f"{chosen} cannot judge one "
                         "commit at a time under `git bisect run` (it runs commits again and "
                         "chooses which)",
                         hint="use `vllm-bisect run --spec S` for it, or a threshold or "

@@ -3,7 +3,7 @@
 Every fresh evaluation goes through one :class:`Measurer`, whatever the number of workers
 (one worker is an :class:`~vllm_bisect.bisect.executor.InlineExecutor`, so GPU pinning and
 per-GPU locks are the same code). A server that died or a probe that failed is tried again
-on a fresh server ``serve.retries`` times (one flaky crash at an endpoint must not end a
+on a fresh server ``ops.retries`` times (one flaky crash at an endpoint must not end a
 long bisect); following the crash symptom, the failure is the answer (no retry). A finished
 evaluation is counted (a server start unless there was no artifact) and put in the result
 cache; a cancelled one is neither. Ctrl-C or a fatal error tears every worker down first.
@@ -12,7 +12,7 @@ cache; a cancelled one is neither. Ctrl-C or a fatal error tears every worker do
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from vllm_bisect.bisect.executor import Done, Executor
@@ -33,7 +33,7 @@ class Measurer:
         self.prefetcher = prefetcher
         self.server_starts = 0
         spec = store.spec
-        self.retries = 0 if spec.verdict.symptom is Symptom.CRASH else spec.serve.retries
+        self.retries = 0 if spec.verdict.symptom is Symptom.CRASH else spec.ops.retries
         self._next = 0
         # own task id -> (executor task, commit, more, retries left, account)
         self._tasks: dict[int, tuple[int, str, MoreSamples | None, int, bool]] = {}
@@ -115,6 +115,24 @@ class Measurer:
             self.close()
             raise
         return out
+
+    def fresh_runs(self, commits: Sequence[str], more: MoreSamples | None) -> list[Evaluation]:
+        """A fresh server for each entry (a commit may repeat: repeated runs), as many at
+        once as there are free workers; in the order given."""
+        out: dict[int, Evaluation] = {}
+        waiting = list(enumerate(commits))
+        tasks: dict[int, int] = {}
+        try:
+            while waiting or tasks:
+                while waiting and self.free() > 0:
+                    i, commit = waiting.pop(0)
+                    tasks[self.submit(commit, more)] = i
+                for done in self.wait():
+                    out[tasks.pop(done.task)] = done.evaluation
+        except BaseException:
+            self.close()
+            raise
+        return [out[i] for i in range(len(commits))]
 
     def measure(self, commit: str, more: MoreSamples | None = None) -> Evaluation:
         return self.measure_all({commit: more})[commit]

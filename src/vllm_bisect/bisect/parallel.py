@@ -75,9 +75,18 @@ class MultisectionSearch:
             logger.info("%s: run cancelled on %s", done.commit[:12], done.worker)
             self.t.policy.forget(done.commit)
             return
-        info = self.t.rng.commits[idx]
-        self.verdicts[idx] = self.t.record(info, Role.BISECT, done.evaluation,
-                                           cached=False).verdict
+        t, ev = self.t, done.evaluation
+        nxt = t.policy.again(done.commit, ev)
+        if nxt is not None:  # the two-level test: a fresh server for the same commit
+            task = self.m.submit(done.commit, nxt.more)
+            self.running[task] = (idx, depth)
+            self.by_index[idx] = task
+            return
+        merged = t.policy.finish(done.commit, ev)
+        if merged is not ev:
+            t.store.put(merged)
+        info = t.rng.commits[idx]
+        self.verdicts[idx] = t.record(info, Role.BISECT, merged, cached=False).verdict
         self.known_depth = max(self.known_depth, depth)
         self.rounds = max(self.rounds, depth)
 

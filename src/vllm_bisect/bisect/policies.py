@@ -13,12 +13,19 @@ from __future__ import annotations
 
 import logging
 
-from vllm_bisect.bisect.policy import EndpointMeasure, MoreSamples, Role, VerdictPolicy
-from vllm_bisect.bisect.terms import Terms
+from vllm_bisect.bisect.policy import (
+    EndpointMeasure,
+    MoreSamples,
+    Role,
+    ServerRuns,
+    VerdictPolicy,
+)
+from vllm_bisect.bisect.threshold_policy import ThresholdPolicy, crashed, unmeasured
+from vllm_bisect.bisect.twolevel_policy import TwoLevelPolicy
 from vllm_bisect.errors import NotReproduced, SpecError
-from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Verdict
-from vllm_bisect.spec import BisectSpec, Symptom
-from vllm_bisect.verdict import Judge
+from vllm_bisect.models import Evaluation, Measurement, Outcome, Verdict
+from vllm_bisect.spec import BisectSpec, SearchKind
+from vllm_bisect.verdict.auto import Choice, Strategy, choose_strategy
 from vllm_bisect.verdict.sequential import (
     SequentialJudge,
     SequentialTest,
@@ -26,60 +33,8 @@ from vllm_bisect.verdict.sequential import (
     calibrate,
     itl_samples,
 )
-from vllm_bisect.verdict.symptoms import CRASH_MARKERS
 
 logger = logging.getLogger(__name__)
-
-
-def crashed(spec: BisectSpec, ev: Evaluation) -> bool:
-    """Following the crash symptom, a server that died or a probe that failed is bad."""
-    return (spec.verdict.symptom is Symptom.CRASH and ev.status is EvalStatus.FAILED
-            and any(k in ev.reason for k in CRASH_MARKERS))
-
-
-def unmeasured(spec: BisectSpec, ev: Evaluation) -> Outcome:
-    """The verdict on an evaluation without a measurement (the crash rule, else a skip)."""
-    if crashed(spec, ev):
-        return Outcome(commit=ev.commit, verdict=Verdict.BAD, reason=f"crashed: {ev.reason}")
-    return Outcome(commit=ev.commit, verdict=Verdict.SKIP, reason=ev.reason or ev.status.value)
-
-
-class ThresholdPolicy:
-    """The spec's thresholds; the healthy endpoint sets the reference of relative ones.
-    Verdicts in the search's terms (a fix search inverts them)."""
-
-    needs_calibration = False
-    supports_hook = True
-
-    def __init__(self, spec: BisectSpec) -> None:
-        self.spec = spec
-        self.terms = Terms(spec.range.search)
-        self.thresholds = Judge(spec.verdict, spec.min_output_tokens())
-
-    @property
-    def needs_reference(self) -> bool:
-        return self.thresholds.needs_reference or self.needs_calibration
-
-    def calibrate(self, endpoints: EndpointMeasure, tests: int) -> None:
-        pass
-
-    def sampler(self, commit: str, role: Role) -> MoreSamples | None:
-        return None
-
-    def forget(self, commit: str) -> None:
-        pass
-
-    def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
-        m = evaluation.measurement
-        if m is None:
-            outcome = unmeasured(self.spec, evaluation)
-        else:
-            if role is self.terms.reference_role and self.thresholds.needs_reference:
-                self.thresholds = self.thresholds.with_reference(m)  # itl_factor's baseline
-            j = self.thresholds.judge(m)
-            outcome = Outcome(commit=evaluation.commit, verdict=j.verdict, reason=j.reason,
-                              measurement=m)
-        return outcome.model_copy(update={"verdict": self.terms.verdict(outcome.verdict)})
 
 
 class BayesPolicy(ThresholdPolicy):
@@ -118,7 +73,8 @@ class SequentialPolicy(ThresholdPolicy):
         # decided by the judge that decided when to stop sampling)
         self.sampled_by: dict[str, SequentialJudge] = {}
 
-    def calibrate(self, endpoints: EndpointMeasure, tests: int) -> None:
+    def calibrate(self, endpoints: EndpointMeasure, tests: int,
+                  runs: ServerRuns | None = None) -> None:
         """n samples per endpoint; refuse unless they clearly differ. ``p <= 0.01`` overall,
         spent over up to four looks (1x, 2x, 4x, 8x the samples): 0.008 at the first (5
         against 5 fully separated gives p = 0.0079), 0.002 / 3 at each other."""
@@ -177,14 +133,29 @@ POLICIES: dict[str, type[ThresholdPolicy]] = {
     "threshold": ThresholdPolicy,
     "sequential": SequentialPolicy,
     "bayes": BayesPolicy,
+    "twolevel": TwoLevelPolicy,
 }
 
+__all__ = ["POLICIES", "BayesPolicy", "SequentialPolicy", "ThresholdPolicy", "TwoLevelPolicy",
+           "crashed", "make_policy", "resolve_strategy", "unmeasured"]
 
-def make_policy(spec: BisectSpec) -> VerdictPolicy:
-    """The policy for ``spec.verdict.strategy`` (a str or a StrEnum member)."""
-    strategy = str(getattr(spec.verdict.strategy, "value", spec.verdict.strategy))
-    cls = POLICIES.get(strategy)
+
+def resolve_strategy(spec: BisectSpec) -> Choice:
+    """The strategy that runs (``auto`` chosen from the symptom) and why; a fix search does
+    not run bayes (it searches for regressions only): threshold instead."""
+    choice = choose_strategy(spec.verdict)
+    if spec.range.search is SearchKind.FIX and choice.strategy is Strategy.BAYES:
+        choice = Choice(Strategy.THRESHOLD, "auto: a fix search runs the threshold strategy "
+                        "for this symptom (bayes does not search for fixes)")
+    return choice
+
+
+def make_policy(spec: BisectSpec, strategy: Strategy | None = None) -> VerdictPolicy:
+    """The policy for ``strategy`` (default: the spec's, ``auto`` resolved)."""
+    chosen = strategy or resolve_strategy(spec).strategy
+    name = str(getattr(chosen, "value", chosen))
+    cls = POLICIES.get(name)
     if cls is None:
-        raise SpecError(f"verdict.strategy = {strategy!r} has no verdict policy",
-                        hint="use one of: " + ", ".join(POLICIES))
+        raise SpecError(f"verdict.strategy = {name!r} has no verdict policy",
+                        hint="use one of: auto, " + ", ".join(POLICIES))
     return cls(spec)

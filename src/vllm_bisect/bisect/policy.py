@@ -22,6 +22,14 @@ learning policy; a verification is judged without learning. Verdicts are in the 
 old/new terms: GOOD = like the old end, BAD = like the new end (a fix search inverts the
 symptom's verdict, in ``bisect.terms``, one place).
 
+A policy that measures a commit on more than one server (the two-level test) says so
+after each server: ``again(commit, evaluation)`` is an :class:`Again` (measure it once more
+on a fresh server, with that ``more``) or None (decided); ``finish(commit, evaluation)``
+then hands back the evaluation to judge and cache (merged over the servers). Its
+calibration runs servers itself, through the :class:`ServerRuns` callback (the Tester).
+``final(evaluation)`` says whether a known (cached) evaluation is decided, else it is
+measured again.
+
 To add a policy (a two-level noise test, inverted terms for find-the-fix, patch
 isolation): implement this Protocol and register it in ``policies.make_policy``; nothing
 else in the core changes. ``supports_hook`` says whether it can judge one commit at a
@@ -32,7 +40,8 @@ order) so a learning policy is in the state ``run`` would be in.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
@@ -72,6 +81,38 @@ _ENDPOINTS = frozenset({Role.GOOD_ENDPOINT, Role.BAD_ENDPOINT, Role.PROBLEM_ENDP
 EndpointMeasure = Callable[[MoreSamples | None], tuple[Evaluation, Evaluation]]
 
 
+@dataclass(frozen=True)
+class Again:
+    """Measure the commit again on a fresh server, probing while ``more`` asks."""
+
+    more: MoreSamples | None
+
+
+class ServerRuns(Protocol):
+    """What a calibrating policy may run (implemented by the Tester): fresh servers, the
+    known measurements, and recording a judged endpoint."""
+
+    @property
+    def workers(self) -> int: ...
+
+    def endpoints(self) -> list[tuple[str, Role]]:
+        """(commit, role) of both endpoints, the reference (healthy) end first."""
+        ...
+
+    def known(self, commit: str) -> Evaluation | None: ...
+
+    def fresh(self, commits: Sequence[str], more: MoreSamples | None) -> list[Evaluation]:
+        """A fresh server for each entry (a commit may repeat), in the order given;
+        counted and cached, not judged."""
+        ...
+
+    def testing(self, commit: str, role: Role, steps_left: int) -> None: ...
+
+    def record_as(self, commit: str, role: Role, ev: Evaluation, cached: bool) -> Outcome:
+        """Cache (unless ``cached``), judge, journal and report one evaluation."""
+        ...
+
+
 class VerdictPolicy(Protocol):
     """See the module docstring."""
 
@@ -82,14 +123,26 @@ class VerdictPolicy(Protocol):
     def supports_hook(self) -> bool: ...
 
     @property
+    def multi_server(self) -> bool:
+        """Whether a commit may be measured on several servers (``again``)."""
+        ...
+
+    @property
     def needs_reference(self) -> bool:
         """Whether verdicts are relative to the good endpoint's measurement (judged first,
         with ``Role.GOOD_ENDPOINT``)."""
         ...
 
-    def calibrate(self, endpoints: EndpointMeasure, tests: int) -> None:
+    def calibrate(self, endpoints: EndpointMeasure, tests: int,
+                  runs: ServerRuns | None = None) -> None:
         """``tests``: how many commits the search may judge (the error budget's split)."""
         ...
+
+    def again(self, commit: str, evaluation: Evaluation) -> Again | None: ...
+
+    def finish(self, commit: str, evaluation: Evaluation) -> Evaluation: ...
+
+    def final(self, evaluation: Evaluation) -> bool: ...
 
     def sampler(self, commit: str, role: Role) -> MoreSamples | None: ...
 

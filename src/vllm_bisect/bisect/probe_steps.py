@@ -9,6 +9,7 @@ passes it down; nothing per call is kept on the evaluator, which worker threads 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,8 +25,11 @@ from vllm_bisect.probes.load import measure_grid
 from vllm_bisect.probes.vllm_bench import bench_serve
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.childenv import child_env
+from vllm_bisect.runtime.gpustate import observe, process_tree, read_state
 from vllm_bisect.runtime.process import LaunchPlan
-from vllm_bisect.spec import BenchSpec, BisectSpec, LoadSpec, ProbeSpec
+from vllm_bisect.spec import BenchSpec, BisectSpec, LoadSpec, OpsSpec, ProbeSpec
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -75,16 +79,25 @@ class ProbeStep(Protocol):
 class DecodeStep:
     """The decode probe, then more requests on the same server while the policy asks."""
 
-    def __init__(self, probe: ProbeSpec, min_output_tokens: int | None) -> None:
-        self.probe = DecodeProbe(probe, min_output_tokens)
+    def __init__(self, probe: ProbeSpec, min_output_tokens: int | None, ops: OpsSpec) -> None:
+        self.probe = DecodeProbe(probe, min_output_tokens, ops=ops)
 
     def run(self, call: EvalCall, server: ServerHandle, m: Measurement | None) -> Measurement:
+        before = read_state()
         m = self.probe.measure(server)
         while call.more is not None and (k := call.more(m)) > 0:
             if call.cancelled():
                 raise Cancelled("cancelled between samples")
             call.say(f"sampling {k} more requests ({len(m.requests)} so far)")
             m = combine(m, self.probe.measure(server, requests=k, warmup=0))
+        after = read_state()
+        own = process_tree(server.pid) if before or after else set()
+        record, note = observe(before, after, own)
+        if record is not None:  # the GPUs' state around the samples (another tenant?)
+            m = m.model_copy(update={"gpu_state": record, "gpu_contended": note is not None,
+                                     "notes": [*m.notes, note] if note else m.notes})
+            if note:
+                logger.warning("%s: %s", call.commit[:12], note)
         return m
 
 
@@ -93,15 +106,17 @@ class LoadStep:
     ``load_cells``, the first in ``load``) or "mtp_on" (the MTP speed-up's arm with
     speculative decoding: ``mtp_cells``, paired with the plain arm later)."""
 
-    def __init__(self, probe: ProbeSpec, load: LoadSpec, into: str, what: str) -> None:
+    def __init__(self, probe: ProbeSpec, load: LoadSpec, into: str, what: str,
+                 ops: OpsSpec) -> None:
         self.probe = probe
+        self.ops = ops
         self.load = load
         self.into = into
         self.what = what
 
     def run(self, call: EvalCall, server: ServerHandle, m: Measurement | None) -> Measurement:
         call.say(self.what)
-        cells = measure_grid(self.probe, self.load, server)
+        cells = measure_grid(self.probe, self.load, server, ops=self.ops)
         if m is None:  # the load alone (the MTP speed-up's plain server)
             m = Measurement(endpoint="completions", model=server.model, requested_tokens=None,
                             min_output_tokens=None, output_tokens=[], length_ok=True,
@@ -119,8 +134,9 @@ class LoadStep:
 class BenchServeStep:
     """``vllm bench serve`` against the server, with the artifact's vllm and this call's env."""
 
-    def __init__(self, bench: BenchSpec, model: str) -> None:
+    def __init__(self, bench: BenchSpec, model: str, timeout_s: float) -> None:
         self.bench = bench
+        self.timeout_s = timeout_s
         self.model = model
 
     def run(self, call: EvalCall, server: ServerHandle, m: Measurement | None) -> Measurement:
@@ -128,22 +144,22 @@ class BenchServeStep:
         call.say("vllm bench serve")
         return m.model_copy(update={"bench": bench_serve(
             call.vllm, server.url, self.model, self.bench.args, log=call.log("bench"),
-            env=call.bench_env, timeout_s=self.bench.timeout_s)})
+            env=call.bench_env, timeout_s=self.timeout_s)})
 
 
 def server_steps(spec: BisectSpec) -> list[ProbeStep]:
     """The steps on a commit's server, in order."""
     p = spec.probe
-    steps: list[ProbeStep] = [DecodeStep(p, spec.min_output_tokens())]
+    steps: list[ProbeStep] = [DecodeStep(p, spec.min_output_tokens(), spec.ops)]
     if p.load is not None:
         steps.append(LoadStep(p, p.load, "load", f"load: {p.load.requests} requests at "
                                                  f"concurrency {p.load.concurrency}, "
-                                                 f"context {p.load.context}"))
+                                                 f"context {p.load.context}", spec.ops))
     if p.bench is not None and p.bench.kind == "serve":
-        steps.append(BenchServeStep(p.bench, spec.serve.model))
+        steps.append(BenchServeStep(p.bench, spec.serve.model, spec.ops.bench_timeout_s))
     if p.mtp_speedup is not None:
         steps.append(LoadStep(p, p.mtp_speedup, "mtp_on",
-                              "MTP speed-up: the load with speculative decoding"))
+                              "MTP speed-up: the load with speculative decoding", spec.ops))
     return steps
 
 
@@ -151,7 +167,8 @@ def plain_steps(spec: BisectSpec) -> list[ProbeStep]:
     """The MTP speed-up's other arm: the same load on a server without speculation."""
     p = spec.probe
     assert p.mtp_speedup is not None
-    return [LoadStep(p, p.mtp_speedup, "load", "MTP speed-up: the load without speculation")]
+    return [LoadStep(p, p.mtp_speedup, "load", "MTP speed-up: the load without speculation",
+                     spec.ops)]
 
 
 def with_mtp_off(m: Measurement, off: list[LoadResult]) -> Measurement:

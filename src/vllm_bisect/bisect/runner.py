@@ -5,7 +5,6 @@ Used by the CLI (``vllm-bisect run``, ``demo``) and the bot's worker; it prints 
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from pathlib import Path
 
@@ -24,7 +23,8 @@ from vllm_bisect.bisect.session import Session
 from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.prefetch import Prefetcher
 from vllm_bisect.errors import SessionError, disk_full
-from vllm_bisect.report.table import result_json
+from vllm_bisect.report.result import BisectReport
+from vllm_bisect.runtime.gpustate import locked_clocks
 from vllm_bisect.spec import BisectSpec, ExecutorKind, dump_spec
 
 
@@ -73,7 +73,7 @@ def _run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
     rng = commit_range(repo, spec.range.good, spec.range.bad, spec.range.first_parent)
     with Session(session_dir) as session:
         assert session.journal is not None
-        session.journal.set_meta("spec", dump_spec(spec))
+        session.journal.set_meta("spec", spec.model_dump_json())  # exact (None kept)
         session.journal.set_meta("cache_dir", str(cache_dir.absolute()))
         (session_dir / "spec.toml").write_text(dump_spec(spec))
         builder = make_builder(spec, repo, cache_dir, session.logs)
@@ -81,7 +81,7 @@ def _run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
         slots = None if ray else local_slots(spec)
         # prefetch the next commits' artifacts beside one local worker (k workers each fetch
         # their own; Ray workers build on their own nodes)
-        prefetcher = (Prefetcher(builder) if spec.build.prefetch_enabled() and slots is not None
+        prefetcher = (Prefetcher(builder) if spec.prefetch_enabled() and slots is not None
                       and len(slots) == 1 else None)
         evaluator = Evaluator(spec, prefetcher or builder, session.logs, session.journal,
                               session.id, on_phase=events.on_phase)
@@ -90,15 +90,16 @@ def _run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
             executor = make_executor(spec, evaluator, session_dir, cache_dir, session.id,
                                      events, slots)
             try:
-                result = Driver(spec, rng, evaluator, session.journal, cache, events,
-                                prefetcher, executor).run()
+                with locked_clocks(spec.serve.lock_clocks, spec.serve.lock_clocks_mhz):
+                    result = Driver(spec, rng, evaluator, session.journal, cache, events,
+                                    prefetcher, executor).run()
             finally:
                 executor.close()
         finally:
             cache.close()
             if prefetcher is not None:
                 prefetcher.close()
-        (session_dir / "result.json").write_text(json.dumps(result_json(result), indent=2))
+        BisectReport.of(result).write(session_dir / "result.json")
         write_reports(session_dir)
         return result
 

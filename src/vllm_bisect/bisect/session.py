@@ -9,14 +9,14 @@ import os
 import secrets
 import sqlite3
 import time
-import tomllib
 from pathlib import Path
 from typing import IO
 
 from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.errors import FatalError, SessionError
 from vllm_bisect.runtime.process import kill_group
-from vllm_bisect.spec import BisectSpec, parse_spec
+from vllm_bisect.spec import BisectSpec
+from vllm_bisect.spec import stored_spec as load_stored
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def stored_spec(session_dir: Path) -> BisectSpec:
     text = stored_meta(session_dir, "spec")
     if text is None:
         raise FatalError(f"session {session_dir} has no stored spec", hint="pass --spec FILE")
-    return parse_spec(tomllib.loads(text), source=f"{session_dir}/journal.sqlite")
+    return load_stored(text, source=f"{session_dir}/journal.sqlite")  # JSON, or older TOML
 
 
 def new_session_dir(root: Path | None = None) -> Path:

@@ -48,13 +48,58 @@ class Tester:
             self.events.on_testing(info, role, steps)
             want = more or self.policy.sampler(info.sha, role)
             known = None if fresh else self.store.get(info.sha, want)
+            if known is not None and not self.policy.final(known):
+                known = None  # the policy wants more of it (more servers): measured again
             if known is not None:
                 found[info.sha] = known
             elif info.sha not in missing:
                 missing[info.sha] = want
         measured = self.measurer.measure_all(missing)
+        for sha in missing:
+            measured[sha] = self.servers(sha, measured[sha])
         return [self.record(info, role, found.get(info.sha) or measured[info.sha],
                             cached=info.sha in found) for info, role, _ in items]
+
+    def servers(self, commit: str, ev: Evaluation, account: bool = True) -> Evaluation:
+        """A commit's further servers while the policy asks for a fresh one (the two-level
+        test); its evaluation to judge (merged over them), cached."""
+        nxt = self.policy.again(commit, ev)
+        n = 1
+        while nxt is not None:
+            n += 1
+            self.events.on_phase(commit, f"a fresh server (server {n})")
+            ev = self.measurer.measure_all({commit: nxt.more}, account)[commit]
+            nxt = self.policy.again(commit, ev)
+        merged = self.policy.finish(commit, ev)
+        if account and merged is not ev:
+            self.store.put(merged)
+        return merged
+
+    # -- ServerRuns: what a calibrating policy runs ----------------------------------------
+    @property
+    def workers(self) -> int:
+        return self.measurer.workers
+
+    def endpoints(self) -> list[tuple[str, Role]]:
+        return [(info.sha, role) for info, role in self.terms.endpoints(self.rng)]
+
+    def known(self, commit: str) -> Evaluation | None:
+        return self.store.get(commit)
+
+    def fresh(self, commits: Sequence[str], more: MoreSamples | None) -> list[Evaluation]:
+        return self.measurer.fresh_runs(commits, more)
+
+    def testing(self, commit: str, role: Role, steps_left: int) -> None:
+        self.events.on_testing(self._info(commit), role, steps_left)
+
+    def record_as(self, commit: str, role: Role, ev: Evaluation, cached: bool) -> Outcome:
+        if not cached:
+            self.store.put(ev)
+        return self.record(self._info(commit), role, ev, cached)
+
+    def _info(self, commit: str) -> CommitInfo:
+        rng = self.rng
+        return next(c for c in (rng.good, rng.bad, *rng.commits) if c.sha == commit)
 
     def record(self, info: CommitInfo, role: Role, ev: Evaluation, cached: bool) -> Outcome:
         """Judge an evaluation, journal it, and tell the event handler."""

@@ -47,7 +47,13 @@ def verify_culprit(t: Tester, culprit: str) -> Verification:
     def more(m: Measurement) -> int:
         return max(0, need - len(m.requests))
 
-    evs = t.measurer.measure_all({culprit: more, parent.sha: more}, account=False)
+    ends = ((culprit, Role.VERIFY_CULPRIT), (parent.sha, Role.VERIFY_PARENT))
+    evs = t.measurer.measure_all(
+        {sha: (t.policy.sampler(sha, role) if t.policy.multi_server else more)
+         for sha, role in ends}, account=False)
+    # the two-level test: fresh servers until it decides again (one server's requests
+    # cannot outweigh the server level)
+    evs = {sha: t.servers(sha, ev, account=False) for sha, ev in evs.items()}
     co = t.judge_only(info, Role.VERIFY_CULPRIT, evs[culprit])
     po = t.judge_only(parent, Role.VERIFY_PARENT, evs[parent.sha])
     v = Verification(culprit=culprit, parent=parent.sha, samples=need,

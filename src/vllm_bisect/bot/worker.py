@@ -94,13 +94,14 @@ class Worker(threading.Thread):
         events = CommentProgress(self.github, job, self.cfg.progress_interval_s)
         ok = True
         try:
-            result = run_bisect(parse_spec(job.spec, source=f"job {job.id}"), session, cache,
-                                events)
-            head = (f"Bisect job #{job.id} finished." if result.first_bad else
+            run_bisect(parse_spec(job.spec, source=f"job {job.id}"), session, cache, events)
+            report = load(session)  # the one result model, as result.json holds it
+            head = (f"Bisect job #{job.id} finished." if report.result.first_bad else
                     f"Bisect job #{job.id} is inconclusive: untestable commits separate good "
                     "from bad, so no commit is blamed.")
-            body = f"{head}\n\n{markdown(load(session))}"
-            outcome = {"first_bad": result.first_bad, "candidates": result.candidates}
+            body = f"{head}\n\n{markdown(report)}"
+            outcome = {"first_bad": report.result.first_bad,
+                       "candidates": report.result.candidates}
         except NotReproduced as e:
             body = (f"Bisect job #{job.id} is inconclusive: {e.message}. No commit is blamed."
                     + (f"\n\n{e.hint}" if e.hint else ""))

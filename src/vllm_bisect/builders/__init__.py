@@ -13,7 +13,7 @@ from vllm_bisect.builders.checkout import Checkouts
 from vllm_bisect.builders.command import CommandBuilder
 from vllm_bisect.builders.source import SourceBuilder
 from vllm_bisect.builders.url import UrlBuilder
-from vllm_bisect.spec import BisectSpec, BuildKind
+from vllm_bisect.spec import BisectSpec, CommandBuild, ImageBuild, SourceBuild, UrlBuild, WheelBuild
 
 __all__ = ["Artifact", "ArtifactKind", "Builder", "make_builder"]
 
@@ -22,7 +22,7 @@ def artifact_cache(spec: BisectSpec, repo: git.Repo, cache_dir: Path) -> Artifac
     """The artifact cache with the spec's size cap; the range's endpoints are never evicted."""
     from vllm_bisect.builders.cache import parse_size
 
-    limit = parse_size(spec.build.cache_max_size) if spec.build.cache_max_size else None
+    limit = parse_size(spec.ops.cache_max_size) if spec.ops.cache_max_size else None
     cache = ArtifactCache(cache_dir, max_bytes=limit)
     for ref in (spec.range.good, spec.range.bad):
         if ref:  # an unknown ref is reported by the range check, not here
@@ -33,21 +33,20 @@ def artifact_cache(spec: BisectSpec, repo: git.Repo, cache_dir: Path) -> Artifac
 
 def make_builder(spec: BisectSpec, repo: git.Repo, cache_dir: Path, log_dir: Path) -> Builder:
     b = spec.build
-    if b.kind is BuildKind.URL:
-        assert b.url is not None
+    if isinstance(b, UrlBuild):
         return UrlBuilder(b.url)
-    if b.kind is BuildKind.WHEEL:
+    if isinstance(b, WheelBuild):
         from vllm_bisect.builders.wheel import WheelBuilder
 
         return WheelBuilder(b, artifact_cache(spec, repo, cache_dir), log_dir)
     checkouts = Checkouts(repo, cache_dir)
-    if b.kind is BuildKind.IMAGE:
+    if isinstance(b, ImageBuild):
         from vllm_bisect.builders.image import ImageBuilder
 
         return ImageBuilder(b, artifact_cache(spec, repo, cache_dir), log_dir, checkouts=checkouts)
-    if b.kind is BuildKind.COMMAND:
-        assert b.serve is not None
+    if isinstance(b, CommandBuild):
         return CommandBuilder(checkouts, b.setup, b.serve, log_dir, env=dict(spec.serve.env))
+    assert isinstance(b, SourceBuild)
     has_wheel = None
     if b.precompiled:
         from vllm_bisect.builders.wheel_index import has_wheel_fn

@@ -12,20 +12,13 @@ import os
 import shlex
 import threading
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
 from vllm_bisect.runtime.process import LaunchPlan
-from vllm_bisect.spec import ServeSpec
+from vllm_bisect.spec import ArtifactKind, ServeSpec
 
-
-class ArtifactKind(StrEnum):
-    SOURCE = "source"
-    WHEEL = "wheel"
-    IMAGE = "image"
-    COMMAND = "command"
-    URL = "url"
+__all__ = ["Artifact", "ArtifactKind", "Builder"]
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,16 @@ from vllm_bisect.errors import (
     HostFault,
     ToolMissing,
 )
-from vllm_bisect.spec import BuildSpec
+from vllm_bisect.spec import ImageBuild
 
 logger = logging.getLogger(__name__)
 
 
-def render_tags(templates: list[str], commit: str, p: Platform) -> list[str]:
-    values = {"sha": commit, "short_sha": commit[:9], "arch": p.arch, "variant": p.variant,
+def render_tags(templates: list[str], commit: str, p: Platform, variant: str = "auto"
+                ) -> list[str]:
+    """The image references to try for commit ({variant}: the spec's, or the host's on auto)."""
+    values = {"sha": commit, "short_sha": commit[:9], "arch": p.arch,
+              "variant": p.variant if variant == "auto" else variant,
               "arm64_suffix": "-arm64" if p.arch == "aarch64" else ""}
     return [t.format(**values) for t in templates]
 
@@ -66,7 +69,7 @@ def build_commit(env: list[str] | None) -> str | None:
 
 
 class ImageBuilder:
-    def __init__(self, spec: BuildSpec, cache: ArtifactCache, log_dir: Path,
+    def __init__(self, spec: ImageBuild, cache: ArtifactCache, log_dir: Path,
                  checkouts: Checkouts | None = None, platform: Platform | None = None,
                  client: docker.DockerClient | None = None) -> None:
         self.spec = spec
@@ -82,7 +85,7 @@ class ImageBuilder:
 
     def prepare(self, commit: str, cancel: threading.Event | None = None) -> Artifact:
         reasons = []
-        for ref in render_tags(self.spec.tags, commit, self.platform):
+        for ref in render_tags(self.spec.tags, commit, self.platform, self.spec.variant):
             try:
                 image = self._pull(ref, commit, cancel)
             except Cancelled:

@@ -24,7 +24,7 @@ from vllm_bisect.builders.precompiled import BuildMode, SourcePlan, plan_source_
 from vllm_bisect.errors import ArtifactUnavailable, BuildError, ToolMissing
 from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.process import tail
-from vllm_bisect.spec import BuildSpec
+from vllm_bisect.spec import SourceBuild
 
 logger = logging.getLogger(__name__)
 DONE_MARK = ".vllm-bisect-complete"
@@ -60,7 +60,7 @@ HasWheel = Callable[[str], bool]
 
 
 class SourceBuilder:
-    def __init__(self, checkouts: Checkouts, spec: BuildSpec, cache_dir: Path, log_dir: Path,
+    def __init__(self, checkouts: Checkouts, spec: SourceBuild, cache_dir: Path, log_dir: Path,
                  use_uv: bool | None = None, timeout_s: float = 4 * 3600.0,
                  has_wheel: HasWheel | None = None) -> None:
         self.checkouts = checkouts

@@ -35,7 +35,7 @@ from vllm_bisect.envinfo import Platform, detect
 from vllm_bisect.errors import ArtifactUnavailable, BuildError, Cancelled, disk_full
 from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.process import tail
-from vllm_bisect.spec import BuildSpec
+from vllm_bisect.spec import WheelBuild
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 class WheelBuilder:
-    def __init__(self, spec: BuildSpec, cache: ArtifactCache, log_dir: Path,
+    def __init__(self, spec: WheelBuild, cache: ArtifactCache, log_dir: Path,
                  platform: Platform | None = None, client: httpx.Client | None = None) -> None:
         self.spec = spec
         self.cache = cache

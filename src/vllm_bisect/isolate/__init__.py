@@ -5,6 +5,6 @@ package index), which knob (env vars, serve flags) flips the symptom.
 content-addressed scratch commit; ``pins`` and ``pkgindex`` read dependency pins and the
 versions an index offers; ``adapter`` is the one seam to today's evaluator and judge;
 ``culprit`` (files, hunks), ``deps`` and ``knobs`` are the studies; ``journal`` keeps their
-trials; ``runner`` binds them to a session; ``report`` renders their sections; ``commands``
-is their CLI; ``synth`` generates synthetic histories for them.
+trials; ``runner`` binds them to a session; ``report`` renders their sections (their
+commands are :mod:`vllm_bisect.cli.study_cmds`); ``synth`` generates synthetic histories.
 """

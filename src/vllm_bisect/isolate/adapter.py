@@ -54,9 +54,8 @@ def check_judgeable(spec: BisectSpec) -> None:
 
 
 def spec_retries(spec: BisectSpec) -> int:
-    """How often a failed server is retried (serve.retries; ops.retries in the newer layout)."""
-    section = getattr(spec, "ops", None) or spec.serve
-    return int(getattr(section, "retries", 0))
+    """How often a failed server is retried (ops.retries)."""
+    return spec.ops.retries
 
 
 def needs_reference(spec: BisectSpec) -> bool:

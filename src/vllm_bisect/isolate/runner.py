@@ -9,7 +9,6 @@ Each study's result goes into the session's ``result.json`` under its own key (`
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from vllm_bisect.isolate.deps import DependencyStudy
 from vllm_bisect.isolate.journal import StudyJournal
 from vllm_bisect.isolate.knobs import Knob, apply, knob_table
 from vllm_bisect.spec import BisectSpec, parse_spec
+from vllm_bisect.spec import stored_spec as load_stored
 
 OnPhase = Callable[[str, str], None]
 
@@ -57,7 +57,8 @@ def stored_spec(session: Path) -> BisectSpec | None:
         text = j.get_meta("spec")
     finally:
         j.close()
-    return parse_spec(tomllib.loads(text), source=f"{session}/journal.sqlite") if text else None
+    # (JSON as this version stores it, or an earlier version's TOML, migrated)
+    return load_stored(text, source=f"{session}/journal.sqlite") if text else None
 
 
 def _result_doc(session: Path) -> dict[str, Any] | None:

@@ -37,7 +37,7 @@ from vllm_bisect.probes.sse import (
     prompt_tokens as usage_prompt_tokens,
 )
 from vllm_bisect.runtime.base import ServerHandle
-from vllm_bisect.spec import Endpoint, ProbeSpec
+from vllm_bisect.spec import Endpoint, OpsSpec, ProbeSpec
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +69,10 @@ class DecodeProbe:
     """``measure(server) -> Measurement`` over HTTP; no other I/O."""
 
     def __init__(self, spec: ProbeSpec, min_output_tokens: int | None = None,
-                 on_request: Callable[[int, int], None] | None = None) -> None:
+                 on_request: Callable[[int, int], None] | None = None, *,
+                 ops: OpsSpec | None = None) -> None:
         self.spec = spec
+        self.ops = ops or OpsSpec()  # its request timeout and deadline
         self.min_output_tokens = (min_output_tokens if min_output_tokens is not None
                                   else spec.effective_min_tokens())
         self.on_request = on_request
@@ -113,10 +115,10 @@ class DecodeProbe:
         saw_done = False
         max_tokens = body.get("max_tokens")
         bound = max_tokens if isinstance(max_tokens, int) else UNBOUNDED_TOKENS
-        deadline_s = self.spec.deadline_s(max_tokens if isinstance(max_tokens, int) else None)
+        deadline_s = self.ops.deadline_s(max_tokens if isinstance(max_tokens, int) else None)
         t0 = time.perf_counter()
         end = time.monotonic() + deadline_s
-        timeout = httpx.Timeout(30.0, read=min(self.spec.request_timeout_s, deadline_s))
+        timeout = httpx.Timeout(30.0, read=min(self.ops.request_timeout_s, deadline_s))
         fired = threading.Event()
         try:
             with client.stream("POST", url, json=body, timeout=timeout) as r, \
@@ -163,7 +165,7 @@ class DecodeProbe:
             if fired.is_set():
                 raise self._deadline_error(url, deadline_s, chunks) from None
             raise ProbeError(f"request to {url} timed out after {timeout.read:.0f} s",
-                             hint="the server hangs; raise probe.request_timeout_s if it is slow") from None
+                             hint="the server hangs; raise ops.request_timeout_s if it is slow") from None
         except httpx.ConnectError as err:
             raise ProbeError(f"nothing accepts connections at {server.url} ({err})",
                              hint="is the server running, and is the URL (host and port) "
@@ -191,7 +193,7 @@ class DecodeProbe:
         return ProbeError(f"request to {url} did not finish within its {deadline_s:.0f} s "
                           f"deadline ({len(chunks)} chunks received)",
                           hint="the server streams without end or far too slowly; set "
-                               "probe.request_deadline_s (or lower probe.min_tokens_per_s) "
+                               "ops.request_deadline_s (or lower ops.min_tokens_per_s) "
                                "if it is just slow")
 
     @staticmethod
@@ -235,7 +237,8 @@ class DecodeProbe:
         max_tokens = s.max_tokens if s.send_max_tokens else None
         started = time.perf_counter()
         limits = httpx.Limits(max_connections=s.concurrency + 2)
-        with httpx.Client(limits=limits, timeout=httpx.Timeout(30.0, read=s.request_timeout_s)) as client:
+        timeout = httpx.Timeout(30.0, read=self.ops.request_timeout_s)
+        with httpx.Client(limits=limits, timeout=timeout) as client:
             sized = self.sized_prompt(client, server, s.prompt_tokens)
             body = self.request_body(server.model, max_tokens,
                                      sized.text if sized is not None else None)

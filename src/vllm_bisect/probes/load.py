@@ -28,11 +28,11 @@ from vllm_bisect.probes import metrics
 from vllm_bisect.probes.decode import DecodeProbe
 from vllm_bisect.probes.prompt import check_prompt_tokens
 from vllm_bisect.runtime.base import ServerHandle
-from vllm_bisect.spec import LoadSpec, ProbeSpec
+from vllm_bisect.spec import LoadSpec, OpsSpec, ProbeSpec
 
 
 class LoadProbe:
-    def __init__(self, probe: ProbeSpec, load: LoadSpec) -> None:
+    def __init__(self, probe: ProbeSpec, load: LoadSpec, *, ops: OpsSpec | None = None) -> None:
         if len(load.concurrencies) > 1 or len(load.contexts) > 1:
             raise ValueError("LoadProbe measures one cell: use measure_grid for lists")
         self.load = load
@@ -40,12 +40,13 @@ class LoadProbe:
         self.context = load.single_context
         self.decode = DecodeProbe(probe.model_copy(update={
             "max_tokens": load.max_tokens, "send_max_tokens": True, "ignore_eos": True,
-            "concurrency": self.concurrency, "prompt_tokens": self.context}), None)
+            "concurrency": self.concurrency, "prompt_tokens": self.context}), None,
+            ops=ops)
 
     def measure(self, server: ServerHandle) -> LoadResult:
         c, n = self.concurrency, max(self.load.requests, self.concurrency)
         limits = httpx.Limits(max_connections=c + 2)
-        timeout = httpx.Timeout(30.0, read=self.decode.spec.request_timeout_s)
+        timeout = httpx.Timeout(30.0, read=self.decode.ops.request_timeout_s)
         with httpx.Client(limits=limits, timeout=timeout) as http:
             sized = self.decode.sized_prompt(http, server, self.context)
         body = self.decode.request_body(server.model, self.load.max_tokens,
@@ -106,6 +107,8 @@ class LoadProbe:
                           acceptance_per_position=delta.acceptance_per_position if delta else None)
 
 
-def measure_grid(probe: ProbeSpec, load: LoadSpec, server: ServerHandle) -> list[LoadResult]:
+def measure_grid(probe: ProbeSpec, load: LoadSpec, server: ServerHandle, *,
+                 ops: OpsSpec | None = None) -> list[LoadResult]:
     """Every (concurrency, context) cell of ``load`` on one server, concurrency-major."""
-    return [LoadProbe(probe, cell).measure(server) for cell in load.cells()]
+    return [LoadProbe(probe, cell, ops=ops).measure(server)
+            for cell in load.cells()]

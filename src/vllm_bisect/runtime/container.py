@@ -27,7 +27,7 @@ from vllm_bisect.errors import ServeError
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.process import startup_lock, startup_lock_path, wait_healthy
-from vllm_bisect.spec import BuildSpec, ServeSpec
+from vllm_bisect.spec import ImageBuild, ServeSpec
 
 logger = logging.getLogger(__name__)
 SESSION_LABEL = "vllm-bisect.session"
@@ -71,9 +71,10 @@ def _stream_logs(container: Any, log_path: Path) -> None:
 
 @contextlib.contextmanager
 def run_container(client: docker.DockerClient, artifact: Artifact, serve: ServeSpec,
-                  build: BuildSpec, *, port: int, log_path: Path, session_id: str,
-                  timeout_s: float, cancel: threading.Event | None = None
-                  ) -> Iterator[ServerHandle]:
+                  build: ImageBuild, *, port: int, log_path: Path, session_id: str,
+                  timeout_s: float, hf_cache: str | None = None, serialize_startup: bool = True,
+                  cancel: threading.Event | None = None) -> Iterator[ServerHandle]:
+    """Serve the image; ``timeout_s``, ``hf_cache``, ``serialize_startup``: the spec's [ops]."""
     assert artifact.image is not None
     command = [serve.model, "--port", str(port), "--host", "127.0.0.1", *serve.args]
     spec_json = serve.speculative_config_json()
@@ -93,8 +94,8 @@ def run_container(client: docker.DockerClient, artifact: Artifact, serve: ServeS
         kwargs["shm_size"] = build.shm_size
     else:
         kwargs["ipc_mode"] = "host"
-    if build.hf_cache:
-        hf = Path(build.hf_cache).expanduser()
+    if hf_cache:
+        hf = Path(hf_cache).expanduser()
         hf.mkdir(parents=True, exist_ok=True)
         kwargs["volumes"] = {str(hf): {"bind": "/root/.cache/huggingface", "mode": "rw"}}
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -103,7 +104,7 @@ def run_container(client: docker.DockerClient, artifact: Artifact, serve: ServeS
     url = f"http://127.0.0.1:{port}"
     lock_env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, build.gpus))
                 if isinstance(build.gpus, list) else "all"}
-    with startup_lock(startup_lock_path(lock_env) if serve.serialize_startup else None, cancel):
+    with startup_lock(startup_lock_path(lock_env) if serialize_startup else None, cancel):
         try:
             container = client.containers.run(artifact.image, **kwargs)
         except docker.errors.APIError as err:

@@ -123,7 +123,7 @@ def wait_healthy(url: str, exit_code: Callable[[], int | None], timeout_s: float
             if time.monotonic() > deadline:
                 raise ServeError(
                     f"{what} not healthy after {timeout_s:.0f} s",
-                    hint="raise serve.startup_timeout_s if loading is slow; "
+                    hint="raise ops.startup_timeout_s if loading is slow; "
                          f"see the server log: {log_path}",
                     log_tail=tail(log_path))
             time.sleep(min(interval_s * (1 + (time.monotonic() - started) / 5), 1.0))

@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--first-request-delay", type=float, default=0.0)
     s.add_argument("--crash-after-tokens", type=int, default=None)
     s.add_argument("--noise-cv", type=float, default=0.0)
+    s.add_argument("--server-cv", type=float, default=0.0,
+                   help="this server start's own speed level: step time x N(1, CV), drawn "
+                        "once at start-up (server-level noise)")
     s.add_argument("--seed", type=int, default=None)
     s.add_argument("--prompt-seeded-acceptance", action="store_true",
                    help="greedy requests with the same prompt repeat their draft acceptances "
@@ -57,7 +60,8 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         gen_max_new_tokens=a.gen_max_new_tokens, gen_caps_explicit=a.gen_caps_explicit,
         spec_output_cap=a.spec_output_cap, eos_after=a.eos_after, startup_delay_s=a.startup_delay,
         first_request_delay_s=a.first_request_delay, crash_after_tokens=a.crash_after_tokens,
-        noise_cv=a.noise_cv, seed=a.seed, prompt_seeded_acceptance=a.prompt_seeded_acceptance,
+        noise_cv=a.noise_cv, server_cv=a.server_cv, seed=a.seed,
+        prompt_seeded_acceptance=a.prompt_seeded_acceptance,
     )
 
 

@@ -44,6 +44,9 @@ class SimConfig:
     # A numerics bug: greedy output differs from the correct text after this many tokens.
     diverge_after_tokens: int | None = None
     noise_cv: float = 0.0
+    # this server start's own speed level: every step time x N(1, server_cv), drawn once at
+    # start-up (a different process, memory layout, clocks, acceptance path on real GPUs)
+    server_cv: float = 0.0
     seed: int | None = None
     # Real greedy MTP (vLLM 0.25.1, tests/fixtures/vllm-0.25.1-mtp/): whether a draft is
     # accepted depends on the tokens, so the same prompt at temperature 0 gives the same chunk

@@ -66,6 +66,7 @@ class HistoryPlan:
     step_ms: float = 10.0
     acceptance: float = 0.8
     noise_cv: float = 0.0
+    server_cv: float = 0.0             # each server start's own step-time level (CV)
     init_s: float = 0.2
     seed: int = 0
 
@@ -103,7 +104,7 @@ def _files(plan: HistoryPlan, i: int) -> dict[str, str]:
         "vllm/config/engine.py": t.ENGINE_CONFIG.format(
             step_ms=round(plan.step_ms * (plan.slow_factor if slow else 1.0), 3),
             init_s=plan.slow_start_s if i in plan.slow_start else plan.init_s,
-            noise_cv=plan.noise_cv,
+            noise_cv=plan.noise_cv, server_cv=plan.server_cv,
             diverge=40 if plan.wrong_output_at is not None and i >= plan.wrong_output_at
             else None),
         "vllm/spec_decode/__init__.py": "",

@@ -47,6 +47,7 @@ class SimServer:
         self.created = int(time.time())
         self.metrics = EngineMetrics(cfg.model, cfg.spec_k)
         self.rng = random.Random(cfg.seed)
+        self.level = max(0.2, self.rng.gauss(1.0, cfg.server_cv)) if cfg.server_cv > 0 else 1.0
         self.tokens_emitted = 0
         self.requests_seen = 0
         self.dead = False
@@ -147,7 +148,7 @@ class SimServer:
         created = int(time.time())
         model = self.cfg.model
         steps = plan_steps(self.cfg, plan.n_tokens, self._acceptance_rng(body, chat))
-        pace = self.cfg.step_ms / 1000.0
+        pace = self.cfg.step_ms / 1000.0 * self.level
         if self.cfg.noise_cv > 0:
             pace *= max(0.1, self.rng.gauss(1.0, self.cfg.noise_cv))
         t0 = time.monotonic()

@@ -112,6 +112,8 @@ PREFILL_MS = 20.0
 ENGINE_INIT_S = {init_s}
 # Run-to-run variation of the step time (coefficient of variation).
 STEP_NOISE_CV = {noise_cv}
+# Start-to-start variation: each server start's own step-time level (coefficient of variation).
+SERVER_LEVEL_CV = {server_cv}
 # Numerics: greedy output is wrong after this many tokens (None: correct).
 GREEDY_DIVERGES_AFTER = {diverge}
 '''
@@ -191,6 +193,9 @@ def main():
         gen_max_new_tokens=gen.MODEL_MAX_NEW_TOKENS if use_gen else None,
         gen_caps_explicit=gen.MAX_NEW_TOKENS_CAPS_EXPLICIT,
         seed=args.seed,
+        # (only when set: a simulator package from before server_cv still runs the rest)
+        **({"server_cv": server_cv} if (server_cv := getattr(engine, "SERVER_LEVEL_CV", 0.0))
+           else {}),
     )
     run(cfg, args.host, args.port)
 

@@ -15,9 +15,13 @@ evaluation is drawn from its scenario, and it finishes after its cost-model minu
 - a cancelled run frees its worker after 0.2 min of teardown;
 - every duration with +-20% jitter.
 
-Per-request ITL is ``mean * N(1, cv)`` (a normal, not the log-normal the sequential test
-assumes), the mean stepping up by ``effect`` at the culprit. For the length symptom a bad
-commit's server shows the 128-token cap with probability ``cap_q`` (1: always).
+Per-request ITL is ``mean * level * N(1, cv)`` (a normal, not the log-normal the sequential
+tests assume), the mean stepping up by ``effect`` at the culprit. ``level`` is the server
+start's own speed, ``N(1, server_cv)``, drawn once per server start (a different process,
+memory layout, clocks, acceptance path): requests on one server share it. With
+``acceptance`` (K = 3 draft tokens, 80% acceptance, 256 tokens) each request's ITL also
+varies with the tokens accepted in its ~75 engine steps (binomial: about 2.4% CV). For the
+length symptom a bad commit's server shows the 128-token cap with probability ``cap_q`` (1: always).
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ class Scenario:
     crash_rate: float = 0.0    # per server start: it dies before it is healthy
     cap_q: float = 1.0         # length: the chance a bad commit's server shows the cap
     skip_rate: float = 0.0
+    server_cv: float = 0.0     # itl: the server start's own level (coefficient of variation)
+    acceptance: bool = False   # itl: per-request acceptance noise (K = 3, p = 0.8)
 
     def mean_itl(self, i: int) -> float:
         return 10.0 * (self.effect if self.symptom == "itl" and i >= self.culprit else 1.0)
@@ -60,7 +66,7 @@ class Scenario:
 
 def scenario(rnd: random.Random, *, symptom: str = "length", effect: float = 1.3,
              cv: float = 0.0, max_skip: float = 0.2, max_crash: float = 0.0,
-             cap_q: float = 1.0) -> Scenario:
+             cap_q: float = 1.0, server_cv: float = 0.0, acceptance: bool = False) -> Scenario:
     """n 50..1000 commits, a culprit anywhere, skip rate 0..max_skip (the culprit and its
     parent always build: else no tool can name the culprit exactly), crash rate
     0..max_crash per server start."""
@@ -70,7 +76,19 @@ def scenario(rnd: random.Random, *, symptom: str = "length", effect: float = 1.3
     skips = frozenset(i for i in range(n - 1)
                       if i not in (culprit, culprit - 1) and rnd.random() < rate)
     crash = rnd.uniform(0.0, max_crash) if max_crash else 0.0
-    return Scenario(n, culprit, skips, symptom, effect, cv, crash, cap_q, rate)
+    return Scenario(n, culprit, skips, symptom, effect, cv, crash, cap_q, rate, server_cv,
+                    acceptance)
+
+
+K_DRAFT, P_ACCEPT, TOKENS = 3, 0.8, 256
+
+
+def acceptance_factor(rnd: random.Random) -> float:
+    """A request's ITL relative to the mean pace: the tokens its engine steps accepted."""
+    steps = round(TOKENS / (1 + K_DRAFT * P_ACCEPT))
+    trials = K_DRAFT * steps
+    p = min(1.0, max(0.0, rnd.gauss(P_ACCEPT, (P_ACCEPT * (1 - P_ACCEPT) / trials) ** 0.5)))
+    return (1 + K_DRAFT * P_ACCEPT) / (1 + K_DRAFT * p)
 
 
 def measurement(itls: list[float], tokens: int) -> Measurement:
@@ -128,10 +146,15 @@ class VirtualCluster:
         if s.crash_rate and self.rnd.random() < s.crash_rate:
             return cost, Evaluation(commit=commit, status=EvalStatus.FAILED, reason=CRASH)
         mean = s.mean_itl(i)
+        if s.server_cv:  # this server start's own level
+            mean *= max(0.05, self.rnd.gauss(1.0, s.server_cv))
+
+        def one() -> float:
+            x = mean * max(0.05, self.rnd.gauss(1.0, s.cv)) if s.cv else mean
+            return x * acceptance_factor(self.rnd) if s.acceptance else x
 
         def draw(k: int) -> list[float]:
-            return [mean * max(0.05, self.rnd.gauss(1.0, s.cv)) if s.cv else mean
-                    for _ in range(k)]
+            return [one() for _ in range(k)]
 
         bad = i >= s.culprit
         capped = s.symptom == "length" and bad and (s.cap_q >= 1.0 or self.rnd.random() < s.cap_q)

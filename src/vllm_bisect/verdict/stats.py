@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import random
+import math
 import statistics
+import warnings
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -28,20 +30,36 @@ class Effect:
 
 def bootstrap_change(before: list[float], after: list[float], metric: str,
                      resamples: int = 4000, seed: int = 0) -> Effect | None:
-    """Relative change of the mean, after vs before, with a percentile bootstrap CI."""
+    """Relative change of the mean, after vs before, with a 95% BCa bootstrap CI
+    (``scipy.stats.bootstrap``, the two samples resampled independently)."""
     if not before or not after or statistics.fmean(before) == 0:
         return None
     b, a = statistics.fmean(before), statistics.fmean(after)
     change = a / b - 1.0
     lo = hi = None
     if len(before) >= 2 and len(after) >= 2:
-        rnd = random.Random(seed)
-        draws = []
-        for _ in range(resamples):
-            rb = statistics.fmean(rnd.choices(before, k=len(before)))
-            ra = statistics.fmean(rnd.choices(after, k=len(after)))
-            if rb:
-                draws.append(ra / rb - 1.0)
-        draws.sort()
-        lo, hi = draws[int(0.025 * len(draws))], draws[int(0.975 * len(draws)) - 1]
+        lo, hi = _ci(before, after, change, resamples, seed)
     return Effect(metric, b, a, change, lo, hi, len(before), len(after))
+
+
+def _ci(before: list[float], after: list[float], change: float, resamples: int,
+        seed: int) -> tuple[float, float]:
+    if len(set(before)) == 1 and len(set(after)) == 1:
+        return change, change  # no spread: every resample gives the same change
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    def ratio(x: Any, y: Any, axis: int = -1) -> Any:
+        den = np.mean(x, axis=axis)
+        return np.mean(y, axis=axis) / np.where(den == 0, np.nan, den) - 1.0
+
+    for method in ("BCa", "percentile"):  # BCa is undefined when a jackknife degenerates
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = bootstrap((before, after), ratio, n_resamples=resamples, vectorized=True,
+                            method=method, confidence_level=0.95,
+                            rng=np.random.default_rng(seed))
+        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+        if math.isfinite(lo) and math.isfinite(hi):
+            return lo, hi
+    return change, change

@@ -1,23 +1,29 @@
-"""``vllm-bisect isolate|deps|knobs``: the studies' commands (part of the CLI layer: like
-cli_tools.py, this module prints; cli_tools.py registers it)."""
+"""``vllm-bisect isolate|deps|knobs``: the commands of the culprit's studies
+(:mod:`vllm_bisect.isolate`); the studies and the bisect core are imported when they run."""
 
 from __future__ import annotations
 
 import json
 import shlex
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from vllm_bisect.bisect.session import default_cache_dir, new_session_dir
-from vllm_bisect.cli import EXIT_INTERRUPTED, EXIT_NOT_REPRODUCED, _fail, _setup_logging, err, out
-from vllm_bisect.cli import app as _app
+from vllm_bisect.cli.app import (
+    EXIT_INTERRUPTED,
+    EXIT_NOT_REPRODUCED,
+    command,
+    err,
+    out,
+    print_json,
+)
+from vllm_bisect.cli.app import fail as _fail
+from vllm_bisect.cli.app import setup_logging as _setup_logging
 from vllm_bisect.errors import BisectError, FatalError, NotReproduced
-from vllm_bisect.isolate.adapter import Trial
-from vllm_bisect.report.table import STYLE
-from vllm_bisect.spec import load_spec
+
+if TYPE_CHECKING:
+    from vllm_bisect.isolate.adapter import Trial
 
 SessionArg = Annotated[Path, typer.Argument(help="a bisect session directory")]
 CacheOpt = Annotated[Path | None, typer.Option(help="artifact and result cache")]
@@ -25,8 +31,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 
 
 def _on_trial(t: Trial) -> None:
+    from vllm_bisect.report.table import STYLE
+
     how = "built" if t.fresh else "reused"
-    err.print(f"  [{STYLE[t.verdict]}]{t.verdict.value:>4}[/] {t.label[:110]} "
+    err().print(f"  [{STYLE[t.verdict]}]{t.verdict.value:>4}[/] {t.label[:110]} "
               f"[dim]({how}; {t.reason[:80]})[/]")
 
 
@@ -37,7 +45,9 @@ def _quiet_phase(commit: str, phase: str) -> None:
 def _studies(session: Path, cache_dir: Path | None, *, isolate: bool, deps: bool, hunks: bool,
              spec_path: Path | None, culprit: str | None, index_url: str | None,
              verbose: bool) -> dict[str, dict[str, Any]]:
+    from vllm_bisect.bisect.session import default_cache_dir
     from vllm_bisect.isolate.runner import run_studies
+    from vllm_bisect.spec import load_spec
 
     _setup_logging(verbose)
     try:
@@ -46,7 +56,7 @@ def _studies(session: Path, cache_dir: Path | None, *, isolate: bool, deps: bool
                            deps=deps, hunks=hunks, spec=spec, culprit=culprit,
                            index_url=index_url, on_trial=_on_trial, on_phase=_quiet_phase)
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted; every judged subset is journaled.[/] resume with the "
+        err().print("[yellow]interrupted; every judged subset is journaled.[/] resume with the "
                   "same command")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except NotReproduced as e:
@@ -56,45 +66,45 @@ def _studies(session: Path, cache_dir: Path | None, *, isolate: bool, deps: bool
 
 
 def _print_isolate(d: dict[str, Any]) -> None:
-    out.print(f"[bold]culprit[/] {d['culprit'][:12]} changes {len(d['files'])} files; "
+    out().print(f"[bold]culprit[/] {d['culprit'][:12]} changes {len(d['files'])} files; "
               f"smallest reproducing set ({d['file_tests']} builds):")
     for f in d["minimal_files"]:
-        out.print(f"  [red]{f}[/]")
+        out().print(f"  [red]{f}[/]")
     if d["hunk_tests"]:
-        out.print(f"hunks ({len(d['minimal_hunks'])} of {len(d['hunks'])}, "
+        out().print(f"hunks ({len(d['minimal_hunks'])} of {len(d['hunks'])}, "
                   f"{d['hunk_tests']} builds):")
         for h in d["minimal_hunks"]:
-            out.print(f"  [red]{h}[/]")
+            out().print(f"  [red]{h}[/]")
     removes = d["revert_removes"]
-    out.print("reverting exactly that set on the culprit: " + (
+    out().print("reverting exactly that set on the culprit: " + (
         "[green]removes the symptom[/]" if removes else "[red]does NOT remove it[/]"
         if removes is False else f"untested ({d['revert_reason']})"))
-    out.print(f"[dim]{d['tests']} subsets judged, {d['fresh_builds']} built this run[/]")
+    out().print(f"[dim]{d['tests']} subsets judged, {d['fresh_builds']} built this run[/]")
 
 
 def _print_deps(d: dict[str, Any]) -> None:
     if not d["changes"]:
-        out.print("the culprit changes no dependency pins")
+        out().print("the culprit changes no dependency pins")
         return
     for c in d["changes"]:
-        out.print(f"pin: {c}")
-    out.print(f"parent with the culprit's pins: {d['parent_with_new_pins']}")
-    out.print(f"culprit with the parent's pins: {d['culprit_with_old_pins']}")
-    out.print(f"[bold]conclusion: {d['conclusion']}[/]")
+        out().print(f"pin: {c}")
+    out().print(f"parent with the culprit's pins: {d['parent_with_new_pins']}")
+    out().print(f"culprit with the parent's pins: {d['culprit_with_old_pins']}")
+    out().print(f"[bold]conclusion: {d['conclusion']}[/]")
     for p in d["packages"]:
         for t in p["tested"]:
-            out.print(f"  {p['name']}=={t['version']}: {t['verdict']} ({t['reason']})")
+            out().print(f"  {p['name']}=={t['version']}: {t['verdict']} ({t['reason']})")
         if p["first_bad_version"]:
-            out.print(f"[bold red]first bad {p['name']} version: {p['first_bad_version']}[/]"
+            out().print(f"[bold red]first bad {p['name']} version: {p['first_bad_version']}[/]"
                       f" ({p['old']} -> {p['new']})")
         elif p["candidates"]:
-            out.print(f"{p['name']}: first bad among {', '.join(p['candidates'])}")
+            out().print(f"{p['name']}: first bad among {', '.join(p['candidates'])}")
         if p["note"]:
-            out.print(f"{p['name']}: {p['note']}")
-    out.print(f"[dim]{d['fresh_builds']} built this run[/]")
+            out().print(f"{p['name']}: {p['note']}")
+    out().print(f"[dim]{d['fresh_builds']} built this run[/]")
 
 
-@_app.command("isolate")
+@command("isolate")
 def isolate_cmd(
     session: SessionArg,
     culprit: Annotated[str | None, typer.Option(help="commit to isolate (default: the "
@@ -107,21 +117,21 @@ def isolate_cmd(
                                                   "bisect (PEP 503 simple)")] = None,
     cache_dir: CacheOpt = None,
     as_json: JsonOpt = False,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="log what happens")] = False,
 ) -> None:
     """Which files and hunks of the culprit reproduce the symptom (ddmin on its parent), and
     whether reverting exactly them on the culprit removes it; then its dependency pins."""
     res = _studies(session, cache_dir, isolate=True, deps=deps, hunks=hunks,
                    spec_path=spec_path, culprit=culprit, index_url=index_url, verbose=verbose)
     if as_json:
-        out.print_json(json.dumps(res))
+        print_json(json.dumps(res))
         return
     _print_isolate(res["isolate"])
     if "deps" in res and res["deps"]["changes"]:
         _print_deps(res["deps"])
 
 
-@_app.command("deps")
+@command("deps")
 def deps_cmd(
     session: SessionArg,
     culprit: Annotated[str | None, typer.Option(help="commit (default: the session's first "
@@ -133,19 +143,19 @@ def deps_cmd(
                          ] = None,
     cache_dir: CacheOpt = None,
     as_json: JsonOpt = False,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="log what happens")] = False,
 ) -> None:
     """Dependency or vLLM code: swap the culprit's and its parent's pins, then bisect the
     package's versions on the index to the first bad one."""
     res = _studies(session, cache_dir, isolate=False, deps=True, hunks=False,
                    spec_path=spec_path, culprit=culprit, index_url=index_url, verbose=verbose)
     if as_json:
-        out.print_json(json.dumps(res["deps"]))
+        print_json(json.dumps(res["deps"]))
     else:
         _print_deps(res["deps"])
 
 
-@_app.command("knobs")
+@command("knobs")
 def knobs_cmd(
     spec_path: Annotated[Path, typer.Option("--spec", help="bisect spec (TOML)")],
     knob: Annotated[list[str], typer.Option(
@@ -158,12 +168,17 @@ def knobs_cmd(
                                                  "the table to its report)")] = None,
     cache_dir: CacheOpt = None,
     as_json: JsonOpt = False,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="log what happens")] = False,
 ) -> None:
     """Config bisect at a commit: each knob's values one at a time, then ddmin over the
     combination of all of them: which knob flips the symptom."""
+    from rich.table import Table
+
+    from vllm_bisect.bisect.session import default_cache_dir, new_session_dir
     from vllm_bisect.isolate.knobs import parse_knob
     from vllm_bisect.isolate.runner import default_commits, run_knobs
+    from vllm_bisect.report.table import STYLE
+    from vllm_bisect.spec import load_spec
 
     _setup_logging(verbose)
     try:
@@ -173,7 +188,7 @@ def knobs_cmd(
         if not commits:
             raise FatalError("no commit given", hint="pass --commit REF or set range.bad")
         session_dir = session or new_session_dir()
-        err.print(f"[dim]session {session_dir}  (resume: add --session "
+        err().print(f"[dim]session {session_dir}  (resume: add --session "
                   f"{shlex.quote(str(session_dir))})[/]")
         doc = run_knobs(session_dir, cache_dir or default_cache_dir(), spec, commits, knobs,
                         _on_trial, _quiet_phase)
@@ -182,23 +197,22 @@ def knobs_cmd(
     except BisectError as e:
         _fail(e)
     if as_json:
-        out.print_json(json.dumps(doc))
+        print_json(json.dumps(doc))
         return
+    style = {v.value: s for v, s in STYLE.items()}
     for t in doc["tables"]:
         table = Table(title=f"knobs at {t['commit'][:12]} (baseline {t['baseline']}: "
                             f"{t['baseline_verdict']})")
         for col in ("knob", "value", "verdict", "flips", "why"):
             table.add_column(col, overflow="fold")
         for r in t["rows"]:
-            table.add_row(r["knob"], r["value"], f"[{STYLE_BY[r['verdict']]}]{r['verdict']}[/]",
+            table.add_row(r["knob"], r["value"], f"[{style[r['verdict']]}]{r['verdict']}[/]",
                           {True: "[bold]yes[/]", False: "no", None: "untestable"}[r["flips"]],
                           r["reason"][:70])
-        out.print(table)
+        out().print(table)
         if t["minimal"]:
-            out.print("[bold red]flips the symptom:[/] " + ", ".join(t["minimal"]))
+            out().print("[bold red]flips the symptom:[/] " + ", ".join(t["minimal"]))
         else:
-            out.print("no knob flips the symptom")
-    out.print(f"[dim]{doc['fresh_builds']} servers measured this run[/]")
+            out().print("no knob flips the symptom")
+    out().print(f"[dim]{doc['fresh_builds']} servers measured this run[/]")
 
-
-STYLE_BY = {v.value: s for v, s in STYLE.items()}

@@ -1,7 +1,6 @@
 """``vllm-bisect sweep``: the MTP speed-up table over concurrency x context at one commit.
 
-Part of the CLI layer (with cli.py and cli_tools.py, the only modules that print or choose
-exit codes); the work is in :mod:`vllm_bisect.sweep`.
+The work is in :mod:`vllm_bisect.sweep`, imported when the command runs.
 """
 
 from __future__ import annotations
@@ -12,8 +11,9 @@ from typing import Annotated
 
 import typer
 
-from vllm_bisect.bisect.session import default_cache_dir
-from vllm_bisect.cli import EXIT_INTERRUPTED, RichEvents, _fail, _setup_logging, app, err, out
+from vllm_bisect.cli.app import EXIT_INTERRUPTED, command, err, one_commit, out, print_json
+from vllm_bisect.cli.app import fail as _fail
+from vllm_bisect.cli.app import setup_logging as _setup_logging
 from vllm_bisect.errors import BisectError, FatalError
 
 
@@ -30,7 +30,7 @@ def _ints(text: str | None, what: str) -> list[int] | None:
     return vals
 
 
-@app.command("sweep")
+@command("sweep")
 def sweep_cmd(
     spec_path: Annotated[Path, typer.Option("--spec", help="spec TOML (serve.speculative set)")],
     commit: Annotated[str | None, typer.Option(help="commit to measure (default: range.bad)")] = None,
@@ -45,8 +45,7 @@ def sweep_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """MTP on vs off over concurrency x context at one commit (tok/s, change %, acceptance)."""
-    from vllm_bisect.bisect.range import open_repo, resolve
-    from vllm_bisect.builders import make_builder
+    from vllm_bisect.cli.run_cmds import RichEvents
     from vllm_bisect.spec import load_spec
     from vllm_bisect.sweep import run_sweep, sweep_spec, write_report
 
@@ -54,23 +53,16 @@ def sweep_cmd(
     try:
         spec = sweep_spec(load_spec(spec_path), _ints(concurrency, "concurrency"),
                           _ints(context, "context"), requests, max_tokens)
-        repo_ = open_repo(spec.range.repo)
-        ref = commit or spec.range.bad
-        if ref is None:
-            raise FatalError("no commit given", hint="pass --commit or set range.bad")
-        sha = resolve(repo_, ref, "commit").hexsha
-        root = cache_dir or default_cache_dir()
-        logs = root / "sweep-logs"
-        events = RichEvents(err)
-        res = run_sweep(spec, make_builder(spec, repo_, root, logs), sha, logs,
-                        on_phase=events.on_phase)
+        builder, sha, root, logs = one_commit(spec, commit, cache_dir, "sweep-logs")
+        events = RichEvents(err())
+        res = run_sweep(spec, builder, sha, logs, on_phase=events.on_phase)
         md, js = write_report(res, out_dir or root / "sweeps" / sha[:12])
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except BisectError as e:
         _fail(e)
     if as_json:
-        out.print_json(json.dumps(res.to_dict()))
+        print_json(json.dumps(res.to_dict()))
     else:
-        out.print(res.markdown(), markup=False)
-        err.print(f"[dim]wrote {md} and {js}[/]")
+        out().print(res.markdown(), markup=False)
+        err().print(f"[dim]wrote {md} and {js}[/]")

@@ -1,0 +1,280 @@
+"""The driver side of the two-level test (``verdict.strategy = "twolevel"``, auto's choice
+for itl, throughput and mtp-speedup): calibration, and per commit "more requests on this
+server, or a fresh server?".
+
+The statistics are pure (:mod:`vllm_bisect.verdict.twolevel`). A verdict policy
+(:mod:`vllm_bisect.bisect.policy`): :meth:`calibrate` runs the endpoints' servers through
+the Tester (``ServerRuns``); per commit, :meth:`sampler` starts it, :meth:`again` asks for
+a fresh server until the test decides, :meth:`finish` merges its servers (the last server's
+evaluation, with every server's samples under ``environment["two_level_samples"]``), which
+is cached and journaled once decided; :meth:`final` says whether a cached one is decided.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from collections.abc import Callable
+
+from vllm_bisect.bisect.policy import Again, EndpointMeasure, MoreSamples, Role, ServerRuns
+from vllm_bisect.bisect.threshold_policy import ThresholdPolicy
+from vllm_bisect.errors import NotReproduced
+from vllm_bisect.models import Evaluation, Measurement, Outcome, Verdict
+from vllm_bisect.probes.decode import combine
+from vllm_bisect.spec import BisectSpec
+from vllm_bisect.verdict.auto import direction, log_min_change, per_request, samples_of
+from vllm_bisect.verdict.twolevel import (
+    CalStatus,
+    CommitTest,
+    Decision,
+    calibration_step,
+    to_logs,
+)
+
+logger = logging.getLogger(__name__)
+SAMPLES_KEY = "two_level_samples"
+CALIBRATION_SERVERS = 8   # per endpoint, at most
+SAMPLE_CAP = 3            # x verdict.max_samples: a commit's samples over all its servers
+More = Callable[[Measurement], int]
+
+
+def _dist(xs: list[float]) -> str:
+    if not xs:
+        return "(none)"
+    s = sorted(xs)
+    return f"n={len(s)} min {s[0]:.3g} median {statistics.median(s):.3g} max {s[-1]:.3g}"
+
+
+def describe(groups: list[list[float]]) -> str:
+    """Per-server medians and counts, for messages."""
+    return ", ".join(f"{statistics.median(g):.3g} ({len(g)})" for g in groups if g) or "none"
+
+
+class TwoLevelPolicy(ThresholdPolicy):
+    """Calibrated on both endpoints' servers, then per commit "more requests on this
+    server, or a fresh server?" (learning as it goes). Verdicts are old/new already."""
+
+    needs_calibration = True
+    multi_server = True
+
+    def __init__(self, spec: BisectSpec) -> None:
+        super().__init__(spec)
+        self.v = spec.verdict
+        self.symptom = self.v.symptom
+        self.test_: CommitTest | None = None
+        self.reason = ""
+        # commits in progress: servers so far, the last evaluation, the test they sample under
+        self.groups: dict[str, list[list[float]]] = {}
+        self.last: dict[str, Evaluation] = {}
+        self.sampled_by: dict[str, CommitTest] = {}
+        self.kept: dict[str, list[Measurement]] = {}   # earlier servers' measurements
+
+    @property
+    def test(self) -> CommitTest:
+        if self.test_ is None:
+            raise RuntimeError("the two-level test is used before calibration")
+        return self.test_
+
+    # -- samples -------------------------------------------------------------------------
+    def samples(self, ev: Evaluation | None) -> list[float]:
+        return samples_of(ev.measurement if ev is not None else None, self.symptom)
+
+    def groups_of(self, ev: Evaluation) -> list[list[float]]:
+        stored = ev.environment.get(SAMPLES_KEY)
+        if isinstance(stored, list):
+            return [[float(x) for x in g] for g in stored if isinstance(g, list)]
+        s = self.samples(ev)
+        return [s] if s else []
+
+    def _more(self, test: CommitTest, before: list[list[float]]) -> More | None:
+        """The evaluator's "how many more requests on this server?" for a commit's next
+        server (None: one sample per server)."""
+        if not per_request(self.symptom):
+            return None
+        logs = [to_logs(g) for g in before]
+
+        def more(m: Measurement) -> int:
+            now = [*logs, to_logs(samples_of(m, self.symptom))]
+            return 1 if test.decide(now) is Decision.MORE_REQUESTS else 0
+        return more
+
+    def merged(self, ev: Evaluation, groups: list[list[float]],
+               earlier: list[Measurement]) -> Evaluation:
+        """One evaluation for a commit measured on several servers: the last server's, its
+        measurement combined with the ``earlier`` servers' (per-request symptoms), and every
+        server's samples under ``environment["two_level_samples"]``."""
+        env = {**ev.environment, SAMPLES_KEY: [list(g) for g in groups]}
+        m = ev.measurement
+        if per_request(self.symptom) and earlier and m is not None:
+            first = earlier[0]
+            for other in [*earlier[1:], m]:
+                first = combine(first, other)
+            m = first
+        return ev.model_copy(update={"environment": env, "measurement": m})
+
+    # -- calibration ---------------------------------------------------------------------
+    def calibrate(self, endpoints: EndpointMeasure, tests: int,
+                  runs: ServerRuns | None = None) -> None:
+        """Servers of both endpoints (the reference end first) until the two levels of
+        noise are known well enough to decide, or the endpoints do not differ (refused)."""
+        if runs is None:
+            raise RuntimeError("the two-level calibration runs servers: pass the Tester")
+        v, terms = self.v, self.terms
+        tests += 2
+        threshold = math.log(tests / v.alpha)
+        rng_ends = runs.endpoints()
+        roles = dict(rng_ends)  # sha -> role, the reference end first
+        old_sha = next(sha for sha, role in rng_ends if role in _OLD_ROLES)
+        new_sha = next(sha for sha, role in rng_ends if role not in _OLD_ROLES)
+        groups: dict[str, list[list[float]]] = {s: [] for s in roles}
+        last: dict[str, Evaluation] = {}
+        earlier: dict[str, list[Measurement]] = {s: [] for s in roles}
+        fresh: set[str] = set()   # endpoints that needed a server this session
+        for sha, role in roles.items():
+            runs.testing(sha, role, tests)
+            found = runs.known(sha)
+            if found is not None and found.measurement is not None and self.groups_of(found):
+                groups[sha], last[sha] = self.groups_of(found), found
+
+        def run(todo: list[str], k: int, reps: int = 1) -> None:
+            def more(m: Measurement) -> int:
+                return max(0, k - len(samples_of(m, self.symptom)))
+            shas = [sha for sha in todo for _ in range(reps)]
+            evs = runs.fresh(shas, more if per_request(self.symptom) else None)
+            for sha, ev in zip(shas, evs, strict=True):
+                fresh.add(sha)
+                s = self.samples(ev)
+                if ev.measurement is None or not s:
+                    raise NotReproduced(f"the {roles[sha]} could not be tested: "
+                                        f"{ev.reason or 'no samples'}",
+                                        hint="pick endpoints that build and serve")
+                prev = last.get(sha)
+                if prev is not None and prev.measurement is not None:
+                    earlier[sha].append(prev.measurement)
+                groups[sha].append(s)
+                last[sha] = ev
+
+        todo = [sha for sha in roles if not groups[sha]]
+        if todo:
+            run(todo, 2)
+        while True:
+            step = calibration_step(
+                [to_logs(g) for g in groups[old_sha]],
+                [to_logs(g) for g in groups[new_sha]],
+                min_change=log_min_change(v),
+                # a fix search: the new end is the one without the problem
+                direction=direction(self.symptom) * (-1 if terms.fix else 1),
+                threshold=threshold, max_servers=CALIBRATION_SERVERS, server_cost=v.server_cost)
+            logger.info("%s", step.reason)
+            if step.status is not CalStatus.MORE:
+                break
+            # k workers: k / 2 fresh servers per endpoint at once (the wall of one)
+            run(list(roles), step.requests, max(1, runs.workers // 2))
+        self.reason = step.reason
+        if step.status is CalStatus.READY:
+            assert step.model is not None
+            self.test_ = CommitTest(step.model, alpha_total=v.alpha, expected_steps=tests,
+                                    max_samples=SAMPLE_CAP * v.max_samples,  # 120
+                                    max_servers=v.max_servers,
+                                    server_cost=v.server_cost,
+                                    requests_help=per_request(self.symptom))
+        for sha, role in roles.items():
+            ev = self.merged(last[sha], groups[sha], earlier[sha])
+            runs.record_as(sha, role, ev, cached=sha not in fresh)
+        if step.status is CalStatus.REFUSE:
+            g, b = groups[old_sha], groups[new_sha]
+            raise NotReproduced(
+                f"did not reproduce: {step.reason}; good {self.symptom.value} "
+                f"{_dist([x for grp in g for x in grp])} on servers {describe(g)}; bad "
+                f"{_dist([x for grp in b for x in grp])} on servers {describe(b)}",
+                hint="check the range, or lower verdict.itl_factor / throughput_factor "
+                     "(the smallest change that matters)")
+        logger.info("two-level calibration: %s", self.reason)
+
+    # -- one commit ----------------------------------------------------------------------
+    def final(self, evaluation: Evaluation) -> bool:
+        """Is a cached evaluation decided under the current test (else it is measured
+        again)? Unavailable commits and failures are final (a skip)."""
+        if evaluation.measurement is None or self.test_ is None:
+            return True
+        return self.test.final([to_logs(g) for g in self.groups_of(evaluation)])
+
+    def sampler(self, commit: str, role: Role) -> MoreSamples | None:
+        """A commit goes to a server: the test it samples under, and its ``more``."""
+        if self.test_ is None or role.endpoint:
+            return None
+        self.sampled_by[commit] = self.test
+        self.groups[commit] = []
+        self.last.pop(commit, None)
+        self.kept.pop(commit, None)
+        return self._more(self.test, [])
+
+    def again(self, commit: str, evaluation: Evaluation) -> Again | None:
+        """After one server: None when the commit is decided (then :meth:`finish`), else
+        a fresh server with its ``more``."""
+        if commit not in self.groups:
+            return None
+        test = self.sampled_by.get(commit, self.test)
+        groups = self.groups[commit]
+        s = self.samples(evaluation)
+        if evaluation.measurement is None or not s:
+            return None  # a failed server: decide with what there is
+        prev = self.last.get(commit)
+        if prev is not None and prev.measurement is not None:
+            self.kept.setdefault(commit, []).append(prev.measurement)
+        groups.append(s)
+        self.last[commit] = evaluation
+        if test.final([to_logs(g) for g in groups]):
+            return None
+        return Again(self._more(test, groups))
+
+    def finish(self, commit: str, evaluation: Evaluation) -> Evaluation:
+        """The commit's evaluation once decided (merged over its servers)."""
+        groups = self.groups.pop(commit, [])
+        last = self.last.pop(commit, None)
+        kept = self.kept.pop(commit, [])
+        if last is None or not groups:
+            return evaluation
+        return self.merged(last, groups, kept)
+
+    def forget(self, commit: str) -> None:
+        self.groups.pop(commit, None)
+        self.last.pop(commit, None)
+        self.sampled_by.pop(commit, None)
+        self.kept.pop(commit, None)
+
+    # -- verdicts ------------------------------------------------------------------------
+    def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
+        m = evaluation.measurement
+        if m is None:
+            self.forget(evaluation.commit)
+            return super().judge(evaluation, role)
+        if role.endpoint:
+            # an endpoint: old ("good") or new ("bad") by definition, once calibrated
+            return Outcome(commit=evaluation.commit, verdict=Verdict.GOOD
+                           if role in _OLD_ROLES else Verdict.BAD, reason=self.reason,
+                           measurement=m)
+        if self.test_ is None:
+            return super().judge(evaluation, role)
+        test = self.sampled_by.pop(evaluation.commit, None) or self.test
+        groups = self.groups_of(evaluation)
+        logs = [to_logs(g) for g in groups]
+        dec = test.decide(logs)
+        if dec in (Decision.MORE_REQUESTS, Decision.NEW_SERVER):
+            dec = Decision.UNKNOWN  # a failed later server: undecided
+        if role is Role.BISECT:
+            self.test_ = self.test.learn(logs, dec)
+        mg, mb = test.model.means()
+        flat = [x for g in groups for x in g]
+        where = (f"{self.symptom.value} median {statistics.median(flat):.3g} over {len(flat)} "
+                 f"samples on {len(groups)} server(s) [{describe(groups)}] (good "
+                 f"~{math.exp(mg):.3g}, bad ~{math.exp(mb):.3g}; log BF "
+                 f"{test.model.log_bf(logs):+.1f}, decides at +-{test.threshold:.1f})")
+        verdict = {Decision.GOOD: Verdict.GOOD, Decision.BAD: Verdict.BAD}.get(dec, Verdict.SKIP)
+        why = (f"two-level {dec.value}: {where}" if verdict is not Verdict.SKIP
+               else f"undecided: {where}")
+        return Outcome(commit=evaluation.commit, verdict=verdict, reason=why, measurement=m)
+
+
+_OLD_ROLES = frozenset({Role.GOOD_ENDPOINT, Role.PROBLEM_ENDPOINT})

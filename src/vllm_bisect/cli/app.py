@@ -1,0 +1,120 @@
+"""The CLI's application object and what every command shares: consoles, errors, logging.
+
+Only the ``cli`` package prints or picks exit codes. Imports here stay light (typer and
+the error tree): ``vllm-bisect version`` and ``--help`` must not load the bisect core, scipy,
+docker or ray; each command imports what it uses when it runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+from vllm_bisect.errors import BisectError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from vllm_bisect.builders import Builder
+    from vllm_bisect.spec import BisectSpec
+
+EXIT_USER = 2
+EXIT_NOT_REPRODUCED = 3
+EXIT_INTERRUPTED = 130
+
+
+def _plain_flags(params: list[Any]) -> list[Any]:
+    """Show a boolean flag as a flag (``--json``), not as ``--json <bool>``."""
+    for p in params:
+        if getattr(p, "is_flag", False):
+            p.metavar = ""
+    return params
+
+
+class FlagCommand(TyperCommand):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain_flags(super().get_params(ctx))
+
+
+class FlagGroup(TyperGroup):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain_flags(super().get_params(ctx))
+
+
+def typer_app(help: str, **kwargs: Any) -> typer.Typer:
+    return typer.Typer(cls=FlagGroup, help=help, **kwargs)
+
+
+app = typer_app("Find the vLLM commit that broke decode speed or output length.",
+                add_completion=False, no_args_is_help=True)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def command(name: str | None = None, on: typer.Typer = app) -> Callable[[F], F]:
+    """``@command()``: register a command whose flags show as flags."""
+    register: Callable[[F], F] = on.command(name, cls=FlagCommand)
+    return register
+
+
+@functools.cache
+def err() -> Console:
+    """stderr: progress, errors (stdout stays clean for --json)."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 160)
+
+
+@functools.cache
+def out() -> Console:
+    """stdout: results."""
+    from rich.console import Console
+
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def fail(e: BisectError, code: int = EXIT_USER) -> NoReturn:
+    """Print a user-facing error (message, log tail, hint) and exit with ``code``."""
+    err().print(f"[bold red]error:[/] {e.message}")
+    if e.log_tail:
+        err().print("[dim]" + e.log_tail.replace("[", r"\[") + "[/]")
+    if e.hint:
+        err().print(f"[yellow]hint:[/] {e.hint}")
+    raise typer.Exit(code)
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def one_commit(spec: BisectSpec, commit: str | None, cache_dir: Path | None, logs: str
+               ) -> tuple[Builder, str, Path, Path]:
+    """For the one-commit commands (compare, sweep): the spec's builder, the commit (--commit,
+    else range.bad) as a full sha, the cache root and this command's log directory."""
+    from vllm_bisect.bisect.range import open_repo, resolve
+    from vllm_bisect.bisect.session import default_cache_dir
+    from vllm_bisect.builders import make_builder
+    from vllm_bisect.errors import FatalError
+
+    repo = open_repo(spec.range.repo)
+    ref = commit or spec.range.bad
+    if ref is None:
+        raise FatalError("no commit given", hint="pass --commit or set range.bad")
+    sha = resolve(repo, ref, "commit").hexsha
+    root = cache_dir or default_cache_dir()
+    log_dir = root / logs
+    return make_builder(spec, repo, root, log_dir), sha, root, log_dir
+
+
+def print_json(doc: str) -> None:
+    out().print_json(doc)

@@ -1,0 +1,29 @@
+"""The ``vllm-bisect`` entry point: the app with every command registered."""
+
+from __future__ import annotations
+
+import os
+import signal
+from types import FrameType
+
+from vllm_bisect.cli.app import app
+from vllm_bisect.cli.operator_cmds import version  # importing a module registers its commands
+from vllm_bisect.cli.run_cmds import run
+from vllm_bisect.cli.study_cmds import isolate_cmd
+from vllm_bisect.cli.sweep_cmds import sweep_cmd
+
+__all__ = ["app", "isolate_cmd", "main", "run", "sweep_cmd", "version"]
+
+
+def _sigterm(_sig: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _sigterm)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started with SIGINT ignored (`cmd &` from a script, some CI runners): Ctrl-C must
+        # still stop the run and tear its servers down
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    app()

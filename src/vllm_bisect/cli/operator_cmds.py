@@ -1,0 +1,314 @@
+"""Commands around a bisect: ``triage``, ``probe``, ``compare``, ``cache ls|prune``, ``env``,
+``bot serve``, ``version``."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from vllm_bisect import __version__
+from vllm_bisect.cli.app import (
+    EXIT_INTERRUPTED,
+    EXIT_USER,
+    app,
+    command,
+    fail,
+    one_commit,
+    out,
+    print_json,
+    setup_logging,
+    typer_app,
+)
+from vllm_bisect.errors import BisectError, FatalError
+
+
+@command("triage")
+def triage_cmd(
+    report_file: Annotated[Path, typer.Argument(help="the regression report (Markdown)")],
+    repo: Annotated[Path | None, typer.Option(help="vLLM checkout to resolve refs")] = None,
+    write: Annotated[Path | None, typer.Option(help="write the spec here (TOML)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Read a regression report; print the bisect spec it implies and what is still unknown."""
+    from vllm_bisect.bisect.range import open_repo
+    from vllm_bisect.spec import dump_spec
+    from vllm_bisect.triage import resolve_refs, triage, triage_json, validated_spec
+
+    try:
+        text = report_file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        fail(FatalError(f"{report_file} is not UTF-8 text (byte {e.start} is "
+                        f"{e.object[e.start:e.start + 1]!r})",
+                        hint=f"save the report as UTF-8, e.g. `iconv -f latin1 -t utf-8 "
+                             f"{shlex.quote(str(report_file))} > report.md`, and triage that"))
+    except OSError as e:
+        fail(FatalError(f"cannot read {report_file}: {e.strerror}",
+                        hint="pass the path of a Markdown or text file"))
+    t = triage(text)
+    try:
+        if repo is not None:
+            resolve_refs(t, open_repo(repo))
+        repo_path = str(repo) if repo is not None else "."
+        doc = triage_json(t, repo_path)
+        if write is not None:
+            write.write_text(dump_spec(validated_spec(t, repo_path)))
+    except BisectError as e:
+        fail(e)
+    if as_json:
+        print_json(json.dumps(doc, default=str))
+        return
+    from rich.markup import escape
+
+    o = out()
+    search = ("find the fix (old = has the problem, new = fixed)" if t.search.value == "fix"
+              else "regression (old = good, new = bad)")
+    o.print(f"search: {search}", markup=False)
+    o.print(f"{t.old_term}: {t.good_label or t.good or '?'}   {t.new_term}: "
+            f"{t.bad_label or t.bad or '?'}", markup=False)
+    o.print(f"symptoms: {', '.join(t.symptoms) or '?'}   (the spec follows: "
+            f"{doc['spec']['verdict']['symptom']})", markup=False)
+    o.print(f"model: {t.model or t.local_model or '?'}   speculative: "
+            f"{t.speculative or 'none'}   hardware: {t.hardware}", markup=False)
+    if t.serve_args or t.env:
+        o.print(f"serve args: {t.serve_args}   env: {t.env}", markup=False)
+    if t.bench:
+        o.print(f"probe.bench: {t.bench['kind']} {' '.join(t.bench['args'])}", markup=False)
+    for r in t.read:
+        o.print(f"  read {r.what}: {r.value}" + (f" (line {r.line})" if r.line else "")
+                + f": {r.why}", markup=False, highlight=False)
+    for w in t.warnings:
+        o.print(f"[yellow]warning:[/] {escape(w)}")
+    for u in t.unknowns:
+        o.print(f"[red]unknown:[/] {escape(u)}")
+    if doc.get("compare_command"):
+        o.print(f"A/B the env var the report flips: {doc['compare_command']}", markup=False)
+    if write is not None:
+        o.print(f"spec written to {write}")
+
+
+@command()
+def probe(
+    url: Annotated[str, typer.Option(help="base URL of a running vLLM server")],
+    model: Annotated[str, typer.Option(help="served model name")],
+    max_tokens: Annotated[int, typer.Option(help="max_tokens per request")] = 512,
+    no_max_tokens: Annotated[bool, typer.Option(
+        "--no-max-tokens", help="send no max_tokens (rely on server defaults)")] = False,
+    requests: Annotated[int, typer.Option(help="measured requests")] = 3,
+    concurrency: Annotated[int, typer.Option(help="requests in flight")] = 1,
+    endpoint: Annotated[str, typer.Option(help="completions or chat")] = "completions",
+    prompt: Annotated[str | None, typer.Option(help="prompt text")] = None,
+    warmup: Annotated[int, typer.Option(help="uncounted warm-up requests")] = 1,
+    ignore_eos: Annotated[bool, typer.Option(help="send ignore_eos")] = True,
+    timeout: Annotated[float, typer.Option(help="seconds a request may stream")] = 600.0,
+    log: Annotated[Path | None, typer.Option(help="server log to scan for notes")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Probe an already-running server once and print the measurement."""
+    from pydantic import ValidationError
+
+    from vllm_bisect.probes.decode import DecodeProbe
+    from vllm_bisect.runtime.base import ServerHandle
+    from vllm_bisect.spec import OpsSpec, ProbeSpec
+
+    try:
+        fields: dict[str, Any] = dict(max_tokens=max_tokens, send_max_tokens=not no_max_tokens,
+                                      requests=requests, concurrency=concurrency,
+                                      endpoint=endpoint, warmup=warmup, ignore_eos=ignore_eos)
+        if prompt is not None:
+            fields["prompt"] = prompt
+        try:
+            spec = ProbeSpec(**fields)
+        except ValidationError as e:
+            bad = "; ".join(f"--{'-'.join(map(str, x['loc'])).replace('_', '-')}: {x['msg']}"
+                            for x in e.errors())
+            raise FatalError(f"invalid probe option: {bad}") from None
+        handle = ServerHandle(url=url.rstrip("/"), model=model, log_path=log)
+        m = DecodeProbe(spec, ops=OpsSpec(request_timeout_s=timeout)).measure(handle)
+    except BisectError as e:
+        fail(e, EXIT_USER if isinstance(e, FatalError) else 1)
+    if as_json:
+        print_json(m.model_dump_json(exclude={"requests"}))
+        return
+    o = out()
+    o.print(f"output tokens {m.output_tokens} (requested {m.requested_tokens}, "
+            f"length ok: {m.length_ok}, finish {m.finish_reasons})")
+    o.print(f"ITL {_f(m.itl_ms)} ms per token (server-counted tokens); chunk ITL "
+            f"{_f(m.chunk_itl_ms)} ms; {_f(m.tokens_per_chunk)} tokens/chunk; "
+            f"TTFT {_f(m.ttft_ms)} ms; TPOT {_f(m.tpot_ms)} ms")
+    o.print(f"acceptance length {_f(m.acceptance_length)}; server ITL "
+            f"{_f(m.server_itl_ms)} ms/step; tokens from {m.tokens_source.value}")
+    for note in m.notes:
+        o.print(f"[yellow]note:[/] {note}")
+
+
+def _f(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _env_pairs(items: list[str] | None) -> dict[str, str]:
+    pairs = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise FatalError(f"expected KEY=VALUE, got {item!r}")
+        pairs[key] = value
+    return pairs
+
+
+@command("compare")
+def compare_cmd(
+    spec_path: Annotated[Path, typer.Option("--spec", help="bisect spec (TOML)")],
+    commit: Annotated[str | None, typer.Option(help="commit to test (default: range.bad)")] = None,
+    a_env: Annotated[list[str] | None, typer.Option(help="A's extra env KEY=VALUE")] = None,
+    b_env: Annotated[list[str] | None, typer.Option(help="B's extra env KEY=VALUE")] = None,
+    a_arg: Annotated[list[str] | None, typer.Option(help="A's extra serve argument")] = None,
+    b_arg: Annotated[list[str] | None, typer.Option(help="B's extra serve argument")] = None,
+    a_no_speculative: Annotated[bool, typer.Option(
+        "--a-no-speculative", help="A without speculative decoding")] = False,
+    b_no_speculative: Annotated[bool, typer.Option(
+        "--b-no-speculative", help="B without speculative decoding")] = False,
+    pairs: Annotated[int, typer.Option(help="interleaved A/B pairs")] = 10,
+    seed: Annotated[int | None, typer.Option(help="seed of the AB/BA order")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """A/B two serve configs at one commit on the same GPU: paired gain with a 95% CI."""
+    from vllm_bisect.compare import Variant, compare
+    from vllm_bisect.spec import load_spec
+
+    setup_logging(False)
+    try:
+        spec = load_spec(spec_path)
+        builder, sha, _root, logs = one_commit(spec, commit, cache_dir, "compare-logs")
+        a = Variant("a", _env_pairs(a_env), list(a_arg or []), not a_no_speculative)
+        b = Variant("b", _env_pairs(b_env), list(b_arg or []), not b_no_speculative)
+        res = compare(spec, builder, sha, a, b, pairs, logs, seed)
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except BisectError as e:
+        fail(e)
+    if as_json:
+        print_json(json.dumps(res.to_dict()))
+    else:
+        out().print(res.describe())
+
+
+@command()
+def version() -> None:
+    """Print the version."""
+    typer.echo(__version__)  # (plain: no console needed)
+
+
+cache_app = typer_app("Inspect and prune the artifact cache (venvs, wheels, images).")
+app.add_typer(cache_app, name="cache")
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+@command("ls", on=cache_app)
+def cache_ls(
+    cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """List cached artifacts, least recently used first."""
+    from vllm_bisect.bisect.session import default_cache_dir
+    from vllm_bisect.builders.cache import ArtifactCache
+
+    cache = ArtifactCache(cache_dir or default_cache_dir())
+    entries = cache.entries()
+    if as_json:
+        print_json(json.dumps({"total_bytes": sum(e.size for e in entries),
+                               "entries": [e.__dict__ for e in entries]}))
+        return
+    from rich.table import Table
+
+    t = Table(title=f"artifact cache {cache.root}")
+    for col in ("kind", "commit", "size", "last used", "location"):
+        t.add_column(col)
+    for e in entries:
+        t.add_row(e.kind, (e.commit or "-")[:12], _human(e.size),
+                  time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used)), e.location)
+    out().print(t)
+    out().print(f"total {_human(sum(e.size for e in entries))} in {len(entries)} entries")
+
+
+@command("prune", on=cache_app)
+def cache_prune(
+    max_size: Annotated[str, typer.Option(help="keep at most this much, e.g. 200G")] = "200G",
+    keep: Annotated[list[str] | None, typer.Option(help="commits never evicted")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
+) -> None:
+    """Evict least-recently-used artifacts until the cache fits --max-size."""
+    from vllm_bisect.bisect.session import default_cache_dir
+    from vllm_bisect.builders.cache import ArtifactCache, parse_size
+
+    try:
+        limit = parse_size(max_size)
+    except ValueError:
+        fail(FatalError(f"invalid --max-size {max_size!r}", hint="use e.g. 500M, 50G, 1T"))
+    cache = ArtifactCache(cache_dir or default_cache_dir())
+    evicted = cache.prune(limit, keep=keep or [], remove_image=cache.remove_image)
+    for e in evicted:
+        out().print(f"evicted {e.kind} {(e.commit or '-')[:12]} {_human(e.size)} {e.location}")
+    out().print(f"{len(evicted)} evicted; {_human(cache.total_size())} left (limit {max_size})")
+
+
+@command("env")
+def env_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Show the platform (GPUs, sm_XX, CUDA, arch, glibc, docker) and the defaults it implies."""
+    from vllm_bisect.envinfo import detect, relevant_env
+
+    p = detect()
+    doc = p.to_dict()
+    env = relevant_env()
+    doc["env"] = env
+    if as_json:
+        print_json(json.dumps(doc))
+        return
+    o = out()
+    if not p.gpus:
+        o.print("[yellow]no NVIDIA GPU found[/] (nvidia-smi missing or silent): "
+                "wheel variant defaults to cpu")
+    for g in p.gpus:
+        o.print(f"GPU {g.name}: compute capability {g.compute_capability} ({g.sm}"
+                f"{', ' + g.nickname if g.nickname else ''}), driver {g.driver}")
+    o.print(f"CUDA (driver) {p.cuda_version or '-'}; {p.machine}; glibc "
+            f"{doc['glibc'] or '-'}; docker {'yes' if p.docker else 'no'}; "
+            f"nvidia container runtime {'yes' if p.nvidia_container_runtime else 'no'}")
+    o.print(f"defaults: arch {p.arch}, docker platform {p.docker_platform}, wheel variant "
+            f"{p.variant}, TORCH_CUDA_ARCH_LIST {p.torch_cuda_arch_list or '-'}")
+    for k, v in env.items():
+        o.print(f"  {k}={v}")
+
+
+bot_app = typer_app("The GitHub bot that runs bisects on request.")
+app.add_typer(bot_app, name="bot")
+
+
+@command("serve", on=bot_app)
+def bot_serve(
+    config: Annotated[Path, typer.Option(help="bot config (TOML)")],
+) -> None:
+    """Serve the webhook (X-Hub-Signature-256 verified) and run queued bisects."""
+    from vllm_bisect.bot import load_config, serve
+
+    setup_logging(False)
+    try:
+        cfg = load_config(config)
+        cfg.secret()
+        serve(cfg)
+    except BisectError as e:
+        fail(e)

@@ -1,0 +1,327 @@
+"""Commands that bisect: ``run``, ``hook``, ``demo``, ``report``, and their progress lines."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from vllm_bisect.cli.app import (
+    EXIT_INTERRUPTED,
+    EXIT_NOT_REPRODUCED,
+    command,
+    err,
+    fail,
+    out,
+    print_json,
+    setup_logging,
+)
+from vllm_bisect.errors import BisectError, FatalError, NotReproduced, RecoverableError, SpecError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from vllm_bisect.bisect.driver import EventHandler
+    from vllm_bisect.bisect.range import CommitInfo, CommitRange
+    from vllm_bisect.models import Outcome
+
+
+class RichEvents:
+    """Progress lines on stderr (stdout stays clean for --json)."""
+
+    def __init__(self, console: Console, search: str = "regression") -> None:
+        from vllm_bisect.report.table import verdict_labels
+
+        self.c = console
+        self.started = time.monotonic()
+        self.labels = verdict_labels(search)  # a fix search names its old/new terms
+
+    def on_range(self, rng: CommitRange) -> None:
+        from rich.markup import escape
+
+        self.c.print(f"[bold]range[/] {rng.good.sha[:12]}..{rng.bad.sha[:12]}: "
+                     f"{len(rng.commits)} commits")
+        for note in rng.notes:
+            self.c.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+
+    def on_testing(self, commit: CommitInfo, role: str, steps_left: int) -> None:
+        t = time.monotonic() - self.started
+        self.c.print(f"[dim]{t:7.1f}s[/] [cyan]{role}[/] {commit.sha[:12]} "
+                     f"{commit.subject[:70]} [dim](~{steps_left} steps left)[/]")
+
+    def on_phase(self, commit: str, phase: str) -> None:
+        # (parallel workers interleave: name the commit)
+        self.c.print(f"[dim]          {commit[:12] + ': ' if commit else ''}{phase}[/]")
+
+    def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
+        from vllm_bisect.report.table import STYLE
+
+        cached = " [dim](cached)[/]" if outcome.from_cache else ""
+        self.c.print(f"          -> {commit.sha[:12]} [{STYLE[outcome.verdict]}]"
+                     f"{self.labels.get(outcome.verdict.value, outcome.verdict.value)}[/]: "
+                     f"{outcome.reason}{cached}")
+
+
+class QuietPhases:
+    """Another handler's events without the per-phase lines (the demo's short output)."""
+
+    def __init__(self, inner: EventHandler) -> None:
+        self.inner = inner
+
+    def on_range(self, rng: CommitRange) -> None:
+        self.inner.on_range(rng)
+
+    def on_testing(self, commit: CommitInfo, role: str, steps_left: int) -> None:
+        self.inner.on_testing(commit, role, steps_left)
+
+    def on_phase(self, commit: str, phase: str) -> None:
+        pass
+
+    def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
+        self.inner.on_outcome(commit, outcome)
+
+
+def summary(session_dir: Path, console: Console) -> None:
+    """The result table, the culprit (or the candidates), the counts and where it all is:
+    from the session's result.json (the one result model)."""
+    from vllm_bisect.report.result import BisectReport
+    from vllm_bisect.report.table import result_table
+
+    result = BisectReport.read(session_dir / "result.json")
+    console.print(result_table(result))
+    if result.first_bad:
+        if result.search == "fix":
+            console.print("[dim]find-the-fix search: old = has the problem, new = fixed[/]")
+        console.print(f"[bold red]{result.first_new_label}:[/] {result.first_bad} "
+                      f"{result.first_bad_subject or ''}")
+        console.print(f"  https://github.com/vllm-project/vllm/commit/{result.first_bad}")
+    else:
+        console.print("[yellow]no single culprit: only skipped commits separate good from bad."
+                      "[/] candidates:")
+        for c in result.candidates:
+            console.print(f"  {c}")
+    par = (f", {result.rounds} rounds on {result.workers} workers" if result.workers > 1
+           else "")
+    console.print(f"[dim]{len(result.judged())} commits judged, {result.server_starts} server "
+                  f"starts{par}, {result.wall_s:.1f} s[/]")
+    if result.strategy_chosen:
+        console.print(f"[dim]verdict strategy {result.strategy_chosen}: "
+                      f"{result.strategy_reason}[/]")
+    console.print(f"session  {session_dir}")
+    for name in ("report.md", "report.html"):
+        if (session_dir / name).exists():
+            console.print(f"report   {session_dir / name}")
+
+
+def _resources(items: list[str] | None) -> dict[str, float] | None:
+    if not items:
+        return None
+    res = {}
+    for item in items:
+        name, sep, amount = item.partition("=")
+        try:
+            res[name.strip()] = float(amount) if sep else 1.0
+        except ValueError:
+            raise SpecError(f"--ray-resource {item!r}: the amount is not a number",
+                            hint="use NAME=AMOUNT, e.g. --ray-resource arch_aarch64=1") from None
+    return res
+
+
+def _resume_command(session_dir: Path, cache_dir: Path | None) -> str:
+    cmd = f"vllm-bisect run --session {shlex.quote(str(session_dir))}"
+    if cache_dir is not None:
+        cmd += f" --cache-dir {shlex.quote(str(cache_dir))}"
+    return cmd
+
+
+@command()
+def run(
+    spec_path: Annotated[Path | None, typer.Option("--spec", help="bisect spec (TOML)")] = None,
+    good: Annotated[str | None, typer.Option(help="last known good ref")] = None,
+    bad: Annotated[str | None, typer.Option(help="first known bad ref")] = None,
+    repo: Annotated[str | None, typer.Option(help="vLLM checkout (range.repo)")] = None,
+    session: Annotated[Path | None, typer.Option(help="session dir (resumes if it exists)")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
+    symptom: Annotated[str | None, typer.Option(
+        help="verdict.symptom: length|itl|correctness|throughput|mtp-speedup|crash|any")] = None,
+    itl_factor: Annotated[float | None, typer.Option(help="verdict.itl_factor")] = None,
+    workers: Annotated[int | None, typer.Option(
+        help="commits tested at once (parallel.workers; without --gpus: simulator/CPU workers)")
+    ] = None,
+    gpus: Annotated[str | None, typer.Option(
+        help="GPUs to spread probes over: 0,1,2,3 or auto (parallel.gpus)")] = None,
+    gpus_per_probe: Annotated[int | None, typer.Option(
+        help="GPUs per probe, for tensor parallel (parallel.gpus_per_probe)")] = None,
+    executor: Annotated[str | None, typer.Option(help="local or ray (parallel.executor)")] = None,
+    search: Annotated[str | None, typer.Option(
+        help="range.search: regression (good..bad, find the first bad commit) or fix (--good "
+             "has the problem, --bad is fixed; find the first fixed commit)")] = None,
+    ray_address: Annotated[str | None, typer.Option(
+        help="Ray cluster: auto or ray://host:port (parallel.ray_address)")] = None,
+    ray_resource: Annotated[list[str] | None, typer.Option(
+        help="custom Ray resource per probe, NAME=AMOUNT (e.g. arch_aarch64=1); repeatable")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="log what happens")] = False,
+) -> None:
+    """Bisect a range: verify both endpoints, then binary (or, with several workers,
+    multi-way) search to the first bad commit."""
+    from vllm_bisect.bisect.runner import run_bisect
+    from vllm_bisect.bisect.session import (
+        default_cache_dir,
+        new_session_dir,
+        stored_meta,
+        stored_spec,
+    )
+    from vllm_bisect.spec import load_spec
+
+    setup_logging(verbose)
+    session_dir = session or new_session_dir()
+    try:
+        stored = (session_dir / "journal.sqlite").exists()
+        if cache_dir is None and stored:  # a resume uses the cache dir the session started with
+            remembered = stored_meta(session_dir, "cache_dir")
+            cache_dir = Path(remembered) if remembered else None
+        if spec_path is not None:
+            spec = load_spec(spec_path)
+        elif stored:
+            spec = stored_spec(session_dir)
+        else:
+            raise FatalError("no spec given", hint="pass --spec FILE (or --session DIR of an "
+                             "earlier run to resume it)")
+        spec = spec.with_overrides(range={"good": good, "bad": bad, "repo": repo,
+                                          "search": search},
+                                   verdict={"symptom": symptom, "itl_factor": itl_factor},
+                                   parallel={"workers": workers, "gpus": gpus,
+                                             "gpus_per_probe": gpus_per_probe,
+                                             "executor": executor, "ray_address": ray_address,
+                                             "ray_resources": _resources(ray_resource)})
+        err().print(f"[dim]session {session_dir}  (resume: "
+                    f"{_resume_command(session_dir, cache_dir)})[/]")
+        run_bisect(spec, session_dir, cache_dir or default_cache_dir(),
+                   RichEvents(err(), spec.range.search.value))
+    except KeyboardInterrupt:
+        err().print("[yellow]interrupted; nothing recorded is lost.[/] resume with: "
+                    f"{_resume_command(session_dir, cache_dir)}")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except NotReproduced as e:
+        fail(e, EXIT_NOT_REPRODUCED)
+    except BisectError as e:
+        fail(e)
+    if as_json:
+        print_json(_result_doc(session_dir))
+    else:
+        summary(session_dir, out())
+
+
+def _result_doc(session_dir: Path) -> str:
+    """The finished session's result.json (the one result model, as written)."""
+    return (session_dir / "result.json").read_text()
+
+
+class ReportFormat(StrEnum):
+    MD = "md"
+    HTML = "html"
+    JSON = "json"
+
+
+@command()
+def report(
+    session: Annotated[Path, typer.Argument(help="a session directory")],
+    fmt: Annotated[ReportFormat, typer.Option("--format", help="md, html or json")] = ReportFormat.MD,
+) -> None:
+    """Print a finished session's report (Markdown to paste into a GitHub issue, HTML, JSON)."""
+    from vllm_bisect.report.render import html_report, load, markdown
+
+    try:
+        r = load(session)
+    except BisectError as e:
+        fail(e)
+    if fmt is ReportFormat.JSON:
+        print_json(r.result.model_dump_json())
+    else:
+        sys.stdout.write(markdown(r) if fmt is ReportFormat.MD else html_report(r))
+
+
+@command()
+def hook(
+    spec_path: Annotated[Path, typer.Option("--spec", help="bisect spec (TOML)")],
+    cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="log what happens")] = False,
+) -> None:
+    """For `git bisect run`: judge HEAD. Exit 0 good, 1 bad, 125 skip, 128 abort."""
+    from vllm_bisect.bisect.hook import EXIT_FOR, HookExit, run_hook
+    from vllm_bisect.bisect.session import default_cache_dir
+    from vllm_bisect.report.table import STYLE
+    from vllm_bisect.spec import load_spec
+
+    setup_logging(verbose)
+    try:
+        spec = load_spec(spec_path)
+        outcome = run_hook(spec, Path.cwd(), cache_dir or default_cache_dir())
+    except KeyboardInterrupt:
+        raise typer.Exit(HookExit.ABORT) from None
+    except RecoverableError as e:  # should not escape run_hook; never let it look "bad"
+        err().print(f"skip: {e.message}")
+        raise typer.Exit(HookExit.SKIP) from None
+    except BisectError as e:
+        fail(e, HookExit.ABORT)
+    err().print(f"vllm-bisect: {outcome.commit[:12]} [{STYLE[outcome.verdict]}]"
+                f"{outcome.verdict.value}[/]: {outcome.reason}")
+    raise typer.Exit(EXIT_FOR[outcome.verdict])
+
+
+@command()
+def demo(
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    workdir: Annotated[Path | None, typer.Option(
+        help="put the history and session here (default: a new temporary directory)")] = None,
+    workers: Annotated[int, typer.Option(help="commits tested at once (simulator workers)")] = 1,
+) -> None:
+    """Bisect an embedded synthetic vLLM history with a planted 128-token cap (no GPU).
+    The history and the session are kept; the summary says where."""
+    import json
+    import tempfile
+
+    from vllm_bisect.bisect.runner import run_bisect
+    from vllm_bisect.demo import make_demo
+
+    setup_logging(False)
+    started = time.monotonic()
+    root = workdir or Path(tempfile.mkdtemp(prefix="vllm-bisect-demo-"))
+    session_dir = root / "session"
+    try:
+        d = make_demo(root)
+        err().print(f"[bold]demo:[/] synthetic vLLM history at {d.history.path} "
+                    f"({len(d.history.shas) - 1} commits after the good base); planted "
+                    f"128-token cap under MTP at {d.history.planted['length'][:12]}, "
+                    f"{len(d.history.unbuildable)} unbuildable commits")
+        spec = d.spec.with_overrides(parallel={"workers": workers}) if workers > 1 else d.spec
+        result = run_bisect(spec, session_dir, root / "cache",
+                            QuietPhases(RichEvents(err(), spec.range.search.value)))
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except BisectError as e:
+        fail(e, 1)
+    planted = d.history.planted["length"]
+    if as_json:
+        doc = json.loads(_result_doc(session_dir))
+        doc.update(planted=planted, unbuildable=list(d.history.unbuildable),
+                   found_planted=result.first_bad == planted, session=str(session_dir),
+                   demo_wall_s=round(time.monotonic() - started, 2))
+        print_json(json.dumps(doc))
+    else:
+        summary(session_dir, out())
+        ok = result.first_bad == planted
+        out().print(("[green]found the planted regression[/]" if ok
+                     else "[red]did NOT find the planted regression[/]") +
+                    f" in {time.monotonic() - started:.1f} s")
+    err().print(f"[dim]demo kept in {root} (history, session, cache): rm -r "
+                f"{shlex.quote(str(root))} when done[/]")
+    if result.first_bad != planted:
+        raise typer.Exit(1)

@@ -1,0 +1,180 @@
+"""The one result model of a finished bisect: what ``--json`` prints, ``result.json`` holds,
+and report.md, report.html and the bot's comment are rendered from.
+
+Built once from the driver's :class:`~vllm_bisect.bisect.driver.BisectResult`
+(:meth:`BisectReport.of`), written as JSON, read back with :meth:`BisectReport.read`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
+
+from vllm_bisect.errors import SessionError
+from vllm_bisect.models import Measurement, Verdict
+
+if TYPE_CHECKING:
+    from vllm_bisect.bisect.driver import BisectResult
+    from vllm_bisect.models import Verification
+
+RESULT_SCHEMA = 1
+STUDIES = ("isolate", "deps", "knobs")
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class PerRequest(_Doc):
+    """Per-request samples (the effect's bootstrap CI is computed from these)."""
+
+    itl_ms: list[float | None]
+    output_tokens: list[int]
+    text_sha256: list[str | None]
+
+    @classmethod
+    def of(cls, m: Measurement | None) -> PerRequest | None:
+        if m is None:
+            return None
+        return cls(itl_ms=[r.itl_ms for r in m.requests],
+                   output_tokens=[r.output_tokens for r in m.requests],
+                   text_sha256=[r.text_sha256 for r in m.requests])
+
+
+def _lean(m: Measurement | None) -> Measurement | None:
+    """The aggregates only: per-request samples go into ``per_request``."""
+    return None if m is None else m.model_copy(update={"requests": []})
+
+
+class JudgedCommit(_Doc):
+    commit: str
+    index: int | None        # position in the range: 0 the good endpoint, n the bad one
+    subject: str | None
+    verdict: Verdict
+    reason: str
+    from_cache: bool = False
+    artifact: str | None = None
+    environment: dict[str, Any] | None = None
+    measurement: Measurement | None = None
+    per_request: PerRequest | None = None
+
+
+class VerificationDoc(_Doc):
+    """The culprit and its parent re-measured on fresh servers once the search was over."""
+
+    culprit: str
+    parent: str
+    samples: int
+    confirmed: bool
+    culprit_verdict: Verdict
+    culprit_reason: str
+    parent_verdict: Verdict
+    parent_reason: str
+    culprit_per_request: PerRequest | None = None
+    parent_per_request: PerRequest | None = None
+
+    @classmethod
+    def of(cls, v: Verification | None) -> VerificationDoc | None:
+        if v is None:
+            return None
+        return cls(culprit=v.culprit, parent=v.parent, samples=v.samples,
+                   confirmed=v.confirmed, culprit_verdict=v.culprit_verdict,
+                   culprit_reason=v.culprit_reason, parent_verdict=v.parent_verdict,
+                   parent_reason=v.parent_reason,
+                   culprit_per_request=PerRequest.of(v.culprit_measurement),
+                   parent_per_request=PerRequest.of(v.parent_measurement))
+
+
+class BisectReport(_Doc):
+    """A finished bisect. ``probed`` is in the order commits were judged (a commit judged
+    twice appears twice); :meth:`judged` is one row per commit in range order."""
+
+    schema_version: int = RESULT_SCHEMA
+    # search = "fix": old = has the problem, new = fixed, and first_bad is the first fixed
+    # commit (the bisect ran with inverted terms)
+    search: str = "regression"
+    first_new_label: str = "first bad commit"
+    first_bad: str | None
+    first_bad_subject: str | None = None
+    candidates: list[str]
+    good: str
+    bad: str
+    n_commits: int
+    probed: list[JudgedCommit]
+    verification: VerificationDoc | None = None
+    confidence: float | None = None
+    # verdict.strategy = "auto": the strategy it chose for the symptom, and why
+    strategy_chosen: str | None = None
+    strategy_reason: str | None = None
+    server_starts: int = 0
+    rounds: int = 0
+    workers: int = 1
+    wall_s: float = 0.0
+    # the studies of the culprit (vllm_bisect.isolate), each under its own key once run
+    isolate: dict[str, Any] | None = None
+    deps: dict[str, Any] | None = None
+    knobs: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unrun_studies(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A study that has not run has no key (its absence is what offers it)."""
+        data = handler(self)
+        for key in STUDIES:
+            if isinstance(data, dict) and data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+    @classmethod
+    def of(cls, result: BisectResult) -> BisectReport:
+        commits = (result.range.good, *result.range.commits)
+        subjects = {c.sha: c.subject for c in commits}
+        order = {c.sha: i for i, c in enumerate(commits)}
+        probed = []
+        for o in result.probed:
+            ev = result.evaluations.get(o.commit)
+            probed.append(JudgedCommit(
+                commit=o.commit, index=order.get(o.commit), subject=subjects.get(o.commit),
+                verdict=o.verdict, reason=o.reason, from_cache=o.from_cache,
+                artifact=ev.artifact if ev else None, environment=ev.environment if ev else None,
+                measurement=_lean(o.measurement), per_request=PerRequest.of(o.measurement)))
+        return cls(search=result.search,
+                   first_new_label=("first fixed commit" if result.search == "fix"
+                                    else "first bad commit"),
+                   first_bad=result.first_bad,
+                   first_bad_subject=subjects.get(result.first_bad or ""),
+                   candidates=list(result.candidates), good=result.range.good.sha,
+                   bad=result.range.bad.sha, n_commits=len(result.range.commits),
+                   probed=probed, verification=VerificationDoc.of(result.verification),
+                   confidence=result.confidence, strategy_chosen=result.strategy_chosen,
+                   strategy_reason=result.strategy_reason, server_starts=result.server_starts,
+                   rounds=result.rounds, workers=result.workers, wall_s=round(result.wall_s, 3))
+
+    def judged(self) -> list[JudgedCommit]:
+        """One row per judged commit (its first judgement), in range order."""
+        seen: dict[str, JudgedCommit] = {}
+        for p in self.probed:
+            seen.setdefault(p.commit, p)
+        return sorted(seen.values(), key=lambda p: (p.index is None, p.index or 0))
+
+    def culprit(self) -> JudgedCommit | None:
+        return next((p for p in self.judged() if p.commit == self.first_bad), None)
+
+    def write(self, path: Path) -> None:
+        path.write_text(self.model_dump_json(indent=2) + "\n")
+
+    @classmethod
+    def read(cls, path: Path) -> BisectReport:
+        try:
+            return cls.model_validate_json(path.read_bytes())
+        except (OSError, ValidationError) as err:
+            raise SessionError(f"{path} cannot be read: {str(err).splitlines()[0]}",
+                               hint=f"write it again with: vllm-bisect run --session "
+                                    f"{path.parent}") from None

@@ -1,0 +1,264 @@
+"""What a report says, independent of its format: report.md and report.html both render a
+:class:`ReportView` built from the session's :class:`~vllm_bisect.report.result.BisectReport`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vllm_bisect.errors import SessionError
+from vllm_bisect.models import Measurement, Verdict
+from vllm_bisect.report.result import BisectReport, PerRequest
+from vllm_bisect.verdict import symptoms
+
+COMMIT_URL = "https://github.com/vllm-project/vllm/commit/{sha}"
+PR_URL = "https://github.com/vllm-project/vllm/pull/{pr}"
+PR_IN_SUBJECT = re.compile(r"\(#(\d+)\)\s*$")
+COMMIT_COLUMNS = ("#", "commit", "subject", "output tokens", "ITL ms/token", "chunk ITL ms",
+                  "tokens/chunk", "acceptance", "verdict")
+
+
+@dataclass(frozen=True)
+class SessionReport:
+    session: Path
+    result: BisectReport
+    spec_text: str
+
+
+def load(session: Path) -> SessionReport:
+    res = session / "result.json"
+    if not session.is_dir():
+        raise SessionError(f"{session} is not a directory",
+                           hint="pass the session directory `vllm-bisect run` printed "
+                                "('session DIR')")
+    if not res.exists():
+        if not (session / "journal.sqlite").exists():
+            raise SessionError(f"{session} is not a vllm-bisect session directory (it has "
+                               "no journal.sqlite)",
+                               hint="pass the session directory `vllm-bisect run` printed "
+                                    "('session DIR'); by default it is under "
+                                    "./vllm-bisect-sessions/")
+        raise SessionError(f"{session} has no result.json (the bisect has not finished)",
+                           hint=f"finish it with: vllm-bisect run --session {session}")
+    spec = session / "spec.toml"
+    return SessionReport(session, BisectReport.read(res),
+                         spec.read_text() if spec.exists() else "")
+
+
+def pr_number(subject: str | None) -> str | None:
+    m = PR_IN_SUBJECT.search(subject or "")
+    return m.group(1) if m else None
+
+
+def fmt(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def tokens(m: Measurement | None) -> str:
+    outs = m.output_tokens if m else []
+    return "-" if not outs else (str(min(outs)) if min(outs) == max(outs)
+                                 else f"{min(outs)}..{max(outs)}")
+
+
+@dataclass(frozen=True)
+class CommitRow:
+    index: str
+    sha: str
+    subject: str
+    cells: tuple[str, ...]   # output tokens .. acceptance
+    verdict: str
+    is_culprit: bool
+
+
+@dataclass(frozen=True)
+class SymptomView:
+    caption: str
+    columns: tuple[str, ...]
+    rows: list[tuple[str, ...]]     # index, then yes/no/- per symptom
+    flips: list[tuple[str, str]]    # (symptom, where it flips)
+    conclusion: str
+    follow_ups: list[tuple[str, str]]   # (symptom, the command that follows it)
+
+
+@dataclass(frozen=True)
+class ReportView:
+    first_bad: str | None
+    first_label: str         # "First bad commit", or "First fixed commit" (a fix search)
+    search_note: str | None  # a fix search says what its terms mean
+    subject: str
+    pr: str | None
+    subject_plain: str       # without the trailing "(#PR)" (linked separately)
+    candidates: list[str]
+    effects: list[str]
+    verification: str | None
+    verified: bool
+    strategy: str | None     # the verdict strategy auto chose, and why
+    summary: str
+    rows: list[CommitRow]
+    symptoms: SymptomView | None
+    skips: list[tuple[str, str]]
+    environment: dict[str, Any] | None
+    reproduce: str
+    artifact: str | None
+    spec_text: str
+    studies: list[str]       # the culprit's studies (isolate, deps, knobs), Markdown lines
+
+
+def view(r: SessionReport) -> ReportView:
+    res = r.result
+    judged = res.judged()
+    rows = [CommitRow(str(p.index if p.index is not None else "?"), p.commit,
+                      p.subject or "", _cells(p.measurement), p.verdict.value,
+                      p.commit == res.first_bad) for p in judged]
+    culprit = res.culprit()
+    from vllm_bisect.isolate.report import section_lines
+
+    fix = res.search == "fix"
+    return ReportView(
+        first_bad=res.first_bad, subject=res.first_bad_subject or "",
+        first_label="First fixed commit" if fix else "First bad commit",
+        search_note="Find-the-fix search: old = has the problem, new = fixed." if fix else None,
+        pr=pr_number(res.first_bad_subject), candidates=list(res.candidates),
+        subject_plain=PR_IN_SUBJECT.sub("", res.first_bad_subject or "").rstrip(),
+        effects=effects(r), verification=verification_text(res),
+        verified=bool(res.verification and res.verification.confirmed),
+        strategy=(f"{res.strategy_chosen} ({res.strategy_reason or ''})"
+                  if res.strategy_chosen else None),
+        summary=(f"Range {res.good[:12]} (good) .. {res.bad[:12]} (bad), {res.n_commits} "
+                 f"commits; {len(judged)} judged, {res.server_starts} server starts, "
+                 f"{res.wall_s:.0f} s."),
+        rows=rows, symptoms=symptom_view(r),
+        skips=[(p.commit, p.reason) for p in judged if p.verdict is Verdict.SKIP],
+        environment=next((p.environment for p in judged if p.environment), None),
+        reproduce=f"vllm-bisect run --spec spec.toml --good {res.good[:12]} --bad {res.bad[:12]}",
+        artifact=culprit.artifact if culprit else None, spec_text=r.spec_text.strip(),
+        studies=section_lines(res.model_dump(mode="json"), r.spec_text))
+
+
+def _cells(m: Measurement | None) -> tuple[str, ...]:
+    if m is None:
+        return (tokens(m), "-", "-", "-", "-")
+    return (tokens(m), fmt(m.itl_ms), fmt(m.chunk_itl_ms), fmt(m.tokens_per_chunk),
+            fmt(m.acceptance_length))
+
+
+def _spec_values(r: SessionReport) -> tuple[str, int | None, float | None]:
+    """The followed symptom, the minimum output tokens and itl_factor of the session's spec."""
+    import tomllib
+
+    from vllm_bisect.errors import BisectError
+    from vllm_bisect.spec import parse_spec
+
+    try:
+        spec = parse_spec(tomllib.loads(r.spec_text)) if r.spec_text else parse_spec({})
+    except (tomllib.TOMLDecodeError, BisectError):
+        spec = parse_spec({})
+    return spec.verdict.symptom.value, spec.min_output_tokens(), spec.verdict.itl_factor
+
+
+def symptom_view(r: SessionReport) -> SymptomView | None:
+    """Every symptom per judged commit, where each flips, and the follow-up bisects."""
+    followed, min_tokens, factor = _spec_values(r)
+    probed = [p.model_dump(mode="json") for p in r.result.judged()]
+    rows = symptoms.table(probed, r.result.good, min_tokens, factor)
+    fl = symptoms.flips(rows)
+    if not fl:
+        return None
+    mark = {True: "yes", False: "no", None: "-"}
+    flips = []
+    for f in fl:
+        where = (f"at commit #{f.first_with}" if f.exact else
+                 f"between #{f.last_without} and #{f.first_with}" if f.last_without is not None
+                 else f"at or before #{f.first_with}")
+        flips.append((f.symptom, where))
+    covered = {"any": {"length", "itl"}}.get(followed, {followed})
+    follow = []
+    for f in fl:
+        if f.symptom in ("length", "itl", "correctness") and f.symptom not in covered:
+            extra = " --itl-factor 1.5" if f.symptom == "itl" and not factor else ""
+            follow.append((f.symptom,
+                           f"vllm-bisect run --spec spec.toml --symptom {f.symptom}{extra}"))
+    return SymptomView(
+        caption=("Symptoms at each judged commit (length: output below the minimum; itl: "
+                 f"per-token ITL above {factor or 1.5}x the good endpoint's; acceptance: "
+                 "acceptance length more than 10% lower; crash: the server or the probe "
+                 "failed)"),
+        columns=("#", *symptoms.SYMPTOMS),
+        rows=[(str(i), *(mark[row[s]] for s in symptoms.SYMPTOMS))
+              for i, row in sorted(rows.items())],
+        flips=flips,
+        conclusion=("the symptoms flip at the same commit (one root cause is likely)"
+                    if symptoms.same_root(fl) else
+                    "the symptoms flip at different commits: separate causes"),
+        follow_ups=follow)
+
+
+def effects(r: SessionReport) -> list[str]:
+    """Culprit vs its last good parent, per metric, with 95% bootstrap CIs: from the
+    verification's fresh samples when the culprit was re-measured, else from the search's."""
+    from vllm_bisect.verdict.stats import bootstrap_change
+
+    res = r.result
+    culprit = res.culprit()
+    if culprit is None:
+        return []
+    v = res.verification
+    before: PerRequest | None
+    after: PerRequest | None
+    if v and v.culprit_per_request and v.parent_per_request:
+        before, after = v.parent_per_request, v.culprit_per_request
+        source = f"re-measured with {v.samples} requests each"
+    else:
+        if culprit.index is None:
+            return []
+        parents = [p for p in res.judged() if p.index is not None and p.index < culprit.index
+                   and p.verdict is Verdict.GOOD]
+        if not parents:
+            return []
+        before = max(parents, key=lambda p: p.index or 0).per_request
+        after = culprit.per_request
+        source = "samples taken during the search"
+    if before is None or after is None:
+        return []
+    out = []
+    for name, unit, b, a in (("ITL", " ms/token", before.itl_ms, after.itl_ms),
+                             ("output tokens", "", before.output_tokens, after.output_tokens)):
+        e = bootstrap_change([float(x) for x in b if x is not None],
+                             [float(x) for x in a if x is not None], name)
+        if e is not None and abs(e.change) >= 0.05:
+            out.append(f"{e.describe(unit)}; {source}")
+    return out
+
+
+def verification_text(res: BisectReport) -> str | None:
+    v = res.verification
+    if v is None:
+        return None
+    if v.confirmed:
+        return (f"Verified: re-measured on fresh servers ({v.samples} requests each), the "
+                f"culprit again judged bad ({v.culprit_reason}) and its parent "
+                f"{v.parent[:12]} good ({v.parent_reason}).")
+    return (f"Not verified: re-measured with {v.samples} requests each, the culprit judged "
+            f"{v.culprit_verdict.value} ({v.culprit_reason}) and its parent {v.parent[:12]} "
+            f"{v.parent_verdict.value} ({v.parent_reason}). The symptom may be flaky: rerun "
+            "with more samples (verdict.strategy = \"sequential\").")
+
+
+def series(r: SessionReport, key: str) -> list[tuple[int, float | None, str, bool]]:
+    """(commit index, value, verdict, is culprit) per judged commit, for a plot."""
+    pts = []
+    for p in r.result.judged():
+        m = p.measurement
+        v: float | None
+        if m is None:
+            v = None
+        elif key == "output_tokens":
+            v = float(min(m.output_tokens)) if m.output_tokens else None
+        elif key == "tok_s":
+            v = 1000.0 / m.itl_ms if m.itl_ms else None
+        else:
+            v = m.itl_ms
+        pts.append((p.index or 0, v, p.verdict.value, p.commit == r.result.first_bad))
+    return pts

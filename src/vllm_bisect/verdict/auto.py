@@ -1,0 +1,93 @@
+"""``verdict.strategy = "auto"``: which verdict strategy a symptom gets, and why (pure).
+
+- a cap or a correctness change (deterministic at both endpoints) -> ``threshold``; when
+  the bad endpoint's run does not show it, the Driver goes on under ``bayes`` (it may show in
+  some runs only);
+- a crash (it shows in some runs only) -> ``bayes``;
+- ITL, throughput, MTP speed-up (continuous, noisy at two levels: the server start and the
+  request) -> ``twolevel``, with ``itl_factor`` / ``throughput_factor`` as the smallest change
+  that matters (``1 + min_effect`` when none is written);
+- ``any`` (length or ITL against written thresholds) -> ``threshold``.
+
+Also what the two-level test samples from a measurement: per-request ITL (more requests on
+one server help), or one output tok/s (or MTP speed-up ratio) per server.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from vllm_bisect.models import Measurement
+from vllm_bisect.spec import Symptom, VerdictSpec
+from vllm_bisect.verdict.judge import throughput_of
+
+
+class Strategy(StrEnum):
+    THRESHOLD = "threshold"
+    SEQUENTIAL = "sequential"
+    BAYES = "bayes"
+    TWOLEVEL = "twolevel"
+
+
+@dataclass(frozen=True)
+class Choice:
+    strategy: Strategy
+    reason: str
+
+
+def choose_strategy(v: VerdictSpec) -> Choice:
+    """The strategy a verdict spec runs with (``auto`` resolved), and the reason."""
+    if v.strategy != "auto":
+        return Choice(Strategy(v.strategy), f'verdict.strategy = "{v.strategy}" was written')
+    s = v.symptom
+    if s in (Symptom.LENGTH, Symptom.CORRECTNESS):
+        return Choice(Strategy.THRESHOLD, f"auto: the {s.value} symptom is deterministic at both "
+                      "endpoints (one run per commit tells)")
+    if s is Symptom.CRASH:
+        return Choice(Strategy.BAYES, "auto: a crash shows in some runs only (runs are repeated "
+                      "where they tell most)")
+    if s in (Symptom.ITL, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP):
+        return Choice(Strategy.TWOLEVEL, f"auto: {s.value} is a noisy measurement (a server level "
+                      f"plus per-request noise): the two-level sequential test, smallest change "
+                      f"that matters {smallest_change(v):.3g}x")
+    return Choice(Strategy.THRESHOLD, 'auto: symptom "any" judges length and ITL against the '
+                  "written thresholds")
+
+
+def smallest_change(v: VerdictSpec) -> float:
+    """The smallest slowdown (a factor > 1) that matters."""
+    if v.symptom is Symptom.ITL and v.itl_factor is not None:
+        return v.itl_factor
+    if v.symptom is Symptom.THROUGHPUT and v.throughput_factor is not None:
+        return v.throughput_factor
+    return 1.0 + v.min_effect
+
+
+def direction(symptom: Symptom) -> int:
+    """+1: bad is larger (ITL); -1: bad is smaller (tok/s, speed-up)."""
+    return 1 if symptom is Symptom.ITL else -1
+
+
+def per_request(symptom: Symptom) -> bool:
+    """Do more requests on one server add samples (ITL), or is it one per server?"""
+    return symptom is Symptom.ITL
+
+
+def samples_of(m: Measurement | None, symptom: Symptom) -> list[float]:
+    """The two-level test's samples in one server's measurement (natural scale)."""
+    if m is None:
+        return []
+    if symptom is Symptom.ITL:
+        return [float(r.itl_ms) for r in m.requests if r.itl_ms]
+    if symptom is Symptom.THROUGHPUT:
+        tok_s, _ = throughput_of(m)
+        return [tok_s] if tok_s else []
+    if symptom is Symptom.MTP_SPEEDUP:
+        return [m.mtp_speedup] if m.mtp_speedup else []
+    return []
+
+
+def log_min_change(v: VerdictSpec) -> float:
+    return math.log(smallest_change(v))

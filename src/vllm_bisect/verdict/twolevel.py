@@ -1,0 +1,321 @@
+"""Two-level noise: a server level plus per-request noise (pure statistics).
+
+On the log scale (log ITL, log tok/s) request j on server s of a commit measures
+
+    y_sj = mu + b_s + e_sj,   b_s ~ N(0, tau^2) (this server start's level),
+                              e_sj ~ N(0, sigma^2) (this request's noise).
+
+Requests on one server shrink sigma^2 / n_s but never tau^2: only fresh servers do. A
+commit is "like good" (mu = mu_good) or "like bad" (mu = mu_bad).
+
+Both variance components are unknown. They live on a grid (sigma x tau, tau = 0 included,
+log-uniform priors up to ``SIGMA_MAX`` / ``TAU_MAX``); their posterior comes from every
+server's samples seen so far (the endpoints, then the judged commits on their side): the
+within-server spread gives sigma, the spread of server means around their side's mean gives
+tau (the side means are integrated out, flat priors). A commit's evidence is the Bayes factor
+bad : good of its server means, each side's mean known to within its posterior variance
+(a multivariate normal per grid point, mixed over the posterior): few servers behind an
+estimate temper the evidence instead of making the test overconfident, and one server
+start whose level happens to sit between the endpoints cannot decide alone when tau is
+large.
+
+The decision per commit (:meth:`CommitTest.decide`): BAD / GOOD once |log BF| reaches
+log(expected_steps / alpha) (a union bound over the whole bisect, as the one-level test),
+else MORE_REQUESTS while one more request on the current server adds more information per
+cost than a fresh server (a server start costs ``server_cost`` requests), else NEW_SERVER;
+UNKNOWN (a skip) at the sample or server cap. With a 7x effect and 2% noise one request on
+one server is decisive.
+
+Calibration (:func:`calibration_step`): at least two servers per endpoint, more while the
+endpoints are not precise enough for the error budget; one server each suffices only when
+a single request already decides at the prior's largest server-level spread. It refuses
+(with both distributions) when the endpoints do not separate by the smallest change that
+matters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from functools import cached_property
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import special
+
+SIGMA_MAX = 0.5      # per-request CV up to ~50%
+TAU_MAX = 0.3        # server-level CV up to ~30%
+_SIGMAS = np.geomspace(0.002, SIGMA_MAX, 26)
+_TAUS = np.concatenate(([0.0], np.geomspace(0.002, TAU_MAX, 20)))
+_S2 = (np.repeat(_SIGMAS, len(_TAUS)) ** 2)
+_T2 = (np.tile(_TAUS, len(_SIGMAS)) ** 2)
+_PRIOR = np.full(_S2.shape, -math.log(_S2.size))
+
+LONE_SAMPLE = 1.5    # a single sample decides only at this multiple of the threshold
+Group = tuple[float, ...]     # one server's samples, log scale
+Arr = NDArray[np.float64]
+
+
+class Decision(StrEnum):
+    GOOD = "good"
+    BAD = "bad"
+    MORE_REQUESTS = "more-requests"
+    NEW_SERVER = "new-server"
+    UNKNOWN = "unknown"
+
+
+def to_logs(xs: Sequence[float]) -> Group:
+    return tuple(math.log(max(float(x), 1e-12)) for x in xs)
+
+
+def _within(groups: Sequence[Group]) -> Arr:
+    """log-likelihood of the within-server deviations per grid point (any sigma)."""
+    ss = sum(sum((y - sum(g) / len(g)) ** 2 for y in g) for g in groups if g)
+    df = sum(len(g) - 1 for g in groups if g)
+    out: Arr = -0.5 * df * np.log(_S2) - ss / (2 * _S2)
+    return out
+
+
+def _side(groups: Sequence[Group]) -> tuple[Arr, Arr, Arr]:
+    """(log-likelihood of the server means with the side's mean integrated out, the side
+    mean's posterior location, its posterior variance) per grid point."""
+    gs = [g for g in groups if g]
+    means = np.array([sum(g) / len(g) for g in gs])
+    ns = np.array([len(g) for g in gs], dtype=float)
+    v = _T2[:, None] + _S2[:, None] / ns[None, :]
+    w = 1.0 / v
+    sw = w.sum(axis=1)
+    m = (w * means[None, :]).sum(axis=1) / sw
+    ll = (-0.5 * np.log(v).sum(axis=1) - 0.5 * np.log(sw)
+          - 0.5 * (w * (means[None, :] - m[:, None]) ** 2).sum(axis=1))
+    return ll, m, 1.0 / sw
+
+
+def _predictive(groups: Sequence[Group], m: Arr, p: Arr) -> Arr:
+    """log density (per grid point) of a commit's server means under N(m 1, D + p J)."""
+    gs = [g for g in groups if g]
+    means = np.array([sum(g) / len(g) for g in gs])
+    ns = np.array([len(g) for g in gs], dtype=float)
+    v = _T2[:, None] + _S2[:, None] / ns[None, :]
+    w = 1.0 / v
+    z = means[None, :] - m[:, None]
+    sw = w.sum(axis=1)
+    szw = (z * w).sum(axis=1)
+    q = (z * z * w).sum(axis=1) - p * szw ** 2 / (1.0 + p * sw)
+    out: Arr = -0.5 * np.log(v).sum(axis=1) - 0.5 * np.log1p(p * sw) - 0.5 * q
+    return out
+
+
+def _lse(x: Arr) -> float:
+    """log(sum(exp(x))) (numpy: scipy's logsumexp costs ~100x more on 546 points)."""
+    m = float(x.max())
+    return m + math.log(float(np.exp(x - m).sum()))
+
+
+@dataclass(frozen=True)
+class TwoLevel:
+    """The fitted model: the endpoints' (and judged commits') servers on each side."""
+
+    good: tuple[Group, ...]
+    bad: tuple[Group, ...]
+
+    def __post_init__(self) -> None:
+        if not any(self.good) or not any(self.bad):
+            raise ValueError("the two-level model needs at least one sample on each side")
+
+    @cached_property
+    def _fit(self) -> tuple[Arr, Arr, Arr, Arr, Arr]:
+        llg, mg, pg = _side(self.good)
+        llb, mb, pb = _side(self.bad)
+        lw = _PRIOR + _within(self.good + self.bad) + llg + llb
+        lw = lw - _lse(lw)
+        return lw, mg, pg, mb, pb
+
+    @property
+    def servers(self) -> tuple[int, int]:
+        return sum(1 for g in self.good if g), sum(1 for g in self.bad if g)
+
+    @cached_property
+    def _components(self) -> tuple[float, float]:
+        w = np.exp(self._fit[0])
+        return float((w * _S2).sum()), float((w * _T2).sum())
+
+    def components(self) -> tuple[float, float]:
+        """Posterior mean (sigma^2, tau^2): per-request and server-level variance."""
+        return self._components
+
+    def means(self) -> tuple[float, float]:
+        """Posterior mean of the good and the bad side's mean (log scale)."""
+        lw, mg, _, mb, _ = self._fit
+        w = np.exp(lw)
+        return float((w * mg).sum()), float((w * mb).sum())
+
+    def prob_effect_above(self, t: float, direction: int = 1) -> float:
+        """P(direction * (mu_bad - mu_good) > t) under the posterior."""
+        lw, mg, pg, mb, pb = self._fit
+        z = (direction * (mb - mg) - t) / np.sqrt(pg + pb)
+        return float((np.exp(lw) * special.ndtr(z)).sum())
+
+    def log_bf(self, groups: Sequence[Group]) -> float:
+        """log p(commit's servers | like bad) - log p(... | like good)."""
+        gs = [g for g in groups if g]
+        if not gs:
+            return 0.0
+        lw, mg, pg, mb, pb = self._fit
+        base = lw + _within(gs)
+        return _lse(base + _predictive(gs, mb, pb)) - _lse(base + _predictive(gs, mg, pg))
+
+    def ceiling(self, quantile: float = 0.1) -> float:
+        """The evidence a commit measured on ever more servers could reach at most (the
+        side means are only known to within their posterior variance): d^2 / (2 p_side)
+        for the less precise side, at its lower ``quantile`` over the posterior (few
+        servers behind the fit: it may be much smaller than at the posterior mean)."""
+        lw, mg, pg, mb, pb = self._fit
+        c = (mb - mg) ** 2 / (2 * np.maximum(pg, pb))
+        order = np.argsort(c)
+        cum = np.cumsum(np.exp(lw[order]))
+        return float(c[order][min(int(np.searchsorted(cum, quantile)), c.size - 1)])
+
+    def single_request_evidence(self) -> float:
+        """How clearly one request on one fresh server decides, for a commit whose request
+        lands on either side's mean: the smaller |log BF| of the two."""
+        g, b = self.means()
+        return min(self.log_bf([(b,)]), -self.log_bf([(g,)]))
+
+    def learn(self, groups: Sequence[Group], bad: bool) -> TwoLevel:
+        """The model with a judged commit's servers added to the side it was judged on."""
+        gs = tuple(g for g in groups if g)
+        return TwoLevel(self.good, self.bad + gs) if bad else TwoLevel(self.good + gs, self.bad)
+
+
+def request_gain(s2: float, t2: float, n: int) -> float:
+    """Information (1 / variance of the server mean) one more request adds to a server that
+    has n requests."""
+    if n <= 0:
+        return 1.0 / (t2 + s2)
+    return 1.0 / (t2 + s2 / (n + 1)) - 1.0 / (t2 + s2 / n)
+
+
+def more_requests_pay(s2: float, t2: float, n: int, server_cost: float) -> bool:
+    """One more request on this server (cost 1) vs a fresh server with one request (cost
+    server_cost + 1): which adds more information per cost?"""
+    return request_gain(s2, t2, n) >= (1.0 / (t2 + s2)) / (server_cost + 1.0)
+
+
+def requests_per_server(s2: float, t2: float, server_cost: float, cap: int) -> int:
+    """Requests on one server before a fresh server pays more (1..cap)."""
+    n = 1
+    while n < cap and more_requests_pay(s2, t2, n, server_cost):
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class CommitTest:
+    """The per-commit sequential decision under a fitted model."""
+
+    model: TwoLevel
+    alpha_total: float = 0.01
+    expected_steps: int = 10
+    max_samples: int = 120
+    max_servers: int = 12
+    server_cost: float = 3.0
+    max_per_server: int = 8
+    requests_help: bool = True   # False: one sample per server (tok/s): never MORE_REQUESTS
+
+    @property
+    def threshold(self) -> float:
+        return math.log(self.expected_steps / self.alpha_total)
+
+    def decide(self, groups: Sequence[Group]) -> Decision:
+        gs = [g for g in groups if g]
+        if not gs:
+            return Decision.NEW_SERVER
+        score = self.model.log_bf(gs)
+        # one sample decides only far past the threshold: a normal model's evidence grows
+        # with the square of a single outlier's distance (a heavier tail than modelled, a
+        # server level at its extreme), a second sample costs one request
+        need = self.threshold * (LONE_SAMPLE if sum(len(g) for g in gs) == 1 else 1.0)
+        if score >= need:
+            return Decision.BAD
+        if score <= -need:
+            return Decision.GOOD
+        if sum(len(g) for g in gs) >= self.max_samples:
+            return Decision.UNKNOWN
+        if not self.requests_help:
+            return Decision.UNKNOWN if len(gs) >= self.max_servers else Decision.NEW_SERVER
+        s2, t2 = self.model.components()
+        n = len(gs[-1])
+        pays = more_requests_pay(s2, t2, n, self.server_cost)
+        if len(gs) >= self.max_servers:  # no fresh servers left: requests only while they pay
+            return Decision.MORE_REQUESTS if pays else Decision.UNKNOWN
+        if n < self.max_per_server and pays:
+            return Decision.MORE_REQUESTS
+        return Decision.NEW_SERVER
+
+    def final(self, groups: Sequence[Group]) -> bool:
+        """Is this a decision (GOOD, BAD or UNKNOWN), not a request for more?"""
+        return self.decide(groups) in (Decision.GOOD, Decision.BAD, Decision.UNKNOWN)
+
+    def learn(self, groups: Sequence[Group], decision: Decision) -> CommitTest:
+        if decision not in (Decision.GOOD, Decision.BAD):
+            return self
+        return replace(self, model=self.model.learn(groups, decision is Decision.BAD))
+
+
+class CalStatus(StrEnum):
+    READY = "ready"
+    REFUSE = "refuse"
+    MORE = "more"
+
+
+@dataclass(frozen=True)
+class CalStep:
+    status: CalStatus
+    reason: str
+    model: TwoLevel | None = None
+    requests: int = 0   # MORE: requests on each endpoint's next (fresh) server
+
+
+def calibration_step(good: Sequence[Group], bad: Sequence[Group], *, min_change: float,
+                     direction: int = 1, threshold: float = math.log(1000),
+                     p_wrong: float = 0.01, max_servers: int = 8, server_cost: float = 3.0,
+                     max_requests: int = 8, precision: float = 3.0,
+                     min_servers: int = 2) -> CalStep:
+    """What calibration does next, given each endpoint's servers so far (log samples).
+
+    ``min_change``: the smallest change that matters, log scale (log itl_factor);
+    ``direction``: +1 when bad is larger (ITL), -1 when bad is smaller (tok/s).
+    READY: the endpoints separate in the right direction (P(wrong direction) <= p_wrong),
+    the estimated change is at least ``min_change`` and the model is precise enough (a
+    commit can reach 3x the decision threshold, or one request already decides). REFUSE:
+    the change is clearly below ``min_change``, or ``max_servers`` per endpoint did not
+    settle it. MORE: a fresh server per endpoint with ``requests`` requests.
+    """
+    model = TwoLevel(tuple(good), tuple(bad))
+    k = min(model.servers)
+    mg, mb = model.means()
+    change = direction * (mb - mg)
+    s2, t2 = model.components()
+    p_dir = 1.0 - model.prob_effect_above(0.0, direction)
+    p_matters = model.prob_effect_above(min_change, direction)
+    what = (f"change {math.expm1(change):+.1%} (smallest that matters "
+            f"{math.expm1(min_change):+.1%}), per-request CV ~{math.sqrt(s2):.1%}, server-level "
+            f"CV ~{math.sqrt(t2):.1%}, {model.servers[0]} + {model.servers[1]} servers")
+    separated = p_dir <= p_wrong and change >= min_change
+    if separated and model.single_request_evidence() >= threshold:
+        return CalStep(CalStatus.READY, f"one request decides: {what}", model)
+    if k >= min_servers and separated and model.ceiling() >= precision * threshold:
+        return CalStep(CalStatus.READY, f"endpoints separate: {what}", model)
+    if k >= min_servers and p_matters < p_wrong:
+        return CalStep(CalStatus.REFUSE, "the endpoints do not separate by the smallest change "
+                       f"that matters (P = {p_matters:.3g}): {what}", model)
+    if k >= max_servers and separated:  # imprecise: commits will need more servers
+        return CalStep(CalStatus.READY, f"endpoints separate (imprecisely): {what}", model)
+    if k >= max_servers:
+        return CalStep(CalStatus.REFUSE, f"undecided after {k} servers per endpoint "
+                       f"(P(no change or the wrong direction) = {p_dir:.3g}): {what}", model)
+    n = requests_per_server(s2, t2, server_cost, max_requests)
+    return CalStep(CalStatus.MORE, f"calibrating: {what}", model, max(2, n))

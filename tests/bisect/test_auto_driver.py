@@ -1,0 +1,38 @@
+"""verdict.strategy = "auto" through the real driver: a cap that shows in some runs only."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.bisect.test_driver import run_driver
+from tests.helpers import history, make_spec
+from vllm_bisect.sim.history import sim_path
+
+# the k-th server start of a commit uses the k-th seed; with cap_probability 0.5 the
+# simulator caps a server's first request when Random(seed).random() < 0.5: seeds 2, 5, 6,
+# 10, 15 do not cap, 1, 3, 4, 7, 8 do. Every commit's first start does not.
+SEEDS = "2 1 5 3 6 4 10 7 15 8"
+
+
+def seeded_serve(tmp: Path) -> str:
+    marks = tmp / "starts"
+    marks.mkdir()
+    return (f"n=$(cat {marks}/{{commit}} 2>/dev/null || echo 0); "
+            f"echo $((n + 1)) > {marks}/{{commit}}; set -- {SEEDS}; shift $((n % 10)); "
+            f"PYTHONPATH=. VLLM_BISECT_SIM_PATH={sim_path()} exec {sys.executable} "
+            "-m vllm.entrypoints.cli.main serve {model} --port {port} --seed $1 "
+            """--speculative-config '{{"method": "mtp", "num_speculative_tokens": 3}}'""")
+
+
+def test_auto_goes_bayes_when_the_bad_endpoint_shows_the_cap_in_some_runs_only(
+        tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=4, cap_at=3, cap_probability=0.5)
+    spec = make_spec(h, build={"kind": "command", "serve": seeded_serve(tmp_path)},
+                     verdict={"symptom": "length", "verify_samples": 0, "confidence": 0.9})
+    assert spec.verdict.strategy == "auto"
+    r = run_driver(spec, tmp_path)
+    assert r.strategy_chosen == "bayes" and "some runs only" in r.strategy_reason
+    assert r.first_bad == h.planted["length"]
+    bad_runs = [o for o in r.probed if o.commit == h.bad]
+    assert len(bad_runs) >= 4 and bad_runs[0].verdict.value == "good"  # the first run missed

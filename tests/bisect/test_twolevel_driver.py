@@ -1,0 +1,48 @@
+"""The default spec on a noisy ITL regression through the real driver, servers and probe: a
+history whose every server start has its own speed level (the simulator's server_cv)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.bisect.test_driver import run_driver
+from tests.helpers import history, make_spec
+from vllm_bisect.bisect.twolevel_policy import SAMPLES_KEY
+from vllm_bisect.errors import NotReproduced
+from vllm_bisect.models import Verdict
+
+
+def test_default_spec_finds_a_slowdown_under_server_level_noise(tmp_path: Path) -> None:
+    # per-request noise 5%, server level 5% per start; the culprit makes steps 2x slower.
+    # No strategy written: auto picks the two-level test.
+    h = history(tmp_path, n_commits=6, slow_at=4, slow_factor=2.0, step_ms=4.0, noise_cv=0.05,
+                server_cv=0.05)
+    spec = make_spec(h, verdict={"symptom": "itl", "itl_factor": 1.3},
+                     probe={"max_tokens": 48, "warmup": 0})
+    assert spec.verdict.strategy == "auto"
+    r = run_driver(spec, tmp_path)
+    assert r.first_bad == h.planted["itl"]
+    # verified on fresh servers by the same test: culprit bad, parent good
+    assert r.verification is not None and r.verification.confirmed
+    assert r.strategy_chosen == "twolevel" and "two-level" in r.strategy_reason
+    good = next(o for o in r.probed if o.commit == h.good)
+    bad = next(o for o in r.probed if o.commit == h.bad)
+    assert good.verdict is Verdict.GOOD and bad.verdict is Verdict.BAD
+    for sha in (h.good, h.bad):  # every endpoint server's samples are kept
+        servers = r.evaluations[sha].environment[SAMPLES_KEY]
+        assert isinstance(servers, list) and len(servers) >= 1
+    steps = [o for o in r.probed if o.commit not in (h.good, h.bad)]
+    assert steps and all(o.verdict is not Verdict.SKIP for o in steps)
+    assert all(o.reason.startswith("two-level") for o in steps)
+
+
+def test_default_spec_refuses_below_the_smallest_change_that_matters(tmp_path: Path) -> None:
+    # a 1.05x change where 1.5x is the smallest that matters: refused, both distributions shown
+    h = history(tmp_path, n_commits=3, slow_at=2, slow_factor=1.05, step_ms=4.0, noise_cv=0.02)
+    spec = make_spec(h, verdict={"symptom": "itl", "itl_factor": 1.5, "verify_samples": 0},
+                     probe={"max_tokens": 48, "warmup": 0})
+    with pytest.raises(NotReproduced, match="smallest change that matters") as e:
+        run_driver(spec, tmp_path)
+    assert "good itl" in e.value.message and "bad n=" in e.value.message

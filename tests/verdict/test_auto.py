@@ -1,0 +1,88 @@
+"""verdict.strategy = "auto": which strategy each symptom gets, and what the two-level test
+samples."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_bisect.errors import SpecError
+from vllm_bisect.models import LoadResult, Measurement, RequestResult, TokensSource
+from vllm_bisect.spec import Symptom, VerdictSpec, parse_spec
+from vllm_bisect.verdict.auto import (
+    Strategy,
+    choose_strategy,
+    direction,
+    per_request,
+    samples_of,
+    smallest_change,
+)
+
+URL = {"build": {"kind": "url", "url": "http://127.0.0.1:1"}}
+
+
+@pytest.mark.parametrize("symptom,want", [
+    ("length", Strategy.THRESHOLD), ("correctness", Strategy.THRESHOLD),
+    ("crash", Strategy.BAYES), ("itl", Strategy.TWOLEVEL), ("throughput", Strategy.TWOLEVEL),
+    ("mtp-speedup", Strategy.TWOLEVEL), ("any", Strategy.THRESHOLD)])
+def test_auto_picks_by_symptom(symptom: str, want: Strategy) -> None:
+    c = choose_strategy(VerdictSpec(symptom=Symptom(symptom)))
+    assert c.strategy is want and c.reason.startswith("auto:")
+
+
+def test_a_written_strategy_is_kept() -> None:
+    c = choose_strategy(VerdictSpec(symptom=Symptom.ITL, strategy="sequential"))
+    assert c.strategy is Strategy.SEQUENTIAL and "was written" in c.reason
+
+
+def test_smallest_change_and_direction() -> None:
+    assert smallest_change(VerdictSpec(symptom=Symptom.ITL, itl_factor=1.15)) == 1.15
+    assert smallest_change(VerdictSpec(symptom=Symptom.THROUGHPUT, throughput_factor=1.2)) == 1.2
+    assert smallest_change(VerdictSpec(symptom=Symptom.ITL, min_effect=0.05)) == 1.05
+    assert direction(Symptom.ITL) == 1 and direction(Symptom.THROUGHPUT) == -1
+    assert per_request(Symptom.ITL) and not per_request(Symptom.MTP_SPEEDUP)
+
+
+def test_default_spec_is_auto_and_starts_with_one_request() -> None:
+    s = parse_spec({**URL, "verdict": {"symptom": "itl"}})
+    assert s.verdict.strategy == "auto" and s.probe.requests == 1
+    kept = parse_spec({**URL, "probe": {"requests": 4}, "verdict": {"symptom": "itl"}})
+    assert kept.probe.requests == 4
+    assert parse_spec({**URL, "verdict": {"symptom": "length"}}).probe.requests == 3
+    # stable through a dump and a re-parse (the measurement key)
+    again = s.with_overrides(verdict={"alpha": 0.02})
+    assert again.probe.requests == 1
+
+
+def test_twolevel_needs_a_continuous_symptom() -> None:
+    with pytest.raises(SpecError, match="twolevel"):
+        parse_spec({**URL, "verdict": {"symptom": "length", "strategy": "twolevel"}})
+
+
+def test_lock_clocks_changes_the_measurement_key_only_when_on() -> None:
+    a = parse_spec(URL)
+    b = parse_spec({**URL, "serve": {"lock_clocks": True}})
+    assert a.measurement_key("x") != b.measurement_key("x")
+    assert a.measurement_key("x") == parse_spec({**URL, "serve": {"lock_clocks": False,
+                                                                    "lock_clocks_mhz": 1500}}
+                                                ).measurement_key("x")
+
+
+def _m(itls: list[float], tok_s: float | None = None, speedup: float | None = None
+       ) -> Measurement:
+    reqs = [RequestResult(output_tokens=10, finish_reason="length", ttft_ms=1.0, latency_ms=1.0,
+                          itl_ms=x, chunk_itl_ms=x, tpot_ms=x, n_chunks=10,
+                          tokens_per_chunk=1.0, tokens_source=TokensSource.USAGE) for x in itls]
+    load = (LoadResult(concurrency=4, requests=8, errors=0, duration_s=1.0, output_tokens=100,
+                       output_tok_s=tok_s, tpot_ms=1.0) if tok_s else None)
+    return Measurement(endpoint="completions", model="m", requested_tokens=10,
+                       min_output_tokens=10, output_tokens=[10] * len(itls), length_ok=True,
+                       itl_ms=None, chunk_itl_ms=None, tokens_per_chunk=None, ttft_ms=None,
+                       tpot_ms=None, finish_reasons=[], tokens_source=TokensSource.USAGE,
+                       requests=reqs, load=load, mtp_speedup=speedup)
+
+
+def test_samples_per_symptom() -> None:
+    assert samples_of(_m([2.0, 3.0]), Symptom.ITL) == [2.0, 3.0]
+    assert samples_of(_m([2.0], tok_s=410.0), Symptom.THROUGHPUT) == [410.0]
+    assert samples_of(_m([], speedup=1.7), Symptom.MTP_SPEEDUP) == [1.7]
+    assert samples_of(None, Symptom.ITL) == []
