@@ -58,7 +58,7 @@ def test_parallel_workers_find_the_first_fixed_commit(tmp_path: Path) -> None:
 
     h = history(tmp_path, n_commits=12, slow_at=0, fixed_at=8, slow_factor=5.0, step_ms=2.0)
     spec = make_spec(h, range={"search": "fix"}, parallel={"workers": 3},
-                     serve={"serialize_startup": False},
+                     ops={"serialize_startup": False},
                      verdict={"symptom": "itl", "itl_factor": 2.0})
     r = bisect(spec, tmp_path)
     assert r.search == "fix" and r.workers == 3 and r.first_bad == h.planted["fix"]

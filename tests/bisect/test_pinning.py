@@ -39,7 +39,7 @@ def test_one_gpu_pins_every_server(tmp_path: Path, monkeypatch: pytest.MonkeyPat
                                    caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("VLLM_BISECT_LOCK_DIR", str(tmp_path / "locks"))
     h = history(tmp_path, n_commits=6, cap_at=4)
-    spec = spec_for(h, sim_serve(ECHO), parallel={"gpus": "3"}, build={"prefetch": True})
+    spec = spec_for(h, sim_serve(ECHO), parallel={"gpus": "3"}, ops={"prefetch": True})
     with caplog.at_level(logging.INFO, logger="vllm_bisect.builders.prefetch"):
         r = run_bisect(spec, tmp_path / "session", tmp_path / "cache", NullEvents())
     assert r.first_bad == h.planted["length"] and r.workers == 1
