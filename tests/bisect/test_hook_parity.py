@@ -104,7 +104,8 @@ def test_a_server_that_dies_is_bad_under_the_crash_symptom(tmp_path: Path) -> No
     crashing.write_text("\n".join(h.shas[4:]) + "\n")  # from commit 4 on the server dies
     die = (f"if grep -q {{commit}} {crashing}; then "
            "echo 'RuntimeError: CUDA error: an illegal memory access' >&2; exit 3; fi; ")
-    spec = spec_for(h, sim_serve(die), verdict={"symptom": "crash"})
+    # (threshold written: auto would choose bayes for a crash, which the hook refuses)
+    spec = spec_for(h, sim_serve(die), verdict={"symptom": "crash", "strategy": "threshold"})
     hook, log = hook_first_bad(h, spec, tmp_path)
     assert hook == run_first_bad(spec, tmp_path) == h.shas[4]
     assert "skip" not in log.replace("# skip", "")  # a crash is bad, not a skip
@@ -119,3 +120,15 @@ def test_bayes_is_refused_at_once(tmp_path: Path) -> None:
     assert r.returncode == 128
     assert "bayes" in r.stderr and "Traceback" not in r.stderr
     assert not (h.path / ".git" / "vllm-bisect-hook").exists()  # refused before any work
+
+
+def test_auto_resolving_to_bayes_is_refused_and_says_so(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=2)
+    spec = write_spec(tmp_path / "spec.toml", spec_for(h, sim_serve(),
+                                                       verdict={"symptom": "crash"}))
+    r = subprocess.run([*HOOK, "--spec", str(spec)], cwd=h.path, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 128
+    assert "'auto' (resolved to 'bayes'" in " ".join(r.stderr.split())
+    assert "Traceback" not in r.stderr
+    assert not (h.path / ".git" / "vllm-bisect-hook").exists()

@@ -56,6 +56,8 @@ class MultisectionSearch:
             info = t.rng.commits[idx]
             more = t.policy.sampler(info.sha, Role.BISECT)
             found = t.store.get(info.sha, more)
+            if found is not None and not t.policy.final(found):
+                found = None  # the policy wants more of it (more servers): measured again
             if found is not None and speculative:
                 t.policy.forget(info.sha)
                 continue
