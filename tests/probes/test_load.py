@@ -34,7 +34,7 @@ def test_throughput_symptom_finds_the_slow_commit(tmp_path: Path) -> None:
     spec = make_spec(h, probe={"max_tokens": 32, "load": {"concurrency": 4, "requests": 8,
                                                          "max_tokens": 48}},
                      verdict={"symptom": "throughput", "throughput_factor": 1.5,
-                              "verify_samples": 0})
+                              "strategy": "threshold", "verify_samples": 0})
     r = run_driver(spec, tmp_path)
     assert r.first_bad == h.planted["itl"]
     bad = next(o for o in r.probed if o.commit == h.bad)

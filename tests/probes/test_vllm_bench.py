@@ -49,7 +49,7 @@ def test_bench_serve_throughput_bisect(tmp_path: Path) -> None:
         "kind": "serve", "args": ["--dataset-name", "random", "--num-prompts", "8",
                                   "--max-concurrency", "4", "--random-output-len", "48"]}},
                      verdict={"symptom": "throughput", "throughput_factor": 1.5,
-                              "verify_samples": 0})
+                              "strategy": "threshold", "verify_samples": 0})
     r = run_driver(spec, tmp_path)
     assert r.first_bad == h.planted["itl"]
     bad = next(o for o in r.probed if o.commit == h.bad)
