@@ -68,8 +68,10 @@ def test_explicit_arguments_and_models() -> None:
         job_spec(cfg(), "good=--upload-pack=x bad=y", "")
     with pytest.raises(SpecError, match="could not determine good and bad"):
         job_spec(cfg(), None, "nothing here")
+    # the threshold rule needs a threshold for itl (auto, the default, calibrates instead)
+    threshold = cfg(base_spec={**BASE, "verdict": {"strategy": "threshold"}})
     with pytest.raises(SpecError, match="itl_factor") as err:  # names the key, not the values
-        job_spec(cfg(), "good=a1b2c3d bad=abcdef12 symptom=itl", "")
+        job_spec(threshold, "good=a1b2c3d bad=abcdef12 symptom=itl", "")
     assert "t0p" not in err.value.message and "t0p" not in str(err.value.hint)
 
 

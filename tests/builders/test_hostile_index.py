@@ -18,7 +18,7 @@ from vllm_bisect.builders.cache import ArtifactCache
 from vllm_bisect.builders.wheel import WheelBuilder
 from vllm_bisect.envinfo import Platform
 from vllm_bisect.errors import ArtifactUnavailable
-from vllm_bisect.spec import BuildSpec
+from vllm_bisect.spec import WheelBuild
 
 HOST = Platform(machine="x86_64", glibc=(2, 36))
 SHA = "2f3f441f8" + "1" * 31
@@ -28,7 +28,7 @@ SRC = os.environ.get("HOSTILE_SRC", str(Path(__file__).resolve().parents[2] / "s
 
 
 def builder(tmp: Path, url: str) -> WheelBuilder:
-    spec = BuildSpec(kind="wheel", index_url=url, variant="default")  # type: ignore[arg-type]
+    spec = WheelBuild(index_url=url, variant="default")
     return WheelBuilder(spec, ArtifactCache(tmp / "cache"), tmp / "logs", platform=HOST)
 
 
@@ -152,8 +152,8 @@ from pathlib import Path
 from vllm_bisect.builders.cache import ArtifactCache
 from vllm_bisect.builders.wheel import WheelBuilder
 from vllm_bisect.envinfo import Platform
-from vllm_bisect.spec import BuildSpec
-spec = BuildSpec(kind="wheel", index_url=sys.argv[1], variant="default")
+from vllm_bisect.spec import WheelBuild
+spec = WheelBuild(index_url=sys.argv[1], variant="default")
 b = WheelBuilder(spec, ArtifactCache(Path(sys.argv[2])), Path(sys.argv[3]),
                  platform=Platform(machine="x86_64", glibc=(2, 36)))
 print(b.prepare(sys.argv[4]).identity)
