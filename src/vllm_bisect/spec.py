@@ -30,27 +30,10 @@ from vllm_bisect.spec_build import (
 )
 
 __all__ = [
-    "DEFAULT_TAGS",
-    "ArtifactKind",
-    "BisectSpec",
-    "BuildSpec",
-    "CommandBuild",
-    "Endpoint",
-    "ExecutorKind",
-    "ImageBuild",
-    "OpsSpec",
-    "ProbeSpec",
-    "SearchKind",
-    "ServeSpec",
-    "SourceBuild",
-    "Strategy",
-    "Symptom",
-    "UrlBuild",
-    "WheelBuild",
-    "dump_spec",
-    "load_spec",
-    "parse_spec",
-    "stored_spec",
+    "DEFAULT_TAGS", "ArtifactKind", "BisectSpec", "BuildSpec", "CommandBuild",
+    "Endpoint", "ExecutorKind", "ImageBuild", "OpsSpec", "ProbeSpec", "SearchKind",
+    "ServeSpec", "SourceBuild", "Strategy", "Symptom", "UrlBuild", "WheelBuild",
+    "dump_spec", "load_spec", "parse_spec", "stored_spec",
 ]
 
 # the measurement key's schema: bump it when what a key covers changes (old cache entries

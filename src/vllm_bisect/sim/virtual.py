@@ -1,4 +1,5 @@
-"""Virtual time for the benchmarks: the real Driver against drawn probe outcomes.
+"""Virtual time for the benchmarks and the fast tests: the real Driver against drawn probe
+outcomes.
 
 A `VirtualCluster` is both the one-at-a-time evaluator (``Driver(..., evaluator=cluster)``)
 and the executor (k > 1 workers). Nothing about the search is simulated: the Driver, the
