@@ -10,10 +10,9 @@ import vllm_bisect
 
 SRC = Path(vllm_bisect.__file__).parent
 MAX_LINES = 500
-# The known cycles, all between the CLI modules: being removed by the CLI's split into a
-# package (issue 13); the coordinator drops these exceptions once that lands.
-KNOWN = {(a, b) for x in ("vllm_bisect.cli_tools", "vllm_bisect.cli_sweep")
-         for a, b in (("vllm_bisect.cli", x), (x, "vllm_bisect.cli"))}
+# Known cycles: none (the CLI's former cli <-> cli_tools / cli_sweep cycles went with its
+# split into the cli/ package).
+KNOWN: set[tuple[str, str]] = set()
 
 
 def module_name(path: Path) -> str:
