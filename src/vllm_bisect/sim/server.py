@@ -101,17 +101,25 @@ class SimServer:
         key = f"{self.cfg.seed}|{self._prompt(body, chat)}".encode()
         return random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
 
+    async def _body_for_model(self, req: Request, resp: Responder) -> dict[str, Any] | None:
+        """The request's JSON object, or None once a 404 is sent for another model's name
+        (a body that is not an object raises RequestError, answered 400 by the caller)."""
+        body = req.json()
+        if not isinstance(body, dict):
+            raise RequestError("request body must be a JSON object")
+        if body.get("model") not in (None, self.cfg.model):
+            await resp.send_json(404, p.error_response(
+                f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError"))
+            return None
+        return body
+
     async def tokenize(self, req: Request, resp: Responder) -> None:
         """``POST /tokenize`` as vLLM 0.25.1 answers it (serve/tokenize/protocol.py):
         ``{"prompt"}`` or ``{"messages"}`` in, ``{"count", "max_model_len", "tokens",
         "token_strs"}`` out, counted the way generation counts prompt tokens."""
         try:
-            body = req.json()
-            if not isinstance(body, dict):
-                raise RequestError("request body must be a JSON object")
-            if body.get("model") not in (None, self.cfg.model):
-                await resp.send_json(404, p.error_response(
-                    f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError"))
+            body = await self._body_for_model(req, resp)
+            if body is None:
                 return
             chat = "messages" in body
             if not chat and "prompt" not in body:
@@ -121,19 +129,14 @@ class SimServer:
             await resp.send_json(400, p.error_response(str(err)))
             return
         ids = [(i * 7919) % 2048 for i in range(n)]
-        strs = [w for w in " ".join(str(x) for x in ids).split()] \
-            if body.get("return_token_strs") else None
+        strs = [str(x) for x in ids] if body.get("return_token_strs") else None
         await resp.send_json(200, {"count": n, "max_model_len": self.cfg.max_model_len,
                                    "tokens": ids, "token_strs": strs})
 
     async def generate(self, req: Request, resp: Responder, chat: bool) -> None:
         try:
-            body = req.json()
-            if not isinstance(body, dict):
-                raise RequestError("request body must be a JSON object")
-            if body.get("model") not in (None, self.cfg.model):
-                await resp.send_json(404, p.error_response(
-                    f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError"))
+            body = await self._body_for_model(req, resp)
+            if body is None:
                 return
             prompt_tokens = count_prompt_tokens(self._prompt(body, chat))
             plan = plan_request(self.cfg, body, chat, prompt_tokens, self.rng)
