@@ -12,7 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from vllm_bisect.errors import SpecError
 from vllm_bisect.spec_build import (
@@ -25,19 +25,23 @@ from vllm_bisect.spec_build import (
     SourceBuild,
     UrlBuild,
     WheelBuild,
+    _Model,
     layout_errors,
     migrate_stored,
 )
+from vllm_bisect.spec_load import BenchSpec, LoadSpec
 
 __all__ = [
     "DEFAULT_TAGS",
     "ArtifactKind",
+    "BenchSpec",
     "BisectSpec",
     "BuildSpec",
     "CommandBuild",
     "Endpoint",
     "ExecutorKind",
     "ImageBuild",
+    "LoadSpec",
     "OpsSpec",
     "ProbeSpec",
     "SearchKind",
@@ -56,10 +60,6 @@ __all__ = [
 # the measurement key's schema: bump it when what a key covers changes (old cache entries
 # are then never matched again). 2: [ops] left the key; build is one model per kind.
 KEY_VERSION = 2
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Endpoint(StrEnum):
@@ -118,65 +118,6 @@ class ServeSpec(_Model):
         if self.speculative is None:
             return None
         return json.dumps(self.speculative.model_dump(), separators=(",", ":"))
-
-
-class LoadSpec(_Model):
-    """A closed-loop load. ``concurrency`` and ``context`` (prompt tokens; None: the probe's
-    prompt) may be lists: the load then runs once per (concurrency, context) cell, in that
-    order, each with ``requests`` requests (at least ``concurrency``)."""
-
-    concurrency: int | list[int] = Field(default=8)
-    requests: int = Field(default=32, ge=1, le=100000)
-    max_tokens: int = Field(default=256, ge=2)
-    context: int | list[int] | None = None
-
-    @model_validator(mode="after")
-    def _check_grid(self) -> LoadSpec:
-        for c in self.concurrencies:
-            if not 1 <= c <= 1024:
-                raise ValueError(f"concurrency must be in 1..1024, got {c}")
-        for n in self.contexts:
-            if n is not None and n < 1:
-                raise ValueError(f"context must be a positive number of tokens, got {n}")
-        if isinstance(self.concurrency, list) and not self.concurrency:
-            raise ValueError("concurrency: give at least one value")
-        if isinstance(self.context, list) and not self.context:
-            raise ValueError("context: give at least one value (or leave it out)")
-        return self
-
-    @property
-    def concurrencies(self) -> list[int]:
-        return list(self.concurrency) if isinstance(self.concurrency, list) else [self.concurrency]
-
-    @property
-    def contexts(self) -> list[int | None]:
-        if self.context is None:
-            return [None]
-        return list(self.context) if isinstance(self.context, list) else [self.context]
-
-    def cells(self) -> list[LoadSpec]:
-        """One single-valued LoadSpec per (concurrency, context), concurrency-major."""
-        return [self.model_copy(update={"concurrency": c, "context": n,
-                                        "requests": max(self.requests, c)})
-                for c in self.concurrencies for n in self.contexts]
-
-    @property
-    def single_concurrency(self) -> int:
-        return self.concurrencies[0]
-
-    @property
-    def single_context(self) -> int | None:
-        return self.contexts[0]
-
-
-class BenchSpec(_Model):
-    """vLLM's own benchmark, run with the artifact's vllm: "serve" against the running
-    server (`--save-result`), or "throughput" offline after the server is down
-    (`--output-json`). args: its dataset flags, e.g. ["--dataset-name", "random",
-    "--random-input-len", "1024", "--random-output-len", "256", "--num-prompts", "64"]."""
-
-    kind: Literal["serve", "throughput"] = "serve"
-    args: list[str] = Field(default_factory=list)
 
 
 class ProbeSpec(_Model):
