@@ -3,7 +3,7 @@
     python3 benchmarks/bench_accuracy.py [--trials 1000] [--seed 0] [--jobs N]
                                          [--max-crash 0.05] [--rows all|goals]
 
-Every arm runs on the same randomized scenarios and noise seeds (benchmarks/virtual.py: n
+Every arm runs on the same randomized scenarios and noise seeds (src/vllm_bisect/sim/virtual.py: n
 50..1000 commits, skip rate 0..20%, server crashes 0..5% per start, the cost model
 artifact 5 min / server start 3 min / probe request 1 min):
 
@@ -31,22 +31,18 @@ import math
 import os
 import random
 import statistics
-import sys
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from virtual import Scenario, VirtualCluster, commit_range, scenario
-
 from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.bisect.strategy import next_step
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import EvalStatus, Verdict
+from vllm_bisect.sim.virtual import Scenario, VirtualCluster, commit_range, scenario
 from vllm_bisect.spec import BisectSpec, parse_spec
 from vllm_bisect.verdict import Judge
 

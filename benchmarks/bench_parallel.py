@@ -6,7 +6,7 @@
 The Driver (endpoint verification, multisection, work-conserving dispatch, cancellation,
 journal) runs unchanged; only time is virtual: a `VirtualCluster` is both the one-at-a-time
 evaluator (k = 1) and the executor (k > 1), and a commit's evaluation finishes after its
-cost-model minutes (benchmarks/virtual.py: artifact 5 min, server start 3 min, one probe
+cost-model minutes (src/vllm_bisect/sim/virtual.py: artifact 5 min, server start 3 min, one probe
 request 1 min, +-20% jitter; an unbuildable commit costs its 5 artifact minutes and is a
 skip; a cancelled run frees its worker after 0.2 min of teardown). Scenarios as in bench_accuracy:
 n 50..1000 commits, skip rate 0..20%. Deterministic verdicts (the length symptom) by
@@ -19,18 +19,14 @@ import argparse
 import math
 import random
 import statistics
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from virtual import Scenario, VirtualCluster, commit_range, scenario
-
 from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.bisect.multisection import ideal_rounds
+from vllm_bisect.sim.virtual import Scenario, VirtualCluster, commit_range, scenario
 from vllm_bisect.spec import BisectSpec, parse_spec
 
 STRATEGY = "sequential"   # --noisy: "sequential", or "default" (no strategy written: auto)

@@ -19,7 +19,7 @@ def test_first_fixed_commit_of_a_slowdown(tmp_path: Path) -> None:
     # slow from the base on, fixed at commit 6: itl_factor's reference is the fixed end
     h = history(tmp_path, n_commits=10, slow_at=0, fixed_at=6, slow_factor=5.0, step_ms=2.0)
     spec = make_spec(h, range={"search": "fix"},
-                     verdict={"symptom": "itl", "itl_factor": 2.0})
+                     verdict={"symptom": "itl", "itl_factor": 2.0, "strategy": "threshold"})
     r = run_driver(spec, tmp_path)
     assert r.search == "fix" and r.first_bad == h.planted["fix"]
     by_commit = {o.commit: o.verdict for o in r.probed}

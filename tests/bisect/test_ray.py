@@ -70,6 +70,18 @@ def test_bisect_through_ray_lands_on_the_platform_resource(tmp_path: Path, clust
     assert data["workers"] == 2 and data["rounds"] == result.rounds
 
 
+def test_one_matching_worker_still_runs_on_ray(tmp_path: Path, cluster: str) -> None:
+    """Room for one probe only (both units of sm_121 per probe): one Ray worker, not a
+    fall-back to local execution."""
+    h = history(tmp_path, n_commits=4, cap_at=2)
+    spec = make_spec(h, parallel={"executor": "ray", "ray_address": cluster,
+                                  "ray_resources": {"sm_121": 2}},
+                     verdict={"verify_samples": 0})
+    result = run_bisect(spec, tmp_path / "session", tmp_path / "cache", NullEvents())
+    assert result.first_bad == h.planted["length"] and result.workers == 1
+    assert all(ev.environment.get("ray_node") for ev in result.evaluations.values())
+
+
 def test_a_resource_no_node_has_is_a_clear_error(tmp_path: Path, cluster: str) -> None:
     h = history(tmp_path, n_commits=3, cap_at=2)
     spec = make_spec(h, parallel={"executor": "ray", "ray_address": cluster,

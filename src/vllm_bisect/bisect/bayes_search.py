@@ -10,7 +10,6 @@ first run of a commit may come from the result cache; later runs of it are alway
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from vllm_bisect.bisect.bayes import (
     FlakeModel,
@@ -19,28 +18,27 @@ from vllm_bisect.bisect.bayes import (
     next_commit,
     posterior,
 )
+from vllm_bisect.bisect.policy import Role
 from vllm_bisect.bisect.range import CommitInfo
+from vllm_bisect.bisect.search import Found
 from vllm_bisect.bisect.strategy import Step
+from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import EvalStatus, Outcome, Verdict
-
-if TYPE_CHECKING:
-    from vllm_bisect.bisect.driver import Driver
 
 logger = logging.getLogger(__name__)
 
 
 class BayesSearch:
-    def __init__(self, driver: Driver) -> None:
-        self.d = driver
-        self.n = len(driver.rng.commits)
+    def __init__(self, tester: Tester) -> None:
+        self.t = tester
+        self.n = len(tester.rng.commits)
         self.runs: dict[int, list[bool]] = {}
         self.skipped: set[int] = set()
         self.tried: set[int] = set()  # commits looked up once: every later run is fresh
         self.count = 0
-        self.confidence: float | None = None
-        keys = {driver.spec.measurement_key(driver.rng.sha(i)): i for i in range(-1, self.n)}
-        for key, history in driver.journal.verdict_history().items():
+        keys = {tester.store.key(tester.rng.sha(i)): i for i in range(-1, self.n)}
+        for key, history in tester.store.journal.verdict_history().items():
             if key not in keys:
                 continue
             i = keys[key]
@@ -54,29 +52,20 @@ class BayesSearch:
             return
         self.runs.setdefault(i, []).append(verdict is Verdict.BAD)
 
-    def _run(self, i: int, role: str) -> Outcome:
-        d = self.d
-        info: CommitInfo = d.rng.good if i == -1 else d.rng.commits[i]
-        left = max(0, d.spec.verdict.max_runs - self.count)
-        if not self.runs.get(i) and i not in self.skipped and i not in self.tried:
-            # the first run may come from the cache (once: a cached failure, say a server
-            # that died, must not be looked up again and again)
-            outcome = d.test(info, role, left)
-            self.tried.add(i)
-            fresh = not outcome.from_cache
-        else:
-            d.events.on_testing(info, role, left)
-            ev = d.evaluate_fresh(info.sha)
-            d.fresh(ev)
-            outcome = d.record(info, role, ev, cached=False)
-            fresh = True
-        self.count += 1 if fresh else 0
-        status = (d.evaluations.get(info.sha).status.value  # type: ignore[union-attr]
-                  if info.sha in d.evaluations else "")
-        self._note(i, outcome.verdict, status)
+    def _run(self, i: int, role: Role) -> Outcome:
+        t = self.t
+        info: CommitInfo = t.rng.good if i == -1 else t.rng.commits[i]
+        left = max(0, t.store.spec.verdict.max_runs - self.count)
+        # the first run may come from the cache (once: a cached failure, say a server that
+        # died, must not be looked up again and again); later runs are always fresh
+        first = not self.runs.get(i) and i not in self.skipped and i not in self.tried
+        outcome = t.test(info, role, left, fresh=not first)
+        self.tried.add(i)
+        self.count += 0 if outcome.from_cache else 1
+        self._note(i, outcome.verdict, t.evaluations[info.sha].status.value)
         return outcome
 
-    def _run_endpoint(self, i: int, role: str, need: int) -> None:
+    def _run_endpoint(self, i: int, role: Role, need: int) -> None:
         tries = 0
         while len(self.runs.get(i, [])) < need:
             if i in self.skipped or tries > 2 * need:
@@ -89,12 +78,12 @@ class BayesSearch:
         """Run both endpoints ``calibration_runs`` times; a rare symptom (shown fewer than
         twice at the bad endpoint) gets the bad endpoint up to 4x the runs before the flake
         rate is estimated (or the bisect refused)."""
-        v = self.d.spec.verdict
+        v = self.t.store.spec.verdict
         need = v.calibration_runs
-        self._run_endpoint(-1, "good endpoint", need)
+        self._run_endpoint(-1, Role.GOOD_ENDPOINT, need)
         bad_need = need
         while True:
-            self._run_endpoint(self.n - 1, "bad endpoint", bad_need)
+            self._run_endpoint(self.n - 1, Role.BAD_ENDPOINT, bad_need)
             if sum(self.runs[self.n - 1]) >= 2 or bad_need >= 4 * need:
                 break
             bad_need *= 2
@@ -111,22 +100,17 @@ class BayesSearch:
         logger.info("flake model: q = %.2f, eps = %.3f", model.q, model.eps)
         return model
 
-    def run(self) -> tuple[Step, int]:
-        v = self.d.spec.verdict
+    def run(self) -> Found:
+        v = self.t.store.spec.verdict
         model = self._calibrate()
         while True:
             post = posterior(self.n, self.runs, model)
             top = decided(post, v.confidence)
             if top is not None:
-                self.confidence = post[top]
-                return Step(culprit=top, candidates=(top,)), self.count
+                return Found(Step(culprit=top, candidates=(top,)), self.count, post[top])
             best = max(range(self.n), key=lambda c: post[c])
-            if self.count >= v.max_runs:
-                self.confidence = post[best]
-                return Step(candidates=tuple(credible_set(post, v.confidence))), self.count
-            i = next_commit(post, model, self.skipped)
-            if i is None:  # only skipped commits would tell: stop with what is credible
-                self.confidence = post[best]
-                return Step(candidates=tuple(credible_set(post, v.confidence))), self.count
-            self._run(i, "bisect")
-
+            i = next_commit(post, model, self.skipped) if self.count < v.max_runs else None
+            if i is None:  # out of runs, or only skipped commits would tell: what is credible
+                return Found(Step(candidates=tuple(credible_set(post, v.confidence))),
+                             self.count, post[best])
+            self._run(i, Role.BISECT)

@@ -1,4 +1,4 @@
-"""Executors run commit evaluations on workers; the parallel driver alone judges and journals.
+"""Executors run commit evaluations on workers; the driver alone judges and journals.
 
 An executor has ``workers`` slots. ``submit(commit, more)`` starts an evaluation on a free
 slot and returns a task id; ``wait()`` blocks until at least one task finishes and returns
@@ -8,6 +8,7 @@ everything in flight and waits for the teardown, so Ctrl-C leaves no server runn
 
 :class:`LocalExecutor` runs each evaluation in a thread of this process, on its slot's GPUs
 (``CUDA_VISIBLE_DEVICES`` or the container's device ids) under per-GPU file locks;
+:class:`InlineExecutor` is the one-worker case (the same slot code, in the caller's thread);
 ``vllm_bisect.bisect.ray_executor.RayExecutor`` runs them as Ray tasks on a cluster.
 """
 
@@ -20,13 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from vllm_bisect.bisect.policy import MoreSamples
 from vllm_bisect.errors import FatalError, SpecError
-from vllm_bisect.models import EvalStatus, Evaluation, Measurement
+from vllm_bisect.models import EvalStatus, Evaluation
 from vllm_bisect.runtime.gpulock import gpu_locks
+from vllm_bisect.spec import BisectSpec
 
 logger = logging.getLogger(__name__)
 
-MoreSamples = Callable[[Measurement], int]
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,74 @@ def plan_slots(workers: int, gpus: list[int] | None, gpus_per_probe: int) -> lis
             for i in range(n)]
 
 
+def local_slots(spec: BisectSpec) -> list[Slot]:
+    """This host's worker slots for a spec: ``parallel.workers``, each on ``gpus_per_probe``
+    of ``parallel.gpus`` when GPUs are given (``--gpus 3``: one worker, pinned to GPU 3)."""
+    par = spec.parallel
+    detected = 0
+    if par.gpus == "auto":
+        from vllm_bisect.envinfo import detect
+
+        detected = len(detect().gpus)
+    return plan_slots(par.workers, parse_gpus(par.gpus, detected), par.gpus_per_probe)
+
+
+def run_on_slot(evaluate: EvaluateFn, commit: str, more: MoreSamples | None, slot: Slot,
+                cancel: threading.Event, session: str,
+                on_wait: Callable[[str], None] | None) -> Evaluation:
+    """One evaluation on a slot: pinned to its GPUs under their per-GPU locks (the same for
+    one worker or many). A bug in an evaluation is a FAILED one (it must not hang the
+    driver); fatal errors propagate."""
+    try:
+        if slot.devices:
+            with gpu_locks(slot.devices, session=session, commit=commit, cancel=cancel,
+                           on_wait=on_wait):
+                return evaluate(commit, more, devices=slot.devices, cancel=cancel)
+        return evaluate(commit, more, devices=None, cancel=cancel)
+    except FatalError:
+        raise
+    except Exception as err:
+        logger.exception("evaluation of %s failed", commit[:12])
+        status = EvalStatus.CANCELLED if cancel.is_set() else EvalStatus.FAILED
+        return Evaluation(commit=commit, status=status, reason=f"{type(err).__name__}: {err}")
+
+
+class InlineExecutor:
+    """One worker: each evaluation runs in the caller's thread when it is submitted, on the
+    slot's GPUs under their locks, exactly as a :class:`LocalExecutor` worker would."""
+
+    def __init__(self, evaluate: EvaluateFn, slot: Slot | None = None, *, session: str = "",
+                 on_wait: Callable[[str], None] | None = None) -> None:
+        self.evaluate = evaluate
+        self.slot = slot or Slot(0)
+        self.workers = 1
+        self.session = session
+        self.on_wait = on_wait
+        self._done: dict[int, Done] = {}
+        self._next = 0
+
+    def submit(self, commit: str, more: MoreSamples | None = None) -> int:
+        task, self._next = self._next, self._next + 1
+        ev = run_on_slot(self.evaluate, commit, more, self.slot, threading.Event(),
+                         self.session, self.on_wait)
+        self._done[task] = Done(task, commit, ev, self.slot.describe())
+        return task
+
+    def cancel(self, task: int) -> None:
+        pass  # it has already run
+
+    def wait(self, timeout: float | None = None) -> list[Done]:
+        out = list(self._done.values())
+        self._done.clear()
+        return out
+
+    def in_flight(self) -> int:
+        return len(self._done)
+
+    def close(self) -> None:
+        self._done.clear()
+
+
 class LocalExecutor:
     """Threads on this host, one per running evaluation, each on its own slot."""
 
@@ -144,19 +214,10 @@ class LocalExecutor:
     def _run(self, task: int, commit: str, more: MoreSamples | None, slot: Slot,
              cancel: threading.Event) -> None:
         try:
-            if slot.devices:
-                with gpu_locks(slot.devices, session=self.session, commit=commit, cancel=cancel,
-                               on_wait=self.on_wait):
-                    ev = self.evaluate(commit, more, devices=slot.devices, cancel=cancel)
-            else:
-                ev = self.evaluate(commit, more, devices=None, cancel=cancel)
+            ev = run_on_slot(self.evaluate, commit, more, slot, cancel, self.session, self.on_wait)
         except FatalError as err:  # the driver raises it (after tearing every worker down)
             self._fatal = self._fatal or err
             ev = Evaluation(commit=commit, status=EvalStatus.FAILED, reason=str(err))
-        except Exception as err:  # a bug in a worker must not hang the driver: a skip
-            logger.exception("evaluation of %s failed", commit[:12])
-            status = EvalStatus.CANCELLED if cancel.is_set() else EvalStatus.FAILED
-            ev = Evaluation(commit=commit, status=status, reason=f"{type(err).__name__}: {err}")
         self._done.put((task, commit, ev, slot))
 
     def _collect(self, item: tuple[int, str, Evaluation, Slot]) -> Done:

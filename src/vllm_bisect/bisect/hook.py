@@ -1,27 +1,44 @@
 """``git bisect run vllm-bisect hook --spec S``: judge HEAD; 0 good, 1 bad, 125 skip.
 
-The range section of the spec is ignored. When the verdict needs the good endpoint's ITL
-(``itl_factor``), the reference is git bisect's own good commit (``refs/bisect/good-*``),
-else ``range.good``; it is measured once and cached like every other commit.
+HEAD is judged by the same :class:`~vllm_bisect.bisect.policy.VerdictPolicy` as
+``vllm-bisect run``, with git bisect's own endpoints: the old (good) and new (bad) commits it
+was started with (its log, in its terms; else its refs; else ``range.good`` / ``range.bad``;
+the rest of the range section is ignored). With ``range.search = "fix"`` the exit codes are in
+old/new terms (0 = has the problem, 1 = fixed) and the fixed end is the reference. A policy
+that needs the healthy endpoint (``itl_factor``, correctness, throughput) or calibrates on both
+(``sequential``) measures them once; they are cached like every other commit and reused by
+later hook calls. Each bisect (endpoints + spec) keeps a journal under
+``.git/vllm-bisect-hook/``; its earlier verdicts are replayed in order, so a learning policy
+judges HEAD in the state ``run`` would. Following ``symptom = "crash"``, a server that dies
+is bad, as in ``run``. A strategy that cannot work one commit at a time under git's control
+(``bayes``) is refused at once (exit 128).
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from enum import IntEnum
 from pathlib import Path
 
 import git
 
+from vllm_bisect.bisect.endpoints import calibrate_endpoints, check_endpoints
 from vllm_bisect.bisect.evaluate import Evaluator
+from vllm_bisect.bisect.events import NullEvents
+from vllm_bisect.bisect.executor import InlineExecutor, local_slots
 from vllm_bisect.bisect.journal import ResultCache
-from vllm_bisect.bisect.range import open_repo, resolve
+from vllm_bisect.bisect.measurer import Measurer
+from vllm_bisect.bisect.policies import make_policy, resolve_strategy
+from vllm_bisect.bisect.policy import Role
+from vllm_bisect.bisect.range import CommitRange, commit_range, info, open_repo
 from vllm_bisect.bisect.session import Session
-from vllm_bisect.bisect.terms import Terms
+from vllm_bisect.bisect.store import MeasurementStore
+from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.builders import make_builder
-from vllm_bisect.errors import SpecError, untestable_hint
-from vllm_bisect.models import Evaluation, Outcome, Verdict
+from vllm_bisect.errors import SpecError
+from vllm_bisect.models import Outcome, Verdict
 from vllm_bisect.spec import BisectSpec
-from vllm_bisect.verdict import Judge
 
 
 class HookExit(IntEnum):
@@ -34,50 +51,102 @@ class HookExit(IntEnum):
 EXIT_FOR = {Verdict.GOOD: HookExit.GOOD, Verdict.BAD: HookExit.BAD, Verdict.SKIP: HookExit.SKIP}
 
 
+def _terms(git_dir: Path) -> tuple[str, str]:
+    """git bisect's (old, new) terms: good/bad, or ``--term-old`` / ``--term-new``."""
+    try:
+        new, old = (Path(git_dir) / "BISECT_TERMS").read_text().split()[:2]
+        return old, new
+    except (OSError, ValueError):
+        return "good", "bad"
+
+
+def bisect_refs(repo: git.Repo, spec: BisectSpec) -> tuple[str | None, str | None]:
+    """The old (good) and new (bad) commits git bisect was started with: the first of each
+    in its log (they stay put while ``refs/bisect/bad`` moves and ``good-*`` refs pile up),
+    else its refs, else the spec's range."""
+    old_term, new_term = _terms(Path(repo.git_dir))
+    logged = re.compile(rf"# ({re.escape(old_term)}|{re.escape(new_term)}): \[([0-9a-f]{{40}})\]")
+    found: dict[str, str] = {}
+    log = Path(repo.git_dir) / "BISECT_LOG"
+    if log.exists():
+        for line in log.read_text(errors="replace").splitlines():
+            if (m := logged.match(line)) and m.group(1) not in found:
+                found[m.group(1)] = m.group(2)
+    olds = sorted(r.path for r in repo.refs if r.path.startswith(f"refs/bisect/{old_term}-"))
+    news = [r for r in repo.refs if r.path == f"refs/bisect/{new_term}"]
+    good = found.get(old_term) or (repo.commit(olds[0]).hexsha if olds else spec.range.good)
+    bad = found.get(new_term) or (news[0].commit.hexsha if news else spec.range.bad)
+    return good, bad
+
+
 def bisect_good_ref(repo: git.Repo, spec: BisectSpec) -> str | None:
-    goods = [r for r in repo.refs if r.path.startswith("refs/bisect/good")]
-    if goods:
-        return goods[0].commit.hexsha
-    return spec.range.good
+    return bisect_refs(repo, spec)[0]
+
+
+def _hook_dir(repo: git.Repo, spec: BisectSpec, good: str | None, bad: str | None) -> Path:
+    """One journal per bisect: its endpoints and everything but the range in the spec."""
+    blob = f"{good}:{bad}:{spec.model_dump_json(exclude={'range'})}"
+    return Path(repo.git_dir) / "vllm-bisect-hook" / hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
+    choice = resolve_strategy(spec)
+    policy = make_policy(spec, choice.strategy)
+    if not policy.supports_hook:
+        written = str(spec.verdict.strategy)
+        chosen = (f"verdict.strategy = {written!r}" if written == choice.strategy.value else
+                  f"verdict.strategy = {written!r} (resolved to {choice.strategy.value!r}: "
+                  f"{choice.reason})")
+        raise SpecError(f"{chosen} cannot judge one "
+                        "commit at a time under `git bisect run` (it runs commits again and "
+                        "chooses which)",
+                        hint="use `vllm-bisect run --spec S` for it, or a threshold or "
+                             "sequential strategy with the hook")
     repo = open_repo(cwd)
-    head = repo.head.commit.hexsha
-    session_dir = Path(repo.git_dir) / "vllm-bisect-hook"
+    head = info(repo.head.commit)
+    good_ref, bad_ref = bisect_refs(repo, spec)
+    rng: CommitRange | None = None
+    if policy.needs_reference:  # (else the range is not needed: ignored, as documented)
+        if not (good_ref and bad_ref):
+            raise SpecError(f"verdict.strategy {str(spec.verdict.strategy)!r} with these "
+                            "thresholds needs git bisect's good and bad commits",
+                            hint="run under `git bisect` after `git bisect good/bad <ref>`, "
+                                 "or set range.good and range.bad")
+        rng = commit_range(repo, good_ref, bad_ref, spec.range.first_parent)
+    slot = local_slots(spec)[0]  # pinned as `run` pins its first worker
+    session_dir = _hook_dir(repo, spec, good_ref, bad_ref)
     cache = ResultCache(cache_dir / "results.sqlite")
-    with Session(session_dir) as session:
-        assert session.journal is not None
-        builder = make_builder(spec, repo, cache_dir, session.logs)
-        evaluator = Evaluator(spec, builder, session.logs, session.journal, session.id)
+    try:
+        with Session(session_dir) as session:
+            assert session.journal is not None
+            builder = make_builder(spec, repo, cache_dir, session.logs)
+            evaluator = Evaluator(spec, builder, session.logs, session.journal, session.id)
+            store = MeasurementStore(spec, session.journal, cache)
+            measurer = Measurer(InlineExecutor(evaluator.evaluate, slot, session=session.id),
+                                store)
+            one = rng or CommitRange(good=head, bad=head, commits=(head,))
+            t = Tester(one, store, measurer, policy, NullEvents())
+            if rng is not None and policy.needs_reference:
+                _settle_endpoints(t)
+            _replay(t, head.sha)
+            return t.test(head, Role.BISECT, 0)
+    finally:
+        cache.close()
 
-        def measured(sha: str) -> Evaluation:
-            key = spec.measurement_key(sha)
-            ev = cache.get(key)
-            if ev is None:
-                ev = evaluator.evaluate(sha)
-                cache.put(key, ev)
-            return ev
 
-        judge = Judge(spec.verdict, spec.min_output_tokens())
-        terms = Terms(spec.range.search)  # fix: exit 0 = has the problem (old), 1 = fixed
-        if judge.needs_reference:
-            ref = spec.range.bad if terms.fix else bisect_good_ref(repo, spec)
-            if ref is None:
-                raise SpecError("verdict.itl_factor needs a good reference commit",
-                                hint="run under `git bisect` after `git bisect good <ref>`, "
-                                     "set range.good, or use verdict.max_itl_ms")
-            good = measured(resolve(repo, ref, "good").hexsha)
-            if good.measurement is None:
-                raise SpecError(f"the good reference {ref[:12]} could not be measured: "
-                                f"{good.reason}", hint=untestable_hint(good.reason))
-            judge = judge.with_reference(good.measurement)
-        ev = measured(head)
-        if ev.measurement is None:
-            outcome = Outcome(commit=head, verdict=Verdict.SKIP, reason=ev.reason)
-        else:
-            j = judge.judge(ev.measurement)
-            outcome = Outcome(commit=head, verdict=terms.verdict(j.verdict), reason=j.reason,
-                              measurement=ev.measurement)
-        session.journal.record(spec.measurement_key(head), outcome, ev)
-    return outcome
+def _settle_endpoints(t: Tester) -> None:
+    """Calibrate on (or take the reference from) git bisect's endpoints, measured once."""
+    if t.policy.needs_calibration:
+        calibrate_endpoints(t)
+        return
+    ref = t.test(t.terms.reference(t.rng), t.terms.reference_role, 0)
+    check_endpoints(t, *((None, ref) if t.terms.fix else (ref, None)))
+
+
+def _replay(t: Tester, head: str) -> None:
+    """Judge again, in order, the commits this bisect's hook judged before (a learning
+    policy learns from them as in ``run``); the endpoints and HEAD itself excepted."""
+    skip = {t.store.key(c) for c in (t.rng.good.sha, t.rng.bad.sha, head)}
+    for key, ev in t.store.session.items():
+        if key not in skip:
+            t.policy.judge(ev, Role.BISECT)

@@ -11,24 +11,24 @@ a synchronous multisection).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-from vllm_bisect.bisect.executor import Done, Executor
+from vllm_bisect.bisect.endpoints import calibrate_endpoints, check_endpoints
+from vllm_bisect.bisect.executor import Done
 from vllm_bisect.bisect.multisection import choose, ideal_rounds, useless
-from vllm_bisect.bisect.strategy import Step, bounds, next_step
+from vllm_bisect.bisect.policy import Role
+from vllm_bisect.bisect.search import Found, steps_left
+from vllm_bisect.bisect.strategy import Step, next_step
+from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.models import Evaluation, Verdict
-
-if TYPE_CHECKING:
-    from vllm_bisect.bisect.driver import Driver
 
 logger = logging.getLogger(__name__)
 
 
-class ParallelSearch:
-    def __init__(self, driver: Driver, executor: Executor) -> None:
-        self.d = driver
-        self.ex = executor
-        n = len(driver.rng.commits)
+class MultisectionSearch:
+    def __init__(self, tester: Tester) -> None:
+        self.t = tester
+        self.m = tester.measurer
+        n = len(tester.rng.commits)
         self.n = n
         self.verdicts: dict[int, Verdict] = {n - 1: Verdict.BAD}
         self.running: dict[int, tuple[int, int]] = {}   # task -> (index, depth)
@@ -38,37 +38,34 @@ class ParallelSearch:
         self.rounds = 0
 
     def _steps_left(self) -> int:
-        b = bounds(self.n, self.verdicts)
-        return ideal_rounds(b.first_bad - b.last_good, self.ex.workers)
+        return steps_left(self.n, self.verdicts, self.m.workers)
 
     def _cancel(self, indices: list[int], why: str) -> None:
         for idx in indices:
             task = self.by_index[idx]
             if task not in self.cancelled:
                 self.cancelled.add(task)
-                self.ex.cancel(task)
-                self.d.events.on_phase(self.d.rng.commits[idx].sha, f"cancelled: {why}")
+                self.m.cancel(task)
+                self.t.events.on_phase(self.t.rng.commits[idx].sha, f"cancelled: {why}")
 
     def _dispatch(self, speculative: bool = False) -> bool:
         """Start commits on free workers; True when a cached result changed the state.
         ``speculative``: the endpoints are still being verified (cached commits wait)."""
-        free = self.ex.workers - self.ex.in_flight()
-        more = self.d._more()
-        for idx in choose(self.n, self.verdicts, set(self.by_index), free):
-            info = self.d.rng.commits[idx]
-            found = self.d.lookup(info.sha, more)
+        t = self.t
+        for idx in choose(self.n, self.verdicts, set(self.by_index), self.m.free()):
+            info = t.rng.commits[idx]
+            more = t.policy.sampler(info.sha, Role.BISECT)
+            found = t.store.get(info.sha, more)
+            if found is not None and not t.policy.final(found):
+                found = None  # the policy wants more of it (more servers): measured again
             if found is not None and speculative:
+                t.policy.forget(info.sha)
                 continue
+            t.events.on_testing(info, Role.BISECT, self._steps_left())
             if found is not None:
-                self.d.events.on_testing(info, "bisect", self._steps_left())
-                self.verdicts[idx] = self.d.record(info, "bisect", found, cached=True).verdict
+                self.verdicts[idx] = t.record(info, Role.BISECT, found, cached=True).verdict
                 return True
-            self.d.events.on_testing(info, "bisect", self._steps_left())
-            if self.d.sequential is not None:
-                self.d.sampled_by[info.sha] = self.d.sequential
-            if self.d.policy is not None:  # the two-level test: its own "more"
-                more = self.d.policy.start(info.sha)
-            task = self.ex.submit(info.sha, more)
+            task = self.m.submit(info.sha, more)
             self.running[task] = (idx, self.known_depth + 1)
             self.by_index[idx] = task
         return False
@@ -78,58 +75,57 @@ class ParallelSearch:
         del self.by_index[idx]
         if done.cancelled or done.task in self.cancelled:
             logger.info("%s: run cancelled on %s", done.commit[:12], done.worker)
-            self.d.sampled_by.pop(done.commit, None)
-            if self.d.policy is not None:
-                self.d.policy.cancel(done.commit)
+            self.t.policy.forget(done.commit)
             return
-        self.d.fresh(done.evaluation)
-        ev = done.evaluation
-        if self.d.policy is not None:  # the two-level test: a fresh server, or decided
-            again = self.d.policy.again(done.commit, ev)
-            if again is not False:
-                task = self.ex.submit(done.commit, again if callable(again) else None)
-                self.running[task] = (idx, depth)
-                self.by_index[idx] = task
-                return
-            ev = self.d.policy.finish(done.commit, ev)
-        info = self.d.rng.commits[idx]
-        self.verdicts[idx] = self.d.record(info, "bisect", ev, cached=False).verdict
+        t, ev = self.t, done.evaluation
+        nxt = t.policy.again(done.commit, ev)
+        if nxt is not None:  # the two-level test: a fresh server for the same commit
+            task = self.m.submit(done.commit, nxt.more)
+            self.running[task] = (idx, depth)
+            self.by_index[idx] = task
+            return
+        merged = t.policy.finish(done.commit, ev)
+        if merged is not ev:
+            t.store.put(merged)
+        info = t.rng.commits[idx]
+        self.verdicts[idx] = t.record(info, Role.BISECT, merged, cached=False).verdict
         self.known_depth = max(self.known_depth, depth)
         self.rounds = max(self.rounds, depth)
 
     def _endpoints(self) -> None:
         """Verify both endpoints at once while the other workers start on the first interior
         commits (assuming the endpoints reproduce; if not, those runs are cancelled)."""
-        d, rng = self.d, self.d.rng
-        steps = ideal_rounds(self.n, self.ex.workers)
+        t, rng = self.t, self.t.rng
+        steps = ideal_rounds(self.n, self.m.workers)
         results: dict[str, tuple[Evaluation, bool]] = {}
         tasks: dict[int, str] = {}
-        order = d.terms.endpoints(rng)  # the reference endpoint is judged first
+        order = t.terms.endpoints(rng)  # the reference endpoint is judged first
         for info, role in order:
-            d.events.on_testing(info, role, steps)
-            found = d.lookup(info.sha)
+            t.events.on_testing(info, role, steps)
+            found = t.store.get(info.sha)
             if found is not None:
                 results[info.sha] = (found, True)
             else:
-                tasks[self.ex.submit(info.sha)] = info.sha
+                tasks[self.m.submit(info.sha)] = info.sha
         self._dispatch(speculative=True)
         held: list[Done] = []
         while tasks:
-            for done in self.ex.wait():
+            for done in self.m.wait():
                 if done.task in tasks:
                     tasks.pop(done.task)
-                    d.fresh(done.evaluation)
                     results[done.commit] = (done.evaluation, False)
                 else:
                     held.append(done)
-        out = {info.sha: d.record(info, role, *results[info.sha]) for info, role in order}
-        d.check_endpoints(out[rng.good.sha], out[rng.bad.sha])
+        out = {info.sha: t.record(info, role, *results[info.sha]) for info, role in order}
+        check_endpoints(t, out[rng.good.sha], out[rng.bad.sha])
         for done in held:
             self._finish(done)
 
-    def run(self, endpoints: bool = False) -> tuple[Step, int]:
+    def run(self) -> Found:
         try:
-            if endpoints:
+            if self.t.policy.needs_calibration:
+                calibrate_endpoints(self.t)
+            else:  # the endpoints run beside the first interior commits
                 self._endpoints()
             while True:
                 self._cancel(useless(self.n, self.verdicts, list(self.by_index)),
@@ -138,15 +134,15 @@ class ParallelSearch:
                 if step.done:
                     self._cancel(list(self.by_index), "the search is over")
                     while self.running:
-                        for done in self.ex.wait():
+                        for done in self.m.wait():
                             self._finish(done)
-                    return step, self.rounds
+                    return Found(step, self.rounds)
                 if self._dispatch():
                     continue
                 if not self.running:  # nothing left to test, yet not done: cannot happen
-                    return Step(candidates=step.candidates), self.rounds
-                for done in self.ex.wait():
+                    return Found(Step(candidates=step.candidates), self.rounds)
+                for done in self.m.wait():
                     self._finish(done)
         except BaseException:
-            self.ex.close()  # Ctrl-C or a fatal error: tear every server down first
+            self.m.close()  # Ctrl-C or a fatal error: tear every server down first
             raise

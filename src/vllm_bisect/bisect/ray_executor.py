@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from vllm_bisect.bisect.executor import Done, MoreSamples
+from vllm_bisect.bisect.executor import Done
+from vllm_bisect.bisect.policy import MoreSamples
 from vllm_bisect.errors import FatalError, SpecError, ToolMissing
 from vllm_bisect.models import EvalStatus, Evaluation
 from vllm_bisect.spec import BisectSpec

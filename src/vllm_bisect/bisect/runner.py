@@ -10,7 +10,13 @@ from pathlib import Path
 
 from vllm_bisect.bisect.driver import BisectResult, Driver, EventHandler
 from vllm_bisect.bisect.evaluate import Evaluator
-from vllm_bisect.bisect.executor import Executor, LocalExecutor, parse_gpus, plan_slots
+from vllm_bisect.bisect.executor import (
+    Executor,
+    InlineExecutor,
+    LocalExecutor,
+    Slot,
+    local_slots,
+)
 from vllm_bisect.bisect.journal import ResultCache
 from vllm_bisect.bisect.range import commit_range, open_repo
 from vllm_bisect.bisect.session import Session
@@ -23,23 +29,21 @@ from vllm_bisect.spec import BisectSpec, ExecutorKind, dump_spec
 
 
 def make_executor(spec: BisectSpec, evaluator: Evaluator, session_dir: Path, cache_dir: Path,
-                  session_id: str, events: EventHandler) -> Executor | None:
-    """The spec's executor, or None for the plain one-at-a-time search."""
-    par = spec.parallel
-    if par.executor is ExecutorKind.RAY:
+                  session_id: str, events: EventHandler,
+                  slots: list[Slot] | None = None) -> Executor:
+    """The spec's executor: Ray, or this host's slots (one slot: inline, the same pinning,
+    per-GPU locks and evaluation code as k)."""
+    if spec.parallel.executor is ExecutorKind.RAY:
         from vllm_bisect.bisect.ray_executor import RayExecutor
 
         return RayExecutor(spec, session_dir, cache_dir, session_id)
-    detected = 0
-    if par.gpus == "auto":
-        from vllm_bisect.envinfo import detect
+    slots = slots if slots is not None else local_slots(spec)
+    def on_wait(msg: str) -> None:
+        events.on_phase("", msg)
 
-        detected = len(detect().gpus)
-    slots = plan_slots(par.workers, parse_gpus(par.gpus, detected), par.gpus_per_probe)
-    if len(slots) < 2 and not slots[0].devices:
-        return None
-    return LocalExecutor(evaluator.evaluate, slots, session=session_id,
-                         on_wait=lambda msg: events.on_phase("", msg))
+    if len(slots) == 1:
+        return InlineExecutor(evaluator.evaluate, slots[0], session=session_id, on_wait=on_wait)
+    return LocalExecutor(evaluator.evaluate, slots, session=session_id, on_wait=on_wait)
 
 
 def run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
@@ -73,25 +77,28 @@ def _run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
         session.journal.set_meta("cache_dir", str(cache_dir.absolute()))
         (session_dir / "spec.toml").write_text(dump_spec(spec))
         builder = make_builder(spec, repo, cache_dir, session.logs)
-        parallel = spec.parallel.workers > 1 or spec.parallel.gpus is not None or (
-            spec.parallel.executor is ExecutorKind.RAY)
-        # (parallel workers each fetch their own artifact: no prefetch beside them)
-        prefetcher = (Prefetcher(builder) if spec.prefetch_enabled() and not parallel
-                      else None)
+        ray = spec.parallel.executor is ExecutorKind.RAY
+        slots = None if ray else local_slots(spec)
+        # prefetch the next commits' artifacts beside one local worker (k workers each fetch
+        # their own; Ray workers build on their own nodes)
+        prefetcher = (Prefetcher(builder) if spec.prefetch_enabled() and slots is not None
+                      and len(slots) == 1 else None)
         evaluator = Evaluator(spec, prefetcher or builder, session.logs, session.journal,
                               session.id, on_phase=events.on_phase)
         cache = ResultCache(cache_dir / "results.sqlite")
-        executor = make_executor(spec, evaluator, session_dir, cache_dir, session.id, events)
         try:
-            with locked_clocks(spec.serve.lock_clocks, spec.serve.lock_clocks_mhz):
-                result = Driver(spec, rng, evaluator, session.journal, cache, events,
-                                prefetcher, executor).run()
+            executor = make_executor(spec, evaluator, session_dir, cache_dir, session.id,
+                                     events, slots)
+            try:
+                with locked_clocks(spec.serve.lock_clocks, spec.serve.lock_clocks_mhz):
+                    result = Driver(spec, rng, evaluator, session.journal, cache, events,
+                                    prefetcher, executor).run()
+            finally:
+                executor.close()
         finally:
             cache.close()
             if prefetcher is not None:
                 prefetcher.close()
-            if executor is not None:
-                executor.close()
         BisectReport.of(result).write(session_dir / "result.json")
         write_reports(session_dir)
         return result

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vllm_bisect.bisect.policy import Role
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.models import Verdict
 from vllm_bisect.spec import SearchKind
@@ -49,8 +50,13 @@ class Terms:
         """The endpoint without the symptom, whose measurement the judge compares against."""
         return rng.bad if self.fix else rng.good
 
-    def endpoints(self, rng: CommitRange) -> list[tuple[CommitInfo, str]]:
-        """Both endpoints with their role names, the reference endpoint first."""
-        old = (rng.good, "endpoint with the problem" if self.fix else "good endpoint")
-        new = (rng.bad, "fixed endpoint" if self.fix else "bad endpoint")
+    @property
+    def reference_role(self) -> Role:
+        """The role of the endpoint without the symptom (see ``reference``)."""
+        return Role.FIXED_ENDPOINT if self.fix else Role.GOOD_ENDPOINT
+
+    def endpoints(self, rng: CommitRange) -> list[tuple[CommitInfo, Role]]:
+        """Both endpoints with their roles, the reference endpoint first."""
+        old = (rng.good, Role.PROBLEM_ENDPOINT if self.fix else Role.GOOD_ENDPOINT)
+        new = (rng.bad, Role.FIXED_ENDPOINT if self.fix else Role.BAD_ENDPOINT)
         return [new, old] if self.fix else [old, new]

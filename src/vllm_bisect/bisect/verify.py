@@ -10,56 +10,52 @@ kept in the journal, so a resumed session does not measure them again.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
+from vllm_bisect.bisect.policy import Role
 from vllm_bisect.bisect.range import CommitInfo
+from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.models import Measurement, Verdict, Verification
-
-if TYPE_CHECKING:
-    from vllm_bisect.bisect.driver import Driver
 
 logger = logging.getLogger(__name__)
 META_KEY = "verification"
 
 
-def parent_of(d: Driver, culprit: str) -> CommitInfo:
+def parent_of(t: Tester, culprit: str) -> CommitInfo:
     """The highest commit below the culprit judged good (the good endpoint at worst)."""
-    at = d.rng.index(culprit)
+    at = t.rng.index(culprit)
     best = -1
-    for o in d.probed:
+    for o in t.probed:
         if o.verdict is Verdict.GOOD:
-            i = d.rng.index(o.commit)
+            i = t.rng.index(o.commit)
             if best < i < at:
                 best = i
-    return d.rng.good if best == -1 else d.rng.commits[best]
+    return t.rng.good if best == -1 else t.rng.commits[best]
 
 
-def verify_culprit(d: Driver, culprit: str) -> Verification:
-    stored = d.journal.get_meta(META_KEY)
+def verify_culprit(t: Tester, culprit: str) -> Verification:
+    journal, need = t.store.journal, t.store.spec.verdict.verify_samples
+    stored = journal.get_meta(META_KEY)
     if stored:
         v = Verification.model_validate_json(stored)
-        if v.culprit == culprit and v.samples == d.spec.verdict.verify_samples:
+        if v.culprit == culprit and v.samples == need:
             return v
-    parent = parent_of(d, culprit)
-    info = d.rng.commits[d.rng.index(culprit)]
-    need = d.spec.verdict.verify_samples
-    for c, role in ((info, "verify culprit"), (parent, "verify parent")):
-        d.events.on_testing(c, role, 0)
+    parent = parent_of(t, culprit)
+    info = t.rng.commits[t.rng.index(culprit)]
+    for c, role in ((info, Role.VERIFY_CULPRIT), (parent, Role.VERIFY_PARENT)):
+        t.events.on_testing(c, role, 0)
+
     def more(m: Measurement) -> int:
         return max(0, need - len(m.requests))
 
-    if d.policy is not None and d.policy.test_ is not None:
-        # the two-level test: fresh servers until it decides again (one server's requests
-        # cannot outweigh the server level)
-        evs = {sha: d.policy.measure(sha) for sha in (culprit, parent.sha)}
-    else:
-        evs = d.evaluate_all([culprit, parent.sha], more)
-    outcomes = {}
-    for c in (info, parent):
-        o = d.judged(c, "verify", evs[c.sha])
-        outcomes[c.sha] = o
-        d.events.on_outcome(c, o)
-    co, po = outcomes[culprit], outcomes[parent.sha]
+    ends = ((culprit, Role.VERIFY_CULPRIT), (parent.sha, Role.VERIFY_PARENT))
+    evs = t.measurer.measure_all(
+        {sha: (t.policy.sampler(sha, role) if t.policy.multi_server else more)
+         for sha, role in ends}, account=False)
+    # the two-level test: fresh servers until it decides again (one server's requests
+    # cannot outweigh the server level)
+    evs = {sha: t.servers(sha, ev, account=False) for sha, ev in evs.items()}
+    co = t.judge_only(info, Role.VERIFY_CULPRIT, evs[culprit])
+    po = t.judge_only(parent, Role.VERIFY_PARENT, evs[parent.sha])
     v = Verification(culprit=culprit, parent=parent.sha, samples=need,
                      culprit_verdict=co.verdict, parent_verdict=po.verdict,
                      culprit_reason=co.reason, parent_reason=po.reason,
@@ -67,5 +63,5 @@ def verify_culprit(d: Driver, culprit: str) -> Verification:
     if not v.confirmed:
         logger.warning("the culprit %s did not verify: culprit %s, parent %s", culprit[:12],
                        co.verdict.value, po.verdict.value)
-    d.journal.set_meta(META_KEY, v.model_dump_json())
+    journal.set_meta(META_KEY, v.model_dump_json())
     return v

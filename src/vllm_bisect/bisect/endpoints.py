@@ -1,0 +1,78 @@
+"""The endpoints: verified (threshold policies) or calibrated on (learning policies) before
+the search; the bisect is refused (``NotReproduced``) unless good judges good and bad bad."""
+
+from __future__ import annotations
+
+import math
+
+from vllm_bisect.bisect.multisection import ideal_rounds
+from vllm_bisect.bisect.policy import MoreSamples
+from vllm_bisect.bisect.strategy import next_step
+from vllm_bisect.bisect.tester import Tester
+from vllm_bisect.errors import NotReproduced, untestable_hint
+from vllm_bisect.models import Evaluation, Outcome, Verdict
+
+
+def steps(n: int) -> int:
+    """Binary-search steps over n commits."""
+    return math.ceil(math.log2(max(2, n)))
+
+
+def prefetch_first(t: Tester) -> None:
+    """While the good endpoint is measured: the bad one and the first commit to test."""
+    rng, n = t.rng, len(t.rng.commits)
+    first = next_step(n, {n - 1: Verdict.BAD}).test
+    t.measurer.prefetch([rng.bad.sha] + ([rng.commits[first].sha] if first is not None else []))
+
+
+def verify_endpoints(t: Tester) -> None:
+    """One at a time, the reference (healthy) endpoint first: no need to build the other if
+    the good one cannot be tested."""
+    rng, k = t.rng, steps(len(t.rng.commits))
+    prefetch_first(t)
+    (ref_end, role), (other, role2) = t.terms.endpoints(rng)
+    one = t.test(ref_end, role, k + 1)
+    if one.verdict is Verdict.SKIP and ref_end is rng.good:
+        check_endpoints(t, one, None)
+    two = t.test(other, role2, k)
+    check_endpoints(t, *((one, two) if ref_end is rng.good else (two, one)))
+
+
+def check_endpoints(t: Tester, good: Outcome | None, bad: Outcome | None) -> None:
+    """Raise NotReproduced unless the old end judged old (good) and the new end new (bad)."""
+    rng, terms = t.rng, t.terms
+    if good is not None and good.verdict is Verdict.SKIP:
+        raise NotReproduced(f"the good endpoint {rng.good.sha[:12]} could not be tested: "
+                            f"{good.reason}", hint=untestable_hint(good.reason))
+    problems = []
+    if good is not None and good.verdict is not Verdict.GOOD:
+        problems.append(f"{terms.old} endpoint {rng.good.sha[:12]} judged {good.verdict} "
+                        f"(expected {terms.old}): {good.reason}")
+    if bad is not None and bad.verdict is not Verdict.BAD:
+        problems.append(f"{terms.new} endpoint {rng.bad.sha[:12]} judged {bad.verdict} "
+                        f"(expected {terms.new}): {bad.reason}")
+    if problems:
+        raise NotReproduced("did not reproduce: " + "; ".join(problems),
+                            hint="check the verdict thresholds against both measurements "
+                                 "(shown above), or the range")
+
+
+def search_tests(n: int, workers: int) -> int:
+    """How many commits the search may judge (a learning policy splits its error budget
+    over them): k per round of a k-worker multisection."""
+    return max(steps(n), workers * ideal_rounds(n, workers))
+
+
+def calibrate_endpoints(t: Tester) -> None:
+    """Let the policy calibrate on both endpoints (measured at once when there are workers,
+    again with more samples when it asks)."""
+    rng, n = t.rng, len(t.rng.commits)
+    prefetch_first(t)
+    k = steps(n)
+
+    def endpoints(more: MoreSamples | None) -> tuple[Evaluation, Evaluation]:
+        t.test_batch([(info, role, k + 1 - i)
+                      for i, (info, role) in enumerate(t.terms.endpoints(rng))], more)
+        return t.evaluations[rng.good.sha], t.evaluations[rng.bad.sha]
+
+    t.policy.calibrate(endpoints, search_tests(n, t.measurer.workers), t)

@@ -1,0 +1,153 @@
+"""The verdict policy seam: how an evaluation becomes GOOD / BAD / SKIP, the same for every
+way into the core (``vllm-bisect run``, the ``git bisect run`` hook, culprit verification).
+
+A policy is built once per bisect (:func:`vllm_bisect.bisect.policies.make_policy`) and
+asked three things:
+
+1. ``calibrate(endpoints, tests)`` before the search, when ``needs_calibration`` is set:
+   measure both endpoints (through the ``endpoints`` callback, which may be asked again
+   with more samples) and learn from them, or raise ``NotReproduced``.
+2. ``sampler(commit, role)`` just before a commit is measured: how many more requests the
+   policy wants on the same server (None: the probe's first batch is enough). A policy
+   that learns meanwhile snapshots its state here; ``judge`` of that commit uses the
+   snapshot, ``forget(commit)`` drops it (the run was cancelled).
+3. ``judge(evaluation, role)``: the verdict and its reason. The crash rule lives here:
+   following ``symptom = "crash"``, a server that died or a probe that failed is BAD;
+   otherwise an evaluation without a measurement is a SKIP.
+
+``Role`` says why a commit is judged: the healthy endpoint's measurement (the good end; in
+a fix search the fixed end, ``Terms.reference_role``) is also the reference of relative
+thresholds (``itl_factor``, correctness, throughput); a bisect step's samples may sharpen a
+learning policy; a verification is judged without learning. Verdicts are in the search's
+old/new terms: GOOD = like the old end, BAD = like the new end (a fix search inverts the
+symptom's verdict, in ``bisect.terms``, one place).
+
+A policy that measures a commit on more than one server (the two-level test) says so
+after each server: ``again(commit, evaluation)`` is an :class:`Again` (measure it once more
+on a fresh server, with that ``more``) or None (decided); ``finish(commit, evaluation)``
+then hands back the evaluation to judge and cache (merged over the servers). Its
+calibration runs servers itself, through the :class:`ServerRuns` callback (the Tester).
+``final(evaluation)`` says whether a known (cached) evaluation is decided, else it is
+measured again.
+
+To add a policy (a two-level noise test, inverted terms for find-the-fix, patch
+isolation): implement this Protocol and register it in ``policies.make_policy``; nothing
+else in the core changes. ``supports_hook`` says whether it can judge one commit at a
+time under git's control (``git bisect run``); the hook refuses the ones that cannot. The
+hook replays the verdicts of the commits it judged before (``judge(..., Role.BISECT)`` in
+order) so a learning policy is in the state ``run`` would be in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from vllm_bisect.models import Evaluation, Measurement, Outcome
+
+MoreSamples = Callable[[Measurement], int]  # how many more requests to probe (0: enough)
+
+
+class Role(StrEnum):
+    """Why a commit is measured (the value is what progress lines show). The endpoints have
+    the names of the search's terms (``bisect.terms``): good/bad, or in a fix search "with
+    the problem" (the old end) / "fixed" (the new end)."""
+
+    GOOD_ENDPOINT = "good endpoint"
+    BAD_ENDPOINT = "bad endpoint"
+    PROBLEM_ENDPOINT = "endpoint with the problem"
+    FIXED_ENDPOINT = "fixed endpoint"
+    BISECT = "bisect"
+    VERIFY_CULPRIT = "verify culprit"
+    VERIFY_PARENT = "verify parent"
+
+    @property
+    def endpoint(self) -> bool:
+        return self in _ENDPOINTS
+
+    @property
+    def verifies(self) -> bool:
+        return self in (Role.VERIFY_CULPRIT, Role.VERIFY_PARENT)
+
+
+_ENDPOINTS = frozenset({Role.GOOD_ENDPOINT, Role.BAD_ENDPOINT, Role.PROBLEM_ENDPOINT,
+                        Role.FIXED_ENDPOINT})
+
+
+# measure both endpoints, each with at least the requests ``more`` asks for:
+# (good evaluation, bad evaluation)
+EndpointMeasure = Callable[[MoreSamples | None], tuple[Evaluation, Evaluation]]
+
+
+@dataclass(frozen=True)
+class Again:
+    """Measure the commit again on a fresh server, probing while ``more`` asks."""
+
+    more: MoreSamples | None
+
+
+class ServerRuns(Protocol):
+    """What a calibrating policy may run (implemented by the Tester): fresh servers, the
+    known measurements, and recording a judged endpoint."""
+
+    @property
+    def workers(self) -> int: ...
+
+    def endpoints(self) -> list[tuple[str, Role]]:
+        """(commit, role) of both endpoints, the reference (healthy) end first."""
+        ...
+
+    def known(self, commit: str) -> Evaluation | None: ...
+
+    def fresh(self, commits: Sequence[str], more: MoreSamples | None) -> list[Evaluation]:
+        """A fresh server for each entry (a commit may repeat), in the order given;
+        counted and cached, not judged."""
+        ...
+
+    def testing(self, commit: str, role: Role, steps_left: int) -> None: ...
+
+    def record_as(self, commit: str, role: Role, ev: Evaluation, cached: bool) -> Outcome:
+        """Cache (unless ``cached``), judge, journal and report one evaluation."""
+        ...
+
+
+class VerdictPolicy(Protocol):
+    """See the module docstring."""
+
+    @property
+    def needs_calibration(self) -> bool: ...
+
+    @property
+    def supports_hook(self) -> bool: ...
+
+    @property
+    def multi_server(self) -> bool:
+        """Whether a commit may be measured on several servers (``again``)."""
+        ...
+
+    @property
+    def needs_reference(self) -> bool:
+        """Whether verdicts are relative to the good endpoint's measurement (judged first,
+        with ``Role.GOOD_ENDPOINT``)."""
+        ...
+
+    def calibrate(self, endpoints: EndpointMeasure, tests: int,
+                  runs: ServerRuns | None = None) -> None:
+        """``tests``: how many commits the search may judge (the error budget's split)."""
+        ...
+
+    def again(self, commit: str, evaluation: Evaluation) -> Again | None: ...
+
+    def finish(self, commit: str, evaluation: Evaluation) -> Evaluation: ...
+
+    def final(self, evaluation: Evaluation) -> bool: ...
+
+    def sampler(self, commit: str, role: Role) -> MoreSamples | None: ...
+
+    def forget(self, commit: str) -> None: ...
+
+    def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
+        """The verdict (``from_cache`` False: the caller marks cached ones)."""
+        ...

@@ -1,0 +1,66 @@
+"""The search protocol, and the one-at-a-time binary search.
+
+A search starts from a range whose bad endpoint is known bad and ends with a
+:class:`~vllm_bisect.bisect.strategy.Step` (a culprit, or the candidates left when only
+skipped commits separate good from bad). Implementations: :class:`BinarySearch` (one
+worker), ``parallel.MultisectionSearch`` (k workers), ``bayes_search.BayesSearch`` (flaky
+symptoms). Each one settles the endpoints its own way (verified first, verified beside the
+first interior commits, or run several times).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from vllm_bisect.bisect.endpoints import calibrate_endpoints, verify_endpoints
+from vllm_bisect.bisect.multisection import ideal_rounds
+from vllm_bisect.bisect.policy import Role
+from vllm_bisect.bisect.strategy import Step, bounds, lookahead, next_step
+from vllm_bisect.bisect.tester import Tester
+from vllm_bisect.models import Verdict
+
+
+@dataclass(frozen=True)
+class Found:
+    step: Step
+    rounds: int                      # search rounds that ran evaluations
+    confidence: float | None = None  # bayes: the posterior probability of the culprit
+
+
+class Search(Protocol):
+    def run(self) -> Found: ...
+
+
+def steps_left(n: int, verdicts: dict[int, Verdict], workers: int = 1) -> int:
+    """Rounds left to isolate the culprit in what remains of the interval."""
+    b = bounds(n, verdicts)
+    return ideal_rounds(b.first_bad - b.last_good, workers)
+
+
+class BinarySearch:
+    """One commit at a time, prefetching what may come next."""
+
+    def __init__(self, tester: Tester) -> None:
+        self.t = tester
+
+    def run(self) -> Found:
+        t, rng = self.t, self.t.rng
+        if t.policy.needs_calibration:
+            calibrate_endpoints(t)
+        else:
+            verify_endpoints(t)
+        n = len(rng.commits)
+        rounds = 0
+        verdicts: dict[int, Verdict] = {n - 1: Verdict.BAD}
+        while True:
+            step = next_step(n, verdicts)
+            if step.done:
+                return Found(step, rounds)
+            assert step.test is not None
+            t.measurer.prefetch([rng.commits[i].sha for i in lookahead(n, verdicts, step.test)])
+            outcome = t.test(rng.commits[step.test], Role.BISECT, steps_left(n, verdicts))
+            rounds += 0 if outcome.from_cache else 1
+            verdicts[step.test] = outcome.verdict
+            following = next_step(n, verdicts).test
+            t.measurer.keep_only([rng.commits[following].sha] if following is not None else [])

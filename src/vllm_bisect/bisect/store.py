@@ -1,0 +1,51 @@
+"""Where measurements live: this session's journal, then the result cache shared by sessions.
+
+Both are keyed by ``BisectSpec.measurement_key(commit)``. ``get`` finds a measurement this
+session or an earlier one already has; ``put`` caches a fresh one; ``record`` journals a
+judged one (once per session and key, unless it is a fresh run of a commit measured before);
+``unmeasured`` says which commits would need a server (what is worth prefetching).
+"""
+
+from __future__ import annotations
+
+from vllm_bisect.bisect.journal import ResultCache, SessionJournal
+from vllm_bisect.bisect.policy import MoreSamples
+from vllm_bisect.models import Evaluation, Outcome
+from vllm_bisect.spec import BisectSpec
+
+
+class MeasurementStore:
+    def __init__(self, spec: BisectSpec, journal: SessionJournal,
+                 cache: ResultCache | None) -> None:
+        self.spec = spec
+        self.journal = journal
+        self.cache = cache
+        self.session = journal.evaluations()
+
+    def key(self, commit: str) -> str:
+        return self.spec.measurement_key(commit)
+
+    def get(self, commit: str, more: MoreSamples | None = None) -> Evaluation | None:
+        """A measurement this session or the result cache already has (one with too few
+        samples for ``more`` does not count: it is measured again)."""
+        key = self.key(commit)
+        for source in (self.session, self.cache):
+            found = source.get(key) if source is not None else None
+            if found is not None and not (more and found.measurement and more(found.measurement)):
+                return found
+        return None
+
+    def put(self, ev: Evaluation) -> None:
+        """Cache a fresh evaluation for later sessions (failures are never cached)."""
+        if self.cache is not None:
+            self.cache.put(self.key(ev.commit), ev)
+
+    def record(self, outcome: Outcome, ev: Evaluation, cached: bool) -> None:
+        """Journal a judged evaluation (a cached one only once per session)."""
+        key = self.key(outcome.commit)
+        if not cached or key not in self.session:
+            self.journal.record(key, outcome, ev)
+            self.session[key] = ev
+
+    def unmeasured(self, commits: list[str]) -> list[str]:
+        return [c for c in commits if self.get(c) is None]

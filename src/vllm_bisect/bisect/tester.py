@@ -1,0 +1,117 @@
+"""Test a commit: look it up, else measure it, judge it by the policy, journal it, report it.
+
+The searches (binary, multisection, bayes), the endpoint checks and the culprit
+verification all test commits through one :class:`Tester`, so every way into the core
+judges the same way and every judged commit lands in the journal and the event stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from vllm_bisect.bisect.events import EventHandler
+from vllm_bisect.bisect.measurer import Measurer
+from vllm_bisect.bisect.policy import MoreSamples, Role, VerdictPolicy
+from vllm_bisect.bisect.range import CommitInfo, CommitRange
+from vllm_bisect.bisect.store import MeasurementStore
+from vllm_bisect.bisect.terms import Terms
+from vllm_bisect.models import Evaluation, Outcome
+
+Item = tuple[CommitInfo, Role, int]  # (commit, role, steps left)
+
+
+class Tester:
+    def __init__(self, rng: CommitRange, store: MeasurementStore, measurer: Measurer,
+                 policy: VerdictPolicy, events: EventHandler) -> None:
+        self.rng = rng
+        self.store = store
+        self.measurer = measurer
+        self.policy = policy
+        self.events = events
+        self.terms = Terms(store.spec.range.search)  # which end is which, and named how
+        self.probed: list[Outcome] = []
+        self.evaluations: dict[str, Evaluation] = {}
+
+    def test(self, info: CommitInfo, role: Role, steps_left: int,
+             more: MoreSamples | None = None, fresh: bool = False) -> Outcome:
+        """``fresh``: measure it again even if a measurement is known (a repeated run)."""
+        return self.test_batch([(info, role, steps_left)], more, fresh)[0]
+
+    def test_batch(self, items: Sequence[Item], more: MoreSamples | None = None,
+                   fresh: bool = False) -> list[Outcome]:
+        """Test several commits (at once on free workers), recorded in the order given (the
+        good endpoint's reference comes first). ``more``: the samples wanted (else the
+        policy's)."""
+        found: dict[str, Evaluation] = {}
+        missing: dict[str, MoreSamples | None] = {}
+        for info, role, steps in items:
+            self.events.on_testing(info, role, steps)
+            want = more or self.policy.sampler(info.sha, role)
+            known = None if fresh else self.store.get(info.sha, want)
+            if known is not None and not self.policy.final(known):
+                known = None  # the policy wants more of it (more servers): measured again
+            if known is not None:
+                found[info.sha] = known
+            elif info.sha not in missing:
+                missing[info.sha] = want
+        measured = self.measurer.measure_all(missing)
+        for sha in missing:
+            measured[sha] = self.servers(sha, measured[sha])
+        return [self.record(info, role, found.get(info.sha) or measured[info.sha],
+                            cached=info.sha in found) for info, role, _ in items]
+
+    def servers(self, commit: str, ev: Evaluation, account: bool = True) -> Evaluation:
+        """A commit's further servers while the policy asks for a fresh one (the two-level
+        test); its evaluation to judge (merged over them), cached."""
+        nxt = self.policy.again(commit, ev)
+        n = 1
+        while nxt is not None:
+            n += 1
+            self.events.on_phase(commit, f"a fresh server (server {n})")
+            ev = self.measurer.measure_all({commit: nxt.more}, account)[commit]
+            nxt = self.policy.again(commit, ev)
+        merged = self.policy.finish(commit, ev)
+        if account and merged is not ev:
+            self.store.put(merged)
+        return merged
+
+    # -- ServerRuns: what a calibrating policy runs ----------------------------------------
+    @property
+    def workers(self) -> int:
+        return self.measurer.workers
+
+    def endpoints(self) -> list[tuple[str, Role]]:
+        return [(info.sha, role) for info, role in self.terms.endpoints(self.rng)]
+
+    def known(self, commit: str) -> Evaluation | None:
+        return self.store.get(commit)
+
+    def fresh(self, commits: Sequence[str], more: MoreSamples | None) -> list[Evaluation]:
+        return self.measurer.fresh_runs(commits, more)
+
+    def testing(self, commit: str, role: Role, steps_left: int) -> None:
+        self.events.on_testing(self._info(commit), role, steps_left)
+
+    def record_as(self, commit: str, role: Role, ev: Evaluation, cached: bool) -> Outcome:
+        if not cached:
+            self.store.put(ev)
+        return self.record(self._info(commit), role, ev, cached)
+
+    def _info(self, commit: str) -> CommitInfo:
+        rng = self.rng
+        return next(c for c in (rng.good, rng.bad, *rng.commits) if c.sha == commit)
+
+    def record(self, info: CommitInfo, role: Role, ev: Evaluation, cached: bool) -> Outcome:
+        """Judge an evaluation, journal it, and tell the event handler."""
+        outcome = self.policy.judge(ev, role).model_copy(update={"from_cache": cached})
+        self.store.record(outcome, ev, cached)
+        self.probed.append(outcome)
+        self.evaluations[info.sha] = ev
+        self.events.on_outcome(info, outcome)
+        return outcome
+
+    def judge_only(self, info: CommitInfo, role: Role, ev: Evaluation) -> Outcome:
+        """Judge and report, without journaling (culprit verification keeps its own)."""
+        outcome = self.policy.judge(ev, role)
+        self.events.on_outcome(info, outcome)
+        return outcome

@@ -1,0 +1,79 @@
+"""The threshold policy (``verdict.strategy = "threshold"``) and the crash rule, which
+every policy shares (see :mod:`vllm_bisect.bisect.policy`)."""
+
+from __future__ import annotations
+
+from vllm_bisect.bisect.policy import (
+    Again,
+    EndpointMeasure,
+    MoreSamples,
+    Role,
+    ServerRuns,
+)
+from vllm_bisect.bisect.terms import Terms
+from vllm_bisect.models import EvalStatus, Evaluation, Outcome, Verdict
+from vllm_bisect.spec import BisectSpec, Symptom
+from vllm_bisect.verdict import Judge
+from vllm_bisect.verdict.symptoms import CRASH_MARKERS
+
+
+def crashed(spec: BisectSpec, ev: Evaluation) -> bool:
+    """Following the crash symptom, a server that died or a probe that failed is bad."""
+    return (spec.verdict.symptom is Symptom.CRASH and ev.status is EvalStatus.FAILED
+            and any(k in ev.reason for k in CRASH_MARKERS))
+
+
+def unmeasured(spec: BisectSpec, ev: Evaluation) -> Outcome:
+    """The verdict on an evaluation without a measurement (the crash rule, else a skip)."""
+    if crashed(spec, ev):
+        return Outcome(commit=ev.commit, verdict=Verdict.BAD, reason=f"crashed: {ev.reason}")
+    return Outcome(commit=ev.commit, verdict=Verdict.SKIP, reason=ev.reason or ev.status.value)
+
+
+class ThresholdPolicy:
+    """The spec's thresholds; the healthy endpoint sets the reference of relative ones.
+    Verdicts in the search's terms (a fix search inverts them)."""
+
+    needs_calibration = False
+    supports_hook = True
+    multi_server = False
+
+    def __init__(self, spec: BisectSpec) -> None:
+        self.spec = spec
+        self.terms = Terms(spec.range.search)
+        self.thresholds = Judge(spec.verdict, spec.min_output_tokens())
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.thresholds.needs_reference or self.needs_calibration
+
+    def calibrate(self, endpoints: EndpointMeasure, tests: int,
+                  runs: ServerRuns | None = None) -> None:
+        pass
+
+    def again(self, commit: str, evaluation: Evaluation) -> Again | None:
+        return None  # one server per commit
+
+    def finish(self, commit: str, evaluation: Evaluation) -> Evaluation:
+        return evaluation
+
+    def final(self, evaluation: Evaluation) -> bool:
+        return True
+
+    def sampler(self, commit: str, role: Role) -> MoreSamples | None:
+        return None
+
+    def forget(self, commit: str) -> None:
+        pass
+
+    def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
+        m = evaluation.measurement
+        if m is None:
+            outcome = unmeasured(self.spec, evaluation)
+        else:
+            if role is self.terms.reference_role and self.thresholds.needs_reference:
+                self.thresholds = self.thresholds.with_reference(m)  # itl_factor's baseline
+            j = self.thresholds.judge(m)
+            outcome = Outcome(commit=evaluation.commit, verdict=j.verdict, reason=j.reason,
+                              measurement=m)
+        return outcome.model_copy(update={"verdict": self.terms.verdict(outcome.verdict)})
