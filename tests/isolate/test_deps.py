@@ -17,6 +17,7 @@ from vllm_bisect.isolate.synth import dependency_history
 from vllm_bisect.sim.package_index import PackageIndex, build_package
 
 VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
+OTHER = ("2.0", "2.1")  # aiodep: installed beside tinydep, never imported (harmless)
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +27,8 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PackageIndex]:
     for v in VERSIONS:
         cap = "128" if v >= "1.3" else "None"
         build_package("tinydep", v, f'"""tinydep {v}"""\nSPEC_OUTPUT_CAP = {cap}\n', dist)
+    for v in OTHER:
+        build_package("aiodep", v, f'"""aiodep {v}"""\n', dist)
     with pytest.MonkeyPatch.context() as mp, PackageIndex(dist) as idx:
         mp.setenv("UV_CACHE_DIR", str(tmp / "uv-cache"))  # nothing from earlier runs
         yield idx
@@ -63,3 +66,43 @@ def test_swaps_tell_vllm_code_from_the_dependency(tmp_path: Path, index: Package
     assert res["parent_with_new_pins"].startswith("good")
     assert res["culprit_with_old_pins"].startswith("bad")
     assert res["conclusion"] == "vllm code" and res["packages"] == []
+
+
+def test_two_packages_bumped_at_once_and_a_base_version(tmp_path: Path,
+                                                        index: PackageIndex) -> None:
+    # one commit bumps aiodep 2.0 -> 2.1 (harmless), tinydep 1.0 -> 1.4 (1.3 is bad) and the
+    # Dockerfile's CUDA_VERSION: the dependency check names tinydep and 1.3, and reports the
+    # base version as a dependency change it cannot swap or bisect (not pip-installable)
+    h = dependency_history(tmp_path / "vllm", "tinydep", "1.0", "1.4", before=0, after=0,
+                           also={"aiodep": ("2.0", "2.1")}, cuda=("12.8.1", "12.9.1"))
+    session = tmp_path / "session"
+    res = run_studies(session, tmp_path / "cache", isolate=False, spec=source_spec(h, index.url),
+                      culprit=h.planted["length"])["deps"]
+    assert res["changes"] == ["aiodep ==2.0 -> ==2.1 (requirements/common.txt)",
+                              "tinydep ==1.0 -> ==1.4 (requirements/common.txt)"]
+    assert res["base_changes"] == ["CUDA_VERSION 12.8.1 -> 12.9.1 (docker/Dockerfile)"]
+    assert "not pip-installable" in res["base_note"]
+    # the Dockerfile changed too: the swaps are built (pip pins only), not assumed
+    assert res["parent_with_new_pins"].startswith("bad")
+    assert res["culprit_with_old_pins"].startswith("good")
+    assert res["conclusion"] == "dependency"
+    aio, tiny = res["packages"]
+    assert aio["name"] == "aiodep" and aio["single_verdict"] == "bad"
+    assert aio["first_bad_version"] is None and "alone does not flip" in aio["note"]
+    assert tiny["name"] == "tinydep" and tiny["single_verdict"] == "good"
+    assert tiny["first_bad_version"] == "1.3"
+    assert res["strategy"] == "threshold"
+    report = (session / "deps.json").read_text()
+    assert "CUDA_VERSION" in report
+    print("two packages: fresh builds", res["fresh_builds"])
+
+
+def test_only_a_base_version_changed(tmp_path: Path, index: PackageIndex) -> None:
+    # tinydep unchanged, only CUDA_VERSION: nothing pip-installable to swap, nothing built
+    h = dependency_history(tmp_path / "vllm", "tinydep", "1.0", "1.0", before=0, after=0,
+                           cuda=("12.8.1", "13.0.1"))
+    res = run_studies(tmp_path / "session", tmp_path / "cache", isolate=False,
+                      spec=source_spec(h, index.url), culprit=h.planted["length"])["deps"]
+    assert res["changes"] == [] and res["conclusion"] == "base versions"
+    assert res["base_changes"] == ["CUDA_VERSION 12.8.1 -> 13.0.1 (docker/Dockerfile)"]
+    assert res["fresh_builds"] == 0 and res["packages"] == []
