@@ -95,12 +95,11 @@ class Bench:
         self.choice: Choice | None = None
         self.rng: CommitRange | None = None
         self.settled: tuple[str, str] | None = None
-        self.fresh = 0          # commits measured now
-        self.server_starts = 0  # their servers (the two-level test may start several)
+        self.fresh = 0          # commits measured now (a two-level test may start several
+        #                         servers for one)
 
     def close(self) -> None:
         for t in self._testers.values():
-            self.server_starts += t.measurer.server_starts
             t.measurer.close()
         self._testers.clear()
         self.cache.close()
