@@ -47,7 +47,7 @@ def sh(root: Path, *args: str) -> None:
     print(f"$ vllm-bisect {shown}", flush=True)
     done = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", *args, "--cache-dir",
                            str(root / "cache")], cwd=root, capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "160"}, check=False)
+                          env={**os.environ, "COLUMNS": "300"}, check=False)
     print((done.stderr + done.stdout).rstrip(), flush=True)
 
 
@@ -59,7 +59,7 @@ def main(root: Path, which: list[str]) -> None:
         sh(root, "run", "--spec", spec, "--session", "s-wide")
         sh(root, "isolate", "s-wide")
     if "noisy" in which:
-        w = wide_culprit_history(root / "noisy", n_files=8, before=0, after=0, slowdown=2.0)
+        w = wide_culprit_history(root / "noisy", n_files=7, before=0, after=0, slowdown=3.0)
         spec = write(root / "noisy.toml", command_spec(
             w.history, {"symptom": "itl", "itl_factor": 1.3}, {"max_tokens": 48}))
         sh(root, "isolate", "s-noisy", "--spec", spec, "--culprit", w.culprit, "--no-deps")

@@ -59,10 +59,10 @@ def test_names_the_guilty_file_and_hunk_of_twenty(tmp_path: Path) -> None:
 
 
 def test_noisy_slowdown_under_the_default_strategy(tmp_path: Path) -> None:
-    # an ITL regression with 5% per-request and 5% per-server-start noise, 2x slower steps in
-    # one hunk of one of 8 files; no strategy written: auto picks the two-level test, settled
+    # an ITL regression with 5% per-request and 5% per-server-start noise, 3x slower steps in
+    # one hunk of one of 7 files; no strategy written: auto picks the two-level test, settled
     # (calibrated) on the culprit's parent and the culprit, the same policy `run` uses
-    w = wide_culprit_history(tmp_path / "vllm", n_files=8, before=0, after=0, slowdown=2.0)
+    w = wide_culprit_history(tmp_path / "vllm", n_files=7, before=0, after=0, slowdown=3.0)
     spec = command_spec(w.history, verdict={"symptom": "itl", "itl_factor": 1.3},
                         probe={"max_tokens": 48})
     assert spec.verdict.strategy == "auto"

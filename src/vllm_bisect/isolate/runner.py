@@ -84,8 +84,10 @@ def target(session: Path, spec: BisectSpec | None, culprit_ref: str | None
     return spec, repo, c.hexsha, c.parents[0].hexsha
 
 
-def _save(session: Path, bench: Bench, key: str, doc: dict[str, Any]) -> None:
-    doc.update(bench.strategy())
+def _save(session: Path, bench: Bench, key: str, doc: dict[str, Any], judged: bool = True
+          ) -> None:
+    if judged:  # (a study that judged nothing, e.g. no pins changed, names no strategy)
+        doc.update(bench.strategy())
     bench.journal.set_meta(f"result:{key}", json.dumps(doc))
     res = _result_doc(session)
     if res is None:
@@ -116,7 +118,7 @@ def run_studies(session: Path, cache_dir: Path, *, isolate: bool = True, deps: b
             if deps:
                 d = DependencyStudy(bench, spec_, repo, sha, parent, index_url)
                 out["deps"] = d.run().to_dict()
-                _save(session, bench, "deps", out["deps"])
+                _save(session, bench, "deps", out["deps"], judged=bool(out["deps"]["changes"]))
         finally:
             bench.close()
     return out
