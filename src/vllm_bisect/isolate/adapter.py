@@ -140,6 +140,8 @@ class Bench:
         self.rng = CommitRange(good=info(self.repo.commit(parent)),
                                bad=info(self.repo.commit(culprit)),
                                commits=(info(self.repo.commit(culprit)),))
+        for old in self._testers.values():  # (judged by the previous policy)
+            old.measurer.close()
         self._testers.clear()
         logger.info("verdict strategy %s: %s", self.choice.strategy.value, self.choice.reason)
         t = self._tester(spec)
