@@ -173,8 +173,8 @@ def wide_culprit_history(path: Path, n_files: int = 20, before: int = 3, after: 
     caps speculative outputs at 128 tokens; ``before``/``after`` harmless commits around it.
     With ``slowdown``, a noisy ITL regression instead: the engine steps take 4 ms with 5%
     per-request and 5% per-server-start noise, and the culprit's one hunk of
-    ``vllm/config/engine.py`` makes them ``slowdown`` times slower (its change of the spec
-    config is then harmless)."""
+    ``vllm/config/engine.py`` makes them ``slowdown`` times slower (its changes of the spec
+    config and of ``vllm/__init__.py`` are then harmless: every subset serves)."""
     assert n_files >= 6 + (slowdown is not None)
     w = _Writer(path)
     n_mods = n_files - 4 - (slowdown is not None)  # + helper, removed module, __init__, spec
@@ -193,7 +193,9 @@ def wide_culprit_history(path: Path, n_files: int = 20, before: int = 3, after: 
                                      for k, m in enumerate(mods)}
     change["vllm/model_executor/layers/legacy_fused.py"] = None
     change["vllm/utils/tuning_helpers.py"] = 'SCALE = 10\n'
-    change["vllm/__init__.py"] = t.INIT + "from vllm.utils.tuning_helpers import SCALE  # noqa\n"
+    change["vllm/__init__.py"] = t.INIT + (  # (the slowdown's history: no untestable subset)
+        "from vllm.utils.tuning_helpers import SCALE  # noqa\n" if slowdown is None
+        else "# layer tuning helpers: vllm.utils.tuning_helpers\n")
     if slowdown is None:
         change["vllm/spec_decode/config.py"] = spec_config(cap=128, acceptance=0.85)
         guilty = ("vllm/spec_decode/config.py", "SPEC_MAX_OUTPUT_TOKENS = 128")
