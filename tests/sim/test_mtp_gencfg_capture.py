@@ -104,3 +104,25 @@ def test_simulator_cap_matches_the_real_server() -> None:
     finally:
         p.terminate()
         p.wait(10)
+
+
+def _chunks(url: str, max_tokens: int) -> list[int]:
+    spec = ProbeSpec(prompt=PROMPT, max_tokens=max_tokens, requests=1, warmup=0)
+    m = DecodeProbe(spec).measure(ServerHandle(url=url, model=MODEL))
+    assert m.output_tokens == [max_tokens]
+    return m.requests[0].chunk_tokens or []
+
+
+def test_simulator_merges_lagging_outputs_like_vllm() -> None:
+    # step time 0: every next step is already due when a chunk would go out, i.e. the API side
+    # lags throughout; with the merge on, vLLM's behaviour, the whole output is one chunk
+    for merge, want_max in ((True, 64), (False, 4)):
+        flags = ["--merge-lagging-outputs"] if merge else []
+        p, url = _sim("--spec-k", "3", "--acceptance", "0.66", "--step-ms", "0",
+                      "--prefill-ms", "0", "--seed", "3", "--model", MODEL, *flags)
+        try:
+            chunks = _chunks(url, 64)
+        finally:
+            p.terminate()
+            p.wait(10)
+        assert sum(chunks) == 64 and max(chunks) == want_max, (merge, chunks)
