@@ -125,41 +125,50 @@ def test_platform_and_version_rules() -> None:
 
 
 def test_prefetch_overlaps_downloads_with_probes(tmp_path: Path) -> None:
-    """With a slow index (0.6 s per wheel), prefetching the next possible commits while one
-    is probed makes the bisect faster than fetching each on demand."""
-    import time as _time
-
+    """With a slow index (0.6 s per wheel), the next possible commits' wheels are being fetched
+    while a commit is probed: when the driver asks for a commit's artifact, its download has
+    already started. (How much wall time that saves is a benchmark's question, not a test's:
+    a ratio of two wall times fails on a loaded machine.)"""
     from vllm_bisect.bisect.driver import Driver
     from vllm_bisect.bisect.evaluate import Evaluator
     from vllm_bisect.bisect.journal import ResultCache
     from vllm_bisect.bisect.range import commit_range
     from vllm_bisect.bisect.session import Session
+    from vllm_bisect.builders.base import Artifact
     from vllm_bisect.builders.prefetch import Prefetcher
+
+    asked: list[tuple[str, bool]] = []  # (commit, its download had started when asked for)
+
+    class Watched(Prefetcher):
+        def prepare(self, commit: str) -> Artifact:
+            with self.lock:
+                f = self.futures.get(commit)
+            asked.append((commit, f is not None and (f.running() or f.done())))
+            return super().prepare(commit)
 
     h = history(tmp_path, n_commits=16, cap_at=9)
     co = Checkouts(open_repo(h.path), tmp_path / "bc")
     root = tmp_path / "index"
     for i, sha in enumerate(h.shas):
         publish(root, sha, {"default": [build_wheel(co.get(sha), tmp_path / "w" / str(i), X86)]})
-    walls = {}
     with IndexServer(root, delay_s=0.6) as url:
-        for mode in ("on-demand", "prefetch"):
-            spec = make_spec(h, build={"kind": "wheel", "index_url": url, "variant": "default"},
-                             probe={"max_tokens": 160, "requests": 3})
-            b = WheelBuilder(spec.build, ArtifactCache(tmp_path / mode / "cache"),
-                             tmp_path / mode / "logs", platform=HOST)
-            pf = Prefetcher(b) if mode == "prefetch" else None
-            with Session(tmp_path / mode / "s") as s:
+        spec = make_spec(h, build={"kind": "wheel", "index_url": url, "variant": "default"},
+                         probe={"max_tokens": 160, "requests": 3})
+        b = WheelBuilder(spec.build, ArtifactCache(tmp_path / "cache"), tmp_path / "logs",
+                         platform=HOST)
+        pf = Watched(b)
+        try:
+            with Session(tmp_path / "s") as s:
                 assert s.journal is not None
-                ev = Evaluator(spec, pf or b, s.logs, s.journal, s.id)
-                t0 = _time.monotonic()
+                ev = Evaluator(spec, pf, s.logs, s.journal, s.id)
                 r = Driver(spec, commit_range(co.repo, h.good, h.bad), ev, s.journal,
-                           ResultCache(tmp_path / mode / "r.sqlite"), prefetcher=pf).run()
-                walls[mode] = _time.monotonic() - t0
-            assert r.first_bad == h.planted["length"]
-            if pf is not None:
-                pf.close()
-    assert walls["prefetch"] < walls["on-demand"] * 0.85, walls
+                           ResultCache(tmp_path / "r.sqlite"), prefetcher=pf).run()
+        finally:
+            pf.close()
+    assert r.first_bad == h.planted["length"]
+    interior = [early for c, early in asked if c not in (h.good, h.bad)]
+    # (culprit verification asks again for artifacts it has: those are not prefetched)
+    assert sum(interior) >= 3, asked
 
 
 def test_disk_full_while_storing_a_wheel_stops_the_run(
