@@ -342,12 +342,7 @@ class Run:
                    "--num-prompts", str(n), "--max-concurrency", str(conc), "--ignore-eos",
                    "--temperature", "0", "--num-warmups", "1", "--save-result", "--save-detailed",
                    "--result-dir", str(self.res), "--result-filename", f"{name}.json"]
-            t = time.monotonic()
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                               env={**os.environ, **ENV})
-            self.save(f"{name}_stdout.txt", "$ " + " ".join(cmd) + f"\n(rc {r.returncode}, "
-                      f"{time.monotonic() - t:.0f} s)\n" + r.stdout[-8000:] + "\n--- stderr ---\n"
-                      + r.stderr[-4000:])
+            r = self.run_saved(cmd, name, 300)
             sp = ProbeSpec(prompt=PROMPT, prompt_tokens=256, max_tokens=512, requests=n,
                            concurrency=conc, warmup=1)
             m = DecodeProbe(sp, 512).measure(h)
@@ -367,6 +362,17 @@ class Run:
         return out
 
 
+    def run_saved(self, cmd: list[str], name: str, timeout: int) -> Any:
+        """Run a `vllm bench` command; its command line, exit code, time and output tails go
+        to NAME_stdout.txt."""
+        t = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, **ENV})
+        self.save(f"{name}_stdout.txt", "$ " + " ".join(cmd) + f"\n(rc {r.returncode}, "
+                  f"{time.monotonic() - t:.0f} s)\n" + r.stdout[-8000:] + "\n--- stderr ---\n"
+                  + r.stderr[-4000:])
+        return r
+
     # peer check, same prompts on both sides (session 4) --------------------------------
     def bench(self, h: Any, model: str, name: str, jsonl: Path, conc: int, n: int,
               warm: int) -> dict[str, Any]:
@@ -378,12 +384,7 @@ class Run:
                "--temperature", "0", "--num-warmups", str(warm), "--save-result",
                "--save-detailed", "--result-dir", str(self.res), "--result-filename",
                f"{name}.json"]
-        t = time.monotonic()
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=400,
-                           env={**os.environ, **ENV})
-        self.save(f"{name}_stdout.txt", "$ " + " ".join(cmd) + f"\n(rc {r.returncode}, "
-                  f"{time.monotonic() - t:.0f} s)\n" + r.stdout[-8000:] + "\n--- stderr ---\n"
-                  + r.stderr[-4000:])
+        r = self.run_saved(cmd, name, 400)
         if r.returncode != 0:
             raise RuntimeError(f"{name}: rc {r.returncode}: {r.stderr[-500:]}")
         return dict(json.loads((self.res / f"{name}.json").read_text()))
@@ -524,7 +525,8 @@ class Run:
         serve = (f"{shlex.quote(self.vllm)} serve {shlex.quote(str(self.work / 'mtp'))} "
                  f"--port {{port}} {static} {{speculative}}")
         env = ", ".join(f'{k} = "{v}"' for k, v in ENV.items())
-        text = (f'[range]\nrepo = "{self.repo()}"\n\n[build]\nkind = "command"\nserve = {json.dumps(serve)}\n\n'
+        text = (f'[range]\nrepo = "{self.repo()}"\n\n'
+                f'[build]\nkind = "command"\nserve = {json.dumps(serve)}\n\n'
                 f'[serve]\nmodel = "{self.work / "mtp"}"\nenv = {{ {env} }}\n'
                 'speculative = { method = "mtp", num_speculative_tokens = 3 }\n\n'
                 '[ops]\nstartup_timeout_s = 420\n\n'
