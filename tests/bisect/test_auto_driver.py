@@ -61,5 +61,6 @@ def test_auto_keeps_the_threshold_search_when_every_bad_endpoint_run_shows_the_c
                                  "intermittent_runs": 3})
     r = run_driver(spec, tmp_path)
     assert r.strategy_chosen == "threshold" and r.first_bad == h.planted["length"]
+    assert "in all 3 runs: deterministic" in r.strategy_reason
     fresh_bad = [o for o in r.probed if o.commit == h.bad and not o.from_cache]
     assert len(fresh_bad) == 3 and all(o.verdict.value == "bad" for o in fresh_bad)

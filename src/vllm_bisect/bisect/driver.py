@@ -153,8 +153,11 @@ class Driver:
                 first = "showed" if o.verdict is Verdict.BAD else "did not show"
         if not (shown and missed):
             if shown:
-                logger.info("the bad endpoint showed the %s symptom in all %d runs: "
-                            "deterministic (threshold)", v.symptom.value, shown)
+                self.choice = Choice(Strategy.THRESHOLD, f"auto: the bad endpoint showed the "
+                                     f"{v.symptom.value} symptom in all {shown} runs: "
+                                     "deterministic (one run per commit tells)")
+                logger.info("%s", self.choice.reason)
+                self.events.on_phase("", f"verdict strategy threshold: {self.choice.reason}")
             return False
         self.choice = Choice(Strategy.BAYES, f"auto: the bad endpoint showed the "
                              f"{v.symptom.value} symptom in {shown} of {shown + missed} runs "
