@@ -95,8 +95,13 @@ def test_credible_set() -> None:
 
 def test_flaky_cap_bisected_through_the_driver(tmp_path: Path) -> None:
     # the cap hits 60% of requests from commit 9 on; one request per run
+    from tests.bisect.test_auto_driver import seeded_serve
+
+    # seeded servers: the random caps repeat run to run, so the test cannot flake at the
+    # 1 - confidence rate the method allows by design
     h = history(tmp_path, n_commits=16, cap_at=9, cap_probability=0.6)
-    spec = make_spec(h, verdict={"symptom": "length", "strategy": "bayes",
+    spec = make_spec(h, build={"kind": "command", "serve": seeded_serve(tmp_path)},
+                     verdict={"symptom": "length", "strategy": "bayes",
                                  "calibration_runs": 5, "confidence": 0.95,
                                  "verify_samples": 0})
     r = run_driver(spec, tmp_path)

@@ -132,3 +132,22 @@ def test_auto_resolving_to_bayes_is_refused_and_says_so(tmp_path: Path) -> None:
     assert "'auto' (resolved to 'bayes'" in " ".join(r.stderr.split())
     assert "Traceback" not in r.stderr
     assert not (h.path / ".git" / "vllm-bisect-hook").exists()
+
+
+def test_default_spec_under_server_level_noise(tmp_path: Path) -> None:
+    # what a user writes: the symptom and the smallest change that matters, no strategy.
+    # Every server start has its own speed level (server CV 5%) on top of request noise:
+    # auto resolves to the two-level test in both entry points, which must agree.
+    h = history(tmp_path, n_commits=8, slow_at=5, slow_factor=2.0, step_ms=4.0,
+                noise_cv=0.05, server_cv=0.05)
+    spec = spec_for(h, sim_serve(), verdict={"symptom": "itl", "itl_factor": 1.3},
+                    probe={"max_tokens": 48, "warmup": 0})
+    assert spec.verdict.strategy == "auto"
+    hook, log = hook_first_bad(h, spec, tmp_path)
+    assert hook == run_first_bad(spec, tmp_path) == h.planted["itl"]
+    assert "# skip" not in log
+    # the hook calibrated as the two-level test does: at least two servers per endpoint
+    (journal,) = (h.path / ".git" / "vllm-bisect-hook").glob("*/journal.sqlite")
+    with sqlite3.connect(journal) as con:
+        started = [c for (c,) in con.execute("SELECT commit_sha FROM servers")]
+    assert started.count(h.good) >= 2 and started.count(h.bad) >= 2
