@@ -4,6 +4,12 @@ measured, in stages that resume (a stage whose result exists is not run again).
 
     python3 scripts/gpu_mtp_run.py WORK OUT [--budget-s 540] [--only a,b]
 
+Session 4 (2026-12-03) ran `--only env,model,peer,b,sweep,compare`: peer (MTP server: the
+probe and `vllm bench serve --dataset-name custom` on the SAME prompt text, both warmed at the
+measured concurrency, GPU state sampled throughout), B, the 3x2 sweep, compare; the peer stage
+again with `--peer-min-tokens 1` (and `--peer-c4-bench-first`). Commands:
+docs/validation/mtp_gpu_runs_session4.log.
+
 Stages (in order): env, model, A (MTP server: raw captures, /metrics before/after, /tokenize,
 the decode probe, sized prompts, the `vllm bench serve` peer check), sweep (`vllm-bisect
 sweep`: MTP on/off over concurrency x context), compare (`vllm-bisect compare`:
@@ -37,6 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from vllm_bisect.models import Measurement  # noqa: E402
 from vllm_bisect.probes.decode import DecodeProbe  # noqa: E402
 from vllm_bisect.runtime.process import LaunchPlan, free_port, run_server  # noqa: E402
 from vllm_bisect.spec import Endpoint, ProbeSpec  # noqa: E402
@@ -49,6 +56,8 @@ COMMON = ["--max-model-len", str(MAX_LEN), "--enforce-eager", "--gpu-memory-util
           "--dtype", "bfloat16", "--additional-config", json.dumps({"gdn_prefill_backend": "triton"})]
 MTP = json.dumps({"method": "mtp", "num_speculative_tokens": 3})
 PROMPT = "Write a long story about a lighthouse keeper who finds a map."
+# the peer check of session 4: same prompt text on both sides, fixed lengths
+PEER_IN, PEER_OUT, PEER_N1, PEER_N4 = 256, 256, 12, 24
 T0 = time.monotonic()
 
 
@@ -58,7 +67,7 @@ def log(msg: str) -> None:
 
 # -- raw HTTP capture (the format of tests/fixtures/vllm-0.25.1/) --------------------------
 def capture(port: int, method: str, path: str, body: dict[str, Any] | None,
-            timeout: float = 300.0) -> dict[str, Any]:
+            timeout: float = 300.0, deadline_s: float = 90.0) -> dict[str, Any]:
     payload = b"" if body is None else json.dumps(body).encode()
     head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: raw-capture/1\r\n"
             "Accept: */*\r\nConnection: close\r\n")
@@ -69,7 +78,11 @@ def capture(port: int, method: str, path: str, body: dict[str, Any] | None,
     t0 = time.perf_counter()
     s.sendall(raw_req)
     data, events = b"", []
+    truncated = False
     while True:
+        if time.perf_counter() - t0 > deadline_s:  # a cap that did not apply: stop reading
+            truncated = True
+            break
         got = s.recv(65536)
         if not got:
             break
@@ -84,7 +97,10 @@ def capture(port: int, method: str, path: str, body: dict[str, Any] | None,
         "request": {"method": method, "path": path, "port": port, "body": body,
                     "raw_request": raw_req.decode()},
         "status_line": lines[0], "headers": [list(h) for h in headers],
-        "transfer_chunked": chunked, "recv_events": events}
+        "transfer_chunked": chunked, "recv_events": events, "truncated_by_deadline": truncated}
+    if truncated:
+        rec["raw_response_head"] = data[:20000].decode("utf-8", errors="replace")
+        return rec
     body_bytes, sizes = rest, []
     if chunked:
         body_bytes, pos = b"", 0
@@ -176,6 +192,42 @@ def vllm_lines(text: str) -> str:
                      if x.startswith(("vllm:", "# HELP vllm:", "# TYPE vllm:"))) + "\n"
 
 
+class GpuSampler:
+    """``runtime.gpustate.read_state()`` (NVML, else nvidia-smi) every few seconds in a thread,
+    plus the nvidia-smi path once, so both sources are seen on the real GPU."""
+
+    def __init__(self, every_s: float = 3.0) -> None:
+        import threading
+        self.every_s, self.samples = every_s, {"nvml_or_smi": [], "smi_once": None}
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        from vllm_bisect.runtime import gpustate as g
+        try:
+            gpus = g._smi([f"--query-gpu={g.GPU_QUERY}", g.CSV], 10.0)
+            apps = g._smi([f"--query-compute-apps={g.APPS_QUERY}", g.CSV], 10.0)
+            self.samples["smi_once"] = {"raw_gpus": gpus, "raw_apps": apps}
+        except Exception as err:
+            self.samples["smi_once"] = {"error": repr(err)}
+        while not self._stop.is_set():
+            try:
+                st = g.read_state()
+                self.samples["nvml_or_smi"].append(
+                    {"t": round(time.monotonic() - T0, 1),
+                     "state": st.as_dict() if st is not None else None})
+            except Exception as err:
+                self.samples["nvml_or_smi"].append({"error": repr(err)})
+            self._stop.wait(self.every_s)
+
+    def start(self) -> None:
+        self._t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join(timeout=15)
+
+
 # -- stages --------------------------------------------------------------------------------
 class Run:
     def __init__(self, work: Path, out: Path, budget: float) -> None:
@@ -183,6 +235,10 @@ class Run:
         self.res.mkdir(parents=True, exist_ok=True)
         self.deadline = T0 + budget
         self.vllm = shutil.which("vllm") or "vllm"
+        # the peer check's variants (session 4: run 1 = defaults; runs 2, 3 = min_tokens 1,
+        # run 2 with bench first at c=4 as well)
+        self.peer_min_tokens: int | None = None
+        self.peer_c4_bench_first = False
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -310,6 +366,95 @@ class Run:
             log(f"peer c={conc} done (bench rc {r.returncode})")
         return out
 
+
+    # peer check, same prompts on both sides (session 4) --------------------------------
+    def bench(self, h: Any, model: str, name: str, jsonl: Path, conc: int, n: int,
+              warm: int) -> dict[str, Any]:
+        cmd = [self.vllm, "bench", "serve", "--backend", "vllm", "--base-url", h.url,
+               "--endpoint", "/v1/completions", "--model", model, "--tokenizer", model,
+               "--dataset-name", "custom", "--dataset-path", str(jsonl), "--skip-chat-template",
+               "--disable-shuffle", "--custom-output-len", str(PEER_OUT),
+               "--num-prompts", str(n), "--max-concurrency", str(conc), "--ignore-eos",
+               "--temperature", "0", "--num-warmups", str(warm), "--save-result",
+               "--save-detailed", "--result-dir", str(self.res), "--result-filename",
+               f"{name}.json"]
+        t = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=400,
+                           env={**os.environ, **ENV})
+        self.save(f"{name}_stdout.txt", "$ " + " ".join(cmd) + f"\n(rc {r.returncode}, "
+                  f"{time.monotonic() - t:.0f} s)\n" + r.stdout[-8000:] + "\n--- stderr ---\n"
+                  + r.stderr[-4000:])
+        if r.returncode != 0:
+            raise RuntimeError(f"{name}: rc {r.returncode}: {r.stderr[-500:]}")
+        return dict(json.loads((self.res / f"{name}.json").read_text()))
+
+    def stage_peer(self) -> None:
+        import httpx
+
+        from vllm_bisect.probes.peer import peer_check
+        from vllm_bisect.runtime.gpustate import observe, process_tree, read_state
+
+        sampler = GpuSampler()
+        sampler.start()
+        try:
+            with self.server("P", self.work / "mtp", ["--speculative-config", MTP]) as h:
+                log(f"P healthy after {h.startup_s:.1f} s")
+                model = str(self.work / "mtp")
+                doc: dict[str, Any] = {"startup_s": h.startup_s, "in": PEER_IN, "out": PEER_OUT}
+                sp = ProbeSpec(prompt=PROMPT, prompt_tokens=PEER_IN, max_tokens=PEER_OUT)
+                with httpx.Client(timeout=60) as c:
+                    sized = DecodeProbe(sp, PEER_OUT).sized_prompt(c, h, PEER_IN)
+                assert sized is not None
+                text = sized.text
+                doc["prompt"] = text
+                jsonl = self.work / "peer_prompts.jsonl"
+                jsonl.write_text("".join(json.dumps({"prompt": text}) + "\n" for _ in range(64)))
+                self.save("peer_prompts.jsonl", jsonl.read_text())
+
+                def probe(conc: int, n: int) -> Any:
+                    spec = ProbeSpec(prompt=text, max_tokens=PEER_OUT, requests=n,
+                                     min_tokens=self.peer_min_tokens,
+                                     concurrency=conc, warmup=0)
+                    return DecodeProbe(spec, PEER_OUT).measure(h)
+
+                own = process_tree(h.pid)
+                for conc, n, bench_first in ((1, PEER_N1, True),
+                                             (4, PEER_N4, self.peer_c4_bench_first)):
+                    cell: dict[str, Any] = {}
+                    for side in (("bench", "probe") if bench_first else ("probe", "bench")):
+                        if side == "bench":
+                            # --num-warmups runs full-length warm-ups at --max-concurrency
+                            bj = self.bench(h, model, f"peer_bench_c{conc}", jsonl, conc, n,
+                                            warm=2 * conc)
+                            cell["bench_order"] = len(cell)
+                        else:
+                            warm = probe(conc, 2 * conc)  # warm-up at the measured concurrency
+                            before = read_state()
+                            m = probe(conc, n)
+                            after = read_state()
+                            rec, note = observe(before, after, own)
+                            cell["probe_warmup_itl_ms"] = warm.itl_ms
+                            cell["probe"] = m.model_dump(mode="json")
+                            cell["gpu_state"] = rec
+                            cell["gpu_note"] = note
+                            cell["probe_order"] = len(cell)
+                    pc = peer_check(Measurement.model_validate(cell["probe"]), bj)
+                    cell["peer_check"] = {**pc.__dict__, "per_token_diff": pc.per_token_diff,
+                                          "per_chunk_diff": pc.per_chunk_diff,
+                                          "acceptance_adjusted_diff": pc.acceptance_adjusted_diff,
+                                          "agrees_3pct": pc.agrees(0.03)}
+                    doc[f"c{conc}"] = cell
+                    log(f"peer c={conc}: bench TPOT {pc.bench_tpot_ms:.3f} probe ITL "
+                        f"{pc.probe_itl_ms:.3f} ({pc.per_token_diff:+.2%}); chunk "
+                        f"{pc.bench_itl_ms:.3f} vs {pc.probe_chunk_itl_ms:.3f} "
+                        f"({pc.per_chunk_diff:+.2%})")
+                    self.save("peer.partial.json", doc)
+                doc["server_pids"] = sorted(own)
+        finally:
+            sampler.stop()
+            self.save("gpustate_samples.json", sampler.samples)
+        self.save("peer.json", doc)
+
     # diagnosis when A failed -----------------------------------------------------------
     def stage_diag(self) -> None:
         if not (self.res / "a.failed").exists():
@@ -343,12 +488,24 @@ class Run:
                 **base, "prompt": PROMPT})
             caps["completions_stream_max512_min512"] = capture(port, "POST", "/v1/completions", {
                 **base, "prompt": PROMPT, "max_tokens": 512, "min_tokens": 512})
+            caps["completions_stream_max512"] = capture(port, "POST", "/v1/completions", {
+                **base, "prompt": PROMPT, "max_tokens": 512})
+            caps["chat_stream_max512"] = capture(port, "POST", "/v1/chat/completions", {
+                **base, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 512})
             time.sleep(1.5)
             after = vllm_lines(get(port, "/metrics"))
             self.save("sse_mtp_k3_qwen3next_gencfg_cap128.json", caps)
             self.save("metrics_B.txt", "########## B_mtp_qwen3next_cap128: before requests\n"
                       + before + "########## B_mtp_qwen3next_cap128: after requests\n" + after)
-            self.save("B.json", {"startup_s": h.startup_s})
+            # the probe as a bisect would run it for the length symptom: no max_tokens sent
+            probes: dict[str, Any] = {}
+            capped = not caps["chat_stream_no_max_tokens"].get("truncated_by_deadline")
+            for ep in (Endpoint.COMPLETIONS, Endpoint.CHAT) if capped else ():
+                sp = ProbeSpec(prompt=PROMPT, max_tokens=256, send_max_tokens=False,
+                               requests=2, endpoint=ep)
+                m = DecodeProbe(sp, 256).measure(h)
+                probes[ep.value] = m.model_dump(mode="json")
+            self.save("B.json", {"startup_s": h.startup_s, "probe_no_max_tokens": probes})
 
     # sweep / compare through the CLI ---------------------------------------------------
     def repo(self) -> Path:
@@ -369,8 +526,8 @@ class Run:
         env = ", ".join(f'{k} = "{v}"' for k, v in ENV.items())
         text = (f'[range]\nrepo = "{self.repo()}"\n\n[build]\nkind = "command"\nserve = {json.dumps(serve)}\n\n'
                 f'[serve]\nmodel = "{self.work / "mtp"}"\nenv = {{ {env} }}\n'
-                'startup_timeout_s = 420\n'
                 'speculative = { method = "mtp", num_speculative_tokens = 3 }\n\n'
+                '[ops]\nstartup_timeout_s = 420\n\n'
                 f"[probe]\n{probe}\n")
         p = self.work / f"{name}.toml"
         p.write_text(text)
@@ -400,24 +557,24 @@ class Run:
     def stage_sweep(self) -> None:
         spec = self.spec_file("sweep", f'prompt = "{PROMPT}"\nmax_tokens = 64\nwarmup = 1\n'
                               "mtp_speedup = { concurrency = [1, 4, 12], context = [2048, 32768],"
-                              " requests = 12, max_tokens = 256 }")
+                              " requests = 8, max_tokens = 256 }")
         self.cli("sweep", ["sweep", "--spec", str(spec), "--commit", "HEAD", "--json",
                            "--out", str(self.res / "sweep")], timeout=max(60.0, self.left() - 5))
 
     def stage_compare(self) -> None:
-        spec = self.spec_file("compare", f'prompt = "{PROMPT}"\nmax_tokens = 256\nrequests = 3\n'
+        spec = self.spec_file("compare", f'prompt = "{PROMPT}"\nmax_tokens = 128\nrequests = 2\n'
                               "warmup = 1")
         self.cli("compare", ["compare", "--spec", str(spec), "--commit", "HEAD",
                              "--a-env", "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE=1",
                              "--b-env", "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE=0",
                              "--a-no-speculative", "--b-no-speculative",
-                             "--pairs", "8", "--seed", "16", "--json"],
+                             "--pairs", "10", "--seed", "16", "--json"],
                  timeout=max(60.0, self.left() - 5))
 
 
 STAGES = [("env", 20, "env.txt"), ("model", 30, "model_build.json"), ("a", 240, "A.json"),
-          ("diag", 150, "diag.json"),
-          ("sweep", 200, "sweep.json"), ("compare", 170, "compare.json"), ("b", 100, "B.json")]
+          ("diag", 150, "diag.json"), ("peer", 300, "peer.json"), ("b", 90, "B.json"),
+          ("sweep", 330, "sweep.json"), ("compare", 170, "compare.json")]
 
 
 def main() -> None:
@@ -426,9 +583,13 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--budget-s", type=float, default=540)
     ap.add_argument("--only", default=None)
+    ap.add_argument("--peer-min-tokens", type=int, default=None,
+                    help="the probe's min_tokens in the peer stage (default: = max_tokens)")
+    ap.add_argument("--peer-c4-bench-first", action="store_true")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     run = Run(a.work, a.out, a.budget_s)
+    run.peer_min_tokens, run.peer_c4_bench_first = a.peer_min_tokens, a.peer_c4_bench_first
     only = set(a.only.split(",")) if a.only else None
     for name, estimate, marker in STAGES:
         if only is not None and name not in only:

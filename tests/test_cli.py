@@ -145,3 +145,14 @@ def test_boolean_flags_look_like_flags() -> None:
         assert r.exit_code == 0 and "<bool>" not in r.output, (command, r.output)
         assert "--help " in r.output
     assert "--json " in runner.invoke(app, ["run", "--help"], terminal_width=160).output
+
+
+def test_the_bisect_core_loads_scipy_only_when_a_test_runs() -> None:
+    # every `git bisect run` step starts a hook process: scipy.stats alone cost ~1.5 s of CPU
+    r = subprocess.run([sys.executable, "-X", "importtime", "-c",
+                        "import vllm_bisect.bisect.hook, vllm_bisect.bisect.runner, "
+                        "vllm_bisect.compare"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    loaded = [line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines()
+              if line.startswith("import time:") and "|" in line]
+    assert loaded and not [m for m in loaded if m == "scipy" or m.startswith("scipy.")]

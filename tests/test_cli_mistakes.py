@@ -143,8 +143,12 @@ def test_the_session_remembers_its_cache_dir(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=3, cap_at=2)
     spec = write_spec(tmp_path / "s.toml", make_spec(h))
     session, mine = tmp_path / "session", tmp_path / "my cache"
-    r = cli("run", "--spec", str(spec), "--session", str(session), "--cache-dir", str(mine))
+    # given relative to the cwd (the source builder's git worktrees once landed beside the
+    # repository instead), resumed from another cwd
+    r = cli("run", "--spec", str(spec), "--session", str(session), "--cache-dir", "my cache",
+            cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert (mine / "worktrees").is_dir() and (mine / "results.sqlite").is_file()
     assert f"--cache-dir '{mine}'" in " ".join(r.stderr.split())  # in the resume command
     default = Path(os.environ["VLLM_BISECT_CACHE_DIR"])
     r = cli("run", "--session", str(session), "--json")  # resume without --cache-dir

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scipy import stats
-
 from vllm_bisect.builders import Builder
 from vllm_bisect.builders.base import ArtifactKind
 from vllm_bisect.errors import ArtifactUnavailable, FatalError, RecoverableError
@@ -75,6 +73,8 @@ def paired_gain(a: list[float], b: list[float]) -> tuple[float, float, float]:
     mean = statistics.fmean(gains)
     if len(gains) < 2:
         return mean, math.nan, math.nan
+    from scipy import stats  # here, not at import (scipy.stats is slow to load)
+
     half = stats.t.ppf(0.975, len(gains) - 1) * statistics.stdev(gains) / math.sqrt(len(gains))
     return mean, mean - half, mean + half
 

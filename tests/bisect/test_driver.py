@@ -54,7 +54,7 @@ def test_only_skipped_commits_give_candidates(tmp_path: Path) -> None:
 
 
 def test_itl_regression_with_factor(tmp_path: Path) -> None:
-    h = history(tmp_path, n_commits=10, slow_at=4, slow_factor=5.0, step_ms=2.0)
+    h = history(tmp_path, n_commits=10, slow_at=4, slow_factor=5.0, step_ms=5.0)
     spec = make_spec(h, verdict={"symptom": "itl", "itl_factor": 2.0})
     r = run_driver(spec, tmp_path)
     assert r.first_bad == h.planted["itl"]
@@ -73,7 +73,7 @@ def test_unbuildable_good_endpoint_is_not_reproduced(tmp_path: Path) -> None:
 
 
 def test_second_symptom_reuses_cached_measurements(tmp_path: Path) -> None:
-    h = history(tmp_path, n_commits=12, cap_at=6, slow_at=6, slow_factor=4.0, step_ms=2.0)
+    h = history(tmp_path, n_commits=12, cap_at=6, slow_at=6, slow_factor=4.0, step_ms=5.0)
     first = run_driver(make_spec(h), tmp_path, "s1")
     second = run_driver(make_spec(h, verdict={"symptom": "itl", "itl_factor": 2.0}), tmp_path,
                         "s2")
@@ -88,7 +88,7 @@ def cli(*args: str, **kw: object) -> subprocess.CompletedProcess[str]:
 
 
 def test_resume_after_sigkill_does_not_reprobe(tmp_path: Path) -> None:
-    h = history(tmp_path, n_commits=40, cap_at=29, step_ms=2.0)
+    h = history(tmp_path, n_commits=40, cap_at=29, step_ms=5.0)
     spec = write_spec(tmp_path / "spec.toml", make_spec(h, probe={"max_tokens": 200}))
     session = tmp_path / "session"
     proc = subprocess.Popen([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec),

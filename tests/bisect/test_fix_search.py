@@ -17,7 +17,7 @@ from vllm_bisect.models import Verdict
 
 def test_first_fixed_commit_of_a_slowdown(tmp_path: Path) -> None:
     # slow from the base on, fixed at commit 6: itl_factor's reference is the fixed end
-    h = history(tmp_path, n_commits=10, slow_at=0, fixed_at=6, slow_factor=5.0, step_ms=2.0)
+    h = history(tmp_path, n_commits=10, slow_at=0, fixed_at=6, slow_factor=5.0, step_ms=5.0)
     spec = make_spec(h, range={"search": "fix"},
                      verdict={"symptom": "itl", "itl_factor": 2.0, "strategy": "threshold"})
     r = run_driver(spec, tmp_path)
@@ -56,7 +56,7 @@ def test_parallel_workers_find_the_first_fixed_commit(tmp_path: Path) -> None:
     # the reference of itl_factor), and interior commits are judged in old/new terms
     from tests.bisect.test_parallel import bisect
 
-    h = history(tmp_path, n_commits=12, slow_at=0, fixed_at=8, slow_factor=5.0, step_ms=2.0)
+    h = history(tmp_path, n_commits=12, slow_at=0, fixed_at=8, slow_factor=5.0, step_ms=5.0)
     spec = make_spec(h, range={"search": "fix"}, parallel={"workers": 3},
                      ops={"serialize_startup": False},
                      verdict={"symptom": "itl", "itl_factor": 2.0, "strategy": "threshold"})

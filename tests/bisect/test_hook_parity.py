@@ -69,7 +69,7 @@ def run_first_bad(spec: BisectSpec, tmp: Path) -> str | None:
 
 def test_threshold_relative_to_the_good_endpoint(tmp_path: Path) -> None:
     # commit 5 (both searches' first midpoint) does not build; the culprit is 8
-    h = history(tmp_path, n_commits=10, slow_at=8, slow_factor=3.0, step_ms=2.0,
+    h = history(tmp_path, n_commits=10, slow_at=8, slow_factor=3.0, step_ms=5.0,
                 unbuildable=(5,))
     spec = spec_for(h, sim_serve(), verdict={"symptom": "itl", "itl_factor": 2.0})
     hook, log = hook_first_bad(h, spec, tmp_path)
@@ -81,7 +81,7 @@ def test_threshold_relative_to_the_good_endpoint(tmp_path: Path) -> None:
 def test_sequential_calibrates_on_git_bisects_refs(tmp_path: Path) -> None:
     # per-request pace noise CV 5%; the culprit makes engine steps 1.5x slower; no threshold
     # in the spec: only a calibrated policy can tell (the old hook judged all good)
-    h = history(tmp_path, n_commits=8, slow_at=3, slow_factor=1.5, step_ms=2.0, noise_cv=0.05)
+    h = history(tmp_path, n_commits=8, slow_at=3, slow_factor=1.5, step_ms=5.0, noise_cv=0.05)
     spec = spec_for(h, sim_serve(),
                     verdict={"symptom": "itl", "strategy": "sequential", "alpha": 0.001,
                              "calibration_samples": 6},

@@ -56,3 +56,21 @@ def test_names_the_guilty_file_and_hunk_of_twenty(tmp_path: Path) -> None:
     assert again["fresh_builds"] == 0 and again["minimal_hunks"] == res["minimal_hunks"]
     print("file builds", res["file_tests"], "hunk builds", res["hunk_tests"],
           "fresh", res["fresh_builds"])
+
+
+def test_noisy_slowdown_under_the_default_strategy(tmp_path: Path) -> None:
+    # an ITL regression with 5% per-request and 5% per-server-start noise, 3x slower steps in
+    # one hunk of one of 7 files; no strategy written: auto picks the two-level test, settled
+    # (calibrated) on the culprit's parent and the culprit, the same policy `run` uses
+    w = wide_culprit_history(tmp_path / "vllm", n_files=7, before=0, after=0, slowdown=3.0)
+    spec = command_spec(w.history, verdict={"symptom": "itl", "itl_factor": 1.3},
+                        probe={"max_tokens": 48})
+    assert spec.verdict.strategy == "auto"
+    res = run_studies(tmp_path / "session", tmp_path / "cache", deps=False, spec=spec,
+                      culprit=w.culprit)["isolate"]
+    assert res["strategy"] == "twolevel"
+    assert res["minimal_files"] == [w.guilty_file]
+    assert res["revert_removes"] is True
+    judged = [t for t in res["trials"] if t["verdict"] != "skip"]
+    assert judged and all(t["reason"].startswith("two-level") for t in judged)
+    print("noisy: file builds", res["file_tests"], "fresh", res["fresh_builds"])

@@ -31,10 +31,17 @@ audio = ["librosa"]
 DOCKERFILE = """\
 ARG CUDA_VERSION=12.9.1
 ARG PYTHON_VERSION=3.12
+ARG BUILD_BASE_IMAGE=nvidia/cuda:${CUDA_VERSION}-devel-ubuntu20.04
+ARG GET_PIP_URL="https://bootstrap.pypa.io/get-pip.py"
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL UV_EXTRA_INDEX_URL
 FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu22.04 AS base
+ARG CUDA_VERSION
+ARG max_jobs=2
 FROM --platform=linux/amd64 ubuntu:22.04 AS tools
 ARG FLASHINFER_GIT_REF="v0.5.2"
-"""
+ARG FLASHINFER_WHEEL='git+https://github.com/flashinfer-ai/flashinfer@21ea1d2545f7'
+"""  # (as vLLM's docker/Dockerfile writes its base versions)
 
 
 def test_pin_files() -> None:
@@ -57,17 +64,22 @@ def test_reads_requirements_pyproject_setup_and_dockerfile() -> None:
     docker = pins_of("docker/Dockerfile", DOCKERFILE)
     assert all(p.kind is PinKind.DOCKER for p in docker)
     assert {(p.name, p.spec) for p in docker} == {
-        ("CUDA_VERSION", "12.9.1"), ("PYTHON_VERSION", "3.12"), ("ubuntu", "22.04")}
+        ("CUDA_VERSION", "12.9.1"), ("PYTHON_VERSION", "3.12"), ("ubuntu", "22.04"),
+        ("BUILD_BASE_IMAGE", "nvidia/cuda:${CUDA_VERSION}-devel-ubuntu20.04"),
+        ("FLASHINFER_GIT_REF", "v0.5.2"),
+        ("FLASHINFER_WHEEL", "git+https://github.com/flashinfer-ai/flashinfer@21ea1d2545f7")}
 
 
 def test_changes_and_exact_versions() -> None:
     before = {"requirements/cuda.txt": REQS, "docker/Dockerfile": DOCKERFILE}
     after = {"requirements/cuda.txt": REQS.replace("torch == 2.9.0", "torch==2.10.0")
              .replace("regex # Replace", "# regex"),
-             "docker/Dockerfile": DOCKERFILE.replace("12.9.1", "13.0.1")}
+             "docker/Dockerfile": DOCKERFILE.replace("12.9.1", "13.0.1")
+             .replace('GIT_REF="v0.5.2"', "GIT_REF=v0.5.3")}
     ch = pin_changes(before, after)
     labels = [c.label for c in ch]
     assert labels == ["CUDA_VERSION 12.9.1 -> 13.0.1 (docker/Dockerfile)",
+                      "FLASHINFER_GIT_REF v0.5.2 -> v0.5.3 (docker/Dockerfile)",
                       "regex (any) -> (none) (requirements/cuda.txt)",
                       "torch ==2.9.0 -> ==2.10.0 (requirements/cuda.txt)"]
     assert pins_of("r.txt", "torch==2.9.0\n")[0].exact == Version("2.9.0")

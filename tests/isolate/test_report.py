@@ -15,6 +15,9 @@ STUDIES: dict[str, Any] = {
                                                "reason": "ServeError: x|y", "commit": "s",
                                                "fresh": True}]},
     "deps": {"changes": ["tinydep ==1.0 -> ==1.4 (requirements/common.txt)"],
+             "base_changes": ["CUDA_VERSION 12.8.1 -> 12.9.1 (docker/Dockerfile)"],
+             "base_note": "not pip-installable", "strategy": "twolevel",
+             "strategy_reason": "auto: itl is noisy",
              "parent_with_new_pins": "bad", "culprit_with_old_pins": "good",
              "conclusion": "dependency", "index_url": "http://127.0.0.1:1/simple",
              "packages": [{"name": "tinydep", "old": "==1.0", "new": "==1.4",
@@ -35,6 +38,9 @@ def test_sections_render_every_study() -> None:
     assert "**1 file**: `b.py`" in text and "removes the symptom" in text
     assert "ServeError: x\\|y" in text  # table cells escaped
     assert "conclusion: **dependency**" in text and "first bad version **1.3**" in text
+    assert "- CUDA_VERSION 12.8.1 -> 12.9.1 (docker/Dockerfile)" in text
+    assert "cannot be bisected: not pip-installable" in text
+    assert "verdict policy: **twolevel** (auto: itl is noisy)" in text
     assert "| `A` | `2` | bad | **yes** |" in text and "`A=2`" in text
     assert section_lines({"first_bad": None}) == []
     page = section_html(result)

@@ -75,3 +75,24 @@ def test_peer_check_on_real_mtp() -> None:
     assert round(pc.bench_tokens_per_chunk, 2) == 2.66 and round(pc.probe_tokens_per_chunk, 2) == 2.81
     adjusted = pc.acceptance_adjusted_diff              # ... because acceptance differed
     assert adjusted is not None and abs(adjusted) < 0.015
+
+
+def test_peer_check_same_prompt_on_real_mtp() -> None:
+    """Session 4: bench's custom dataset fed the probe's own 256-token prompt, both warmed at
+    concurrency 4 (run 2 of docs/validation.md (e); generated_texts dropped from the bench file)."""
+    import json as _json
+
+    from vllm_bisect.models import Measurement
+    from vllm_bisect.probes.peer import peer_check
+
+    mtp = Path(__file__).parents[1] / "fixtures" / "vllm-0.25.1-mtp"
+    m = Measurement.model_validate_json((mtp / "probe_peer_same_prompt_c4_run2.json").read_text())
+    bench = _json.loads((mtp / "bench_serve_mtp_same_prompt_c4_run2.json").read_text())
+    pc = peer_check(m, bench)
+    # same prompts: the same tokens per chunk on both sides, so per token = per chunk
+    assert pc.bench_tokens_per_chunk == pytest.approx(pc.probe_tokens_per_chunk)
+    assert pc.per_token_diff == pytest.approx(pc.per_chunk_diff, abs=1e-4)
+    assert round(pc.per_token_diff, 4) == -0.0118 and pc.agrees(0.03)
+    # the probe's chunk gap is vLLM's own ITL histogram over the same window
+    assert m.server_itl_ms is not None
+    assert pc.probe_chunk_itl_ms == pytest.approx(m.server_itl_ms, rel=1e-4)

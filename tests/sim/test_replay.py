@@ -44,8 +44,9 @@ def test_ngram_k3_capture(replay_server: ServerFactory, record: str, endpoint: E
     assert m.output_tokens == [64]
     assert m.requests[0].chunk_tokens == sizes
     assert m.tokens_per_chunk == pytest.approx(64 / 17)
-    assert m.itl_ms == pytest.approx(itl, rel=0.05, abs=0.15)
     assert m.chunk_itl_ms is not None and m.itl_ms is not None
+    # the replay sleeps the captured gaps; a loaded machine can only add to them
+    assert itl * 0.95 - 0.15 <= m.itl_ms <= itl * 1.3 + 0.15, (m.itl_ms, itl)
     assert m.chunk_itl_ms / m.itl_ms == pytest.approx(63 / 16, rel=0.05)  # ~4x
     assert m.acceptance_length == pytest.approx(4.0)
     assert m.acceptance_per_position == pytest.approx([1.0, 1.0, 1.0])
@@ -72,8 +73,9 @@ def test_nospec_capture(replay_server: ServerFactory, record: str) -> None:
     endpoint = Endpoint.CHAT if record.startswith("chat") else Endpoint.COMPLETIONS
     m = probe(url, endpoint=endpoint).measure(ServerHandle(url=url, model="/tmp/tiny"))
     assert m.output_tokens == [tokens] == [64]
-    assert m.itl_ms == pytest.approx(itl, rel=0.05, abs=0.15)
     assert m.chunk_itl_ms is not None and m.itl_ms is not None
+    # the replay sleeps the captured gaps; a loaded machine can only add to them
+    assert itl * 0.95 - 0.15 <= m.itl_ms <= itl * 1.3 + 0.15, (m.itl_ms, itl)
     assert m.chunk_itl_ms / m.itl_ms == pytest.approx(63 / 62, rel=0.05)  # ~1x
     assert m.acceptance_length is None  # server C exposes no spec-decode counters
 

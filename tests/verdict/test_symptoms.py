@@ -34,7 +34,7 @@ def test_flips_same_and_different_commits() -> None:
 
 
 def test_two_symptoms_at_different_commits_and_the_follow_up(tmp_path: Path) -> None:
-    h = history(tmp_path, n_commits=16, cap_at=6, slow_at=11, slow_factor=4.0, step_ms=2.0)
+    h = history(tmp_path, n_commits=16, cap_at=6, slow_at=11, slow_factor=4.0, step_ms=5.0)
     spec = write_spec(tmp_path / "s.toml", make_spec(h))  # follows length
     env = {**os.environ, "VLLM_BISECT_CACHE_DIR": str(tmp_path / "cache")}
     run = [sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec), "--json"]

@@ -63,9 +63,10 @@ def search_tests(n: int, workers: int) -> int:
     return max(steps(n), workers * ideal_rounds(n, workers))
 
 
-def calibrate_endpoints(t: Tester) -> None:
+def calibrate_endpoints(t: Tester, tests: int | None = None) -> None:
     """Let the policy calibrate on both endpoints (measured at once when there are workers,
-    again with more samples when it asks)."""
+    again with more samples when it asks). ``tests``: how many commits will be judged after
+    it (default: the search's count over the range)."""
     rng, n = t.rng, len(t.rng.commits)
     prefetch_first(t)
     k = steps(n)
@@ -75,4 +76,4 @@ def calibrate_endpoints(t: Tester) -> None:
                       for i, (info, role) in enumerate(t.terms.endpoints(rng))], more)
         return t.evaluations[rng.good.sha], t.evaluations[rng.bad.sha]
 
-    t.policy.calibrate(endpoints, search_tests(n, t.measurer.workers), t)
+    t.policy.calibrate(endpoints, tests or search_tests(n, t.measurer.workers), t)

@@ -21,7 +21,8 @@ class Checkouts:
     def __init__(self, repo: git.Repo, cache_dir: Path) -> None:
         self.repo = repo
         tag = hashlib.sha256(str(Path(repo.working_dir).resolve()).encode()).hexdigest()[:12]
-        self.root = cache_dir / "worktrees" / tag
+        # absolute: `git worktree add` runs in the repository, not in the caller's cwd
+        self.root = cache_dir.absolute() / "worktrees" / tag
 
     @contextmanager
     def _locked(self) -> Iterator[None]:

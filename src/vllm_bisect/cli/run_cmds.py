@@ -182,6 +182,8 @@ def run(
 
     setup_logging(verbose)
     session_dir = session or new_session_dir()
+    if cache_dir is not None:  # remembered by the session: absolute, whatever the next cwd
+        cache_dir = cache_dir.absolute()
     try:
         stored = (session_dir / "journal.sqlite").exists()
         if cache_dir is None and stored:  # a resume uses the cache dir the session started with

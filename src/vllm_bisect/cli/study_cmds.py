@@ -65,7 +65,13 @@ def _studies(session: Path, cache_dir: Path | None, *, isolate: bool, deps: bool
         _fail(e)
 
 
+def _print_strategy(d: dict[str, Any]) -> None:
+    if d.get("strategy"):
+        out().print(f"[dim]verdict strategy {d['strategy']}: {d.get('strategy_reason', '')}[/]")
+
+
 def _print_isolate(d: dict[str, Any]) -> None:
+    _print_strategy(d)
     out().print(f"[bold]culprit[/] {d['culprit'][:12]} changes {len(d['files'])} files; "
               f"smallest reproducing set ({d['file_tests']} builds):")
     for f in d["minimal_files"]:
@@ -83,9 +89,14 @@ def _print_isolate(d: dict[str, Any]) -> None:
 
 
 def _print_deps(d: dict[str, Any]) -> None:
+    for c in d.get("base_changes") or []:
+        out().print(f"base version (Dockerfile): {c}")
+    if d.get("base_note"):
+        out().print(f"[yellow]not bisected:[/] {d['base_note']}")
     if not d["changes"]:
-        out().print("the culprit changes no dependency pins")
+        out().print("the culprit changes no pip-installable dependency pins")
         return
+    _print_strategy(d)
     for c in d["changes"]:
         out().print(f"pin: {c}")
     out().print(f"parent with the culprit's pins: {d['parent_with_new_pins']}")
@@ -127,7 +138,7 @@ def isolate_cmd(
         print_json(json.dumps(res))
         return
     _print_isolate(res["isolate"])
-    if "deps" in res and res["deps"]["changes"]:
+    if "deps" in res and (res["deps"]["changes"] or res["deps"].get("base_changes")):
         _print_deps(res["deps"])
 
 
@@ -200,6 +211,7 @@ def knobs_cmd(
         print_json(json.dumps(doc))
         return
     style = {v.value: s for v, s in STYLE.items()}
+    _print_strategy(doc)
     for t in doc["tables"]:
         table = Table(title=f"knobs at {t['commit'][:12]} (baseline {t['baseline']}: "
                             f"{t['baseline_verdict']})")

@@ -3,8 +3,9 @@ package index), which knob (env vars, serve flags) flips the symptom.
 
 ``ddmin`` is pure delta debugging; ``patches`` turns a subset of a culprit's diff into a
 content-addressed scratch commit; ``pins`` and ``pkgindex`` read dependency pins and the
-versions an index offers; ``adapter`` is the one seam to today's evaluator and judge;
-``culprit`` (files, hunks), ``deps`` and ``knobs`` are the studies; ``journal`` keeps their
-trials; ``runner`` binds them to a session; ``report`` renders their sections (their
-commands are :mod:`vllm_bisect.cli.study_cmds`); ``synth`` generates synthetic histories.
+versions an index offers; ``adapter`` binds the bisect core's verdict policy, tester,
+measurer and store to the studies (and journals their trials); ``culprit`` (files, hunks),
+``deps`` and ``knobs`` are the studies; ``runner`` binds them to a session; ``report``
+renders their sections (their commands are :mod:`vllm_bisect.cli.study_cmds`); ``synth``
+generates synthetic histories.
 """

@@ -1,12 +1,23 @@
-"""The one seam between the studies and today's measuring and judging code.
+"""The studies' bench: the bisect core's parts, reused as they are.
 
-``Prober.trial(spec, commit)`` builds, serves and probes a commit with today's
-:class:`~vllm_bisect.bisect.evaluate.Evaluator` and judges it with today's
-:class:`~vllm_bisect.verdict.Judge` (threshold verdicts; a sequential or Bayesian spec is
-judged by its thresholds). Measurements are looked up first in the study journal, then in the
-bisect session's journal, then in the result cache (all keyed by
-``spec.measurement_key(commit)``: commit, build, serve, probe), and only then measured. When
-the driver's verdict policy and measurer are re-plugged, only this module changes.
+A study (files and hunks, dependency pins, knobs) judges commits the way ``vllm-bisect
+run``, the ``git bisect run`` hook and the culprit verification do: one
+:class:`~vllm_bisect.bisect.policy.VerdictPolicy` chosen from the spec
+(:func:`~vllm_bisect.bisect.policies.make_policy`, ``verdict.strategy = "auto"`` resolved
+from the symptom), settled on the culprit's parent (the good endpoint) and the culprit (the
+bad one) by the core's own endpoint checks (``verify_endpoints``, or ``calibrate_endpoints``
+for the sequential and two-level tests), then every scratch commit tested through a core
+:class:`~vllm_bisect.bisect.tester.Tester` (a
+:class:`~vllm_bisect.bisect.store.MeasurementStore` and a
+:class:`~vllm_bisect.bisect.measurer.Measurer`; a learning policy learns from each subset as
+from a bisect step). Nothing here judges.
+
+Measurements are keyed by ``spec.measurement_key(commit)`` like the bisect's: the store
+looks in the studies' own journal (``SESSION/studies/journal.sqlite``, a core
+``SessionJournal``), then in the shared result cache (where the bisect put the culprit and
+its parent). A study interrupted at any point resumes without measuring again: its searches
+are deterministic and the judged evaluations are replayed in the same order (a learning
+policy ends in the same state).
 """
 
 from __future__ import annotations
@@ -18,17 +29,26 @@ from pathlib import Path
 
 import git
 
+from vllm_bisect.bisect.endpoints import calibrate_endpoints, verify_endpoints
 from vllm_bisect.bisect.evaluate import Evaluator
+from vllm_bisect.bisect.events import NullEvents
+from vllm_bisect.bisect.executor import InlineExecutor, local_slots
 from vllm_bisect.bisect.journal import ResultCache, SessionJournal
+from vllm_bisect.bisect.measurer import Measurer
+from vllm_bisect.bisect.policies import make_policy, resolve_strategy
+from vllm_bisect.bisect.policy import Role, VerdictPolicy
+from vllm_bisect.bisect.range import CommitInfo, CommitRange, info
+from vllm_bisect.bisect.session import Session
+from vllm_bisect.bisect.store import MeasurementStore
+from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.builders import Builder, make_builder
-from vllm_bisect.errors import SpecError
-from vllm_bisect.isolate.journal import StudyJournal
-from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Verdict
-from vllm_bisect.spec import BisectSpec, Symptom
-from vllm_bisect.verdict import Judge
-from vllm_bisect.verdict.symptoms import CRASH_MARKERS
+from vllm_bisect.errors import NotReproduced
+from vllm_bisect.models import Measurement, Verdict
+from vllm_bisect.spec import BisectSpec
+from vllm_bisect.verdict.auto import Choice
 
 logger = logging.getLogger(__name__)
+JOURNAL_DIR = "studies"   # SESSION/studies/journal.sqlite
 
 
 @dataclass(frozen=True)
@@ -39,100 +59,135 @@ class Trial:
     verdict: Verdict
     reason: str
     measurement: Measurement | None
-    fresh: bool          # measured now (a build and a server start), not reused
+    fresh: bool          # measured now (a build and its servers), not reused
     artifact: str | None = None
 
 
 OnTrial = Callable[[Trial], None]
+OnPhase = Callable[[str, str], None]
 
 
-def check_judgeable(spec: BisectSpec) -> None:
-    v = spec.verdict
-    if v.symptom is Symptom.ITL and v.max_itl_ms is None and v.itl_factor is None:
-        raise SpecError("these studies judge by thresholds, and the spec's itl symptom has none",
-                        hint="set verdict.itl_factor (e.g. 1.5) or verdict.max_itl_ms")
+class _Events(NullEvents):
+    def __init__(self, on_phase: OnPhase | None) -> None:
+        self.phase = on_phase
+
+    def on_phase(self, commit: str, phase: str) -> None:
+        if self.phase is not None:
+            self.phase(commit, phase)
 
 
-def spec_retries(spec: BisectSpec) -> int:
-    """How often a failed server is retried (ops.retries)."""
-    return spec.ops.retries
+class Bench:
+    """One policy, settled once on (parent, culprit); a Tester per measured spec (a knob
+    setting is another spec: another measurement key, the same policy)."""
 
-
-def needs_reference(spec: BisectSpec) -> bool:
-    return Judge(spec.verdict, spec.min_output_tokens()).needs_reference
-
-
-class Prober:
-    def __init__(self, repo: git.Repo, cache_dir: Path, log_dir: Path, studies: StudyJournal,
-                 session: SessionJournal | None = None, session_id: str = "",
-                 on_trial: OnTrial | None = None, on_phase: Callable[[str, str], None] | None = None
-                 ) -> None:
+    def __init__(self, repo: git.Repo, cache_dir: Path, session: Session,
+                 on_trial: OnTrial | None = None, on_phase: OnPhase | None = None) -> None:
         self.repo = repo
         self.cache_dir = cache_dir
-        self.log_dir = log_dir
-        self.studies = studies
         self.session = session
-        self.session_id = session_id
-        self.bisect_evals = session.evaluations() if session is not None else {}
+        self.journal = SessionJournal(session.path / JOURNAL_DIR)
         self.cache = ResultCache(cache_dir / "results.sqlite")
+        self.events = _Events(on_phase)
         self.on_trial = on_trial
-        self.on_phase = on_phase
         self._builders: dict[str, Builder] = {}
-        self.fresh = 0
+        self._testers: dict[str, Tester] = {}
+        self.policy: VerdictPolicy | None = None
+        self.choice: Choice | None = None
+        self.rng: CommitRange | None = None
+        self.settled: tuple[str, str] | None = None
+        self.fresh = 0          # commits measured now (a two-level test may start several
+        #                         servers for one)
 
     def close(self) -> None:
+        for t in self._testers.values():
+            t.measurer.close()
+        self._testers.clear()
         self.cache.close()
+        self.journal.close()
 
-    def _evaluator(self, spec: BisectSpec) -> Evaluator:
-        key = spec.build.model_dump_json()
-        if key not in self._builders:
-            self._builders[key] = make_builder(spec, self.repo, self.cache_dir, self.log_dir)
-        return Evaluator(spec, self._builders[key], self.log_dir, self.session, self.session_id,
-                         on_phase=self.on_phase)
+    def _tester(self, spec: BisectSpec) -> Tester:
+        assert self.policy is not None and self.rng is not None, "settle() first"
+        key = spec.measurement_key("")
+        if key not in self._testers:
+            bkey = spec.build.model_dump_json()
+            if bkey not in self._builders:
+                self._builders[bkey] = make_builder(spec, self.repo, self.cache_dir,
+                                                    self.session.logs)
+            evaluator = Evaluator(spec, self._builders[bkey], self.session.logs,
+                                  self.session.journal, self.session.id,
+                                  on_phase=self.events.on_phase)
+            executor = InlineExecutor(evaluator.evaluate, local_slots(spec)[0],
+                                      session=self.session.id)
+            store = MeasurementStore(spec, self.journal, self.cache)
+            self._testers[key] = Tester(self.rng, store, Measurer(executor, store),
+                                        self.policy, self.events)
+        return self._testers[key]
 
-    def evaluation(self, spec: BisectSpec, commit: str, study: str, retries: int
-                   ) -> tuple[Evaluation, bool]:
-        key = spec.measurement_key(commit)
-        for found in (self.studies.get(study, key), self.bisect_evals.get(key),
-                      self.cache.get(key)):
-            if found is not None:
-                return found, False
-        evaluator = self._evaluator(spec)
-        left = 0 if spec.verdict.symptom is Symptom.CRASH else retries
-        while True:
-            ev = evaluator.evaluate(commit)
-            if ev.status is not EvalStatus.FAILED or left <= 0:
-                break
-            logger.warning("%s failed (%s); trying again on a fresh server", commit[:12],
-                           ev.reason)
-            left -= 1
-        self.cache.put(key, ev)
-        self.fresh += 1
-        return ev, True
+    def settle(self, spec: BisectSpec, parent: str, culprit: str, tests: int,
+               require: bool = True) -> Choice:
+        """Choose the spec's verdict policy and settle it on the parent (good) and the
+        culprit (bad): verified by thresholds, or calibrated on (sequential, two-level);
+        ``NotReproduced`` unless they judge good and bad. ``tests``: about how many commits
+        the study will judge (a learning policy splits its error budget over them).
+        ``require=False`` (knobs: the symptom may show under another setting only): a
+        threshold policy only measures the healthy end when its thresholds are relative to
+        it; a learning policy still needs both ends to differ."""
+        if self.settled == (parent, culprit):
+            assert self.choice is not None
+            return self.choice
+        self.choice = resolve_strategy(spec)
+        self.policy = make_policy(spec, self.choice.strategy)
+        self.rng = CommitRange(good=info(self.repo.commit(parent)),
+                               bad=info(self.repo.commit(culprit)),
+                               commits=(info(self.repo.commit(culprit)),))
+        for old in self._testers.values():  # (judged by the previous policy)
+            old.measurer.close()
+        self._testers.clear()
+        logger.info("verdict strategy %s: %s", self.choice.strategy.value, self.choice.reason)
+        t = self._tester(spec)
+        try:
+            if self.policy.needs_calibration:
+                calibrate_endpoints(t, tests)
+            elif require:
+                verify_endpoints(t)
+            elif self.policy.needs_reference:
+                ref, role = t.terms.endpoints(self.rng)[0]
+                t.test(ref, role, tests)
+        except NotReproduced as e:
+            raise NotReproduced(f"the culprit's parent (good) and the culprit (bad) do not "
+                                f"reproduce the symptom: {e.message}",
+                                hint=e.hint or "re-run the bisect") from None
+        self.settled = (parent, culprit)
+        last = {o.commit: o for o in t.probed}
+        for sha, what in ((parent, f"{parent[:12]}: good endpoint"),
+                          (culprit, f"{culprit[:12]}: bad endpoint")):
+            o = last.get(sha)
+            if o is None:
+                continue
+            self._report(Trial("endpoints", what, sha, o.verdict, o.reason, o.measurement,
+                               any(not x.from_cache for x in t.probed if x.commit == sha)))
+        return self.choice
+
+    def _report(self, trial: Trial) -> None:
+        self.fresh += trial.fresh
+        if self.on_trial is not None:
+            self.on_trial(trial)
 
     def trial(self, spec: BisectSpec, commit: str, *, study: str, label: str,
-              reference: Measurement | None = None, retries: int | None = None) -> Trial:
-        """Measure (or reuse) and judge ``commit`` under ``spec``; journaled under ``study``."""
-        ev, fresh = self.evaluation(spec, commit, study,
-                                    spec_retries(spec) if retries is None else retries)
-        verdict, reason = judge(spec, ev, reference)
-        t = Trial(study, label, commit, verdict, reason, ev.measurement, fresh, ev.artifact)
-        self.studies.record(study, spec.measurement_key(commit), label, t.verdict, t.reason, ev)
-        if self.on_trial is not None:
-            self.on_trial(t)
-        return t
+              retries: int | None = None) -> Trial:
+        """Test ``commit`` (a scratch commit, or a knob setting's spec) through the core:
+        looked up, else measured; judged by the settled policy as a bisect step.
+        ``retries``: servers tried again after a failure (default ``ops.retries``)."""
+        t = self._tester(spec)
+        t.measurer.retries = spec.ops.retries if retries is None else retries
+        o = t.test(CommitInfo(commit, label, "", ""), Role.BISECT, 0)
+        ev = t.evaluations.get(commit)
+        trial = Trial(study, label, commit, o.verdict, o.reason, o.measurement,
+                      not o.from_cache, ev.artifact if ev is not None else None)
+        self._report(trial)
+        return trial
 
-
-def judge(spec: BisectSpec, ev: Evaluation, reference: Measurement | None
-          ) -> tuple[Verdict, str]:
-    """Today's verdict on one evaluation (a failure is a skip, or bad under symptom crash)."""
-    if ev.measurement is None:
-        if (spec.verdict.symptom is Symptom.CRASH and ev.status is EvalStatus.FAILED
-                and any(k in ev.reason for k in CRASH_MARKERS)):
-            return Verdict.BAD, f"crashed: {ev.reason}"
-        return Verdict.SKIP, ev.reason or ev.status.value
-    j = Judge(spec.verdict, spec.min_output_tokens())
-    if j.needs_reference and reference is not None:
-        j = j.with_reference(reference)
-    got = j.judge(ev.measurement)
-    return got.verdict, got.reason
+    def strategy(self) -> dict[str, str]:
+        """The verdict strategy that judged (for the result JSON)."""
+        c = self.choice
+        return {"strategy": c.strategy.value, "strategy_reason": c.reason} if c else {}

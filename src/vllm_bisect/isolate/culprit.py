@@ -10,8 +10,8 @@ from typing import Any
 
 import git
 
-from vllm_bisect.errors import FatalError, NotReproduced
-from vllm_bisect.isolate.adapter import Prober, Trial
+from vllm_bisect.errors import FatalError
+from vllm_bisect.isolate.adapter import Bench, Trial
 from vllm_bisect.isolate.ddmin import Result, Subset, minimize
 from vllm_bisect.isolate.patches import (
     FileChange,
@@ -22,7 +22,7 @@ from vllm_bisect.isolate.patches import (
     invert,
     python_only,
 )
-from vllm_bisect.models import Measurement, Verdict
+from vllm_bisect.models import Verdict
 from vllm_bisect.spec import BisectSpec
 
 logger = logging.getLogger(__name__)
@@ -63,20 +63,6 @@ class IsolateResult:
                 "trials": self.trials}
 
 
-def endpoints(prober: Prober, spec: BisectSpec, culprit: str, parent: str, study: str
-              ) -> Measurement | None:
-    """Judge the parent (good) and the culprit (bad), reused from the bisect when it measured
-    them; the parent's measurement is the reference (itl_factor, correctness)."""
-    p = prober.trial(spec, parent, study=study, label="parent (as bisected)")
-    c = prober.trial(spec, culprit, study=study, label="culprit (as bisected)",
-                     reference=p.measurement)
-    if p.verdict is not Verdict.GOOD or c.verdict is not Verdict.BAD:
-        raise NotReproduced(f"the culprit's parent judged {p.verdict.value} ({p.reason}) and the "
-                            f"culprit {c.verdict.value} ({c.reason}): nothing to isolate",
-                            hint="re-run the bisect (its culprit did not reproduce here)")
-    return p.measurement
-
-
 def _short(what: str, names: list[str]) -> str:
     """A subset's label: every name when there are few, else the count and the ends."""
     if len(names) <= 2:
@@ -85,9 +71,9 @@ def _short(what: str, names: list[str]) -> str:
 
 
 class Isolation:
-    def __init__(self, prober: Prober, spec: BisectSpec, repo: git.Repo, culprit: str,
+    def __init__(self, bench: Bench, spec: BisectSpec, repo: git.Repo, culprit: str,
                  parent: str) -> None:
-        self.prober, self.spec = prober, spec
+        self.bench, self.spec = bench, spec
         self.culprit, self.parent = culprit, parent
         self.changes = diff_changes(repo, parent, culprit)
         if not self.changes:
@@ -96,21 +82,21 @@ class Isolation:
         self.scratch = Scratch(repo, parent, self.changes)
         self.result = IsolateResult(culprit, parent, [c.path for c in self.changes],
                                     python_only(self.changes))
-        self.reference: Measurement | None = None
 
     def _judge(self, base: str, selection: Selection, label: str) -> Trial:
         sha = self.scratch.commit(base, selection, f"vllm-bisect isolate: {label}\n\n"
                                   f"{describe(selection)}\n")
-        t = self.prober.trial(self.spec, sha, study=STUDY, label=label,
-                              reference=self.reference, retries=0)
+        t = self.bench.trial(self.spec, sha, study=STUDY, label=label, retries=0)
         self.result.trials.append({"label": label, "commit": sha, "verdict": t.verdict.value,
                                    "reason": t.reason, "fresh": t.fresh})
         return t
 
     def run(self, hunks: bool = True, revert: bool = True) -> IsolateResult:
-        fresh0 = self.prober.fresh
-        self.reference = endpoints(self.prober, self.spec, self.culprit, self.parent, STUDY)
+        fresh0 = self.bench.fresh
         files = self.changes
+        # ddmin's tests: about 2 log2(n) on one guilty file, the hunks', the revert
+        self.bench.settle(self.spec, self.parent, self.culprit,
+                          4 * max(1, len(files).bit_length()) + 4)
 
         def test_files(s: Subset) -> Result:
             sel: dict[str, frozenset[int] | None] = {files[i].path: None for i in s}
@@ -128,7 +114,7 @@ class Isolation:
             t = self._judge(self.culprit, invert(self.changes, selection),
                             f"culprit with {describe(selection)} reverted")
             self.result.revert_verdict, self.result.revert_reason = t.verdict.value, t.reason
-        self.result.fresh_builds = self.prober.fresh - fresh0
+        self.result.fresh_builds = self.bench.fresh - fresh0
         return self.result
 
     def _hunks(self, chosen: list[FileChange]) -> dict[str, frozenset[int] | None]:

@@ -1,7 +1,12 @@
 """Dependency or vLLM code? When the culprit changes pins: the parent built with the
 culprit's pin files and the culprit with the parent's (swap tests); then, for a Python
 package pinned exactly on both sides, a bisect over the versions the package index offers
-between the two pins, on whichever side flips with the pin, to its first bad version."""
+between the two pins, on whichever side flips with the pin, to its first bad version (with
+several packages bumped at once, first which one alone flips it).
+
+The Dockerfile's base versions (``ARG CUDA_VERSION=``, ``FROM image:tag``, FlashInfer's git
+ref, ...) are reported as dependency changes of their own, but they are not pip-installable:
+they are neither swapped nor bisected (the study's builds do not use the Dockerfile)."""
 
 from __future__ import annotations
 
@@ -14,18 +19,18 @@ from packaging.version import Version
 
 from vllm_bisect.bisect.strategy import next_step
 from vllm_bisect.isolate import pkgindex
-from vllm_bisect.isolate.adapter import Prober, Trial
-from vllm_bisect.isolate.culprit import endpoints
+from vllm_bisect.isolate.adapter import Bench, Trial
 from vllm_bisect.isolate.patches import FileChange, Scratch, diff_changes, invert
 from vllm_bisect.isolate.pins import (
     Pin,
     PinChange,
     PinKind,
+    is_dockerfile,
     is_pin_file,
     pin_changes,
     rewrite,
 )
-from vllm_bisect.models import Measurement, Verdict
+from vllm_bisect.models import Verdict
 from vllm_bisect.spec import BisectSpec
 
 logger = logging.getLogger(__name__)
@@ -34,6 +39,7 @@ STUDY = "deps"
 
 class Conclusion:
     NO_PINS = "no dependency pins changed"
+    BASE = "base versions"         # only the Dockerfile's base versions changed
     DEPENDENCY = "dependency"      # the new pins alone reproduce; the old pins alone cure
     CODE = "vllm code"             # the pins do not matter
     EITHER = "either"              # the new pins reproduce, and so does the code change
@@ -61,7 +67,9 @@ class PackageBisect:
 class DepsResult:
     culprit: str
     parent: str
-    changes: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)        # pip-installable pins
+    base_changes: list[str] = field(default_factory=list)   # the Dockerfile's base versions
+    base_note: str = ""
     parent_with_new_pins: str | None = None
     culprit_with_old_pins: str | None = None
     conclusion: str = Conclusion.NO_PINS
@@ -90,9 +98,9 @@ def conclude(parent_new: Verdict, culprit_old: Verdict) -> str:
 
 
 class DependencyStudy:
-    def __init__(self, prober: Prober, spec: BisectSpec, repo: git.Repo, culprit: str,
+    def __init__(self, bench: Bench, spec: BisectSpec, repo: git.Repo, culprit: str,
                  parent: str, index_url: str | None) -> None:
-        self.prober, self.spec = prober, spec
+        self.bench, self.spec = bench, spec
         self.culprit, self.parent = culprit, parent
         self.changes = diff_changes(repo, parent, culprit)
         self.scratch = Scratch(repo, parent, self.changes)
@@ -100,32 +108,44 @@ class DependencyStudy:
                           or pkgindex.index_from_args(getattr(spec.build, "install_args", []))
                           or pkgindex.PYPI)
         self.result = DepsResult(culprit, parent, index_url=self.index_url)
-        self.reference: Measurement | None = None
         self.pins: list[PinChange] = []
 
     def _trial(self, base: str, sel: dict[str, frozenset[int] | None], label: str,
                files: dict[str, bytes | None] | None = None) -> Trial:
         sha = self.scratch.commit(base, sel, f"vllm-bisect deps: {label}\n", files)
-        return self.prober.trial(self.spec, sha, study=STUDY, label=label,
-                                 reference=self.reference, retries=0)
+        return self.bench.trial(self.spec, sha, study=STUDY, label=label, retries=0)
 
     def pin_files(self) -> list[FileChange]:
-        return [c for c in self.changes if is_pin_file(c.path)]
+        return [c for c in self.changes if is_pin_file(c.path) or is_dockerfile(c.path)]
 
     def run(self) -> DepsResult:
-        fresh0 = self.prober.fresh
+        fresh0 = self.bench.fresh
         files = self.pin_files()
         text = {c.path: (c.before or b"").decode("utf-8", "replace") for c in files
                 if c.before is not None}
         after = {c.path: (c.after or b"").decode("utf-8", "replace") for c in files
                  if c.after is not None}
-        changed = self.pins = pin_changes(text, after)
-        self.result.changes = [c.label for c in changed]
-        if not changed:
+        changed = pin_changes(text, after)
+        base = [c for c in changed if c.kind is PinKind.DOCKER]
+        self.pins = [c for c in changed if c.kind is PinKind.PYTHON]
+        self.result.changes = [c.label for c in self.pins]
+        self.result.base_changes = [c.label for c in base]
+        if base:
+            self.result.base_note = (
+                "the Dockerfile's base versions are not pip-installable: they cannot be "
+                "swapped or bisected by version here; the builds of this study "
+                f'(build.kind = "{self.spec.build.kind}") do not use the Dockerfile, so the '
+                "symptom they reproduce does not come from it (to test a base version, bisect "
+                "per-commit images built with each base)")
+            logger.info("base version changes (not bisectable): %s",
+                        "; ".join(self.result.base_changes))
+        if not self.pins:
+            self.result.conclusion = Conclusion.BASE if base else Conclusion.NO_PINS
             return self.result
-        self.reference = endpoints(self.prober, self.spec, self.culprit, self.parent, STUDY)
-        pins_sel: dict[str, frozenset[int] | None] = {c.path: None for c in files}
-        if len(files) == len(self.changes):  # only pins changed: the code is the parent's
+        pip_files = {c.file for c in self.pins}
+        self.bench.settle(self.spec, self.parent, self.culprit, 4 + 3 * len(self.pins))
+        pins_sel: dict[str, frozenset[int] | None] = {p: None for p in sorted(pip_files)}
+        if pip_files == {c.path for c in self.changes}:  # only pins: the code is the parent's
             pn, co = Verdict.BAD, Verdict.GOOD
             self.result.parent_with_new_pins = "bad (the culprit itself: it changes only pins)"
             self.result.culprit_with_old_pins = "good (the parent itself)"
@@ -138,18 +158,17 @@ class DependencyStudy:
             self.result.culprit_with_old_pins = f"{co.value}: {t2.reason}"
         self.result.conclusion = conclude(pn, co)
         if co is Verdict.GOOD:
-            base = "culprit"
+            side = "culprit"
         elif pn is Verdict.BAD:
-            base = "parent"
+            side = "parent"
         else:
-            self.result.fresh_builds = self.prober.fresh - fresh0
+            self.result.fresh_builds = self.bench.fresh - fresh0
             return self.result
-        python = [c for c in changed if c.kind is PinKind.PYTHON]
-        names = sorted({c.name for c in python})
+        names = sorted({c.name for c in self.pins})
         for name in names:
-            mine = [c for c in python if c.name == name]
-            self.result.packages.append(self._package(name, mine, base, several=len(names) > 1))
-        self.result.fresh_builds = self.prober.fresh - fresh0
+            self.result.packages.append(self._package(name, self._mine(name), side,
+                                                      several=len(names) > 1))
+        self.result.fresh_builds = self.bench.fresh - fresh0
         return self.result
 
     def _pinned(self, base: str, name: str, version: str, label: str) -> Trial:

@@ -6,7 +6,8 @@ the baseline. ``-`` means unset (the variable or the flag absent) and, for a fla
 present without a value (``--enforce-eager=-,+``). The study judges the baseline, then every
 other value of every knob one at a time (a table knob -> value -> verdict), then, when every
 knob at its last value flips the baseline's verdict, ddmin over the knobs for the smallest
-combination that flips it.
+combination that flips it. Verdicts come from the bisect's verdict policy, settled on a good
+and a bad commit at the baseline setting (:class:`~vllm_bisect.isolate.adapter.Bench`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from enum import StrEnum
 from typing import Any
 
 from vllm_bisect.errors import SpecError
-from vllm_bisect.isolate.adapter import Prober, Trial
+from vllm_bisect.isolate.adapter import Bench, Trial
 from vllm_bisect.isolate.ddmin import Result, Subset, minimize
-from vllm_bisect.models import Measurement, Verdict
+from vllm_bisect.models import Verdict
 from vllm_bisect.spec import BisectSpec
 
 STUDY = "knobs"
@@ -135,14 +136,14 @@ class KnobTable:
         return d
 
 
-def knob_table(prober: Prober, spec: BisectSpec, commit: str, knobs: list[Knob],
-               reference: Measurement | None) -> KnobTable:
+def knob_table(bench: Bench, spec: BisectSpec, commit: str, knobs: list[Knob]) -> KnobTable:
+    """The knob table at ``commit``, judged by the bench's settled policy."""
     base_setting = {k: k.values[0] for k in knobs}
 
     def run(setting: dict[Knob, str]) -> Trial:
         label = ", ".join(k.setting(v) for k, v in setting.items())
-        return prober.trial(apply(spec, setting), commit, study=STUDY,
-                            label=f"{commit[:12]}: {label}", reference=reference)
+        return bench.trial(apply(spec, setting), commit, study=STUDY,
+                           label=f"{commit[:12]}: {label}")
 
     base = run(base_setting)
     table = KnobTable(commit, ", ".join(k.setting(v) for k, v in base_setting.items()),

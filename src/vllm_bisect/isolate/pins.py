@@ -2,8 +2,12 @@
 
 Read: ``requirements*.txt`` and ``requirements/*.txt`` (requirement lines), ``pyproject.toml``
 (``project.dependencies``, optional dependencies, ``build-system.requires``), ``setup.py``
-(quoted requirement strings), and Dockerfiles (``ARG *VERSION*=...`` and ``FROM`` image tags,
-e.g. the CUDA or torch base). A pin is keyed by (file, package, environment marker).
+(quoted requirement strings), and Dockerfiles (``docker/Dockerfile*``): the base versions
+as vLLM's ``docker/Dockerfile`` writes them, ``ARG`` defaults whose name says version, git
+ref, tag, commit, wheel or base image (``ARG CUDA_VERSION=12.8.1``, ``ARG PYTHON_VERSION=3.12``,
+``ARG BUILD_BASE_IMAGE=nvidia/cuda:${CUDA_VERSION}-devel-ubuntu22.04``,
+``ARG FLASHINFER_GIT_REF="v0.3.1"``, ``ARG FLASHINFER_WHEEL=...``) and ``FROM image:tag`` with
+a literal tag. A pin is keyed by (file, package, environment marker).
 """
 
 from __future__ import annotations
@@ -65,7 +69,11 @@ def is_pin_file(path: str) -> bool:
     base = path.rsplit("/", 1)[-1]
     return ((base.startswith("requirements") and base.endswith((".txt", ".in")))
             or (path.startswith("requirements/") and base.endswith((".txt", ".in")))
-            or path in ("pyproject.toml", "setup.py") or base.startswith("Dockerfile"))
+            or path in ("pyproject.toml", "setup.py") or is_dockerfile(path))
+
+
+def is_dockerfile(path: str) -> bool:
+    return path.rsplit("/", 1)[-1].startswith("Dockerfile")
 
 
 def _req(text: str, file: str) -> Pin | None:
@@ -90,14 +98,16 @@ def _requirement_lines(text: str, file: str) -> list[Pin]:
 
 QUOTED = re.compile(r"""(["'])([A-Za-z0-9][A-Za-z0-9._\-\[\], ]*\s*(?:===|==|>=|<=|~=|!=|<|>)"""
                     r"""[^"'\n]*)\1""")
-ARG = re.compile(r"^\s*ARG\s+([A-Za-z0-9_]*VERSION[A-Za-z0-9_]*)\s*=\s*(\S+)", re.M)
+ARG = re.compile(r"""^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)\s*=\s*("[^"\n]*"|'[^'\n]*'|\S+)""", re.M)
+BASE_ARG = re.compile(r"VERSION|_REF$|_TAG$|_COMMIT$|_SHA$|_WHEEL$|BASE_IMAGE", re.I)
 FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?([^\s:@]+)[:@](\S+)", re.M)
 
 
 def pins_of(path: str, text: str) -> list[Pin]:
     base = path.rsplit("/", 1)[-1]
     if base.startswith("Dockerfile"):
-        return ([Pin(path, n, v, kind=PinKind.DOCKER) for n, v in ARG.findall(text)]
+        return ([Pin(path, n, v.strip("\"'"), kind=PinKind.DOCKER)
+                 for n, v in ARG.findall(text) if BASE_ARG.search(n)]
                 + [Pin(path, n, v, kind=PinKind.DOCKER) for n, v in FROM.findall(text)
                    if "$" not in n + v])  # (a tag built from an ARG: the ARG is the pin)
     if path == "pyproject.toml":

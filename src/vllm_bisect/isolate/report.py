@@ -13,8 +13,17 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _judged_by(d: dict[str, Any]) -> list[str]:
+    """Which verdict strategy judged (the bisect's policy, settled on the two endpoints)."""
+    if not d.get("strategy"):
+        return []
+    return [f"Judged by the bisect's verdict policy: **{d['strategy']}** "
+            f"({_cell(d.get('strategy_reason', ''))}).", ""]
+
+
 def isolate_lines(d: dict[str, Any]) -> list[str]:
-    out = ["", "### Which part of the culprit (delta debugging over its diff)", ""]
+    out = ["", "### Which part of the culprit (delta debugging over its diff)", "",
+           *_judged_by(d)]
     files = d.get("minimal_files") or []
     out.append(f"The culprit changes {len(d['files'])} files; applied on its parent "
                f"`{d['parent'][:12]}`, the smallest set that reproduces the symptom is "
@@ -43,9 +52,14 @@ def isolate_lines(d: dict[str, Any]) -> list[str]:
 
 
 def deps_lines(d: dict[str, Any]) -> list[str]:
-    out = ["", "### Dependency or vLLM code", ""]
+    out = ["", "### Dependency or vLLM code", "", *_judged_by(d)]
+    base = d.get("base_changes") or []
+    if base:
+        out += ["Base versions the culprit changes (Dockerfile):", ""]
+        out += [f"- {c}" for c in base]
+        out += ["", f"These cannot be bisected: {d.get('base_note', '')}.", ""]
     if not d.get("changes"):
-        return [*out, "The culprit changes no dependency pins."]
+        return [*out, "The culprit changes no pip-installable dependency pins."]
     out += ["Pins the culprit changes:", ""] + [f"- {c}" for c in d["changes"]] + [""]
     out.append(f"- parent with the culprit's pins: {d.get('parent_with_new_pins') or '-'}")
     out.append(f"- culprit with the parent's pins: {d.get('culprit_with_old_pins') or '-'}")
@@ -68,7 +82,7 @@ def deps_lines(d: dict[str, Any]) -> list[str]:
 
 
 def knobs_lines(d: dict[str, Any]) -> list[str]:
-    out = ["", "### Which knob flips the symptom", ""]
+    out = ["", "### Which knob flips the symptom", "", *_judged_by(d)]
     for t in d.get("tables", []):
         out.append(f"At `{t['commit'][:12]}`, baseline ({t['baseline']}): "
                    f"**{t['baseline_verdict']}** ({t['baseline_reason']}).")

@@ -2,8 +2,9 @@
 given), the session's lock and journal, the study journal, the result files.
 
 Each study's result goes into the session's ``result.json`` under its own key (``isolate``,
-``deps``, ``knobs``) and the reports are written again; a session without a finished bisect
-(``knobs`` on its own) gets ``knobs.json``. Nothing here prints.
+``deps``, ``knobs``; with the verdict strategy that judged) and the reports are written
+again; a session without a finished bisect (``knobs`` on its own) gets ``knobs.json``. The
+finished study's JSON is also kept in the studies' journal. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ import git
 from vllm_bisect.bisect.range import open_repo, resolve
 from vllm_bisect.bisect.session import Session
 from vllm_bisect.errors import FatalError, SpecError
-from vllm_bisect.isolate.adapter import OnTrial, Prober, check_judgeable, needs_reference
+from vllm_bisect.isolate.adapter import Bench, OnTrial
 from vllm_bisect.isolate.culprit import Isolation
 from vllm_bisect.isolate.deps import DependencyStudy
-from vllm_bisect.isolate.journal import StudyJournal
 from vllm_bisect.isolate.knobs import Knob, apply, knob_table
 from vllm_bisect.spec import BisectSpec, parse_spec
 from vllm_bisect.spec import stored_spec as load_stored
@@ -84,8 +84,11 @@ def target(session: Path, spec: BisectSpec | None, culprit_ref: str | None
     return spec, repo, c.hexsha, c.parents[0].hexsha
 
 
-def _save(session: Path, studies: StudyJournal, key: str, doc: dict[str, Any]) -> None:
-    studies.save_result(key, doc)
+def _save(session: Path, bench: Bench, key: str, doc: dict[str, Any], judged: bool = True
+          ) -> None:
+    if judged:  # (a study that judged nothing, e.g. no pins changed, names no strategy)
+        doc.update(bench.strategy())
+    bench.journal.set_meta(f"result:{key}", json.dumps(doc))
     res = _result_doc(session)
     if res is None:
         (session / f"{key}.json").write_text(json.dumps(doc, indent=2))
@@ -105,22 +108,19 @@ def run_studies(session: Path, cache_dir: Path, *, isolate: bool = True, deps: b
     """Isolate the culprit's files and hunks and/or study its dependency pins."""
     spec0, repo, sha, parent = target(session, spec, culprit)
     spec_ = source_build(spec0)
-    check_judgeable(spec_)
     out: dict[str, dict[str, Any]] = {}
     with Session(session) as s:
-        studies = StudyJournal(session / "studies.sqlite")
-        prober = Prober(repo, cache_dir, s.logs, studies, s.journal, s.id, on_trial, on_phase)
+        bench = Bench(repo, cache_dir, s, on_trial, on_phase)
         try:
             if isolate:
-                out["isolate"] = Isolation(prober, spec_, repo, sha, parent).run(hunks).to_dict()
-                _save(session, studies, "isolate", out["isolate"])
+                out["isolate"] = Isolation(bench, spec_, repo, sha, parent).run(hunks).to_dict()
+                _save(session, bench, "isolate", out["isolate"])
             if deps:
-                d = DependencyStudy(prober, spec_, repo, sha, parent, index_url)
+                d = DependencyStudy(bench, spec_, repo, sha, parent, index_url)
                 out["deps"] = d.run().to_dict()
-                _save(session, studies, "deps", out["deps"])
+                _save(session, bench, "deps", out["deps"], judged=bool(out["deps"]["changes"]))
         finally:
-            prober.close()
-            studies.close()
+            bench.close()
     return out
 
 
@@ -134,29 +134,41 @@ def default_commits(session: Path | None, spec: BisectSpec) -> list[str]:
     return [spec.range.bad] if spec.range.bad else []
 
 
+def knob_pair(session: Path | None, spec: BisectSpec) -> tuple[str, str]:
+    """(good, bad) the verdict policy is settled on: a bisect session's culprit's parent and
+    the culprit, else the spec's range."""
+    doc = _result_doc(session) if session is not None else None
+    repo = open_repo(spec.range.repo)
+    if doc and doc.get("first_bad"):
+        c = resolve(repo, str(doc["first_bad"]), "culprit")
+        if c.parents:
+            return c.parents[0].hexsha, c.hexsha
+    if not spec.range.good or not spec.range.bad:
+        raise SpecError("knobs are judged by the bisect's verdict policy, settled on a good and "
+                        "a bad commit: the spec names none",
+                        hint="set range.good and range.bad, or pass a bisect session")
+    return (resolve(repo, spec.range.good, "good").hexsha,
+            resolve(repo, spec.range.bad, "bad").hexsha)
+
+
 def run_knobs(session: Path, cache_dir: Path, spec: BisectSpec, commits: list[str],
               knobs: list[Knob], on_trial: OnTrial | None = None,
               on_phase: OnPhase | None = None) -> dict[str, Any]:
-    check_judgeable(spec)
     repo = open_repo(spec.range.repo)
     shas = [resolve(repo, c, "commit").hexsha for c in commits]
+    good, bad = knob_pair(session, spec)
     with Session(session) as s:
-        studies = StudyJournal(session / "studies.sqlite")
-        prober = Prober(repo, cache_dir, s.logs, studies, s.journal, s.id, on_trial, on_phase)
+        bench = Bench(repo, cache_dir, s, on_trial, on_phase)
         try:
-            reference = None
-            if needs_reference(spec) and spec.range.good:
-                base = {k: k.values[0] for k in knobs}
-                good = resolve(repo, spec.range.good, "good").hexsha
-                reference = prober.trial(apply(spec, base), good, study="knobs",
-                                         label=f"{good[:12]}: reference (range.good)"
-                                         ).measurement
-            tables = [knob_table(prober, spec, c, knobs, reference).to_dict() for c in shas]
+            base = apply(spec, {k: k.values[0] for k in knobs})
+            bench.settle(base, good, bad, len(shas) * (2 + sum(len(k.values) for k in knobs)),
+                         require=False)
+            tables = [knob_table(bench, spec, c, knobs).to_dict() for c in shas]
             doc = {"knobs": [{"name": k.name, "values": list(k.values), "kind": k.kind.value}
                              for k in knobs], "tables": tables,
-                   "fresh_builds": prober.fresh}
-            _save(session, studies, "knobs", doc)
+                   "settled_on": {"good": good, "bad": bad},
+                   "fresh_builds": bench.fresh}
+            _save(session, bench, "knobs", doc)
         finally:
-            prober.close()
-            studies.close()
+            bench.close()
     return doc

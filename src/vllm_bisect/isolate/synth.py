@@ -68,6 +68,20 @@ def describe():
 '''
 
 
+DOCKERFILE = """\
+# The vLLM Dockerfile (synthetic, laid out like vLLM's docker/Dockerfile)
+ARG CUDA_VERSION={cuda}
+ARG PYTHON_VERSION=3.12
+ARG BUILD_BASE_IMAGE=nvidia/cuda:${{CUDA_VERSION}}-devel-ubuntu22.04
+ARG PIP_INDEX_URL
+
+FROM ${{BUILD_BASE_IMAGE}} AS base
+ARG CUDA_VERSION
+ARG FLASHINFER_GIT_REF="v0.3.1"
+RUN uv pip install --system -r requirements/common.txt
+"""
+
+
 def _backend() -> str:
     text = t.BACKEND.format(check="")
     if _META not in text or "spec.output_cap" not in CLI_MAIN:
@@ -84,8 +98,7 @@ def base_files(version: str, spec_config: str, requirements: str | None = None
         "vllm/__init__.py": t.INIT,
         "vllm/version.py": t.VERSION.format(version=version),
         "vllm/config/__init__.py": "",
-        "vllm/config/engine.py": t.ENGINE_CONFIG.format(step_ms=1.0, init_s=0.0, noise_cv=0.0,
-                                                        server_cv=0.0, diverge=None),
+        "vllm/config/engine.py": engine_config(),
         "vllm/spec_decode/__init__.py": "",
         "vllm/spec_decode/config.py": spec_config,
         "vllm/transformers_utils/__init__.py": "",
@@ -148,16 +161,27 @@ class WideCulprit:
     files: tuple[str, ...]  # every file the culprit touches
 
 
-def wide_culprit_history(path: Path, n_files: int = 20, before: int = 3, after: int = 3
-                         ) -> WideCulprit:
+def engine_config(step_ms: float = 1.0, noise_cv: float = 0.0, server_cv: float = 0.0) -> str:
+    return t.ENGINE_CONFIG.format(step_ms=step_ms, init_s=0.0, noise_cv=noise_cv,
+                                  server_cv=server_cv, diverge=None)
+
+
+def wide_culprit_history(path: Path, n_files: int = 20, before: int = 3, after: int = 3,
+                         slowdown: float | None = None) -> WideCulprit:
     """A refactor touching ``n_files`` files (modified, added, deleted; an import that only
     works with its new helper module) of which one hunk of ``vllm/spec_decode/config.py``
-    caps speculative outputs at 128 tokens; ``before``/``after`` harmless commits around it."""
-    assert n_files >= 6
+    caps speculative outputs at 128 tokens; ``before``/``after`` harmless commits around it.
+    With ``slowdown``, a noisy ITL regression instead: the engine steps take 4 ms with 5%
+    per-request and 5% per-server-start noise, and the culprit's one hunk of
+    ``vllm/config/engine.py`` makes them ``slowdown`` times slower (its changes of the spec
+    config and of ``vllm/__init__.py`` are then harmless: every subset serves)."""
+    assert n_files >= 6 + (slowdown is not None)
     w = _Writer(path)
-    n_mods = n_files - 4  # + helper (added), removed module, vllm/__init__.py, spec config
+    n_mods = n_files - 4 - (slowdown is not None)  # + helper, removed module, __init__, spec
     mods = [f"vllm/model_executor/layers/mod_{k:02d}.py" for k in range(n_mods)]
     files: dict[str, str | None] = {**base_files("0.26.0rc1.dev100", spec_config())}
+    if slowdown is not None:
+        files["vllm/config/engine.py"] = engine_config(4.0, 0.05, 0.05)
     for k, m in enumerate(mods):
         files[m] = MODULE.format(name=m, rev=0, value=k, imports="")
     files["vllm/model_executor/layers/legacy_fused.py"] = MODULE.format(
@@ -169,36 +193,57 @@ def wide_culprit_history(path: Path, n_files: int = 20, before: int = 3, after: 
                                      for k, m in enumerate(mods)}
     change["vllm/model_executor/layers/legacy_fused.py"] = None
     change["vllm/utils/tuning_helpers.py"] = 'SCALE = 10\n'
-    change["vllm/__init__.py"] = t.INIT + "from vllm.utils.tuning_helpers import SCALE  # noqa\n"
-    change["vllm/spec_decode/config.py"] = spec_config(cap=128, acceptance=0.85)
+    change["vllm/__init__.py"] = t.INIT + (  # (the slowdown's history: no untestable subset)
+        "from vllm.utils.tuning_helpers import SCALE  # noqa\n" if slowdown is None
+        else "# layer tuning helpers: vllm.utils.tuning_helpers\n")
+    if slowdown is None:
+        change["vllm/spec_decode/config.py"] = spec_config(cap=128, acceptance=0.85)
+        guilty = ("vllm/spec_decode/config.py", "SPEC_MAX_OUTPUT_TOKENS = 128")
+    else:
+        change["vllm/spec_decode/config.py"] = spec_config(imports="# (unified output handling)\n")
+        step = 4.0 * slowdown
+        change["vllm/config/engine.py"] = engine_config(step, 0.05, 0.05)
+        guilty = ("vllm/config/engine.py", f"DECODE_STEP_MS = {step}")
     culprit = w.commit(change, "[Refactor] Unify layer tuning and spec-decode output handling")
     for i in range(after):
         w.filler(before + i)
-    hist = History(path=path, shas=tuple(w.shas), planted={"length": culprit})
+    hist = History(path=path, shas=tuple(w.shas),
+                   planted={"length" if slowdown is None else "itl": culprit})
     touched = tuple(sorted(change))
     assert len(touched) == n_files, touched
-    return WideCulprit(hist, culprit, "vllm/spec_decode/config.py",
-                       "SPEC_MAX_OUTPUT_TOKENS = 128", touched)
+    return WideCulprit(hist, culprit, guilty[0], guilty[1], touched)
 
 
 def dependency_history(path: Path, package: str = "tinydep", old: str = "1.0",
                        new: str = "1.4", before: int = 2, after: int = 2,
-                       code_cap: bool = False) -> History:
+                       code_cap: bool = False, also: Mapping[str, tuple[str, str]] | None = None,
+                       cuda: tuple[str, str] | None = None) -> History:
     """A vLLM whose speculative output cap comes from ``package`` (``SPEC_OUTPUT_CAP``); the
     culprit bumps its pin in requirements/common.txt from ``old`` to ``new`` and, with
-    ``code_cap``, also caps outputs at 128 in its own code (the code is then the cause)."""
+    ``code_cap``, also caps outputs at 128 in its own code (the code is then the cause).
+    ``also``: other packages (name -> (old, new)) pinned beside it and bumped by the same
+    commit (installed, never imported: harmless). ``cuda``: (old, new) ``CUDA_VERSION`` of a
+    ``docker/Dockerfile`` laid out like vLLM's, bumped by the same commit too."""
+    others = sorted((also or {}).items())
     w = _Writer(path)
     cfg = spec_config(cap_expr=f'getattr({package}, "SPEC_OUTPUT_CAP", None)',
                       imports=f"import {package}\n")
-    w.commit(base_files("0.26.0rc1.dev200", cfg, f"{package}=={old}\n"),
-             "[Core] Initial import")
+    first = base_files("0.26.0rc1.dev200", cfg, f"{package}=={old}\n"
+                       + "".join(f"{n}=={o}\n" for n, (o, _) in others))
+    if cuda is not None:
+        first["docker/Dockerfile"] = DOCKERFILE.format(cuda=cuda[0])
+    w.commit(first, "[Core] Initial import")
     for i in range(before):
         w.filler(i)
-    change = {"requirements/common.txt": f"{package}=={new}\n"}
+    change = {"requirements/common.txt": f"{package}=={new}\n"
+              + "".join(f"{n}=={v}\n" for n, (_, v) in others)}
+    if cuda is not None:
+        change["docker/Dockerfile"] = DOCKERFILE.format(cuda=cuda[1])
     if code_cap:
         change["vllm/spec_decode/config.py"] = spec_config(
             cap_expr="128", imports=f"import {package}  # noqa: F401\n")
     culprit = w.commit(change, f"[Deps] Bump {package} to {new}"
+                       + "".join(f", {n} to {v}" for n, (_, v) in others)
                        + (" and merge the generation-config cap" if code_cap else ""))
     for i in range(after):
         w.filler(before + i)

@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--prompt-seeded-acceptance", action="store_true",
                    help="greedy requests with the same prompt repeat their draft acceptances "
                         "(as real MTP does)")
+    s.add_argument("--merge-lagging-outputs", action="store_true",
+                   help="steps already due when a chunk would be written go out as one chunk "
+                        "(as vLLM merges a lagging request's outputs)")
     r = sub.add_parser("replay", help="replay a captured vLLM transcript")
     r.add_argument("transcript", type=Path)
     r.add_argument("--host", default="127.0.0.1")
@@ -62,6 +65,7 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         first_request_delay_s=a.first_request_delay, crash_after_tokens=a.crash_after_tokens,
         noise_cv=a.noise_cv, server_cv=a.server_cv, seed=a.seed,
         prompt_seeded_acceptance=a.prompt_seeded_acceptance,
+        merge_lagging_outputs=a.merge_lagging_outputs,
     )
 
 

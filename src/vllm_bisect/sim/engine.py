@@ -55,6 +55,11 @@ class SimConfig:
     # prompt (and ``seed``); False (the default, kept for the existing tests) draws them from
     # the server's one generator, so repeated requests differ.
     prompt_seeded_acceptance: bool = False
+    # Real vLLM merges a request's outputs that are still waiting for the API server into one
+    # delta, so a stream that falls behind gets chunks of more than K+1 tokens (0.25.1 MTP: a
+    # 5-token last chunk at K=3, docs/validation.md (e)). True: when the next step is already due
+    # before a step's chunk is written, the simulator holds the chunk and sends both together.
+    merge_lagging_outputs: bool = False
     fingerprint_hash: str = "nohash"
     extra: dict[str, Any] = field(default_factory=dict)
 

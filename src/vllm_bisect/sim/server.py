@@ -168,6 +168,7 @@ class SimServer:
                     u = p.usage(prompt_tokens, 0) if continuous else None
                     await resp.write_chunk(p.sse(p.chat_role_chunk(rid, created, model, u)))
             text_parts: list[str] = []
+            held = ""  # text of steps whose chunk is held back (merge_lagging_outputs)
             done = 0
             ttft = 0.0
             last = t0
@@ -193,9 +194,14 @@ class SimServer:
                 last = now
                 finish = plan.finish_reason if i == len(steps) - 1 else None
                 if stream:
+                    held += text
+                    if (self.cfg.merge_lagging_outputs and finish is None
+                            and time.monotonic() >= next_at + pace):
+                        continue  # the next step is already due: send both as one chunk
                     u = p.usage(prompt_tokens, done) if continuous else None
                     chunk = (p.chat_chunk if chat else p.completion_chunk)(
-                        rid, created, model, text, finish, u)
+                        rid, created, model, held, finish, u)
+                    held = ""
                     await resp.write_chunk(p.sse(chunk))
                 else:
                     text_parts.append(text)

@@ -7,7 +7,8 @@ It reads what real vLLM reads: ``--speculative-config`` JSON (``num_speculative_
 Flags it does not model (``--enforce-eager``, ``--gpu-memory-utilization``, ...) are accepted
 and ignored. Pacing comes from the environment (``VLLM_SIM_STEP_MS``, ``VLLM_SIM_SPEC_STEP_MS``,
 ``VLLM_SIM_ACCEPTANCE``, ``VLLM_SIM_STARTUP_S``); ``VLLM_SIM_PROMPT_SEEDED=1`` makes greedy
-requests repeat their draft acceptances per prompt, as real MTP does.
+requests repeat their draft acceptances per prompt, as real MTP does; ``VLLM_SIM_MERGE_LAGGING=1``
+sends steps that are already due as one chunk, as vLLM merges a lagging request's outputs.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def parse(argv: list[str]) -> SimConfig:
         startup_delay_s=float(env.get("VLLM_SIM_STARTUP_S", "0.2")),
         seed=args.seed,
         prompt_seeded_acceptance=env.get("VLLM_SIM_PROMPT_SEEDED", "0") == "1",
+        merge_lagging_outputs=env.get("VLLM_SIM_MERGE_LAGGING", "0") == "1",
         extra={"host": args.host, "port": args.port},
     )
 

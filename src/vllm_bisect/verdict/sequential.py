@@ -27,8 +27,6 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from scipy import stats
-
 
 class SeqVerdict(StrEnum):
     GOOD = "good"
@@ -106,6 +104,8 @@ def _fit(lg: tuple[float, ...], lb: tuple[float, ...]) -> tuple[float, float, fl
 
 def p_differ(a: list[float], b: list[float]) -> float:
     """min(KS, Mann-Whitney U) two-sided p-value (Pinpoint's rule)."""
+    from scipy import stats  # here: scipy.stats costs ~1-2 s per process (hook, CLI) to import
+
     ks = stats.ks_2samp(a, b).pvalue
     mw = stats.mannwhitneyu(a, b, alternative="two-sided").pvalue
     return float(min(ks, mw))

@@ -43,7 +43,6 @@ from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import special
 
 SIGMA_MAX = 0.5      # per-request CV up to ~50%
 TAU_MAX = 0.3        # server-level CV up to ~30%
@@ -154,6 +153,8 @@ class TwoLevel:
 
     def prob_effect_above(self, t: float, direction: int = 1) -> float:
         """P(direction * (mu_bad - mu_good) > t) under the posterior."""
+        from scipy import special  # here, not at import: the hook and CLI start faster
+
         lw, mg, pg, mb, pb = self._fit
         z = (direction * (mb - mg) - t) / np.sqrt(pg + pb)
         return float((np.exp(lw) * special.ndtr(z)).sum())
