@@ -52,7 +52,7 @@ ITL_ROWS: tuple[tuple[float | None, float | None, float, bool], ...] = (
     (1.3, 0.15, 0.0, False), (2.0, 0.05, 0.0, False), (None, None, 0.0, False),
     (1.3, 0.10, 0.05, True), (2.0, 0.05, 0.10, True))
 GOAL_ROWS = (0, 1, 6)
-CAP_QS = (0.3, 0.5, 0.7, 0.9)
+CAP_QS = (0.3, 0.5, 0.7, 0.9, 1.0)
 ARMS = {"itl": ("plain", "sequential", "default"), "length": ("plain", "bayes", "default")}
 NAMES = {"plain": "plain git bisect run", "sequential": "vllm-bisect sequential",
          "bayes": "vllm-bisect bayes", "default": "vllm-bisect default (auto)"}

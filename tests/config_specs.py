@@ -25,7 +25,7 @@ def config_spec(h: ConfigHistory, symptom: str, env: dict[str, str], startup_tim
     else:  # length: the probe relies on server defaults, as chat clients do
         data["probe"] = {"prompt": PROMPT, "endpoint": "chat", "send_max_tokens": False,
                          "max_tokens": None, "requests": requests, "warmup": 1}
-        data["verdict"] = {"symptom": "length", "min_output_tokens": 256}
+        data["verdict"] = {"symptom": "length", "min_output_tokens": 256, "intermittent_runs": 1}
     return parse_spec(data, source=f"config history ({symptom})")
 
 

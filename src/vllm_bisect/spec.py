@@ -185,6 +185,10 @@ class VerdictSpec(_Model):
     max_servers: int = Field(default=12, ge=1, le=100)
     confidence: float = Field(default=0.99, gt=0.5, lt=1.0)
     calibration_runs: int = Field(default=4, ge=1, le=100)
+    # auto, length / correctness: the bad endpoint runs up to this many times (fresh servers)
+    # before the search; shown in some runs only -> bayes, in every run -> threshold (1: no
+    # repeats, for a symptom known to be deterministic)
+    intermittent_runs: int = Field(default=8, ge=1, le=100)
     max_runs: int = Field(default=60, ge=1, le=10000)
     calibration_samples: int = Field(default=5, ge=5, le=400)
     max_samples: int = Field(default=40, ge=3, le=1000)

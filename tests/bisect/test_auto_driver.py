@@ -1,4 +1,5 @@
-"""verdict.strategy = "auto" through the real driver: a cap that shows in some runs only."""
+"""verdict.strategy = "auto" through the real driver: a cap that shows in some runs only
+goes to bayes, one that shows in every run stays with the threshold strategy."""
 
 from __future__ import annotations
 
@@ -29,10 +30,37 @@ def test_auto_goes_bayes_when_the_bad_endpoint_shows_the_cap_in_some_runs_only(
         tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=4, cap_at=3, cap_probability=0.5)
     spec = make_spec(h, build={"kind": "command", "serve": seeded_serve(tmp_path)},
-                     verdict={"symptom": "length", "verify_samples": 0, "confidence": 0.9})
+                     verdict={"symptom": "length", "verify_samples": 0, "confidence": 0.9,
+                              "intermittent_runs": 4})
     assert spec.verdict.strategy == "auto"
     r = run_driver(spec, tmp_path)
     assert r.strategy_chosen == "bayes" and "some runs only" in r.strategy_reason
     assert r.first_bad == h.planted["length"]
     bad_runs = [o for o in r.probed if o.commit == h.bad]
     assert len(bad_runs) >= 4 and bad_runs[0].verdict.value == "good"  # the first run missed
+
+
+def test_auto_goes_bayes_when_the_bad_endpoints_first_run_shows_the_cap_but_a_later_one_not(
+        tmp_path: Path) -> None:
+    # the bad endpoint's starts use seeds 1 (caps), 5 (does not): shown in 1 of 2 runs
+    h = history(tmp_path, n_commits=4, cap_at=3, cap_probability=0.5)
+    serve = seeded_serve(tmp_path).replace(SEEDS, "1 5 3 6 4 10 7 15 8 2")
+    spec = make_spec(h, build={"kind": "command", "serve": serve},
+                     verdict={"symptom": "length", "verify_samples": 0, "confidence": 0.9,
+                              "intermittent_runs": 4})
+    r = run_driver(spec, tmp_path)
+    assert r.strategy_chosen == "bayes"
+    assert "1 of 2 runs" in r.strategy_reason and "the first showed it" in r.strategy_reason
+    assert r.first_bad == h.planted["length"]
+
+
+def test_auto_keeps_the_threshold_search_when_every_bad_endpoint_run_shows_the_cap(
+        tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=4, cap_at=3)
+    spec = make_spec(h, verdict={"symptom": "length", "verify_samples": 0,
+                                 "intermittent_runs": 3})
+    r = run_driver(spec, tmp_path)
+    assert r.strategy_chosen == "threshold" and r.first_bad == h.planted["length"]
+    assert "in all 3 runs: deterministic" in r.strategy_reason
+    fresh_bad = [o for o in r.probed if o.commit == h.bad and not o.from_cache]
+    assert len(fresh_bad) == 3 and all(o.verdict.value == "bad" for o in fresh_bad)

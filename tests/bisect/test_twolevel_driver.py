@@ -3,7 +3,9 @@ history whose every server start has its own speed level (the simulator's server
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +14,7 @@ from tests.helpers import history, make_spec
 from vllm_bisect.bisect.twolevel_policy import SAMPLES_KEY
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Verdict
+from vllm_bisect.sim.history import sim_path
 
 
 def test_default_spec_finds_a_slowdown_under_server_level_noise(tmp_path: Path) -> None:
@@ -46,3 +49,46 @@ def test_default_spec_refuses_below_the_smallest_change_that_matters(tmp_path: P
     with pytest.raises(NotReproduced, match="smallest change that matters") as e:
         run_driver(spec, tmp_path)
     assert "good itl" in e.value.message and "bad n=" in e.value.message
+
+
+def seeded_serve(tmp: Path, seeds: str) -> str:
+    """A serve command whose k-th start of a commit passes the k-th seed: each server
+    start's level (the simulator's server_cv) is drawn from it, the same in every run (the
+    MTP speed-up's server without speculation is a start too)."""
+    marks = tmp / "starts"
+    marks.mkdir()
+    return (f"n=$(cat {marks}/{{commit}} 2>/dev/null || echo 0); "
+            f"echo $((n + 1)) > {marks}/{{commit}}; set -- {seeds}; "
+            f"shift $((n % {len(seeds.split())})); "
+            f"PYTHONPATH=. VLLM_BISECT_SIM_PATH={sim_path()} exec {sys.executable} "
+            "-m vllm.entrypoints.cli.main serve {model} --port {port} --seed $1 {speculative}")
+
+
+@pytest.mark.parametrize("symptom", ["throughput", "mtp-speedup"])
+def test_default_spec_bisects_throughput_and_mtp_speedup_under_server_level_noise(
+        tmp_path: Path, symptom: str) -> None:
+    # every server start has its own speed level (5% CV, seeded per start); throughput: the
+    # culprit makes steps 3x slower; mtp-speedup: the culprit drops draft acceptance to 0.1.
+    # No strategy written: auto picks the two-level test (one sample per server).
+    plan: dict[str, Any] = ({"slow_at": 3, "slow_factor": 3.0} if symptom == "throughput"
+                            else {"low_acceptance_at": 3})
+    h = history(tmp_path, n_commits=5, step_ms=4.0, server_cv=0.05, **plan)
+    probe: dict[str, Any] = {"max_tokens": 32, "warmup": 0}
+    verdict: dict[str, Any] = {"symptom": symptom, "verify_samples": 0}
+    if symptom == "throughput":
+        probe["load"] = {"concurrency": 2, "requests": 4, "max_tokens": 32}
+        verdict["throughput_factor"] = 1.5
+    else:
+        probe["mtp_speedup"] = {"concurrency": 1, "requests": 2, "max_tokens": 48}
+        verdict["min_mtp_speedup"] = 1.5
+    spec = make_spec(h, build={"kind": "command", "serve": seeded_serve(
+        tmp_path, "11 3 7 19 5 2 13 17")}, probe=probe, verdict=verdict)
+    assert spec.verdict.strategy == "auto"
+    r = run_driver(spec, tmp_path)
+    assert r.strategy_chosen == "twolevel" and "two-level" in r.strategy_reason
+    assert r.first_bad == h.planted["itl" if symptom == "throughput" else "mtp-speedup"]
+    for sha in (h.good, h.bad):  # calibrated on several servers per endpoint (one sample each)
+        servers = r.evaluations[sha].environment[SAMPLES_KEY]
+        assert isinstance(servers, list) and all(len(g) == 1 for g in servers)
+    steps = [o for o in r.probed if o.commit not in (h.good, h.bad)]
+    assert steps and all(o.reason.startswith("two-level") for o in steps)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from vllm_bisect.bisect.bayes_search import BayesSearch
+from vllm_bisect.bisect.endpoints import prefetch_first, steps
 from vllm_bisect.bisect.events import EventHandler, NullEvents
 from vllm_bisect.bisect.executor import EvaluateFn, Executor, InlineExecutor
 from vllm_bisect.bisect.journal import ResultCache, SessionJournal
@@ -31,7 +32,6 @@ from vllm_bisect.bisect.store import MeasurementStore
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.bisect.verify import verify_culprit
 from vllm_bisect.builders.prefetch import Prefetcher
-from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Evaluation, Measurement, Outcome, Verdict, Verification
 from vllm_bisect.spec import BisectSpec, Symptom
 from vllm_bisect.verdict.auto import Choice, Strategy
@@ -107,13 +107,9 @@ class Driver:
         strategy = self.choice.strategy
         logger.info("verdict strategy %s: %s", strategy.value, self.choice.reason)
         self.events.on_phase("", f"verdict strategy {strategy.value}: {self.choice.reason}")
-        try:
-            found = self.search().run()
-        except NotReproduced:
-            if not self._shows_in_some_runs():
-                raise
+        if self._intermittent():
             t.policy = make_policy(self.spec, Strategy.BAYES)
-            found = self.search().run()
+        found = self.search().run()
         first_bad = rng.sha(found.step.culprit) if found.step.culprit is not None else None
         verification = None
         if first_bad is not None and self.spec.verdict.verify_samples > 0:
@@ -128,32 +124,45 @@ class Driver:
                             strategy_chosen=self.choice.strategy.value,
                             strategy_reason=self.choice.reason)
 
-    def _shows_in_some_runs(self) -> bool:
-        """auto, a cap or a correctness change: the endpoints did not reproduce because the
-        bad endpoint's run did not show the symptom. It may show in some runs only: the bad
-        endpoint runs again (up to ``verdict.calibration_runs`` runs in all); if it shows,
-        the search goes on under bayes (which runs both endpoints again to learn how often)."""
+    def _intermittent(self) -> bool:
+        """auto, a cap or a correctness change (deterministic at both endpoints, if it is
+        what it seems): before the search the good endpoint runs once and the bad endpoint
+        up to ``verdict.intermittent_runs`` times (8; 1: no repeats), each on
+        a fresh server, until it has both shown and missed the symptom. Shown in every run:
+        deterministic, the threshold search goes on (its endpoint checks reuse these runs).
+        Shown in some runs only: the search goes on under bayes (which counts these runs as
+        its first). Shown in none: the threshold search refuses as before."""
         v, rng, t = self.spec.verdict, self.rng, self.tester
         if (v.strategy != "auto" or self.choice.strategy is not Strategy.THRESHOLD
-                or v.symptom not in (Symptom.LENGTH, Symptom.CORRECTNESS) or t.terms.fix):
+                or v.symptom not in (Symptom.LENGTH, Symptom.CORRECTNESS) or t.terms.fix
+                or v.intermittent_runs < 2):
             return False
-        outs = {o.commit: o for o in t.probed}
-        good, bad = outs.get(rng.good.sha), outs.get(rng.bad.sha)
-        if (good is None or bad is None or good.verdict is not Verdict.GOOD
-                or bad.verdict is not Verdict.GOOD):
+        k = steps(len(rng.commits))
+        prefetch_first(t)
+        if t.test(rng.good, Role.GOOD_ENDPOINT, k + 1).verdict is not Verdict.GOOD:
+            return False  # the search's endpoint check says why
+        runs = v.intermittent_runs
+        shown = missed = tries = 0
+        first = ""
+        while shown + missed < runs and tries < 2 * runs and not (shown and missed):
+            o = t.test(rng.bad, Role.BAD_ENDPOINT, k, fresh=tries > 0)
+            tries += 1
+            shown += o.verdict is Verdict.BAD
+            missed += o.verdict is Verdict.GOOD
+            if o.verdict is not Verdict.SKIP and not first:
+                first = "showed" if o.verdict is Verdict.BAD else "did not show"
+        if not (shown and missed):
+            if shown:
+                self.choice = Choice(Strategy.THRESHOLD, f"auto: the bad endpoint showed the "
+                                     f"{v.symptom.value} symptom in all {shown} runs: "
+                                     "deterministic (one run per commit tells)")
+                logger.info("%s", self.choice.reason)
+                self.events.on_phase("", f"verdict strategy threshold: {self.choice.reason}")
             return False
-        shown = 0  # does it show in some runs?
-        while not shown and len([o for o in t.probed if o.commit == rng.bad.sha]) <= (
-                v.calibration_runs):
-            o = t.test(rng.bad, Role.BAD_ENDPOINT, 0, fresh=True)
-            shown = sum(1 for o in t.probed if o.commit == rng.bad.sha) if (
-                o.verdict is Verdict.BAD) else 0
-        if not shown:
-            return False  # not in any of them: it does not reproduce
-        self.choice = Choice(Strategy.BAYES, f"auto: the bad endpoint did not show the "
-                             f"{v.symptom.value} symptom in its first run, then in run {shown}: "
-                             "it shows in some runs only: runs are repeated where they tell "
-                             "most (bayes)")
+        self.choice = Choice(Strategy.BAYES, f"auto: the bad endpoint showed the "
+                             f"{v.symptom.value} symptom in {shown} of {shown + missed} runs "
+                             f"(the first {first} it): it shows in some runs only: runs are "
+                             "repeated where they tell most (bayes)")
         logger.warning("%s", self.choice.reason)
         self.events.on_phase("", f"verdict strategy bayes: {self.choice.reason}")
         return True
