@@ -151,3 +151,28 @@ def test_default_spec_under_server_level_noise(tmp_path: Path) -> None:
     with sqlite3.connect(journal) as con:
         started = [c for (c,) in con.execute("SELECT commit_sha FROM servers")]
     assert started.count(h.good) >= 2 and started.count(h.bad) >= 2
+
+
+def test_auto_on_a_cap_that_shows_in_some_runs_only_is_refused_as_run_would_go_bayes(
+        tmp_path: Path) -> None:
+    from tests.bisect.test_auto_driver import seeded_serve
+
+    # `run` with this spec switches to bayes (tests/bisect/test_auto_driver.py); the hook runs
+    # the same endpoint check on its first call and refuses, naming what it saw
+    h = history(tmp_path, n_commits=4, cap_at=3, cap_probability=0.5)
+    spec = spec_for(h, seeded_serve(tmp_path), verdict={"symptom": "length",
+                                                        "intermittent_runs": 8})
+    assert spec.verdict.strategy == "auto"
+    path = write_spec(tmp_path / "hook-spec.toml", spec)
+    git(h.path, "bisect", "start", h.bad, h.good)
+    try:
+        r = subprocess.run(["git", "bisect", "run", *HOOK, "--spec", str(path), "--cache-dir",
+                            str(tmp_path / "hook-cache")],
+                           cwd=h.path, capture_output=True, text=True, timeout=600)
+    finally:
+        git(h.path, "bisect", "reset")
+    out = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode != 0 and "is the first bad commit" not in out
+    assert "some runs only" in out and "vllm-bisect run" in out and "Traceback" not in out
+    (mark,) = (h.path / ".git" / "vllm-bisect-hook").glob("*/intermittence.txt")
+    assert "bayes" in mark.read_text()

@@ -18,23 +18,22 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from vllm_bisect.bisect.bayes_search import BayesSearch
-from vllm_bisect.bisect.endpoints import prefetch_first, steps
+from vllm_bisect.bisect.endpoints import intermittence
 from vllm_bisect.bisect.events import EventHandler, NullEvents
 from vllm_bisect.bisect.executor import EvaluateFn, Executor, InlineExecutor
 from vllm_bisect.bisect.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.measurer import Measurer
 from vllm_bisect.bisect.parallel import MultisectionSearch
 from vllm_bisect.bisect.policies import make_policy, resolve_strategy
-from vllm_bisect.bisect.policy import Role
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.search import BinarySearch, Search
 from vllm_bisect.bisect.store import MeasurementStore
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.bisect.verify import verify_culprit
 from vllm_bisect.builders.prefetch import Prefetcher
-from vllm_bisect.models import Evaluation, Measurement, Outcome, Verdict, Verification
-from vllm_bisect.spec import BisectSpec, Symptom
-from vllm_bisect.verdict.auto import Choice, Strategy
+from vllm_bisect.models import Evaluation, Measurement, Outcome, Verification
+from vllm_bisect.spec import BisectSpec
+from vllm_bisect.verdict.auto import Strategy
 
 __all__ = ["BisectResult", "CommitEvaluator", "Driver", "EventHandler", "NullEvents"]
 
@@ -125,44 +124,13 @@ class Driver:
                             strategy_reason=self.choice.reason)
 
     def _intermittent(self) -> bool:
-        """auto, a cap or a correctness change (deterministic at both endpoints, if it is
-        what it seems): before the search the good endpoint runs once and the bad endpoint
-        up to ``verdict.intermittent_runs`` times (8; 1: no repeats), each on
-        a fresh server, until it has both shown and missed the symptom. Shown in every run:
-        deterministic, the threshold search goes on (its endpoint checks reuse these runs).
-        Shown in some runs only: the search goes on under bayes (which counts these runs as
-        its first). Shown in none: the threshold search refuses as before."""
-        v, rng, t = self.spec.verdict, self.rng, self.tester
-        if (v.strategy != "auto" or self.choice.strategy is not Strategy.THRESHOLD
-                or v.symptom not in (Symptom.LENGTH, Symptom.CORRECTNESS) or t.terms.fix
-                or v.intermittent_runs < 2):
+        """auto on a cap or a correctness change: does it show in some runs only? (see
+        :func:`~vllm_bisect.bisect.endpoints.intermittence`; the hook runs the same check)."""
+        new = intermittence(self.tester, self.spec, self.choice)
+        if new is None:
             return False
-        k = steps(len(rng.commits))
-        prefetch_first(t)
-        if t.test(rng.good, Role.GOOD_ENDPOINT, k + 1).verdict is not Verdict.GOOD:
-            return False  # the search's endpoint check says why
-        runs = v.intermittent_runs
-        shown = missed = tries = 0
-        first = ""
-        while shown + missed < runs and tries < 2 * runs and not (shown and missed):
-            o = t.test(rng.bad, Role.BAD_ENDPOINT, k, fresh=tries > 0)
-            tries += 1
-            shown += o.verdict is Verdict.BAD
-            missed += o.verdict is Verdict.GOOD
-            if o.verdict is not Verdict.SKIP and not first:
-                first = "showed" if o.verdict is Verdict.BAD else "did not show"
-        if not (shown and missed):
-            if shown:
-                self.choice = Choice(Strategy.THRESHOLD, f"auto: the bad endpoint showed the "
-                                     f"{v.symptom.value} symptom in all {shown} runs: "
-                                     "deterministic (one run per commit tells)")
-                logger.info("%s", self.choice.reason)
-                self.events.on_phase("", f"verdict strategy threshold: {self.choice.reason}")
-            return False
-        self.choice = Choice(Strategy.BAYES, f"auto: the bad endpoint showed the "
-                             f"{v.symptom.value} symptom in {shown} of {shown + missed} runs "
-                             f"(the first {first} it): it shows in some runs only: runs are "
-                             "repeated where they tell most (bayes)")
-        logger.warning("%s", self.choice.reason)
-        self.events.on_phase("", f"verdict strategy bayes: {self.choice.reason}")
-        return True
+        self.choice = new
+        bayes = new.strategy is Strategy.BAYES
+        logger.log(logging.WARNING if bayes else logging.INFO, "%s", new.reason)
+        self.events.on_phase("", f"verdict strategy {new.strategy.value}: {new.reason}")
+        return bayes

@@ -6,11 +6,13 @@ from __future__ import annotations
 import math
 
 from vllm_bisect.bisect.multisection import ideal_rounds
-from vllm_bisect.bisect.policy import MoreSamples
+from vllm_bisect.bisect.policy import MoreSamples, Role
 from vllm_bisect.bisect.strategy import next_step
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.errors import NotReproduced, untestable_hint
 from vllm_bisect.models import Evaluation, Outcome, Verdict
+from vllm_bisect.spec import BisectSpec, Symptom
+from vllm_bisect.verdict.auto import Choice, Strategy
 
 
 def steps(n: int) -> int:
@@ -77,3 +79,41 @@ def calibrate_endpoints(t: Tester, tests: int | None = None) -> None:
         return t.evaluations[rng.good.sha], t.evaluations[rng.bad.sha]
 
     t.policy.calibrate(endpoints, tests or search_tests(n, t.measurer.workers), t)
+
+
+def intermittence(t: Tester, spec: BisectSpec, choice: Choice) -> Choice | None:
+    """auto resolved to threshold on a cap or a correctness change (deterministic at both
+    endpoints, if it is what it seems): the good endpoint runs once and the bad endpoint up to
+    ``verdict.intermittent_runs`` times (8; 1: no check), each on a fresh server, until it has
+    both shown and missed the symptom. Shown in every run: deterministic, threshold with that
+    reason. Shown in some runs only: bayes (which counts these runs as its first). Shown in
+    none, or not applicable: None (the endpoint check refuses as before, or nothing changes).
+    The same check for ``run`` and the ``git bisect run`` hook."""
+    v, rng = spec.verdict, t.rng
+    if (v.strategy != "auto" or choice.strategy is not Strategy.THRESHOLD
+            or v.symptom not in (Symptom.LENGTH, Symptom.CORRECTNESS) or t.terms.fix
+            or v.intermittent_runs < 2):
+        return None
+    k = steps(len(rng.commits))
+    prefetch_first(t)
+    if t.test(rng.good, Role.GOOD_ENDPOINT, k + 1).verdict is not Verdict.GOOD:
+        return None  # the search's endpoint check says why
+    runs = v.intermittent_runs
+    shown = missed = tries = 0
+    first = ""
+    while shown + missed < runs and tries < 2 * runs and not (shown and missed):
+        o = t.test(rng.bad, Role.BAD_ENDPOINT, k, fresh=tries > 0)
+        tries += 1
+        shown += o.verdict is Verdict.BAD
+        missed += o.verdict is Verdict.GOOD
+        if o.verdict is not Verdict.SKIP and not first:
+            first = "showed" if o.verdict is Verdict.BAD else "did not show"
+    if not (shown and missed):
+        if not shown:
+            return None
+        return Choice(Strategy.THRESHOLD, f"auto: the bad endpoint showed the "
+                      f"{v.symptom.value} symptom in all {shown} runs: deterministic (one "
+                      "run per commit tells)")
+    return Choice(Strategy.BAYES, f"auto: the bad endpoint showed the {v.symptom.value} "
+                  f"symptom in {shown} of {shown + missed} runs (the first {first} it): it "
+                  "shows in some runs only: runs are repeated where they tell most (bayes)")

@@ -11,7 +11,8 @@ later hook calls. Each bisect (endpoints + spec) keeps a journal under
 ``.git/vllm-bisect-hook/``; its earlier verdicts are replayed in order, so a learning policy
 judges HEAD in the state ``run`` would. Following ``symptom = "crash"``, a server that dies
 is bad, as in ``run``. A strategy that cannot work one commit at a time under git's control
-(``bayes``) is refused at once (exit 128).
+(``bayes``) is refused at once (exit 128); so is, after ``run``'s endpoint check on the first
+call, a cap or correctness change that ``auto`` finds shows in some runs only.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import git
 
-from vllm_bisect.bisect.endpoints import calibrate_endpoints, check_endpoints
+from vllm_bisect.bisect.endpoints import calibrate_endpoints, check_endpoints, intermittence
 from vllm_bisect.bisect.evaluate import Evaluator
 from vllm_bisect.bisect.events import NullEvents
 from vllm_bisect.bisect.executor import InlineExecutor, local_slots
@@ -38,7 +39,8 @@ from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.builders import make_builder
 from vllm_bisect.errors import SpecError
 from vllm_bisect.models import Outcome, Verdict
-from vllm_bisect.spec import BisectSpec
+from vllm_bisect.spec import BisectSpec, Symptom
+from vllm_bisect.verdict.auto import Choice, Strategy
 
 
 class HookExit(IntEnum):
@@ -106,6 +108,9 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
     head = info(repo.head.commit)
     good_ref, bad_ref = bisect_refs(repo, spec)
     rng: CommitRange | None = None
+    check_runs = _may_be_intermittent(spec, choice) and good_ref and bad_ref
+    if check_runs:
+        rng = commit_range(repo, good_ref, bad_ref, spec.range.first_parent)
     if policy.needs_reference:  # (else the range is not needed: ignored, as documented)
         if not (good_ref and bad_ref):
             raise SpecError(f"verdict.strategy {str(spec.verdict.strategy)!r} with these "
@@ -126,12 +131,40 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
                                 store)
             one = rng or CommitRange(good=head, bad=head, commits=(head,))
             t = Tester(one, store, measurer, policy, NullEvents())
+            if check_runs:
+                _refuse_if_intermittent(t, spec, choice, session_dir)
             if rng is not None and policy.needs_reference:
                 _settle_endpoints(t)
             _replay(t, head.sha)
             return t.test(head, Role.BISECT, 0)
     finally:
         cache.close()
+
+
+def _may_be_intermittent(spec: BisectSpec, choice: Choice) -> bool:
+    v = spec.verdict
+    return (v.strategy == "auto" and choice.strategy is Strategy.THRESHOLD
+            and v.symptom in (Symptom.LENGTH, Symptom.CORRECTNESS)
+            and spec.range.search != "fix" and v.intermittent_runs >= 2)
+
+
+def _refuse_if_intermittent(t: Tester, spec: BisectSpec, choice: Choice,
+                            session_dir: Path) -> None:
+    """``run``'s check (auto on a cap or a correctness change: does the bad endpoint show it in
+    every run?), once per bisect: its answer is kept beside the hook's journal. A symptom that
+    shows in some runs only needs bayes, which git bisect cannot drive: refused (exit 128)."""
+    mark = session_dir / "intermittence.txt"
+    if mark.exists():
+        found = mark.read_text()
+    else:
+        new = intermittence(t, spec, choice)
+        found = new.reason if new is not None and new.strategy is Strategy.BAYES else ""
+        mark.write_text(found)
+    if found:
+        raise SpecError(f"{found}; `git bisect run` cannot run commits again where they tell "
+                        "most", hint="use `vllm-bisect run --spec S` (it bisects this under "
+                                     "bayes), or write verdict.strategy = \"threshold\" to judge "
+                                     "each commit on one run anyway")
 
 
 def _settle_endpoints(t: Tester) -> None:
