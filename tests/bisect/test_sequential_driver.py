@@ -16,7 +16,7 @@ SEQ = {"symptom": "itl", "strategy": "sequential", "alpha": 0.001, "calibration_
 
 def test_small_slowdown_under_noise_is_found(tmp_path: Path) -> None:
     # per-request pace noise CV 10%; the culprit makes engine steps 1.3x slower
-    h = history(tmp_path, n_commits=12, slow_at=7, slow_factor=1.3, step_ms=5.0, noise_cv=0.10)
+    h = history(tmp_path, n_commits=12, slow_at=7, slow_factor=1.3, step_ms=2.0, noise_cv=0.10)
     spec = make_spec(h, verdict=SEQ, probe={"max_tokens": 200, "requests": 2, "warmup": 0})
     r = run_driver(spec, tmp_path)
     assert r.first_bad == h.planted["itl"]
@@ -29,7 +29,7 @@ def test_small_slowdown_under_noise_is_found(tmp_path: Path) -> None:
 
 
 def test_refuses_when_endpoints_do_not_differ(tmp_path: Path) -> None:
-    h = history(tmp_path, n_commits=4, step_ms=5.0, noise_cv=0.10)  # nothing planted
+    h = history(tmp_path, n_commits=4, step_ms=2.0, noise_cv=0.10)  # nothing planted
     # a 20% minimum effect: noise of 10% per request cannot fake it, so the test is not flaky
     spec = make_spec(h, verdict={**SEQ, "min_effect": 0.2},
                      probe={"max_tokens": 200, "requests": 2, "warmup": 0})
