@@ -234,7 +234,10 @@ class Run:
         self.work, self.out, self.res = work, out, work / "res"
         self.res.mkdir(parents=True, exist_ok=True)
         self.deadline = T0 + budget
-        self.vllm = shutil.which("vllm") or "vllm"
+        self.vllm = [shutil.which("vllm") or "vllm"]  # --vllm: e.g. the simulator's entry
+        self.peer_in, self.peer_out = PEER_IN, PEER_OUT
+        # peer_interleaved: one concurrency per call, PAIRS pairs of BLOCK_N-request blocks
+        self.pi_conc, self.pi_pairs, self.pi_block_n = 1, 6, 0
         # the peer check's variants (session 4: run 1 = defaults; runs 2, 3 = min_tokens 1,
         # run 2 with bench first at c=4 as well)
         self.peer_min_tokens: int | None = None
@@ -253,7 +256,7 @@ class Run:
 
     def server(self, name: str, model: Path, extra: list[str], env: dict[str, str] | None = None):
         port = free_port()
-        argv = [self.vllm, "serve", str(model), "--port", str(port), *COMMON, *extra]
+        argv = [*self.vllm, "serve", str(model), "--port", str(port), *COMMON, *extra]
         self.save(f"{name}_argv.json", {"argv": argv, "env": {**ENV, **(env or {})}})
         return run_server(LaunchPlan(argv=argv, env={**ENV, **(env or {})}),
                           url=f"http://127.0.0.1:{port}", model=str(model),
@@ -266,7 +269,7 @@ class Run:
                 "torch.version.cuda)'",
                 "python3 -c 'import vllm,transformers;print(vllm.__version__,"
                 "transformers.__version__)'",
-                f"{self.vllm} --version", "pip list --path /tmp/site 2>/dev/null | head -60"]
+                f"{shlex.join(self.vllm)} --version", "pip list --path /tmp/site 2>/dev/null | head -60"]
         outs = []
         for c in cmds:
             r = subprocess.run(c, shell=True, capture_output=True, text=True, timeout=120)
@@ -336,7 +339,7 @@ class Run:
         out: dict[str, Any] = {}
         for conc, n in ((1, 16), (4, 32)):
             name = f"bench_serve_c{conc}"
-            cmd = [self.vllm, "bench", "serve", "--backend", "vllm", "--base-url", h.url,
+            cmd = [*self.vllm, "bench", "serve", "--backend", "vllm", "--base-url", h.url,
                    "--model", model, "--tokenizer", model, "--dataset-name", "random",
                    "--random-input-len", "256", "--random-output-len", "512",
                    "--num-prompts", str(n), "--max-concurrency", str(conc), "--ignore-eos",
@@ -376,10 +379,10 @@ class Run:
     # peer check, same prompts on both sides (session 4) --------------------------------
     def bench(self, h: Any, model: str, name: str, jsonl: Path, conc: int, n: int,
               warm: int) -> dict[str, Any]:
-        cmd = [self.vllm, "bench", "serve", "--backend", "vllm", "--base-url", h.url,
+        cmd = [*self.vllm, "bench", "serve", "--backend", "vllm", "--base-url", h.url,
                "--endpoint", "/v1/completions", "--model", model, "--tokenizer", model,
                "--dataset-name", "custom", "--dataset-path", str(jsonl), "--skip-chat-template",
-               "--disable-shuffle", "--custom-output-len", str(PEER_OUT),
+               "--disable-shuffle", "--custom-output-len", str(self.peer_out),
                "--num-prompts", str(n), "--max-concurrency", str(conc), "--ignore-eos",
                "--temperature", "0", "--num-warmups", str(warm), "--save-result",
                "--save-detailed", "--result-dir", str(self.res), "--result-filename",
@@ -456,6 +459,106 @@ class Run:
             self.save("gpustate_samples.json", sampler.samples)
         self.save("peer.json", doc)
 
+    # peer check, interleaved blocks on one server (issue 16, after session 4) ------------
+    def stage_peer_interleaved(self) -> None:
+        """On one MTP server: a warm-up at the measured concurrency, then PAIRS pairs of blocks
+        (bench, probe, probe, bench, ...: ABBA, so a linear drift of the server's speed cancels),
+        each block BLOCK_N requests of the same sized prompt; the paired comparison of
+        ``probes.peer.paired_peer_check``. Stops before a quad (two pairs) that would not fit
+        the budget, so the pairs stay balanced."""
+        import httpx
+
+        from vllm_bisect.probes.peer import (
+            PeerBlock,
+            PeerSide,
+            abba_order,
+            bench_block,
+            paired_peer_check,
+            probe_block,
+        )
+
+        c = self.pi_conc
+        n = self.pi_block_n or max(6, 2 * c)
+        tag = f"peer_interleaved_c{c}"
+        sampler = GpuSampler()
+        sampler.start()
+        try:
+            with self.server(tag, self.work / "mtp", ["--speculative-config", MTP]) as h:
+                log(f"{tag}: healthy after {h.startup_s:.1f} s")
+                model = str(self.work / "mtp")
+                doc: dict[str, Any] = {
+                    "startup_s": h.startup_s, "concurrency": c, "block_requests": n,
+                    "pairs_planned": self.pi_pairs, "in": self.peer_in, "out": self.peer_out,
+                    "vllm": self.vllm, "blocks": []}
+                sp = ProbeSpec(prompt=PROMPT, prompt_tokens=self.peer_in, max_tokens=self.peer_out)
+                with httpx.Client(timeout=60) as http:
+                    sized = DecodeProbe(sp, self.peer_out).sized_prompt(http, h, self.peer_in)
+                assert sized is not None
+                text = doc["prompt"] = sized.text
+                jsonl = self.work / f"{tag}_prompts.jsonl"
+                jsonl.write_text("".join(json.dumps({"prompt": text}) + "\n"
+                                         for _ in range(max(64, n))))
+
+                def probe(k: int) -> Measurement:
+                    spec = ProbeSpec(prompt=text, max_tokens=self.peer_out, requests=k,
+                                     min_tokens=self.peer_min_tokens, concurrency=c, warmup=0)
+                    return DecodeProbe(spec, self.peer_out).measure(h)
+
+                # warm-up at the measured concurrency, full length (bench blocks then run
+                # without warm-ups of their own: --num-warmups 0)
+                doc["warmup_itl_ms"] = probe(2 * c).itl_ms
+                blocks: list[PeerBlock] = []
+                chunk_blocks: list[PeerBlock] = []
+                took: dict[PeerSide, list[float]] = {PeerSide.BENCH: [], PeerSide.PROBE: []}
+                for i, side in enumerate(abba_order(self.pi_pairs)):
+                    if i and i % 4 == 0:
+                        need = 2 * (max(took[PeerSide.BENCH]) + max(took[PeerSide.PROBE])) + 10
+                        if self.left() < need:
+                            doc["stopped"] = (f"before block {i}: {self.left():.0f} s left < "
+                                              f"{need:.0f} s for two more pairs")
+                            log(f"{tag}: {doc['stopped']}")
+                            break
+                    t0 = time.monotonic()
+                    name = f"{tag}_{side.value}{i:02d}"
+                    if side is PeerSide.BENCH:
+                        bj = self.bench(h, model, name, jsonl, c, n, warm=0)
+                        blk = bench_block(bj)
+                        chunk = PeerBlock(side, float(bj["mean_itl_ms"]))
+                        rec: dict[str, Any] = {"mean_tpot_ms": bj["mean_tpot_ms"],
+                                               "mean_itl_ms": bj["mean_itl_ms"],
+                                               "duration_s": bj.get("duration")}
+                    else:
+                        m = probe(n)
+                        self.save(f"{name}.json", m.model_dump(mode="json"))
+                        blk = probe_block(m)
+                        chunk = PeerBlock(side, statistics.fmean(
+                            r.chunk_itl_ms for r in m.requests if r.chunk_itl_ms is not None))
+                        rec = {"mean_itl_ms": blk.mean_ms, "mean_chunk_itl_ms": chunk.mean_ms,
+                               "server_itl_ms": m.server_itl_ms,
+                               "tokens_per_chunk": m.tokens_per_chunk}
+                    took[side].append(time.monotonic() - t0)
+                    blocks.append(blk)
+                    chunk_blocks.append(chunk)
+                    doc["blocks"].append({
+                        "index": i, "side": side.value, "file": f"{name}.json",
+                        "start_s": round(t0 - T0, 2), "end_s": round(time.monotonic() - T0, 2),
+                        "mean_ms": blk.mean_ms, "per_request_ms": list(blk.per_request_ms), **rec})
+                    log(f"{tag}: block {i} {side.value}: {blk.mean_ms:.3f} ms/token "
+                        f"({took[side][-1]:.1f} s)")
+                    self.save(f"{tag}.partial.json", doc)
+                keep = len(blocks) - len(blocks) % 2
+                pp = paired_peer_check(blocks[:keep])
+                doc["paired"] = pp.as_dict()
+                doc["paired_chunk"] = paired_peer_check(chunk_blocks[:keep]).as_dict()
+        finally:
+            sampler.stop()
+            self.save(f"{tag}_gpustate_samples.json", sampler.samples)
+        self.save(f"{tag}.json", doc)
+        self.save(f"{tag}_summary.md", interleaved_summary(doc))
+        log(f"{tag}: paired mean {pp.mean_diff:+.2%} (CI {pp.ci_low}..{pp.ci_high}), median "
+            f"{pp.median_diff:+.2%}, pooled {pp.pooled_diff:+.2%}, first pair "
+            f"{pp.first_pair_diff:+.2%}, {pp.n_pairs} pairs")
+
     # diagnosis when A failed -----------------------------------------------------------
     def stage_diag(self) -> None:
         if not (self.res / "a.failed").exists():
@@ -522,7 +625,7 @@ class Run:
 
     def spec_file(self, name: str, probe: str) -> Path:
         static = " ".join(shlex.quote(x) for x in COMMON).replace("{", "{{").replace("}", "}}")
-        serve = (f"{shlex.quote(self.vllm)} serve {shlex.quote(str(self.work / 'mtp'))} "
+        serve = (f"{shlex.join(self.vllm)} serve {shlex.quote(str(self.work / 'mtp'))} "
                  f"--port {{port}} {static} {{speculative}}")
         env = ", ".join(f'{k} = "{v}"' for k, v in ENV.items())
         text = (f'[range]\nrepo = "{self.repo()}"\n\n'
@@ -574,9 +677,39 @@ class Run:
                  timeout=max(60.0, self.left() - 5))
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.2%}"
+
+
+def interleaved_summary(doc: dict[str, Any]) -> str:
+    """The stage's result as markdown: the blocks in run order, then the paired comparison."""
+    p, pc = doc["paired"], doc["paired_chunk"]
+    lines = [f"# interleaved peer check, concurrency {doc['concurrency']}, "
+             f"{doc['block_requests']} requests per block, in {doc['in']} / out {doc['out']}",
+             "", "| block | side | start (s) | mean per-token ms | mean chunk ITL ms |",
+             "|---|---|---|---|---|"]
+    for b in doc["blocks"]:
+        chunk = b.get("mean_chunk_itl_ms", b.get("mean_itl_ms")) if b["side"] == "probe" \
+            else b.get("mean_itl_ms")
+        lines.append(f"| {b['index']} | {b['side']} | {b['start_s']:.1f} | {b['mean_ms']:.3f} "
+                     f"| {chunk:.3f} |")
+    lines += ["", f"pair diffs (probe / bench - 1): "
+              + ", ".join(_pct(d) for d in p["pair_diffs"]),
+              f"per token: mean {_pct(p['mean_diff'])} ({p['confidence']:.0%} CI "
+              f"{_pct(p['ci_low'])} .. {_pct(p['ci_high'])}), median {_pct(p['median_diff'])}, "
+              f"pooled {_pct(p['pooled_diff'])}, first pair alone {_pct(p['first_pair_diff'])}; "
+              f"balanced {p['balanced']}; within 3%: {p['agrees_3pct']}",
+              f"per chunk: mean {_pct(pc['mean_diff'])}, median {_pct(pc['median_diff'])}, "
+              f"pooled {_pct(pc['pooled_diff'])}"]
+    if doc.get("stopped"):
+        lines.append(f"stopped early: {doc['stopped']}")
+    return "\n".join(lines) + "\n"
+
+
 STAGES = [("env", 20, "env.txt"), ("model", 30, "model_build.json"), ("a", 240, "A.json"),
           ("diag", 150, "diag.json"), ("peer", 300, "peer.json"), ("b", 90, "B.json"),
-          ("sweep", 330, "sweep.json"), ("compare", 170, "compare.json")]
+          ("sweep", 330, "sweep.json"), ("compare", 170, "compare.json"),
+          ("peer_interleaved", 300, "peer_interleaved_c{conc}.json")]
 
 
 def main() -> None:
@@ -588,12 +721,26 @@ def main() -> None:
     ap.add_argument("--peer-min-tokens", type=int, default=None,
                     help="the probe's min_tokens in the peer stage (default: = max_tokens)")
     ap.add_argument("--peer-c4-bench-first", action="store_true")
+    ap.add_argument("--vllm", default=None,
+                    help="the vllm command (default: vllm on PATH), e.g. 'python3 -m "
+                         "vllm_bisect.sim vllm' for the simulator's serve and bench serve")
+    ap.add_argument("--peer-in", type=int, default=PEER_IN, help="peer prompt tokens")
+    ap.add_argument("--peer-out", type=int, default=PEER_OUT, help="peer output tokens")
+    ap.add_argument("--peer-conc", type=int, default=1, help="peer_interleaved's concurrency")
+    ap.add_argument("--peer-pairs", type=int, default=6, help="peer_interleaved's block pairs")
+    ap.add_argument("--peer-block-n", type=int, default=0,
+                    help="requests per peer_interleaved block (default max(6, 2 x concurrency))")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     run = Run(a.work, a.out, a.budget_s)
     run.peer_min_tokens, run.peer_c4_bench_first = a.peer_min_tokens, a.peer_c4_bench_first
+    if a.vllm:
+        run.vllm = shlex.split(a.vllm)
+    run.peer_in, run.peer_out = a.peer_in, a.peer_out
+    run.pi_conc, run.pi_pairs, run.pi_block_n = a.peer_conc, a.peer_pairs, a.peer_block_n
     only = set(a.only.split(",")) if a.only else None
-    for name, estimate, marker in STAGES:
+    for name, estimate, pattern in STAGES:
+        marker = pattern.format(conc=a.peer_conc)
         if only is not None and name not in only:
             continue
         if (run.res / marker).exists() or (run.res / f"{name}.failed").exists():

@@ -7,13 +7,21 @@ acceptance, which depends on the prompts (bench's random prompts are not the pro
 check also reports tokens per chunk on both sides and the per-token difference once the probe's
 ITL is scaled to bench's tokens per chunk (per-step time x tokens per step). Real numbers:
 docs/validation.md (d).
+
+A one-shot check (bench's window, then the probe's) also compares two server speeds: on a
+host-bound server the speed drifts by more than 3% over tens of seconds (validation.md (e)).
+``paired_peer_check`` compares INTERLEAVED blocks instead (bench, probe, probe, bench, ...: ABBA,
+so a linear drift cancels): one difference per adjacent pair, their mean, median and t-interval,
+and the pooled ratio over all blocks.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from vllm_bisect.errors import ProbeError
@@ -82,3 +90,116 @@ def peer_check(m: Measurement, bench: Mapping[str, Any]) -> PeerCheck:
         bench_itl_ms=_num(bench, "mean_itl_ms"), probe_chunk_itl_ms=statistics.fmean(chunk),
         bench_tokens_per_chunk=_bench_tokens_per_chunk(bench),
         probe_tokens_per_chunk=statistics.fmean(tpc) if tpc else None)
+
+
+# -- interleaved blocks ----------------------------------------------------------------------
+class PeerSide(str, Enum):
+    BENCH = "bench"
+    PROBE = "probe"
+
+
+@dataclass(frozen=True)
+class PeerBlock:
+    """One block of requests by one tool: its mean per-token time (bench's ``mean_tpot_ms``,
+    the probe's mean ``itl_ms``) and the per-request values behind it."""
+
+    side: PeerSide
+    mean_ms: float
+    per_request_ms: tuple[float, ...] = ()
+
+
+def bench_block(doc: Mapping[str, Any]) -> PeerBlock:
+    """A ``vllm bench serve --save-result [--save-detailed]`` document as a block. Per-request
+    TPOT (detailed files only) is vLLM's own: the request's inter-chunk gaps summed over its
+    output tokens after the first."""
+    per: list[float] = []
+    lens, itls = doc.get("output_lens"), doc.get("itls")
+    if isinstance(lens, list) and isinstance(itls, list) and len(lens) == len(itls):
+        per = [1000.0 * sum(g) / (o - 1) for o, g in zip(lens, itls, strict=True)
+               if isinstance(o, int) and o > 1 and isinstance(g, list)]
+    return PeerBlock(PeerSide.BENCH, _num(doc, "mean_tpot_ms"), tuple(per))
+
+
+def probe_block(m: Measurement) -> PeerBlock:
+    itl = [r.itl_ms for r in m.requests if r.itl_ms is not None]
+    if not itl:
+        raise ProbeError("the probe measured no per-token ITL to compare",
+                         hint="probe with max_tokens > 1")
+    return PeerBlock(PeerSide.PROBE, statistics.fmean(itl), tuple(itl))
+
+
+@dataclass(frozen=True)
+class PairedPeer:
+    """Probe vs bench over interleaved blocks. Differences are probe / bench - 1."""
+
+    pair_diffs: tuple[float, ...]
+    mean_diff: float
+    median_diff: float
+    ci_low: float | None            # t-interval of the mean pair difference (None: one pair)
+    ci_high: float | None
+    pooled_diff: float              # mean of the probe blocks / mean of the bench blocks - 1
+    first_pair_diff: float          # what a one-shot check (the first two blocks) would say
+    bench_first: tuple[bool, ...]   # per pair: did bench run first
+    confidence: float
+
+    @property
+    def n_pairs(self) -> int:
+        return len(self.pair_diffs)
+
+    @property
+    def balanced(self) -> bool:
+        """As many pairs with bench first as with the probe first (a linear drift cancels)."""
+        return 2 * sum(self.bench_first) == len(self.bench_first)
+
+    def agrees(self, tolerance: float = 0.03) -> bool:
+        return abs(self.mean_diff) <= tolerance
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pair_diffs": list(self.pair_diffs), "mean_diff": self.mean_diff,
+                "median_diff": self.median_diff, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                "confidence": self.confidence, "pooled_diff": self.pooled_diff,
+                "first_pair_diff": self.first_pair_diff, "bench_first": list(self.bench_first),
+                "n_pairs": self.n_pairs, "balanced": self.balanced,
+                "agrees_3pct": self.agrees(0.03)}
+
+
+def abba_order(pairs: int) -> list[PeerSide]:
+    """The block order: bench, probe, probe, bench, bench, probe, ... (``pairs`` pairs)."""
+    out: list[PeerSide] = []
+    for k in range(pairs):
+        first, second = ((PeerSide.BENCH, PeerSide.PROBE) if k % 2 == 0
+                         else (PeerSide.PROBE, PeerSide.BENCH))
+        out += [first, second]
+    return out
+
+
+def paired_peer_check(blocks: Sequence[PeerBlock], confidence: float = 0.95) -> PairedPeer:
+    """Pair blocks (in the order they ran) two by two, each pair one bench and one probe block,
+    and compare the probe with bench within each pair."""
+    if len(blocks) < 2 or len(blocks) % 2:
+        raise ProbeError(f"interleaved peer check needs an even number of blocks, got {len(blocks)}",
+                         hint="run bench and probe blocks in pairs")
+    diffs: list[float] = []
+    bench_first: list[bool] = []
+    for a, b in zip(blocks[::2], blocks[1::2], strict=True):
+        if {a.side, b.side} != {PeerSide.BENCH, PeerSide.PROBE}:
+            raise ProbeError(f"a pair of blocks is {a.side.value}, {b.side.value}",
+                             hint="each pair needs one bench and one probe block")
+        bench, probe = (a, b) if a.side is PeerSide.BENCH else (b, a)
+        diffs.append(probe.mean_ms / bench.mean_ms - 1.0)
+        bench_first.append(a.side is PeerSide.BENCH)
+    mean = statistics.fmean(diffs)
+    lo = hi = None
+    if len(diffs) > 1:
+        from scipy import stats  # here, not at import (scipy.stats is slow to load)
+
+        half = float(stats.t.ppf(0.5 + confidence / 2, len(diffs) - 1)
+                     * statistics.stdev(diffs) / math.sqrt(len(diffs)))
+        lo, hi = mean - half, mean + half
+    probes = [x.mean_ms for x in blocks if x.side is PeerSide.PROBE]
+    benches = [x.mean_ms for x in blocks if x.side is PeerSide.BENCH]
+    return PairedPeer(
+        pair_diffs=tuple(diffs), mean_diff=mean, median_diff=statistics.median(diffs),
+        ci_low=lo, ci_high=hi,
+        pooled_diff=statistics.fmean(probes) / statistics.fmean(benches) - 1.0,
+        first_pair_diff=diffs[0], bench_first=tuple(bench_first), confidence=confidence)

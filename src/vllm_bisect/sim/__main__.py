@@ -13,7 +13,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m vllm_bisect.sim",
                                  description="A vLLM-compatible server for tests and demos.")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("vllm", help="`vllm serve MODEL [flags]` compatible entry (see vllm_compat)")
+    sub.add_parser("vllm", help="`vllm serve MODEL [flags]` compatible entry (see vllm_compat); "
+                   "`vllm bench serve [flags]` runs the simulator's bench (sim.bench)")
     s = sub.add_parser("serve", help="serve a simulated vLLM engine")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
@@ -73,6 +74,11 @@ def main(argv: list[str] | None = None) -> None:
     import sys
 
     args = sys.argv[1:] if argv is None else argv
+    if args[:3] == ["vllm", "bench", "serve"]:
+        from vllm_bisect.sim import bench
+
+        bench.main(args[3:])
+        return
     if args[:1] == ["vllm"]:
         from vllm_bisect.sim.vllm_compat import main as vllm_main
 
