@@ -555,7 +555,8 @@ class Run:
             self.save(f"{tag}_gpustate_samples.json", sampler.samples)
         self.save(f"{tag}.json", doc)
         self.save(f"{tag}_summary.md", interleaved_summary(doc))
-        log(f"{tag}: paired mean {pp.mean_diff:+.2%} (CI {pp.ci_low}..{pp.ci_high}), median "
+        log(f"{tag}: paired mean {pp.mean_diff:+.2%} (CI over {pp.ci_basis} {_pct(pp.ci_low)}.."
+            f"{_pct(pp.ci_high)}), median "
             f"{pp.median_diff:+.2%}, pooled {pp.pooled_diff:+.2%}, first pair "
             f"{pp.first_pair_diff:+.2%}, {pp.n_pairs} pairs")
 
@@ -693,9 +694,11 @@ def interleaved_summary(doc: dict[str, Any]) -> str:
             else b.get("mean_itl_ms")
         lines.append(f"| {b['index']} | {b['side']} | {b['start_s']:.1f} | {b['mean_ms']:.3f} "
                      f"| {chunk:.3f} |")
-    lines += ["", f"pair diffs (probe / bench - 1): "
+    lines += ["", "pair diffs (probe / bench - 1): "
               + ", ".join(_pct(d) for d in p["pair_diffs"]),
-              f"per token: mean {_pct(p['mean_diff'])} ({p['confidence']:.0%} CI "
+              "ABBA quad diffs: " + ", ".join(_pct(d) for d in p["quad_diffs"]),
+              f"per token: mean {_pct(p['mean_diff'])} ({p['confidence']:.0%} CI over "
+              f"{p['ci_basis']} "
               f"{_pct(p['ci_low'])} .. {_pct(p['ci_high'])}), median {_pct(p['median_diff'])}, "
               f"pooled {_pct(p['pooled_diff'])}, first pair alone {_pct(p['first_pair_diff'])}; "
               f"balanced {p['balanced']}; within 3%: {p['agrees_3pct']}",

@@ -21,7 +21,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from vllm_bisect.errors import ProbeError
@@ -93,7 +93,7 @@ def peer_check(m: Measurement, bench: Mapping[str, Any]) -> PeerCheck:
 
 
 # -- interleaved blocks ----------------------------------------------------------------------
-class PeerSide(str, Enum):
+class PeerSide(StrEnum):
     BENCH = "bench"
     PROBE = "probe"
 
@@ -135,8 +135,13 @@ class PairedPeer:
     pair_diffs: tuple[float, ...]
     mean_diff: float
     median_diff: float
-    ci_low: float | None            # t-interval of the mean pair difference (None: one pair)
+    # per ABBA quad (two pairs of opposite order): probe blocks / bench blocks - 1, free of a
+    # linear drift within the quad (a pair's difference carries the drift's sign: the pairs
+    # alternate around the truth, so a t-interval over pairs would be widened by the drift)
+    quad_diffs: tuple[float, ...]
+    ci_low: float | None            # t-interval of the mean over quads (pairs if < 2 quads)
     ci_high: float | None
+    ci_basis: str                   # "quads", "pairs" or "none" (one pair)
     pooled_diff: float              # mean of the probe blocks / mean of the bench blocks - 1
     first_pair_diff: float          # what a one-shot check (the first two blocks) would say
     bench_first: tuple[bool, ...]   # per pair: did bench run first
@@ -156,7 +161,8 @@ class PairedPeer:
 
     def as_dict(self) -> dict[str, Any]:
         return {"pair_diffs": list(self.pair_diffs), "mean_diff": self.mean_diff,
-                "median_diff": self.median_diff, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                "median_diff": self.median_diff, "quad_diffs": list(self.quad_diffs),
+                "ci_low": self.ci_low, "ci_high": self.ci_high, "ci_basis": self.ci_basis,
                 "confidence": self.confidence, "pooled_diff": self.pooled_diff,
                 "first_pair_diff": self.first_pair_diff, "bench_first": list(self.bench_first),
                 "n_pairs": self.n_pairs, "balanced": self.balanced,
@@ -181,6 +187,7 @@ def paired_peer_check(blocks: Sequence[PeerBlock], confidence: float = 0.95) -> 
                          hint="run bench and probe blocks in pairs")
     diffs: list[float] = []
     bench_first: list[bool] = []
+    pairs: list[tuple[float, float]] = []   # (bench, probe) means
     for a, b in zip(blocks[::2], blocks[1::2], strict=True):
         if {a.side, b.side} != {PeerSide.BENCH, PeerSide.PROBE}:
             raise ProbeError(f"a pair of blocks is {a.side.value}, {b.side.value}",
@@ -188,18 +195,24 @@ def paired_peer_check(blocks: Sequence[PeerBlock], confidence: float = 0.95) -> 
         bench, probe = (a, b) if a.side is PeerSide.BENCH else (b, a)
         diffs.append(probe.mean_ms / bench.mean_ms - 1.0)
         bench_first.append(a.side is PeerSide.BENCH)
+        pairs.append((bench.mean_ms, probe.mean_ms))
+    quads = [(pairs[k][1] + pairs[k + 1][1]) / (pairs[k][0] + pairs[k + 1][0]) - 1.0
+             for k in range(0, len(pairs) - 1, 2) if bench_first[k] != bench_first[k + 1]]
     mean = statistics.fmean(diffs)
-    lo = hi = None
-    if len(diffs) > 1:
-        from scipy import stats  # here, not at import (scipy.stats is slow to load)
+    basis, lo, hi = "none", None, None
+    for name, xs in (("quads", quads), ("pairs", diffs)):
+        if len(xs) > 1:
+            from scipy import stats  # here, not at import (scipy.stats is slow to load)
 
-        half = float(stats.t.ppf(0.5 + confidence / 2, len(diffs) - 1)
-                     * statistics.stdev(diffs) / math.sqrt(len(diffs)))
-        lo, hi = mean - half, mean + half
+            centre = statistics.fmean(xs)
+            half = float(stats.t.ppf(0.5 + confidence / 2, len(xs) - 1)
+                         * statistics.stdev(xs) / math.sqrt(len(xs)))
+            basis, lo, hi = name, centre - half, centre + half
+            break
     probes = [x.mean_ms for x in blocks if x.side is PeerSide.PROBE]
     benches = [x.mean_ms for x in blocks if x.side is PeerSide.BENCH]
     return PairedPeer(
         pair_diffs=tuple(diffs), mean_diff=mean, median_diff=statistics.median(diffs),
-        ci_low=lo, ci_high=hi,
+        quad_diffs=tuple(quads), ci_low=lo, ci_high=hi, ci_basis=basis,
         pooled_diff=statistics.fmean(probes) / statistics.fmean(benches) - 1.0,
         first_pair_diff=diffs[0], bench_first=tuple(bench_first), confidence=confidence)

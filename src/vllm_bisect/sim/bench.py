@@ -126,8 +126,8 @@ def custom(a: argparse.Namespace) -> dict[str, Any]:
 
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=c) as pool:
-            for f in [pool.submit(worker) for _ in range(c)]:
-                f.result()
+            for w in [pool.submit(worker) for _ in range(c)]:
+                w.result()
         wall = time.perf_counter() - t0
     done = [r for r in results if r is not None]
     tpots = [(r["latency"] - r["ttft"]) / (r["output_len"] - 1) for r in done if r["output_len"] > 1]
