@@ -18,6 +18,13 @@ generation_config max_new_tokens=128: captures without max_tokens). WORK/res hol
 result; it is tarred to OUT/results.tgz after each stage. A stage is skipped when less than its
 estimate is left of the budget.
 
+peer_interleaved (after session 4; one concurrency per call, `--peer-conc C`): on one MTP server,
+a warm-up at C, then `--peer-pairs` pairs of bench / probe blocks in ABBA order on the same
+prompt, compared pair by pair (`probes.peer.paired_peer_check`), so the server's drift between
+windows cancels. `--vllm CMD` replaces the vllm command, e.g. `--vllm "python3 -m
+vllm_bisect.sim vllm"` runs serve and bench serve on the simulator
+(tests/probes/test_peer_interleaved.py).
+
 Besides the wheels of ../shared/gpu/vllm-0.25.1-serve-wheels.txt, Qwen3-Next needs
 compressed-tensors==0.17.0 and loguru (without them the model fails to be inspected:
 "No module named 'compressed_tensors'"). On 2026-12-03 the sweep ran with the grid cut to
