@@ -70,7 +70,8 @@ def test_symptoms_need_their_probe(tmp_path: Path, verdict: dict[str, object]) -
 def test_load_grid_runs_every_cell_with_its_context(sim_server: ServerFactory) -> None:
     from vllm_bisect.probes.load import measure_grid
 
-    url = sim_server("--model", "m", "--step-ms", "2", "--spec-k", "3", "--acceptance", "0.7")
+    url = sim_server("--model", "m", "--step-ms", "2", "--spec-k", "3", "--acceptance", "0.7",
+                     "--seed", "7")
     grid = LoadSpec(concurrency=[1, 3], context=[64, 512], requests=2, max_tokens=24)
     cells = measure_grid(ProbeSpec(prompt="a b c d e f g"), grid, ServerHandle(url=url, model="m"))
     assert [(c.concurrency, c.context_tokens) for c in cells] == [(1, 64), (1, 512), (3, 64),
@@ -79,9 +80,13 @@ def test_load_grid_runs_every_cell_with_its_context(sim_server: ServerFactory) -
     # a cell never has fewer requests than clients; the tokens are the server's counts
     assert [c.requests for c in cells] == [2, 2, 3, 3]
     assert all(c.output_tokens == 24 * c.requests for c in cells)
-    # each cell's acceptance comes from its own /metrics deltas (K=3, 70% per draft)
+    # each cell's acceptance comes from its own /metrics deltas (K=3, 70% per draft; a cell
+    # is only ~15 verify steps, so any length in (1, K + 1] can come out of it)
     for c in cells:
-        assert c.acceptance_length is not None and 1.5 < c.acceptance_length < 3.5
+        assert c.acceptance_length is not None and 1.0 < c.acceptance_length <= 4.0
         assert c.acceptance_per_position is not None and len(c.acceptance_per_position) == 3
+        assert all(0.0 <= a <= 1.0 for a in c.acceptance_per_position)
+    pooled = sum(c.acceptance_length or 0 for c in cells) / len(cells)
+    assert 1.5 < pooled < 3.7, [c.acceptance_length for c in cells]
     with pytest.raises(ValueError, match="one cell"):
         LoadProbe(ProbeSpec(), grid)
