@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,6 +18,19 @@ import pytest
 from vllm_bisect.runtime.process import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.25.1"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _locks_per_xdist_worker() -> None:
+    """Server start-ups are serialized host-wide (one lock per set of GPUs, meant for real
+    GPUs); the simulator needs none of that between two pytest-xdist workers, which would
+    otherwise wait on each other's start-ups. Each worker gets its own lock directory (the
+    child processes it starts inherit it), as if each were another host."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        d = Path(tempfile.gettempdir()) / f"vllm-bisect-test-locks-{os.getpid()}-{worker}"
+        d.mkdir(parents=True, exist_ok=True)
+        os.environ["VLLM_BISECT_LOCK_DIR"] = str(d)
 
 
 @pytest.fixture(autouse=True)

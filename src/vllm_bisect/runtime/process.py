@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,6 +29,7 @@ import httpx
 from vllm_bisect.errors import Cancelled, ServeError
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.childenv import child_env
+from vllm_bisect.runtime.gpulock import lock_dir
 
 logger = logging.getLogger(__name__)
 
@@ -130,9 +130,10 @@ def wait_healthy(url: str, exit_code: Callable[[], int | None], timeout_s: float
 
 
 def startup_lock_path(env: Mapping[str, str]) -> Path:
-    """One lock per set of visible GPUs on this host (all sessions and users share /tmp)."""
+    """One lock per set of visible GPUs on this host, in the GPU locks' directory
+    (``$VLLM_BISECT_LOCK_DIR``, else the temp dir: all sessions and users share it)."""
     devices = re.sub(r"[^0-9A-Za-z,-]", "_", env.get("CUDA_VISIBLE_DEVICES", "all")) or "none"
-    return Path(tempfile.gettempdir()) / f"vllm-bisect-startup-{devices}.lock"
+    return lock_dir() / f"vllm-bisect-startup-{devices}.lock"
 
 
 def flock_wait(fh: object, cancel: threading.Event | None, what: str) -> None:
