@@ -7,10 +7,11 @@ docker or ray; each command imports what it uses when it runs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
@@ -90,6 +91,18 @@ def fail(e: BisectError, code: int = EXIT_USER) -> NoReturn:
     if e.hint:
         err().print(f"[yellow]hint:[/] {e.hint}")
     raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def user_errors(code: int = EXIT_USER) -> Iterator[None]:
+    """Ctrl-C exits with ``EXIT_INTERRUPTED``; a :class:`BisectError` is printed (no traceback)
+    and exits with ``code``."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except BisectError as e:
+        fail(e, code)
 
 
 def setup_logging(verbose: bool) -> None:

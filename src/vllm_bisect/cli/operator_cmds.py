@@ -13,7 +13,6 @@ import typer
 
 from vllm_bisect import __version__
 from vllm_bisect.cli.app import (
-    EXIT_INTERRUPTED,
     EXIT_USER,
     app,
     command,
@@ -23,6 +22,7 @@ from vllm_bisect.cli.app import (
     print_json,
     setup_logging,
     typer_app,
+    user_errors,
 )
 from vllm_bisect.errors import BisectError, FatalError
 
@@ -182,16 +182,12 @@ def compare_cmd(
     from vllm_bisect.spec import load_spec
 
     setup_logging(False)
-    try:
+    with user_errors():
         spec = load_spec(spec_path)
         builder, sha, _root, logs = one_commit(spec, commit, cache_dir, "compare-logs")
         a = Variant("a", _env_pairs(a_env), list(a_arg or []), not a_no_speculative)
         b = Variant("b", _env_pairs(b_env), list(b_arg or []), not b_no_speculative)
         res = compare(spec, builder, sha, a, b, pairs, logs, seed)
-    except KeyboardInterrupt:
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    except BisectError as e:
-        fail(e)
     if as_json:
         print_json(json.dumps(res.to_dict()))
     else:

@@ -20,6 +20,7 @@ from vllm_bisect.cli.app import (
     out,
     print_json,
     setup_logging,
+    user_errors,
 )
 from vllm_bisect.errors import BisectError, FatalError, NotReproduced, RecoverableError, SpecError
 
@@ -297,7 +298,7 @@ def demo(
     started = time.monotonic()
     root = workdir or Path(tempfile.mkdtemp(prefix="vllm-bisect-demo-"))
     session_dir = root / "session"
-    try:
+    with user_errors(1):
         d = make_demo(root)
         err().print(f"[bold]demo:[/] synthetic vLLM history at {d.history.path} "
                     f"({len(d.history.shas) - 1} commits after the good base); planted "
@@ -306,10 +307,6 @@ def demo(
         spec = d.spec.with_overrides(parallel={"workers": workers}) if workers > 1 else d.spec
         result = run_bisect(spec, session_dir, root / "cache",
                             QuietPhases(RichEvents(err(), spec.range.search.value)))
-    except KeyboardInterrupt:
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    except BisectError as e:
-        fail(e, 1)
     planted = d.history.planted["length"]
     if as_json:
         doc = json.loads(_result_doc(session_dir))

@@ -17,6 +17,7 @@ from vllm_bisect.cli.app import (
     err,
     out,
     print_json,
+    user_errors,
 )
 from vllm_bisect.cli.app import fail as _fail
 from vllm_bisect.cli.app import setup_logging as _setup_logging
@@ -192,7 +193,7 @@ def knobs_cmd(
     from vllm_bisect.spec import load_spec
 
     _setup_logging(verbose)
-    try:
+    with user_errors():
         spec = load_spec(spec_path)
         knobs = [parse_knob(k) for k in knob]
         commits = commit or default_commits(session, spec)
@@ -203,10 +204,6 @@ def knobs_cmd(
                   f"{shlex.quote(str(session_dir))})[/]")
         doc = run_knobs(session_dir, cache_dir or default_cache_dir(), spec, commits, knobs,
                         _on_trial, _quiet_phase)
-    except KeyboardInterrupt:
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    except BisectError as e:
-        _fail(e)
     if as_json:
         print_json(json.dumps(doc))
         return

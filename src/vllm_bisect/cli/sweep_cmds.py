@@ -11,10 +11,16 @@ from typing import Annotated
 
 import typer
 
-from vllm_bisect.cli.app import EXIT_INTERRUPTED, command, err, one_commit, out, print_json
-from vllm_bisect.cli.app import fail as _fail
+from vllm_bisect.cli.app import (
+    command,
+    err,
+    one_commit,
+    out,
+    print_json,
+    user_errors,
+)
 from vllm_bisect.cli.app import setup_logging as _setup_logging
-from vllm_bisect.errors import BisectError, FatalError
+from vllm_bisect.errors import FatalError
 
 
 def _ints(text: str | None, what: str) -> list[int] | None:
@@ -50,17 +56,13 @@ def sweep_cmd(
     from vllm_bisect.sweep import run_sweep, sweep_spec, write_report
 
     _setup_logging(False)
-    try:
+    with user_errors():
         spec = sweep_spec(load_spec(spec_path), _ints(concurrency, "concurrency"),
                           _ints(context, "context"), requests, max_tokens)
         builder, sha, root, logs = one_commit(spec, commit, cache_dir, "sweep-logs")
         events = RichEvents(err())
         res = run_sweep(spec, builder, sha, logs, on_phase=events.on_phase)
         md, js = write_report(res, out_dir or root / "sweeps" / sha[:12])
-    except KeyboardInterrupt:
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    except BisectError as e:
-        _fail(e)
     if as_json:
         print_json(json.dumps(res.to_dict()))
     else:
