@@ -47,8 +47,10 @@ def spec_for(h: History, command: str, **over: dict[str, Any]) -> BisectSpec:
     return make_spec(h, **sections)
 
 
-def hook_first_bad(h: History, spec: BisectSpec, tmp: Path) -> tuple[str, str]:
-    """Run `git bisect run vllm-bisect hook` for real; its first bad commit and the log."""
+def git_bisect_run(h: History, spec: BisectSpec,
+                   tmp: Path) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Run `git bisect run vllm-bisect hook` for real over the history; what it printed and
+    git's bisect log."""
     path = write_spec(tmp / "hook-spec.toml", spec)
     git(h.path, "bisect", "start", h.bad, h.good)
     try:
@@ -58,6 +60,12 @@ def hook_first_bad(h: History, spec: BisectSpec, tmp: Path) -> tuple[str, str]:
     finally:
         log = git(h.path, "bisect", "log")
         git(h.path, "bisect", "reset")
+    return r, log
+
+
+def hook_first_bad(h: History, spec: BisectSpec, tmp: Path) -> tuple[str, str]:
+    """The hook's first bad commit under `git bisect run`, and the log."""
+    r, log = git_bisect_run(h, spec, tmp)
     m = re.search(r"([0-9a-f]{40}) is the first bad commit", r.stdout)
     assert m, r.stdout[-3000:] + r.stderr[-3000:]
     return m.group(1), log
@@ -163,14 +171,7 @@ def test_auto_on_a_cap_that_shows_in_some_runs_only_is_refused_as_run_would_go_b
     spec = spec_for(h, seeded_serve(tmp_path), verdict={"symptom": "length",
                                                         "intermittent_runs": 8})
     assert spec.verdict.strategy == "auto"
-    path = write_spec(tmp_path / "hook-spec.toml", spec)
-    git(h.path, "bisect", "start", h.bad, h.good)
-    try:
-        r = subprocess.run(["git", "bisect", "run", *HOOK, "--spec", str(path), "--cache-dir",
-                            str(tmp_path / "hook-cache")],
-                           cwd=h.path, capture_output=True, text=True, timeout=600)
-    finally:
-        git(h.path, "bisect", "reset")
+    r, _ = git_bisect_run(h, spec, tmp_path)
     out = " ".join((r.stdout + r.stderr).split())
     assert r.returncode != 0 and "is the first bad commit" not in out
     assert "some runs only" in out and "vllm-bisect run" in out and "Traceback" not in out
