@@ -11,7 +11,7 @@ from vllm_bisect.bisect.strategy import next_step
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.errors import NotReproduced, untestable_hint
 from vllm_bisect.models import Evaluation, Outcome, Verdict
-from vllm_bisect.spec import BisectSpec, Symptom
+from vllm_bisect.spec import BisectSpec, SearchKind, Symptom
 from vllm_bisect.verdict.auto import Choice, Strategy
 
 
@@ -81,6 +81,15 @@ def calibrate_endpoints(t: Tester, tests: int | None = None) -> None:
     t.policy.calibrate(endpoints, tests or search_tests(n, t.measurer.workers), t)
 
 
+def intermittence_applies(spec: BisectSpec, choice: Choice) -> bool:
+    """auto resolved to threshold on a cap or a correctness change, regression search, and
+    ``verdict.intermittent_runs`` >= 2: :func:`intermittence` has something to check."""
+    v = spec.verdict
+    return (v.strategy == "auto" and choice.strategy is Strategy.THRESHOLD
+            and v.symptom in (Symptom.LENGTH, Symptom.CORRECTNESS)
+            and spec.range.search != SearchKind.FIX and v.intermittent_runs >= 2)
+
+
 def intermittence(t: Tester, spec: BisectSpec, choice: Choice) -> Choice | None:
     """auto resolved to threshold on a cap or a correctness change (deterministic at both
     endpoints, if it is what it seems): the good endpoint runs once and the bad endpoint up to
@@ -90,9 +99,7 @@ def intermittence(t: Tester, spec: BisectSpec, choice: Choice) -> Choice | None:
     none, or not applicable: None (the endpoint check refuses as before, or nothing changes).
     The same check for ``run`` and the ``git bisect run`` hook."""
     v, rng = spec.verdict, t.rng
-    if (v.strategy != "auto" or choice.strategy is not Strategy.THRESHOLD
-            or v.symptom not in (Symptom.LENGTH, Symptom.CORRECTNESS) or t.terms.fix
-            or v.intermittent_runs < 2):
+    if not intermittence_applies(spec, choice):
         return None
     k = steps(len(rng.commits))
     prefetch_first(t)

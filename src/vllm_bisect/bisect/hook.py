@@ -24,7 +24,12 @@ from pathlib import Path
 
 import git
 
-from vllm_bisect.bisect.endpoints import calibrate_endpoints, check_endpoints, intermittence
+from vllm_bisect.bisect.endpoints import (
+    calibrate_endpoints,
+    check_endpoints,
+    intermittence,
+    intermittence_applies,
+)
 from vllm_bisect.bisect.evaluate import Evaluator
 from vllm_bisect.bisect.events import NullEvents
 from vllm_bisect.bisect.executor import InlineExecutor, local_slots
@@ -39,7 +44,7 @@ from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.builders import make_builder
 from vllm_bisect.errors import SpecError
 from vllm_bisect.models import Outcome, Verdict
-from vllm_bisect.spec import BisectSpec, Symptom
+from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict.auto import Choice, Strategy
 
 
@@ -108,7 +113,7 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
     head = info(repo.head.commit)
     good_ref, bad_ref = bisect_refs(repo, spec)
     rng: CommitRange | None = None
-    check_runs = _may_be_intermittent(spec, choice) and good_ref and bad_ref
+    check_runs = intermittence_applies(spec, choice) and good_ref and bad_ref
     if check_runs:
         rng = commit_range(repo, good_ref, bad_ref, spec.range.first_parent)
     if policy.needs_reference:  # (else the range is not needed: ignored, as documented)
@@ -139,13 +144,6 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
             return t.test(head, Role.BISECT, 0)
     finally:
         cache.close()
-
-
-def _may_be_intermittent(spec: BisectSpec, choice: Choice) -> bool:
-    v = spec.verdict
-    return (v.strategy == "auto" and choice.strategy is Strategy.THRESHOLD
-            and v.symptom in (Symptom.LENGTH, Symptom.CORRECTNESS)
-            and spec.range.search != "fix" and v.intermittent_runs >= 2)
 
 
 def _refuse_if_intermittent(t: Tester, spec: BisectSpec, choice: Choice,
