@@ -12,7 +12,7 @@ import functools
 import logging
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -103,6 +103,9 @@ def user_errors(code: int = EXIT_USER) -> Iterator[None]:
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except BisectError as e:
         fail(e, code)
+
+
+VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="log what happens")]
 
 
 def setup_logging(verbose: bool) -> None:

@@ -14,6 +14,7 @@ import typer
 from vllm_bisect.cli.app import (
     EXIT_INTERRUPTED,
     EXIT_NOT_REPRODUCED,
+    VerboseOpt,
     command,
     err,
     fail,
@@ -168,7 +169,7 @@ def run(
         help="custom Ray resource per probe, NAME=AMOUNT (e.g. arch_aarch64=1); repeatable")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="log what happens")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Bisect a range: verify both endpoints, then binary (or, with several workers,
     multi-way) search to the first bad commit."""
@@ -255,7 +256,7 @@ def report(
 def hook(
     spec_path: Annotated[Path, typer.Option("--spec", help="bisect spec (TOML)")],
     cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="log what happens")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """For `git bisect run`: judge HEAD. Exit 0 good, 1 bad, 125 skip, 128 abort."""
     from vllm_bisect.bisect.hook import EXIT_FOR, HookExit, run_hook

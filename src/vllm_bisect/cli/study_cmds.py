@@ -13,6 +13,7 @@ import typer
 from vllm_bisect.cli.app import (
     EXIT_INTERRUPTED,
     EXIT_NOT_REPRODUCED,
+    VerboseOpt,
     command,
     err,
     out,
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 SessionArg = Annotated[Path, typer.Argument(help="a bisect session directory")]
 CacheOpt = Annotated[Path | None, typer.Option(help="artifact and result cache")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+SessionSpecOpt = Annotated[Path | None, typer.Option("--spec", help="spec (default: the "
+                                                     "session's)")]
 
 
 def _on_trial(t: Trial) -> None:
@@ -121,15 +124,14 @@ def isolate_cmd(
     session: SessionArg,
     culprit: Annotated[str | None, typer.Option(help="commit to isolate (default: the "
                                                 "session's first bad commit)")] = None,
-    spec_path: Annotated[Path | None, typer.Option("--spec", help="spec (default: the "
-                                                   "session's)")] = None,
+    spec_path: SessionSpecOpt = None,
     hunks: Annotated[bool, typer.Option(help="go on from files to hunks")] = True,
     deps: Annotated[bool, typer.Option(help="also study changed dependency pins")] = True,
     index_url: Annotated[str | None, typer.Option(help="package index for the dependency "
                                                   "bisect (PEP 503 simple)")] = None,
     cache_dir: CacheOpt = None,
     as_json: JsonOpt = False,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="log what happens")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Which files and hunks of the culprit reproduce the symptom (ddmin on its parent), and
     whether reverting exactly them on the culprit removes it; then its dependency pins."""
@@ -148,14 +150,13 @@ def deps_cmd(
     session: SessionArg,
     culprit: Annotated[str | None, typer.Option(help="commit (default: the session's first "
                                                 "bad commit)")] = None,
-    spec_path: Annotated[Path | None, typer.Option("--spec", help="spec (default: the "
-                                                   "session's)")] = None,
+    spec_path: SessionSpecOpt = None,
     index_url: Annotated[str | None, typer.Option(help="PEP 503 simple index (default: "
                                                   "build.install_args' --index-url, else PyPI)")
                          ] = None,
     cache_dir: CacheOpt = None,
     as_json: JsonOpt = False,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="log what happens")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Dependency or vLLM code: swap the culprit's and its parent's pins, then bisect the
     package's versions on the index to the first bad one."""
@@ -180,7 +181,7 @@ def knobs_cmd(
                                                  "the table to its report)")] = None,
     cache_dir: CacheOpt = None,
     as_json: JsonOpt = False,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="log what happens")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Config bisect at a commit: each knob's values one at a time, then ddmin over the
     combination of all of them: which knob flips the symptom."""
