@@ -25,6 +25,12 @@ windows cancels. `--vllm CMD` replaces the vllm command, e.g. `--vllm "python3 -
 vllm_bisect.sim vllm"` runs serve and bench serve on the simulator
 (tests/probes/test_peer_interleaved.py).
 
+`--no-eager` serves without `--enforce-eager` (CUDA graphs + torch.compile); the serve argv
+and the peer results record `enforce_eager`, and the peer_interleaved results are then named
+`peer_interleaved_graphs_c{C}` (session 7, 2026-12-03, ran `--only env,model,peer_interleaved`
+with `--peer-conc 1`, `--peer-conc 4 --peer-pairs 8`, and `--peer-conc 1 --peer-pairs 8
+--no-eager`: docs/validation.md (f)).
+
 Besides the wheels of ../shared/gpu/vllm-0.25.1-serve-wheels.txt, Qwen3-Next needs
 compressed-tensors==0.17.0 and loguru (without them the model fails to be inspected:
 "No module named 'compressed_tensors'"). On 2026-12-03 the sweep ran with the grid cut to
@@ -249,6 +255,18 @@ class Run:
         # run 2 with bench first at c=4 as well)
         self.peer_min_tokens: int | None = None
         self.peer_c4_bench_first = False
+        # --no-eager: serve without --enforce-eager (CUDA graphs + torch.compile; session 7's
+        # third run)
+        self.eager = True
+
+    def mode_tag(self) -> str:
+        """Infix of the peer stages' result names: "" eager, "_graphs" under ``--no-eager`` (so
+        the two modes resume separately in one WORK)."""
+        return "" if self.eager else "_graphs"
+
+    def common(self) -> list[str]:
+        """COMMON, less ``--enforce-eager`` under ``--no-eager``."""
+        return COMMON if self.eager else [x for x in COMMON if x != "--enforce-eager"]
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -263,8 +281,9 @@ class Run:
 
     def server(self, name: str, model: Path, extra: list[str], env: dict[str, str] | None = None):
         port = free_port()
-        argv = [*self.vllm, "serve", str(model), "--port", str(port), *COMMON, *extra]
-        self.save(f"{name}_argv.json", {"argv": argv, "env": {**ENV, **(env or {})}})
+        argv = [*self.vllm, "serve", str(model), "--port", str(port), *self.common(), *extra]
+        self.save(f"{name}_argv.json", {"argv": argv, "env": {**ENV, **(env or {})},
+                                        "enforce_eager": self.eager})
         return run_server(LaunchPlan(argv=argv, env={**ENV, **(env or {})}),
                           url=f"http://127.0.0.1:{port}", model=str(model),
                           log_path=self.res / f"{name}_server.log", timeout_s=420)
@@ -411,7 +430,8 @@ class Run:
             with self.server("P", self.work / "mtp", ["--speculative-config", MTP]) as h:
                 log(f"P healthy after {h.startup_s:.1f} s")
                 model = str(self.work / "mtp")
-                doc: dict[str, Any] = {"startup_s": h.startup_s, "in": PEER_IN, "out": PEER_OUT}
+                doc: dict[str, Any] = {"startup_s": h.startup_s, "in": PEER_IN, "out": PEER_OUT,
+                                       "enforce_eager": self.eager}
                 sp = ProbeSpec(prompt=PROMPT, prompt_tokens=PEER_IN, max_tokens=PEER_OUT)
                 with httpx.Client(timeout=60) as c:
                     sized = DecodeProbe(sp, PEER_OUT).sized_prompt(c, h, PEER_IN)
@@ -486,7 +506,7 @@ class Run:
 
         c = self.pi_conc
         n = self.pi_block_n or max(6, 2 * c)
-        tag = f"peer_interleaved_c{c}"
+        tag = f"peer_interleaved{self.mode_tag()}_c{c}"
         sampler = GpuSampler()
         sampler.start()
         try:
@@ -496,7 +516,7 @@ class Run:
                 doc: dict[str, Any] = {
                     "startup_s": h.startup_s, "concurrency": c, "block_requests": n,
                     "pairs_planned": self.pi_pairs, "in": self.peer_in, "out": self.peer_out,
-                    "vllm": self.vllm, "blocks": []}
+                    "vllm": self.vllm, "enforce_eager": self.eager, "blocks": []}
                 sp = ProbeSpec(prompt=PROMPT, prompt_tokens=self.peer_in, max_tokens=self.peer_out)
                 with httpx.Client(timeout=60) as http:
                     sized = DecodeProbe(sp, self.peer_out).sized_prompt(http, h, self.peer_in)
@@ -632,7 +652,7 @@ class Run:
         return repo
 
     def spec_file(self, name: str, probe: str) -> Path:
-        static = " ".join(shlex.quote(x) for x in COMMON).replace("{", "{{").replace("}", "}}")
+        static = " ".join(shlex.quote(x) for x in self.common()).replace("{", "{{").replace("}", "}}")
         serve = (f"{shlex.join(self.vllm)} serve {shlex.quote(str(self.work / 'mtp'))} "
                  f"--port {{port}} {static} {{speculative}}")
         env = ", ".join(f'{k} = "{v}"' for k, v in ENV.items())
@@ -719,7 +739,7 @@ def interleaved_summary(doc: dict[str, Any]) -> str:
 STAGES = [("env", 20, "env.txt"), ("model", 30, "model_build.json"), ("a", 240, "A.json"),
           ("diag", 150, "diag.json"), ("peer", 300, "peer.json"), ("b", 90, "B.json"),
           ("sweep", 330, "sweep.json"), ("compare", 170, "compare.json"),
-          ("peer_interleaved", 300, "peer_interleaved_c{conc}.json")]
+          ("peer_interleaved", 300, "peer_interleaved{mode}_c{conc}.json")]
 
 
 def main() -> None:
@@ -731,6 +751,9 @@ def main() -> None:
     ap.add_argument("--peer-min-tokens", type=int, default=None,
                     help="the probe's min_tokens in the peer stage (default: = max_tokens)")
     ap.add_argument("--peer-c4-bench-first", action="store_true")
+    ap.add_argument("--no-eager", action="store_true",
+                    help="serve without --enforce-eager (CUDA graphs + torch.compile); "
+                         "recorded as enforce_eager in the results")
     ap.add_argument("--vllm", default=None,
                     help="the vllm command (default: vllm on PATH), e.g. 'python3 -m "
                          "vllm_bisect.sim vllm' for the simulator's serve and bench serve")
@@ -744,13 +767,14 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     run = Run(a.work, a.out, a.budget_s)
     run.peer_min_tokens, run.peer_c4_bench_first = a.peer_min_tokens, a.peer_c4_bench_first
+    run.eager = not a.no_eager
     if a.vllm:
         run.vllm = shlex.split(a.vllm)
     run.peer_in, run.peer_out = a.peer_in, a.peer_out
     run.pi_conc, run.pi_pairs, run.pi_block_n = a.peer_conc, a.peer_pairs, a.peer_block_n
     only = set(a.only.split(",")) if a.only else None
     for name, estimate, pattern in STAGES:
-        marker = pattern.format(conc=a.peer_conc)
+        marker = pattern.format(conc=a.peer_conc, mode=run.mode_tag())
         if only is not None and name not in only:
             continue
         if (run.res / marker).exists() or (run.res / f"{name}.failed").exists():
