@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import shutil
@@ -251,6 +252,8 @@ class Run:
         self.peer_in, self.peer_out = PEER_IN, PEER_OUT
         # peer_interleaved: one concurrency per call, PAIRS pairs of BLOCK_N-request blocks
         self.pi_conc, self.pi_pairs, self.pi_block_n = 1, 6, 0
+        # peer_concurrent: ROUNDS rounds per concurrency, the concurrencies in one call
+        self.pc_concs, self.pc_rounds = [1, 4], 4
         # the peer check's variants (session 4: run 1 = defaults; runs 2, 3 = min_tokens 1,
         # run 2 with bench first at c=4 as well)
         self.peer_min_tokens: int | None = None
@@ -403,16 +406,20 @@ class Run:
         return r
 
     # peer check, same prompts on both sides (session 4) --------------------------------
+    def bench_cmd(self, h: Any, model: str, name: str, jsonl: Path, conc: int, n: int,
+                  warm: int) -> list[str]:
+        return [*self.vllm, "bench", "serve", "--backend", "vllm", "--base-url", h.url,
+                "--endpoint", "/v1/completions", "--model", model, "--tokenizer", model,
+                "--dataset-name", "custom", "--dataset-path", str(jsonl), "--skip-chat-template",
+                "--disable-shuffle", "--custom-output-len", str(self.peer_out),
+                "--num-prompts", str(n), "--max-concurrency", str(conc), "--ignore-eos",
+                "--temperature", "0", "--num-warmups", str(warm), "--save-result",
+                "--save-detailed", "--result-dir", str(self.res), "--result-filename",
+                f"{name}.json"]
+
     def bench(self, h: Any, model: str, name: str, jsonl: Path, conc: int, n: int,
               warm: int) -> dict[str, Any]:
-        cmd = [*self.vllm, "bench", "serve", "--backend", "vllm", "--base-url", h.url,
-               "--endpoint", "/v1/completions", "--model", model, "--tokenizer", model,
-               "--dataset-name", "custom", "--dataset-path", str(jsonl), "--skip-chat-template",
-               "--disable-shuffle", "--custom-output-len", str(self.peer_out),
-               "--num-prompts", str(n), "--max-concurrency", str(conc), "--ignore-eos",
-               "--temperature", "0", "--num-warmups", str(warm), "--save-result",
-               "--save-detailed", "--result-dir", str(self.res), "--result-filename",
-               f"{name}.json"]
+        cmd = self.bench_cmd(h, model, name, jsonl, conc, n, warm)
         r = self.run_saved(cmd, name, 400)
         if r.returncode != 0:
             raise RuntimeError(f"{name}: rc {r.returncode}: {r.stderr[-500:]}")
@@ -587,6 +594,168 @@ class Run:
             f"{pp.median_diff:+.2%}, pooled {pp.pooled_diff:+.2%}, first pair "
             f"{pp.first_pair_diff:+.2%}, {pp.n_pairs} pairs")
 
+    # peer check, bench and probe AT THE SAME TIME (after session 7) ---------------------
+    def sized_peer_prompt(self, h: Any, tag: str, n: int) -> tuple[str, Path]:
+        """The peer prompt (``peer_in`` tokens by the server's /tokenize) and bench's custom
+        dataset of it."""
+        import httpx
+
+        sp = ProbeSpec(prompt=PROMPT, prompt_tokens=self.peer_in, max_tokens=self.peer_out)
+        with httpx.Client(timeout=60) as http:
+            sized = DecodeProbe(sp, self.peer_out).sized_prompt(http, h, self.peer_in)
+        assert sized is not None
+        jsonl = self.work / f"{tag}_prompts.jsonl"
+        jsonl.write_text("".join(json.dumps({"prompt": sized.text}) + "\n"
+                                 for _ in range(max(64, n))))
+        return sized.text, jsonl
+
+    def concurrent_round(self, h: Any, model: str, name: str, jsonl: Path, c: int, n: int,
+                         probe: Any) -> tuple[dict[str, Any], Any]:
+        """Start ``vllm bench serve`` (n + c requests at c), wait for its "Starting main
+        benchmark run" line, run the probe (n requests at c) at once, then wait for bench.
+        Bench's extra wave keeps its load on until the probe's last request is done."""
+        import threading
+
+        from vllm_bisect.probes.peer import concurrent_round
+
+        cmd = self.bench_cmd(h, model, name, jsonl, c, n + c, warm=0)
+        t_launch = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, **ENV, "PYTHONUNBUFFERED": "1"})
+        lines: list[str] = []
+        started = threading.Event()
+        at: list[float] = []
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.append(line)
+                if "Starting main benchmark run" in line and not started.is_set():
+                    at.append(time.perf_counter())
+                    started.set()
+            started.set()  # EOF without the line: do not wait for it
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            started.wait(timeout=300)
+            if not at:
+                raise RuntimeError(f"{name}: bench never started its main run: "
+                                   f"{''.join(lines)[-800:]}")
+            t0 = time.perf_counter()
+            m = probe(n)
+            t1 = time.perf_counter()
+            rc = proc.wait(timeout=400)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            reader.join(timeout=10)
+        self.save(f"{name}_stdout.txt", "$ " + " ".join(cmd) + f"\n(rc {rc})\n"
+                  + "".join(lines)[-10000:])
+        if rc != 0:
+            raise RuntimeError(f"{name}: bench rc {rc}: {''.join(lines)[-500:]}")
+        self.save(f"{name}_probe.json", m.model_dump(mode="json"))
+        bj = json.loads((self.res / f"{name}.json").read_text())
+        rnd = concurrent_round(bj, m, (t0, t1))
+        rec = {"bench_file": f"{name}.json", "probe_file": f"{name}_probe.json",
+               "bench_startup_s": round(at[0] - t_launch, 2),
+               "probe_window_s": [round(t0 - t_launch, 3), round(t1 - t_launch, 3)],
+               "bench_first_request_after_probe_start_s": round(
+                   min(bj["start_times"]) - t0, 4) if bj.get("start_times") else None,
+               "server_itl_ms": m.server_itl_ms, "tokens_per_chunk": m.tokens_per_chunk,
+               **rnd.as_dict()}
+        return rec, rnd
+
+    def stage_peer_concurrent(self) -> None:
+        """On one MTP server, R rounds per concurrency C (the concurrencies interleaved round
+        by round): bench at C and the probe at C at the same time on the same prompt, so both
+        tools' requests share the engine's steps and the server's drift hits both alike; per
+        round probe / bench - 1, then ``probes.peer.concurrent_peer_check`` per C. Resumes
+        from its partial file (rounds from an earlier server are kept: each round is
+        self-contained). Stops before a round that would not fit the budget."""
+        from vllm_bisect.probes.peer import ConcurrentRound, concurrent_peer_check
+
+        tag = f"peer_concurrent{self.mode_tag()}"
+        concs = self.pc_concs
+        per_n = {c: self.pi_block_n or max(4, 2 * c) for c in concs}
+        partial = self.res / f"{tag}.partial.json"
+        doc: dict[str, Any] = json.loads(partial.read_text()) if partial.exists() else {
+            "concurrencies": concs, "rounds_planned": self.pc_rounds, "block_requests": per_n,
+            "bench_extra_requests": "C (one more wave, so bench's load outlasts the probe)",
+            "in": self.peer_in, "out": self.peer_out, "vllm": self.vllm,
+            "enforce_eager": self.eager, "servers": [], "rounds": []}
+        sampler = GpuSampler()
+        sampler.start()
+        try:
+            with self.server(f"{tag}_s{len(doc['servers'])}", self.work / "mtp",
+                             ["--speculative-config", MTP]) as h:
+                log(f"{tag}: healthy after {h.startup_s:.1f} s")
+                model = str(self.work / "mtp")
+                text, jsonl = self.sized_peer_prompt(h, tag, max(per_n.values()) * 2)
+                server: dict[str, Any] = {"startup_s": h.startup_s, "warmup_itl_ms": {}}
+                doc["servers"].append(server)
+                doc["prompt"] = text
+
+                def probe_at(c: int) -> Any:
+                    def run(k: int) -> Measurement:
+                        spec = ProbeSpec(prompt=text, max_tokens=self.peer_out, requests=k,
+                                         min_tokens=self.peer_min_tokens, concurrency=c,
+                                         warmup=0)
+                        return DecodeProbe(spec, self.peer_out).measure(h)
+                    return run
+
+                took: list[float] = []
+                doc.pop("stopped", None)
+                # round by round, the concurrencies interleaved; rounds already done skipped
+                for r, c in [(r, c) for r in range(self.pc_rounds) for c in concs]:
+                    done = sum(1 for x in doc["rounds"] if x["concurrency"] == c)
+                    if done > r:
+                        continue
+                    need = (max(took) if took else 0.0) + 10.0
+                    if self.left() < need:
+                        doc["stopped"] = (f"before round {r} at c={c}: {self.left():.0f} s "
+                                          f"left < {need:.0f} s")
+                        log(f"{tag}: {doc['stopped']}")
+                        break
+                    if str(c) not in server["warmup_itl_ms"]:
+                        # both tools' load at once: 2C requests at 2C, full length
+                        server["warmup_itl_ms"][str(c)] = probe_at(2 * c)(2 * c).itl_ms
+                    t = time.monotonic()
+                    name = f"{tag}_c{c}_r{done:02d}"
+                    rec, rnd = self.concurrent_round(h, model, name, jsonl, c, per_n[c],
+                                                     probe_at(c))
+                    took.append(time.monotonic() - t)
+                    doc["rounds"].append({"concurrency": c, "round": done,
+                                          "server": len(doc["servers"]) - 1,
+                                          "took_s": round(took[-1], 1), **rec})
+                    self.save(partial.name, doc)
+                    inside = rnd.inside_tpot_ms if rnd.inside_tpot_ms is not None else math.nan
+                    log(f"{tag}: c={c} round {done}: probe {rnd.probe_itl_ms:.3f} bench inside "
+                        f"{inside:.3f} (all {rnd.bench_tpot_all_ms:.3f}) ms/token: "
+                        f"{rnd.diff:+.2%}, chunk {rnd.chunk_diff:+.2%}, coverage "
+                        f"{rnd.coverage:.3f} ({took[-1]:.1f} s)")
+        finally:
+            sampler.stop()
+            self.save(f"{tag}_gpustate_samples.json", sampler.samples)
+        doc["results"] = {}
+        for c in concs:
+            rounds = [ConcurrentRound.from_dict(x) for x in doc["rounds"] if x["concurrency"] == c]
+            if rounds:
+                doc["results"][str(c)] = concurrent_peer_check(rounds).as_dict()
+        self.save(partial.name, doc)
+        self.save(f"{tag}_summary.md", concurrent_summary(doc))
+        if any(sum(1 for x in doc["rounds"] if x["concurrency"] == c) < self.pc_rounds
+               for c in concs):
+            # no final file: the next call resumes from the partial one (with a new server)
+            log(f"{tag}: rounds missing (budget); run the stage again to add them")
+        else:
+            self.save(f"{tag}.json", doc)
+        for c, res in doc["results"].items():
+            log(f"{tag}: c={c}: mean {res['mean_diff']:+.2%} (CI {_pct(res['ci_low'])}.."
+                f"{_pct(res['ci_high'])}), chunk {res['chunk_mean_diff']:+.2%}, "
+                f"{res['n_rounds']} rounds, min coverage {res['min_coverage']:.3f}")
+
     # diagnosis when A failed -----------------------------------------------------------
     def stage_diag(self) -> None:
         if not (self.res / "a.failed").exists():
@@ -736,10 +905,41 @@ def interleaved_summary(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def concurrent_summary(doc: dict[str, Any]) -> str:
+    """The concurrent stage's result as markdown: every round, then the comparison per C."""
+    lines = [f"# concurrent peer check (bench and probe at the same time), in {doc['in']} / out "
+             f"{doc['out']}, enforce_eager {doc['enforce_eager']}, requests per probe round "
+             f"{doc['block_requests']} (bench: C more)", "",
+             "| c | round | bench start-up s | probe ms/token | bench inside ms/token (n) | "
+             "bench all | diff | probe chunk ITL | bench inside ITL | chunk diff | coverage |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for x in doc["rounds"]:
+        inside = "-" if x["inside_tpot_ms"] is None else f"{x['inside_tpot_ms']:.3f}"
+        itl = "-" if x["inside_itl_ms"] is None else f"{x['inside_itl_ms']:.3f}"
+        lines.append(f"| {x['concurrency']} | {x['round']} | {x['bench_startup_s']:.1f} | "
+                     f"{x['probe_itl_ms']:.3f} | {inside} ({x['n_inside']}/{x['n_bench']}) | "
+                     f"{x['bench_tpot_all_ms']:.3f} | {_pct(x['diff'])} | "
+                     f"{x['probe_chunk_itl_ms']:.3f} | {itl} | {_pct(x['chunk_diff'])} | "
+                     f"{x['coverage']:.3f} |")
+    for c, r in doc.get("results", {}).items():
+        lines += ["", f"c={c}: {r['n_rounds']} rounds, per token mean {_pct(r['mean_diff'])} "
+                  f"({r['confidence']:.0%} CI {_pct(r['ci_low'])} .. {_pct(r['ci_high'])}), "
+                  f"median {_pct(r['median_diff'])}, pooled {_pct(r['pooled_diff'])}; per chunk "
+                  f"mean {_pct(r['chunk_mean_diff'])} (CI {_pct(r['chunk_ci_low'])} .. "
+                  f"{_pct(r['chunk_ci_high'])}); against bench's own all-request means "
+                  + ", ".join(_pct(d) for d in r["diffs_all"])
+                  + f"; min coverage {r['min_coverage']:.3f}; within 3%: {r['agrees_3pct']}, "
+                  f"CI inside ±3%: {r['resolved_3pct']}"]
+    if doc.get("stopped"):
+        lines += ["", f"stopped early: {doc['stopped']}"]
+    return "\n".join(lines) + "\n"
+
+
 STAGES = [("env", 20, "env.txt"), ("model", 30, "model_build.json"), ("a", 240, "A.json"),
           ("diag", 150, "diag.json"), ("peer", 300, "peer.json"), ("b", 90, "B.json"),
           ("sweep", 330, "sweep.json"), ("compare", 170, "compare.json"),
-          ("peer_interleaved", 300, "peer_interleaved{mode}_c{conc}.json")]
+          ("peer_interleaved", 300, "peer_interleaved{mode}_c{conc}.json"),
+          ("peer_concurrent", 120, "peer_concurrent{mode}.json")]
 
 
 def main() -> None:
@@ -762,7 +962,11 @@ def main() -> None:
     ap.add_argument("--peer-conc", type=int, default=1, help="peer_interleaved's concurrency")
     ap.add_argument("--peer-pairs", type=int, default=6, help="peer_interleaved's block pairs")
     ap.add_argument("--peer-block-n", type=int, default=0,
-                    help="requests per peer_interleaved block (default max(6, 2 x concurrency))")
+                    help="requests per peer_interleaved block (default max(6, 2 x concurrency)) "
+                         "or per peer_concurrent probe round (default max(4, 2 x concurrency))")
+    ap.add_argument("--peer-conc-list", default="1,4",
+                    help="peer_concurrent's concurrencies, comma-separated")
+    ap.add_argument("--peer-rounds", type=int, default=4, help="peer_concurrent's rounds per C")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     run = Run(a.work, a.out, a.budget_s)
@@ -772,6 +976,8 @@ def main() -> None:
         run.vllm = shlex.split(a.vllm)
     run.peer_in, run.peer_out = a.peer_in, a.peer_out
     run.pi_conc, run.pi_pairs, run.pi_block_n = a.peer_conc, a.peer_pairs, a.peer_block_n
+    run.pc_concs = [int(x) for x in a.peer_conc_list.split(",") if x.strip()]
+    run.pc_rounds = a.peer_rounds
     only = set(a.only.split(",")) if a.only else None
     for name, estimate, pattern in STAGES:
         marker = pattern.format(conc=a.peer_conc, mode=run.mode_tag())

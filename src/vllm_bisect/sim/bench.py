@@ -8,7 +8,10 @@ come from ``--dataset-path`` (JSONL ``{"prompt": ...}``), ``--custom-output-len`
 length, ``--num-warmups`` requests run first at ``--max-concurrency``, and requests are timed by
 bench's own client logic (vLLM's ``async_request_openai_completions``: TTFT at the first chunk
 with text, one ITL per later chunk, output tokens from ``usage``), independent of the probe's;
-``--save-detailed`` adds the per-request ``ttfts``/``itls`` (s) and ``output_lens``.
+``--save-detailed`` adds the per-request ``ttfts``/``itls`` (s), ``output_lens`` and
+``start_times`` (``time.perf_counter`` at each request's start, as vLLM's client records them).
+Like vLLM 0.25.1 it prints "Starting main benchmark run..." (flushed) just before the main run's
+first request, which a caller can wait for to run something alongside.
 """
 
 from __future__ import annotations
@@ -92,7 +95,8 @@ def _one(http: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, Any]:
                 text += data["choices"][0]["text"]
             if data.get("usage"):
                 out = int(data["usage"]["completion_tokens"])
-    return {"ttft": ttft, "itl": itl, "latency": last - st, "output_len": out, "text": text}
+    return {"ttft": ttft, "itl": itl, "latency": last - st, "output_len": out, "text": text,
+            "start": st}
 
 
 def custom(a: argparse.Namespace) -> dict[str, Any]:
@@ -124,6 +128,9 @@ def custom(a: argparse.Namespace) -> dict[str, Any]:
                     nxt[0] += 1
                 results[i] = _one(http, url, body | {"prompt": prompts[i % len(prompts)]})
 
+        # vLLM 0.25.1's lines before the main run (ready_check_timeout_sec 0: no check)
+        print("Starting initial single prompt test run...\nSkipping endpoint ready check.\n"
+              "Starting main benchmark run...", flush=True)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=c) as pool:
             for w in [pool.submit(worker) for _ in range(c)]:
@@ -146,5 +153,6 @@ def custom(a: argparse.Namespace) -> dict[str, Any]:
     if a.save_detailed:
         doc |= {"output_lens": [r["output_len"] for r in done],
                 "ttfts": [r["ttft"] for r in done], "itls": [r["itl"] for r in done],
+                "start_times": [r["start"] for r in done],
                 "generated_texts": [r["text"] for r in done]}
     return doc

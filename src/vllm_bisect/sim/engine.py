@@ -47,6 +47,12 @@ class SimConfig:
     # this server start's own speed level: every step time x N(1, server_cv), drawn once at
     # start-up (a different process, memory layout, clocks, acceptance path on real GPUs)
     server_cv: float = 0.0
+    # a slow drift of the whole server's speed (real vLLM on a shared host, docs/validation.md
+    # (f): ±20-30% between blocks seconds apart): every step time x (1 + drift_amplitude x
+    # sin(2 pi t / drift_period_s)), t the wall time since start-up, so requests that run at the
+    # same time see the same speed and requests seconds apart do not
+    drift_amplitude: float = 0.0
+    drift_period_s: float = 20.0
     seed: int | None = None
     # Real greedy MTP (vLLM 0.25.1, tests/fixtures/vllm-0.25.1-mtp/): whether a draft is
     # accepted depends on the tokens, so the same prompt at temperature 0 gives the same chunk

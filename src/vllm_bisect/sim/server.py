@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import os
 import random
 import signal
@@ -50,6 +51,7 @@ class SimServer:
         self.level = max(0.2, self.rng.gauss(1.0, cfg.server_cv)) if cfg.server_cv > 0 else 1.0
         self.tokens_emitted = 0
         self.requests_seen = 0
+        self.started = time.monotonic()
         self.dead = False
 
     # -- routing -----------------------------------------------------------------------
@@ -175,7 +177,7 @@ class SimServer:
             next_at = time.monotonic()
             for i, step in enumerate(steps):
                 if i > 0:
-                    next_at += pace
+                    next_at += pace * self._drift(next_at)
                     await asyncio.sleep(max(0.0, next_at - time.monotonic()))
                 if self.cfg.crash_after_tokens is not None and \
                         self.tokens_emitted + step.tokens > self.cfg.crash_after_tokens:
@@ -220,6 +222,13 @@ class SimServer:
                                                 plan.finish_reason, total, self.cfg.fingerprint))
         finally:
             running.dec()
+
+    def _drift(self, t: float) -> float:
+        """The server's speed factor at monotonic time ``t`` (1.0 without a drift)."""
+        if not self.cfg.drift_amplitude:
+            return 1.0
+        phase = 2.0 * math.pi * (t - self.started) / self.cfg.drift_period_s
+        return max(0.05, 1.0 + self.cfg.drift_amplitude * math.sin(phase))
 
     async def _crash(self) -> None:
         """Die like an engine hitting 'CUDA error: an illegal memory access'."""

@@ -8,7 +8,9 @@ Flags it does not model (``--enforce-eager``, ``--gpu-memory-utilization``, ...)
 and ignored. Pacing comes from the environment (``VLLM_SIM_STEP_MS``, ``VLLM_SIM_SPEC_STEP_MS``,
 ``VLLM_SIM_ACCEPTANCE``, ``VLLM_SIM_STARTUP_S``); ``VLLM_SIM_PROMPT_SEEDED=1`` makes greedy
 requests repeat their draft acceptances per prompt, as real MTP does; ``VLLM_SIM_MERGE_LAGGING=1``
-sends steps that are already due as one chunk, as vLLM merges a lagging request's outputs.
+sends steps that are already due as one chunk, as vLLM merges a lagging request's outputs;
+``VLLM_SIM_DRIFT=A:P`` drifts the whole server's speed by ±A (a fraction) with a period of P
+seconds, as real vLLM's host-bound speed drifted on the H200 (docs/validation.md (f)).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def parse(argv: list[str]) -> SimConfig:
     if args.generation_config == "auto" and gen_path.is_file():
         max_new = json.loads(gen_path.read_text()).get("max_new_tokens")
     env = os.environ
+    drift_a, _, drift_p = env.get("VLLM_SIM_DRIFT", "0:20").partition(":")
     step = float(env.get("VLLM_SIM_SPEC_STEP_MS" if spec_k else "VLLM_SIM_STEP_MS",
                          "4.0" if spec_k else "2.5"))
     return SimConfig(
@@ -55,6 +58,7 @@ def parse(argv: list[str]) -> SimConfig:
         seed=args.seed,
         prompt_seeded_acceptance=env.get("VLLM_SIM_PROMPT_SEEDED", "0") == "1",
         merge_lagging_outputs=env.get("VLLM_SIM_MERGE_LAGGING", "0") == "1",
+        drift_amplitude=float(drift_a), drift_period_s=float(drift_p or 20),
         extra={"host": args.host, "port": args.port},
     )
 

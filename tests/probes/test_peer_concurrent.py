@@ -1,0 +1,174 @@
+"""The concurrent peer check (issue 16 after session 7): bench and the probe at the same time on
+one server. ``concurrent_round``/``concurrent_peer_check`` on synthetic drifting requests and a
+real vLLM 0.25.1 detailed file, and scripts/gpu_mtp_run.py's ``peer_concurrent`` stage end to
+end against the simulator's ``vllm serve`` (with a drifting speed, ``VLLM_SIM_DRIFT``) and
+``vllm bench serve``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllm_bisect.errors import ProbeError
+from vllm_bisect.models import Measurement, RequestResult, TokensSource
+from vllm_bisect.probes.peer import (
+    ConcurrentRound,
+    bench_requests,
+    concurrent_peer_check,
+    concurrent_round,
+)
+
+ROOT = Path(__file__).parents[2]
+MTP = ROOT / "tests" / "fixtures" / "vllm-0.25.1-mtp"
+N_OUT = 101        # output tokens per synthetic request: 100 after the first
+TOKENS = 4         # per chunk: 25 chunk gaps
+
+
+def bench_doc(tpots_ms: list[float], t0: float = 100.0, conc: int = 1) -> dict[str, Any]:
+    """A --save-detailed bench file of back-to-back requests (c=1) with these TPOTs."""
+    starts, itls, t = [], [], t0
+    for tpot in tpots_ms:
+        gap = tpot * (N_OUT - 1) / 1000.0 / 25
+        starts.append(t)
+        itls.append([gap] * 25)
+        t += gap * 25
+    allgaps = [g for x in itls for g in x]
+    return {"start_times": starts, "ttfts": [0.0] * len(starts), "itls": itls,
+            "output_lens": [N_OUT] * len(starts), "max_concurrency": conc,
+            "mean_tpot_ms": sum(tpots_ms) / len(tpots_ms),
+            "mean_itl_ms": 1000.0 * sum(allgaps) / len(allgaps)}
+
+
+def measurement(itls_ms: list[float]) -> Measurement:
+    reqs = [RequestResult(output_tokens=N_OUT, finish_reason="length", ttft_ms=0.0,
+                          latency_ms=itl * (N_OUT - 1), itl_ms=itl, chunk_itl_ms=itl * TOKENS,
+                          tpot_ms=itl, n_chunks=26, tokens_per_chunk=N_OUT / 26,
+                          tokens_source=TokensSource.USAGE) for itl in itls_ms]
+    return Measurement(endpoint="completions", model="m", requested_tokens=N_OUT,
+                       min_output_tokens=N_OUT, output_tokens=[N_OUT] * len(reqs), length_ok=True,
+                       itl_ms=None, chunk_itl_ms=None, tokens_per_chunk=None, ttft_ms=None,
+                       tpot_ms=None, finish_reasons=["length"] * len(reqs),
+                       tokens_source=TokensSource.USAGE, requests=reqs)
+
+
+def test_bench_requests_from_real_detailed_file() -> None:
+    doc = json.loads((MTP / "bench_serve_mtp_same_prompt_c4_run2.json").read_text())
+    reqs = bench_requests(doc)
+    assert len(reqs) == 24
+    assert sum(r.tpot_ms for r in reqs) / 24 == pytest.approx(doc["mean_tpot_ms"], rel=1e-6)
+    gaps = [g for r in reqs for g in r.chunk_gaps_ms]
+    assert sum(gaps) / len(gaps) == pytest.approx(doc["mean_itl_ms"], rel=1e-6)
+    # c=4: four requests in flight at a time, each span ttft + its gaps
+    first = reqs[0]
+    assert first.end_s - first.start_s == pytest.approx(
+        doc["ttfts"][0] + sum(doc["itls"][0]), rel=1e-9)
+    assert sorted(r.start_s for r in reqs)[4] >= min(r.end_s for r in reqs) - 0.01
+    with pytest.raises(ProbeError, match="start_times"):
+        bench_requests({k: v for k, v in doc.items() if k != "start_times"})
+
+
+def test_round_compares_only_bench_requests_inside_the_probe_window() -> None:
+    # the server slows by 10% per request; both tools see the same speed at the same time
+    speeds = [10.0 * (1 + 0.1 * i) for i in range(5)]
+    doc = bench_doc(speeds)
+    starts = doc["start_times"]
+    # the probe ran alongside bench's first four requests; bench's fifth (its extra wave) ran
+    # after the probe's window, at a slower speed
+    r = concurrent_round(doc, measurement(speeds[:4]), (starts[0], starts[4]))
+    assert (r.n_inside, r.n_bench) == (4, 5)
+    assert r.diff == pytest.approx(0.0, abs=1e-12)
+    assert r.chunk_diff == pytest.approx(0.0, abs=1e-12)
+    assert r.diff_all == pytest.approx(sum(speeds[:4]) / 4 / (sum(speeds) / 5) - 1)  # -3.8%
+    assert r.diff_all < -0.03
+    assert r.coverage == pytest.approx(1.0)
+    # a window that starts half-way through bench's first request leaves it out
+    half = (starts[0] + starts[1]) / 2
+    r2 = concurrent_round(doc, measurement(speeds[1:4]), (half, starts[4]))
+    assert r2.n_inside == 3 and r2.diff == pytest.approx(0.0, abs=1e-12)
+    # bench at c=2 with one request at a time in flight: half its load over the window
+    r3 = concurrent_round({**doc, "max_concurrency": 2}, measurement(speeds[:4]),
+                          (starts[0], starts[4]))
+    assert r3.coverage == pytest.approx(0.5)
+    with pytest.raises(ProbeError, match="window"):
+        concurrent_round(doc, measurement(speeds), (starts[1], starts[1]))
+    assert ConcurrentRound.from_dict(json.loads(json.dumps(r.as_dict()))) == r
+
+
+def rounds(levels: list[float], probe_offsets: list[float]) -> list[ConcurrentRound]:
+    """One round per server speed level (the drift between rounds); the probe reads its
+    offset above bench within the round."""
+    out = []
+    for level, off in zip(levels, probe_offsets, strict=True):
+        doc = bench_doc([level] * 5)
+        s = doc["start_times"]
+        out.append(concurrent_round(doc, measurement([level * (1 + off)] * 4), (s[0], s[4])))
+    return out
+
+
+def test_drift_between_rounds_does_not_enter_and_a_real_difference_stays() -> None:
+    levels = [8.0, 13.6, 10.3, 7.8]   # block means as different as session 7's (x1.75)
+    same = concurrent_peer_check(rounds(levels, [0.004, -0.006, 0.002, 0.0]))
+    assert same.n_rounds == 4 and abs(same.mean_diff) < 0.003
+    assert same.resolved(0.03) and same.agrees(0.03)
+    assert same.ci_low is not None and same.ci_high is not None
+    assert same.ci_high - same.ci_low < 0.02
+    assert same.chunk_mean_diff == pytest.approx(same.mean_diff)
+    assert same.min_coverage == pytest.approx(1.0)
+    off = concurrent_peer_check(rounds(levels, [0.04, 0.05, 0.045, 0.04]))
+    assert not off.agrees(0.03) and not off.resolved(0.03)
+    assert off.ci_low is not None and off.ci_low > 0.03
+    one = concurrent_peer_check(rounds([9.0], [0.0]))
+    assert one.ci_low is None and not one.resolved(0.03) and one.agrees(0.03)
+    doc = one.as_dict()
+    assert doc["n_rounds"] == 1 and doc["resolved_3pct"] is False
+    with pytest.raises(ProbeError, match="at least one round"):
+        concurrent_peer_check([])
+
+
+def test_peer_concurrent_stage_on_a_drifting_simulator(tmp_path: Path) -> None:
+    """The stage as the GPU session runs it, with the simulator behind --vllm, its speed
+    drifting ±25% with a period of 8 s: every round's bench and probe agree, while the rounds
+    themselves ran at different speeds; a cut-short run resumes on a new server (a finished one
+    is "already done", as test_peer_interleaved checks for the same mechanism)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "VLLM_SIM_PROMPT_SEEDED": "1",
+           "VLLM_SIM_ACCEPTANCE": "0.7", "VLLM_SIM_SPEC_STEP_MS": "8",
+           "VLLM_SIM_DRIFT": "0.25:8"}
+    base = [sys.executable, str(ROOT / "scripts" / "gpu_mtp_run.py"), str(tmp_path / "w"),
+            str(tmp_path / "o"), "--only", "peer_concurrent", "--no-eager",
+            "--vllm", f"{sys.executable} -m vllm_bisect.sim vllm", "--peer-conc-list", "1,2",
+            "--peer-block-n", "4", "--peer-in", "64", "--peer-out", "64"]
+    res = tmp_path / "w" / "res"
+    r1 = subprocess.run([*base, "--peer-rounds", "1"], env=env, capture_output=True, text=True,
+                        timeout=120)
+    assert (res / "peer_concurrent_graphs.json").exists(), r1.stdout + r1.stderr
+    # as if the budget had cut it after one round per concurrency: the final file is not there
+    (res / "peer_concurrent_graphs.json").unlink()
+    r2 = subprocess.run([*base, "--peer-rounds", "2"], env=env, capture_output=True, text=True,
+                        timeout=120)
+    assert (res / "peer_concurrent_graphs.json").exists(), r2.stdout + r2.stderr
+    doc = json.loads((res / "peer_concurrent_graphs.json").read_text())
+    assert doc["enforce_eager"] is False and len(doc["servers"]) == 2
+    argv = json.loads((res / "peer_concurrent_graphs_s1_argv.json").read_text())
+    assert "--enforce-eager" not in argv["argv"] and argv["enforce_eager"] is False
+    assert [(x["concurrency"], x["round"], x["server"]) for x in doc["rounds"]] == [
+        (1, 0, 0), (2, 0, 0), (1, 1, 1), (2, 1, 1)]
+    for x in doc["rounds"]:
+        assert x["n_bench"] == 4 + x["concurrency"] and x["n_inside"] >= 3
+        assert x["coverage"] > 0.9 and abs(x["diff"]) < 0.08
+        assert (res / x["bench_file"]).exists() and (res / x["probe_file"]).exists()
+    stdout = (res / "peer_concurrent_graphs_c2_r01_stdout.txt").read_text()
+    assert "--num-warmups 0" in stdout and "--num-prompts 6" in stdout
+    assert "Starting main benchmark run" in stdout
+    for c in ("1", "2"):
+        assert abs(doc["results"][c]["mean_diff"]) < 0.05
+        assert doc["results"][c]["n_rounds"] == 2
+    # the drift was there: the rounds ran at different speeds
+    probe = [x["probe_itl_ms"] for x in doc["rounds"]]
+    assert max(probe) / min(probe) > 1.05
+    assert "per token mean" in (res / "peer_concurrent_graphs_summary.md").read_text()
