@@ -25,6 +25,15 @@ windows cancels. `--vllm CMD` replaces the vllm command, e.g. `--vllm "python3 -
 vllm_bisect.sim vllm"` runs serve and bench serve on the simulator
 (tests/probes/test_peer_interleaved.py).
 
+peer_concurrent (after session 7; all of `--peer-conc-list` in one call): on one MTP server,
+`--peer-rounds` rounds per concurrency C in which `vllm bench serve` (N + C requests at C) and
+the probe (N at C) run AT THE SAME TIME on the same prompt: the probe starts when bench prints
+"Starting main benchmark run", bench's extra wave keeps its load on until the probe is done,
+and only bench's requests inside the probe's window (by its --save-detailed start_times) are
+compared, so both tools' requests share the engine's steps and the drift hits both alike
+(`probes.peer.concurrent_peer_check`). Resumes from peer_concurrent.partial.json on a new
+server when a call was cut short (tests/probes/test_peer_concurrent.py).
+
 `--no-eager` serves without `--enforce-eager` (CUDA graphs + torch.compile); the serve argv
 and the peer results record `enforce_eager`, and the peer_interleaved results are then named
 `peer_interleaved_graphs_c{C}` (session 7, 2026-12-03, ran `--only env,model,peer_interleaved`
