@@ -625,7 +625,7 @@ class Run:
         Bench's extra wave keeps its load on until the probe's last request is done."""
         import threading
 
-        from vllm_bisect.probes.peer import concurrent_round
+        from vllm_bisect.probes.peer import _bench_tokens_per_chunk, concurrent_round
 
         cmd = self.bench_cmd(h, model, name, jsonl, c, n + c, warm=0)
         t_launch = time.perf_counter()
@@ -673,7 +673,9 @@ class Run:
                "bench_first_request_after_probe_start_s": round(
                    min(bj["start_times"]) - t0, 4) if bj.get("start_times") else None,
                "server_itl_ms": m.server_itl_ms, "tokens_per_chunk": m.tokens_per_chunk,
-               **rnd.as_dict()}
+               # identical prompts: the same tokens per chunk on both sides unless the shared
+               # batch changed the greedy numerics
+               "bench_tokens_per_chunk": _bench_tokens_per_chunk(bj), **rnd.as_dict()}
         return rec, rnd
 
     def stage_peer_concurrent(self) -> None:

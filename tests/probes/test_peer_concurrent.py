@@ -161,6 +161,7 @@ def test_peer_concurrent_stage_on_a_drifting_simulator(tmp_path: Path) -> None:
     for x in doc["rounds"]:
         assert x["n_bench"] == 4 + x["concurrency"] and x["n_inside"] >= 3
         assert x["coverage"] > 0.9 and abs(x["diff"]) < 0.08
+        assert x["bench_tokens_per_chunk"] == pytest.approx(x["tokens_per_chunk"], rel=0.02)
         assert (res / x["bench_file"]).exists() and (res / x["probe_file"]).exists()
     stdout = (res / "peer_concurrent_graphs_c2_r01_stdout.txt").read_text()
     assert "--num-warmups 0" in stdout and "--num-prompts 6" in stdout
