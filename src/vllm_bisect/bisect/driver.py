@@ -90,7 +90,8 @@ class Driver:
                                  else None)
         self.choice = resolve_strategy(spec)  # auto: chosen from the symptom, with the reason
         self.tester = Tester(rng, store, self.measurer,
-                             make_policy(spec, self.choice.strategy), self.events)
+                             make_policy(spec, self.choice.strategy, pair_bound=True),
+                             self.events)
 
     def search(self) -> Search:
         if self.choice.strategy is Strategy.BAYES:  # flaky: runs chosen by information

@@ -17,7 +17,7 @@ from vllm_bisect.bisect.executor import Done
 from vllm_bisect.bisect.multisection import choose, ideal_rounds, useless
 from vllm_bisect.bisect.policy import Role
 from vllm_bisect.bisect.search import Found, steps_left
-from vllm_bisect.bisect.strategy import Step, next_step
+from vllm_bisect.bisect.strategy import Step, next_step, unconfirmed_pair
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.models import Evaluation, Verdict
 
@@ -36,6 +36,7 @@ class MultisectionSearch:
         self.cancelled: set[int] = set()                 # tasks asked to stop
         self.known_depth = 0
         self.rounds = 0
+        self.confirmed: set[int] = set()   # judged at the whole-bisect bound (pair_bound)
 
     def _steps_left(self) -> int:
         return steps_left(self.n, self.verdicts, self.m.workers)
@@ -57,7 +58,8 @@ class MultisectionSearch:
             more = t.policy.sampler(info.sha, Role.BISECT)
             found = t.store.get(info.sha, more)
             if found is not None and not t.policy.final(found):
-                found = None  # the policy wants more of it (more servers): measured again
+                more = t.policy.resume(info.sha, found) or more  # more servers: go on
+                found = None
             if found is not None and speculative:
                 t.policy.forget(info.sha)
                 continue
@@ -91,6 +93,17 @@ class MultisectionSearch:
         self.verdicts[idx] = t.record(info, Role.BISECT, merged, cached=False).verdict
         self.known_depth = max(self.known_depth, depth)
         self.rounds = max(self.rounds, depth)
+
+    def _confirm(self, todo: list[int]) -> None:
+        """The final pair's interior ends judged again at the whole-bisect bound, at once
+        (going on from their servers); a changed verdict moves the search on."""
+        t = self.t
+        outs = t.test_batch([(t.rng.commits[i], Role.CONFIRM, 0) for i in todo])
+        self.rounds += 0 if all(o.from_cache for o in outs) else 1
+        self.known_depth = self.rounds
+        for i, o in zip(todo, outs, strict=True):
+            self.confirmed.add(i)
+            self.verdicts[i] = o.verdict
 
     def _endpoints(self) -> None:
         """Verify both endpoints at once while the other workers start on the first interior
@@ -136,7 +149,12 @@ class MultisectionSearch:
                     while self.running:
                         for done in self.m.wait():
                             self._finish(done)
-                    return Found(step, self.rounds)
+                    todo = (unconfirmed_pair(self.n, self.verdicts, self.confirmed)
+                            if self.t.policy.pair_bound else [])
+                    if not todo:
+                        return Found(step, self.rounds)
+                    self._confirm(todo)
+                    continue
                 if self._dispatch():
                     continue
                 if not self.running:  # nothing left to test, yet not done: cannot happen

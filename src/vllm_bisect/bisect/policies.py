@@ -150,12 +150,17 @@ def resolve_strategy(spec: BisectSpec) -> Choice:
     return choice
 
 
-def make_policy(spec: BisectSpec, strategy: Strategy | None = None) -> VerdictPolicy:
-    """The policy for ``strategy`` (default: the spec's, ``auto`` resolved)."""
+def make_policy(spec: BisectSpec, strategy: Strategy | None = None,
+                pair_bound: bool = False) -> VerdictPolicy:
+    """The policy for ``strategy`` (default: the spec's, ``auto`` resolved). ``pair_bound``:
+    a search that confirms its final pair (``vllm-bisect run``) lets the two-level test
+    spend its error bound there (see ``VerdictPolicy.pair_bound``)."""
     chosen = strategy or resolve_strategy(spec).strategy
     name = str(getattr(chosen, "value", chosen))
     cls = POLICIES.get(name)
     if cls is None:
         raise SpecError(f"verdict.strategy = {name!r} has no verdict policy",
                         hint="use one of: auto, " + ", ".join(POLICIES))
+    if cls is TwoLevelPolicy:
+        return TwoLevelPolicy(spec, pair_bound=pair_bound)
     return cls(spec)

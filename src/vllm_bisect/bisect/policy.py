@@ -60,6 +60,7 @@ class Role(StrEnum):
     PROBLEM_ENDPOINT = "endpoint with the problem"
     FIXED_ENDPOINT = "fixed endpoint"
     BISECT = "bisect"
+    CONFIRM = "confirm"   # a bisect step judged at the final pair's error bound (pair_bound)
     VERIFY_CULPRIT = "verify culprit"
     VERIFY_PARENT = "verify parent"
 
@@ -123,6 +124,15 @@ class VerdictPolicy(Protocol):
     def supports_hook(self) -> bool: ...
 
     @property
+    def pair_bound(self) -> bool:
+        """Whether the whole-bisect error bound is spent on the final pair only: search steps
+        decide at a looser error each, and the searches re-judge the two commits that end the
+        search (the last good, the first bad) with ``Role.CONFIRM`` until both are decided at
+        the bound (a single change point makes "parent good, culprit bad" sufficient). The
+        hook cannot (git drives its search): its policy bounds every step."""
+        ...
+
+    @property
     def multi_server(self) -> bool:
         """Whether a commit may be measured on several servers (``again``)."""
         ...
@@ -145,6 +155,12 @@ class VerdictPolicy(Protocol):
     def final(self, evaluation: Evaluation) -> bool: ...
 
     def sampler(self, commit: str, role: Role) -> MoreSamples | None: ...
+
+    def resume(self, commit: str, known: Evaluation) -> MoreSamples | None:
+        """A known evaluation that is not ``final`` is measured again: a policy that can go
+        on from its servers so far takes them over here and says what the next server
+        probes (None: measure it afresh, with what ``sampler`` said)."""
+        ...
 
     def forget(self, commit: str) -> None: ...
 

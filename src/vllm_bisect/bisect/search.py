@@ -16,7 +16,14 @@ from typing import Protocol
 from vllm_bisect.bisect.endpoints import calibrate_endpoints, verify_endpoints
 from vllm_bisect.bisect.multisection import ideal_rounds
 from vllm_bisect.bisect.policy import Role
-from vllm_bisect.bisect.strategy import Step, bounds, lookahead, next_step
+from vllm_bisect.bisect.strategy import (
+    Step,
+    bounds,
+    ends_search,
+    lookahead,
+    next_step,
+    unconfirmed_pair,
+)
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.models import Verdict
 
@@ -53,14 +60,29 @@ class BinarySearch:
         n = len(rng.commits)
         rounds = 0
         verdicts: dict[int, Verdict] = {n - 1: Verdict.BAD}
+        pair = t.policy.pair_bound
+        confirmed: set[int] = set()   # judged at the whole-bisect bound (pair_bound)
         while True:
             step = next_step(n, verdicts)
             if step.done:
-                return Found(step, rounds)
+                todo = unconfirmed_pair(n, verdicts, confirmed) if pair else []
+                if not todo:
+                    return Found(step, rounds)
+                # the answer rests on the final pair: its other end, judged again at the
+                # bound (going on from its servers); a changed verdict moves the search on
+                outcome = t.test(rng.commits[todo[0]], Role.CONFIRM, 0)
+                rounds += 0 if outcome.from_cache else 1
+                confirmed.add(todo[0])
+                verdicts[todo[0]] = outcome.verdict
+                continue
             assert step.test is not None
             t.measurer.prefetch([rng.commits[i].sha for i in lookahead(n, verdicts, step.test)])
-            outcome = t.test(rng.commits[step.test], Role.BISECT, steps_left(n, verdicts))
+            last = pair and ends_search(n, verdicts, step.test)
+            outcome = t.test(rng.commits[step.test], Role.CONFIRM if last else Role.BISECT,
+                             steps_left(n, verdicts))
             rounds += 0 if outcome.from_cache else 1
             verdicts[step.test] = outcome.verdict
+            if last:
+                confirmed.add(step.test)
             following = next_step(n, verdicts).test
             t.measurer.keep_only([rng.commits[following].sha] if following is not None else [])

@@ -7,7 +7,7 @@ the good endpoint and ``n-1`` the bad one. The state is the set of verdicts know
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from vllm_bisect.models import Verdict
@@ -60,6 +60,20 @@ def next_step(n: int, verdicts: Mapping[int, Verdict]) -> Step:
     if cand is None:  # only skipped commits separate good from bad
         return Step(candidates=tuple(range(b.last_good + 1, b.first_bad + 1)))
     return Step(test=cand)
+
+
+def ends_search(n: int, verdicts: Mapping[int, Verdict], testing: int) -> bool:
+    """Whether the search is over after ``testing`` whichever verdict it gets (good or bad):
+    then it is one of the two commits the answer rests on."""
+    return all(next_step(n, {**verdicts, testing: v}).done for v in (Verdict.GOOD, Verdict.BAD))
+
+
+def unconfirmed_pair(n: int, verdicts: Mapping[int, Verdict],
+                     confirmed: Collection[int]) -> list[int]:
+    """The interior commits of the final pair (the last good, the first bad) not yet judged
+    at the whole-bisect bound; the endpoints are what they are by definition."""
+    b = bounds(n, verdicts)
+    return [i for i in (b.first_bad, b.last_good) if 0 <= i < n - 1 and i not in confirmed]
 
 
 def lookahead(n: int, verdicts: Mapping[int, Verdict], testing: int) -> list[int]:

@@ -49,7 +49,10 @@ class Tester:
             want = more or self.policy.sampler(info.sha, role)
             known = None if fresh else self.store.get(info.sha, want)
             if known is not None and not self.policy.final(known):
-                known = None  # the policy wants more of it (more servers): measured again
+                # the policy wants more of it (more servers): measured again, going on from
+                # its servers so far where the policy can
+                want = self.policy.resume(info.sha, known) or want
+                known = None
             if known is not None:
                 found[info.sha] = known
             elif info.sha not in missing:

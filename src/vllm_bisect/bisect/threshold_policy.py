@@ -37,6 +37,7 @@ class ThresholdPolicy:
     needs_calibration = False
     supports_hook = True
     multi_server = False
+    pair_bound = False
 
     def __init__(self, spec: BisectSpec) -> None:
         self.spec = spec
@@ -61,6 +62,9 @@ class ThresholdPolicy:
         return True
 
     def sampler(self, commit: str, role: Role) -> MoreSamples | None:
+        return None
+
+    def resume(self, commit: str, known: Evaluation) -> MoreSamples | None:
         return None
 
     def forget(self, commit: str) -> None:

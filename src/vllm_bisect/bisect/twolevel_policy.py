@@ -8,6 +8,14 @@ the Tester (``ServerRuns``); per commit, :meth:`sampler` starts it, :meth:`again
 a fresh server until the test decides, :meth:`finish` merges its servers (the last server's
 evaluation, with every server's samples under ``environment["two_level_samples"]``), which
 is cached and journaled once decided; :meth:`final` says whether a cached one is decided.
+
+With ``pair_bound`` (``vllm-bisect run``; not the hook, whose steps git chooses) the error
+budget goes to the final pair: a search step decides at ``STEP_ALPHA`` (a wrong step costs a
+detour, not a wrong answer), and a commit the search judges with ``Role.CONFIRM`` (the last
+step, and the other end of the final pair, re-judged) decides at the bound: the j-th such
+decision at ``alpha / 2**j`` (the sum stays within ``alpha``, however many there are). A
+confirmed commit goes on from the servers it had (:meth:`resume`): the evidence is the same
+likelihood ratio sampled further, so stopping it later keeps its bound (Ville's inequality).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import logging
 import math
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
 
 from vllm_bisect.bisect.policy import Again, EndpointMeasure, MoreSamples, Role, ServerRuns
 from vllm_bisect.bisect.threshold_policy import ThresholdPolicy
@@ -28,6 +37,7 @@ from vllm_bisect.verdict.twolevel import (
     CalStatus,
     CommitTest,
     Decision,
+    Group,
     calibration_step,
     to_logs,
 )
@@ -36,6 +46,12 @@ logger = logging.getLogger(__name__)
 SAMPLES_KEY = "two_level_samples"
 CALIBRATION_SERVERS = 8   # per endpoint, at most
 SAMPLE_CAP = 3            # x verdict.max_samples: a commit's samples over all its servers
+# pair_bound (issue 14's benchmark chose these; docs/benchmarks.md): a search step's own error,
+# the calibration's precision (x the first bound decision's threshold; 3 without pair_bound),
+# and a lone server's multiple of the threshold in a decision at the bound
+STEP_ALPHA = 0.05
+PAIR_PRECISION = 0.5
+PAIR_LONE_SERVER = 1.4
 More = Callable[[Measurement], int]
 
 
@@ -58,8 +74,11 @@ class TwoLevelPolicy(ThresholdPolicy):
     needs_calibration = True
     multi_server = True
 
-    def __init__(self, spec: BisectSpec) -> None:
+    def __init__(self, spec: BisectSpec, pair_bound: bool = False) -> None:
         super().__init__(spec)
+        self.pair_bound = pair_bound
+        self.strict_spent = 0   # decisions at the bound begun (the j-th: alpha / 2**j)
+        self.learned: dict[str, list[Group]] = {}   # commit -> its servers in the model
         self.v = spec.verdict
         self.symptom = self.v.symptom
         self.test_: CommitTest | None = None
@@ -77,6 +96,17 @@ class TwoLevelPolicy(ThresholdPolicy):
         return self.test_
 
     # -- samples -------------------------------------------------------------------------
+    def strict(self, commit: str) -> CommitTest:
+        """The test of a decision at the bound (pair_bound): the next share of alpha, under
+        the model without the commit's own servers."""
+        self.strict_spent += 1
+        test = self.test
+        own = self.learned.get(commit)
+        if own:
+            test = replace(test, model=test.model.without(own))
+        return replace(test, alpha_total=self.v.alpha / 2 ** self.strict_spent,
+                       expected_steps=1, lone_server=PAIR_LONE_SERVER)
+
     def samples(self, ev: Evaluation | None) -> list[float]:
         return samples_of(ev.measurement if ev is not None else None, self.symptom)
 
@@ -122,7 +152,8 @@ class TwoLevelPolicy(ThresholdPolicy):
             raise RuntimeError("the two-level calibration runs servers: pass the Tester")
         v, terms = self.v, self.terms
         tests += 2
-        threshold = math.log(tests / v.alpha)
+        # pair_bound: precise enough for the first decision at the bound (alpha / 2)
+        threshold = math.log((2 if self.pair_bound else tests) / v.alpha)
         rng_ends = runs.endpoints()
         roles = dict(rng_ends)  # sha -> role, the reference end first
         old_sha = next(sha for sha, role in rng_ends if role in _OLD_ROLES)
@@ -165,7 +196,8 @@ class TwoLevelPolicy(ThresholdPolicy):
                 min_change=log_min_change(v),
                 # a fix search: the new end is the one without the problem
                 direction=direction(self.symptom) * (-1 if terms.fix else 1),
-                threshold=threshold, max_servers=CALIBRATION_SERVERS, server_cost=v.server_cost)
+                threshold=threshold, max_servers=CALIBRATION_SERVERS, server_cost=v.server_cost,
+                precision=PAIR_PRECISION if self.pair_bound else 3.0)
             logger.info("%s", step.reason)
             if step.status is not CalStatus.MORE:
                 break
@@ -174,7 +206,8 @@ class TwoLevelPolicy(ThresholdPolicy):
         self.reason = step.reason
         if step.status is CalStatus.READY:
             assert step.model is not None
-            self.test_ = CommitTest(step.model, alpha_total=v.alpha, expected_steps=tests,
+            self.test_ = CommitTest(step.model, alpha_total=STEP_ALPHA if self.pair_bound
+                                    else v.alpha, expected_steps=1 if self.pair_bound else tests,
                                     max_samples=SAMPLE_CAP * v.max_samples,  # 120
                                     max_servers=v.max_servers,
                                     server_cost=v.server_cost,
@@ -198,17 +231,31 @@ class TwoLevelPolicy(ThresholdPolicy):
         again)? Unavailable commits and failures are final (a skip)."""
         if evaluation.measurement is None or self.test_ is None:
             return True
-        return self.test.final([to_logs(g) for g in self.groups_of(evaluation)])
+        test = self.sampled_by.get(evaluation.commit, self.test)
+        return test.final([to_logs(g) for g in self.groups_of(evaluation)])
 
     def sampler(self, commit: str, role: Role) -> MoreSamples | None:
         """A commit goes to a server: the test it samples under, and its ``more``."""
         if self.test_ is None or role.endpoint:
             return None
-        self.sampled_by[commit] = self.test
+        test = self.strict(commit) if role is Role.CONFIRM and self.pair_bound else self.test
+        self.sampled_by[commit] = test
         self.groups[commit] = []
         self.last.pop(commit, None)
         self.kept.pop(commit, None)
-        return self._more(self.test, [])
+        return self._more(test, [])
+
+    def resume(self, commit: str, known: Evaluation) -> MoreSamples | None:
+        """A known commit not decided under its test (a confirmation at the bound, or one
+        measured under an earlier model): its servers so far stay; the next server's
+        ``more`` counts them."""
+        groups = self.groups_of(known)
+        if commit not in self.sampled_by or known.measurement is None or not groups:
+            return None
+        self.groups[commit] = groups
+        self.last[commit] = known
+        self.kept.pop(commit, None)
+        return self._more(self.sampled_by[commit], groups)
 
     def again(self, commit: str, evaluation: Evaluation) -> Again | None:
         """After one server: None when the commit is decided (then :meth:`finish`), else
@@ -263,8 +310,12 @@ class TwoLevelPolicy(ThresholdPolicy):
         dec = test.decide(logs)
         if dec in (Decision.MORE_REQUESTS, Decision.NEW_SERVER):
             dec = Decision.UNKNOWN  # a failed later server: undecided
-        if role is Role.BISECT:
-            self.test_ = self.test.learn(logs, dec)
+        if role in (Role.BISECT, Role.CONFIRM):
+            own = self.learned.pop(evaluation.commit, None)   # judged again: moved, not added
+            base = replace(self.test, model=self.test.model.without(own)) if own else self.test
+            self.test_ = base.learn(logs, dec)
+            if dec in (Decision.GOOD, Decision.BAD):
+                self.learned[evaluation.commit] = logs
         mg, mb = test.model.means()
         flat = [x for g in groups for x in g]
         where = (f"{self.symptom.value} median {statistics.median(flat):.3g} over {len(flat)} "

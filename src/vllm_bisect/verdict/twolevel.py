@@ -52,7 +52,7 @@ _S2 = (np.repeat(_SIGMAS, len(_TAUS)) ** 2)
 _T2 = (np.tile(_TAUS, len(_SIGMAS)) ** 2)
 _PRIOR = np.full(_S2.shape, -math.log(_S2.size))
 
-LONE_SAMPLE = 1.5    # a single sample decides only at this multiple of the threshold
+LONE_SAMPLE = 1.5   # a single sample decides only at this multiple of the threshold
 Group = tuple[float, ...]     # one server's samples, log scale
 Arr = NDArray[np.float64]
 
@@ -190,6 +190,13 @@ class TwoLevel:
         gs = tuple(g for g in groups if g)
         return TwoLevel(self.good, self.bad + gs) if bad else TwoLevel(self.good + gs, self.bad)
 
+    def without(self, groups: Sequence[Group]) -> TwoLevel:
+        """The model with a commit's servers (learned earlier) taken out again: it is judged
+        anew, and its own servers must not count as evidence for the side it was put on."""
+        gs = {g for g in groups if g}
+        return TwoLevel(tuple(g for g in self.good if g not in gs),
+                        tuple(g for g in self.bad if g not in gs))
+
 
 def request_gain(s2: float, t2: float, n: int) -> float:
     """Information (1 / variance of the server mean) one more request adds to a server that
@@ -225,6 +232,9 @@ class CommitTest:
     server_cost: float = 3.0
     max_per_server: int = 8
     requests_help: bool = True   # False: one sample per server (tok/s): never MORE_REQUESTS
+    # a single server decides only at this multiple of the threshold (the final pair's
+    # decisions: one server start whose level sits at its extreme must not decide alone)
+    lone_server: float = 1.0
 
     @property
     def threshold(self) -> float:
@@ -238,7 +248,8 @@ class CommitTest:
         # one sample decides only far past the threshold: a normal model's evidence grows
         # with the square of a single outlier's distance (a heavier tail than modelled, a
         # server level at its extreme), a second sample costs one request
-        need = self.threshold * (LONE_SAMPLE if sum(len(g) for g in gs) == 1 else 1.0)
+        need = self.threshold * (LONE_SAMPLE if sum(len(g) for g in gs) == 1 else
+                                 self.lone_server if len(gs) == 1 else 1.0)
         if score >= need:
             return Decision.BAD
         if score <= -need:
