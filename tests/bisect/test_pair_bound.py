@@ -1,0 +1,119 @@
+"""The error bound spent on the final pair (``pair_bound``, what ``vllm-bisect run`` does
+with the two-level test): loose search steps, the two commits the answer rests on judged at
+the bound, going on from their servers; the hook keeps the per-step bound."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.bisect.test_core_virtual import Steps, bisect
+from vllm_bisect.bisect.policies import make_policy
+from vllm_bisect.bisect.policy import Role
+from vllm_bisect.bisect.strategy import bounds, ends_search, next_step, unconfirmed_pair
+from vllm_bisect.bisect.twolevel_policy import SAMPLES_KEY, STEP_ALPHA, TwoLevelPolicy
+from vllm_bisect.models import EvalStatus, Evaluation, Verdict
+from vllm_bisect.sim.virtual import Scenario, commit_range, measurement
+from vllm_bisect.spec import parse_spec
+from vllm_bisect.verdict.twolevel import CommitTest, Decision, TwoLevel, to_logs
+
+DEFAULT = {"build": {"kind": "url", "url": "http://127.0.0.1:1"}, "probe": {"max_tokens": 256},
+           "verdict": {"symptom": "itl", "itl_factor": 1.15, "verify_samples": 0}}
+
+
+def test_ends_search_and_the_unconfirmed_pair() -> None:
+    n = 10
+    verdicts = {n - 1: Verdict.BAD, 4: Verdict.GOOD, 7: Verdict.BAD}
+    assert next_step(n, verdicts).test in (5, 6)
+    assert not ends_search(n, verdicts, 5)   # 5 good leaves 6 to test
+    verdicts[5] = Verdict.GOOD
+    assert ends_search(n, verdicts, 6)       # 6 either way: the search is over
+    verdicts[6] = Verdict.BAD
+    assert bounds(n, verdicts) == bounds(n, {5: Verdict.GOOD, 6: Verdict.BAD})
+    assert unconfirmed_pair(n, verdicts, set()) == [6, 5]
+    assert unconfirmed_pair(n, verdicts, {6}) == [5]
+    # the endpoints are what they are by definition: never re-judged
+    assert unconfirmed_pair(n, {n - 1: Verdict.BAD, 8: Verdict.GOOD}, set()) == [8]
+    assert unconfirmed_pair(n, {n - 1: Verdict.BAD, 0: Verdict.BAD}, set()) == [0]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_run_judges_the_final_pair_at_the_bound(tmp_path: Path, seed: int) -> None:
+    # 1.3x with 10% request noise and a 5% server level: the default spec
+    s = Scenario(n=200, culprit=117, unbuildable=frozenset({30, 160}), symptom="itl",
+                 effect=1.3, cv=0.1, server_cv=0.05, acceptance=True)
+    events = Steps()
+    r = bisect(parse_spec(DEFAULT), s, tmp_path / str(seed), seed=seed, events=events)
+    rng = commit_range(s.n)
+    assert r.first_bad == rng.sha(117) and r.strategy_chosen == "twolevel"
+    step = math.log(1 / STEP_ALPHA)
+    last: dict[str, str] = {}
+    for o in r.probed:
+        last[o.commit] = o.reason
+    for sha in (rng.sha(116), rng.sha(117)):   # the answer's two commits: judged at the bound
+        decides = float(last[sha].rsplit("decides at +-", 1)[1].rstrip(")"))
+        assert decides >= math.log(2 / 0.01) - 0.05
+    loose = [o for o in r.probed if o.commit not in (rng.sha(116), rng.sha(117), rng.good.sha,
+                                                     rng.bad.sha) and o.measurement is not None]
+    assert loose and all(f"decides at +-{step:.1f}" in o.reason for o in loose)
+    assert any(role == Role.CONFIRM for role, _ in events.seen)
+
+
+def _ev(sha: str, groups: list[list[float]]) -> Evaluation:
+    flat = [x for g in groups for x in g]
+    m = measurement(flat, 256)
+    return Evaluation(commit=sha, status=EvalStatus.MEASURED, measurement=m,
+                      environment={SAMPLES_KEY: groups})
+
+
+def test_a_confirmation_goes_on_from_the_commits_servers_at_a_stricter_bound() -> None:
+    spec = parse_spec(DEFAULT)
+    p = make_policy(spec, pair_bound=True)
+    assert isinstance(p, TwoLevelPolicy) and p.pair_bound
+    rnd = random.Random(5)
+    good = [[10 * rnd.gauss(1, 0.1) for _ in range(4)] for _ in range(3)]
+    bad = [[13 * rnd.gauss(1, 0.1) for _ in range(4)] for _ in range(3)]
+    p.test_ = CommitTest(TwoLevel(tuple(map(to_logs, good)), tuple(map(to_logs, bad))),
+                         alpha_total=STEP_ALPHA, expected_steps=1)
+    # a search step: two samples that decide loosely (bad), not at the bound
+    groups = [[12.6, 13.3]]
+    p.sampler("c", Role.BISECT)
+    loose = p.judge(_ev("c", groups), Role.BISECT)
+    assert loose.verdict is Verdict.BAD
+    assert p.learned["c"] == [to_logs(g) for g in groups]
+    model_with_c = p.test.model
+    # judged again at the bound: not final on these samples; it goes on from them
+    p.sampler("c", Role.CONFIRM)
+    strict = p.sampled_by["c"]
+    assert strict.threshold == pytest.approx(math.log(2 / spec.verdict.alpha))
+    assert strict.threshold > p.test.threshold
+    assert to_logs(groups[0]) not in strict.model.bad   # its own servers are not evidence
+    assert not p.final(_ev("c", groups))
+    more = p.resume("c", _ev("c", groups))
+    assert more is not None and p.groups["c"] == groups
+    # a second server, then the decision at the bound; the model moves it, not duplicates
+    nxt = p.again("c", Evaluation(commit="c", status=EvalStatus.MEASURED,
+                                  measurement=measurement([13.1, 12.9, 13.4, 13.0], 256)))
+    assert nxt is None or strict.decide([to_logs(g) for g in p.groups["c"]]) in (
+        Decision.MORE_REQUESTS, Decision.NEW_SERVER)
+    merged = p.finish("c", Evaluation(commit="c", status=EvalStatus.MEASURED,
+                                      measurement=measurement([13.1, 12.9, 13.4, 13.0], 256)))
+    assert len(merged.environment[SAMPLES_KEY]) == 2
+    out = p.judge(merged, Role.CONFIRM)
+    assert out.verdict is Verdict.BAD and "decides at +-5.3" in out.reason
+    assert len(p.test.model.bad) == len(model_with_c.bad) + 1   # c's one old server -> its two
+
+
+def test_the_hook_keeps_the_per_step_bound() -> None:
+    # git chooses the hook's steps: it cannot re-judge the final pair, so every step is
+    # judged at the whole-bisect bound (make_policy's default, as the hook builds it)
+    p = make_policy(parse_spec(DEFAULT))
+    assert isinstance(p, TwoLevelPolicy) and not p.pair_bound
+    model = TwoLevel(((2.3, 2.31), (2.29, 2.3)), ((2.56, 2.57), (2.55, 2.56)))
+    p.test_ = CommitTest(model, alpha_total=0.01, expected_steps=12)
+    p.sampler("c", Role.CONFIRM)   # no pair bound: CONFIRM is a plain step at the bound
+    assert p.sampled_by["c"] is p.test and p.strict_spent == 0
+    assert p.test.threshold == pytest.approx(math.log(12 / 0.01))
