@@ -50,7 +50,7 @@ SAMPLE_CAP = 3            # x verdict.max_samples: a commit's samples over all i
 # the calibration's precision (x the first bound decision's threshold; 3 without pair_bound),
 # and a lone server's multiple of the threshold in a decision at the bound
 STEP_ALPHA = 0.05
-PAIR_PRECISION = 0.5
+PAIR_PRECISION = 1.0
 PAIR_LONE_SERVER = 1.4
 More = Callable[[Measurement], int]
 
