@@ -55,11 +55,7 @@ class MultisectionSearch:
         t = self.t
         for idx in choose(self.n, self.verdicts, set(self.by_index), self.m.free()):
             info = t.rng.commits[idx]
-            more = t.policy.sampler(info.sha, Role.BISECT)
-            found = t.store.get(info.sha, more)
-            if found is not None and not t.policy.final(found):
-                more = t.policy.resume(info.sha, found) or more  # more servers: go on
-                found = None
+            found, more = t.lookup(info.sha, Role.BISECT)
             if found is not None and speculative:
                 t.policy.forget(info.sha)
                 continue
@@ -93,17 +89,6 @@ class MultisectionSearch:
         self.verdicts[idx] = t.record(info, Role.BISECT, merged, cached=False).verdict
         self.known_depth = max(self.known_depth, depth)
         self.rounds = max(self.rounds, depth)
-
-    def _confirm(self, todo: list[int]) -> None:
-        """The final pair's interior ends judged again at the whole-bisect bound, at once
-        (going on from their servers); a changed verdict moves the search on."""
-        t = self.t
-        outs = t.test_batch([(t.rng.commits[i], Role.CONFIRM, 0) for i in todo])
-        self.rounds += 0 if all(o.from_cache for o in outs) else 1
-        self.known_depth = self.rounds
-        for i, o in zip(todo, outs, strict=True):
-            self.confirmed.add(i)
-            self.verdicts[i] = o.verdict
 
     def _endpoints(self) -> None:
         """Verify both endpoints at once while the other workers start on the first interior
@@ -153,7 +138,8 @@ class MultisectionSearch:
                             if self.t.policy.pair_bound else [])
                     if not todo:
                         return Found(step, self.rounds)
-                    self._confirm(todo)
+                    self.rounds += self.t.confirm(todo, self.verdicts, self.confirmed)
+                    self.known_depth = self.rounds
                     continue
                 if self._dispatch():
                     continue

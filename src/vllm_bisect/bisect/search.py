@@ -69,11 +69,8 @@ class BinarySearch:
                 if not todo:
                     return Found(step, rounds)
                 # the answer rests on the final pair: its other end, judged again at the
-                # bound (going on from its servers); a changed verdict moves the search on
-                outcome = t.test(rng.commits[todo[0]], Role.CONFIRM, 0)
-                rounds += 0 if outcome.from_cache else 1
-                confirmed.add(todo[0])
-                verdicts[todo[0]] = outcome.verdict
+                # bound (one at a time: a changed verdict moves the search on)
+                rounds += t.confirm(todo[:1], verdicts, confirmed)
                 continue
             assert step.test is not None
             t.measurer.prefetch([rng.commits[i].sha for i in lookahead(n, verdicts, step.test)])

@@ -15,7 +15,7 @@ from vllm_bisect.bisect.policy import MoreSamples, Role, VerdictPolicy
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.store import MeasurementStore
 from vllm_bisect.bisect.terms import Terms
-from vllm_bisect.models import Evaluation, Outcome
+from vllm_bisect.models import Evaluation, Outcome, Verdict
 
 Item = tuple[CommitInfo, Role, int]  # (commit, role, steps left)
 
@@ -46,13 +46,7 @@ class Tester:
         missing: dict[str, MoreSamples | None] = {}
         for info, role, steps in items:
             self.events.on_testing(info, role, steps)
-            want = more or self.policy.sampler(info.sha, role)
-            known = None if fresh else self.store.get(info.sha, want)
-            if known is not None and not self.policy.final(known):
-                # the policy wants more of it (more servers): measured again, going on from
-                # its servers so far where the policy can
-                want = self.policy.resume(info.sha, known) or want
-                known = None
+            known, want = self.lookup(info.sha, role, more, fresh)
             if known is not None:
                 found[info.sha] = known
             elif info.sha not in missing:
@@ -62,6 +56,30 @@ class Tester:
             measured[sha] = self.servers(sha, measured[sha])
         return [self.record(info, role, found.get(info.sha) or measured[info.sha],
                             cached=info.sha in found) for info, role, _ in items]
+
+    def lookup(self, commit: str, role: Role, more: MoreSamples | None = None,
+               fresh: bool = False) -> tuple[Evaluation | None, MoreSamples | None]:
+        """A commit about to be tested: its known evaluation (None: measure it) and what its
+        first server probes (``more``, else the policy's sampler, which starts the commit).
+        A known evaluation the policy does not call final is measured again, going on from
+        its servers so far where the policy can (``resume``)."""
+        want = more or self.policy.sampler(commit, role)
+        known = None if fresh else self.store.get(commit, want)
+        if known is not None and not self.policy.final(known):
+            return None, self.policy.resume(commit, known) or want
+        return known, want
+
+    def confirm(self, indices: Sequence[int], verdicts: dict[int, Verdict],
+                confirmed: set[int]) -> bool:
+        """The final pair's interior ends (``indices`` into the range's commits) judged again
+        at the whole-bisect bound (``Role.CONFIRM``), at once on free workers; their new
+        verdicts go into ``verdicts`` (a changed one moves the search on). True when any was
+        measured (a search round), not all known."""
+        outs = self.test_batch([(self.rng.commits[i], Role.CONFIRM, 0) for i in indices])
+        for i, o in zip(indices, outs, strict=True):
+            confirmed.add(i)
+            verdicts[i] = o.verdict
+        return not all(o.from_cache for o in outs)
 
     def servers(self, commit: str, ev: Evaluation, account: bool = True) -> Evaluation:
         """A commit's further servers while the policy asks for a fresh one (the two-level

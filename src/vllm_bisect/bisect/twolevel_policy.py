@@ -100,12 +100,13 @@ class TwoLevelPolicy(ThresholdPolicy):
         """The test of a decision at the bound (pair_bound): the next share of alpha, under
         the model without the commit's own servers."""
         self.strict_spent += 1
-        test = self.test
-        own = self.learned.get(commit)
-        if own:
-            test = replace(test, model=test.model.without(own))
-        return replace(test, alpha_total=self.v.alpha / 2 ** self.strict_spent,
+        return replace(self._unlearned(self.learned.get(commit)),
+                       alpha_total=self.v.alpha / 2 ** self.strict_spent,
                        expected_steps=1, lone_server=PAIR_LONE_SERVER)
+
+    def _unlearned(self, own: list[Group] | None) -> CommitTest:
+        """The current test with a commit's servers (learned earlier) taken out of its model."""
+        return replace(self.test, model=self.test.model.without(own)) if own else self.test
 
     def samples(self, ev: Evaluation | None) -> list[float]:
         return samples_of(ev.measurement if ev is not None else None, self.symptom)
@@ -311,9 +312,9 @@ class TwoLevelPolicy(ThresholdPolicy):
         if dec in (Decision.MORE_REQUESTS, Decision.NEW_SERVER):
             dec = Decision.UNKNOWN  # a failed later server: undecided
         if role in (Role.BISECT, Role.CONFIRM):
-            own = self.learned.pop(evaluation.commit, None)   # judged again: moved, not added
-            base = replace(self.test, model=self.test.model.without(own)) if own else self.test
-            self.test_ = base.learn(logs, dec)
+            # judged again: its servers are moved, not added twice
+            self.test_ = self._unlearned(self.learned.pop(evaluation.commit, None)).learn(
+                logs, dec)
             if dec in (Decision.GOOD, Decision.BAD):
                 self.learned[evaluation.commit] = logs
         mg, mb = test.model.means()
