@@ -120,12 +120,21 @@ class MultisectionSearch:
             self._finish(done)
 
     def run(self) -> Found:
+        # pair_bound as the search began (a policy that falls back to the per-step bound
+        # still has loose verdicts from before: the final pair is re-judged all the same)
+        self.pair = self.t.policy.pair_bound
         try:
             if self.t.policy.needs_calibration:
                 calibrate_endpoints(self.t)
             else:  # the endpoints run beside the first interior commits
                 self._endpoints()
             while True:
+                if self.t.policy.recalibrate:
+                    while self.running:   # the model changes: what runs finishes first
+                        for done in self.m.wait():
+                            self._finish(done)
+                    calibrate_endpoints(self.t)
+                    self.t.reopen_undecided(self.verdicts)
                 self._cancel(useless(self.n, self.verdicts, list(self.by_index)),
                              "a verdict elsewhere made it useless")
                 step = next_step(self.n, self.verdicts)
@@ -135,7 +144,7 @@ class MultisectionSearch:
                         for done in self.m.wait():
                             self._finish(done)
                     todo = (unconfirmed_pair(self.n, self.verdicts, self.confirmed)
-                            if self.t.policy.pair_bound else [])
+                            if self.pair else [])
                     if not todo:
                         return Found(step, self.rounds)
                     self.rounds += self.t.confirm(todo, self.verdicts, self.confirmed)

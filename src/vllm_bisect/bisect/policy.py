@@ -133,6 +133,13 @@ class VerdictPolicy(Protocol):
         ...
 
     @property
+    def recalibrate(self) -> bool:
+        """Whether the search should run the endpoint calibration again before its next step
+        (a two-level search under ``pair_bound`` whose model went wrong: it then decides at
+        the per-step bound, ``pair_bound`` off)."""
+        ...
+
+    @property
     def multi_server(self) -> bool:
         """Whether a commit may be measured on several servers (``again``)."""
         ...

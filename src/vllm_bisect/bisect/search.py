@@ -63,6 +63,9 @@ class BinarySearch:
         pair = t.policy.pair_bound
         confirmed: set[int] = set()   # judged at the whole-bisect bound (pair_bound)
         while True:
+            if t.policy.recalibrate:
+                calibrate_endpoints(t)
+                t.reopen_undecided(verdicts)
             step = next_step(n, verdicts)
             if step.done:
                 todo = unconfirmed_pair(n, verdicts, confirmed) if pair else []

@@ -81,6 +81,16 @@ class Tester:
             verdicts[i] = o.verdict
         return not all(o.from_cache for o in outs)
 
+    def reopen_undecided(self, verdicts: dict[int, Verdict]) -> None:
+        """After the policy calibrated again: commits that were measured but left undecided
+        (a skip with a measurement) are judged again under the new model (from their servers
+        so far); unavailable or failed ones stay skipped."""
+        for i, v in list(verdicts.items()):
+            if v is Verdict.SKIP and 0 <= i < len(self.rng.commits):
+                ev = self.evaluations.get(self.rng.commits[i].sha)
+                if ev is not None and ev.measurement is not None:
+                    del verdicts[i]
+
     def servers(self, commit: str, ev: Evaluation, account: bool = True) -> Evaluation:
         """A commit's further servers while the policy asks for a fresh one (the two-level
         test); its evaluation to judge (merged over them), cached."""

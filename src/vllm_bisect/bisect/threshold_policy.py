@@ -38,6 +38,7 @@ class ThresholdPolicy:
     supports_hook = True
     multi_server = False
     pair_bound = False
+    recalibrate = False
 
     def __init__(self, spec: BisectSpec) -> None:
         self.spec = spec
