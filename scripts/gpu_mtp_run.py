@@ -263,6 +263,9 @@ class Run:
         self.pi_conc, self.pi_pairs, self.pi_block_n = 1, 6, 0
         # peer_concurrent: ROUNDS rounds per concurrency, the concurrencies in one call
         self.pc_concs, self.pc_rounds = [1, 4], 4
+        # peer_concurrent: one discarded concurrent round per C on every new server before its
+        # first measured round (--no-peer-warm-round: none, to see a cold server's first round)
+        self.pc_warm_round = True
         # the peer check's variants (session 4: run 1 = defaults; runs 2, 3 = min_tokens 1,
         # run 2 with bench first at c=4 as well)
         self.peer_min_tokens: int | None = None
@@ -673,6 +676,11 @@ class Run:
                "bench_first_request_after_probe_start_s": round(
                    min(bj["start_times"]) - t0, 4) if bj.get("start_times") else None,
                "server_itl_ms": m.server_itl_ms, "tokens_per_chunk": m.tokens_per_chunk,
+               # a stall (a cold server's first-use compile) shows here: bench's longest TTFT
+               # and chunk gap, the probe's longest TTFT
+               "bench_max_ttft_s": max(bj.get("ttfts") or [0.0]),
+               "bench_max_gap_s": max((g for x in bj.get("itls") or [] for g in x), default=0.0),
+               "probe_max_ttft_ms": max((x.ttft_ms for x in m.requests), default=0.0),
                # identical prompts: the same tokens per chunk on both sides unless the shared
                # batch changed the greedy numerics
                "bench_tokens_per_chunk": _bench_tokens_per_chunk(bj), **rnd.as_dict()}
@@ -682,9 +690,20 @@ class Run:
         """On one MTP server, R rounds per concurrency C (the concurrencies interleaved round
         by round): bench at C and the probe at C at the same time on the same prompt, so both
         tools' requests share the engine's steps and the server's drift hits both alike; per
-        round probe / bench - 1, then ``probes.peer.concurrent_peer_check`` per C. Resumes
-        from its partial file (rounds from an earlier server are kept: each round is
-        self-contained). Stops before a round that would not fit the budget."""
+        round probe / bench - 1, then ``probes.peer.concurrent_peer_check`` per C.
+
+        Warm-up, on every new server before the first measured round of each C: 2C full-length
+        probe requests at 2C (all starting together: the plain decode shapes), then ONE
+        discarded concurrent round, run exactly like a measured one (``concurrent_round``), so
+        the mixed batches (a prefill landing while the other tool's requests decode) have been
+        seen before a measured round: on a cold CUDA-graphs server their first use stalls the
+        engine 0.75-1.9 s (docs/validation.md (g)). It is kept under the server's entry,
+        ``servers[k]["warm_round"][C]``, never in ``rounds`` (so ``concurrent_peer_check`` does
+        not see it); ``--no-peer-warm-round`` leaves it out.
+
+        Resumes from its partial file (rounds from an earlier server are kept: each round is
+        self-contained). Stops before a round (warm or measured) that would not fit the budget;
+        a warm round only starts when it and a measured round fit."""
         from vllm_bisect.probes.peer import ConcurrentRound, concurrent_peer_check
 
         tag = f"peer_concurrent{self.mode_tag()}"
@@ -704,7 +723,8 @@ class Run:
                 log(f"{tag}: healthy after {h.startup_s:.1f} s")
                 model = str(self.work / "mtp")
                 text, jsonl = self.sized_peer_prompt(h, tag, max(per_n.values()) * 2)
-                server: dict[str, Any] = {"startup_s": h.startup_s, "warmup_itl_ms": {}}
+                server: dict[str, Any] = {"startup_s": h.startup_s, "warmup_itl_ms": {},
+                                          "warm_round": {}}
                 doc["servers"].append(server)
                 doc["prompt"] = text
 
@@ -723,15 +743,36 @@ class Run:
                     done = sum(1 for x in doc["rounds"] if x["concurrency"] == c)
                     if done > r:
                         continue
-                    need = (max(took) if took else 0.0) + 10.0
+                    warm = self.pc_warm_round and str(c) not in server["warm_round"]
+                    est = max(took) if took else 0.0
+                    need = (2 * est if warm else est) + 10.0
                     if self.left() < need:
-                        doc["stopped"] = (f"before round {r} at c={c}: {self.left():.0f} s "
-                                          f"left < {need:.0f} s")
+                        doc["stopped"] = (f"before {'the warm round and ' if warm else ''}round "
+                                          f"{r} at c={c}: {self.left():.0f} s left < "
+                                          f"{need:.0f} s")
                         log(f"{tag}: {doc['stopped']}")
                         break
                     if str(c) not in server["warmup_itl_ms"]:
                         # both tools' load at once: 2C requests at 2C, full length
                         server["warmup_itl_ms"][str(c)] = probe_at(2 * c)(2 * c).itl_ms
+                    if warm:
+                        # one discarded round, as measured ones run: the mixed batches' first use
+                        t = time.monotonic()
+                        k = len(doc["servers"]) - 1
+                        rec, rnd = self.concurrent_round(h, model, f"{tag}_s{k}_c{c}_warm", jsonl,
+                                                         c, per_n[c], probe_at(c))
+                        took.append(time.monotonic() - t)
+                        server["warm_round"][str(c)] = {"took_s": round(took[-1], 1), **rec}
+                        self.save(partial.name, doc)
+                        log(f"{tag}: c={c} warm round (discarded): probe {rnd.probe_itl_ms:.3f} "
+                            f"bench all {rnd.bench_tpot_all_ms:.3f} ms/token: {rnd.diff:+.2%}, "
+                            f"longest bench TTFT {rec['bench_max_ttft_s']:.3f} s, gap "
+                            f"{rec['bench_max_gap_s']:.3f} s ({took[-1]:.1f} s)")
+                        if self.left() < max(took) + 10.0:
+                            doc["stopped"] = (f"after the warm round at c={c}: {self.left():.0f}"
+                                              f" s left < {max(took) + 10.0:.0f} s")
+                            log(f"{tag}: {doc['stopped']}")
+                            break
                     t = time.monotonic()
                     name = f"{tag}_c{c}_r{done:02d}"
                     rec, rnd = self.concurrent_round(h, model, name, jsonl, c, per_n[c],
@@ -932,6 +973,15 @@ def concurrent_summary(doc: dict[str, Any]) -> str:
                      f"{x['bench_tpot_all_ms']:.3f} | {_pct(x['diff'])} | "
                      f"{x['probe_chunk_itl_ms']:.3f} | {itl} | {_pct(x['chunk_diff'])} | "
                      f"{x['coverage']:.3f} |")
+    warm = [(k, c, x) for k, srv in enumerate(doc.get("servers", []))
+            for c, x in srv.get("warm_round", {}).items()]
+    if warm:
+        lines += ["", "Discarded warm-up rounds (one per C on each new server, before its first "
+                  "measured round; not in the comparison):", ""]
+        lines += [f"- server {k}, c={c}: probe {x['probe_itl_ms']:.3f}, bench all "
+                  f"{x['bench_tpot_all_ms']:.3f} ms/token, diff {_pct(x['diff'])}; longest bench "
+                  f"TTFT {x['bench_max_ttft_s']:.3f} s, chunk gap {x['bench_max_gap_s']:.3f} s, "
+                  f"probe TTFT {x['probe_max_ttft_ms'] / 1000:.3f} s" for k, c, x in warm]
     for c, r in doc.get("results", {}).items():
         lines += ["", f"c={c}: {r['n_rounds']} rounds, per token mean {_pct(r['mean_diff'])} "
                   f"({r['confidence']:.0%} CI {_pct(r['ci_low'])} .. {_pct(r['ci_high'])}), "
@@ -978,6 +1028,9 @@ def main() -> None:
     ap.add_argument("--peer-conc-list", default="1,4",
                     help="peer_concurrent's concurrencies, comma-separated")
     ap.add_argument("--peer-rounds", type=int, default=4, help="peer_concurrent's rounds per C")
+    ap.add_argument("--no-peer-warm-round", action="store_true",
+                    help="peer_concurrent without its discarded concurrent warm-up round per C "
+                         "on each new server (to see a cold server's first round)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     run = Run(a.work, a.out, a.budget_s)
@@ -989,6 +1042,7 @@ def main() -> None:
     run.pi_conc, run.pi_pairs, run.pi_block_n = a.peer_conc, a.peer_pairs, a.peer_block_n
     run.pc_concs = [int(x) for x in a.peer_conc_list.split(",") if x.strip()]
     run.pc_rounds = a.peer_rounds
+    run.pc_warm_round = not a.no_peer_warm_round
     only = set(a.only.split(",")) if a.only else None
     for name, estimate, pattern in STAGES:
         marker = pattern.format(conc=a.peer_conc, mode=run.mode_tag())

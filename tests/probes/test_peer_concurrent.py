@@ -1,8 +1,8 @@
 """The concurrent peer check (issue 16 after session 7): bench and the probe at the same time on
 one server. ``concurrent_round``/``concurrent_peer_check`` on synthetic drifting requests and a
 real vLLM 0.25.1 detailed file, and scripts/gpu_mtp_run.py's ``peer_concurrent`` stage end to
-end against the simulator's ``vllm serve`` (with a drifting speed, ``VLLM_SIM_DRIFT``) and
-``vllm bench serve``."""
+end against the simulator's ``vllm serve`` (with a drifting speed, ``VLLM_SIM_DRIFT``, and a
+cold server's first-use stalls, ``VLLM_SIM_COLD_STALLS``) and ``vllm bench serve``."""
 
 from __future__ import annotations
 
@@ -133,12 +133,17 @@ def test_drift_between_rounds_does_not_enter_and_a_real_difference_stays() -> No
 
 def test_peer_concurrent_stage_on_a_drifting_simulator(tmp_path: Path) -> None:
     """The stage as the GPU session runs it, with the simulator behind --vllm, its speed
-    drifting ±25% with a period of 8 s: every round's bench and probe agree, while the rounds
-    themselves ran at different speeds; a cut-short run resumes on a new server (a finished one
-    is "already done", as test_peer_interleaved checks for the same mechanism)."""
+    drifting ±25% with a period of 8 s and every new server stalling 0.3 s on its first three
+    prefills that land while another request decodes (a cold CUDA-graphs server, session 8):
+    the discarded warm round per C on each server takes the stalls (a 0.3 s stall in a 0.2 s
+    request: a first measured round without it would be off by tens of percent), every
+    measured round's bench and probe agree, while the rounds themselves ran at different
+    speeds; a cut-short run resumes on a new server (a finished one is "already done", as
+    test_peer_interleaved checks for the same mechanism)."""
+    stall_s = 0.3
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "VLLM_SIM_PROMPT_SEEDED": "1",
            "VLLM_SIM_ACCEPTANCE": "0.7", "VLLM_SIM_SPEC_STEP_MS": "8",
-           "VLLM_SIM_DRIFT": "0.25:8"}
+           "VLLM_SIM_DRIFT": "0.25:8", "VLLM_SIM_COLD_STALLS": f"3:{stall_s}"}
     base = [sys.executable, str(ROOT / "scripts" / "gpu_mtp_run.py"), str(tmp_path / "w"),
             str(tmp_path / "o"), "--only", "peer_concurrent", "--no-eager",
             "--vllm", f"{sys.executable} -m vllm_bisect.sim vllm", "--peer-conc-list", "1,2",
@@ -172,4 +177,17 @@ def test_peer_concurrent_stage_on_a_drifting_simulator(tmp_path: Path) -> None:
     # the drift was there: the rounds ran at different speeds
     probe = [x["probe_itl_ms"] for x in doc["rounds"]]
     assert max(probe) / min(probe) > 1.05
-    assert "per token mean" in (res / "peer_concurrent_graphs_summary.md").read_text()
+    summary = (res / "peer_concurrent_graphs_summary.md").read_text()
+    assert "per token mean" in summary and "Discarded warm-up rounds" in summary
+    # the warm rounds: one per C on each server, kept under the server, not among the rounds
+    assert not any("warm" in x["bench_file"] for x in doc["rounds"])
+    for k, server in enumerate(doc["servers"]):
+        assert sorted(server["warm_round"]) == ["1", "2"]
+        for c, w in server["warm_round"].items():
+            assert w["bench_file"] == f"peer_concurrent_graphs_s{k}_c{c}_warm.json"
+            assert (res / w["bench_file"]).exists() and (res / w["probe_file"]).exists()
+        # the stalls hit the c=1 warm round (the 2-request warm-up before it, both prefills
+        # together, can take at most one of the three): bench saw each one, as its request's
+        # TTFT (its prefill stalled) or as a chunk gap (it was decoding)
+        w1 = server["warm_round"]["1"]
+        assert max(w1["bench_max_ttft_s"], w1["bench_max_gap_s"]) >= 0.9 * stall_s

@@ -53,6 +53,14 @@ class SimConfig:
     # same time see the same speed and requests seconds apart do not
     drift_amplitude: float = 0.0
     drift_period_s: float = 20.0
+    # first-use stalls of a cold server (real vLLM 0.25.1 with CUDA graphs, docs/validation.md
+    # (g): the first times a new batch shape appears, e.g. a prefill landing while other
+    # requests decode, the engine stops for 0.75-1.9 s): the first ``cold_stalls`` times a
+    # request's prefill starts while another request is decoding, the whole server pauses
+    # ``cold_stall_s`` seconds (every in-flight request's next chunk, the new request's first
+    # token too); 0 (the default): never
+    cold_stalls: int = 0
+    cold_stall_s: float = 0.0
     seed: int | None = None
     # Real greedy MTP (vLLM 0.25.1, tests/fixtures/vllm-0.25.1-mtp/): whether a draft is
     # accepted depends on the tokens, so the same prompt at temperature 0 gives the same chunk

@@ -53,6 +53,11 @@ class SimServer:
         self.requests_seen = 0
         self.started = time.monotonic()
         self.dead = False
+        # cold-server stalls (SimConfig.cold_stalls): requests past their first token, the
+        # stalls not yet spent, and the monotonic time until which the whole server is paused
+        self.decoding = 0
+        self.cold_stalls_left = cfg.cold_stalls if cfg.cold_stall_s > 0 else 0
+        self.paused_until = 0.0
 
     # -- routing -----------------------------------------------------------------------
     async def handle(self, req: Request, resp: Responder) -> None:
@@ -157,12 +162,14 @@ class SimServer:
         if self.cfg.noise_cv > 0:
             pace *= max(0.1, self.rng.gauss(1.0, self.cfg.noise_cv))
         t0 = time.monotonic()
+        self._cold_stall(t0)
         await asyncio.sleep(self.cfg.prefill_ms / 1000.0)
         if self.requests_seen == 1 and self.cfg.first_request_delay_s:
             await asyncio.sleep(self.cfg.first_request_delay_s)  # Triton JIT on first request
         stream = bool(body.get("stream"))
         running = self.metrics.running.labels(**self.metrics.lv)
         running.inc()
+        decoding = False
         try:
             if stream:
                 await resp.start_stream()
@@ -179,6 +186,8 @@ class SimServer:
                 if i > 0:
                     next_at += pace * self._drift(next_at)
                     await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                if await self._wait_stall():
+                    next_at = time.monotonic()  # the engine resumes; later steps keep pace
                 if self.cfg.crash_after_tokens is not None and \
                         self.tokens_emitted + step.tokens > self.cfg.crash_after_tokens:
                     await self._crash()
@@ -191,6 +200,8 @@ class SimServer:
                 if i == 0:
                     ttft = now - t0
                     next_at = now
+                    decoding = True
+                    self.decoding += 1
                 self.metrics.on_step(step.tokens, step.drafted, step.accepted,
                                      None if i == 0 else now - last)
                 last = now
@@ -222,6 +233,28 @@ class SimServer:
                                                 plan.finish_reason, total, self.cfg.fingerprint))
         finally:
             running.dec()
+            if decoding:
+                self.decoding -= 1
+
+    def _cold_stall(self, now: float) -> None:
+        """A prefill starting while another request decodes, on a cold server: the first
+        ``cold_stalls`` times, the whole server pauses ``cold_stall_s`` (a first-use compile of
+        the new batch shape, docs/validation.md (g))."""
+        if self.cold_stalls_left <= 0 or self.decoding == 0:
+            return
+        self.cold_stalls_left -= 1
+        self.paused_until = max(self.paused_until, now) + self.cfg.cold_stall_s
+        vlog("INFO", "backends.py:215", f"Compiling a graph for a new batch shape takes "
+             f"{self.cfg.cold_stall_s:.2f} s (simulated first-use stall, VLLM_SIM_COLD_STALLS; "
+             f"{self.cold_stalls_left} left)")
+
+    async def _wait_stall(self) -> bool:
+        """Wait while the server is paused by a cold stall; True when it was."""
+        waited = False
+        while (left := self.paused_until - time.monotonic()) > 0:
+            waited = True
+            await asyncio.sleep(left)
+        return waited
 
     def _drift(self, t: float) -> float:
         """The server's speed factor at monotonic time ``t`` (1.0 without a drift)."""

@@ -10,7 +10,10 @@ and ignored. Pacing comes from the environment (``VLLM_SIM_STEP_MS``, ``VLLM_SIM
 requests repeat their draft acceptances per prompt, as real MTP does; ``VLLM_SIM_MERGE_LAGGING=1``
 sends steps that are already due as one chunk, as vLLM merges a lagging request's outputs;
 ``VLLM_SIM_DRIFT=A:P`` drifts the whole server's speed by ±A (a fraction) with a period of P
-seconds, as real vLLM's host-bound speed drifted on the H200 (docs/validation.md (f)).
+seconds, as real vLLM's host-bound speed drifted on the H200 (docs/validation.md (f));
+``VLLM_SIM_COLD_STALLS=N:S`` pauses the whole server S seconds the first N times a request's
+prefill starts while another request is decoding, as a cold CUDA-graphs server stalled on new
+batch shapes (first-use compiles, docs/validation.md (g)); default off.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ def parse(argv: list[str]) -> SimConfig:
         max_new = json.loads(gen_path.read_text()).get("max_new_tokens")
     env = os.environ
     drift_a, _, drift_p = env.get("VLLM_SIM_DRIFT", "0:20").partition(":")
+    stalls_n, _, stall_s = env.get("VLLM_SIM_COLD_STALLS", "0:0").partition(":")
     step = float(env.get("VLLM_SIM_SPEC_STEP_MS" if spec_k else "VLLM_SIM_STEP_MS",
                          "4.0" if spec_k else "2.5"))
     return SimConfig(
@@ -59,6 +63,7 @@ def parse(argv: list[str]) -> SimConfig:
         prompt_seeded_acceptance=env.get("VLLM_SIM_PROMPT_SEEDED", "0") == "1",
         merge_lagging_outputs=env.get("VLLM_SIM_MERGE_LAGGING", "0") == "1",
         drift_amplitude=float(drift_a), drift_period_s=float(drift_p or 20),
+        cold_stalls=int(stalls_n or 0), cold_stall_s=float(stall_s or 0),
         extra={"host": args.host, "port": args.port},
     )
 
