@@ -135,6 +135,7 @@ class MultisectionSearch:
                             self._finish(done)
                     calibrate_endpoints(self.t)
                     self.t.reopen_undecided(self.verdicts)
+                    self.confirmed.clear()   # judged under the model that went wrong: again
                 self._cancel(useless(self.n, self.verdicts, list(self.by_index)),
                              "a verdict elsewhere made it useless")
                 step = next_step(self.n, self.verdicts)

@@ -66,6 +66,7 @@ class BinarySearch:
             if t.policy.recalibrate:
                 calibrate_endpoints(t)
                 t.reopen_undecided(verdicts)
+                confirmed.clear()   # judged under the model that went wrong: again
             step = next_step(n, verdicts)
             if step.done:
                 todo = unconfirmed_pair(n, verdicts, confirmed) if pair else []
