@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.bisect.test_core_virtual import Steps, bisect
+from vllm_bisect.bisect.driver import Driver
+from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.bisect.policies import make_policy
 from vllm_bisect.bisect.policy import Role
 from vllm_bisect.bisect.strategy import bounds, ends_search, next_step, unconfirmed_pair
 from vllm_bisect.bisect.twolevel_policy import SAMPLES_KEY, STEP_ALPHA, TwoLevelPolicy
 from vllm_bisect.models import EvalStatus, Evaluation, Verdict
-from vllm_bisect.sim.virtual import Scenario, commit_range, measurement
+from vllm_bisect.sim.virtual import More, Scenario, VirtualCluster, commit_range, measurement
 from vllm_bisect.spec import parse_spec
 from vllm_bisect.verdict.twolevel import CommitTest, Decision, TwoLevel, to_logs
 
@@ -159,3 +161,37 @@ def test_the_fall_back_asks_for_a_calibration_and_drops_the_pair_bound() -> None
     out = p.judge(_ev("c", [[mid, mid * 1.001], [mid * 0.999, mid]]), Role.BISECT)
     assert out.verdict is Verdict.SKIP and "undecided" in out.reason
     assert p.recalibrate and not p.pair_bound
+
+
+class _CutAfter(VirtualCluster):
+    """The virtual cluster, interrupted (Ctrl-C) once ``limit`` servers have started."""
+
+    limit = 0
+
+    def evaluate(self, commit: str, more: More = None) -> Evaluation:
+        if self.starts >= self.limit:
+            raise KeyboardInterrupt
+        return super().evaluate(commit, more)
+
+
+def test_a_run_cut_after_loose_steps_went_wrong_resumes_to_the_culprit(tmp_path: Path) -> None:
+    # seed 5's first 15 servers put the culprit on the good side (a loose step) and confirm
+    # its child as good under that model; resumed on other draws, the search falls back,
+    # recalibrates and must judge the final pair again (before: the answer was 108)
+    spec = parse_spec({**DEFAULT, "verdict": {**DEFAULT["verdict"], "itl_factor": 1.086}})
+    rng = commit_range(HARD.n)
+    cut = _CutAfter(HARD, rng, 1, random.Random(5), first_batch=spec.probe.requests)
+    cut.limit = 15
+    journal = SessionJournal(tmp_path)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Driver(spec, rng, cut, journal, None).run()
+    finally:
+        journal.close()
+    again = VirtualCluster(HARD, rng, 1, random.Random(99), first_batch=spec.probe.requests)
+    journal = SessionJournal(tmp_path)
+    try:
+        r = Driver(spec, rng, again, journal, None).run()
+    finally:
+        journal.close()
+    assert r.first_bad == rng.sha(106)
