@@ -174,10 +174,14 @@ class _CutAfter(VirtualCluster):
         return super().evaluate(commit, more)
 
 
-def test_a_run_cut_after_loose_steps_went_wrong_resumes_to_the_culprit(tmp_path: Path) -> None:
-    # seed 5's first 15 servers put the culprit on the good side (a loose step) and confirm
-    # its child as good under that model; resumed on other draws, the search falls back,
-    # recalibrates and must judge the final pair again (before: the answer was 108)
+@pytest.mark.parametrize("resumed_seed", [99, 101])
+def test_a_run_cut_after_loose_steps_went_wrong_resumes_to_the_culprit(
+        tmp_path: Path, resumed_seed: int) -> None:
+    # seed 5's first 15 servers put the culprit on the good side (a loose step); resumed on
+    # other draws, the search falls back and recalibrates. 99: a child of the culprit was
+    # confirmed good under the wrong model, so the final pair must be judged again (before:
+    # the answer was 108). 101: the culprit used its 120 samples undecided before the
+    # fall-back; judged again it gets a second allowance (before: two candidates, no answer)
     spec = parse_spec({**DEFAULT, "verdict": {**DEFAULT["verdict"], "itl_factor": 1.086}})
     rng = commit_range(HARD.n)
     cut = _CutAfter(HARD, rng, 1, random.Random(5), first_batch=spec.probe.requests)
@@ -188,7 +192,8 @@ def test_a_run_cut_after_loose_steps_went_wrong_resumes_to_the_culprit(tmp_path:
             Driver(spec, rng, cut, journal, None).run()
     finally:
         journal.close()
-    again = VirtualCluster(HARD, rng, 1, random.Random(99), first_batch=spec.probe.requests)
+    again = VirtualCluster(HARD, rng, 1, random.Random(resumed_seed),
+                           first_batch=spec.probe.requests)
     journal = SessionJournal(tmp_path)
     try:
         r = Driver(spec, rng, again, journal, None).run()

@@ -80,6 +80,8 @@ class TwoLevelPolicy(ThresholdPolicy):
         self.recalibrate = False
         self.strict_spent = 0   # decisions at the bound begun (the j-th: alpha / 2**j)
         self.learned: dict[str, list[Group]] = {}   # commit -> its servers in the model
+        self.undecided: set[str] = set()   # left undecided at the caps (pair_bound)
+        self.reopened: set[str] = set()    # those, judged again after the fall-back
         self.v = spec.verdict
         self.symptom = self.v.symptom
         self.test_: CommitTest | None = None
@@ -243,6 +245,9 @@ class TwoLevelPolicy(ThresholdPolicy):
         if self.test_ is None or role.endpoint:
             return None
         test = self.strict(commit) if role is Role.CONFIRM and self.pair_bound else self.test
+        if commit in self.reopened:   # undecided before the fall-back: a second allowance
+            test = replace(test, max_samples=2 * test.max_samples,
+                           max_servers=2 * test.max_servers)
         self.sampled_by[commit] = test
         self.groups[commit] = []
         self.last.pop(commit, None)
@@ -303,13 +308,15 @@ class TwoLevelPolicy(ThresholdPolicy):
         request noise ran 2107 servers, 440 simulated hours). The rest of the search decides
         at the per-step bound, as without ``pair_bound``: the search calibrates again to that
         precision (going on from the endpoints' servers) and the model forgets every learned
-        commit; the final pair is still re-judged, so a loose verdict that was wrong is
-        found there."""
+        commit; the final pair is still re-judged (confirmations made before are forgotten),
+        so a loose verdict that was wrong is found there; the commit left undecided is judged
+        again under the new model with a second allowance of samples and servers."""
         logger.warning("%s went undecided: the model may have learned a wrong verdict; the "
                        "search calibrates again and decides every step at the per-step bound",
                        commit[:12])
         self.pair_bound = False
         self.recalibrate = True
+        self.reopened = set(self.undecided)
 
     # -- verdicts ------------------------------------------------------------------------
     def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
@@ -337,6 +344,7 @@ class TwoLevelPolicy(ThresholdPolicy):
             if dec in (Decision.GOOD, Decision.BAD):
                 self.learned[evaluation.commit] = logs
             elif self.pair_bound:
+                self.undecided.add(evaluation.commit)
                 self._fall_back(evaluation.commit)
         mg, mb = test.model.means()
         flat = [x for g in groups for x in g]
