@@ -131,6 +131,41 @@ def test_drift_between_rounds_does_not_enter_and_a_real_difference_stays() -> No
         concurrent_peer_check([])
 
 
+def test_real_h200_round_and_rounds_replayed() -> None:
+    """Session 9 on the H200 (CUDA graphs, the warm round on): one real round recomputed from
+    bench's detailed file and the probe's measurement gives the recorded difference, and the 11
+    recorded rounds give an interval inside +-3% at c=1 and c=4. The stalls of the cold servers
+    fell in the discarded warm rounds (bench TTFTs 0.39-1.06 s there), none in a measured one."""
+    doc = json.loads((MTP / "peer_concurrent_graphs_h200.json").read_text())
+    bench = json.loads((MTP / "peer_concurrent_graphs_c4_r04_bench.json").read_text())
+    probe = Measurement.model_validate_json(
+        (MTP / "peer_concurrent_graphs_c4_r04_probe.json").read_text())
+    rec = next(r for r in doc["rounds"] if r["concurrency"] == 4 and r["round"] == 4)
+    # the window in bench's clock: bench's first request is recorded relative to the probe's start
+    t0 = min(bench["start_times"]) - rec["bench_first_request_after_probe_start_s"]
+    lo, hi = rec["probe_window_s"]
+    rnd = concurrent_round(bench, probe, (t0, t0 + (hi - lo)))
+    assert (rnd.n_inside, rnd.n_bench) == (rec["n_inside"], rec["n_bench"]) == (8, 12)
+    assert rnd.diff == pytest.approx(rec["diff"], abs=1e-4)
+    assert rnd.coverage == pytest.approx(rec["coverage"], abs=2e-3)
+    assert abs(rnd.diff) < 0.03
+    # the probe's chunk ITL against vLLM's own histogram over the same window
+    assert probe.server_itl_ms is not None
+    assert rnd.probe_chunk_itl_ms == pytest.approx(probe.server_itl_ms, rel=0.01)
+
+    for c, n in ((1, 6), (4, 5)):
+        check = concurrent_peer_check(
+            [ConcurrentRound.from_dict(r) for r in doc["rounds"] if r["concurrency"] == c])
+        assert check.n_rounds == n and check.resolved(0.03)
+        assert check.mean_diff == pytest.approx(doc["results"][str(c)]["mean_diff"])
+        # the same rounds against bench's all-request means (not the same time span) do not
+        # show agreement: the server's speed moved during bench's extra wave
+        assert max(abs(d) for d in check.diffs_all) > 0.03
+    warm = [w for s in doc["servers"] for w in s["warm_round"].values()]
+    assert len(warm) == 4 and min(w["bench_max_ttft_s"] for w in warm) > 0.3
+    assert max(r["bench_max_ttft_s"] for r in doc["rounds"]) < 0.2
+
+
 def test_peer_concurrent_stage_on_a_drifting_simulator(tmp_path: Path) -> None:
     """The stage as the GPU session runs it, with the simulator behind --vllm, its speed
     drifting ±25% with a period of 8 s and every new server stalling 0.3 s on its first three
