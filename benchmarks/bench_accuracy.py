@@ -42,6 +42,7 @@ from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.bisect.strategy import next_step
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import EvalStatus, Verdict
+from vllm_bisect.sim.link import Link
 from vllm_bisect.sim.virtual import Scenario, VirtualCluster, commit_range, scenario
 from vllm_bisect.spec import BisectSpec, parse_spec
 from vllm_bisect.verdict import Judge
@@ -69,6 +70,7 @@ class Trial:
     max_crash: float = 0.05
     server_cv: float = 0.0
     acceptance: bool = False
+    link: str = "none"   # vllm-bisect arms: "none" (no prefetch), "independent", "shared"
 
 
 @dataclass(frozen=True)
@@ -132,8 +134,10 @@ def run_trial(t: Trial) -> Outcome:
     s = make_scenario(t)
     rng = commit_range(s.n)
     sp = spec_for(t.arm, s)
+    # plain `git bisect run` fetches each artifact when git checks the commit out: no link
+    link = None if t.arm == "plain" or t.link == "none" else Link(t.link == "independent")
     cluster = VirtualCluster(s, rng, 1, random.Random(t.seed * 7919 + 1),
-                             first_batch=sp.probe.requests)
+                             first_batch=sp.probe.requests, link=link)
     refused = False
     if t.arm == "plain":
         culprit = plain(s, sp, cluster)
@@ -142,7 +146,8 @@ def run_trial(t: Trial) -> Outcome:
         with tempfile.TemporaryDirectory() as d:
             journal = SessionJournal(Path(d))
             try:
-                result = Driver(sp, rng, cluster, journal, None).run()
+                result = Driver(sp, rng, cluster, journal, None,
+                                prefetcher=cluster if link is not None else None).run()
                 exact = result.first_bad == rng.sha(s.culprit)
             except NotReproduced:
                 exact, refused = False, True
@@ -179,8 +184,8 @@ def label_of(effect: float | None, cv: float | None, server_cv: float, acc: bool
     return f"{base} | {server_cv:.0%}{' +acc' if acc else ''}"
 
 
-def trials(seed: int, n: int, crash: float, rows: str, arms: tuple[str, ...]
-           ) -> Iterator[tuple[str, Trial]]:
+def trials(seed: int, n: int, crash: float, rows: str, arms: tuple[str, ...],
+           link: str = "none") -> Iterator[tuple[str, Trial]]:
     for r, (effect, cv, server_cv, acc) in enumerate(ITL_ROWS):
         if rows == "cap":
             break
@@ -196,14 +201,15 @@ def trials(seed: int, n: int, crash: float, rows: str, arms: tuple[str, ...]
                 continue
             for j in range(n):
                 yield label, Trial(arm, seed * 1_000_003 + r * 10_007 + j, "itl", effect, cv,
-                                   max_crash=crash, server_cv=server_cv, acceptance=acc)
+                                   max_crash=crash, server_cv=server_cv, acceptance=acc,
+                                   link=link)
     for r, q in enumerate(CAP_QS if rows in ("all", "cap") else (), start=len(ITL_ROWS)):
         for arm in ARMS["length"]:
             if arm not in arms:
                 continue
             for j in range(n):
                 yield f"q = {q}", Trial(arm, seed * 1_000_003 + r * 10_007 + j, "length",
-                                        None, None, q, crash)
+                                        None, None, q, crash, link=link)
 
 
 def fmt(r: Row) -> str:
@@ -224,9 +230,13 @@ def main() -> None:
                          "rest: the ITL rows that are not goal rows")
     ap.add_argument("--arms", default="plain,sequential,bayes,default",
                     help="comma-separated arms to run")
+    ap.add_argument("--prefetch", choices=("none", "independent", "shared"), default="none",
+                    help="vllm-bisect arms prefetch the next commits' artifacts (its default "
+                         "for wheels and images) over a link of independent or shared "
+                         "bandwidth; plain git bisect run never prefetches")
     a = ap.parse_args()
     arms = tuple(a.arms.split(","))
-    items = list(trials(a.seed, a.trials, a.max_crash, a.rows, arms))
+    items = list(trials(a.seed, a.trials, a.max_crash, a.rows, arms, a.prefetch))
     with ProcessPoolExecutor(a.jobs) as pool:
         outs = list(pool.map(run_trial, [t for _, t in items], chunksize=4))
     groups: dict[tuple[str, str], list[Outcome]] = {}
@@ -234,7 +244,8 @@ def main() -> None:
         groups.setdefault((label, t.arm), []).append(o)
     rows = [summarize(label, arm, os_) for (label, arm), os_ in groups.items()]
     print(f"{a.trials} scenarios per row (seed {a.seed}): n 50..1000, skip rate 0..20%, "
-          f"server crashes 0..{a.max_crash:.0%} per start\n")
+          f"server crashes 0..{a.max_crash:.0%} per start; vllm-bisect prefetch: "
+          f"{a.prefetch}\n")
     head = ("| {} | arm | exact culprit | refused | commits probed | server starts | "
             "probe requests | sim. wall (h) |\n|---|---|---|---|---|---|---|---|")
     print("ITL slowdown (effect | request CV | server CV, +acc: acceptance noise):\n")

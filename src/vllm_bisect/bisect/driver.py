@@ -30,7 +30,7 @@ from vllm_bisect.bisect.search import BinarySearch, Search
 from vllm_bisect.bisect.store import MeasurementStore
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.bisect.verify import verify_culprit
-from vllm_bisect.builders.prefetch import Prefetcher
+from vllm_bisect.builders.prefetch import PrefetchSink
 from vllm_bisect.models import Evaluation, Measurement, Outcome, Verification
 from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict.auto import Strategy
@@ -79,7 +79,7 @@ class Driver:
 
     def __init__(self, spec: BisectSpec, rng: CommitRange, evaluator: CommitEvaluator,
                  journal: SessionJournal, cache: ResultCache | None,
-                 events: EventHandler | None = None, prefetcher: Prefetcher | None = None,
+                 events: EventHandler | None = None, prefetcher: PrefetchSink | None = None,
                  executor: Executor | None = None) -> None:
         self.spec = spec
         self.rng = rng

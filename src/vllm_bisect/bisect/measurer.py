@@ -18,7 +18,7 @@ from dataclasses import replace
 from vllm_bisect.bisect.executor import Done, Executor
 from vllm_bisect.bisect.policy import MoreSamples
 from vllm_bisect.bisect.store import MeasurementStore
-from vllm_bisect.builders.prefetch import Prefetcher
+from vllm_bisect.builders.prefetch import PrefetchSink
 from vllm_bisect.models import EvalStatus, Evaluation
 from vllm_bisect.spec import Symptom
 
@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 class Measurer:
     def __init__(self, executor: Executor, store: MeasurementStore,
-                 prefetcher: Prefetcher | None = None) -> None:
+                 prefetcher: PrefetchSink | None = None) -> None:
         self.executor = executor
         self.store = store
         self.prefetcher = prefetcher

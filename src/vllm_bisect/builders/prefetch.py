@@ -14,11 +14,21 @@ import logging
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
 
 from vllm_bisect.builders.base import Artifact, Builder, prepare
 from vllm_bisect.errors import Cancelled
 
 logger = logging.getLogger(__name__)
+
+
+class PrefetchSink(Protocol):
+    """What the search tells a prefetcher: the :class:`Prefetcher`, or the virtual
+    cluster's download link (``sim/virtual.py``) in the benchmarks."""
+
+    def prefetch(self, commits: Iterable[str]) -> None: ...
+
+    def keep_only(self, commits: Iterable[str]) -> None: ...
 
 
 class Prefetcher:

@@ -13,7 +13,12 @@ evaluation is drawn from its scenario, and it finishes after its cost-model minu
 - one probe request 1 min (the first batch is the spec's ``probe.requests``; the
   sequential strategy asks for more on the same server through ``more``);
 - a cancelled run frees its worker after 0.2 min of teardown;
-- every duration with +-20% jitter.
+- every duration with +-20% jitter;
+- with a ``link`` (``sim/link.py``) the cluster is also the Driver's prefetcher (one
+  worker): artifacts of the commits the search may test next download while a commit is
+  measured, and an evaluation waits only for what is still missing. The drawn durations
+  and probe outcomes are the same as without it (the artifact sizes come from their own
+  stream), so the verdicts are the same and only the wall differs.
 
 Per-request ITL is ``mean * level * N(1, cv)`` (a normal, not the log-normal the sequential
 tests assume), the mean stepping up by ``effect`` at the culprit. ``level`` is the server
@@ -29,12 +34,13 @@ from __future__ import annotations
 import heapq
 import random
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from vllm_bisect.bisect.executor import Done
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement, RequestResult, TokensSource
+from vllm_bisect.sim.link import Link
 
 ARTIFACT, START, SAMPLE, TEARDOWN = 5.0, 3.0, 1.0, 0.2
 CRASH = "ServeError: server exited with code 1 before it was healthy (virtual)"
@@ -114,8 +120,12 @@ class VirtualCluster:
     """Virtual time: k workers; each evaluation ends after its cost-model minutes."""
 
     def __init__(self, s: Scenario, rng: CommitRange, workers: int, rnd: random.Random,
-                 first_batch: int = 3) -> None:
+                 first_batch: int = 3, link: Link | None = None) -> None:
         self.s, self.rng, self.workers, self.rnd = s, rng, workers, rnd
+        self.link = link
+        # the artifacts' sizes for the link: their own stream (the main one stays as without)
+        self._size_rnd = random.Random(str(rnd.getstate()[1][:8]))
+        self._sizes: dict[int, float] = {}
         self.first_batch = first_batch
         self.index = {rng.sha(i): i for i in range(-1, len(rng.commits))}
         self.built: set[int] = set()
@@ -136,8 +146,11 @@ class VirtualCluster:
         cost = 0.0
         self.tried.add(i)
         if i not in self.built:
-            cost += self._jit(ARTIFACT)
+            jit = self._jit(ARTIFACT)
+            cost += jit if self.link is None else self.link.need(i, self._size(i), self.clock)
             if i in s.unbuildable:
+                if self.link is not None:
+                    self.link.forget(i)
                 return cost, Evaluation(commit=commit, status=EvalStatus.UNAVAILABLE,
                                         reason="no artifact")
             self.built.add(i)
@@ -167,6 +180,22 @@ class VirtualCluster:
         self.samples += runs
         cost += sum(self._jit(SAMPLE) for _ in range(runs))
         return cost, Evaluation(commit=commit, status=EvalStatus.MEASURED, measurement=m)
+
+    def _size(self, i: int) -> float:
+        if i not in self._sizes:
+            self._sizes[i] = ARTIFACT * self._size_rnd.uniform(0.8, 1.2)
+        return self._sizes[i]
+
+    # the prefetcher (k = 1, with a link): the Driver's PrefetchSink
+    def prefetch(self, commits: Iterable[str]) -> None:
+        if self.link is not None:
+            idx = [self.index[c] for c in commits]
+            self.link.prefetch({i: self._size(i) for i in idx if i not in self.built},
+                               self.clock)
+
+    def keep_only(self, commits: Iterable[str]) -> None:
+        if self.link is not None:
+            self.link.keep_only({self.index[c] for c in commits}, self.clock)
 
     # the one-at-a-time evaluator (k = 1)
     def evaluate(self, commit: str, more: More = None) -> Evaluation:
