@@ -2,6 +2,7 @@
 
     python3 benchmarks/bench_accuracy.py [--trials 1000] [--seed 0] [--jobs N]
                                          [--max-crash 0.05] [--rows all|goals]
+                                         [--prefetch none|independent|shared]
 
 Every arm runs on the same randomized scenarios and noise seeds (src/vllm_bisect/sim/virtual.py: n
 50..1000 commits, skip rate 0..20%, server crashes 0..5% per start, the cost model
@@ -71,6 +72,7 @@ class Trial:
     server_cv: float = 0.0
     acceptance: bool = False
     link: str = "none"   # vllm-bisect arms: "none" (no prefetch), "independent", "shared"
+    pool: int = 2        # prefetch threads (the Prefetcher's default: 2)
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,8 @@ def run_trial(t: Trial) -> Outcome:
     rng = commit_range(s.n)
     sp = spec_for(t.arm, s)
     # plain `git bisect run` fetches each artifact when git checks the commit out: no link
-    link = None if t.arm == "plain" or t.link == "none" else Link(t.link == "independent")
+    link = None if t.arm == "plain" or t.link == "none" else Link(t.link == "independent",
+                                                                      pool=t.pool)
     cluster = VirtualCluster(s, rng, 1, random.Random(t.seed * 7919 + 1),
                              first_batch=sp.probe.requests, link=link)
     refused = False
@@ -185,7 +188,7 @@ def label_of(effect: float | None, cv: float | None, server_cv: float, acc: bool
 
 
 def trials(seed: int, n: int, crash: float, rows: str, arms: tuple[str, ...],
-           link: str = "none") -> Iterator[tuple[str, Trial]]:
+           link: str = "none", pool: int = 2) -> Iterator[tuple[str, Trial]]:
     for r, (effect, cv, server_cv, acc) in enumerate(ITL_ROWS):
         if rows == "cap":
             break
@@ -202,14 +205,14 @@ def trials(seed: int, n: int, crash: float, rows: str, arms: tuple[str, ...],
             for j in range(n):
                 yield label, Trial(arm, seed * 1_000_003 + r * 10_007 + j, "itl", effect, cv,
                                    max_crash=crash, server_cv=server_cv, acceptance=acc,
-                                   link=link)
+                                   link=link, pool=pool)
     for r, q in enumerate(CAP_QS if rows in ("all", "cap") else (), start=len(ITL_ROWS)):
         for arm in ARMS["length"]:
             if arm not in arms:
                 continue
             for j in range(n):
                 yield f"q = {q}", Trial(arm, seed * 1_000_003 + r * 10_007 + j, "length",
-                                        None, None, q, crash, link=link)
+                                        None, None, q, crash, link=link, pool=pool)
 
 
 def fmt(r: Row) -> str:
@@ -234,18 +237,22 @@ def main() -> None:
                     help="vllm-bisect arms prefetch the next commits' artifacts (its default "
                          "for wheels and images) over a link of independent or shared "
                          "bandwidth; plain git bisect run never prefetches")
+    ap.add_argument("--prefetch-pool", type=int, default=2,
+                    help="prefetch threads (the Prefetcher's default: 2)")
     a = ap.parse_args()
     arms = tuple(a.arms.split(","))
-    items = list(trials(a.seed, a.trials, a.max_crash, a.rows, arms, a.prefetch))
+    items = list(trials(a.seed, a.trials, a.max_crash, a.rows, arms, a.prefetch,
+                        a.prefetch_pool))
     with ProcessPoolExecutor(a.jobs) as pool:
         outs = list(pool.map(run_trial, [t for _, t in items], chunksize=4))
     groups: dict[tuple[str, str], list[Outcome]] = {}
     for (label, t), o in zip(items, outs, strict=True):
         groups.setdefault((label, t.arm), []).append(o)
     rows = [summarize(label, arm, os_) for (label, arm), os_ in groups.items()]
+    threads = f"{a.prefetch_pool} prefetch thread{'s' * (a.prefetch_pool > 1)}"
     print(f"{a.trials} scenarios per row (seed {a.seed}): n 50..1000, skip rate 0..20%, "
           f"server crashes 0..{a.max_crash:.0%} per start; vllm-bisect prefetch: "
-          f"{a.prefetch}\n")
+          f"{a.prefetch}{f' ({threads})' if a.prefetch != 'none' else ''}\n")
     head = ("| {} | arm | exact culprit | refused | commits probed | server starts | "
             "probe requests | sim. wall (h) |\n|---|---|---|---|---|---|---|---|")
     print("ITL slowdown (effect | request CV | server CV, +acc: acceptance noise):\n")
