@@ -16,6 +16,7 @@ default; --noisy uses the sequential strategy on ITL with effect 1.3x and CV 10%
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import random
 import statistics
@@ -123,6 +124,8 @@ def main() -> None:
                     help="instead: bisect an N-commit history on the real simulator")
     ap.add_argument("--repeats", type=int, default=3, help="--real: histories per row")
     a = ap.parse_args()
+    if not a.real:  # the Driver's per-scenario warnings (fall-backs, retries): hundreds
+        logging.disable(logging.WARNING)
     if a.real:
         real(a.real, a.repeats)
         return
