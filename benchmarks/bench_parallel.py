@@ -124,11 +124,10 @@ def main() -> None:
                     help="instead: bisect an N-commit history on the real simulator")
     ap.add_argument("--repeats", type=int, default=3, help="--real: histories per row")
     a = ap.parse_args()
-    if not a.real:  # the Driver's per-scenario warnings (fall-backs, retries): hundreds
-        logging.disable(logging.WARNING)
     if a.real:
         real(a.real, a.repeats)
         return
+    logging.disable(logging.WARNING)  # the Driver's per-scenario warnings: hundreds
     global STRATEGY
     STRATEGY = a.strategy
     kind = (f"{a.strategy} ITL, 1.3x, CV 10%, server CV {a.server_cv:.0%}" if a.noisy

@@ -146,7 +146,7 @@ class VirtualCluster:
         cost = 0.0
         self.tried.add(i)
         if i not in self.built:
-            jit = self._jit(ARTIFACT)
+            jit = self._jit(ARTIFACT)  # drawn with a link too: the main stream stays aligned
             cost += jit if self.link is None else self.link.need(i, self._size(i), self.clock)
             if i in s.unbuildable:
                 if self.link is not None:
@@ -189,9 +189,8 @@ class VirtualCluster:
     # the prefetcher (k = 1, with a link): the Driver's PrefetchSink
     def prefetch(self, commits: Iterable[str]) -> None:
         if self.link is not None:
-            idx = [self.index[c] for c in commits]
-            self.link.prefetch({i: self._size(i) for i in idx if i not in self.built},
-                               self.clock)
+            idx = [self.index[c] for c in commits]  # what is built, the link skips as done
+            self.link.prefetch({i: self._size(i) for i in idx}, self.clock)
 
     def keep_only(self, commits: Iterable[str]) -> None:
         if self.link is not None:
