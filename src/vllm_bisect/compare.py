@@ -20,10 +20,10 @@ from typing import Any
 
 from vllm_bisect.builders import Builder
 from vllm_bisect.builders.base import ArtifactKind
-from vllm_bisect.errors import ArtifactUnavailable, FatalError, RecoverableError
+from vllm_bisect.errors import FatalError, RecoverableError
 from vllm_bisect.models import Measurement
 from vllm_bisect.probes.decode import DecodeProbe
-from vllm_bisect.runtime.process import free_port, run_server
+from vllm_bisect.runtime.launch import ProcessLauncher, ServerSpec
 from vllm_bisect.spec import BisectSpec, ServeSpec
 
 
@@ -91,15 +91,10 @@ def compare(spec: BisectSpec, builder: Builder, commit: str, a: Variant, b: Vari
     with contextlib.ExitStack() as stack:
         handles = {}
         for v in (a, b):
-            port = free_port()
-            plan = artifact.launch_plan(v.serve_spec(spec.serve), port)
-            if plan is None:
-                raise ArtifactUnavailable("this artifact cannot be launched here")
-            handles[v.name] = stack.enter_context(run_server(
-                plan, url=f"http://127.0.0.1:{port}", model=spec.serve.model,
-                log_path=log_dir / f"compare-{v.name}-{commit[:12]}.log",
+            handles[v.name] = stack.enter_context(ProcessLauncher().serve(artifact, ServerSpec(
+                v.serve_spec(spec.serve), log_dir / f"compare-{v.name}-{commit[:12]}.log",
                 timeout_s=spec.ops.startup_timeout_s,
-                serialize_startup=spec.ops.serialize_startup))
+                serialize_startup=spec.ops.serialize_startup)))
         for v in (a, b):  # warm both before any counted pair
             with contextlib.suppress(RecoverableError):
                 probe.measure(handles[v.name], requests=1)

@@ -80,14 +80,15 @@ def test_serve_template_takes_the_speculative_config() -> None:
     import shlex
 
     from vllm_bisect.builders.base import Artifact, ArtifactKind
+    from vllm_bisect.runtime.launch import launch_plan
     from vllm_bisect.spec import ServeSpec, SpeculativeSpec
 
     art = Artifact(commit="c" * 40, kind=ArtifactKind.COMMAND, identity="x",
                    serve_template="vllm serve {model} --port {port} {speculative}")
-    on = art.launch_plan(ServeSpec(model="m", speculative=SpeculativeSpec()), 8123)
+    on = launch_plan(art, ServeSpec(model="m", speculative=SpeculativeSpec()), 8123)
     assert on is not None and on.shell is not None
     assert shlex.split(on.shell) == ["vllm", "serve", "m", "--port", "8123", "--speculative-config",
                                      '{"method":"mtp","num_speculative_tokens":3}']
-    off = art.launch_plan(ServeSpec(model="m", speculative=None), 8123)
+    off = launch_plan(art, ServeSpec(model="m", speculative=None), 8123)
     assert off is not None and off.shell is not None
     assert shlex.split(off.shell) == ["vllm", "serve", "m", "--port", "8123"]

@@ -40,8 +40,8 @@ from vllm_bisect.errors import (
 )
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement
 from vllm_bisect.probes.vllm_bench import bench_throughput
-from vllm_bisect.runtime.base import ServerHandle
-from vllm_bisect.runtime.process import free_port, run_server
+from vllm_bisect.runtime.base import ServerHandle, server_env
+from vllm_bisect.runtime.launch import Launcher, ServerSpec, launch_plan, launcher_for
 from vllm_bisect.spec import BisectSpec, ImageBuild, ServeSpec
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class Evaluator:
                         devices=None if devices is None else tuple(devices), cancel=cancel,
                         phase=self._phase, env=extra,
                         pass_env=tuple(self.spec.serve.pass_env))
-        env = fingerprint({**self.spec.serve.env, **extra})
+        env = fingerprint(server_env(self.spec.serve, extra=extra))
         cancelled = Evaluation(commit=commit, status=EvalStatus.CANCELLED, reason="cancelled",
                                environment=env)
         if call.cancelled():
@@ -183,7 +183,7 @@ class Evaluator:
                              hint='use probe.bench.kind = "serve"')
         call.say("vllm bench throughput (offline)")
         if call.plan is None:  # the env the server would get
-            call = dataclasses.replace(call, plan=call.artifact.launch_plan(self.spec.serve, 0))
+            call = dataclasses.replace(call, plan=launch_plan(call.artifact, self.spec.serve, 0))
         return m.model_copy(update={"bench": bench_throughput(
             call.vllm, self.spec.serve.model, bench.args, log=call.log("bench"),
             env=call.bench_env, timeout_s=self.spec.ops.bench_timeout_s)})
@@ -197,43 +197,31 @@ class Evaluator:
         assert m is not None
         return m
 
+    def launcher(self, kind: ArtifactKind) -> Launcher:
+        """The runtime's launcher for an artifact kind (:mod:`vllm_bisect.runtime.launch`)."""
+        build = self.spec.build if isinstance(self.spec.build, ImageBuild) else None
+        return launcher_for(kind, build=build, client=self.container_client)
+
     def _serve_and_probe(self, call: EvalCall, serve: ServeSpec, steps: list[ProbeStep]
                          ) -> tuple[Measurement, float | None]:
-        artifact, commit = call.artifact, call.commit
+        artifact = call.artifact
         assert artifact is not None
-        plan = artifact.launch_plan(serve, port := free_port())
-        call = dataclasses.replace(call, plan=plan)
+        call = dataclasses.replace(call, plan=launch_plan(artifact, serve, 0))
         log = call.log("serve")
         log.parent.mkdir(parents=True, exist_ok=True)
+        ops = self.spec.ops
+        server = ServerSpec(serve=serve, log_path=log, timeout_s=ops.startup_timeout_s,
+                            serialize_startup=ops.serialize_startup, cancel=call.cancel,
+                            devices=call.devices, session_id=self.session_id,
+                            hf_cache=ops.hf_cache, on_start=self._started(call.commit),
+                            on_stop=self._stopped)
         if artifact.kind is ArtifactKind.IMAGE:
-            from vllm_bisect.runtime.container import run_container
-
-            assert isinstance(self.spec.build, ImageBuild)
-            build = self.spec.build if call.devices is None else self.spec.build.model_copy(
-                update={"gpus": list(call.devices)})
             call.say(f"starting container {artifact.image}")
-            with run_container(self.container_client(), artifact, serve, build,
-                               port=port, log_path=log, session_id=self.session_id,
-                               timeout_s=self.spec.ops.startup_timeout_s,
-                               hf_cache=self.spec.ops.hf_cache,
-                               serialize_startup=self.spec.ops.serialize_startup,
-                               cancel=call.cancel) as h:
-                call.say(f"probing ({h.startup_s:.1f} s to healthy)")
-                return self._probe(call, h, steps), h.startup_s
-        if plan is None:
-            assert artifact.url is not None
-            call.say("probing")
-            handle = ServerHandle(url=artifact.url, model=serve.model)
-            return self._probe(call, handle, steps), None
-        plan = dataclasses.replace(
-            plan, env={**(plan.env or {}), **call.env, "VLLM_BISECT_SESSION": self.session_id})
-        call.say("starting server")
-        with run_server(plan, url=f"http://127.0.0.1:{port}", model=serve.model,
-                        log_path=log, timeout_s=self.spec.ops.startup_timeout_s,
-                        on_start=self._started(commit), on_stop=self._stopped,
-                        serialize_startup=self.spec.ops.serialize_startup,
-                        cancel=call.cancel) as h:
-            call.say(f"probing ({h.startup_s:.1f} s to healthy)")
+        elif artifact.kind is not ArtifactKind.URL:
+            call.say("starting server")
+        with self.launcher(artifact.kind).serve(artifact, server) as h:
+            call.say("probing" if h.startup_s is None
+                     else f"probing ({h.startup_s:.1f} s to healthy)")
             return self._probe(call, h, steps), h.startup_s
 
     def _started(self, commit: str) -> Callable[[int], None]:

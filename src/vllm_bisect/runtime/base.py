@@ -1,10 +1,40 @@
-"""What a runtime hands to a probe: where the server answers and where its log is."""
+"""Plain data between builders, runtime and probes: the :class:`Artifact` a builder made, the
+:class:`ServerHandle` a launcher hands to a probe (where the server answers, where its log is),
+and :func:`server_env`, the one place a server's environment additions are merged."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from vllm_bisect.spec import ArtifactKind, ServeSpec
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """What a builder made for one commit (plain data: how it is served is the runtime's
+    launchers' business, :mod:`vllm_bisect.runtime.launch`)."""
+
+    commit: str
+    kind: ArtifactKind
+    identity: str                      # what was served: a venv path, a URL, a command
+    checkout: Path | None = None
+    venv: Path | None = None
+    url: str | None = None
+    serve_template: str | None = None  # command builder: {port} {model} {commit} {speculative}
+    image: str | None = None           # image builder: the pulled reference
+    digest: str | None = None          # image builder: repo digest or image id
+    env: dict[str, str] = field(default_factory=dict)
+    cached: bool = False
+
+
+def server_env(serve: ServeSpec, artifact: Artifact | None = None,
+               extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What a server gets on top of the allowlisted environment
+    (:func:`~vllm_bisect.runtime.childenv.child_env`): the artifact's env, then the spec's
+    ``serve.env``, then ``extra`` (what a caller adds: GPUs, profiler variables). Later wins."""
+    return {**(artifact.env if artifact is not None else {}), **serve.env, **(extra or {})}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,8 @@ import docker
 import docker.errors
 from docker.types import DeviceRequest
 
-from vllm_bisect.builders.base import Artifact
 from vllm_bisect.errors import ServeError
-from vllm_bisect.runtime.base import ServerHandle
+from vllm_bisect.runtime.base import Artifact, ServerHandle, server_env
 from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.process import startup_lock, startup_lock_path, wait_healthy
 from vllm_bisect.spec import ImageBuild, ServeSpec
@@ -34,10 +33,11 @@ SESSION_LABEL = "vllm-bisect.session"
 OWNER_LABEL = "vllm-bisect.owner-pid"
 
 
-def container_env(serve: ServeSpec) -> dict[str, str]:
+def container_env(serve: ServeSpec, artifact: Artifact | None = None,
+                  extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """vLLM's own variables from our environment (no credentials; HF_TOKEN only when
-    serve.pass_env names it), then serve.env."""
-    return child_env(serve.env, pass_env=serve.pass_env, container=True)
+    serve.pass_env names it), then :func:`server_env` (serve.env, then ``extra``)."""
+    return child_env(server_env(serve, artifact, extra), pass_env=serve.pass_env, container=True)
 
 
 def device_requests(gpus: str | list[int]) -> list[DeviceRequest]:
@@ -73,14 +73,17 @@ def _stream_logs(container: Any, log_path: Path) -> None:
 def run_container(client: docker.DockerClient, artifact: Artifact, serve: ServeSpec,
                   build: ImageBuild, *, port: int, log_path: Path, session_id: str,
                   timeout_s: float, hf_cache: str | None = None, serialize_startup: bool = True,
-                  cancel: threading.Event | None = None) -> Iterator[ServerHandle]:
-    """Serve the image; ``timeout_s``, ``hf_cache``, ``serialize_startup``: the spec's [ops]."""
+                  cancel: threading.Event | None = None, extra_args: tuple[str, ...] = (),
+                  extra_env: Mapping[str, str] | None = None) -> Iterator[ServerHandle]:
+    """Serve the image; ``timeout_s``, ``hf_cache``, ``serialize_startup``: the spec's [ops];
+    ``extra_args`` and ``extra_env``: what this start adds (:mod:`vllm_bisect.runtime.launch`)."""
     assert artifact.image is not None
     command = [serve.model, "--port", str(port), "--host", "127.0.0.1", *serve.args]
     spec_json = serve.speculative_config_json()
     if spec_json is not None:
         command += ["--speculative-config", spec_json]
-    env = container_env(serve)
+    command += extra_args
+    env = container_env(serve, artifact, extra_env)
     kwargs: dict[str, Any] = dict(
         command=command, detach=True, environment=env,
         labels={SESSION_LABEL: session_id, OWNER_LABEL: str(os.getpid()),
