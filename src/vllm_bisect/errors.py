@@ -25,15 +25,19 @@ Only the ``cli`` package turns these into messages and exit codes; library code 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class BisectError(Exception):
     """Base of every error vllm-bisect raises deliberately."""
 
-    def __init__(self, message: str, *, hint: str = "", log_tail: str = "") -> None:
+    def __init__(self, message: str, *, hint: str = "", log_tail: str = "",
+                 log: Path | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
         self.log_tail = log_tail
+        self.log = log  # the log to read about it (a server's, a build's), as an object
 
     def __str__(self) -> str:
         return self.message
@@ -111,11 +115,10 @@ def disk_full(err: BaseException, where: str = "") -> HostFault | None:
                           "then resume the session")
 
 
-def untestable_hint(reason: str) -> str:
+def untestable_hint(log: Path | None) -> str:
     """The hint when the good endpoint could not be tested: its server log when it has one
     (a serve command that fails at every commit is wrong itself, not the commit)."""
-    if "log: " in reason:
-        log = reason.rpartition("log: ")[2].rstrip(")")
+    if log is not None:
         return (f"read its log {log}: if the serve command fails at every commit, "
                 "fix the command or serve arguments; otherwise pick a good commit that "
                 "builds and serves")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Verdict(StrEnum):
@@ -138,8 +139,36 @@ class EvalStatus(StrEnum):
     #                               never cached or journaled
 
 
+class FailureKind(StrEnum):
+    """Why an evaluation has no measurement, as the verdict rules need it (typed: the crash
+    rule reads this, never the reason text)."""
+
+    SERVE = "serve"          # the server died or never became healthy (ServeError)
+    PROBE = "probe"          # the probe failed on a running server (ProbeError and its kinds)
+    OTHER = "other"          # another recoverable error while measuring
+    INTERNAL = "internal"    # an unexpected exception (a bug): a skip, never a crash
+
+    @property
+    def crash(self) -> bool:
+        """What the ``crash`` symptom counts: a server that died or a probe that failed."""
+        return self in (FailureKind.SERVE, FailureKind.PROBE)
+
+
+# how records written before ``failure`` existed said it: the error class in the reason
+LEGACY_CRASH_MARKERS = {"ServeError": FailureKind.SERVE, "ProbeError": FailureKind.PROBE,
+                        "StreamFormatError": FailureKind.PROBE}
+TWO_LEVEL_SAMPLES = "two_level_samples"  # where older records kept Evaluation.samples
+
+
+def legacy_failure(reason: str) -> FailureKind | None:
+    """The failure a record written before the typed field meant (its reason's error class)."""
+    return next((k for m, k in LEGACY_CRASH_MARKERS.items() if m in reason), None)
+
+
 class Evaluation(_Value):
-    """The result of trying to measure one commit (before any verdict)."""
+    """The result of trying to measure one commit (before any verdict). ``failure``: why it
+    was not measured (FAILED); ``log``: the log to read about it; ``samples``: a two-level
+    policy's per-server samples (log scale), one list per server."""
 
     commit: str
     status: EvalStatus
@@ -149,6 +178,27 @@ class Evaluation(_Value):
     artifact: str | None = None
     startup_s: float | None = None
     environment: dict[str, object] = Field(default_factory=dict)
+    failure: FailureKind | None = None
+    log: Path | None = None
+    samples: list[list[float]] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        """Journals written before the typed fields: read failure, log and samples from
+        where they were kept then (the reason text, the environment)."""
+        if not isinstance(data, dict):
+            return data
+        reason = str(data.get("reason") or "")
+        if data.get("status") == EvalStatus.FAILED and "failure" not in data:
+            data = {**data, "failure": legacy_failure(reason)}
+        if data.get("status") == EvalStatus.FAILED and "log" not in data and "log: " in reason:
+            data = {**data, "log": reason.rpartition("log: ")[2].rstrip(")")}
+        env = data.get("environment")
+        if isinstance(env, dict) and TWO_LEVEL_SAMPLES in env and "samples" not in data:
+            env = dict(env)
+            data = {**data, "samples": env.pop(TWO_LEVEL_SAMPLES), "environment": env}
+        return data
 
 
 class Verification(_Value):

@@ -17,7 +17,7 @@ from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.bisect.policies import make_policy
 from vllm_bisect.bisect.policy import Role
 from vllm_bisect.bisect.strategy import bounds, ends_search, next_step, unconfirmed_pair
-from vllm_bisect.bisect.twolevel_policy import SAMPLES_KEY, STEP_ALPHA, TwoLevelPolicy
+from vllm_bisect.bisect.twolevel_policy import STEP_ALPHA, TwoLevelPolicy
 from vllm_bisect.models import EvalStatus, Evaluation, Verdict
 from vllm_bisect.sim.virtual import More, Scenario, VirtualCluster, commit_range, measurement
 from vllm_bisect.spec import parse_spec
@@ -69,7 +69,7 @@ def _ev(sha: str, groups: list[list[float]]) -> Evaluation:
     flat = [x for g in groups for x in g]
     m = measurement(flat, 256)
     return Evaluation(commit=sha, status=EvalStatus.MEASURED, measurement=m,
-                      environment={SAMPLES_KEY: groups})
+                      samples=groups)
 
 
 def test_a_confirmation_goes_on_from_the_commits_servers_at_a_stricter_bound() -> None:
@@ -104,7 +104,7 @@ def test_a_confirmation_goes_on_from_the_commits_servers_at_a_stricter_bound() -
         Decision.MORE_REQUESTS, Decision.NEW_SERVER)
     merged = p.finish("c", Evaluation(commit="c", status=EvalStatus.MEASURED,
                                       measurement=measurement([13.1, 12.9, 13.4, 13.0], 256)))
-    assert len(merged.environment[SAMPLES_KEY]) == 2
+    assert merged.samples is not None and len(merged.samples) == 2
     out = p.judge(merged, Role.CONFIRM)
     assert out.verdict is Verdict.BAD and "decides at +-5.3" in out.reason
     assert len(p.test.model.bad) == len(model_with_c.bad) + 1   # c's one old server -> its two

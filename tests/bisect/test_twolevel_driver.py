@@ -11,7 +11,6 @@ import pytest
 
 from tests.bisect.test_driver import run_driver
 from tests.helpers import history, make_spec
-from vllm_bisect.bisect.twolevel_policy import SAMPLES_KEY
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Verdict
 from vllm_bisect.sim.history import sim_path
@@ -34,7 +33,7 @@ def test_default_spec_finds_a_slowdown_under_server_level_noise(tmp_path: Path) 
     bad = next(o for o in r.probed if o.commit == h.bad)
     assert good.verdict is Verdict.GOOD and bad.verdict is Verdict.BAD
     for sha in (h.good, h.bad):  # every endpoint server's samples are kept
-        servers = r.evaluations[sha].environment[SAMPLES_KEY]
+        servers = r.evaluations[sha].samples
         assert isinstance(servers, list) and len(servers) >= 1
     steps = [o for o in r.probed if o.commit not in (h.good, h.bad)]
     assert steps and all(o.verdict is not Verdict.SKIP for o in steps)
@@ -88,7 +87,7 @@ def test_default_spec_bisects_throughput_and_mtp_speedup_under_server_level_nois
     assert r.strategy_chosen == "twolevel" and "two-level" in r.strategy_reason
     assert r.first_bad == h.planted["itl" if symptom == "throughput" else "mtp-speedup"]
     for sha in (h.good, h.bad):  # calibrated on several servers per endpoint (one sample each)
-        servers = r.evaluations[sha].environment[SAMPLES_KEY]
+        servers = r.evaluations[sha].samples
         assert isinstance(servers, list) and all(len(g) == 1 for g in servers)
     steps = [o for o in r.probed if o.commit not in (h.good, h.bad)]
     assert steps and all(o.reason.startswith("two-level") for o in steps)

@@ -44,8 +44,9 @@ def check_endpoints(t: Tester, good: Outcome | None, bad: Outcome | None) -> Non
     """Raise NotReproduced unless the old end judged old (good) and the new end new (bad)."""
     rng, terms = t.rng, t.terms
     if good is not None and good.verdict is Verdict.SKIP:
+        ev = t.evaluations.get(good.commit)
         raise NotReproduced(f"the good endpoint {rng.good.sha[:12]} could not be tested: "
-                            f"{good.reason}", hint=untestable_hint(good.reason))
+                            f"{good.reason}", hint=untestable_hint(ev.log if ev else None))
     problems = []
     if good is not None and good.verdict is not Verdict.GOOD:
         problems.append(f"{terms.old} endpoint {rng.good.sha[:12]} judged {good.verdict} "

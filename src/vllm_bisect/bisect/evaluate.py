@@ -36,9 +36,10 @@ from vllm_bisect.errors import (
     FatalError,
     ProbeError,
     RecoverableError,
+    ServeError,
     disk_full,
 )
-from vllm_bisect.models import EvalStatus, Evaluation, Measurement
+from vllm_bisect.models import EvalStatus, Evaluation, FailureKind, Measurement
 from vllm_bisect.probes.vllm_bench import bench_throughput
 from vllm_bisect.runtime.base import ServerHandle, server_env
 from vllm_bisect.runtime.launch import Launcher, ServerSpec, launch_plan, launcher_for
@@ -134,9 +135,10 @@ class Evaluator:
         except RecoverableError as err:
             if isinstance(err, Cancelled) or call.cancelled():
                 return cancelled.model_copy(update={"artifact": artifact.identity})
-            where = f" (log: {err.hint.partition('log: ')[2]})" if "log: " in err.hint else ""
+            where = f" (log: {err.log})" if err.log is not None else ""
             return Evaluation(commit=call.commit, status=EvalStatus.FAILED,
                               reason=f"{type(err).__name__}: {err.message}{where}",
+                              failure=failure_kind(err), log=err.log,
                               log_tail=err.log_tail, artifact=artifact.identity, environment=env)
         return Evaluation(commit=call.commit, status=EvalStatus.MEASURED, measurement=m,
                           artifact=artifact.identity, startup_s=startup, environment=env)
@@ -153,12 +155,13 @@ class Evaluator:
             log.parent.mkdir(parents=True, exist_ok=True)
             with open(log, "a", encoding="utf-8") as fh:
                 fh.write("".join(traceback.format_exception(err)) + "\n")
-            where = f" (log: {log})"
+            where, written = f" (log: {log})", log
         except OSError:
-            where = ""
+            where, written = "", None
         logger.warning("%s: unexpected %s while %s: %s%s", call.commit[:12], type(err).__name__,
                        doing, err, where)
         return Evaluation(commit=call.commit, status=EvalStatus.FAILED, artifact=artifact,
+                          failure=FailureKind.INTERNAL, log=written,
                           reason=f"internal error while {doing} ({type(err).__name__}: "
                                  f"{str(err)[:300]}){where}", environment=env)
 
@@ -233,6 +236,15 @@ class Evaluator:
     def _stopped(self, pid: int) -> None:
         if self.journal is not None:
             self.journal.server_stopped(pid)
+
+
+def failure_kind(err: RecoverableError) -> FailureKind:
+    """The typed failure of a recoverable error while measuring (what the crash rule reads)."""
+    if isinstance(err, ServeError):
+        return FailureKind.SERVE
+    if isinstance(err, ProbeError):
+        return FailureKind.PROBE
+    return FailureKind.OTHER
 
 
 @contextlib.contextmanager

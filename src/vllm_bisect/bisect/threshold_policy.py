@@ -14,13 +14,12 @@ from vllm_bisect.bisect.terms import Terms
 from vllm_bisect.models import EvalStatus, Evaluation, Outcome, Verdict
 from vllm_bisect.spec import BisectSpec, Symptom
 from vllm_bisect.verdict import Judge
-from vllm_bisect.verdict.symptoms import CRASH_MARKERS
 
 
 def crashed(spec: BisectSpec, ev: Evaluation) -> bool:
     """Following the crash symptom, a server that died or a probe that failed is bad."""
     return (spec.verdict.symptom is Symptom.CRASH and ev.status is EvalStatus.FAILED
-            and any(k in ev.reason for k in CRASH_MARKERS))
+            and ev.failure is not None and ev.failure.crash)
 
 
 def unmeasured(spec: BisectSpec, ev: Evaluation) -> Outcome:

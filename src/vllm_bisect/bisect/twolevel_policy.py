@@ -6,7 +6,7 @@ The statistics are pure (:mod:`vllm_bisect.verdict.twolevel`). A verdict policy
 (:mod:`vllm_bisect.bisect.policy`): :meth:`calibrate` runs the endpoints' servers through
 the Tester (``ServerRuns``); per commit, :meth:`sampler` starts it, :meth:`again` asks for
 a fresh server until the test decides, :meth:`finish` merges its servers (the last server's
-evaluation, with every server's samples under ``environment["two_level_samples"]``), which
+evaluation, with every server's samples in ``Evaluation.samples``), which
 is cached and journaled once decided; :meth:`final` says whether a cached one is decided.
 
 With ``pair_bound`` (``vllm-bisect run``; not the hook, whose steps git chooses) the error
@@ -43,7 +43,6 @@ from vllm_bisect.verdict.twolevel import (
 )
 
 logger = logging.getLogger(__name__)
-SAMPLES_KEY = "two_level_samples"
 CALIBRATION_SERVERS = 8   # per endpoint, at most
 SAMPLE_CAP = 3            # x verdict.max_samples: a commit's samples over all its servers
 # pair_bound (issue 14's benchmark chose these; docs/benchmarks.md): a search step's own error,
@@ -115,9 +114,8 @@ class TwoLevelPolicy(ThresholdPolicy):
         return samples_of(ev.measurement if ev is not None else None, self.symptom)
 
     def groups_of(self, ev: Evaluation) -> list[list[float]]:
-        stored = ev.environment.get(SAMPLES_KEY)
-        if isinstance(stored, list):
-            return [[float(x) for x in g] for g in stored if isinstance(g, list)]
+        if ev.samples is not None:
+            return [list(g) for g in ev.samples]
         s = self.samples(ev)
         return [s] if s else []
 
@@ -137,15 +135,15 @@ class TwoLevelPolicy(ThresholdPolicy):
                earlier: list[Measurement]) -> Evaluation:
         """One evaluation for a commit measured on several servers: the last server's, its
         measurement combined with the ``earlier`` servers' (per-request symptoms), and every
-        server's samples under ``environment["two_level_samples"]``."""
-        env = {**ev.environment, SAMPLES_KEY: [list(g) for g in groups]}
+        server's samples in ``samples``."""
         m = ev.measurement
         if per_request(self.symptom) and earlier and m is not None:
             first = earlier[0]
             for other in [*earlier[1:], m]:
                 first = combine(first, other)
             m = first
-        return ev.model_copy(update={"environment": env, "measurement": m})
+        return ev.model_copy(update={"samples": [[float(x) for x in g] for g in groups],
+                                     "measurement": m})
 
     # -- calibration ---------------------------------------------------------------------
     def calibrate(self, endpoints: EndpointMeasure, tests: int,

@@ -132,7 +132,8 @@ class SourceBuilder:
             raise ToolMissing(f"cannot run {cmd[0]}: {err.strerror}") from None
         if code != 0:
             raise BuildError(f"build of {commit[:12]} failed (exit {code}): {' '.join(cmd[:3])} ...",
-                             hint=f"see the build log: {log}", log_tail=tail(log, 20))
+                             hint=f"see the build log: {log}", log_tail=tail(log, 20),
+                             log=log)
 
     def _artifact(self, commit: str, checkout: Path, venv: Path, cached: bool) -> Artifact:
         lines = (venv / DONE_MARK).read_text().splitlines()

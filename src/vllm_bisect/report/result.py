@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from vllm_bisect.errors import SessionError
-from vllm_bisect.models import Measurement, Verdict
+from vllm_bisect.models import FailureKind, Measurement, Verdict
 
 if TYPE_CHECKING:
     from vllm_bisect.bisect.driver import BisectResult
@@ -65,6 +65,7 @@ class JudgedCommit(_Doc):
     environment: dict[str, Any] | None = None
     measurement: Measurement | None = None
     per_request: PerRequest | None = None
+    failure: FailureKind | None = None  # why it has no measurement (the crash symptom reads it)
 
 
 class VerificationDoc(_Doc):
@@ -144,7 +145,8 @@ class BisectReport(_Doc):
                 commit=o.commit, index=order.get(o.commit), subject=subjects.get(o.commit),
                 verdict=o.verdict, reason=o.reason, from_cache=o.from_cache,
                 artifact=ev.artifact if ev else None, environment=ev.environment if ev else None,
-                measurement=_lean(o.measurement), per_request=PerRequest.of(o.measurement)))
+                measurement=_lean(o.measurement), per_request=PerRequest.of(o.measurement),
+                failure=ev.failure if ev else None))
         return cls(search=result.search,
                    first_new_label=("first fixed commit" if result.search == "fix"
                                     else "first bad commit"),

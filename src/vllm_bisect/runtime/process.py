@@ -113,7 +113,8 @@ def wait_healthy(url: str, exit_code: Callable[[], int | None], timeout_s: float
             if code is not None:
                 raise ServeError(
                     f"{what} exited with code {code} before it was healthy",
-                    hint=f"see the server log: {log_path}", log_tail=tail(log_path))
+                    hint=f"see the server log: {log_path}", log_tail=tail(log_path),
+                    log=log_path)
             try:
                 r = client.get(f"{url}/health")
                 if r.status_code == 200:
@@ -125,7 +126,7 @@ def wait_healthy(url: str, exit_code: Callable[[], int | None], timeout_s: float
                     f"{what} not healthy after {timeout_s:.0f} s",
                     hint="raise ops.startup_timeout_s if loading is slow; "
                          f"see the server log: {log_path}",
-                    log_tail=tail(log_path))
+                    log_tail=tail(log_path), log=log_path)
             time.sleep(min(interval_s * (1 + (time.monotonic() - started) / 5), 1.0))
 
 

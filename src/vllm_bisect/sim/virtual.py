@@ -39,7 +39,14 @@ from dataclasses import dataclass
 
 from vllm_bisect.bisect.executor import Done
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
-from vllm_bisect.models import EvalStatus, Evaluation, Measurement, RequestResult, TokensSource
+from vllm_bisect.models import (
+    EvalStatus,
+    Evaluation,
+    FailureKind,
+    Measurement,
+    RequestResult,
+    TokensSource,
+)
 from vllm_bisect.sim.link import Link
 
 ARTIFACT, START, SAMPLE, TEARDOWN = 5.0, 3.0, 1.0, 0.2
@@ -157,7 +164,8 @@ class VirtualCluster:
         cost += self._jit(START)
         self.starts += 1
         if s.crash_rate and self.rnd.random() < s.crash_rate:
-            return cost, Evaluation(commit=commit, status=EvalStatus.FAILED, reason=CRASH)
+            return cost, Evaluation(commit=commit, status=EvalStatus.FAILED, reason=CRASH,
+                                    failure=FailureKind.SERVE)
         mean = s.mean_itl(i)
         if s.server_cv:  # this server start's own level
             mean *= max(0.05, self.rnd.gauss(1.0, s.server_cv))

@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_bisect.models import FailureKind, legacy_failure
+
 SYMPTOMS = ("length", "itl", "acceptance", "correctness", "crash")
-CRASH_MARKERS = ("ServeError", "ProbeError", "StreamFormatError")
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ def symptoms_of(p: dict[str, Any], ref: dict[str, Any] | None, min_tokens: int |
     probed entry, for the per-request text digests)."""
     m = p.get("measurement")
     if m is None:
-        crashed = any(k in (p.get("reason") or "") for k in CRASH_MARKERS)
+        crashed = _crashed(p)
         return {"length": None, "itl": None, "acceptance": None, "correctness": None,
                 "crash": crashed or None}
     outs = m.get("output_tokens") or []
@@ -47,6 +48,14 @@ def symptoms_of(p: dict[str, Any], ref: dict[str, Any] | None, min_tokens: int |
     out["acceptance"] = None if not r_acc or acc is None else acc < 0.9 * r_acc
     out["correctness"] = _wrong_text(p, ref_p)
     return out
+
+
+def _crashed(p: dict[str, Any]) -> bool:
+    """The entry's typed failure is a crash (a result written before the field: the error
+    class its reason names)."""
+    failure = p.get("failure")
+    kind = legacy_failure(p.get("reason") or "") if failure is None else FailureKind(failure)
+    return kind is not None and kind.crash
 
 
 def _pairs(p: dict[str, Any] | None) -> list[tuple[int, str]]:
