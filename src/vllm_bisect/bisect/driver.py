@@ -18,22 +18,22 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from vllm_bisect.bisect.bayes_search import BayesSearch
+from vllm_bisect.bisect.core import open_core
 from vllm_bisect.bisect.endpoints import intermittence
 from vllm_bisect.bisect.events import EventHandler, NullEvents
 from vllm_bisect.bisect.executor import EvaluateFn, Executor, InlineExecutor
 from vllm_bisect.bisect.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.measurer import Measurer
 from vllm_bisect.bisect.parallel import MultisectionSearch
-from vllm_bisect.bisect.policies import make_policy, resolve_strategy
+from vllm_bisect.bisect.policies import make_policy
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.search import BinarySearch, Search
-from vllm_bisect.bisect.store import MeasurementStore
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.bisect.verify import verify_culprit
 from vllm_bisect.builders.prefetch import PrefetchSink
 from vllm_bisect.models import Evaluation, Measurement, Outcome, Verification
 from vllm_bisect.spec import BisectSpec
-from vllm_bisect.verdict.auto import Strategy
+from vllm_bisect.verdict.auto import Choice, Strategy
 
 __all__ = ["BisectResult", "CommitEvaluator", "Driver", "EventHandler", "NullEvents"]
 
@@ -84,14 +84,23 @@ class Driver:
         self.spec = spec
         self.rng = rng
         self.events: EventHandler = events or NullEvents()
-        store = MeasurementStore(spec, journal, cache)
-        self.measurer = Measurer(executor or InlineExecutor(inline(evaluator)), store,
-                                 prefetcher if (executor is None or executor.workers == 1)
-                                 else None)
-        self.choice = resolve_strategy(spec)  # auto: chosen from the symptom, with the reason
-        self.tester = Tester(rng, store, self.measurer,
-                             make_policy(spec, self.choice.strategy, pair_bound=True),
-                             self.events)
+        # auto: the strategy chosen from the symptom, with the reason
+        self.core = open_core(spec, rng, journal, cache,
+                              executor or InlineExecutor(inline(evaluator)), self.events,
+                              prefetcher=(prefetcher if executor is None or executor.workers == 1
+                                          else None), pair_bound=True)
+
+    @property
+    def tester(self) -> Tester:
+        return self.core.tester
+
+    @property
+    def measurer(self) -> Measurer:
+        return self.core.measurer
+
+    @property
+    def choice(self) -> Choice:
+        return self.core.choice
 
     def search(self) -> Search:
         if self.choice.strategy is Strategy.BAYES:  # flaky: runs chosen by information
@@ -102,14 +111,14 @@ class Driver:
 
     def run(self) -> BisectResult:
         t0 = time.monotonic()
-        rng, t = self.rng, self.tester
+        rng = self.rng
         self.events.on_range(rng)
         strategy = self.choice.strategy
         logger.info("verdict strategy %s: %s", strategy.value, self.choice.reason)
         self.events.on_phase("", f"verdict strategy {strategy.value}: {self.choice.reason}")
-        if self._intermittent():
-            t.policy = make_policy(self.spec, Strategy.BAYES)
+        self._intermittent()
         found = self.search().run()
+        t = self.tester
         first_bad = rng.sha(found.step.culprit) if found.step.culprit is not None else None
         verification = None
         if first_bad is not None and self.spec.verdict.verify_samples > 0:
@@ -124,14 +133,15 @@ class Driver:
                             strategy_chosen=self.choice.strategy.value,
                             strategy_reason=self.choice.reason)
 
-    def _intermittent(self) -> bool:
+    def _intermittent(self) -> None:
         """auto on a cap or a correctness change: does it show in some runs only? (see
-        :func:`~vllm_bisect.bisect.endpoints.intermittence`; the hook runs the same check)."""
+        :func:`~vllm_bisect.bisect.endpoints.intermittence`; the hook runs the same check).
+        If so, the core goes on under bayes."""
         new = intermittence(self.tester, self.spec, self.choice)
         if new is None:
-            return False
-        self.choice = new
+            return
         bayes = new.strategy is Strategy.BAYES
+        policy = make_policy(self.spec, Strategy.BAYES) if bayes else self.core.policy
+        self.core = self.core.with_policy(policy, new)
         logger.log(logging.WARNING if bayes else logging.INFO, "%s", new.reason)
         self.events.on_phase("", f"verdict strategy {new.strategy.value}: {new.reason}")
-        return bayes

@@ -24,22 +24,15 @@ from pathlib import Path
 
 import git
 
-from vllm_bisect.bisect.endpoints import (
-    calibrate_endpoints,
-    check_endpoints,
-    intermittence,
-    intermittence_applies,
-)
+from vllm_bisect.bisect.core import Settle, open_core, settle
+from vllm_bisect.bisect.endpoints import intermittence, intermittence_applies
 from vllm_bisect.bisect.evaluate import Evaluator
-from vllm_bisect.bisect.events import NullEvents
 from vllm_bisect.bisect.executor import InlineExecutor, local_slots
 from vllm_bisect.bisect.journal import ResultCache
-from vllm_bisect.bisect.measurer import Measurer
 from vllm_bisect.bisect.policies import make_policy, resolve_strategy
 from vllm_bisect.bisect.policy import Role
 from vllm_bisect.bisect.range import CommitRange, commit_range, info, open_repo
 from vllm_bisect.bisect.session import Session
-from vllm_bisect.bisect.store import MeasurementStore
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.builders import make_builder
 from vllm_bisect.errors import SpecError
@@ -86,10 +79,6 @@ def bisect_refs(repo: git.Repo, spec: BisectSpec) -> tuple[str | None, str | Non
     return good, bad
 
 
-def bisect_good_ref(repo: git.Repo, spec: BisectSpec) -> str | None:
-    return bisect_refs(repo, spec)[0]
-
-
 def _hook_dir(repo: git.Repo, spec: BisectSpec, good: str | None, bad: str | None) -> Path:
     """One journal per bisect: its endpoints and everything but the range in the spec."""
     blob = f"{good}:{bad}:{spec.model_dump_json(exclude={'range'})}"
@@ -131,15 +120,15 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
             assert session.journal is not None
             builder = make_builder(spec, repo, cache_dir, session.logs)
             evaluator = Evaluator(spec, builder, session.logs, session.journal, session.id)
-            store = MeasurementStore(spec, session.journal, cache)
-            measurer = Measurer(InlineExecutor(evaluator.evaluate, slot, session=session.id),
-                                store)
             one = rng or CommitRange(good=head, bad=head, commits=(head,))
-            t = Tester(one, store, measurer, policy, NullEvents())
+            core = open_core(spec, one, session.journal, cache,
+                             InlineExecutor(evaluator.evaluate, slot, session=session.id),
+                             policy=policy, choice=choice)
+            t = core.tester
             if check_runs:
                 _refuse_if_intermittent(t, spec, choice, session_dir)
             if rng is not None and policy.needs_reference:
-                _settle_endpoints(t)
+                settle(t, Settle.HOOK)
             _replay(t, head.sha)
             return t.test(head, Role.BISECT, 0)
     finally:
@@ -163,15 +152,6 @@ def _refuse_if_intermittent(t: Tester, spec: BisectSpec, choice: Choice,
                         "most", hint="use `vllm-bisect run --spec S` (it bisects this under "
                                      "bayes), or write verdict.strategy = \"threshold\" to judge "
                                      "each commit on one run anyway")
-
-
-def _settle_endpoints(t: Tester) -> None:
-    """Calibrate on (or take the reference from) git bisect's endpoints, measured once."""
-    if t.policy.needs_calibration:
-        calibrate_endpoints(t)
-        return
-    ref = t.test(t.terms.reference(t.rng), t.terms.reference_role, 0)
-    check_endpoints(t, *((None, ref) if t.terms.fix else (ref, None)))
 
 
 def _replay(t: Tester, head: str) -> None:

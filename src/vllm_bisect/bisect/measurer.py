@@ -27,13 +27,16 @@ logger = logging.getLogger(__name__)
 
 class Measurer:
     def __init__(self, executor: Executor, store: MeasurementStore,
-                 prefetcher: PrefetchSink | None = None) -> None:
+                 prefetcher: PrefetchSink | None = None, retries: int | None = None) -> None:
+        """``retries``: servers tried again after a failure (default ``ops.retries``; none
+        when following crashes)."""
         self.executor = executor
         self.store = store
         self.prefetcher = prefetcher
         self.server_starts = 0
         spec = store.spec
-        self.retries = 0 if spec.verdict.symptom is Symptom.CRASH else spec.ops.retries
+        default = 0 if spec.verdict.symptom is Symptom.CRASH else spec.ops.retries
+        self.retries = default if retries is None else retries
         self._next = 0
         # own task id -> (executor task, commit, more, retries left, account)
         self._tasks: dict[int, tuple[int, str, MoreSamples | None, int, bool]] = {}

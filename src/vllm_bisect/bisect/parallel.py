@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from vllm_bisect.bisect.core import Settle, Settling, settle, settling
 from vllm_bisect.bisect.endpoints import calibrate_endpoints, check_endpoints
 from vllm_bisect.bisect.executor import Done
 from vllm_bisect.bisect.multisection import choose, ideal_rounds, useless
@@ -124,10 +125,10 @@ class MultisectionSearch:
         # still has loose verdicts from before: the final pair is re-judged all the same)
         self.pair = self.t.policy.pair_bound
         try:
-            if self.t.policy.needs_calibration:
-                calibrate_endpoints(self.t)
-            else:  # the endpoints run beside the first interior commits
-                self._endpoints()
+            if settling(self.t.policy, Settle.SEARCH) is Settling.VERIFY:
+                self._endpoints()  # beside the first interior commits
+            else:
+                settle(self.t, Settle.SEARCH)
             while True:
                 if self.t.policy.recalibrate:
                     while self.running:   # the model changes: what runs finishes first

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from vllm_bisect.bisect.endpoints import calibrate_endpoints, verify_endpoints
+from vllm_bisect.bisect.core import Settle, settle
+from vllm_bisect.bisect.endpoints import calibrate_endpoints
 from vllm_bisect.bisect.multisection import ideal_rounds
 from vllm_bisect.bisect.policy import Role
 from vllm_bisect.bisect.strategy import (
@@ -53,10 +54,7 @@ class BinarySearch:
 
     def run(self) -> Found:
         t, rng = self.t, self.t.rng
-        if t.policy.needs_calibration:
-            calibrate_endpoints(t)
-        else:
-            verify_endpoints(t)
+        settle(t, Settle.SEARCH)
         n = len(rng.commits)
         rounds = 0
         verdicts: dict[int, Verdict] = {n - 1: Verdict.BAD}

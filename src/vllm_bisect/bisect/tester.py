@@ -32,6 +32,13 @@ class Tester:
         self.probed: list[Outcome] = []
         self.evaluations: dict[str, Evaluation] = {}
 
+    def with_policy(self, policy: VerdictPolicy, measurer: Measurer | None = None) -> Tester:
+        """A tester judging by ``policy`` from now on (measuring through ``measurer``, default
+        the same), with the commits judged so far."""
+        new = Tester(self.rng, self.store, measurer or self.measurer, policy, self.events)
+        new.probed, new.evaluations = self.probed, self.evaluations
+        return new
+
     def test(self, info: CommitInfo, role: Role, steps_left: int,
              more: MoreSamples | None = None, fresh: bool = False) -> Outcome:
         """``fresh``: measure it again even if a measurement is known (a repeated run)."""

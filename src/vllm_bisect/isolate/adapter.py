@@ -29,18 +29,15 @@ from pathlib import Path
 
 import git
 
-from vllm_bisect.bisect.endpoints import calibrate_endpoints, verify_endpoints
+from vllm_bisect.bisect.core import Core, Settle, open_core, settle
 from vllm_bisect.bisect.evaluate import Evaluator
 from vllm_bisect.bisect.events import NullEvents
 from vllm_bisect.bisect.executor import InlineExecutor, local_slots
 from vllm_bisect.bisect.journal import ResultCache, SessionJournal
-from vllm_bisect.bisect.measurer import Measurer
 from vllm_bisect.bisect.policies import make_policy, resolve_strategy
 from vllm_bisect.bisect.policy import Role, VerdictPolicy
 from vllm_bisect.bisect.range import CommitInfo, CommitRange, info
 from vllm_bisect.bisect.session import Session
-from vllm_bisect.bisect.store import MeasurementStore
-from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.builders import Builder, make_builder
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Measurement, Verdict
@@ -90,7 +87,7 @@ class Bench:
         self.events = _Events(on_phase)
         self.on_trial = on_trial
         self._builders: dict[str, Builder] = {}
-        self._testers: dict[str, Tester] = {}
+        self._cores: dict[str, Core] = {}
         self.policy: VerdictPolicy | None = None
         self.choice: Choice | None = None
         self.rng: CommitRange | None = None
@@ -99,16 +96,16 @@ class Bench:
         #                         servers for one)
 
     def close(self) -> None:
-        for t in self._testers.values():
-            t.measurer.close()
-        self._testers.clear()
+        for c in self._cores.values():
+            c.measurer.close()
+        self._cores.clear()
         self.cache.close()
         self.journal.close()
 
-    def _tester(self, spec: BisectSpec) -> Tester:
+    def _core(self, spec: BisectSpec) -> Core:
         assert self.policy is not None and self.rng is not None, "settle() first"
         key = spec.measurement_key("")
-        if key not in self._testers:
+        if key not in self._cores:
             bkey = spec.build.model_dump_json()
             if bkey not in self._builders:
                 self._builders[bkey] = make_builder(spec, self.repo, self.cache_dir,
@@ -118,10 +115,10 @@ class Bench:
                                   on_phase=self.events.on_phase)
             executor = InlineExecutor(evaluator.evaluate, local_slots(spec)[0],
                                       session=self.session.id)
-            store = MeasurementStore(spec, self.journal, self.cache)
-            self._testers[key] = Tester(self.rng, store, Measurer(executor, store),
-                                        self.policy, self.events)
-        return self._testers[key]
+            assert self.choice is not None
+            self._cores[key] = open_core(spec, self.rng, self.journal, self.cache, executor,
+                                         self.events, policy=self.policy, choice=self.choice)
+        return self._cores[key]
 
     def settle(self, spec: BisectSpec, parent: str, culprit: str, tests: int,
                require: bool = True) -> Choice:
@@ -140,19 +137,13 @@ class Bench:
         self.rng = CommitRange(good=info(self.repo.commit(parent)),
                                bad=info(self.repo.commit(culprit)),
                                commits=(info(self.repo.commit(culprit)),))
-        for old in self._testers.values():  # (judged by the previous policy)
+        for old in self._cores.values():  # (judged by the previous policy)
             old.measurer.close()
-        self._testers.clear()
+        self._cores.clear()
         logger.info("verdict strategy %s: %s", self.choice.strategy.value, self.choice.reason)
-        t = self._tester(spec)
+        t = self._core(spec).tester
         try:
-            if self.policy.needs_calibration:
-                calibrate_endpoints(t, tests)
-            elif require:
-                verify_endpoints(t)
-            elif self.policy.needs_reference:
-                ref, role = t.terms.endpoints(self.rng)[0]
-                t.test(ref, role, tests)
+            settle(t, Settle.SEARCH if require else Settle.LOOSE, tests)
         except NotReproduced as e:
             raise NotReproduced(f"the culprit's parent (good) and the culprit (bad) do not "
                                 f"reproduce the symptom: {e.message}",
@@ -178,8 +169,7 @@ class Bench:
         """Test ``commit`` (a scratch commit, or a knob setting's spec) through the core:
         looked up, else measured; judged by the settled policy as a bisect step.
         ``retries``: servers tried again after a failure (default ``ops.retries``)."""
-        t = self._tester(spec)
-        t.measurer.retries = spec.ops.retries if retries is None else retries
+        t = self._core(spec).with_retries(spec.ops.retries if retries is None else retries).tester
         o = t.test(CommitInfo(commit, label, "", ""), Role.BISECT, 0)
         ev = t.evaluations.get(commit)
         trial = Trial(study, label, commit, o.verdict, o.reason, o.measurement,
