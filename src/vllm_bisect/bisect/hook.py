@@ -29,7 +29,7 @@ from vllm_bisect.bisect.endpoints import intermittence, intermittence_applies
 from vllm_bisect.bisect.evaluate import Evaluator
 from vllm_bisect.bisect.executor import InlineExecutor, local_slots
 from vllm_bisect.bisect.journal import ResultCache
-from vllm_bisect.bisect.policies import make_policy, resolve_strategy
+from vllm_bisect.bisect.policies import resolve
 from vllm_bisect.bisect.policy import Role
 from vllm_bisect.bisect.range import CommitRange, commit_range, info, open_repo
 from vllm_bisect.bisect.session import Session
@@ -86,9 +86,9 @@ def _hook_dir(repo: git.Repo, spec: BisectSpec, good: str | None, bad: str | Non
 
 
 def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
-    choice = resolve_strategy(spec)
-    policy = make_policy(spec, choice.strategy)
-    if not policy.supports_hook:
+    plan = resolve(spec)
+    choice = plan.choice
+    if not plan.hook_ok:
         written = str(spec.verdict.strategy)
         chosen = (f"verdict.strategy = {written!r}" if written == choice.strategy.value else
                   f"verdict.strategy = {written!r} (resolved to {choice.strategy.value!r}: "
@@ -105,7 +105,7 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
     check_runs = intermittence_applies(spec, choice) and good_ref and bad_ref
     if check_runs:
         rng = commit_range(repo, good_ref, bad_ref, spec.range.first_parent)
-    if policy.needs_reference:  # (else the range is not needed: ignored, as documented)
+    if plan.needs_reference:  # (else the range is not needed: ignored, as documented)
         if not (good_ref and bad_ref):
             raise SpecError(f"verdict.strategy {str(spec.verdict.strategy)!r} with these "
                             "thresholds needs git bisect's good and bad commits",
@@ -123,11 +123,11 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
             one = rng or CommitRange(good=head, bad=head, commits=(head,))
             core = open_core(spec, one, session.journal, cache,
                              InlineExecutor(evaluator.evaluate, slot, session=session.id),
-                             policy=policy, choice=choice)
+                             choice=choice)
             t = core.tester
             if check_runs:
                 _refuse_if_intermittent(t, spec, choice, session_dir)
-            if rng is not None and policy.needs_reference:
+            if rng is not None and plan.needs_reference:
                 settle(t, Settle.HOOK)
             _replay(t, head.sha)
             return t.test(head, Role.BISECT, 0)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from vllm_bisect.bisect.policy import (
     EndpointMeasure,
@@ -136,8 +137,33 @@ POLICIES: dict[str, type[ThresholdPolicy]] = {
     "twolevel": TwoLevelPolicy,
 }
 
-__all__ = ["POLICIES", "BayesPolicy", "SequentialPolicy", "ThresholdPolicy", "TwoLevelPolicy",
-           "crashed", "make_policy", "resolve_strategy", "unmeasured"]
+__all__ = ["POLICIES", "BayesPolicy", "Plan", "SequentialPolicy", "ThresholdPolicy",
+           "TwoLevelPolicy", "crashed", "make_policy", "resolve", "resolve_strategy",
+           "unmeasured"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a spec's verdict comes to, decided once (:func:`resolve`): the strategy that runs
+    (``auto`` resolved) and why, whether its policy needs the healthy endpoint's measurement
+    (relative thresholds, calibration), and whether it can judge one commit at a time under
+    ``git bisect run``."""
+
+    strategy: Strategy
+    reason: str
+    needs_reference: bool
+    hook_ok: bool
+
+    @property
+    def choice(self) -> Choice:
+        return Choice(self.strategy, self.reason)
+
+
+def resolve(spec: BisectSpec) -> Plan:
+    """The spec's :class:`Plan` (every way into the core reads this, never the rules)."""
+    choice = resolve_strategy(spec)
+    policy = make_policy(spec, choice.strategy)
+    return Plan(choice.strategy, choice.reason, policy.needs_reference, policy.supports_hook)
 
 
 def resolve_strategy(spec: BisectSpec) -> Choice:

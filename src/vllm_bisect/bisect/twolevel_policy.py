@@ -35,6 +35,7 @@ from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict.auto import direction, log_min_change, per_request, samples_of
 from vllm_bisect.verdict.twolevel import (
     CalStatus,
+    CalStep,
     CommitTest,
     Decision,
     Group,
@@ -152,59 +153,12 @@ class TwoLevelPolicy(ThresholdPolicy):
         noise are known well enough to decide, or the endpoints do not differ (refused)."""
         if runs is None:
             raise RuntimeError("the two-level calibration runs servers: pass the Tester")
-        v, terms = self.v, self.terms
+        v = self.v
         tests += 2
         # pair_bound: precise enough for the first decision at the bound (alpha / 2)
         threshold = math.log((2 if self.pair_bound else tests) / v.alpha)
-        rng_ends = runs.endpoints()
-        roles = dict(rng_ends)  # sha -> role, the reference end first
-        old_sha = next(sha for sha, role in rng_ends if role in _OLD_ROLES)
-        new_sha = next(sha for sha, role in rng_ends if role not in _OLD_ROLES)
-        groups: dict[str, list[list[float]]] = {s: [] for s in roles}
-        last: dict[str, Evaluation] = {}
-        earlier: dict[str, list[Measurement]] = {s: [] for s in roles}
-        fresh: set[str] = set()   # endpoints that needed a server this session
-        for sha, role in roles.items():
-            runs.testing(sha, role, tests)
-            found = runs.known(sha)
-            if found is not None and found.measurement is not None and self.groups_of(found):
-                groups[sha], last[sha] = self.groups_of(found), found
-
-        def run(todo: list[str], k: int, reps: int = 1) -> None:
-            def more(m: Measurement) -> int:
-                return max(0, k - len(samples_of(m, self.symptom)))
-            shas = [sha for sha in todo for _ in range(reps)]
-            evs = runs.fresh(shas, more if per_request(self.symptom) else None)
-            for sha, ev in zip(shas, evs, strict=True):
-                fresh.add(sha)
-                s = self.samples(ev)
-                if ev.measurement is None or not s:
-                    raise NotReproduced(f"the {roles[sha]} could not be tested: "
-                                        f"{ev.reason or 'no samples'}",
-                                        hint="pick endpoints that build and serve")
-                prev = last.get(sha)
-                if prev is not None and prev.measurement is not None:
-                    earlier[sha].append(prev.measurement)
-                groups[sha].append(s)
-                last[sha] = ev
-
-        todo = [sha for sha in roles if not groups[sha]]
-        if todo:
-            run(todo, 2)
-        while True:
-            step = calibration_step(
-                [to_logs(g) for g in groups[old_sha]],
-                [to_logs(g) for g in groups[new_sha]],
-                min_change=log_min_change(v),
-                # a fix search: the new end is the one without the problem
-                direction=direction(self.symptom) * (-1 if terms.fix else 1),
-                threshold=threshold, max_servers=CALIBRATION_SERVERS, server_cost=v.server_cost,
-                precision=PAIR_PRECISION if self.pair_bound else 3.0)
-            logger.info("%s", step.reason)
-            if step.status is not CalStatus.MORE:
-                break
-            # k workers: k / 2 fresh servers per endpoint at once (the wall of one)
-            run(list(roles), step.requests, max(1, runs.workers // 2))
+        cal = _Calibration(self, runs, tests)
+        step = cal.until_decided(threshold)
         self.reason = step.reason
         self.recalibrate = False
         self.learned.clear()
@@ -216,11 +170,9 @@ class TwoLevelPolicy(ThresholdPolicy):
                                     max_servers=v.max_servers,
                                     server_cost=v.server_cost,
                                     requests_help=per_request(self.symptom))
-        for sha, role in roles.items():
-            ev = self.merged(last[sha], groups[sha], earlier[sha])
-            runs.record_as(sha, role, ev, cached=sha not in fresh)
+        cal.record()
         if step.status is CalStatus.REFUSE:
-            g, b = groups[old_sha], groups[new_sha]
+            g, b = cal.groups[cal.old_sha], cal.groups[cal.new_sha]
             raise NotReproduced(
                 f"did not reproduce: {step.reason}; good {self.symptom.value} "
                 f"{_dist([x for grp in g for x in grp])} on servers {describe(g)}; bad "
@@ -357,3 +309,70 @@ class TwoLevelPolicy(ThresholdPolicy):
 
 
 _OLD_ROLES = frozenset({Role.GOOD_ENDPOINT, Role.PROBLEM_ENDPOINT})
+
+
+class _Calibration:
+    """One calibration's servers per endpoint (what :meth:`TwoLevelPolicy.calibrate` runs)."""
+
+    def __init__(self, policy: TwoLevelPolicy, runs: ServerRuns, tests: int) -> None:
+        self.p, self.runs = policy, runs
+        rng_ends = runs.endpoints()
+        self.roles = dict(rng_ends)  # sha -> role, the reference end first
+        self.old_sha = next(sha for sha, role in rng_ends if role in _OLD_ROLES)
+        self.new_sha = next(sha for sha, role in rng_ends if role not in _OLD_ROLES)
+        self.groups: dict[str, list[list[float]]] = {s: [] for s in self.roles}
+        self.last: dict[str, Evaluation] = {}
+        self.earlier: dict[str, list[Measurement]] = {s: [] for s in self.roles}
+        self.fresh: set[str] = set()   # endpoints that needed a server this session
+        for sha, role in self.roles.items():
+            runs.testing(sha, role, tests)
+            found = runs.known(sha)
+            if found is not None and found.measurement is not None and policy.groups_of(found):
+                self.groups[sha], self.last[sha] = policy.groups_of(found), found
+
+    def run(self, todo: list[str], k: int, reps: int = 1) -> None:
+        p = self.p
+
+        def more(m: Measurement) -> int:
+            return max(0, k - len(samples_of(m, p.symptom)))
+        shas = [sha for sha in todo for _ in range(reps)]
+        evs = self.runs.fresh(shas, more if per_request(p.symptom) else None)
+        for sha, ev in zip(shas, evs, strict=True):
+            self.fresh.add(sha)
+            s = p.samples(ev)
+            if ev.measurement is None or not s:
+                raise NotReproduced(f"the {self.roles[sha]} could not be tested: "
+                                    f"{ev.reason or 'no samples'}",
+                                    hint="pick endpoints that build and serve")
+            prev = self.last.get(sha)
+            if prev is not None and prev.measurement is not None:
+                self.earlier[sha].append(prev.measurement)
+            self.groups[sha].append(s)
+            self.last[sha] = ev
+
+    def until_decided(self, threshold: float) -> CalStep:
+        """Servers until the calibration is ready or refuses; its last step."""
+        p, v = self.p, self.p.v
+        todo = [sha for sha in self.roles if not self.groups[sha]]
+        if todo:
+            self.run(todo, 2)
+        while True:
+            step = calibration_step(
+                [to_logs(g) for g in self.groups[self.old_sha]],
+                [to_logs(g) for g in self.groups[self.new_sha]],
+                min_change=log_min_change(v),
+                # a fix search: the new end is the one without the problem
+                direction=direction(p.symptom) * (-1 if p.terms.fix else 1),
+                threshold=threshold, max_servers=CALIBRATION_SERVERS, server_cost=v.server_cost,
+                precision=PAIR_PRECISION if p.pair_bound else 3.0)
+            logger.info("%s", step.reason)
+            if step.status is not CalStatus.MORE:
+                return step
+            # k workers: k / 2 fresh servers per endpoint at once (the wall of one)
+            self.run(list(self.roles), step.requests, max(1, self.runs.workers // 2))
+
+    def record(self) -> None:
+        """Each endpoint's servers merged into one evaluation, judged and journaled."""
+        for sha, role in self.roles.items():
+            ev = self.p.merged(self.last[sha], self.groups[sha], self.earlier[sha])
+            self.runs.record_as(sha, role, ev, cached=sha not in self.fresh)

@@ -17,22 +17,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import StrEnum
 
 from vllm_bisect.models import Measurement
-from vllm_bisect.spec import Symptom, VerdictSpec
+from vllm_bisect.spec import Strategy, Symptom, VerdictSpec
 from vllm_bisect.verdict.judge import throughput_of
 
-
-class Strategy(StrEnum):
-    THRESHOLD = "threshold"
-    SEQUENTIAL = "sequential"
-    BAYES = "bayes"
-    TWOLEVEL = "twolevel"
+__all__ = ["Choice", "Strategy", "choose_strategy"]
 
 
 @dataclass(frozen=True)
 class Choice:
+    """The strategy that runs (never ``Strategy.AUTO``: auto resolved) and why."""
+
     strategy: Strategy
     reason: str
 
