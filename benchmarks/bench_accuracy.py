@@ -40,7 +40,7 @@ from pathlib import Path
 
 from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.journal import SessionJournal
-from vllm_bisect.bisect.strategy import next_step
+from vllm_bisect.bisect.steps import next_step
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import EvalStatus, Verdict
 from vllm_bisect.sim.link import Link

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from vllm_bisect.bisect.multisection import choose, expected_left, ideal_rounds, useless
-from vllm_bisect.bisect.strategy import next_step
+from vllm_bisect.bisect.steps import next_step
 from vllm_bisect.models import Verdict
 
 

@@ -16,7 +16,7 @@ from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.bisect.policies import make_policy
 from vllm_bisect.bisect.policy import Role
-from vllm_bisect.bisect.strategy import bounds, ends_search, next_step, unconfirmed_pair
+from vllm_bisect.bisect.steps import bounds, ends_search, next_step, unconfirmed_pair
 from vllm_bisect.bisect.twolevel_policy import STEP_ALPHA, TwoLevelPolicy
 from vllm_bisect.models import EvalStatus, Evaluation, Verdict
 from vllm_bisect.sim.virtual import More, Scenario, VirtualCluster, commit_range, measurement

@@ -21,7 +21,7 @@ from vllm_bisect.bisect.bayes import (
 from vllm_bisect.bisect.policy import Role
 from vllm_bisect.bisect.range import CommitInfo
 from vllm_bisect.bisect.search import Found
-from vllm_bisect.bisect.strategy import Step
+from vllm_bisect.bisect.steps import Step
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import EvalStatus, Outcome, Verdict

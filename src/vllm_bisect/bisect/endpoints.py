@@ -7,7 +7,7 @@ import math
 
 from vllm_bisect.bisect.multisection import ideal_rounds
 from vllm_bisect.bisect.policy import MoreSamples, Role
-from vllm_bisect.bisect.strategy import next_step
+from vllm_bisect.bisect.steps import next_step
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.errors import NotReproduced, untestable_hint
 from vllm_bisect.models import Evaluation, Outcome, Verdict

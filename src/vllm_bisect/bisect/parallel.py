@@ -18,7 +18,7 @@ from vllm_bisect.bisect.executor import Done
 from vllm_bisect.bisect.multisection import choose, ideal_rounds, useless
 from vllm_bisect.bisect.policy import Role
 from vllm_bisect.bisect.search import Found, steps_left
-from vllm_bisect.bisect.strategy import Step, next_step, unconfirmed_pair
+from vllm_bisect.bisect.steps import Step, next_step, unconfirmed_pair
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.models import Evaluation, Verdict
 
