@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_bisect.bisect.driver import Driver
-from vllm_bisect.bisect.journal import SessionJournal
-from vllm_bisect.bisect.steps import next_step
+from vllm_bisect.bisect.search.steps import next_step
+from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import EvalStatus, Verdict
 from vllm_bisect.sim.link import Link

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic_repo import make_linear_repo
 
 from vllm_bisect.bisect.driver import Driver
-from vllm_bisect.bisect.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.range import commit_range, open_repo
+from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement, TokensSource
 from vllm_bisect.spec import parse_spec
 

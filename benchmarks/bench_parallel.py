@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_bisect.bisect.driver import Driver
-from vllm_bisect.bisect.journal import SessionJournal
-from vllm_bisect.bisect.multisection import ideal_rounds
+from vllm_bisect.bisect.search.multisection import ideal_rounds
+from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.sim.virtual import Scenario, VirtualCluster, commit_range, scenario
 from vllm_bisect.spec import BisectSpec, parse_spec
 

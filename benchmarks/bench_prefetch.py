@@ -26,8 +26,8 @@ from bench_driver import measurement
 from synthetic_repo import make_linear_repo
 
 from vllm_bisect.bisect.driver import Driver
-from vllm_bisect.bisect.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.range import commit_range, open_repo
+from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
 from vllm_bisect.builders.base import Artifact, ArtifactKind, Builder
 from vllm_bisect.builders.prefetch import Prefetcher
 from vllm_bisect.errors import Cancelled

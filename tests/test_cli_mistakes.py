@@ -18,7 +18,7 @@ from tests.builders.test_command import sim_env
 from tests.config_specs import config_spec
 from tests.helpers import history, make_spec, write_spec
 from tests.test_cli import cli
-from vllm_bisect.bisect.journal import ResultCache
+from vllm_bisect.bisect.state.journal import ResultCache
 from vllm_bisect.errors import SessionError
 from vllm_bisect.models import EvalStatus, Evaluation
 from vllm_bisect.report.render import load

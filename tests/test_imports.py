@@ -85,7 +85,7 @@ def test_the_checker_sees_a_cycle() -> None:
 def test_imports_inside_functions_count() -> None:
     g = graph()
     # (evaluate imports the container runtime only when a container is started)
-    assert "vllm_bisect.runtime.container" in g["vllm_bisect.bisect.evaluate"]
+    assert "vllm_bisect.runtime.container" in g["vllm_bisect.bisect.measurement.evaluate"]
 
 
 def test_no_import_cycle() -> None:

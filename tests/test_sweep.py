@@ -78,7 +78,7 @@ def test_rows_and_grid_defaults(tmp_path: Path) -> None:
 
 
 def test_the_worst_cell_drives_the_mtp_verdict() -> None:
-    from vllm_bisect.bisect.evaluate import with_mtp_off
+    from vllm_bisect.bisect.measurement.evaluate import with_mtp_off
     from vllm_bisect.models import Verdict
     from vllm_bisect.spec import Symptom, VerdictSpec
     from vllm_bisect.verdict.judge import Judge

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_bisect.bisect.evaluate import Evaluator, PhaseCallback
+from vllm_bisect.bisect.measurement.evaluate import Evaluator, PhaseCallback
 from vllm_bisect.builders import Builder
 from vllm_bisect.errors import FatalError, ProbeError
 from vllm_bisect.models import EvalStatus, Measurement

@@ -11,7 +11,7 @@ import pytest
 
 from tests.bisect.test_driver import run_driver
 from tests.helpers import history, make_spec
-from vllm_bisect.bisect.bayes import (
+from vllm_bisect.bisect.search.bayes import (
     FlakeModel,
     credible_set,
     decided,

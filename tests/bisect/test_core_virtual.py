@@ -12,8 +12,6 @@ import pytest
 
 from vllm_bisect.bisect.driver import BisectResult, Driver
 from vllm_bisect.bisect.events import NullEvents
-from vllm_bisect.bisect.journal import SessionJournal
-from vllm_bisect.bisect.multisection import ideal_rounds
 from vllm_bisect.bisect.policies import (
     BayesPolicy,
     SequentialPolicy,
@@ -22,8 +20,10 @@ from vllm_bisect.bisect.policies import (
     make_policy,
     resolve_strategy,
 )
-from vllm_bisect.bisect.policy import Role
+from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitInfo
+from vllm_bisect.bisect.search.multisection import ideal_rounds
+from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.errors import SpecError
 from vllm_bisect.models import EvalStatus, Evaluation, Verdict
 from vllm_bisect.sim.virtual import CRASH, Scenario, VirtualCluster, commit_range, measurement

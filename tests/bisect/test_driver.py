@@ -15,10 +15,10 @@ import pytest
 
 from tests.helpers import history, make_spec, write_spec
 from vllm_bisect.bisect.driver import BisectResult, Driver
-from vllm_bisect.bisect.evaluate import Evaluator
-from vllm_bisect.bisect.journal import ResultCache
+from vllm_bisect.bisect.measurement.evaluate import Evaluator
 from vllm_bisect.bisect.range import commit_range, open_repo
-from vllm_bisect.bisect.session import Session
+from vllm_bisect.bisect.state.journal import ResultCache
+from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders import make_builder
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Verdict

@@ -12,10 +12,10 @@ from tests.bisect.test_driver import run_driver
 from tests.builders.test_command import sim_env
 from tests.config_specs import config_spec
 from vllm_bisect.bisect.driver import Driver
-from vllm_bisect.bisect.evaluate import Evaluator
-from vllm_bisect.bisect.journal import ResultCache
+from vllm_bisect.bisect.measurement.evaluate import Evaluator
 from vllm_bisect.bisect.range import commit_range, open_repo
-from vllm_bisect.bisect.session import Session
+from vllm_bisect.bisect.state.journal import ResultCache
+from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders import Artifact, Builder, make_builder
 from vllm_bisect.models import EvalStatus, Verdict
 from vllm_bisect.sim.config_history import generate_config_history

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from vllm_bisect.bisect.executor import LocalExecutor, Slot, parse_gpus, plan_slots
+from vllm_bisect.bisect.measurement.executor import LocalExecutor, Slot, parse_gpus, plan_slots
 from vllm_bisect.errors import SpecError, ToolMissing
 from vllm_bisect.models import EvalStatus, Evaluation
 

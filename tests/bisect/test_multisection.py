@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from vllm_bisect.bisect.multisection import choose, expected_left, ideal_rounds, useless
-from vllm_bisect.bisect.steps import next_step
+from vllm_bisect.bisect.search.multisection import choose, expected_left, ideal_rounds, useless
+from vllm_bisect.bisect.search.steps import next_step
 from vllm_bisect.models import Verdict
 
 

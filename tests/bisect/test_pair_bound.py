@@ -13,11 +13,11 @@ import pytest
 
 from tests.bisect.test_core_virtual import Steps, bisect
 from vllm_bisect.bisect.driver import Driver
-from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.bisect.policies import make_policy
-from vllm_bisect.bisect.policy import Role
-from vllm_bisect.bisect.steps import bounds, ends_search, next_step, unconfirmed_pair
-from vllm_bisect.bisect.twolevel_policy import STEP_ALPHA, TwoLevelPolicy
+from vllm_bisect.bisect.policies.base import Role
+from vllm_bisect.bisect.policies.twolevel import STEP_ALPHA, TwoLevelPolicy
+from vllm_bisect.bisect.search.steps import bounds, ends_search, next_step, unconfirmed_pair
+from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.models import EvalStatus, Evaluation, Verdict
 from vllm_bisect.sim.virtual import More, Scenario, VirtualCluster, commit_range, measurement
 from vllm_bisect.spec import parse_spec
@@ -135,7 +135,7 @@ HARD = Scenario(n=300, culprit=106, unbuildable=frozenset({20, 150, 151}), sympt
 def test_an_undecided_step_falls_back_to_the_per_step_bound(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, workers: int, seed: int) -> None:
     spec = parse_spec({**DEFAULT, "verdict": {**DEFAULT["verdict"], "itl_factor": 1.086}})
-    with caplog.at_level(logging.WARNING, logger="vllm_bisect.bisect.twolevel_policy"):
+    with caplog.at_level(logging.WARNING, logger="vllm_bisect.bisect.policies.twolevel"):
         r = bisect(spec, HARD, tmp_path, workers=workers, seed=seed)
     assert r.first_bad == commit_range(HARD.n).sha(106)
     assert any("went undecided" in m for m in caplog.messages)

@@ -22,7 +22,7 @@ from tests.config_specs import config_spec
 from tests.conftest import restore_sigint
 from tests.helpers import history, make_spec
 from vllm_bisect.bisect.driver import NullEvents
-from vllm_bisect.bisect.ray_executor import RayExecutor
+from vllm_bisect.bisect.measurement.ray_executor import RayExecutor
 from vllm_bisect.bisect.runner import run_bisect
 from vllm_bisect.errors import SpecError
 from vllm_bisect.models import EvalStatus

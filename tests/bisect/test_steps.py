@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from vllm_bisect.bisect.steps import bounds, nearest_untested, next_step
+from vllm_bisect.bisect.search.steps import bounds, nearest_untested, next_step
 from vllm_bisect.models import Verdict
 
 
@@ -66,7 +66,7 @@ def test_bounds_ignore_bad_below_good() -> None:
 
 
 def test_lookahead_gives_both_possible_next_tests() -> None:
-    from vllm_bisect.bisect.steps import lookahead
+    from vllm_bisect.bisect.search.steps import lookahead
 
     verdicts = {15: Verdict.BAD}
     first = next_step(16, verdicts).test

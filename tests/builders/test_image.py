@@ -24,7 +24,7 @@ import pytest
 import vllm_bisect
 from tests.bisect.test_driver import run_driver
 from tests.helpers import history, make_spec
-from vllm_bisect.bisect.evaluate import Evaluator
+from vllm_bisect.bisect.measurement.evaluate import Evaluator
 from vllm_bisect.bisect.range import open_repo
 from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.cache import ArtifactCache

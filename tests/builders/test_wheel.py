@@ -130,10 +130,10 @@ def test_prefetch_overlaps_downloads_with_probes(tmp_path: Path) -> None:
     already started. (How much wall time that saves is a benchmark's question, not a test's:
     a ratio of two wall times fails on a loaded machine.)"""
     from vllm_bisect.bisect.driver import Driver
-    from vllm_bisect.bisect.evaluate import Evaluator
-    from vllm_bisect.bisect.journal import ResultCache
+    from vllm_bisect.bisect.measurement.evaluate import Evaluator
     from vllm_bisect.bisect.range import commit_range
-    from vllm_bisect.bisect.session import Session
+    from vllm_bisect.bisect.state.journal import ResultCache
+    from vllm_bisect.bisect.state.session import Session
     from vllm_bisect.builders.base import Artifact
     from vllm_bisect.builders.prefetch import Prefetcher
 

@@ -72,7 +72,7 @@ def test_html_has_a_plot_per_symptom_with_culprit(sessions: dict[str, Path]) -> 
 
 
 def test_report_of_unfinished_session_is_clear(tmp_path: Path) -> None:
-    from vllm_bisect.bisect.journal import SessionJournal
+    from vllm_bisect.bisect.state.journal import SessionJournal
 
     SessionJournal(tmp_path).close()  # a session that has not finished
     r = cli("report", str(tmp_path))

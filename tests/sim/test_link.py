@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from vllm_bisect.bisect.driver import Driver
-from vllm_bisect.bisect.journal import SessionJournal
+from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.sim.link import Link
 from vllm_bisect.sim.virtual import Scenario, VirtualCluster, commit_range
 from vllm_bisect.spec import parse_spec

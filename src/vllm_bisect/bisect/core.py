@@ -14,15 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from vllm_bisect.bisect.endpoints import calibrate_endpoints, check_endpoints, verify_endpoints
 from vllm_bisect.bisect.events import EventHandler, NullEvents
-from vllm_bisect.bisect.executor import Executor
-from vllm_bisect.bisect.journal import ResultCache, SessionJournal
-from vllm_bisect.bisect.measurer import Measurer
+from vllm_bisect.bisect.measurement.executor import Executor
+from vllm_bisect.bisect.measurement.measurer import Measurer
 from vllm_bisect.bisect.policies import make_policy, resolve_strategy
-from vllm_bisect.bisect.policy import VerdictPolicy
+from vllm_bisect.bisect.policies.base import VerdictPolicy
 from vllm_bisect.bisect.range import CommitRange
-from vllm_bisect.bisect.store import MeasurementStore
+from vllm_bisect.bisect.search.endpoints import calibrate_endpoints, check_endpoints, verify_endpoints
+from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
+from vllm_bisect.bisect.state.store import MeasurementStore
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.builders.prefetch import PrefetchSink
 from vllm_bisect.spec import BisectSpec

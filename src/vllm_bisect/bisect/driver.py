@@ -1,11 +1,11 @@
 """The bisect, composed: a store of measurements, a measurer, a verdict policy, a search.
 
 The driver knows nothing of terminals: it reports through an :class:`EventHandler`. Each
-part has one job: :class:`~vllm_bisect.bisect.store.MeasurementStore` (journal + result
-cache), :class:`~vllm_bisect.bisect.measurer.Measurer` (workers, retries, server starts,
-prefetch), a :class:`~vllm_bisect.bisect.policy.VerdictPolicy` (the verdict, the crash rule,
-calibration), a :class:`~vllm_bisect.bisect.search.Search` (binary, multisection, bayes; each
-settles the endpoints), and :func:`~vllm_bisect.bisect.verify.verify_culprit`.
+part has one job: :class:`~vllm_bisect.bisect.state.store.MeasurementStore` (journal + result
+cache), :class:`~vllm_bisect.bisect.measurement.measurer.Measurer` (workers, retries, server starts,
+prefetch), a :class:`~vllm_bisect.bisect.policies.base.VerdictPolicy` (the verdict, the crash rule,
+calibration), a :class:`~vllm_bisect.bisect.search.binary.Search` (binary, multisection, bayes; each
+settles the endpoints), and :func:`~vllm_bisect.bisect.search.verify.verify_culprit`.
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from vllm_bisect.bisect.bayes_search import BayesSearch
 from vllm_bisect.bisect.core import open_core
-from vllm_bisect.bisect.endpoints import intermittence
 from vllm_bisect.bisect.events import EventHandler, NullEvents
-from vllm_bisect.bisect.executor import EvaluateFn, Executor, InlineExecutor
-from vllm_bisect.bisect.journal import ResultCache, SessionJournal
-from vllm_bisect.bisect.measurer import Measurer
-from vllm_bisect.bisect.parallel import MultisectionSearch
+from vllm_bisect.bisect.measurement.executor import EvaluateFn, Executor, InlineExecutor
+from vllm_bisect.bisect.measurement.measurer import Measurer
 from vllm_bisect.bisect.policies import make_policy
 from vllm_bisect.bisect.range import CommitRange
-from vllm_bisect.bisect.search import BinarySearch, Search
+from vllm_bisect.bisect.search.bayes_search import BayesSearch
+from vllm_bisect.bisect.search.binary import BinarySearch, Search
+from vllm_bisect.bisect.search.endpoints import intermittence
+from vllm_bisect.bisect.search.parallel import MultisectionSearch
+from vllm_bisect.bisect.search.verify import verify_culprit
+from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.tester import Tester
-from vllm_bisect.bisect.verify import verify_culprit
 from vllm_bisect.builders.prefetch import PrefetchSink
 from vllm_bisect.models import Evaluation, Measurement, Outcome, Verification
 from vllm_bisect.spec import BisectSpec
@@ -135,7 +135,7 @@ class Driver:
 
     def _intermittent(self) -> None:
         """auto on a cap or a correctness change: does it show in some runs only? (see
-        :func:`~vllm_bisect.bisect.endpoints.intermittence`; the hook runs the same check).
+        :func:`~vllm_bisect.bisect.search.endpoints.intermittence`; the hook runs the same check).
         If so, the core goes on under bayes."""
         new = intermittence(self.tester, self.spec, self.choice)
         if new is None:

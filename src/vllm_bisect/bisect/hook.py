@@ -1,6 +1,6 @@
 """``git bisect run vllm-bisect hook --spec S``: judge HEAD; 0 good, 1 bad, 125 skip.
 
-HEAD is judged by the same :class:`~vllm_bisect.bisect.policy.VerdictPolicy` as
+HEAD is judged by the same :class:`~vllm_bisect.bisect.policies.base.VerdictPolicy` as
 ``vllm-bisect run``, with git bisect's own endpoints: the old (good) and new (bad) commits it
 was started with (its log, in its terms; else its refs; else ``range.good`` / ``range.bad``;
 the rest of the range section is ignored). With ``range.search = "fix"`` the exit codes are in
@@ -25,14 +25,14 @@ from pathlib import Path
 import git
 
 from vllm_bisect.bisect.core import Settle, open_core, settle
-from vllm_bisect.bisect.endpoints import intermittence, intermittence_applies
-from vllm_bisect.bisect.evaluate import Evaluator
-from vllm_bisect.bisect.executor import InlineExecutor, local_slots
-from vllm_bisect.bisect.journal import ResultCache
+from vllm_bisect.bisect.measurement.evaluate import Evaluator
+from vllm_bisect.bisect.measurement.executor import InlineExecutor, local_slots
 from vllm_bisect.bisect.policies import resolve
-from vllm_bisect.bisect.policy import Role
+from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitRange, commit_range, info, open_repo
-from vllm_bisect.bisect.session import Session
+from vllm_bisect.bisect.search.endpoints import intermittence, intermittence_applies
+from vllm_bisect.bisect.state.journal import ResultCache
+from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.builders import make_builder
 from vllm_bisect.errors import SpecError

@@ -9,17 +9,17 @@ import sqlite3
 from pathlib import Path
 
 from vllm_bisect.bisect.driver import BisectResult, Driver, EventHandler
-from vllm_bisect.bisect.evaluate import Evaluator
-from vllm_bisect.bisect.executor import (
+from vllm_bisect.bisect.measurement.evaluate import Evaluator
+from vllm_bisect.bisect.measurement.executor import (
     Executor,
     InlineExecutor,
     LocalExecutor,
     Slot,
     local_slots,
 )
-from vllm_bisect.bisect.journal import ResultCache
 from vllm_bisect.bisect.range import commit_range, open_repo
-from vllm_bisect.bisect.session import Session
+from vllm_bisect.bisect.state.journal import ResultCache
+from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.prefetch import Prefetcher
 from vllm_bisect.errors import SessionError, disk_full
@@ -34,7 +34,7 @@ def make_executor(spec: BisectSpec, evaluator: Evaluator, session_dir: Path, cac
     """The spec's executor: Ray, or this host's slots (one slot: inline, the same pinning,
     per-GPU locks and evaluation code as k)."""
     if spec.parallel.executor is ExecutorKind.RAY:
-        from vllm_bisect.bisect.ray_executor import RayExecutor
+        from vllm_bisect.bisect.measurement.ray_executor import RayExecutor
 
         return RayExecutor(spec, session_dir, cache_dir, session_id)
     slots = slots if slots is not None else local_slots(spec)

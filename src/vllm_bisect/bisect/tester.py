@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vllm_bisect.bisect.events import EventHandler
-from vllm_bisect.bisect.measurer import Measurer
-from vllm_bisect.bisect.policy import MoreSamples, Role, VerdictPolicy
+from vllm_bisect.bisect.measurement.measurer import Measurer
+from vllm_bisect.bisect.policies.base import MoreSamples, Role, VerdictPolicy
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
-from vllm_bisect.bisect.store import MeasurementStore
+from vllm_bisect.bisect.state.store import MeasurementStore
 from vllm_bisect.bisect.terms import Terms
 from vllm_bisect.models import Evaluation, Outcome, Verdict
 

@@ -12,7 +12,7 @@ import httpx
 
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.runner import run_bisect
-from vllm_bisect.bisect.session import default_cache_dir
+from vllm_bisect.bisect.state.session import default_cache_dir
 from vllm_bisect.bot.config import BotConfig
 from vllm_bisect.bot.github import GitHub
 from vllm_bisect.bot.queue import Job, JobQueue

@@ -118,7 +118,7 @@ def one_commit(spec: BisectSpec, commit: str | None, cache_dir: Path | None, log
     """For the one-commit commands (compare, sweep): the spec's builder, the commit (--commit,
     else range.bad) as a full sha, the cache root and this command's log directory."""
     from vllm_bisect.bisect.range import open_repo, resolve
-    from vllm_bisect.bisect.session import default_cache_dir
+    from vllm_bisect.bisect.state.session import default_cache_dir
     from vllm_bisect.builders import make_builder
     from vllm_bisect.errors import FatalError
 

@@ -218,7 +218,7 @@ def cache_ls(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """List cached artifacts, least recently used first."""
-    from vllm_bisect.bisect.session import default_cache_dir
+    from vllm_bisect.bisect.state.session import default_cache_dir
     from vllm_bisect.builders.cache import ArtifactCache
 
     cache = ArtifactCache(cache_dir or default_cache_dir())
@@ -246,7 +246,7 @@ def cache_prune(
     cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
 ) -> None:
     """Evict least-recently-used artifacts until the cache fits --max-size."""
-    from vllm_bisect.bisect.session import default_cache_dir
+    from vllm_bisect.bisect.state.session import default_cache_dir
     from vllm_bisect.builders.cache import ArtifactCache, parse_size
 
     try:

@@ -174,7 +174,7 @@ def run(
     """Bisect a range: verify both endpoints, then binary (or, with several workers,
     multi-way) search to the first bad commit."""
     from vllm_bisect.bisect.runner import run_bisect
-    from vllm_bisect.bisect.session import (
+    from vllm_bisect.bisect.state.session import (
         default_cache_dir,
         new_session_dir,
         stored_meta,
@@ -260,7 +260,7 @@ def hook(
 ) -> None:
     """For `git bisect run`: judge HEAD. Exit 0 good, 1 bad, 125 skip, 128 abort."""
     from vllm_bisect.bisect.hook import EXIT_FOR, HookExit, run_hook
-    from vllm_bisect.bisect.session import default_cache_dir
+    from vllm_bisect.bisect.state.session import default_cache_dir
     from vllm_bisect.report.table import STYLE
     from vllm_bisect.spec import load_spec
 

@@ -49,7 +49,7 @@ def _quiet_phase(commit: str, phase: str) -> None:
 def _studies(session: Path, cache_dir: Path | None, *, isolate: bool, deps: bool, hunks: bool,
              spec_path: Path | None, culprit: str | None, index_url: str | None,
              verbose: bool) -> dict[str, dict[str, Any]]:
-    from vllm_bisect.bisect.session import default_cache_dir
+    from vllm_bisect.bisect.state.session import default_cache_dir
     from vllm_bisect.isolate.runner import run_studies
     from vllm_bisect.spec import load_spec
 
@@ -187,7 +187,7 @@ def knobs_cmd(
     combination of all of them: which knob flips the symptom."""
     from rich.table import Table
 
-    from vllm_bisect.bisect.session import default_cache_dir, new_session_dir
+    from vllm_bisect.bisect.state.session import default_cache_dir, new_session_dir
     from vllm_bisect.isolate.knobs import parse_knob
     from vllm_bisect.isolate.runner import default_commits, run_knobs
     from vllm_bisect.report.table import STYLE

@@ -2,14 +2,14 @@
 
 A study (files and hunks, dependency pins, knobs) judges commits the way ``vllm-bisect
 run``, the ``git bisect run`` hook and the culprit verification do: one
-:class:`~vllm_bisect.bisect.policy.VerdictPolicy` chosen from the spec
+:class:`~vllm_bisect.bisect.policies.base.VerdictPolicy` chosen from the spec
 (:func:`~vllm_bisect.bisect.policies.make_policy`, ``verdict.strategy = "auto"`` resolved
 from the symptom), settled on the culprit's parent (the good endpoint) and the culprit (the
 bad one) by the core's own endpoint checks (``verify_endpoints``, or ``calibrate_endpoints``
 for the sequential and two-level tests), then every scratch commit tested through a core
 :class:`~vllm_bisect.bisect.tester.Tester` (a
-:class:`~vllm_bisect.bisect.store.MeasurementStore` and a
-:class:`~vllm_bisect.bisect.measurer.Measurer`; a learning policy learns from each subset as
+:class:`~vllm_bisect.bisect.state.store.MeasurementStore` and a
+:class:`~vllm_bisect.bisect.measurement.measurer.Measurer`; a learning policy learns from each subset as
 from a bisect step). Nothing here judges.
 
 Measurements are keyed by ``spec.measurement_key(commit)`` like the bisect's: the store
@@ -30,14 +30,14 @@ from pathlib import Path
 import git
 
 from vllm_bisect.bisect.core import Core, Settle, open_core, settle
-from vllm_bisect.bisect.evaluate import Evaluator
 from vllm_bisect.bisect.events import NullEvents
-from vllm_bisect.bisect.executor import InlineExecutor, local_slots
-from vllm_bisect.bisect.journal import ResultCache, SessionJournal
+from vllm_bisect.bisect.measurement.evaluate import Evaluator
+from vllm_bisect.bisect.measurement.executor import InlineExecutor, local_slots
 from vllm_bisect.bisect.policies import make_policy, resolve_strategy
-from vllm_bisect.bisect.policy import Role, VerdictPolicy
+from vllm_bisect.bisect.policies.base import Role, VerdictPolicy
 from vllm_bisect.bisect.range import CommitInfo, CommitRange, info
-from vllm_bisect.bisect.session import Session
+from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
+from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders import Builder, make_builder
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Measurement, Verdict

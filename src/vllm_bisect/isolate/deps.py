@@ -17,7 +17,7 @@ from typing import Any
 import git
 from packaging.version import Version
 
-from vllm_bisect.bisect.steps import next_step
+from vllm_bisect.bisect.search.steps import next_step
 from vllm_bisect.isolate import pkgindex
 from vllm_bisect.isolate.adapter import Bench, Trial
 from vllm_bisect.isolate.patches import FileChange, Scratch, diff_changes, invert

@@ -17,7 +17,7 @@ from typing import Any
 import git
 
 from vllm_bisect.bisect.range import open_repo, resolve
-from vllm_bisect.bisect.session import Session
+from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.errors import FatalError, SpecError
 from vllm_bisect.isolate.adapter import Bench, OnTrial
 from vllm_bisect.isolate.culprit import Isolation
@@ -48,7 +48,7 @@ def source_build(spec: BisectSpec) -> BisectSpec:
 
 
 def stored_spec(session: Path) -> BisectSpec | None:
-    from vllm_bisect.bisect.journal import SessionJournal
+    from vllm_bisect.bisect.state.journal import SessionJournal
 
     if not (session / "journal.sqlite").exists():
         return None

@@ -37,7 +37,7 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from vllm_bisect.bisect.executor import Done
+from vllm_bisect.bisect.measurement.executor import Done
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.models import (
     EvalStatus,

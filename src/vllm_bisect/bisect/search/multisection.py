@@ -1,6 +1,6 @@
 """Multisection: which commits k workers should test, given what is known and in flight (pure).
 
-Same indexing as :mod:`vllm_bisect.bisect.steps` (``-1`` the good endpoint, ``n-1`` the bad
+Same indexing as :mod:`vllm_bisect.bisect.search.steps` (``-1`` the good endpoint, ``n-1`` the bad
 one). With the culprit equally likely anywhere in ``(last_good, first_bad]``, a set of test
 points splits that interval into segments and the expected number of candidates left after
 their verdicts is ``sum(len(seg)**2) / len(interval)``. :func:`choose` places new points to
@@ -21,7 +21,7 @@ import itertools
 import math
 from collections.abc import Collection, Mapping
 
-from vllm_bisect.bisect.steps import bounds
+from vllm_bisect.bisect.search.steps import bounds
 from vllm_bisect.models import Verdict
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from vllm_bisect.bisect.journal import SessionJournal
+from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.errors import FatalError, SessionError
 from vllm_bisect.runtime.process import kill_group
 from vllm_bisect.spec import BisectSpec

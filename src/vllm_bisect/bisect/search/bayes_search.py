@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import logging
 
-from vllm_bisect.bisect.bayes import (
+from vllm_bisect.bisect.policies.base import Role
+from vllm_bisect.bisect.range import CommitInfo
+from vllm_bisect.bisect.search.bayes import (
     FlakeModel,
     credible_set,
     decided,
     next_commit,
     posterior,
 )
-from vllm_bisect.bisect.policy import Role
-from vllm_bisect.bisect.range import CommitInfo
-from vllm_bisect.bisect.search import Found
-from vllm_bisect.bisect.steps import Step
+from vllm_bisect.bisect.search.binary import Found
+from vllm_bisect.bisect.search.steps import Step
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import EvalStatus, Outcome, Verdict

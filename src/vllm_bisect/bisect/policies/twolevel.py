@@ -3,7 +3,7 @@ for itl, throughput and mtp-speedup): calibration, and per commit "more requests
 server, or a fresh server?".
 
 The statistics are pure (:mod:`vllm_bisect.verdict.twolevel`). A verdict policy
-(:mod:`vllm_bisect.bisect.policy`): :meth:`calibrate` runs the endpoints' servers through
+(:mod:`vllm_bisect.bisect.policies.base`): :meth:`calibrate` runs the endpoints' servers through
 the Tester (``ServerRuns``); per commit, :meth:`sampler` starts it, :meth:`again` asks for
 a fresh server until the test decides, :meth:`finish` merges its servers (the last server's
 evaluation, with every server's samples in ``Evaluation.samples``), which
@@ -26,8 +26,8 @@ import statistics
 from collections.abc import Callable
 from dataclasses import replace
 
-from vllm_bisect.bisect.policy import Again, EndpointMeasure, MoreSamples, Role, ServerRuns
-from vllm_bisect.bisect.threshold_policy import ThresholdPolicy
+from vllm_bisect.bisect.policies.base import Again, EndpointMeasure, MoreSamples, Role, ServerRuns
+from vllm_bisect.bisect.policies.threshold import ThresholdPolicy
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Evaluation, Measurement, Outcome, Verdict
 from vllm_bisect.probes.decode import combine

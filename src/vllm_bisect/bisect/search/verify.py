@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from vllm_bisect.bisect.policy import Role
+from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitInfo
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.models import Measurement, Verdict, Verification

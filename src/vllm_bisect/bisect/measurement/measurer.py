@@ -1,7 +1,7 @@
 """Fresh measurements: an executor's workers, retries, server-start accounting, prefetch.
 
 Every fresh evaluation goes through one :class:`Measurer`, whatever the number of workers
-(one worker is an :class:`~vllm_bisect.bisect.executor.InlineExecutor`, so GPU pinning and
+(one worker is an :class:`~vllm_bisect.bisect.measurement.executor.InlineExecutor`, so GPU pinning and
 per-GPU locks are the same code). A server that died or a probe that failed is tried again
 on a fresh server ``ops.retries`` times (one flaky crash at an endpoint must not end a
 long bisect); following the crash symptom, the failure is the answer (no retry). A finished
@@ -15,9 +15,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from vllm_bisect.bisect.executor import Done, Executor
-from vllm_bisect.bisect.policy import MoreSamples
-from vllm_bisect.bisect.store import MeasurementStore
+from vllm_bisect.bisect.measurement.executor import Done, Executor
+from vllm_bisect.bisect.policies.base import MoreSamples
+from vllm_bisect.bisect.state.store import MeasurementStore
 from vllm_bisect.builders.prefetch import PrefetchSink
 from vllm_bisect.models import EvalStatus, Evaluation
 from vllm_bisect.spec import Symptom

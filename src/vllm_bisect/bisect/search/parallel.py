@@ -1,6 +1,6 @@
 """The parallel search: k workers, multisection, work-conserving, cancelling useless runs.
 
-Whenever a worker is free, :func:`~vllm_bisect.bisect.multisection.choose` picks the most
+Whenever a worker is free, :func:`~vllm_bisect.bisect.search.multisection.choose` picks the most
 useful commit for what is known and in flight; whenever a verdict arrives, runs it made
 useless (outside the new bounds) are cancelled. Only this thread judges, caches and journals;
 workers only evaluate. ``rounds`` is the depth of the search: an evaluation started after
@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 
 from vllm_bisect.bisect.core import Settle, Settling, settle, settling
-from vllm_bisect.bisect.endpoints import calibrate_endpoints, check_endpoints
-from vllm_bisect.bisect.executor import Done
-from vllm_bisect.bisect.multisection import choose, ideal_rounds, useless
-from vllm_bisect.bisect.policy import Role
-from vllm_bisect.bisect.search import Found, steps_left
-from vllm_bisect.bisect.steps import Step, next_step, unconfirmed_pair
+from vllm_bisect.bisect.measurement.executor import Done
+from vllm_bisect.bisect.policies.base import Role
+from vllm_bisect.bisect.search.binary import Found, steps_left
+from vllm_bisect.bisect.search.endpoints import calibrate_endpoints, check_endpoints
+from vllm_bisect.bisect.search.multisection import choose, ideal_rounds, useless
+from vllm_bisect.bisect.search.steps import Step, next_step, unconfirmed_pair
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.models import Evaluation, Verdict
 

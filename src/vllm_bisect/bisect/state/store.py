@@ -8,8 +8,8 @@ judged one (once per session and key, unless it is a fresh run of a commit measu
 
 from __future__ import annotations
 
-from vllm_bisect.bisect.journal import ResultCache, SessionJournal
-from vllm_bisect.bisect.policy import MoreSamples
+from vllm_bisect.bisect.policies.base import MoreSamples
+from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
 from vllm_bisect.models import Evaluation, Outcome
 from vllm_bisect.spec import BisectSpec
 

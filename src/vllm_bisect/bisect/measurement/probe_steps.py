@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from vllm_bisect.bisect.policy import MoreSamples
+from vllm_bisect.bisect.policies.base import MoreSamples
 from vllm_bisect.builders import Artifact
 from vllm_bisect.errors import Cancelled
 from vllm_bisect.models import LoadResult, Measurement, MtpCell, TokensSource

@@ -1,9 +1,9 @@
 """The threshold policy (``verdict.strategy = "threshold"``) and the crash rule, which
-every policy shares (see :mod:`vllm_bisect.bisect.policy`)."""
+every policy shares (see :mod:`vllm_bisect.bisect.policies.base`)."""
 
 from __future__ import annotations
 
-from vllm_bisect.bisect.policy import (
+from vllm_bisect.bisect.policies.base import (
     Again,
     EndpointMeasure,
     MoreSamples,

@@ -1,4 +1,4 @@
-"""The verdict policies behind ``verdict.strategy`` (see :mod:`vllm_bisect.bisect.policy`).
+"""The verdict policies behind ``verdict.strategy`` (see :mod:`vllm_bisect.bisect.policies.base`).
 
 - ``threshold``: the spec's thresholds (:class:`~vllm_bisect.verdict.Judge`); the good
   endpoint's measurement is the reference of relative ones.
@@ -14,15 +14,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from vllm_bisect.bisect.policy import (
+from vllm_bisect.bisect.policies.base import (
     EndpointMeasure,
     MoreSamples,
     Role,
     ServerRuns,
     VerdictPolicy,
 )
-from vllm_bisect.bisect.threshold_policy import ThresholdPolicy, crashed, unmeasured
-from vllm_bisect.bisect.twolevel_policy import TwoLevelPolicy
+from vllm_bisect.bisect.policies.threshold import ThresholdPolicy, crashed, unmeasured
+from vllm_bisect.bisect.policies.twolevel import TwoLevelPolicy
 from vllm_bisect.errors import NotReproduced, SpecError
 from vllm_bisect.models import Evaluation, Measurement, Outcome, Verdict
 from vllm_bisect.spec import BisectSpec, SearchKind

@@ -9,7 +9,7 @@ everything in flight and waits for the teardown, so Ctrl-C leaves no server runn
 :class:`LocalExecutor` runs each evaluation in a thread of this process, on its slot's GPUs
 (``CUDA_VISIBLE_DEVICES`` or the container's device ids) under per-GPU file locks;
 :class:`InlineExecutor` is the one-worker case (the same slot code, in the caller's thread);
-``vllm_bisect.bisect.ray_executor.RayExecutor`` runs them as Ray tasks on a cluster.
+``vllm_bisect.bisect.measurement.ray_executor.RayExecutor`` runs them as Ray tasks on a cluster.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from vllm_bisect.bisect.policy import MoreSamples
+from vllm_bisect.bisect.policies.base import MoreSamples
 from vllm_bisect.errors import FatalError, SpecError
 from vllm_bisect.models import EvalStatus, Evaluation
 from vllm_bisect.runtime.gpulock import gpu_locks

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 
-from vllm_bisect.bisect.multisection import ideal_rounds
-from vllm_bisect.bisect.policy import MoreSamples, Role
-from vllm_bisect.bisect.steps import next_step
+from vllm_bisect.bisect.policies.base import MoreSamples, Role
+from vllm_bisect.bisect.search.multisection import ideal_rounds
+from vllm_bisect.bisect.search.steps import next_step
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.errors import NotReproduced, untestable_hint
 from vllm_bisect.models import Evaluation, Outcome, Verdict

@@ -1,7 +1,7 @@
 """The search protocol, and the one-at-a-time binary search.
 
 A search starts from a range whose bad endpoint is known bad and ends with a
-:class:`~vllm_bisect.bisect.steps.Step` (a culprit, or the candidates left when only
+:class:`~vllm_bisect.bisect.search.steps.Step` (a culprit, or the candidates left when only
 skipped commits separate good from bad). Implementations: :class:`BinarySearch` (one
 worker), ``parallel.MultisectionSearch`` (k workers), ``bayes_search.BayesSearch`` (flaky
 symptoms). Each one settles the endpoints its own way (verified first, verified beside the
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from vllm_bisect.bisect.core import Settle, settle
-from vllm_bisect.bisect.endpoints import calibrate_endpoints
-from vllm_bisect.bisect.multisection import ideal_rounds
-from vllm_bisect.bisect.policy import Role
-from vllm_bisect.bisect.steps import (
+from vllm_bisect.bisect.policies.base import Role
+from vllm_bisect.bisect.search.endpoints import calibrate_endpoints
+from vllm_bisect.bisect.search.multisection import ideal_rounds
+from vllm_bisect.bisect.search.steps import (
     Step,
     bounds,
     ends_search,

@@ -3,8 +3,8 @@
 Every recoverable failure becomes an :class:`Evaluation` that is not MEASURED (a skip);
 fatal errors propagate. One :class:`Evaluator` serves every worker thread: what belongs to
 one call (artifact, launch plan, GPUs, env, logs, cancel) travels down in an
-:class:`~vllm_bisect.bisect.probe_steps.EvalCall`; what is probed is an explicit list of
-steps (:mod:`vllm_bisect.bisect.probe_steps`).
+:class:`~vllm_bisect.bisect.measurement.probe_steps.EvalCall`; what is probed is an explicit list of
+steps (:mod:`vllm_bisect.bisect.measurement.probe_steps`).
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vllm_bisect.bisect.journal import SessionJournal
-from vllm_bisect.bisect.policy import MoreSamples
-from vllm_bisect.bisect.probe_steps import (
+from vllm_bisect.bisect.measurement.probe_steps import (
     EvalCall,
     ProbeStep,
     plain_steps,
     server_steps,
     with_mtp_off,
 )
+from vllm_bisect.bisect.policies.base import MoreSamples
+from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.builders import ArtifactKind, Builder
 from vllm_bisect.builders.base import prepare
 from vllm_bisect.envinfo import fingerprint

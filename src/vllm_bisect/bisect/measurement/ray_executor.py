@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from vllm_bisect.bisect.executor import Done
-from vllm_bisect.bisect.policy import MoreSamples
+from vllm_bisect.bisect.measurement.executor import Done
+from vllm_bisect.bisect.policies.base import MoreSamples
 from vllm_bisect.errors import FatalError, SpecError, ToolMissing
 from vllm_bisect.models import EvalStatus, Evaluation
 from vllm_bisect.spec import BisectSpec
@@ -52,7 +52,7 @@ def evaluate_task(spec_json: str, session_id: str, cache_dir: str, commit: str,
         # must still stop this task and tear its server down
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    from vllm_bisect.bisect.evaluate import Evaluator
+    from vllm_bisect.bisect.measurement.evaluate import Evaluator
     from vllm_bisect.bisect.range import open_repo
     from vllm_bisect.builders import make_builder
     from vllm_bisect.runtime.gpulock import gpu_locks

@@ -1,0 +1,4 @@
+"""The search over a commit range: binary (``binary.py``), multisection on k workers
+(``parallel.py``), Bayesian for flaky symptoms (``bayes_search.py``, ``bayes.py``); the pure
+stepping (``steps.py``, ``multisection.py``); the endpoints settled before it
+(``endpoints.py``) and the culprit verified after it (``verify.py``)."""
