@@ -1,0 +1,119 @@
+"""``sequential`` (a sequential probability ratio test on per-request ITL, calibrated on
+both endpoints) and ``bayes`` (each run judged by the thresholds; the Bayesian search runs
+commits again, so no hook)."""
+
+from __future__ import annotations
+
+import logging
+
+from vllm_bisect.bisect.policies.base import (
+    EndpointMeasure,
+    MoreSamples,
+    Role,
+    ServerRuns,
+)
+from vllm_bisect.bisect.policies.threshold import ThresholdPolicy
+from vllm_bisect.errors import NotReproduced
+from vllm_bisect.models import Evaluation, Measurement, Outcome, Verdict
+from vllm_bisect.spec import BisectSpec
+from vllm_bisect.verdict.sequential import (
+    SequentialJudge,
+    SequentialTest,
+    SeqVerdict,
+    calibrate,
+    itl_samples,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class BayesPolicy(ThresholdPolicy):
+    """Each run judged by the thresholds; the search (not the policy) handles the flakes."""
+
+    supports_hook = False
+
+
+def _dist(xs: list[float]) -> str:
+    if not xs:
+        return "(none)"
+    s = sorted(xs)
+    return f"n={len(s)} min {s[0]:.2f} median {s[len(s) // 2]:.2f} max {s[-1]:.2f}"
+
+
+def _samples(n: int) -> MoreSamples:
+    def more(m: Measurement) -> int:
+        return max(0, n - len(itl_samples(m.requests)))
+    return more
+
+
+_SEQ_VERDICT = {SeqVerdict.GOOD: Verdict.GOOD, SeqVerdict.BAD: Verdict.BAD}
+
+
+class SequentialPolicy(ThresholdPolicy):
+    """Calibrated on both endpoints, then the SPRT on per-request ITL (learning as it goes;
+    its verdicts are old/new already: like the old end or like the new one). The endpoints
+    themselves are judged by the thresholds (they are the calibration)."""
+
+    needs_calibration = True
+
+    def __init__(self, spec: BisectSpec) -> None:
+        super().__init__(spec)
+        self.sequential: SequentialJudge | None = None
+        # the judge a running commit samples under (the fit learns meanwhile; the commit is
+        # decided by the judge that decided when to stop sampling)
+        self.sampled_by: dict[str, SequentialJudge] = {}
+
+    def calibrate(self, endpoints: EndpointMeasure, tests: int,
+                  runs: ServerRuns | None = None) -> None:
+        """n samples per endpoint; refuse unless they clearly differ. ``p <= 0.01`` overall,
+        spent over up to four looks (1x, 2x, 4x, 8x the samples): 0.008 at the first (5
+        against 5 fully separated gives p = 0.0079), 0.002 / 3 at each other."""
+        v = self.spec.verdict
+        need, p_max = v.calibration_samples, 0.008
+        while True:  # not yet distinguishable, or not precisely: double the samples, up to 8x
+            good_ev, bad_ev = endpoints(_samples(need))
+            for ev, name in ((good_ev, "good"), (bad_ev, "bad")):
+                if ev.measurement is None:
+                    raise NotReproduced(f"the {name} endpoint could not be tested: "
+                                        f"{ev.reason or ev.status.value}")
+            assert good_ev.measurement is not None and bad_ev.measurement is not None
+            g, b = itl_samples(good_ev.measurement.requests), itl_samples(bad_ev.measurement.requests)
+            cal = calibrate(g, b, min_effect=v.min_effect, p_max=p_max)
+            test = SequentialTest(cal, alpha_total=v.alpha, expected_steps=tests + 2,
+                                  max_samples=v.max_samples)
+            if (cal.ok and test.precise()) or need >= 8 * v.calibration_samples:
+                break
+            if not cal.ok and abs(cal.effect) < v.min_effect and cal.p_value <= p_max:
+                break  # they differ, but by less than the minimum effect: more will not help
+            need *= 2
+            p_max = 0.002 / 3
+        if not cal.ok:
+            raise NotReproduced(f"did not reproduce: {cal.reason}; good ITL ms {_dist(g)}, "
+                                f"bad ITL ms {_dist(b)}",
+                                hint="raise verdict.calibration_samples, lower "
+                                     "verdict.min_effect, or check the range")
+        logger.info("calibrated on %d + %d samples: %s", len(g), len(b), cal.reason)
+        self.sequential = SequentialJudge(test)
+
+    def sampler(self, commit: str, role: Role) -> MoreSamples | None:
+        seq = self.sequential
+        if seq is None or role not in (Role.BISECT, Role.VERIFY_CULPRIT, Role.VERIFY_PARENT):
+            return None
+        if role is Role.BISECT:
+            self.sampled_by[commit] = seq
+        return lambda m: seq.more(m.requests)
+
+    def forget(self, commit: str) -> None:
+        self.sampled_by.pop(commit, None)
+
+    def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
+        m = evaluation.measurement
+        if self.sequential is None or m is None or role.endpoint:
+            self.sampled_by.pop(evaluation.commit, None)
+            return super().judge(evaluation, role)
+        judge = self.sampled_by.pop(evaluation.commit, None) or self.sequential
+        v, why = judge.decide(m.requests)
+        if role is Role.BISECT:  # its samples sharpen the fit for the next commit
+            self.sequential = self.sequential.learn(m.requests, v)
+        return Outcome(commit=evaluation.commit, verdict=_SEQ_VERDICT.get(v, Verdict.SKIP),
+                       reason=why, measurement=m)
