@@ -39,14 +39,7 @@ from dataclasses import dataclass
 
 from vllm_bisect.bisect.measurement.executor import Done
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
-from vllm_bisect.models import (
-    EvalStatus,
-    Evaluation,
-    FailureKind,
-    Measurement,
-    RequestResult,
-    TokensSource,
-)
+from vllm_bisect.models import EvalStatus, Evaluation, FailureKind, Measurement, RequestResult, TokensSource
 from vllm_bisect.sim.link import Link
 
 ARTIFACT, START, SAMPLE, TEARDOWN = 5.0, 3.0, 1.0, 0.2
