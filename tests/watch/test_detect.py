@@ -16,7 +16,6 @@ from vllm_bisect.watch.detect import (
 )
 
 
-
 def series(n: int, noise: float, seed: int, steps: dict[int, float]) -> list[float]:
     rng = np.random.default_rng(seed)
     x = 100.0 * (1 + noise * rng.standard_normal(n))

@@ -85,7 +85,7 @@ def test_series_to_culprit_in_one_command(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
     rep = [c for c in doc["change_points"] if c["reported"]]
-    assert len(rep) == 1 and rep[0]["last_before"] == h.shas[12] or \
+    assert (len(rep) == 1 and rep[0]["last_before"] == h.shas[12]) or \
         h.shas.index(rep[0]["last_before"]) < 13 <= h.shas.index(rep[0]["first_after"])
     assert rep[0]["bisect"]["culprit"] == h.planted["itl"] == h.shas[13]
     assert "culprit" in rep[0]["bisect"]["note"]

@@ -83,7 +83,8 @@ def watch(
     cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
     min_change: Annotated[float, typer.Option(
         help="never report a relative step under this (on top of the series' spread)")] = 0.02,
-    max_pvalue: Annotated[float, typer.Option(help="change-point significance level")] = 0.0001,
+    max_pvalue: Annotated[float | None, typer.Option(
+        help="change-point significance level (default 0.0001; 0.001 under 20 points)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -150,8 +151,8 @@ def watch(
         label = "first fixed commit" if f.direction.value == "improvement" else "first bad commit"
         out().print(f"[bold red]{f.name}:[/] {label} {r.culprit} {escape(r.subject or '')}"
                     if r.culprit else f"{f.name}: {escape(r.note)}")
-    for name, path in specs.items():
+    for name, spec_file in specs.items():
         if name not in results:
-            out().print(f"[dim]spec for {name}: {path}  (bisect it: vllm-bisect run --spec "
-                        f"{path})[/]")
+            out().print(f"[dim]spec for {name}: {spec_file}  (bisect it: vllm-bisect run --spec "
+                        f"{spec_file})[/]")
     out().print(f"report   {root / 'watch.md'}  {root / 'watch.html'}")

@@ -40,11 +40,18 @@ class Direction(StrEnum):
     IMPROVEMENT = "improvement"
 
 
+SHORT_SERIES = 20
+
+
 @dataclass(frozen=True)
 class DetectOptions:
     """How change points are found and which are reported."""
 
-    max_pvalue: float = 0.0001    # Otava's significance level
+    # Otava's significance level; None: 0.0001 for a series of SHORT_SERIES points or more,
+    # 0.001 below (a short series, such as a session's judged commits, cannot reach 0.0001
+    # with two points on a side; it also has fewer places for a false alarm: 1.3-1.7% of
+    # 6- to 15-point noise series at 0.001, benchmarks in docs/benchmarks.md)
+    max_pvalue: float | None = None
     window_len: int = 30          # Otava's sliding window (points)
     min_change: float = 0.02      # a relative step smaller than this is never reported
     spread_factor: float = 1.5    # ... nor one under this many point-to-point spreads
@@ -93,8 +100,11 @@ def otava_change_points(values: Sequence[float], opts: DetectOptions) -> list[tu
     except ImportError:
         raise ToolMissing("watch needs Apache Otava's change-point detection", hint=OTAVA_HINT
                           ) from None
+    level = opts.max_pvalue
+    if level is None:
+        level = 0.0001 if len(values) >= SHORT_SERIES else 0.001
     cps, _weak = compute_change_points([float(v) for v in values], window_len=opts.window_len,
-                                       max_pvalue=opts.max_pvalue)
+                                       max_pvalue=level)
     return [(int(c.index), float(getattr(c.stats, "pvalue", 0.0))) for c in cps]
 
 
@@ -164,7 +174,7 @@ def detect(values: Sequence[float], opts: DetectOptions | None = None) -> list[C
     x = np.asarray([float(v) for v in values], dtype=float)
     if len(x) < 4 or not np.all(np.isfinite(x)):
         return []
-    found = otava_change_points(x, opts)
+    found = otava_change_points(x.tolist(), opts)
     cuts = [i for i, _ in found]
     spread = relative_spread(x, cuts)
     edges = [0, *cuts, len(x)]

@@ -103,7 +103,7 @@ def window_spec(base: BisectSpec, series: Series, f: Finding) -> BisectSpec:
     data = base.model_dump(mode="json")
     data["range"].update(good=f.before.commit or f.before.ref, bad=f.after.commit or f.after.ref,
                          search="fix" if f.direction is Direction.IMPROVEMENT else "regression")
-    verdict = {"symptom": symptom}
+    verdict: dict[str, Any] = {"symptom": symptom}
     if symptom == "itl":
         verdict["itl_factor"] = factor
     elif symptom == "throughput":

@@ -159,7 +159,8 @@ def load_bench_dir(path: Path) -> Series:
     if len(files) > MAX_FILES:
         raise SpecError(f"{path} holds more than {MAX_FILES} JSON files",
                         hint="point watch at one benchmark's results")
-    points, settings = [], {}
+    points: list[Point] = []
+    settings: dict[str, Any] = {}
     for f in files:
         rec = _read_json(f)
         if not isinstance(rec, dict) or not any(BENCH_METRIC.match(k) for k in rec):
