@@ -47,6 +47,36 @@ def test_seeded_series_table_json_and_report(tmp_path: Path) -> None:
     assert plain.returncode == 0 and "mean_itl_ms" in plain.stdout and "report" in plain.stdout
 
 
+def test_two_steps_a_recovery_and_noise_through_the_cli(tmp_path: Path) -> None:
+    rng = np.random.default_rng(21)
+    n = 80
+    two = 10 * (1 + 0.02 * rng.standard_normal(n))
+    two[25:] *= 1.08
+    two[55:] *= 1.08
+    back = 10 * (1 + 0.02 * rng.standard_normal(n))
+    back[30:50] *= 1.10
+    noise = 10 * (1 + 0.02 * rng.standard_normal(n))
+    lines = [json.dumps({"commit": f"n{i}", "time": f"2026-11-01T00:{i:02d}:00",
+                         "two_itl_ms": two[i], "back_itl_ms": back[i], "noise_itl_ms": noise[i]})
+             for i in range(n)]
+    (tmp_path / "s.jsonl").write_text("\n".join(lines) + "\n")
+    r = cli("watch", "s.jsonl", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rep = [c for c in json.loads(r.stdout)["change_points"] if c["reported"]]
+
+    def windows(metric: str) -> list[tuple[int, int, str]]:
+        return [(int(c["last_before"][1:]), int(c["first_after"][1:]), c["direction"])
+                for c in rep if c["metric"] == metric]
+
+    two_w = windows("two_itl_ms")
+    assert len(two_w) == 2 and all(d == "regression" for _, _, d in two_w)
+    assert two_w[0][0] < 25 <= two_w[0][1] and two_w[1][0] < 55 <= two_w[1][1]
+    back_w = windows("back_itl_ms")
+    assert [d for _, _, d in back_w] == ["regression", "improvement"]
+    assert back_w[0][0] < 30 <= back_w[0][1] and back_w[1][0] < 50 <= back_w[1][1]
+    assert windows("noise_itl_ms") == []
+
+
 def test_an_improvement_is_a_fix_search(tmp_path: Path) -> None:
     rng = np.random.default_rng(8)
     itl = 10 * (1 + 0.02 * rng.standard_normal(40))
