@@ -1,0 +1,116 @@
+"""From change points to bisect specs: one spec per reported window, built from a base spec
+(the build, the served model, the repository) and the series' own benchmark settings."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from vllm_bisect.errors import BisectError, RangeError
+from vllm_bisect.watch.detect import ChangePoint, DetectOptions, Direction, detect
+from vllm_bisect.watch.series import Point, Series, higher_is_better, sha_in
+
+if TYPE_CHECKING:
+    import git
+
+    from vllm_bisect.spec import BisectSpec
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A change point of one metric, with the commits that bound its window."""
+
+    metric: str
+    cp: ChangePoint
+    direction: Direction
+    before: Point              # the last point before the window (the old level)
+    after: Point               # the first point after the window (the new level)
+    points: int                # points of the series inside the window
+
+    @property
+    def name(self) -> str:
+        return f"{self.metric}-{self.cp.index}"
+
+
+def find(series: Series, metrics: list[str] | None = None,
+         opts: DetectOptions | None = None) -> list[Finding]:
+    """Every change point of every metric (reported or not), in series order per metric."""
+    out = []
+    for metric in metrics or series.metrics():
+        pts, values = series.column(metric)
+        for cp in detect(values, opts):
+            out.append(Finding(metric=metric, cp=cp,
+                               direction=cp.direction(higher_is_better(metric)),
+                               before=pts[cp.lo - 1], after=pts[cp.hi],
+                               points=cp.hi - cp.lo))
+    return out
+
+
+def resolve_ref(repo: git.Repo, ref: str) -> str:
+    """A point's ref (sha, tag, version, ``+g<sha>`` version, ``nightly-<sha>``) as a full sha."""
+    from vllm_bisect.bisect.range import resolve
+
+    for candidate in (ref, sha_in(ref)):
+        if not candidate:
+            continue
+        try:
+            return resolve(repo, candidate, "series").hexsha
+        except RangeError:
+            continue
+    raise RangeError(f"the series' point {ref!r} names no commit of {repo.working_dir}",
+                     hint="record the commit with each result (vllm bench serve --metadata "
+                          "commit=<sha>) or pass --repo with a checkout that has it")
+
+
+def resolve_points(series: Series, repo: git.Repo) -> Series:
+    pts = tuple(p if p.commit else replace(p, commit=resolve_ref(repo, p.ref))
+                for p in series.points)
+    return replace(series, points=pts)
+
+
+def _symptom(metric: str) -> str | None:
+    m = metric.lower()
+    if "itl" in m or "tpot" in m:
+        return "itl"
+    if "throughput" in m:
+        return "throughput"
+    if "ttft" in m:
+        return "ttft"
+    return None
+
+
+def _bench_args(settings: dict[str, Any]) -> list[str]:
+    args = []
+    for key, flag in (("num_prompts", "--num-prompts"), ("max_concurrency", "--max-concurrency"),
+                      ("request_rate", "--request-rate")):
+        if settings.get(key) is not None:
+            args += [flag, str(settings[key])]
+    return args
+
+
+def window_spec(base: BisectSpec, series: Series, f: Finding) -> BisectSpec:
+    """The bisect spec for one finding's window: the base spec's build, serve and ops; the
+    window as the range (a find-the-fix search for an improvement); the symptom the metric
+    measures, with the factor that matters set halfway (geometrically) into the step."""
+    from vllm_bisect.spec import Symptom, parse_spec
+
+    symptom = _symptom(f.metric)
+    if symptom is None or symptom not in {s.value for s in Symptom}:
+        raise BisectError(f"no bisect symptom measures {f.metric!r}",
+                          hint="bisect this window by hand with a probe that measures it")
+    factor = round(max(1.01, math.sqrt(max(f.cp.ratio, 1.0 / f.cp.ratio))), 4)
+    data = base.model_dump(mode="json")
+    data["range"].update(good=f.before.commit or f.before.ref, bad=f.after.commit or f.after.ref,
+                         search="fix" if f.direction is Direction.IMPROVEMENT else "regression")
+    verdict: dict[str, Any] = {"symptom": symptom}
+    if symptom == "itl":
+        verdict["itl_factor"] = factor
+    elif symptom == "throughput":
+        verdict["throughput_factor"] = factor
+        if series.source == "bench-serve" and data["probe"].get("bench") is None:
+            data["probe"]["bench"] = {"kind": "serve", "args": _bench_args(series.settings)}
+    data["verdict"] = {**{k: v for k, v in data["verdict"].items()
+                          if k not in ("symptom", "itl_factor", "throughput_factor")},
+                       **verdict}
+    return parse_spec(data, source=f"watch window {f.name}")

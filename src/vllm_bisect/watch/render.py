@@ -1,0 +1,104 @@
+"""watch's report: a Markdown table and an HTML page with one plot per metric (the series,
+its change points and their location windows). No printing: the CLI writes the files."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from vllm_bisect.report.plot import HEIGHT, PAD_B, PAD_L, PAD_R, PAD_T, WIDTH, nice_ticks, tick_label
+from vllm_bisect.watch.plan import Finding
+from vllm_bisect.watch.series import Series
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """What the bisect of one finding's window found (None: not bisected)."""
+
+    name: str
+    culprit: str | None
+    subject: str | None
+    note: str                       # "culprit", "no repro", "no single culprit", an error
+    session: str | None = None
+
+
+def row(f: Finding) -> dict[str, object]:
+    return {"metric": f.metric, "direction": f.direction.value, "reported": f.cp.reported,
+            "last_before": f.before.commit or f.before.ref,
+            "first_after": f.after.commit or f.after.ref,
+            "points_in_window": f.points, "before": round(f.cp.before, 6),
+            "after": round(f.cp.after, 6), "change": round(f.cp.change, 6),
+            "confidence": round(f.cp.confidence, 6), "spread": round(f.cp.spread, 6),
+            "why": f.cp.why}
+
+
+def _short(ref: str) -> str:
+    return ref[:12] if len(ref) == 40 else ref
+
+
+def markdown(series: Series, findings: list[Finding], results: dict[str, WindowResult]) -> str:
+    lines = [f"# vllm-bisect watch: {len(series.points)} points ({series.source})", "",
+             "| metric | change | last before | first after | size | confidence | culprit |",
+             "|---|---|---|---|---|---|---|"]
+    for f in findings:
+        if not f.cp.reported:
+            continue
+        r = results.get(f.name)
+        culprit = (f"`{_short(r.culprit)}` {r.subject or ''}" if r and r.culprit
+                   else (r.note if r else "not bisected"))
+        lines.append(f"| {f.metric} | {f.direction.value} | `{_short(f.before.commit or f.before.ref)}`"
+                     f" | `{_short(f.after.commit or f.after.ref)}` | {f.cp.change:+.1%} | "
+                     f"{f.cp.confidence:.4f} | {culprit} |")
+    quiet = [f for f in findings if not f.cp.reported]
+    if quiet:
+        lines += ["", "Not reported (inside the series' run-to-run spread):", ""]
+        lines += [f"- {f.metric} at point {f.cp.index}: {f.cp.why}" for f in quiet]
+    if not any(f.cp.reported for f in findings):
+        lines += ["", "No change point outside the series' run-to-run spread."]
+    return "\n".join(lines) + "\n"
+
+
+def svg_plot(series: Series, metric: str, findings: list[Finding]) -> str:
+    pts, values = series.column(metric)
+    lo, hi = min(values), max(values)
+    ticks = nice_ticks(lo, hi if hi > lo else lo + 1)
+    y0, y1 = ticks[0], ticks[-1]
+    w, h = WIDTH - PAD_L - PAD_R, HEIGHT - PAD_T - PAD_B
+    n = max(len(values) - 1, 1)
+
+    def x(i: float) -> float:
+        return PAD_L + w * i / n
+
+    def y(v: float) -> float:
+        return PAD_T + h * (1 - (v - y0) / ((y1 - y0) or 1))
+
+    parts = [f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{html.escape(metric)}">',
+             f'<text x="{PAD_L}" y="18" font-size="13">{html.escape(metric)}</text>']
+    for f in findings:
+        if f.metric != metric or not f.cp.reported:
+            continue
+        colour = "#c62828" if f.direction.value == "regression" else "#2e7d32"
+        parts.append(f'<rect x="{x(f.cp.lo - 1):.1f}" y="{PAD_T}" width="{x(f.cp.hi) - x(f.cp.lo - 1):.1f}"'
+                     f' height="{h}" fill="{colour}" opacity="0.15"/>')
+        parts.append(f'<line x1="{x(f.cp.index - 0.5):.1f}" x2="{x(f.cp.index - 0.5):.1f}" '
+                     f'y1="{PAD_T}" y2="{PAD_T + h}" stroke="{colour}" stroke-dasharray="4 3"/>')
+    for t in ticks:
+        parts.append(f'<text x="{PAD_L - 6}" y="{y(t) + 4:.1f}" font-size="11" '
+                     f'text-anchor="end">{tick_label(t)}</text>')
+    line = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
+    parts.append(f'<polyline points="{line}" fill="none" stroke="#1565c0" stroke-width="1.5"/>')
+    for i, (p, v) in enumerate(zip(pts, values, strict=True)):
+        parts.append(f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="2.5" fill="#1565c0">'
+                     f"<title>{html.escape(_short(p.commit or p.ref))}: {v:.6g}</title></circle>")
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def html_page(series: Series, findings: list[Finding], results: dict[str, WindowResult]) -> str:
+    metrics = list(dict.fromkeys(f.metric for f in findings if f.cp.reported))
+    body = [f"<h1>vllm-bisect watch</h1><p>{len(series.points)} points ({series.source})</p>"]
+    body += [f"<figure>{svg_plot(series, m, findings)}</figure>" for m in metrics]
+    body.append("<pre>" + html.escape(markdown(series, findings, results)) + "</pre>")
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>vllm-bisect watch</title>"
+            "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}svg{width:100%}"
+            "</style></head><body>" + "\n".join(body) + "</body></html>\n")
