@@ -31,6 +31,7 @@ from vllm_bisect.probes.sse import (
     chunk_text,
     completion_tokens,
     finish_reason,
+    has_choice,
     iter_events,
 )
 from vllm_bisect.probes.sse import (
@@ -112,7 +113,7 @@ class DecodeProbe:
         final_usage: int | None = None
         prompt_tokens: int | None = None
         finish: str | None = None
-        saw_done = False
+        saw_done = saw_choice = False
         max_tokens = body.get("max_tokens")
         bound = max_tokens if isinstance(max_tokens, int) else UNBOUNDED_TOKENS
         deadline_s = self.ops.deadline_s(max_tokens if isinstance(max_tokens, int) else None)
@@ -138,6 +139,7 @@ class DecodeProbe:
                     if ev.data is None:
                         saw_done = True
                         break
+                    saw_choice = has_choice(ev.data) or saw_choice
                     out_text = chunk_text(ev.data)
                     finish = finish_reason(ev.data) or finish
                     cum = completion_tokens(ev.data, bound)
@@ -180,6 +182,9 @@ class DecodeProbe:
                 raise self._deadline_error(url, deadline_s, chunks)
             raise StreamFormatError(f"stream from {url} ended after {len(chunks)} chunks "
                                     "without 'data: [DONE]'", hint="the server died mid-request")
+        if not saw_choice:  # never "0 output tokens": that would judge a length bisect
+            raise StreamFormatError(f"stream from {url} carried no well-formed choice",
+                                    hint="the server is not speaking vLLM's streaming format")
         try:
             result = self._summarize(chunks, final_usage, finish, t0)
         except ValidationError as err:
