@@ -28,6 +28,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
+from typing import ClassVar
 
 MODES = ("endless", "keepalive", "slowloris", "hugeline", "text-int", "finish-dict", "deep",
          "usage-neg", "usage-huge", "usage-bool", "metrics-huge", "valid", "choices-dict",
@@ -54,7 +55,7 @@ def _valid(n: int = 4) -> bytes:
 class Handler(BaseHTTPRequestHandler):
     mode = "valid"
     stop = threading.Event()
-    sent = [0]   # body bytes written by the drip and huge modes (shared by the class)
+    sent: ClassVar[list[int]] = [0]   # body bytes written by the drip and huge modes (shared by the class)
 
     def log_message(self, *args: object) -> None:
         pass

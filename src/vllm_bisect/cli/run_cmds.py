@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from vllm_bisect.cli.app import (
-    AbortOnUsageCommand,
     EXIT_INTERRUPTED,
     EXIT_NOT_REPRODUCED,
+    AbortOnUsageCommand,
     VerboseOpt,
     command,
     err,
