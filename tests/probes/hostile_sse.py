@@ -16,7 +16,7 @@ choices-dict / choices-str / done-only   ``"choices": {}``, ``"choices": "aaaa"`
 headers-drip the completion's response headers, one byte every 0.5 s (for minutes)
 version-drip /version's body, one byte every 0.5 s (the completions are valid)
 version-huge /version declares and sends 1 GiB (the completions are valid)
-health-drip  /health answers 200 with a body of one byte every 0.5 s
+health-drip  /health's status line and headers, one byte every 0.5 s (for minutes)
 """
 
 from __future__ import annotations
@@ -88,8 +88,10 @@ class Handler(BaseHTTPRequestHandler):
                 self.sent[0] += len(block)
 
     def do_GET(self) -> None:
-        drip = {"version-drip": "/version", "health-drip": "/health"}.get(self.mode)
-        if self.path == drip:
+        if self.path == "/health" and self.mode == "health-drip":
+            self._drip(b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 2000 + b"\r\n\r\n")
+            return
+        if self.path == "/version" and self.mode == "version-drip":
             self._head("application/json", 1000)
             self._drip(b'{"version": "' + b"9" * 2000)
             return
