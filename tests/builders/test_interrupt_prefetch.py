@@ -75,7 +75,7 @@ def test_one_ctrl_c_ends_a_run_with_a_stalled_prefetch(tmp_path: Path) -> None:
         time.sleep(1.0)
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)  # once
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
         handler.stop.set()
