@@ -244,10 +244,10 @@ class OpsSpec(_Model):
     # a PEP 503 page) in all
     download_deadline_s: float = Field(default=3600.0, gt=0)
     index_deadline_s: float = Field(default=120.0, gt=0)
-    # the largest wheel downloaded, and what it may unpack to (vLLM's CUDA wheels are about
-    # 0.4 GB packed, 1.3 GB unpacked): a larger one is refused before anything is installed
+    # the largest wheel downloaded, and what it may unpack to (vLLM's wheels are well under
+    # both): a larger one is refused before anything of it is installed
     max_wheel_size: str = Field(default="4G", pattern=SIZE_PATTERN)
-    max_unpacked_size: str = Field(default="20G", pattern=SIZE_PATTERN)
+    max_unpacked_size: str = Field(default="16G", pattern=SIZE_PATTERN)
 
 
     def deadline_s(self, max_tokens: int | None) -> float:

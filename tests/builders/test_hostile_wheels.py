@@ -107,3 +107,15 @@ def test_a_member_outside_the_wheel_root_is_a_skip(tmp_path: Path, member: str) 
     assert r.returncode == 125, r.stderr[-2000:]
     assert "outside its root" in r.stderr
     assert not list((tmp_path / "cache" / "artifacts").glob("venv-*/bin"))
+
+
+def test_a_zip_bomb_under_the_total_cap_is_refused_by_its_ratio(tmp_path: Path) -> None:
+    # default caps: 80 MiB of zeros is far under 16G, but packs about 1000:1
+    h, sha = at_head(tmp_path)
+    bomb = make_bomb(tmp_path / "w", version_of(sha), 80 << 20)
+    with RouteServer() as srv:
+        publish(srv, bomb, sha, version_of(sha))
+        r, _ = hook(tmp_path, h, srv.url)
+    assert r.returncode == 125, r.stderr[-2000:]
+    assert "(a zip bomb): refused" in r.stderr
+    assert not list((tmp_path / "cache" / "artifacts").glob("venv-*/bin"))

@@ -55,6 +55,10 @@ def version_matches(version: str, commit: str) -> bool:
 
 DIST_INFO_METADATA = re.compile(r"^[^/]+\.dist-info/METADATA$")
 MAX_METADATA_BYTES = 1 << 20
+# a member over 64 MiB packed more than 100:1 is a zip bomb (compiled kernels and Python
+# pack 2-5:1; a run of zeros packs about 1000:1)
+BOMB_MIN_BYTES = 64 << 20
+MAX_MEMBER_RATIO = 100
 
 
 def check_members(wheel: Path, z: zipfile.ZipFile, max_unpacked: int) -> None:
@@ -70,6 +74,12 @@ def check_members(wheel: Path, z: zipfile.ZipFile, max_unpacked: int) -> None:
                                       f"({info.filename[:200]!r}): refused",
                                       hint="the wheel is broken or tampered with; this commit "
                                            "is skipped (nothing of it was installed)")
+        if (info.file_size > BOMB_MIN_BYTES
+                and info.file_size > MAX_MEMBER_RATIO * max(1, info.compress_size)):
+            raise ArtifactUnavailable(
+                f"{wheel.name} holds {info.filename[:200]!r}, {info.file_size} bytes packed "
+                f"{info.file_size // max(1, info.compress_size)}:1 (a zip bomb): refused",
+                hint="this commit is skipped (nothing of it was installed)")
         total += info.file_size
         if total > max_unpacked:
             raise ArtifactUnavailable(
