@@ -130,6 +130,9 @@ def cases(tmp: Path, deadline: float) -> dict[str, dict[str, object]]:
     out["PEP 503 page of 50 MB"] = index_case(
         tmp / "11", lambda s: s.routes.__setitem__("/tinydep/", Route(big_page)),
         "pkgindex.versions(url, 'tinydep')", deadline)
+    out["control: the 50 MB page with the cap raised to 1 GiB (read whole)"] = index_case(
+        tmp / "12", lambda s: s.routes.__setitem__("/tinydep/", Route(big_page)),
+        "len(pkgindex.versions(url, 'tinydep', max_bytes=1 << 30))", deadline)
     return out
 
 
@@ -143,7 +146,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"| case | time to outcome (s) | peak RSS (MB) | outcome |\n|---|---|---|---|")
+    print("| case | time to outcome (s) | peak RSS (MB) | outcome |\n|---|---|---|---|")
     for name, r in rows.items():
         print(f"| {name} | {r['wall_s']} | {r['peak_rss_mb']} | {r['outcome']} |")
 
