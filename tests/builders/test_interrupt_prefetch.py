@@ -57,7 +57,7 @@ def test_one_ctrl_c_ends_a_run_with_a_stalled_prefetch(tmp_path: Path) -> None:
     root = tmp_path / "index"
     for i, sha in enumerate(h.shas):
         publish(root, sha, {"default": [build_wheel(co.get(sha), tmp_path / "w" / str(i), X86)]})
-    handler = type("H", (Stalling,), {"stall": tuple(h.shas[1:-1]),
+    handler: type[Stalling] = type("H", (Stalling,), {"stall": tuple(h.shas[1:-1]),
                                       "stalled": threading.Event(), "stop": threading.Event()})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
     httpd.daemon_threads = True

@@ -47,7 +47,7 @@ def test_a_503_once_is_asked_again_by_a_later_run(tmp_path: Path) -> None:
     for i, sha in enumerate(h.shas):
         publish(root, sha, {"default": [build_wheel(co.get(sha), tmp_path / "w" / str(i), X86)]})
     interior = {f"/{sha}/vllm/metadata.json" for sha in h.shas[1:-1]}
-    handler = type("H", (FlakyOnce,), {"flaky": set(interior), "hits": []})
+    handler: type[FlakyOnce] = type("H", (FlakyOnce,), {"flaky": set(interior), "hits": []})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0),
                                 functools.partial(handler, directory=str(root)))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()

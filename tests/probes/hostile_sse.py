@@ -158,7 +158,7 @@ class HostileServer:
 
     def __init__(self, mode: str, port: int = 0) -> None:
         assert mode in MODES, mode
-        handler = type("H", (Handler,), {"mode": mode, "stop": threading.Event(), "sent": [0]})
+        handler: type[Handler] = type("H", (Handler,), {"mode": mode, "stop": threading.Event(), "sent": [0]})
         self.handler = handler
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.httpd.daemon_threads = True
