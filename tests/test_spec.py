@@ -92,6 +92,8 @@ def _key(**sections: dict[str, object]) -> str:
     ("ops", {"hf_cache": "/srv/hf"}),
     ("ops", {"request_deadline_s": 30.0}),
     ("ops", {"min_tokens_per_s": 5.0}),
+    ("ops", {"download_deadline_s": 10.0, "index_deadline_s": 5.0}),
+    ("ops", {"max_wheel_size": "1G", "max_unpacked_size": "2G"}),
     ("serve", {"pass_env": ["HF_TOKEN"]}),
     ("parallel", {"workers": 4, "gpus": "0,1,2,3"}),
     ("range", {"good": "abc", "bad": "def", "first_parent": False}),

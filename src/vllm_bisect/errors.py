@@ -7,6 +7,7 @@ what the driver does::
     BisectError
     ├── RecoverableError          a commit could not be tested: the commit is SKIPPED
     │   ├── ArtifactUnavailable   no wheel / image / build for this commit (never "bad")
+    │   │   ├── IndexUnavailable  not now: the index answered 5xx, reset, timed out (not cached)
     │   │   ├── BuildError        a build from source failed (log tail attached)
     │   │   └── Cancelled         a prefetch the last verdict made useless was stopped
     │   ├── ServeError            the server exited early, hung, or never became healthy
@@ -49,6 +50,17 @@ class RecoverableError(BisectError):
 
 class ArtifactUnavailable(RecoverableError):
     """No artifact (wheel, image, source build) can be had for this commit."""
+
+    # the same answer on a later run (no wheel for this commit, a wrong build): the skip is
+    # cached across sessions; False: a later run asks again
+    final = True
+
+
+class IndexUnavailable(ArtifactUnavailable):
+    """The artifact could not be had now (the index answered 5xx or 429, the connection was
+    reset or timed out): this run skips the commit, a later run asks again."""
+
+    final = False
 
 
 class BuildError(ArtifactUnavailable):

@@ -178,6 +178,9 @@ class Evaluation(_Value):
     artifact: str | None = None
     startup_s: float | None = None
     environment: dict[str, object] = Field(default_factory=dict)
+    # UNAVAILABLE for a reason a later run may not meet (the index answered 5xx, timed out):
+    # never cached across sessions, like FAILED
+    transient: bool = False
     failure: FailureKind | None = None
     log: Path | None = None
     samples: list[list[float]] | None = None

@@ -205,6 +205,9 @@ class VerdictSpec(_Model):
     verify_samples: int = Field(default=10, ge=0, le=1000)
 
 
+SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*[KkMmGgTt]?[Bb]?\s*$"  # "4G", "500M", "1024"
+
+
 class OpsSpec(_Model):
     """``[ops]``: how a run is operated. Nothing here changes a measurement, so nothing here
     is in the measurement key: change any of it and cached measurements are reused."""
@@ -235,6 +238,16 @@ class OpsSpec(_Model):
     cache_max_size: str | None = None
     # image builds: the host's Hugging Face cache, mounted so weights load once ("": none)
     hf_cache: str = "~/.cache/huggingface"
+    # network reads have a total deadline and a size cap, not only a per-read timeout (a
+    # server that drips bytes or sends gigabytes is a skip, never a hang): seconds one wheel
+    # download may take in all (a 500 MB wheel at 150 KB/s), one index page (metadata.json,
+    # a PEP 503 page) in all
+    download_deadline_s: float = Field(default=3600.0, gt=0)
+    index_deadline_s: float = Field(default=120.0, gt=0)
+    # the largest wheel downloaded, and what it may unpack to (vLLM's wheels are well under
+    # both): a larger one is refused before anything of it is installed
+    max_wheel_size: str = Field(default="4G", pattern=SIZE_PATTERN)
+    max_unpacked_size: str = Field(default="16G", pattern=SIZE_PATTERN)
 
 
     def deadline_s(self, max_tokens: int | None) -> float:

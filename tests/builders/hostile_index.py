@@ -22,6 +22,10 @@ class Route:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     chunk_delay_s: float = 0.0   # > 0: the body goes out in 8 pieces, this far apart
+    fail_first: int = 0          # answer 503 to this many requests first
+    drip_s: float = 0.0          # > 0: one byte of the body this often (zeros past the body)
+    length: int | None = None    # the Content-Length to declare (default: the body's)
+    header_drip_s: float = 0.0   # > 0: the status line and headers, one byte this often
 
 
 class RouteServer:
@@ -30,6 +34,8 @@ class RouteServer:
     def __init__(self) -> None:
         self.routes: dict[str, Route] = {}
         self.hits: list[str] = []
+        self.stop = threading.Event()
+        self.sent = 0   # bytes dripped
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -39,10 +45,36 @@ class RouteServer:
             def do_GET(self) -> None:
                 server.hits.append(self.path)
                 r = server.routes.get(self.path.split("?")[0], Route(b"not found", 404))
-                self.send_response(r.status)
-                for k, v in {"Content-Length": str(len(r.body)), **r.headers}.items():
-                    self.send_header(k, v)
-                self.end_headers()
+                if r.fail_first > 0:
+                    r.fail_first -= 1
+                    r = Route(b"busy", 503)
+                length = len(r.body) if r.length is None else r.length
+                try:
+                    if r.header_drip_s > 0:
+                        head = f"HTTP/1.1 200 OK\r\nX-Slow: {'a' * 2000}\r\n\r\n"
+                        self._drip(head.encode(), len(head), r.header_drip_s)
+                        return
+                    self.send_response(r.status)
+                    for k, v in {"Content-Length": str(length), **r.headers}.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    if r.drip_s > 0:
+                        self._drip(r.body, length, r.drip_s)
+                        return
+                    self._body(r)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def _drip(self, data: bytes, length: int, every_s: float) -> None:
+                for i in range(length):  # past the data: zeros (a 2 GiB body is not built)
+                    if server.stop.is_set():
+                        return
+                    self.wfile.write(data[i:i + 1] or b"0")
+                    self.wfile.flush()
+                    server.sent += 1
+                    time.sleep(every_s)
+
+            def _body(self, r: Route) -> None:
                 if r.chunk_delay_s <= 0:
                     self.wfile.write(r.body)
                     return
@@ -63,6 +95,7 @@ class RouteServer:
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
                  tb: TracebackType | None) -> None:
+        self.stop.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -101,3 +134,24 @@ def make_wheel(out: Path, version: str, pth_marker: Path | None = None) -> Path:
 def entry(filename: str, path: str, version: str, **extra: Any) -> dict[str, Any]:
     return {"package_name": "vllm", "filename": filename, "path": path, "version": version,
             "platform_tag": "any", **extra}
+
+
+def make_bomb(out: Path, version: str, member_bytes: int, name: str = "vllm/zeros.bin") -> Path:
+    """A valid 'vllm' wheel plus one member of ``member_bytes`` zeros, deflated (2 GiB packs
+    to about 2 MB): written in 1 MiB blocks, never held in memory."""
+    path = make_wheel(out, version)
+    block = bytes(1 << 20)
+    info = zipfile.ZipInfo(name)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    with zipfile.ZipFile(path, "a", compresslevel=9) as z, \
+            z.open(info, "w", force_zip64=True) as fh:
+        for _ in range(member_bytes // len(block)):
+            fh.write(block)
+    return path
+
+
+def with_member(wheel: Path, name: str, data: bytes = b"x") -> Path:
+    """The wheel with one more member named ``name`` (``../x``, ``/etc/x``)."""
+    with zipfile.ZipFile(wheel, "a") as z:
+        z.writestr(zipfile.ZipInfo(name), data)
+    return wheel

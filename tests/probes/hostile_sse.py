@@ -12,6 +12,11 @@ finish-dict  ``"finish_reason": {"x": 1}``
 deep         a data line nested 100 000 deep
 usage-neg / usage-huge / usage-bool   completion_tokens -5, 10**30, true
 metrics-huge /metrics is 5 MB (the completions are valid)
+choices-dict / choices-str / done-only   ``"choices": {}``, ``"choices": "aaaa"``, only [DONE]
+headers-drip the completion's response headers, one byte every 0.5 s (for minutes)
+version-drip /version's body, one byte every 0.5 s (the completions are valid)
+version-huge /version declares and sends 1 GiB (the completions are valid)
+health-drip  /health's status line and headers, one byte every 0.5 s (for minutes)
 """
 
 from __future__ import annotations
@@ -23,9 +28,14 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
+from typing import ClassVar
 
 MODES = ("endless", "keepalive", "slowloris", "hugeline", "text-int", "finish-dict", "deep",
-         "usage-neg", "usage-huge", "usage-bool", "metrics-huge", "valid")
+         "usage-neg", "usage-huge", "usage-bool", "metrics-huge", "valid", "choices-dict",
+         "choices-str", "done-only", "headers-drip", "version-drip", "version-huge",
+         "health-drip")
+DRIP_S = 0.5
+HUGE = 1 << 30
 
 
 def _chunk(text: object = "tok ", finish: object = None, usage: object = None) -> bytes:
@@ -45,6 +55,7 @@ def _valid(n: int = 4) -> bytes:
 class Handler(BaseHTTPRequestHandler):
     mode = "valid"
     stop = threading.Event()
+    sent: ClassVar[list[int]] = [0]   # body bytes written by the drip and huge modes (shared by the class)
 
     def log_message(self, *args: object) -> None:
         pass
@@ -57,7 +68,37 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
 
+    def _drip(self, data: bytes) -> None:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            for b in data:
+                if self.stop.is_set():
+                    return
+                self.wfile.write(bytes([b]))
+                self.wfile.flush()
+                self.sent[0] += 1
+                time.sleep(DRIP_S)
+
+    def _huge(self) -> None:
+        block = b"0" * (1 << 20)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            for _ in range(HUGE // len(block)):
+                if self.stop.is_set():
+                    return
+                self.wfile.write(block)
+                self.sent[0] += len(block)
+
     def do_GET(self) -> None:
+        if self.path == "/health" and self.mode == "health-drip":
+            self._drip(b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 2000 + b"\r\n\r\n")
+            return
+        if self.path == "/version" and self.mode == "version-drip":
+            self._head("application/json", 1000)
+            self._drip(b'{"version": "' + b"9" * 2000)
+            return
+        if self.path == "/version" and self.mode == "version-huge":
+            self._head("application/json", HUGE)
+            self._huge()
+            return
         if self.path == "/metrics":
             line = b'vllm:generation_tokens_total{model_name="m"} 1.0\n'
             body = line * (5_000_000 // len(line)) if self.mode == "metrics-huge" else line
@@ -70,6 +111,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.mode == "headers-drip":
+            self._drip(b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 2000 + b"\r\n\r\n")
+            return
         self._head("text/event-stream")
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self._stream()
@@ -96,6 +140,12 @@ class Handler(BaseHTTPRequestHandler):
             w.write(_chunk(text=123) + b"data: [DONE]\n\n")
         elif m == "finish-dict":
             w.write(_chunk(finish={"x": 1}) + b"data: [DONE]\n\n")
+        elif m == "choices-dict":
+            w.write(b'data: {"choices": {}}\n\ndata: [DONE]\n\n')
+        elif m == "choices-str":
+            w.write(b'data: {"choices": "aaaa"}\n\ndata: [DONE]\n\n')
+        elif m == "done-only":
+            w.write(b"data: [DONE]\n\n")
         elif m.startswith("usage-"):
             bad = {"usage-neg": -5, "usage-huge": 10**30, "usage-bool": True}[m]
             w.write(_chunk(usage={"completion_tokens": bad}) + b"data: [DONE]\n\n")
@@ -108,7 +158,7 @@ class HostileServer:
 
     def __init__(self, mode: str, port: int = 0) -> None:
         assert mode in MODES, mode
-        handler = type("H", (Handler,), {"mode": mode, "stop": threading.Event()})
+        handler: type[Handler] = type("H", (Handler,), {"mode": mode, "stop": threading.Event(), "sent": [0]})
         self.handler = handler
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.httpd.daemon_threads = True

@@ -38,7 +38,7 @@ def make_builder(spec: BisectSpec, repo: git.Repo, cache_dir: Path, log_dir: Pat
     if isinstance(b, WheelBuild):
         from vllm_bisect.builders.wheel import WheelBuilder
 
-        return WheelBuilder(b, artifact_cache(spec, repo, cache_dir), log_dir)
+        return WheelBuilder(b, artifact_cache(spec, repo, cache_dir), log_dir, ops=spec.ops)
     checkouts = Checkouts(repo, cache_dir)
     if isinstance(b, ImageBuild):
         from vllm_bisect.builders.image import ImageBuilder

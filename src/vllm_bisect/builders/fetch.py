@@ -10,13 +10,12 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
-from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from vllm_bisect.errors import ArtifactUnavailable
+from vllm_bisect import net
+from vllm_bisect.errors import ArtifactUnavailable, IndexUnavailable
 
-MAX_REDIRECTS = 5
 # PEP 427: {name}-{version}(-{build})?-{python}-{abi}-{platform}.whl, each part a safe token
 WHEEL_FILENAME = re.compile(
     r"^(?P<name>[A-Za-z0-9_.]+)-(?P<version>[A-Za-z0-9_.!+]+)(?:-(?P<build>\d[A-Za-z0-9_]*))?"
@@ -26,14 +25,10 @@ SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 def origin(url: str) -> tuple[str, str, int]:
     """(scheme, host, port) of an http(s) URL (default ports filled in)."""
-    u = urlsplit(url)
-    if u.scheme not in ("http", "https") or not u.hostname:
-        raise ArtifactUnavailable(f"not an http(s) URL: {url[:200]}")
-    try:
-        port = u.port or (443 if u.scheme == "https" else 80)
-    except ValueError:
-        raise ArtifactUnavailable(f"bad port in URL: {url[:200]}") from None
-    return u.scheme, u.hostname.lower(), port
+    o = net.origin(url)
+    if o is None:
+        raise ArtifactUnavailable(f"not an http(s) URL (or a bad port): {url[:200]}")
+    return o
 
 
 def check_origin(url: str, index_url: str, what: str) -> None:
@@ -56,23 +51,29 @@ def wheel_filename(name: str) -> re.Match[str]:
     return m
 
 
+def transient(status: int) -> bool:
+    """Does an HTTP status say "not now" (a later run may get an answer)?"""
+    return status >= 500 or status in (408, 429)
+
+
 @contextlib.contextmanager
-def get_same_origin(client: httpx.Client, url: str, index_url: str,
-                    timeout: float | None = None) -> Iterator[httpx.Response]:
-    """GET url as a streamed response, following redirects only within the index's origin."""
-    for _ in range(MAX_REDIRECTS + 1):
-        check_origin(url, index_url, "URL")
-        req = (client.build_request("GET", url) if timeout is None
-               else client.build_request("GET", url, timeout=timeout))
-        r = client.send(req, stream=True, follow_redirects=False)
-        if not r.is_redirect:
-            try:
-                yield r
-            finally:
-                r.close()
-            return
-        location = r.headers.get("location", "")
-        r.close()
-        url = urljoin(url, location)
-        check_origin(url, index_url, "redirect to")
-    raise ArtifactUnavailable(f"more than {MAX_REDIRECTS} redirects from the index at {url}")
+def get_same_origin(client: httpx.Client, url: str, index_url: str, deadline_s: float,
+                    what: str = "the index") -> Iterator[tuple[httpx.Response, net.Watchdog]]:
+    """GET url as a streamed response within ``deadline_s`` in all, following redirects only
+    within the index's origin. A deadline or a network error is an IndexUnavailable (a later
+    run asks again); the body is read with :func:`vllm_bisect.net.iter_bytes`."""
+    check_origin(url, index_url, "URL")
+    try:
+        with net.stream(client, "GET", url, deadline_s=deadline_s,
+                        on_redirect=lambda u: check_origin(u, index_url, "redirect to")) as got:
+            yield got
+    except net.DeadlineExceeded:
+        raise IndexUnavailable(f"{what} did not answer within {deadline_s:.0f} s: {url[:200]}",
+                               hint="the index is slow or stalled; a later run asks again"
+                               ) from None
+    except net.TooManyRedirects as err:
+        raise ArtifactUnavailable(f"{err} from {what}: {url[:200]}") from None
+    except httpx.HTTPError as err:
+        raise IndexUnavailable(f"{what} unreachable: {url[:200]}: {err}",
+                               hint="check build.index_url and the network; a later run "
+                                    "asks again") from None

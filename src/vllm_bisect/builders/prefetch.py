@@ -6,15 +6,22 @@ re-raising its ArtifactUnavailable) or prepares it directly; ``keep_only(commits
 prefetches that the last verdict made useless: pending ones never start; running ones are
 told to stop (builders whose ``prepare`` takes a ``cancel`` event check it between chunks of
 a download or pull), so they stop taking bandwidth from the artifact that is needed.
+
+The workers are daemon threads (:class:`DaemonPool`): a prefetch stalled on a dripping index
+never keeps the process alive after one Ctrl-C (ThreadPoolExecutor's workers are joined at
+interpreter exit, so the run stayed up until the download ended, and a second Ctrl-C ended
+it with a traceback). What a killed prefetch leaves (a ``.part`` file, a venv without its
+done mark) is never used: it is made again.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
-from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from typing import Any, Protocol, TypeVar
 
 from vllm_bisect.builders.base import Artifact, Builder, prepare
 from vllm_bisect.errors import Cancelled
@@ -31,10 +38,57 @@ class PrefetchSink(Protocol):
     def keep_only(self, commits: Iterable[str]) -> None: ...
 
 
+T = TypeVar("T")
+_Job = tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
+
+
+class DaemonPool:
+    """A small thread pool whose workers are daemon threads (never joined at exit)."""
+
+    def __init__(self, workers: int, name: str) -> None:
+        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.threads = [threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True)
+                        for i in range(workers)]
+        self.started = False
+        self.lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        future: Future[T] = Future()
+        self.jobs.put((future, fn, args))
+        with self.lock:
+            if not self.started:
+                self.started = True
+                for t in self.threads:
+                    t.start()
+        return future
+
+    def _work(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            future, fn, args = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as err:  # handed to whoever waits on the future
+                future.set_exception(err)
+
+    def shutdown(self) -> None:
+        """Cancel what has not started; running jobs are left to end (or to the exit)."""
+        while True:
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job[0].cancel()
+        for _ in self.threads:
+            self.jobs.put(None)
+
+
 class Prefetcher:
     def __init__(self, builder: Builder, workers: int = 2) -> None:
         self.builder = builder
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prefetch")
+        self.pool = DaemonPool(workers, "prefetch")
         self.futures: dict[str, Future[Artifact]] = {}
         self.stops: dict[str, threading.Event] = {}
         self.lock = threading.Lock()
@@ -73,4 +127,7 @@ class Prefetcher:
             return self.builder.prepare(commit)
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        with self.lock:
+            for stop in self.stops.values():
+                stop.set()  # running downloads stop between chunks
+        self.pool.shutdown()

@@ -26,16 +26,23 @@ from typing import BinaryIO
 
 import httpx
 
+from vllm_bisect import net
 from vllm_bisect.builders.base import Artifact, ArtifactKind
-from vllm_bisect.builders.cache import ArtifactCache
-from vllm_bisect.builders.fetch import get_same_origin, wheel_filename
+from vllm_bisect.builders.cache import ArtifactCache, parse_size
+from vllm_bisect.builders.fetch import get_same_origin, transient, wheel_filename
 from vllm_bisect.builders.source import DONE_MARK, find_python, find_uv
 from vllm_bisect.builders.wheel_index import WheelEntry, choose
 from vllm_bisect.envinfo import Platform, detect
-from vllm_bisect.errors import ArtifactUnavailable, BuildError, Cancelled, disk_full
+from vllm_bisect.errors import (
+    ArtifactUnavailable,
+    BuildError,
+    Cancelled,
+    IndexUnavailable,
+    disk_full,
+)
 from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.process import tail
-from vllm_bisect.spec import WheelBuild
+from vllm_bisect.spec import OpsSpec, WheelBuild
 
 logger = logging.getLogger(__name__)
 
@@ -48,12 +55,46 @@ def version_matches(version: str, commit: str) -> bool:
 
 DIST_INFO_METADATA = re.compile(r"^[^/]+\.dist-info/METADATA$")
 MAX_METADATA_BYTES = 1 << 20
+# a member over 64 MiB packed more than 100:1 is a zip bomb (compiled kernels and Python
+# pack 2-5:1; a run of zeros packs about 1000:1)
+BOMB_MIN_BYTES = 64 << 20
+MAX_MEMBER_RATIO = 100
 
 
-def wheel_version(wheel: Path) -> str:
-    """The version in the wheel's own ``*.dist-info/METADATA`` (read, never installed)."""
+def check_members(wheel: Path, z: zipfile.ZipFile, max_unpacked: int) -> None:
+    """Refuse a wheel that would unpack to more than ``max_unpacked`` bytes (a zip bomb fills
+    the venv and the installer's cache), or that names a member outside its root (``../``,
+    an absolute path): installers drop such members silently, so what ran would not be
+    what the wheel holds."""
+    total = 0
+    for info in z.infolist():
+        name = info.filename.replace("\\", "/")
+        if name.startswith("/") or re.match(r"^[A-Za-z]:", name) or ".." in name.split("/"):
+            raise ArtifactUnavailable(f"{wheel.name} holds a member outside its root "
+                                      f"({info.filename[:200]!r}): refused",
+                                      hint="the wheel is broken or tampered with; this commit "
+                                           "is skipped (nothing of it was installed)")
+        if (info.file_size > BOMB_MIN_BYTES
+                and info.file_size > MAX_MEMBER_RATIO * max(1, info.compress_size)):
+            raise ArtifactUnavailable(
+                f"{wheel.name} holds {info.filename[:200]!r}, {info.file_size} bytes packed "
+                f"{info.file_size // max(1, info.compress_size)}:1 (a zip bomb): refused",
+                hint="this commit is skipped (nothing of it was installed)")
+        total += info.file_size
+        if total > max_unpacked:
+            raise ArtifactUnavailable(
+                f"{wheel.name} unpacks to more than {max_unpacked} bytes "
+                f"({wheel.stat().st_size} packed): refused",
+                hint="raise ops.max_unpacked_size if the wheel is genuine; this commit is "
+                     "skipped (nothing of it was installed)")
+
+
+def wheel_version(wheel: Path, max_unpacked: int = 1 << 62) -> str:
+    """The version in the wheel's own ``*.dist-info/METADATA`` (read, never installed), once
+    its members are checked (:func:`check_members`)."""
     try:
         with zipfile.ZipFile(wheel) as z:
+            check_members(wheel, z, max_unpacked)
             found = [i for i in z.infolist() if DIST_INFO_METADATA.match(i.filename)]
             if len(found) != 1 or found[0].file_size > MAX_METADATA_BYTES:
                 raise ArtifactUnavailable(f"{wheel.name} has {len(found)} usable dist-info "
@@ -95,16 +136,19 @@ def _write_atomic(path: Path, text: str) -> None:
 
 class WheelBuilder:
     def __init__(self, spec: WheelBuild, cache: ArtifactCache, log_dir: Path,
-                 platform: Platform | None = None, client: httpx.Client | None = None) -> None:
+                 platform: Platform | None = None, client: httpx.Client | None = None,
+                 ops: OpsSpec | None = None) -> None:
         self.spec = spec
         self.cache = cache
         self.log_dir = log_dir
         self.platform = platform or detect()
-        self.client = client or httpx.Client(timeout=httpx.Timeout(60.0, read=600.0))
+        self.ops = ops or OpsSpec()  # the network deadlines and the size caps
+        self.client = client or net.client(timeout=httpx.Timeout(60.0, read=600.0))
         self.uv = find_uv()
 
     def prepare(self, commit: str, cancel: threading.Event | None = None) -> Artifact:
-        entry = choose(self.client, self.spec.index_url, commit, self.spec.variant, self.platform)
+        entry = choose(self.client, self.spec.index_url, commit, self.spec.variant, self.platform,
+                       self.ops.index_deadline_s)
         if not version_matches(entry.version, commit):
             raise ArtifactUnavailable(
                 f"the index lists vllm {entry.version}, which does not carry +g{commit[:9]} "
@@ -117,7 +161,8 @@ class WheelBuilder:
                 self.cache.touch(key)
                 return self._artifact(commit, venv, entry.filename, cached=True)
             wheel, sha = self._download(entry, commit, cancel)
-            version = wheel_version(wheel)  # before anything of the wheel is installed or run
+            # before anything of the wheel is installed or run
+            version = wheel_version(wheel, parse_size(self.ops.max_unpacked_size))
             if not version_matches(version, commit):
                 raise ArtifactUnavailable(
                     f"the wheel's METADATA says vllm {version}, which does not carry "
@@ -175,29 +220,35 @@ class WheelBuilder:
         tmp = part_path(target)
         digest = hashlib.sha256()
         try:
-            with open(tmp, "wb") as fh, \
-                    get_same_origin(self.client, url, self.spec.index_url) as r:
+            with open(tmp, "wb") as fh, get_same_origin(
+                    self.client, url, self.spec.index_url, self.ops.download_deadline_s,
+                    what="the wheel download") as (r, dog):
                 if r.status_code != 200:
-                    raise ArtifactUnavailable(f"wheel download failed: HTTP {r.status_code} {url}")
+                    error = IndexUnavailable if transient(r.status_code) else ArtifactUnavailable
+                    raise error(f"wheel download failed: HTTP {r.status_code} {url}")
                 expected = r.headers.get("content-length")
                 size = 0
-                for chunk in r.iter_bytes(1 << 20):
+                for chunk in net.iter_bytes(r, dog, parse_size(self.ops.max_wheel_size),
+                                            1 << 20):
                     if cancel is not None and cancel.is_set():
                         raise Cancelled(f"download of {entry.filename} cancelled")
                     fh.write(chunk)
                     digest.update(chunk)
                     size += len(chunk)
             if expected is not None and expected.isdigit() and int(expected) != size:
-                raise ArtifactUnavailable(f"wheel download truncated ({size} of {expected} "
-                                          f"bytes): {url}", hint="retry; the index may be flaky")
+                raise IndexUnavailable(f"wheel download truncated ({size} of {expected} "
+                                       f"bytes): {url}", hint="the index may be flaky; a later "
+                                       "run asks again")
             if entry.sha256 is not None and digest.hexdigest() != entry.sha256:
                 raise ArtifactUnavailable(
                     f"wheel {entry.filename} has sha256 {digest.hexdigest()[:16]}..., the index "
                     f"says {entry.sha256[:16]}...: refused", hint="the download was corrupted or "
                     "tampered with; this commit is skipped")
             os.replace(tmp, target)
-        except httpx.HTTPError as err:
-            raise ArtifactUnavailable(f"wheel download failed: {err}: {url}") from None
+        except net.TooLarge as err:
+            raise ArtifactUnavailable(
+                f"wheel {entry.filename} is larger than {err.cap} bytes: refused",
+                hint="raise ops.max_wheel_size if the wheel is genuine") from None
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)

@@ -23,9 +23,16 @@ from urllib.parse import urldefrag, urljoin
 
 import httpx
 
-from vllm_bisect.builders.fetch import SHA256, check_origin, get_same_origin, wheel_filename
+from vllm_bisect import net
+from vllm_bisect.builders.fetch import (
+    SHA256,
+    check_origin,
+    get_same_origin,
+    transient,
+    wheel_filename,
+)
 from vllm_bisect.envinfo import Platform
-from vllm_bisect.errors import ArtifactUnavailable, SpecError
+from vllm_bisect.errors import ArtifactUnavailable, IndexUnavailable, SpecError
 
 VARIANTS = ("auto", "default", "cu129", "cu130", "cpu")
 MANYLINUX = re.compile(r"^manylinux_(\d+)_(\d+)_(x86_64|aarch64)$")
@@ -67,32 +74,30 @@ def platform_fits(tag: str, p: Platform) -> bool:
     return False
 
 
-def fetch_entries(client: httpx.Client, base: str, commit: str, variant: str) -> list[WheelEntry]:
+def fetch_entries(client: httpx.Client, base: str, commit: str, variant: str,
+                  deadline_s: float = 120.0) -> list[WheelEntry]:
     url = metadata_url(base, commit, variant)
-    try:
-        with get_same_origin(client, url, base, timeout=60.0) as r:
-            if r.status_code in (403, 404):
-                raise ArtifactUnavailable(
-                    f"no {variant} wheels for {commit[:12]} ({r.status_code} at {url})",
-                    hint="wheels appear about an hour after merge; not every variant exists "
-                         "for every commit")
-            if r.status_code != 200:
-                raise ArtifactUnavailable(f"wheel index answered HTTP {r.status_code} for {url}")
-            body = bytearray()
-            for chunk in r.iter_bytes():
-                body += chunk
-                if len(body) > MAX_METADATA_BYTES:
-                    raise ArtifactUnavailable(f"metadata.json at {url} is larger than "
-                                              f"{MAX_METADATA_BYTES} bytes: refused")
-    except httpx.HTTPError as err:
-        raise ArtifactUnavailable(f"wheel index unreachable: {url}: {err}",
-                                  hint="check build.index_url and the network") from None
+    with get_same_origin(client, url, base, deadline_s, what="the wheel index") as (r, dog):
+        if r.status_code in (403, 404):
+            raise ArtifactUnavailable(
+                f"no {variant} wheels for {commit[:12]} ({r.status_code} at {url})",
+                hint="wheels appear about an hour after merge; not every variant exists "
+                     "for every commit")
+        if r.status_code != 200:
+            error = IndexUnavailable if transient(r.status_code) else ArtifactUnavailable
+            raise error(f"wheel index answered HTTP {r.status_code} for {url}")
+        try:
+            body = net.read(r, dog, MAX_METADATA_BYTES)
+        except net.TooLarge:
+            raise ArtifactUnavailable(f"metadata.json at {url} is larger than "
+                                      f"{MAX_METADATA_BYTES} bytes: refused") from None
     try:
         data = json.loads(bytes(body))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         kind = "HTML" if body.lstrip().startswith(b"<") else "a malformed or truncated file"
-        raise ArtifactUnavailable(f"wheel index returned {kind} instead of metadata.json at {url}",
-                                  hint="the index may be mid-upload; retry later") from None
+        raise IndexUnavailable(f"wheel index returned {kind} instead of metadata.json at {url}",
+                               hint="the index may be mid-upload; a later run asks again"
+                               ) from None
     if not isinstance(data, list):
         raise ArtifactUnavailable(f"metadata.json at {url} is not a list")
     entries = []
@@ -126,18 +131,20 @@ def _entry(item: dict[str, Any], url: str, base: str, variant: str) -> WheelEntr
 
 
 def choose(client: httpx.Client, base: str, commit: str, variant: str,
-           p: Platform) -> WheelEntry:
+           p: Platform, deadline_s: float = 120.0) -> WheelEntry:
     """The wheel for this commit, variant and host; 'auto' tries the host's variant, then default."""
     if variant not in VARIANTS:
         raise SpecError(f"unknown wheel variant {variant!r}",
                         hint=f"build.variant is one of {', '.join(VARIANTS)}")
     order = [p.variant, "default"] if variant == "auto" else [variant]
     reasons = []
+    final = True  # every variant's answer is final (none was a 5xx or a timeout)
     for v in dict.fromkeys(order):
         try:
-            entries = fetch_entries(client, base, commit, v)
+            entries = fetch_entries(client, base, commit, v, deadline_s)
         except ArtifactUnavailable as err:
             reasons.append(err.message)
+            final = final and err.final
             continue
         fitting = [e for e in entries if platform_fits(e.platform_tag, p)]
         if fitting:
@@ -145,8 +152,9 @@ def choose(client: httpx.Client, base: str, commit: str, variant: str,
         tags = ", ".join(sorted({e.platform_tag for e in entries})) or "none"
         reasons.append(f"no {v} wheel for {p.arch} glibc "
                        f"{'.'.join(map(str, p.glibc or ()))} at {commit[:12]} (have: {tags})")
-    raise ArtifactUnavailable("; ".join(reasons), hint="try another variant, the image builder, "
-                              "or a source build")
+    error = ArtifactUnavailable if final else IndexUnavailable
+    raise error("; ".join(reasons), hint="try another variant, the image builder, or a source "
+                "build" + ("" if final else "; the index did not answer: a later run asks again"))
 
 
 def has_wheel_fn(base: str, variant: str, p: Platform | None = None,
@@ -155,16 +163,19 @@ def has_wheel_fn(base: str, variant: str, p: Platform | None = None,
     from vllm_bisect.envinfo import detect
 
     plat = p or detect()
-    http = client or httpx.Client(timeout=30.0)
+    http = client or net.client(timeout=30.0)
     seen: dict[str, bool] = {}
 
     def has(commit: str) -> bool:
-        if commit not in seen:
-            try:
-                choose(http, base, commit, variant, plat)
-                seen[commit] = True
-            except ArtifactUnavailable:
+        if commit in seen:
+            return seen[commit]
+        try:
+            choose(http, base, commit, variant, plat)
+        except ArtifactUnavailable as err:
+            if err.final:  # a 5xx or a timeout is asked again
                 seen[commit] = False
-        return seen[commit]
+            return False
+        seen[commit] = True
+        return True
 
     return has

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 EXIT_USER = 2
 EXIT_NOT_REPRODUCED = 3
 EXIT_INTERRUPTED = 130
+EXIT_ABORT = 128  # `git bisect run` stops on >= 128; 1..127 (but 125) would read as "bad"
 
 
 def _plain_flags(params: list[Any]) -> list[Any]:
@@ -43,6 +44,20 @@ def _plain_flags(params: list[Any]) -> list[Any]:
 class FlagCommand(TyperCommand):
     def get_params(self, ctx: Any) -> list[Any]:
         return _plain_flags(super().get_params(ctx))
+
+
+class AbortOnUsageCommand(FlagCommand):
+    """A command run by `git bisect run` (the hook): a usage error (unknown option, missing
+    ``--spec``, bad value) exits ``EXIT_ABORT``, never click's 2, which git reads as "bad"."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: Any = None, **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except Exception as e:  # click's UsageError (typer vendors its own click): exit 2
+            if getattr(e, "exit_code", None) == EXIT_USER:
+                e.exit_code = EXIT_ABORT  # type: ignore[attr-defined]
+            raise
 
 
 class FlagGroup(TyperGroup):
@@ -61,9 +76,10 @@ app = typer_app("Find the vLLM commit that broke decode speed or output length."
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def command(name: str | None = None, on: typer.Typer = app) -> Callable[[F], F]:
+def command(name: str | None = None, on: typer.Typer = app,
+            cls: type[TyperCommand] = FlagCommand) -> Callable[[F], F]:
     """``@command()``: register a command whose flags show as flags."""
-    register: Callable[[F], F] = on.command(name, cls=FlagCommand)
+    register: Callable[[F], F] = on.command(name, cls=cls)
     return register
 
 

@@ -14,6 +14,7 @@ import typer
 from vllm_bisect.cli.app import (
     EXIT_INTERRUPTED,
     EXIT_NOT_REPRODUCED,
+    AbortOnUsageCommand,
     VerboseOpt,
     command,
     err,
@@ -252,7 +253,7 @@ def report(
         sys.stdout.write(markdown(r) if fmt is ReportFormat.MD else html_report(r))
 
 
-@command()
+@command(cls=AbortOnUsageCommand)
 def hook(
     spec_path: Annotated[Path, typer.Option("--spec", help="bisect spec (TOML)")],
     cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,

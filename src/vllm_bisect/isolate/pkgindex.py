@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 
 import httpx
 from packaging.utils import (
@@ -16,10 +17,12 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
+from vllm_bisect import net
 from vllm_bisect.errors import FatalError
 
 ANCHOR = re.compile(r"<a\s+([^>]*)>([^<]*)</a>", re.I)
 PYPI = "https://pypi.org/simple"
+MAX_PAGE_BYTES = 32 << 20  # PyPI's largest simple pages (boto3, all its files) are a few MB
 
 
 def _version(filename: str) -> Version | None:
@@ -31,23 +34,51 @@ def _version(filename: str) -> Version | None:
         return None
 
 
-def versions(index_url: str, name: str, timeout_s: float = 30.0) -> list[Version]:
-    """Every version of ``name`` on the index, oldest first."""
+def _same_origin(index_url: str) -> Callable[[str], None]:
+    def check(url: str) -> None:
+        if net.origin(url) is None or net.origin(url) != net.origin(index_url):
+            raise FatalError(f"the package index at {index_url} redirects to {url[:200]}, "
+                             "another origin: refused",
+                             hint="pass --index-url with the index's own address")
+    return check
+
+
+def page(index_url: str, name: str, timeout_s: float = 30.0, deadline_s: float = 120.0,
+         max_bytes: int = MAX_PAGE_BYTES) -> str | None:
+    """The project's simple page (None: the index has no such project), read through the
+    shared bounded client: within ``deadline_s`` in all, at most ``max_bytes``, redirects
+    only within the index's origin (the wheel builder's rules)."""
     url = f"{index_url.rstrip('/')}/{canonicalize_name(name)}/"
+    hint = "pass --index-url (a PEP 503 simple index this host can reach)"
     try:
-        r = httpx.get(url, timeout=timeout_s, follow_redirects=True,
-                      headers={"Accept": "text/html"})
-    except httpx.HTTPError as err:
-        raise FatalError(f"cannot read the package index at {url}: {err}",
-                         hint="pass --index-url (a PEP 503 simple index this host can reach)"
+        with net.client(timeout=timeout_s) as http:
+            status, body = net.get(http, url, deadline_s=deadline_s, max_bytes=max_bytes,
+                                   on_redirect=_same_origin(index_url),
+                                   headers={"Accept": "text/html"})
+    except net.DeadlineExceeded:
+        raise FatalError(f"the package index did not answer {url} within {deadline_s:.0f} s",
+                         hint=hint) from None
+    except net.NetLimitError as err:
+        raise FatalError(f"the package index's page {url} is {err}: refused", hint=hint
                          ) from None
-    if r.status_code == 404:
-        return []
-    if r.status_code != 200:
-        raise FatalError(f"the package index answered {r.status_code} for {url}",
+    except httpx.HTTPError as err:
+        raise FatalError(f"cannot read the package index at {url}: {err}", hint=hint) from None
+    if status == 404:
+        return None
+    if status != 200:
+        raise FatalError(f"the package index answered {status} for {url}",
                          hint="pass --index-url (a PEP 503 simple index)")
+    return body.decode("utf-8", errors="replace")
+
+
+def versions(index_url: str, name: str, timeout_s: float = 30.0, deadline_s: float = 120.0,
+             max_bytes: int = MAX_PAGE_BYTES) -> list[Version]:
+    """Every version of ``name`` on the index, oldest first."""
+    body = page(index_url, name, timeout_s, deadline_s, max_bytes)
+    if body is None:
+        return []
     found: set[Version] = set()
-    for attrs, text in ANCHOR.findall(r.text):
+    for attrs, text in ANCHOR.findall(body):
         if "data-yanked" in attrs:
             continue
         v = _version(html.unescape(text).strip())

@@ -9,10 +9,10 @@ reports) is larger by about the acceptance length: the #47297 trap. Both are rep
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,15 +22,17 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from vllm_bisect import net
 from vllm_bisect.errors import ProbeError, StreamFormatError
 from vllm_bisect.models import Measurement, RequestResult, TokensSource
 from vllm_bisect.probes import metrics
-from vllm_bisect.probes.limits import DeadlineExceeded, bounded_bytes, deadline_guard, split_lines
+from vllm_bisect.probes.limits import split_lines
 from vllm_bisect.probes.prompt import PromptSizer, SizedPrompt, check_prompt_tokens
 from vllm_bisect.probes.sse import (
     chunk_text,
     completion_tokens,
     finish_reason,
+    has_choice,
     iter_events,
 )
 from vllm_bisect.probes.sse import (
@@ -42,6 +44,8 @@ from vllm_bisect.spec import Endpoint, OpsSpec, ProbeSpec
 logger = logging.getLogger(__name__)
 
 UNBOUNDED_TOKENS = 1 << 24  # the count bound when no max_tokens is sent
+VERSION_DEADLINE_S = 10.0   # /version: a few bytes of JSON
+VERSION_MAX_BYTES = 64 << 10
 
 # Server log lines that explain a length cap (vLLM has worded these a few ways).
 NOTE_PATTERNS = (
@@ -112,20 +116,18 @@ class DecodeProbe:
         final_usage: int | None = None
         prompt_tokens: int | None = None
         finish: str | None = None
-        saw_done = False
+        saw_done = saw_choice = False
         max_tokens = body.get("max_tokens")
         bound = max_tokens if isinstance(max_tokens, int) else UNBOUNDED_TOKENS
         deadline_s = self.ops.deadline_s(max_tokens if isinstance(max_tokens, int) else None)
         t0 = time.perf_counter()
-        end = time.monotonic() + deadline_s
         timeout = httpx.Timeout(30.0, read=min(self.ops.request_timeout_s, deadline_s))
-        fired = threading.Event()
-        try:
-            with client.stream("POST", url, json=body, timeout=timeout) as r, \
-                    deadline_guard(r, end - time.monotonic()) as fired:
+        try:  # the deadline covers the response headers too (a server may drip them)
+            with net.stream(client, "POST", url, deadline_s=deadline_s, json=body,
+                            timeout=timeout) as (r, dog):
                 if r.status_code != 200:
                     detail = bytearray()
-                    for piece in bounded_bytes(r.iter_bytes(), end, fired):
+                    for piece in net.iter_bytes(r, dog):
                         detail += piece
                         if len(detail) > 300:
                             break
@@ -133,11 +135,12 @@ class DecodeProbe:
                                      f"{detail[:300].decode(errors='replace')}",
                                      hint="check the model name and the serve arguments")
                 last_cum = 0
-                lines = split_lines(bounded_bytes(r.iter_bytes(), end, fired))
+                lines = split_lines(net.iter_bytes(r, dog))
                 for ev in iter_events(lines):
                     if ev.data is None:
                         saw_done = True
                         break
+                    saw_choice = has_choice(ev.data) or saw_choice
                     out_text = chunk_text(ev.data)
                     finish = finish_reason(ev.data) or finish
                     cum = completion_tokens(ev.data, bound)
@@ -159,11 +162,9 @@ class DecodeProbe:
                         raise StreamFormatError(
                             f"stream from {url} sent more than {bound} output chunks "
                             "(more than max_tokens)", hint="the server does not stop")
-        except DeadlineExceeded:
+        except net.DeadlineExceeded:
             raise self._deadline_error(url, deadline_s, chunks) from None
         except httpx.TimeoutException:
-            if fired.is_set():
-                raise self._deadline_error(url, deadline_s, chunks) from None
             raise ProbeError(f"request to {url} timed out after {timeout.read:.0f} s",
                              hint="the server hangs; raise ops.request_timeout_s if it is slow") from None
         except httpx.ConnectError as err:
@@ -171,15 +172,14 @@ class DecodeProbe:
                              hint="is the server running, and is the URL (host and port) "
                                   "right?") from None
         except httpx.HTTPError as err:
-            if fired.is_set():
-                raise self._deadline_error(url, deadline_s, chunks) from None
             raise ProbeError(f"stream from {url} broke after {len(chunks)} chunks: {err}",
                              hint="the server died mid-request; see its log") from None
         if not saw_done:
-            if fired.is_set():
-                raise self._deadline_error(url, deadline_s, chunks)
             raise StreamFormatError(f"stream from {url} ended after {len(chunks)} chunks "
                                     "without 'data: [DONE]'", hint="the server died mid-request")
+        if not saw_choice:  # never "0 output tokens": that would judge a length bisect
+            raise StreamFormatError(f"stream from {url} carried no well-formed choice",
+                                    hint="the server is not speaking vLLM's streaming format")
         try:
             result = self._summarize(chunks, final_usage, finish, t0)
         except ValidationError as err:
@@ -238,7 +238,7 @@ class DecodeProbe:
         started = time.perf_counter()
         limits = httpx.Limits(max_connections=s.concurrency + 2)
         timeout = httpx.Timeout(30.0, read=self.ops.request_timeout_s)
-        with httpx.Client(limits=limits, timeout=timeout) as client:
+        with net.client(limits=limits, timeout=timeout) as client:
             sized = self.sized_prompt(client, server, s.prompt_tokens)
             body = self.request_body(server.model, max_tokens,
                                      sized.text if sized is not None else None)
@@ -287,11 +287,14 @@ class DecodeProbe:
 
     @staticmethod
     def _version(client: httpx.Client, server: ServerHandle) -> str | None:
+        """The server's version, or None (a /version that is slow, huge or garbled is not
+        a reason to skip the commit, and is not waited for or read whole)."""
         try:
-            r = client.get(f"{server.url}/version", timeout=10.0)
-            v = r.json().get("version") if r.status_code == 200 else None
-            return str(v) if v is not None else None
-        except (httpx.HTTPError, ValueError, AttributeError):
+            status, body = net.get(client, f"{server.url}/version", deadline_s=VERSION_DEADLINE_S,
+                                   max_bytes=VERSION_MAX_BYTES, timeout=VERSION_DEADLINE_S)
+            v = json.loads(body).get("version") if status == 200 else None
+            return str(v)[:200] if v is not None else None
+        except (httpx.HTTPError, net.NetLimitError, ValueError, AttributeError, RecursionError):
             return None
 
     def _aggregate(self, server: ServerHandle, version: str | None, max_tokens: int | None,

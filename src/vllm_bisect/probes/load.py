@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from vllm_bisect import net
 from vllm_bisect.errors import ProbeError
 from vllm_bisect.models import LoadResult, RequestResult
 from vllm_bisect.probes import metrics
@@ -47,7 +48,7 @@ class LoadProbe:
         c, n = self.concurrency, max(self.load.requests, self.concurrency)
         limits = httpx.Limits(max_connections=c + 2)
         timeout = httpx.Timeout(30.0, read=self.decode.ops.request_timeout_s)
-        with httpx.Client(limits=limits, timeout=timeout) as http:
+        with net.client(limits=limits, timeout=timeout) as http:
             sized = self.decode.sized_prompt(http, server, self.context)
         body = self.decode.request_body(server.model, self.load.max_tokens,
                                         sized.text if sized is not None else None)
@@ -72,7 +73,7 @@ class LoadProbe:
                 with lock:
                     results.append(r)
 
-        with httpx.Client(limits=limits, timeout=timeout) as http:
+        with net.client(limits=limits, timeout=timeout) as http:
             # warm-up at the cell's concurrency: Triton kernels compile per batch shape (on real
             # vLLM with MTP the first c=12 cell, warmed by one request only, ran at 3x the TPOT
             # of the next c=12 cell; most likely that compilation)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from vllm_bisect.probes.limits import MAX_METRICS_BYTES, DeadlineExceeded, deadline_guard, read_capped
+from vllm_bisect import net
+from vllm_bisect.probes.limits import MAX_METRICS_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -28,18 +28,16 @@ def scrape(client: httpx.Client, base_url: str, max_bytes: int = MAX_METRICS_BYT
            deadline_s: float = 30.0) -> Samples | None:
     """The samples of ``/metrics``; None when it is missing, too large, too slow or garbled
     (the spec-decode counters are an extra, never a reason to skip a commit)."""
-    end = time.monotonic() + deadline_s
     try:
-        with client.stream("GET", f"{base_url}/metrics", timeout=10.0) as r:
-            if r.status_code != 200:
-                return None
-            with deadline_guard(r, deadline_s) as fired:
-                body = read_capped(r, max_bytes, end, fired)
-    except (httpx.HTTPError, DeadlineExceeded) as err:
+        status, body = net.get(client, f"{base_url}/metrics", deadline_s=deadline_s,
+                               max_bytes=max_bytes, timeout=10.0)
+    except net.TooLarge:
+        logger.warning("/metrics of %s is larger than %d bytes: ignored", base_url, max_bytes)
+        return None
+    except (httpx.HTTPError, net.NetLimitError) as err:
         logger.debug("metrics scrape failed: %s", err)
         return None
-    if body is None:
-        logger.warning("/metrics of %s is larger than %d bytes: ignored", base_url, max_bytes)
+    if status != 200:
         return None
     try:
         return parse(body.decode("utf-8", errors="replace"))

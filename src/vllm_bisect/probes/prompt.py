@@ -11,16 +11,20 @@ server reported is kept so the probe can check ``usage.prompt_tokens`` against i
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from vllm_bisect import net
 from vllm_bisect.errors import ProbeError
 from vllm_bisect.spec import Endpoint
 
 logger = logging.getLogger(__name__)
+
+TOKENIZE_MAX_BYTES = 64 << 20  # the token ids and strings of a long prompt
 
 
 @dataclass(frozen=True)
@@ -50,18 +54,21 @@ class PromptSizer:
         else:
             body |= {"prompt": text, "add_special_tokens": True}
         try:
-            r = client.post(f"{url}/tokenize", json=body, timeout=60.0)
-        except httpx.HTTPError as err:
-            raise ProbeError(f"POST {url}/tokenize failed: {err}",
+            with net.stream(client, "POST", f"{url}/tokenize", deadline_s=60.0, json=body,
+                            timeout=60.0) as (r, dog):
+                raw = net.read(r, dog, TOKENIZE_MAX_BYTES)
+        except (httpx.HTTPError, net.NetLimitError) as err:
+            raise ProbeError(f"POST {url}/tokenize failed: {err or type(err).__name__}",
                              hint="the server must expose /tokenize (vllm serve does)") from None
+        text = raw[:200].decode(errors="replace")
         if r.status_code != 200:
             raise ProbeError(f"POST {url}/tokenize answered HTTP {r.status_code}: "
-                             f"{r.text[:200]}", hint="probe.prompt_tokens needs /tokenize")
+                             f"{text}", hint="probe.prompt_tokens needs /tokenize")
         try:
-            data = r.json()
+            data = json.loads(raw)
             count = data["count"]
-        except (ValueError, KeyError, TypeError):
-            raise ProbeError(f"/tokenize at {url} answered without a count: {r.text[:200]}",
+        except (ValueError, KeyError, TypeError, RecursionError):
+            raise ProbeError(f"/tokenize at {url} answered without a count: {text}",
                              hint="is this a vLLM server?") from None
         if not isinstance(count, int) or isinstance(count, bool):
             raise ProbeError(f"/tokenize at {url}: count is not an integer ({count!r})")

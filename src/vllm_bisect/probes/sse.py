@@ -60,6 +60,21 @@ def iter_events(lines: Iterable[str]) -> Iterator[Event]:
         yield Event(t, obj)
 
 
+def has_choice(obj: dict[str, Any]) -> bool:
+    """Does a chunk carry a well-formed choice (``choices`` a list whose first item is an
+    object)? ``choices`` of another type is malformed; an empty list (the usage-only chunk)
+    or none at all carries no choice."""
+    choices = obj.get("choices")
+    if choices is None:
+        return False
+    if not isinstance(choices, list):
+        raise StreamFormatError(f"chunk 'choices' is a {type(choices).__name__}, not a list: "
+                                f"{choices!r:.80}", hint="the server is not vLLM-compatible")
+    if choices and not isinstance(choices[0], dict):
+        raise StreamFormatError(f"malformed choice in chunk: {choices[0]!r:.120}")
+    return bool(choices)
+
+
 def chunk_text(obj: dict[str, Any]) -> str | None:
     """The output text a chunk carries (None when it carries no output)."""
     choices = obj.get("choices")

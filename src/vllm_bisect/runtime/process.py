@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 
+from vllm_bisect import net
 from vllm_bisect.errors import Cancelled, ServeError
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.childenv import child_env
@@ -34,6 +35,7 @@ from vllm_bisect.runtime.gpulock import lock_dir
 logger = logging.getLogger(__name__)
 
 GRACE_S = 10.0
+HEALTH_POLL_S = 5.0  # one /health request, all of it
 PR_SET_PDEATHSIG = 1
 
 
@@ -102,10 +104,12 @@ def wait_healthy(url: str, exit_code: Callable[[], int | None], timeout_s: float
                  log_path: Path, interval_s: float = 0.1, what: str = "server",
                  cancel: threading.Event | None = None) -> float:
     """Poll GET /health until 200; raise ServeError when ``exit_code()`` reports an exit
-    (a process's poll, a container's state) or on timeout, Cancelled when ``cancel`` is set."""
+    (a process's poll, a container's state) or on timeout, Cancelled when ``cancel`` is set.
+    Each poll has a total deadline (a server dripping its headers cannot hold start-up past
+    ``timeout_s``); the status decides, the body is never read."""
     started = time.monotonic()
     deadline = started + timeout_s
-    with httpx.Client(timeout=5.0) as client:
+    with net.client(timeout=HEALTH_POLL_S) as client:
         while True:
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"{what} start-up cancelled")
@@ -115,11 +119,12 @@ def wait_healthy(url: str, exit_code: Callable[[], int | None], timeout_s: float
                     f"{what} exited with code {code} before it was healthy",
                     hint=f"see the server log: {log_path}", log_tail=tail(log_path),
                     log=log_path)
+            poll_s = max(0.1, min(HEALTH_POLL_S, deadline - time.monotonic()))
             try:
-                r = client.get(f"{url}/health")
-                if r.status_code == 200:
-                    return time.monotonic() - started
-            except httpx.HTTPError:
+                with net.stream(client, "GET", f"{url}/health", deadline_s=poll_s) as (r, _):
+                    if r.status_code == 200:
+                        return time.monotonic() - started
+            except (httpx.HTTPError, net.NetLimitError):
                 pass  # vLLM binds its port only once the engine is up
             if time.monotonic() > deadline:
                 raise ServeError(

@@ -109,8 +109,8 @@ class ResultCache:
             return None
 
     def put(self, key: str, ev: Evaluation) -> None:
-        if ev.status in (EvalStatus.FAILED, EvalStatus.CANCELLED):
-            return  # a serve/probe failure may be transient: never cached across sessions
+        if ev.status in (EvalStatus.FAILED, EvalStatus.CANCELLED) or ev.transient:
+            return  # a serve/probe failure, an index 5xx may be transient: never cached
         row = (key, ev.commit, ev.status.value, ev.model_dump_json(), time.time())
         try:
             self.con.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?)", row)

@@ -1,0 +1,42 @@
+"""A usage mistake in `git bisect run vllm-bisect hook ...` aborts the bisect: click's exit 2
+would read as "bad" to git, which would then name a wrong first bad commit with exit 0."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.bisect.test_hook_parity import HOOK, git, sim_serve, spec_for
+from tests.helpers import history, write_spec
+
+
+@pytest.mark.parametrize("args", [
+    ["--spce", "{spec}"],                    # a typo in the option
+    [],                                      # no --spec at all
+    ["--spec", "{spec}", "--verbos"],        # a typo in a flag
+    ["--spec"],                              # an option without its value
+    ["--spec", "{spec}", "extra-arg"],       # a stray argument
+])
+def test_a_usage_error_aborts_git_bisect_run(tmp_path: Path, args: list[str]) -> None:
+    h = history(tmp_path, n_commits=4)
+    spec = write_spec(tmp_path / "spec.toml", spec_for(h, sim_serve()))
+    argv = [a.format(spec=spec) for a in args]
+    git(h.path, "bisect", "start", h.bad, h.good)
+    try:
+        r = subprocess.run(["git", "bisect", "run", *HOOK, *argv], cwd=h.path,
+                           capture_output=True, text=True, timeout=120)
+        log = git(h.path, "bisect", "log")
+    finally:
+        git(h.path, "bisect", "reset")
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "is the first bad commit" not in r.stdout
+    assert "# bad:" not in log.split("git bisect start")[-1].split("\n", 2)[-1]
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args", [["--spce", "x.toml"], [], ["--spec", "x.toml", "--verbos"]])
+def test_hook_usage_errors_exit_128(tmp_path: Path, args: list[str]) -> None:
+    r = subprocess.run([*HOOK, *args], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 128, r.stderr
