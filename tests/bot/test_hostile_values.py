@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.bot.botkit import Bot, comment_event, write_config
+from tests.bot.botkit import Bot, comment_event, final, wait_for, write_config
 from tests.bot.github_standin import GitHubStandIn
 from tests.helpers import history
 
@@ -50,3 +50,26 @@ def test_model_and_path_values_are_refused(tmp_path: Path, gh: GitHubStandIn,
     assert "--generation-config" not in serve["args"] and "--max-model-len" in serve["args"]
     assert "LD_PRELOAD" not in serve["env"] and "PYTHONPATH" not in serve["env"]
     assert serve["env"]["VLLM_ATTENTION_BACKEND"] == "FLASHINFER"
+
+
+HOSTILE_SUBJECT = ("[Core] cc @vllm-project/maintainers ![x](https://evil.invalid/p.png) "
+                   "<img src=https://evil.invalid/q.png>")
+
+
+def test_comments_ping_nobody_and_load_no_image(tmp_path: Path, gh: GitHubStandIn,
+                                                start_bot: Callable[[Path], Bot]) -> None:
+    h = history(tmp_path, n_commits=6, cap_at=3, subjects=((3, HOSTILE_SUBJECT),))
+    bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, tmp_path / "state"))
+    cmd = comment_event(f"/bisect good={h.good[:10]} bad={h.bad[:10]} symptom=length",
+                        association="NONE", login="drive-by")
+    bot.send("issue_comment", cmd)   # an outsider: the reply still pings its author
+    assert "Thanks @drive-by!" in gh.comments[-1].body
+    assert bot.send("issue_comment", comment_event(
+        f"/bisect good={h.good[:10]} bad={h.bad[:10]} symptom=length")).json()["status"] == "queued"
+    ack = gh.comments[-1]
+    wait_for(lambda: final(ack))
+    assert h.planted["length"] in ack.body
+    for text in [ack.body, *ack.edits]:
+        assert " @vllm-project/maintainers" not in text
+        assert "![x](https://evil.invalid" not in text and "<img" not in text
+    assert any("`@vllm-project/maintainers`" in t for t in [ack.body, *ack.edits])
