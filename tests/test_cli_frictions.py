@@ -1,0 +1,60 @@
+"""Frictions a new user met (issue 26), each through the real CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def cli(*args: str, cwd: Path | None = None, timeout: int = 300
+        ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "vllm_bisect.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=cwd)
+
+
+def test_version_flag_works_like_the_command() -> None:
+    flag, command = cli("--version"), cli("version")
+    assert flag.returncode == 0 == command.returncode, flag.stderr
+    assert flag.stdout == command.stdout and flag.stdout.strip()
+
+
+def test_spec_keys_lists_every_key_and_typos_get_a_suggestion(tmp_path: Path) -> None:
+    r = cli("spec", "--keys")
+    assert r.returncode == 0, r.stderr
+    for key in ("range.good", "serve.args", "probe.max_tokens", "verdict.symptom",
+                "ops.startup_timeout_s", "build.tags", "build.kind", "parallel.workers"):
+        assert f"{key}:" in r.stdout, key
+    assert "build.kind: build.kind" not in r.stdout
+    assert "(build.kind: image)" in r.stdout              # which kinds have build.tags
+    spec = tmp_path / "s.toml"
+    spec.write_text('[range]\ngood = "a"\nbad = "b"\n[serve]\narg = ["--x"]\n'
+                    '[probe]\nmax_token = 5\n')
+    r = cli("run", "--spec", str(spec), "--session", str(tmp_path / "sess"))
+    assert r.returncode == 2
+    assert "serve.arg: unknown key (did you mean serve.args?)" in r.stderr, r.stderr
+    assert "probe.max_token: unknown key (did you mean probe.max_tokens?)" in r.stderr
+    assert "`vllm-bisect spec --keys` lists every key" in r.stderr
+    assert "README list every key" not in r.stderr
+
+
+def test_brackets_in_messages_survive(tmp_path: Path) -> None:
+    spec = tmp_path / "s.toml"
+    spec.write_text('[range]\ngood = "a"\nbad = "b"\n[serve]\nstartup_timeout_s = 5\n')
+    r = cli("run", "--spec", str(spec), "--session", str(tmp_path / "sess"))
+    assert r.returncode == 2
+    assert "(operational knobs are in [ops], outside the measurement key)" in r.stderr, r.stderr
+
+
+def test_sim_history_makes_a_history_that_bisects(tmp_path: Path) -> None:
+    r = cli("sim", "history", str(tmp_path / "h"), "--commits", "8", "--cap-at", "5")
+    assert r.returncode == 0, r.stderr
+    planted = r.stdout.split("planted length at ", 1)[1].split()[0]
+    spec = tmp_path / "h-spec.toml"
+    assert f"next: vllm-bisect run --spec {spec}" in r.stdout
+    run = cli("run", "--spec", str(spec), "--session", str(tmp_path / "sess"), "--cache-dir",
+              str(tmp_path / "cache"), "--json")
+    assert run.returncode == 0, run.stderr
+    assert f'"first_bad": "{planted}"' in run.stdout
+    again = cli("sim", "history", str(tmp_path / "h"))
+    assert again.returncode == 2 and "not empty" in again.stderr
