@@ -58,3 +58,30 @@ def test_sim_history_makes_a_history_that_bisects(tmp_path: Path) -> None:
     assert f'"first_bad": "{planted}"' in run.stdout
     again = cli("sim", "history", str(tmp_path / "h"))
     assert again.returncode == 2 and "not empty" in again.stderr
+
+
+def test_a_run_that_fails_before_its_session_prints_no_resume(tmp_path: Path) -> None:
+    from tests.helpers import history, make_spec, write_spec
+
+    h = history(tmp_path, n_commits=3)
+    spec = write_spec(tmp_path / "s.toml", make_spec(h))
+    r = cli("run", "--spec", str(spec), "--session", str(tmp_path / "sess"), "--good", "0000000")
+    assert r.returncode == 2 and "unknown good ref" in r.stderr
+    assert "resume" not in r.stderr and not (tmp_path / "sess" / "journal.sqlite").exists()
+
+
+def test_isolate_uses_the_sessions_cache_dir(tmp_path: Path) -> None:
+    import os
+
+    from tests.helpers import history, make_spec, write_spec
+
+    h = history(tmp_path, n_commits=3, cap_at=2)
+    spec = write_spec(tmp_path / "s.toml", make_spec(h))
+    session, mine = tmp_path / "session", tmp_path / "mine"
+    r = cli("run", "--spec", str(spec), "--session", str(session), "--cache-dir", str(mine))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "session " in r.stderr and "(resume: " in r.stderr   # once the session exists
+    default = Path(os.environ["VLLM_BISECT_CACHE_DIR"])
+    r = cli("isolate", str(session), "--no-hunks", "--no-deps", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not default.exists() or not any(default.iterdir()), list(default.iterdir())
