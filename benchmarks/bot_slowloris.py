@@ -25,10 +25,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.bot.botkit import SECRET, Bot, write_config  # noqa: E402
-from tests.bot.github_standin import GitHubStandIn  # noqa: E402
-from tests.bot.loris import SlowLoris  # noqa: E402
-from tests.helpers import history  # noqa: E402
+from tests.bot.botkit import SECRET, Bot, write_config
+from tests.bot.github_standin import GitHubStandIn
+from tests.bot.loris import SlowLoris
+from tests.helpers import history
 
 
 def start(config: Path) -> Bot:
