@@ -85,3 +85,16 @@ def test_isolate_uses_the_sessions_cache_dir(tmp_path: Path) -> None:
     r = cli("isolate", str(session), "--no-hunks", "--no-deps", "--json")
     assert r.returncode == 0, r.stderr[-3000:]
     assert not default.exists() or not any(default.iterdir()), list(default.iterdir())
+
+
+def test_the_hooks_hint_names_what_it_uses(tmp_path: Path) -> None:
+    from tests.helpers import history, make_spec, write_spec
+
+    h = history(tmp_path, n_commits=3)
+    spec = write_spec(tmp_path / "s.toml", make_spec(h))   # range.repo is set: not used
+    outside = tmp_path / "not-a-checkout"
+    outside.mkdir()
+    r = cli("hook", "--spec", str(spec), cwd=outside)
+    assert r.returncode == 128, r.stderr
+    assert "range.repo (or --repo)" not in r.stderr and "--repo" not in r.stderr
+    assert "inside your vLLM checkout" in " ".join(r.stderr.split())
