@@ -98,3 +98,35 @@ def test_the_hooks_hint_names_what_it_uses(tmp_path: Path) -> None:
     assert r.returncode == 128, r.stderr
     assert "range.repo (or --repo)" not in r.stderr and "--repo" not in r.stderr
     assert "inside your vLLM checkout" in " ".join(r.stderr.split())
+
+
+def test_report_counts_what_result_json_holds(tmp_path: Path) -> None:
+    """Two-level ITL bisect: the verification holds one request per end; the report says
+    so, counts every server start (the verification's too) and offers no `deps` for a
+    culprit whose pyproject changed only its version."""
+    import json
+    import re
+
+    from tests.helpers import history, make_spec, write_spec
+
+    h = history(tmp_path, n_commits=6, slow_at=3, slow_factor=3.0, noise_cv=0.05,
+                server_cv=0.05)
+    spec = write_spec(tmp_path / "s.toml", make_spec(
+        h, verdict={"symptom": "itl", "strategy": "twolevel", "itl_factor": 1.5}))
+    session = tmp_path / "sess"
+    r = cli("run", "--spec", str(spec), "--session", str(session), "--cache-dir",
+            str(tmp_path / "cache"), timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((session / "result.json").read_text())
+    v = doc["verification"]
+    n_c, n_p = len(v["culprit_per_request"]["itl_ms"]), len(v["parent_per_request"]["itl_ms"])
+    md = (session / "report.md").read_text()
+    said = (f"{n_c} request{'s' if n_c != 1 else ''} each" if n_c == n_p
+            else f"{n_c} requests on the culprit, {n_p} on its parent")
+    assert said in md, md
+    assert f"{v['samples']} requests each" not in md or v["samples"] == n_c == n_p
+    started = r.stderr.count("starting server")
+    assert doc["server_starts"] + doc["verify_server_starts"] == started
+    assert re.search(rf"\b{started} server starts \(2 to verify the culprit", md), md
+    assert f"{started} server starts" in " ".join(r.stdout.split())
+    assert "vllm-bisect deps" not in md

@@ -32,6 +32,7 @@ class Measurer:
         self.store = store
         self.prefetcher = prefetcher
         self.server_starts = 0
+        self.unaccounted_starts = 0   # servers of account=False work (the verification)
         spec = store.spec
         self.retries = 0 if spec.verdict.symptom is Symptom.CRASH else spec.ops.retries
         self._next = 0
@@ -84,6 +85,8 @@ class Measurer:
                         continue
                     if account and ev.status is not EvalStatus.CANCELLED:
                         self._account(ev)
+                    elif ev.status not in (EvalStatus.CANCELLED, EvalStatus.UNAVAILABLE):
+                        self.unaccounted_starts += 1
                     out.append(replace(done, task=task))
                 if timeout is not None:
                     break

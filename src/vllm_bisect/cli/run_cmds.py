@@ -98,6 +98,7 @@ def summary(session_dir: Path, console: Console) -> None:
     from the session's result.json (the one result model)."""
     from vllm_bisect.report.result import BisectReport
     from vllm_bisect.report.table import result_table
+    from vllm_bisect.report.view import starts_text
 
     result = BisectReport.read(session_dir / "result.json")
     console.print(result_table(result))
@@ -114,8 +115,8 @@ def summary(session_dir: Path, console: Console) -> None:
             console.print(f"  {c}")
     par = (f", {result.rounds} rounds on {result.workers} workers" if result.workers > 1
            else "")
-    console.print(f"[dim]{len(result.judged())} commits judged, {result.server_starts} server "
-                  f"starts{par}, {result.wall_s:.1f} s[/]")
+    console.print(f"[dim]{len(result.judged())} commits judged, {starts_text(result)}{par}, "
+                  f"{result.wall_s:.1f} s[/]")
     if result.strategy_chosen:
         console.print(f"[dim]verdict strategy {result.strategy_chosen}: "
                       f"{esc(result.strategy_reason)}[/]")
