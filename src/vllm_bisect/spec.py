@@ -29,6 +29,7 @@ from vllm_bisect.spec_build import (
     layout_errors,
     migrate_stored,
 )
+from vllm_bisect.spec_keys import did_you_mean
 from vllm_bisect.spec_load import BenchSpec, LoadSpec
 
 __all__ = [
@@ -378,7 +379,8 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
             del parts[1]  # the union's tag: build.wheel.tags -> build.tags
         loc = ".".join(parts) or "(top level)"
         if e["type"] == "extra_forbidden":
-            lines.append(f"  {loc}: unknown key")
+            guess = did_you_mean(loc)
+            lines.append(f"  {loc}: unknown key" + (f" (did you mean {guess}?)" if guess else ""))
         elif e["type"] == "union_tag_invalid":
             lines.append(f"  {loc}.kind: {e['input'].get('kind')!r} is not one of "
                          f"{', '.join(k.value for k in ArtifactKind)}")
@@ -389,7 +391,7 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-_HINT = "fix the key(s) named above; `vllm-bisect --help` and the README list every key"
+_HINT = "fix the key(s) named above; `vllm-bisect spec --keys` lists every key"
 
 
 def parse_spec(data: dict[str, Any], *, source: str = "spec") -> BisectSpec:

@@ -56,6 +56,7 @@ class BisectResult:
     probed: list[Outcome] = field(default_factory=list)
     evaluations: dict[str, Evaluation] = field(default_factory=dict)
     server_starts: int = 0
+    verify_server_starts: int = 0  # the culprit's verification (not in server_starts)
     wall_s: float = 0.0
     rounds: int = 0      # search rounds that ran evaluations (a parallel round tests k commits)
     workers: int = 1
@@ -127,6 +128,7 @@ class Driver:
                             candidates=[rng.sha(i) for i in found.step.candidates],
                             probed=t.probed, evaluations=t.evaluations,
                             server_starts=self.measurer.server_starts,
+                            verify_server_starts=self.measurer.unaccounted_starts,
                             wall_s=time.monotonic() - t0, rounds=found.rounds,
                             workers=self.measurer.workers, verification=verification,
                             confidence=found.confidence, search=t.terms.search.value,

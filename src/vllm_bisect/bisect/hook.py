@@ -35,7 +35,7 @@ from vllm_bisect.bisect.state.journal import ResultCache
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.builders import make_builder
-from vllm_bisect.errors import SpecError
+from vllm_bisect.errors import RangeError, SpecError
 from vllm_bisect.models import Outcome, Verdict
 from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict.auto import Choice, Strategy
@@ -98,7 +98,12 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
                         "chooses which)",
                         hint="use `vllm-bisect run --spec S` for it, or a threshold or "
                              "sequential strategy with the hook")
-    repo = open_repo(cwd)
+    try:
+        repo = open_repo(cwd)   # the hook judges the checkout it runs in (range.repo unused)
+    except RangeError as e:
+        raise RangeError(e.message, hint=f"the hook judges HEAD of the git checkout it runs "
+                         f"in ({cwd}); run `git bisect run vllm-bisect hook --spec S` inside "
+                         "your vLLM checkout (range.repo is not used by the hook)") from None
     head = info(repo.head.commit)
     good_ref, bad_ref = bisect_refs(repo, spec)
     rng: CommitRange | None = None

@@ -8,8 +8,9 @@ import re
 from pydantic import ValidationError
 
 from vllm_bisect.bot.config import BotConfig
-from vllm_bisect.bot.policy import MODEL, REF, SYMPTOMS, Allowlist, JobPlan, effective_spec
+from vllm_bisect.bot.policy import REF, SYMPTOMS, Allowlist, JobPlan, effective_spec
 from vllm_bisect.bot.triage_call import read_issue
+from vllm_bisect.bot.values import is_hub_id
 from vllm_bisect.errors import SpecError
 from vllm_bisect.spec import BisectSpec
 
@@ -33,7 +34,7 @@ def parse_command(args: str) -> dict[str, str]:
             raise SpecError(f"{key}={value[:80]!r} is not a commit, tag or version")
         if key == "symptom" and value not in SYMPTOMS:
             raise SpecError(f"symptom={value[:80]!r}: use one of {', '.join(SYMPTOMS)}")
-        if key == "model" and not MODEL.match(value):
+        if key == "model" and not is_hub_id(value):
             raise SpecError(f"model={value[:80]!r} is not a Hugging Face model id (org/name)")
         out[key] = value
     return out

@@ -78,7 +78,8 @@ class BotConfig(BaseModel):
     body_timeout_s: float = Field(default=10.0, gt=0)           # whole body within this
     header_timeout_s: float = Field(default=10.0, gt=0)         # a request's headers within
     keep_alive_s: float = Field(default=5.0, gt=0)
-    max_connections: int = Field(default=64, gt=0)              # uvicorn limit_concurrency
+    max_connections: int = Field(default=64, gt=0)              # open at once (admission.py)
+    max_connections_per_client: int = Field(default=16, gt=0)   # from one address
     max_header_bytes: int = Field(default=16384, ge=1024)       # h11 max incomplete event
     triage_max_chars: int = Field(default=32768, gt=0)
     triage_timeout_s: float = Field(default=10.0, gt=0)

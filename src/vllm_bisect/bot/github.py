@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import httpx
+
+from vllm_bisect.report.sanitize import neutralise
 
 logger = logging.getLogger(__name__)
 
@@ -25,12 +28,15 @@ class GitHub:
             r.raise_for_status()
         return r.json() if r.content else None
 
-    def comment(self, repo: str, issue: int, body: str) -> int:
-        r = self.http.post(f"/repos/{repo}/issues/{issue}/comments", json={"body": body})
+    def comment(self, repo: str, issue: int, body: str, mention: Iterable[str] = ()) -> int:
+        """Post ``body`` (neutralised: it pings only ``mention`` and loads no image)."""
+        r = self.http.post(f"/repos/{repo}/issues/{issue}/comments",
+                           json={"body": neutralise(body, mention)})
         return int(self._check(r, "comment")["id"])
 
     def edit_comment(self, repo: str, comment_id: int, body: str) -> None:
-        r = self.http.patch(f"/repos/{repo}/issues/comments/{comment_id}", json={"body": body})
+        r = self.http.patch(f"/repos/{repo}/issues/comments/{comment_id}",
+                            json={"body": neutralise(body)})
         self._check(r, "edit comment")
 
     def issue_body(self, repo: str, issue: int) -> str:

@@ -71,11 +71,11 @@ class Handler:
         return IGNORED
 
     def _reply_once(self, key: str, window_s: float | None, repo: str, issue: int,
-                    text: str) -> None:
+                    text: str, user: str) -> None:
         if not self.queue.reply_once(key, window_s):
             return
         try:
-            self.github.comment(repo, issue, text)
+            self.github.comment(repo, issue, text, mention=(user,))
         except BaseException:
             self.queue.forget_reply(key)  # not said: a redelivery may say it
             raise
@@ -86,13 +86,13 @@ class Handler:
             self._reply_once(f"outsider:{repo}#{number}:{user}", None, repo, number,
                              f"Thanks @{user}! Bisects run on shared GPUs, so only maintainers "
                              "and collaborators can start one. A maintainer can comment "
-                             "`/bisect` to run it. (I reply to this only once per issue.)")
+                             "`/bisect` to run it. (I reply to this only once per issue.)", user)
             return Outcome("unauthorized", 202)
         if (self.queue.recent("user", user) >= self.cfg.jobs_per_user_per_hour
                 or self.queue.recent("repo", repo) >= self.cfg.jobs_per_repo_per_hour):
             self._reply_once(f"rate:{repo}#{number}:{user}", self.cfg.rate_reply_window_s,
                              repo, number, f"@{user}: the bisect rate limit is reached; "
-                             "please try again in an hour.")
+                             "please try again in an hour.", user)
             return Outcome("rate limited", 429)
         try:
             plan = job_spec(self.cfg, args, issue_body)

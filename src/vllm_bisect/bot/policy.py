@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
+from vllm_bisect.bot.values import CODE_ENV, is_hub_id, path_value_refusal
 from vllm_bisect.runtime.childenv import is_secret_name
 
 REF = re.compile(r"^(?:[0-9a-f]{7,40}|v?\d+\.\d+\.\d+(?:rc\d+)?(?:\.dev\d+)?|[\w][\w.-]{0,79})$")
-MODEL = re.compile(r"^[\w.-]+/[\w.-]+$")
 SYMPTOMS = ("length", "itl", "correctness", "any")
 TRIAGE_SYMPTOMS = (*SYMPTOMS, "throughput", "crash", "mtp-speedup")
 VERDICT_NUMBERS = ("itl_factor", "throughput_factor", "min_mtp_speedup")
@@ -97,6 +97,8 @@ def _flags(requested: list[str], allowed: frozenset[str], operator: set[str], wh
         elif value is not None and not VALUE.match(value):
             refused.append(f"{what} flag {shown} (its value may hold only letters, digits "
                            "and . , : + - _)")
+        elif value is not None and (why := path_value_refusal(flag, value)):
+            refused.append(f"{what} flag {shown} ({why})")
         elif flag not in taken:
             taken.add(flag)
             added += [flag] if value is None else [flag, value]
@@ -150,7 +152,10 @@ def _serve_env(serve: dict[str, Any], requested: dict[str, Any], allow: Allowlis
     env = dict(serve.get("env") or {})
     added: list[str] = []
     for key, value in requested.items():
-        if key not in allow.env:
+        if CODE_ENV.match(key):
+            refused.append(f"environment variable {code(key)} (it changes which code a "
+                           "process loads; never set from a request)")
+        elif key not in allow.env:
             refused.append(f"environment variable {code(key)} (not in allowed_env)")
         elif key in env:
             refused.append(f"environment variable {code(key)} (set by the operator)")
@@ -218,14 +223,18 @@ def effective_spec(base_spec: dict[str, Any], given: dict[str, str], found: dict
     serve = spec.setdefault("serve", {})
     model = given.get("model") or found.get("model")
     if model and model != serve.get("model"):
-        if (isinstance(model, str) and MODEL.match(model)
-                and any(fnmatchcase(model, pattern) for pattern in allow.models)):
+        if not is_hub_id(model):
+            refused.append(f"model {code(model)} (not a Hugging Face hub id org/name)")
+        elif any(fnmatchcase(str(model), pattern) for pattern in allow.models):
             serve["model"] = model
         else:
             refused.append(f"model {code(model)} (not in allowed_models)")
     _serve_args(serve, [str(a) for a in found.get("args") or []], allow, refused)
-    env = found.get("env")
-    added = _serve_env(serve, env if isinstance(env, dict) else {}, allow, refused)
+    env = dict(found["env"]) if isinstance(found.get("env"), dict) else {}
+    every = found.get("env_all")   # NAME=value the issue set that triage does not read
+    for name, value in (every.items() if isinstance(every, dict) else ()):
+        env.setdefault(str(name), value)
+    added = _serve_env(serve, env, allow, refused)
     _speculative(serve, found.get("speculative"), allow, refused)
     return JobPlan(spec=spec, refused=tuple(refused), requested_env=tuple(added))
 

@@ -1,17 +1,15 @@
-"""Run the bot: workers, then uvicorn with read deadlines and a connection limit."""
+"""Run the bot: workers, then uvicorn with read deadlines and connection admission."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from vllm_bisect.bot.admission import guarded_protocol
 from vllm_bisect.bot.app import BotApp
 from vllm_bisect.bot.config import BotConfig
 from vllm_bisect.bot.github import GitHub
@@ -19,30 +17,6 @@ from vllm_bisect.bot.queue import JobQueue
 from vllm_bisect.bot.worker import Worker
 
 logger = logging.getLogger(__name__)
-
-
-def guarded_protocol(header_timeout_s: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol, closing a connection that has not sent a complete request
-    head within header_timeout_s of opening (or of its last response): uvicorn itself has
-    no such deadline, so idle or slow-header connections would stay open."""
-
-    class Guarded(H11Protocol):
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            self._arm()
-
-        def _arm(self) -> None:
-            self.loop.call_later(header_timeout_s, self._expire, self.cycle)
-
-        def _expire(self, cycle: Any) -> None:
-            if self.cycle is cycle and not self.transport.is_closing():
-                self.transport.close()
-
-    return Guarded
 
 
 class OncePerMinute(logging.Filter):
@@ -82,8 +56,10 @@ def serve(cfg: BotConfig) -> None:
         w.start()
     config = uvicorn.Config(
         bot.app, host=cfg.host, port=cfg.port, log_level="warning",
-        http=guarded_protocol(cfg.header_timeout_s), timeout_keep_alive=int(cfg.keep_alive_s),
-        limit_concurrency=cfg.max_connections,
+        http=guarded_protocol(cfg.header_timeout_s, cfg.max_connections,
+                              cfg.max_connections_per_client),
+        timeout_keep_alive=int(cfg.keep_alive_s),
+        limit_concurrency=None,  # admission.py: idle connections are evicted, not counted
         h11_max_incomplete_event_size=cfg.max_header_bytes, timeout_graceful_shutdown=5)
     logging.getLogger("uvicorn.error").addFilter(OncePerMinute())
     try:

@@ -71,6 +71,7 @@ def read_issue(body: str, max_chars: int, timeout_s: float) -> IssueReading:
 
 def main() -> None:
     _limits(int(sys.argv[1]) if len(sys.argv) > 1 else 30)
+    from vllm_bisect.bot.values import env_assignments
     from vllm_bisect.triage import comment_markdown, compare_command, spec_from_triage, triage
 
     text = sys.stdin.buffer.read().decode("utf-8", "replace")
@@ -81,6 +82,7 @@ def main() -> None:
            "verdict": {k: v for k, v in spec["verdict"].items() if k != "symptom"},
            "probe": spec["probe"], "model": spec["serve"].get("model"),
            "speculative": t.speculative, "args": spec["serve"]["args"], "env": t.env,
+           "env_all": env_assignments(text),
            "comment": comment_markdown(t, compare_command(t), started=False)}
     sys.stdout.write(json.dumps(out))
 

@@ -76,6 +76,21 @@ app = typer_app("Find the vLLM commit that broke decode speed or output length."
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from vllm_bisect import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="print the version and exit (as `vllm-bisect version` does)")] = False) -> None:
+    """Find the vLLM commit that broke decode speed or output length."""
+
+
 def command(name: str | None = None, on: typer.Typer = app,
             cls: type[TyperCommand] = FlagCommand) -> Callable[[F], F]:
     """``@command()``: register a command whose flags show as flags."""
@@ -99,13 +114,20 @@ def out() -> Console:
     return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
+def esc(text: object) -> str:
+    """``text`` with rich markup escaped: "[ops]" prints as "[ops]", not as nothing."""
+    from rich.markup import escape
+
+    return escape(str(text))
+
+
 def fail(e: BisectError, code: int = EXIT_USER) -> NoReturn:
     """Print a user-facing error (message, log tail, hint) and exit with ``code``."""
-    err().print(f"[bold red]error:[/] {e.message}")
+    err().print(f"[bold red]error:[/] {esc(e.message)}")
     if e.log_tail:
-        err().print("[dim]" + e.log_tail.replace("[", r"\[") + "[/]")
+        err().print("[dim]" + esc(e.log_tail) + "[/]")
     if e.hint:
-        err().print(f"[yellow]hint:[/] {e.hint}")
+        err().print(f"[yellow]hint:[/] {esc(e.hint)}")
     raise typer.Exit(code)
 
 

@@ -143,7 +143,7 @@ def probe(
     o.print(f"acceptance length {_f(m.acceptance_length)}; server ITL "
             f"{_f(m.server_itl_ms)} ms/step; tokens from {m.tokens_source.value}")
     for note in m.notes:
-        o.print(f"[yellow]note:[/] {note}")
+        o.print(f"[yellow]note:[/] {note}", markup=False)
 
 
 def _f(x: float | None) -> str:

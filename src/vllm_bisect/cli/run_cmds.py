@@ -18,6 +18,7 @@ from vllm_bisect.cli.app import (
     VerboseOpt,
     command,
     err,
+    esc,
     fail,
     out,
     print_json,
@@ -37,16 +38,20 @@ if TYPE_CHECKING:
 class RichEvents:
     """Progress lines on stderr (stdout stays clean for --json)."""
 
-    def __init__(self, console: Console, search: str = "regression") -> None:
+    def __init__(self, console: Console, search: str = "regression",
+                 session_line: str | None = None) -> None:
         from vllm_bisect.report.table import verdict_labels
 
         self.c = console
+        self.session_line = session_line   # printed once the session exists
         self.started = time.monotonic()
         self.labels = verdict_labels(search)  # a fix search names its old/new terms
 
     def on_range(self, rng: CommitRange) -> None:
         from rich.markup import escape
 
+        if self.session_line:
+            self.c.print(f"[dim]{escape(self.session_line)}[/]")
         self.c.print(f"[bold]range[/] {rng.good.sha[:12]}..{rng.bad.sha[:12]}: "
                      f"{len(rng.commits)} commits")
         for note in rng.notes:
@@ -54,12 +59,12 @@ class RichEvents:
 
     def on_testing(self, commit: CommitInfo, role: str, steps_left: int) -> None:
         t = time.monotonic() - self.started
-        self.c.print(f"[dim]{t:7.1f}s[/] [cyan]{role}[/] {commit.sha[:12]} "
-                     f"{commit.subject[:70]} [dim](~{steps_left} steps left)[/]")
+        self.c.print(f"[dim]{t:7.1f}s[/] [cyan]{esc(role)}[/] {commit.sha[:12]} "
+                     f"{esc(commit.subject[:70])} [dim](~{steps_left} steps left)[/]")
 
     def on_phase(self, commit: str, phase: str) -> None:
         # (parallel workers interleave: name the commit)
-        self.c.print(f"[dim]          {commit[:12] + ': ' if commit else ''}{phase}[/]")
+        self.c.print(f"[dim]          {commit[:12] + ': ' if commit else ''}{esc(phase)}[/]")
 
     def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
         from vllm_bisect.report.table import STYLE
@@ -67,7 +72,7 @@ class RichEvents:
         cached = " [dim](cached)[/]" if outcome.from_cache else ""
         self.c.print(f"          -> {commit.sha[:12]} [{STYLE[outcome.verdict]}]"
                      f"{self.labels.get(outcome.verdict.value, outcome.verdict.value)}[/]: "
-                     f"{outcome.reason}{cached}")
+                     f"{esc(outcome.reason)}{cached}")
 
 
 class QuietPhases:
@@ -94,6 +99,7 @@ def summary(session_dir: Path, console: Console) -> None:
     from the session's result.json (the one result model)."""
     from vllm_bisect.report.result import BisectReport
     from vllm_bisect.report.table import result_table
+    from vllm_bisect.report.view import starts_text
 
     result = BisectReport.read(session_dir / "result.json")
     console.print(result_table(result))
@@ -101,7 +107,7 @@ def summary(session_dir: Path, console: Console) -> None:
         if result.search == "fix":
             console.print("[dim]find-the-fix search: old = has the problem, new = fixed[/]")
         console.print(f"[bold red]{result.first_new_label}:[/] {result.first_bad} "
-                      f"{result.first_bad_subject or ''}")
+                      f"{esc(result.first_bad_subject or '')}")
         console.print(f"  https://github.com/vllm-project/vllm/commit/{result.first_bad}")
     else:
         console.print("[yellow]no single culprit: only skipped commits separate good from bad."
@@ -110,11 +116,11 @@ def summary(session_dir: Path, console: Console) -> None:
             console.print(f"  {c}")
     par = (f", {result.rounds} rounds on {result.workers} workers" if result.workers > 1
            else "")
-    console.print(f"[dim]{len(result.judged())} commits judged, {result.server_starts} server "
-                  f"starts{par}, {result.wall_s:.1f} s[/]")
+    console.print(f"[dim]{len(result.judged())} commits judged, {starts_text(result)}{par}, "
+                  f"{result.wall_s:.1f} s[/]")
     if result.strategy_chosen:
         console.print(f"[dim]verdict strategy {result.strategy_chosen}: "
-                      f"{result.strategy_reason}[/]")
+                      f"{esc(result.strategy_reason)}[/]")
     console.print(f"session  {session_dir}")
     for name in ("report.md", "report.html"):
         if (session_dir / name).exists():
@@ -206,13 +212,15 @@ def run(
                                              "gpus_per_probe": gpus_per_probe,
                                              "executor": executor, "ray_address": ray_address,
                                              "ray_resources": _resources(ray_resource)})
-        err().print(f"[dim]session {session_dir}  (resume: "
-                    f"{_resume_command(session_dir, cache_dir)})[/]")
+        line = f"session {session_dir}  (resume: {_resume_command(session_dir, cache_dir)})"
         run_bisect(spec, session_dir, cache_dir or default_cache_dir(),
-                   RichEvents(err(), spec.range.search.value))
+                   RichEvents(err(), spec.range.search.value, session_line=line))
     except KeyboardInterrupt:
-        err().print("[yellow]interrupted; nothing recorded is lost.[/] resume with: "
-                    f"{_resume_command(session_dir, cache_dir)}")
+        if (session_dir / "journal.sqlite").exists():
+            err().print("[yellow]interrupted; nothing recorded is lost.[/] resume with: "
+                        f"{esc(_resume_command(session_dir, cache_dir))}")
+        else:
+            err().print("[yellow]interrupted before the session started[/] (nothing to resume)")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except NotReproduced as e:
         fail(e, EXIT_NOT_REPRODUCED)
@@ -272,12 +280,12 @@ def hook(
     except KeyboardInterrupt:
         raise typer.Exit(HookExit.ABORT) from None
     except RecoverableError as e:  # should not escape run_hook; never let it look "bad"
-        err().print(f"skip: {e.message}")
+        err().print(f"skip: {esc(e.message)}")
         raise typer.Exit(HookExit.SKIP) from None
     except BisectError as e:
         fail(e, HookExit.ABORT)
     err().print(f"vllm-bisect: {outcome.commit[:12]} [{STYLE[outcome.verdict]}]"
-                f"{outcome.verdict.value}[/]: {outcome.reason}")
+                f"{outcome.verdict.value}[/]: {esc(outcome.reason)}")
     raise typer.Exit(EXIT_FOR[outcome.verdict])
 
 

@@ -16,6 +16,7 @@ from vllm_bisect.cli.app import (
     VerboseOpt,
     command,
     err,
+    esc,
     out,
     print_json,
     user_errors,
@@ -38,8 +39,8 @@ def _on_trial(t: Trial) -> None:
     from vllm_bisect.report.table import STYLE
 
     how = "built" if t.fresh else "reused"
-    err().print(f"  [{STYLE[t.verdict]}]{t.verdict.value:>4}[/] {t.label[:110]} "
-              f"[dim]({how}; {t.reason[:80]})[/]")
+    err().print(f"  [{STYLE[t.verdict]}]{t.verdict.value:>4}[/] {esc(t.label[:110])} "
+              f"[dim]({how}; {esc(t.reason[:80])})[/]")
 
 
 def _quiet_phase(commit: str, phase: str) -> None:
@@ -49,12 +50,15 @@ def _quiet_phase(commit: str, phase: str) -> None:
 def _studies(session: Path, cache_dir: Path | None, *, isolate: bool, deps: bool, hunks: bool,
              spec_path: Path | None, culprit: str | None, index_url: str | None,
              verbose: bool) -> dict[str, dict[str, Any]]:
-    from vllm_bisect.bisect.state.session import default_cache_dir
+    from vllm_bisect.bisect.state.session import default_cache_dir, stored_meta
     from vllm_bisect.isolate.runner import run_studies
     from vllm_bisect.spec import load_spec
 
     _setup_logging(verbose)
     try:
+        if cache_dir is None and (session / "journal.sqlite").exists():
+            remembered = stored_meta(session, "cache_dir")   # the session's own cache
+            cache_dir = Path(remembered) if remembered else None
         spec = load_spec(spec_path) if spec_path else None
         return run_studies(session, cache_dir or default_cache_dir(), isolate=isolate,
                            deps=deps, hunks=hunks, spec=spec, culprit=culprit,
@@ -71,7 +75,7 @@ def _studies(session: Path, cache_dir: Path | None, *, isolate: bool, deps: bool
 
 def _print_strategy(d: dict[str, Any]) -> None:
     if d.get("strategy"):
-        out().print(f"[dim]verdict strategy {d['strategy']}: {d.get('strategy_reason', '')}[/]")
+        out().print(f"[dim]verdict strategy {d['strategy']}: {esc(d.get('strategy_reason', ''))}[/]")
 
 
 def _print_isolate(d: dict[str, Any]) -> None:
@@ -79,43 +83,43 @@ def _print_isolate(d: dict[str, Any]) -> None:
     out().print(f"[bold]culprit[/] {d['culprit'][:12]} changes {len(d['files'])} files; "
               f"smallest reproducing set ({d['file_tests']} builds):")
     for f in d["minimal_files"]:
-        out().print(f"  [red]{f}[/]")
+        out().print(f"  [red]{esc(f)}[/]")
     if d["hunk_tests"]:
         out().print(f"hunks ({len(d['minimal_hunks'])} of {len(d['hunks'])}, "
                   f"{d['hunk_tests']} builds):")
         for h in d["minimal_hunks"]:
-            out().print(f"  [red]{h}[/]")
+            out().print(f"  [red]{esc(h)}[/]")
     removes = d["revert_removes"]
     out().print("reverting exactly that set on the culprit: " + (
         "[green]removes the symptom[/]" if removes else "[red]does NOT remove it[/]"
-        if removes is False else f"untested ({d['revert_reason']})"))
+        if removes is False else f"untested ({esc(d['revert_reason'])})"))
     out().print(f"[dim]{d['tests']} subsets judged, {d['fresh_builds']} built this run[/]")
 
 
 def _print_deps(d: dict[str, Any]) -> None:
     for c in d.get("base_changes") or []:
-        out().print(f"base version (Dockerfile): {c}")
+        out().print(f"base version (Dockerfile): {esc(c)}")
     if d.get("base_note"):
-        out().print(f"[yellow]not bisected:[/] {d['base_note']}")
+        out().print(f"[yellow]not bisected:[/] {esc(d['base_note'])}")
     if not d["changes"]:
         out().print("the culprit changes no pip-installable dependency pins")
         return
     _print_strategy(d)
     for c in d["changes"]:
-        out().print(f"pin: {c}")
+        out().print(f"pin: {esc(c)}")
     out().print(f"parent with the culprit's pins: {d['parent_with_new_pins']}")
     out().print(f"culprit with the parent's pins: {d['culprit_with_old_pins']}")
-    out().print(f"[bold]conclusion: {d['conclusion']}[/]")
+    out().print(f"[bold]conclusion: {esc(d['conclusion'])}[/]")
     for p in d["packages"]:
         for t in p["tested"]:
-            out().print(f"  {p['name']}=={t['version']}: {t['verdict']} ({t['reason']})")
+            out().print(f"  {p['name']}=={t['version']}: {t['verdict']} ({esc(t['reason'])})")
         if p["first_bad_version"]:
             out().print(f"[bold red]first bad {p['name']} version: {p['first_bad_version']}[/]"
                       f" ({p['old']} -> {p['new']})")
         elif p["candidates"]:
             out().print(f"{p['name']}: first bad among {', '.join(p['candidates'])}")
         if p["note"]:
-            out().print(f"{p['name']}: {p['note']}")
+            out().print(f"{p['name']}: {esc(p['note'])}")
     out().print(f"[dim]{d['fresh_builds']} built this run[/]")
 
 
@@ -216,12 +220,12 @@ def knobs_cmd(
         for col in ("knob", "value", "verdict", "flips", "why"):
             table.add_column(col, overflow="fold")
         for r in t["rows"]:
-            table.add_row(r["knob"], r["value"], f"[{style[r['verdict']]}]{r['verdict']}[/]",
+            table.add_row(esc(r["knob"]), esc(r["value"]), f"[{style[r['verdict']]}]{r['verdict']}[/]",
                           {True: "[bold]yes[/]", False: "no", None: "untestable"}[r["flips"]],
-                          r["reason"][:70])
+                          esc(r["reason"][:70]))
         out().print(table)
         if t["minimal"]:
-            out().print("[bold red]flips the symptom:[/] " + ", ".join(t["minimal"]))
+            out().print("[bold red]flips the symptom:[/] " + esc(", ".join(t["minimal"])))
         else:
             out().print("no knob flips the symptom")
     out().print(f"[dim]{doc['fresh_builds']} servers measured this run[/]")

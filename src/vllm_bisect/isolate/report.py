@@ -129,10 +129,26 @@ def offer_lines(result: dict[str, Any], spec_text: str) -> list[str]:
         out.append(f"- Which of its {len(paths)} files? The culprit changes only Python: "
                    "`vllm-bisect isolate SESSION` finds the smallest set of files and hunks "
                    "that reproduces the symptom.")
-    if any(is_pin_file(p) for p in paths) and "deps" not in result:
+    if "deps" not in result and _pins_change(commit, [p for p in paths if is_pin_file(p)]):
         out.append("- The culprit changes dependency pins: `vllm-bisect deps SESSION` tells "
                    "a dependency from vLLM code and bisects the package's versions.")
     return ["", "Next questions:", *out] if out else []
+
+
+def _pins_change(commit: Any, files: list[str]) -> bool:
+    """Whether ``commit`` changes a pin in ``files`` (not only, say, the version string)."""
+    from vllm_bisect.isolate.pins import pin_changes
+
+    def texts(c: Any) -> dict[str, str]:
+        out = {}
+        for path in files:
+            try:
+                out[path] = c.tree[path].data_stream.read().decode("utf-8", "replace")
+            except KeyError:
+                continue
+        return out
+
+    return bool(files) and bool(pin_changes(texts(commit.parents[0]), texts(commit)))
 
 
 def section_lines(result: dict[str, Any], spec_text: str = "") -> list[str]:

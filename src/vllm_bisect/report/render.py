@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from vllm_bisect.report.plot import COLOURS, make_plot
+from vllm_bisect.report.sanitize import neutralise
 from vllm_bisect.report.view import (
     COMMIT_COLUMNS,
     COMMIT_URL,
@@ -75,7 +76,7 @@ def markdown(r: SessionReport) -> str:
     if v.spec_text:
         lines += ["", "<details><summary>spec.toml</summary>", "", "```toml", v.spec_text,
                   "```", "", "</details>"]
-    return "\n".join(lines) + "\n"
+    return neutralise("\n".join(lines) + "\n")
 
 
 def html_report(r: SessionReport) -> str:

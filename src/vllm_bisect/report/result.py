@@ -115,7 +115,8 @@ class BisectReport(_Doc):
     # verdict.strategy = "auto": the strategy it chose for the symptom, and why
     strategy_chosen: str | None = None
     strategy_reason: str | None = None
-    server_starts: int = 0
+    server_starts: int = 0           # the search's (verification's: verify_server_starts)
+    verify_server_starts: int = 0
     rounds: int = 0
     workers: int = 1
     wall_s: float = 0.0
@@ -157,6 +158,7 @@ class BisectReport(_Doc):
                    probed=probed, verification=VerificationDoc.of(result.verification),
                    confidence=result.confidence, strategy_chosen=result.strategy_chosen,
                    strategy_reason=result.strategy_reason, server_starts=result.server_starts,
+                   verify_server_starts=result.verify_server_starts,
                    rounds=result.rounds, workers=result.workers, wall_s=round(result.wall_s, 3))
 
     def judged(self) -> list[JudgedCommit]:

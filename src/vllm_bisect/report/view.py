@@ -10,7 +10,7 @@ from typing import Any
 
 from vllm_bisect.errors import SessionError
 from vllm_bisect.models import Measurement, Verdict
-from vllm_bisect.report.result import BisectReport, PerRequest
+from vllm_bisect.report.result import BisectReport, PerRequest, VerificationDoc
 from vllm_bisect.verdict import symptoms
 
 COMMIT_URL = "https://github.com/vllm-project/vllm/commit/{sha}"
@@ -127,7 +127,7 @@ def view(r: SessionReport) -> ReportView:
         strategy=(f"{res.strategy_chosen} ({res.strategy_reason or ''})"
                   if res.strategy_chosen else None),
         summary=(f"Range {res.good[:12]} (good) .. {res.bad[:12]} (bad), {res.n_commits} "
-                 f"commits; {len(judged)} judged, {res.server_starts} server starts, "
+                 f"commits; {len(judged)} judged, {starts_text(res)}, "
                  f"{res.wall_s:.0f} s."),
         rows=rows, symptoms=symptom_view(r),
         skips=[(p.commit, p.reason) for p in judged if p.verdict is Verdict.SKIP],
@@ -209,7 +209,7 @@ def effects(r: SessionReport) -> list[str]:
     after: PerRequest | None
     if v and v.culprit_per_request and v.parent_per_request:
         before, after = v.parent_per_request, v.culprit_per_request
-        source = f"re-measured with {v.samples} requests each"
+        source = f"re-measured with {requests_text(v)}"
     else:
         if culprit.index is None:
             return []
@@ -232,15 +232,41 @@ def effects(r: SessionReport) -> list[str]:
     return out
 
 
+def requests_text(v: VerificationDoc) -> str:
+    """How many requests the verification holds (what result.json has, not what was asked)."""
+    def n(pr: PerRequest | None) -> int | None:
+        return None if pr is None else len(pr.output_tokens)
+
+    c, p = n(v.culprit_per_request), n(v.parent_per_request)
+    if c is None or p is None:
+        return f"{v.samples} requests asked for each"
+    word = "request" if c == 1 else "requests"
+    return f"{c} {word} each" if c == p else f"{c} requests on the culprit, {p} on its parent"
+
+
+def starts_text(res: BisectReport) -> str:
+    """Every server start of the run (search and verification), and what was reused."""
+    total = res.server_starts + res.verify_server_starts
+    parts = []
+    if res.verify_server_starts:
+        parts.append(f"{res.verify_server_starts} to verify the culprit")
+    reused = sum(p.from_cache for p in res.probed)
+    if reused:
+        parts.append(f"{reused} commit results reused from the cache")
+    if res.verification is not None and not res.verify_server_starts:
+        parts.append("the verification reused from the session")
+    return f"{total} server starts" + (f" ({'; '.join(parts)})" if parts else "")
+
+
 def verification_text(res: BisectReport) -> str | None:
     v = res.verification
     if v is None:
         return None
     if v.confirmed:
-        return (f"Verified: re-measured on fresh servers ({v.samples} requests each), the "
+        return (f"Verified: re-measured on fresh servers ({requests_text(v)}), the "
                 f"culprit again judged bad ({v.culprit_reason}) and its parent "
                 f"{v.parent[:12]} good ({v.parent_reason}).")
-    return (f"Not verified: re-measured with {v.samples} requests each, the culprit judged "
+    return (f"Not verified: re-measured with {requests_text(v)}, the culprit judged "
             f"{v.culprit_verdict.value} ({v.culprit_reason}) and its parent {v.parent[:12]} "
             f"{v.parent_verdict.value} ({v.parent_reason}). The symptom may be flaky: rerun "
             "with more samples (verdict.strategy = \"sequential\").")

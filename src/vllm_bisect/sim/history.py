@@ -69,6 +69,7 @@ class HistoryPlan:
     server_cv: float = 0.0             # each server start's own step-time level (CV)
     init_s: float = 0.2
     seed: int = 0
+    subjects: tuple[tuple[int, str], ...] = ()  # (i, subject): commit i's own subject
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,7 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
                 files["csrc/layernorm_kernels.cu"] = t.KERNEL_SOURCE.format(rev=i)
             else:
                 files[f"docs/changes/{i:05d}.md"] = f"{subject}\n"
+        subject = dict(plan.subjects).get(i, subject)
         pr += rnd.randint(3, 40)
         changed = [p for p, text in files.items() if current.get(p) != text]
         for rel in changed:

@@ -34,6 +34,7 @@ class Measurer:
         self.store = store
         self.prefetcher = prefetcher
         self.server_starts = 0
+        self.unaccounted_starts = 0   # servers of account=False work (the verification)
         spec = store.spec
         default = 0 if spec.verdict.symptom is Symptom.CRASH else spec.ops.retries
         self.retries = default if retries is None else retries
@@ -87,6 +88,8 @@ class Measurer:
                         continue
                     if account and ev.status is not EvalStatus.CANCELLED:
                         self._account(ev)
+                    elif ev.status not in (EvalStatus.CANCELLED, EvalStatus.UNAVAILABLE):
+                        self.unaccounted_starts += 1
                     out.append(replace(done, task=task))
                 if timeout is not None:
                     break

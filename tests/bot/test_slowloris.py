@@ -1,0 +1,48 @@
+"""Slow-loris against the live bot (issue 26): 80 idle or slow-header sockets, reconnecting
+as they are closed, from one client address and from 80; /healthz and signed deliveries
+from another address keep being answered (real sockets on 127.0.0.0/8)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from tests.bot.botkit import Bot, write_config
+from tests.bot.github_standin import GitHubStandIn
+from tests.bot.loris import SlowLoris
+from tests.helpers import history
+
+
+def _probe(bot: Bot, n: int) -> list[float]:
+    """n /healthz on fresh connections (as a load balancer asks), each must be 200."""
+    lat = []
+    for _ in range(n):
+        t = time.monotonic()
+        r = httpx.get(bot.url + "/healthz", timeout=60)
+        lat.append(time.monotonic() - t)
+        assert r.status_code == 200, (r.status_code, r.text)
+    return lat
+
+
+def test_healthz_and_deliveries_survive_slowloris(tmp_path: Path, gh: GitHubStandIn,
+                                                  start_bot: Callable[[Path], Bot]) -> None:
+    h = history(tmp_path, n_commits=3)
+    bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, tmp_path / "state", workers=0,
+                                 header_timeout_s=3.0))
+    port = int(bot.url.rsplit(":", 1)[1])
+    for name, sources in (("one client", ["127.0.0.2"]),
+                          ("80 clients", [f"127.0.0.{i}" for i in range(2, 82)])):
+        with SlowLoris("127.0.0.1", port, 80, sources) as attack:
+            lat = _probe(bot, 20)
+            for i in range(3):   # signed deliveries (each its own body)
+                assert bot.send("ping", {"zen": f"{name} {i}"}).json() == {"status": "pong"}
+            lat += _probe(bot, 20)
+        print(f"\nslow-loris from {name}: /healthz median {statistics.median(lat) * 1000:.0f} "
+              f"ms, max {max(lat) * 1000:.0f} ms over {len(lat)}; "
+              f"{attack.reconnects} attacker reconnects")
+        assert attack.opened >= 80
+    assert "Traceback" not in bot.output()

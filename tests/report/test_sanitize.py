@@ -1,0 +1,45 @@
+"""report.md (through the CLI) neutralises mentions and remote images from commit subjects."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import history, make_spec, write_spec
+from vllm_bisect.report.sanitize import neutralise
+
+HOSTILE = ("[Core] cc @vllm-project/maintainers ![x](https://evil.invalid/p.png) "
+           "<img src=https://evil.invalid/q.png>")
+
+
+def assert_neutral(text: str) -> None:
+    assert "@vllm-project/maintainers" in text
+    assert " @vllm-project/maintainers" not in text          # only as `@...` (a code span)
+    assert "![x](https://evil.invalid" not in text and "<img" not in text
+
+
+def test_report_md_of_a_hostile_subject(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=6, cap_at=3, subjects=((3, HOSTILE),))
+    spec = write_spec(tmp_path / "s.toml", make_spec(h))
+    session = tmp_path / "sess"
+    r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec),
+                        "--session", str(session), "--cache-dir", str(tmp_path / "c")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    md = (session / "report.md").read_text()
+    assert h.planted["length"][:12] in md and "evil.invalid" in md
+    assert_neutral(md)
+    shown = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "report", str(session)],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert_neutral(shown.stdout)
+
+
+def test_neutralise_keeps_code_and_is_idempotent() -> None:
+    text = ("hi @team/x `@kept` ![a](http://h/i.png)\n```\n@inside <img>\n```\n"
+            "<details><summary>E</summary>")
+    once = neutralise(text)
+    assert neutralise(once) == once
+    assert "`@team/x`" in once and "`@kept`" in once and "!\\[a]" in once
+    assert "@inside <img>" in once and "<details><summary>E</summary>" in once
