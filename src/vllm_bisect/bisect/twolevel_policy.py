@@ -217,7 +217,8 @@ class TwoLevelPolicy(ThresholdPolicy):
                                     max_samples=SAMPLE_CAP * v.max_samples,  # 120
                                     max_servers=v.max_servers,
                                     server_cost=v.server_cost,
-                                    requests_help=per_request(self.symptom))
+                                    requests_help=per_request(self.symptom),
+                                    step_change=log_min_change(v))  # a plateau: BAD
         for sha, role in roles.items():
             ev = self.merged(last[sha], groups[sha], earlier[sha])
             runs.record_as(sha, role, ev, cached=sha not in fresh)
