@@ -248,9 +248,12 @@ class CommitTest:
     # decisions: one server start whose level sits at its extreme must not decide alone)
     lone_server: float = 1.0
     # the smallest change that matters (log scale; 0: off): a commit clearly off the good
-    # end by it is BAD, and GOOD needs the evidence not to lean that way (issue 28: a plateau
-    # between two steps sits midway and the good-vs-bad evidence alone never decides it)
+    # end by it is BAD (issue 28: a plateau between two steps sits midway, and the evidence
+    # good-vs-bad alone never decides it; the rest check then finds the other step)
     step_change: float = 0.0
+    # GOOD also needs the plateau evidence not to lean towards BAD (the final pair's
+    # decisions: a plateau commit must not end the search as the last good one)
+    good_gate: bool = False
 
     @property
     def threshold(self) -> float:
@@ -269,7 +272,7 @@ class CommitTest:
         step = self.model.log_bf_step(gs, self.step_change) if self.step_change else 0.0
         if score >= need or step >= need:
             return Decision.BAD
-        if score <= -need and step <= 0.0:
+        if score <= -need and (step <= 0.0 or not self.good_gate):
             return Decision.GOOD
         if sum(len(g) for g in gs) >= self.max_samples:
             return Decision.UNKNOWN
