@@ -36,7 +36,7 @@ from vllm_bisect.spec import BisectSpec, Symptom
 from vllm_bisect.verdict.auto import samples_of
 
 logger = logging.getLogger(__name__)
-MAX_STEPS = 4   # searches per symptom (the first, and up to three rest checks that found more)
+MAX_SEARCHES = 7   # per symptom: the first, and the rest checks (two per culprit found)
 
 
 MakeDriver = Callable[[BisectSpec, CommitRange], Driver]
@@ -91,6 +91,14 @@ def rest_range(rng: CommitRange, culprit: str) -> CommitRange | None:
     if i >= len(rng.commits) - 1:
         return None
     return CommitRange(good=rng.commits[i], bad=rng.bad, commits=rng.commits[i + 1:])
+
+
+def parent_range(rng: CommitRange, culprit: str) -> CommitRange | None:
+    """good..the culprit's parent (None when the parent is the good end)."""
+    i = rng.index(culprit)
+    if i <= 0:
+        return None
+    return CommitRange(good=rng.good, bad=rng.commits[i - 1], commits=rng.commits[:i])
 
 
 def _median(ev: Evaluation | None, symptom: Symptom) -> float | None:
@@ -218,44 +226,74 @@ class _Loop:
             update={"intermittent_runs": runs})})
 
     def symptom(self, s: Symptom) -> None:
+        """The symptom's search, then the rest checks of each culprit found: the bad end
+        against the culprit, and the culprit's parent against the good end (whichever step
+        the search found first, the other lies on one side); each check that separates is
+        bisected the same way."""
         sp = self.spec.for_symptom(s)
         rng = self.narrowed(sp, self.rng)
         sp = self.runs_taken(sp)
-        for step in range(1, MAX_STEPS + 1):
-            if step > 1:
-                self.events.on_phase("", f"rest check ({s.value}): is the bad end still "
-                                         f"clearly worse than {rng.good.sha[:12]}?")
+        todo: list[tuple[CommitRange, int, str]] = [(rng, -1, "")]  # range, by culprit, what
+        first = len(self.out.culprits) if self.out is not None else 0
+        try:
+            self._steps(s, sp, todo)
+        finally:
+            if self.out is not None:   # the symptom's steps in range order, numbered so
+                found = self.out.culprits[first:]
+                pos = {c.sha: i for i, c in enumerate(self.rng.commits)}
+                found.sort(key=lambda c: pos.get(c.commit or "", len(pos)))
+                self.out.culprits[first:] = [replace(c, step=k + 1)
+                                             for k, c in enumerate(found)]
+
+    def _steps(self, s: Symptom, sp: BisectSpec,
+               todo: list[tuple[CommitRange, int, str]]) -> None:
+        searches = 0
+        while todo:
+            rng, by, what = todo.pop(0)
+            if searches == MAX_SEARCHES:
+                self._note(by, f"stopped after {MAX_SEARCHES} searches")
+                return
+            searches += 1
+            if by >= 0:
+                self.events.on_phase("", f"rest check ({s.value}): is {what}?")
             before = self.starts
             try:
                 r = self.search(sp, rng)
             except NotReproduced as err:
-                if step == 1:
+                if by < 0:
                     raise
-                self._note(f"the rest check: {rng.good.sha[:12]} explains the whole "
-                           f"{s.value} effect ({self.starts - before} server starts): "
-                           f"{err.message}")
-                return
+                self._note(by, f"rest check, {what}: no ({self.starts - before} server "
+                               f"starts): {err.message}")
+                continue
             assert self.out is not None
             subjects = {c.sha: c.subject for c in rng.commits}
-            c = Culprit(symptom=s.value, step=step, commit=r.first_bad,
+            c = Culprit(symptom=s.value, step=searches, commit=r.first_bad,
                         subject=subjects.get(r.first_bad or "", ""), good=rng.good.sha,
                         bad=rng.bad.sha, effect=step_effect(r, self.out.result.evaluations, s),
                         server_starts=self.starts - before, candidates=tuple(r.candidates))
+            if by >= 0:
+                self._note(by, f"rest check, {what}: yes, bisected")
             self.out.culprits.append(c)
-            self.events.on_phase("", f"{s.value} step {step}: {c.describe()}")
-            nxt = rest_range(rng, r.first_bad) if r.first_bad and checks_rest(sp) else None
-            if nxt is None:
-                return
-            rng = nxt
-        self._note(f"stopped after {MAX_STEPS} steps")
+            self.events.on_phase("", f"{s.value}: {c.describe()}")
+            if r.first_bad is None or not checks_rest(sp):
+                continue
+            me = len(self.out.culprits) - 1
+            sha = r.first_bad[:12]
+            left, right = parent_range(rng, r.first_bad), rest_range(rng, r.first_bad)
+            if right is not None:
+                todo.append((right, me, f"the bad end {rng.bad.sha[:12]} still clearly worse "
+                                        f"than {sha}"))
+            if left is not None:
+                todo.append((left, me, f"{sha}'s parent clearly worse than the good end "
+                                       f"{rng.good.sha[:12]}"))
 
-    def _note(self, text: str) -> None:
-        """The symptom's last culprit carries the note."""
+    def _note(self, index: int, text: str) -> None:
+        """A culprit's note (the rest checks' conclusions)."""
         assert self.out is not None and self.out.culprits
         logger.info("%s", text)
         self.events.on_phase("", text)
-        last = self.out.culprits[-1]
-        self.out.culprits[-1] = replace(last, note=text)
+        c = self.out.culprits[index]
+        self.out.culprits[index] = replace(c, note=f"{c.note}; {text}" if c.note else text)
 
 
 def run_symptoms(spec: BisectSpec, rng: CommitRange, make: MakeDriver,
