@@ -56,12 +56,14 @@ class Culprit:
     server_starts: int
     candidates: tuple[str, ...] = ()
     note: str = ""            # the rest check's conclusion, or why the symptom found nothing
+    confirmed: bool = True    # False: against its parent alone it did not separate
 
     def describe(self) -> str:
         size = f"a {self.effect:.2f}x {self.symptom} change" if self.effect else self.symptom
         if self.commit is None:
             return f"{size}: no single culprit ({len(self.candidates)} candidates)"
-        return f"{size} at {self.commit[:12]} {self.subject}".rstrip()
+        return (f"{size} at {self.commit[:12]} {self.subject}".rstrip()
+                + ("" if self.confirmed else " (not confirmed)"))
 
 
 @dataclass
@@ -71,7 +73,7 @@ class MultiResult:
 
     def summary(self) -> str:
         """'a 1.31x itl change at X, and another 1.29x itl change at Y'."""
-        found = [c.describe() for c in self.culprits if c.commit is not None]
+        found = [c.describe() for c in self.culprits if c.commit is not None and c.confirmed]
         return ", and another ".join(found) if found else "no culprit"
 
     def lines(self) -> list[str]:
@@ -237,6 +239,7 @@ class _Loop:
         first = len(self.out.culprits) if self.out is not None else 0
         try:
             self._steps(s, sp, todo)
+            self._pair_checks(sp, first)
         finally:
             if self.out is not None:   # the symptom's steps in range order, numbered so
                 found = self.out.culprits[first:]
@@ -244,6 +247,32 @@ class _Loop:
                 found.sort(key=lambda c: pos.get(c.commit or "", len(pos)))
                 self.out.culprits[first:] = [replace(c, step=k + 1)
                                              for k, c in enumerate(found)]
+
+    def _pair_checks(self, sp: BisectSpec, first: int) -> None:
+        """With more than one step found: each culprit against its parent alone, with the
+        same calibrating test (their servers so far reused); one that does not separate by
+        the smallest change that matters is marked unconfirmed (a commit on a plateau
+        judged off it by noise)."""
+        assert self.out is not None
+        found = self.out.culprits[first:]
+        if sum(c.commit is not None for c in found) < 2:
+            return
+        pair_sp = sp.model_copy(update={"verdict": sp.verdict.model_copy(
+            update={"verify_samples": 0})})
+        for k, c in enumerate(found, start=first):
+            if c.commit is None:
+                continue
+            i = self.rng.index(c.commit)
+            pair = CommitRange(good=self.rng.good if i == 0 else self.rng.commits[i - 1],
+                               bad=self.rng.commits[i], commits=(self.rng.commits[i],))
+            self.events.on_phase("", f"{c.symptom}: {c.commit[:12]} against its parent alone")
+            before = self.starts
+            try:
+                self.search(pair_sp, pair)
+            except NotReproduced as err:
+                self.out.culprits[k] = replace(c, confirmed=False)
+                self._note(k, f"not confirmed against its parent alone ({self.starts - before}"
+                              f" server starts): {err.message}")
 
     def _steps(self, s: Symptom, sp: BisectSpec,
                todo: list[tuple[CommitRange, int, str]]) -> None:
