@@ -105,7 +105,7 @@ class TwoLevelPolicy(ThresholdPolicy):
         self.strict_spent += 1
         return replace(self._unlearned(self.learned.get(commit)),
                        alpha_total=self.v.alpha / 2 ** self.strict_spent,
-                       expected_steps=1, lone_server=PAIR_LONE_SERVER, good_gate=True)
+                       expected_steps=1, lone_server=PAIR_LONE_SERVER, good_gate=False)
 
     def _unlearned(self, own: list[Group] | None) -> CommitTest:
         """The current test with a commit's servers (learned earlier) taken out of its model."""
@@ -218,7 +218,8 @@ class TwoLevelPolicy(ThresholdPolicy):
                                     max_servers=v.max_servers,
                                     server_cost=v.server_cost,
                                     requests_help=per_request(self.symptom),
-                                    step_change=log_min_change(v))  # a plateau: BAD
+                                    step_change=log_min_change(v),  # a plateau: BAD
+                                    good_gate=True)
         for sha, role in roles.items():
             ev = self.merged(last[sha], groups[sha], earlier[sha])
             runs.record_as(sha, role, ev, cached=sha not in fresh)

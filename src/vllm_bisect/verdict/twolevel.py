@@ -270,7 +270,7 @@ class CommitTest:
         need = self.threshold * (LONE_SAMPLE if sum(len(g) for g in gs) == 1 else
                                  self.lone_server if len(gs) == 1 else 1.0)
         step = self.model.log_bf_step(gs, self.step_change) if self.step_change else 0.0
-        if score >= need or step >= need:
+        if score >= need or (step >= need and score > -need):
             return Decision.BAD
         if score <= -need and (step <= 0.0 or not self.good_gate):
             return Decision.GOOD
