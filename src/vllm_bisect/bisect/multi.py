@@ -6,14 +6,20 @@ the same measurements: every search opens the same session journal and result ca
 by ``BisectSpec.measurement_key``, which leaves the verdict out), so a commit measured for
 one symptom is judged for the next one from its stored measurement, and measured again only
 when the next symptom's test asks for more (the two-level test goes on from the servers it
-has).
+has). Noise-aware symptoms search first; a threshold symptom after them (a cap) judges
+every commit already measured free, ends its range at the first that shows it, and its
+intermittence check counts the servers that already showed it.
 
 After a culprit of a noise-aware symptom (itl, throughput, mtp-speedup: a strategy that
-calibrates), the rest check (``verdict.rest_check``, on by default) asks whether it explains
-the whole effect: the culprit against the bad endpoint, with the same calibrating test
-(their servers so far are reused). When they do not separate by the smallest change that
-matters, the culprit explains it; when the bad end is still clearly worse, the rest of the
-range (culprit..bad) is bisected the same way, and both steps are reported.
+calibrates), the rest checks (``verdict.rest_check``, on by default) ask whether it explains
+the whole effect: the bad endpoint against the culprit, and the culprit's parent against the
+good endpoint, each with the same calibrating two-level test (the servers so far reused; a
+refusal, "they do not separate by the smallest change that matters", is the answer no).
+Whichever side is still clearly worse is bisected the same way, with its own checks. With
+more than one step found, each culprit is tested against its parent alone the same way, and
+one that does not separate is reported as not confirmed. Every step is reported ("a 1.30x
+itl change at X, and another 1.28x itl change at Y"): result.json ``culprits``, report.md and
+the terminal.
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ class Culprit:
     confirmed: bool = True    # False: against its parent alone it did not separate
 
     def describe(self) -> str:
-        size = f"a {self.effect:.2f}x {self.symptom} change" if self.effect else self.symptom
+        size = f"{self.effect:.2f}x {self.symptom} change" if self.effect else self.symptom
         if self.commit is None:
             return f"{size}: no single culprit ({len(self.candidates)} candidates)"
         return (f"{size} at {self.commit[:12]} {self.subject}".rstrip()
@@ -74,17 +80,7 @@ class MultiResult:
     def summary(self) -> str:
         """'a 1.31x itl change at X, and another 1.29x itl change at Y'."""
         found = [c.describe() for c in self.culprits if c.commit is not None and c.confirmed]
-        return ", and another ".join(found) if found else "no culprit"
-
-    def lines(self) -> list[str]:
-        """One line per culprit (and its note), for terminals and reports."""
-        out = []
-        for c in self.culprits:
-            out.append(f"{c.symptom} step {c.step}: {c.describe()}" if c.commit or
-                       c.candidates else f"{c.symptom}: {c.note}")
-            if c.note and (c.commit or c.candidates):
-                out.append(f"  {c.note}")
-        return out
+        return "a " + ", and another ".join(found) if found else "no culprit"
 
 
 def rest_range(rng: CommitRange, culprit: str) -> CommitRange | None:

@@ -162,7 +162,9 @@ class BisectReport(_Doc):
 
     def culprit_lines(self) -> list[str]:
         """One line per symptom and step (``culprits``), each with its note."""
-        out = []
+        found = [str(c.get("summary")) for c in self.culprits or []
+                 if c.get("commit") and c.get("confirmed", True)]
+        out = ["a " + ", and another ".join(found)] if len(found) > 1 else []
         for c in self.culprits or []:
             what = f"`{c.get('symptom')}` step {c.get('step')}: {c.get('summary')}"
             out.append(what if c.get("commit") or c.get("candidates") else
