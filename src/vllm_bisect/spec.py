@@ -163,6 +163,12 @@ class Strategy(StrEnum):
 
 class VerdictSpec(_Model):
     symptom: Symptom = Symptom.ANY
+    # several symptoms, one first-bad commit each, from the same measurements (bisect.multi;
+    # empty: `symptom` alone). `symptom` becomes the first.
+    symptoms: list[Symptom] = Field(default_factory=list)
+    # after a culprit of itl / throughput / mtp-speedup: test the bad end against it with the
+    # same noise-aware test and, when still clearly worse, bisect the rest (bisect.multi)
+    rest_check: bool = True
     min_output_tokens: int | None = Field(default=None, ge=1)
     max_itl_ms: float | None = Field(default=None, gt=0)
     itl_factor: float | None = Field(default=None, gt=1.0)
@@ -299,6 +305,11 @@ class BisectSpec(_Model):
     @model_validator(mode="after")
     def _check_verdict(self) -> BisectSpec:
         v = self.verdict
+        if v.symptoms:  # issue 28: each symptom checked alone, `symptom` is the first
+            for s in v.symptoms[1:]:
+                _ = self.for_symptom(s)._check_verdict()  # type: ignore[operator]
+            v = v.model_copy(update={"symptom": v.symptoms[0]})
+            object.__setattr__(self, "verdict", v)
         if self.range.search is SearchKind.FIX and v.strategy is Strategy.BAYES:
             raise ValueError('range.search = "fix" works with the threshold and sequential '
                              'strategies, not "bayes"')
@@ -325,7 +336,7 @@ class BisectSpec(_Model):
         if v.symptom is Symptom.CORRECTNESS and self.probe.temperature != 0.0:
             raise ValueError('verdict.symptom = "correctness" compares greedy outputs: it needs '
                              "probe.temperature = 0")
-        if (v.symptom is Symptom.ITL and v.strategy in ("auto", "twolevel")
+        if (Symptom.ITL in (v.symptom, *v.symptoms) and v.strategy in ("auto", "twolevel")
                 and "requests" not in self.probe.model_fields_set):
             # the two-level test starts with one request and asks for more when they help
             object.__setattr__(self, "probe", self.probe.model_copy(update={"requests": 1}))
@@ -335,6 +346,15 @@ class BisectSpec(_Model):
                 "sends no max_tokens"
             )
         return self
+
+    def symptom_list(self) -> list[Symptom]:
+        """``verdict.symptoms``, else ``[verdict.symptom]``."""
+        return list(self.verdict.symptoms) or [self.verdict.symptom]
+
+    def for_symptom(self, symptom: Symptom) -> BisectSpec:
+        """This spec judging one symptom (the probe, hence the measurement key, unchanged)."""
+        v = self.verdict.model_copy(update={"symptom": symptom, "symptoms": []})
+        return self.model_copy(update={"verdict": v})
 
     def min_output_tokens(self) -> int | None:
         if self.verdict.min_output_tokens is not None:

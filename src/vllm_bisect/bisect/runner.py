@@ -17,7 +17,8 @@ from vllm_bisect.bisect.measurement.executor import (
     Slot,
     local_slots,
 )
-from vllm_bisect.bisect.range import commit_range, open_repo
+from vllm_bisect.bisect.multi import culprit_docs, run_symptoms
+from vllm_bisect.bisect.range import CommitRange, commit_range, open_repo
 from vllm_bisect.bisect.state.journal import ResultCache
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders import make_builder
@@ -90,16 +91,23 @@ def _run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
             executor = make_executor(spec, evaluator, session_dir, cache_dir, session.id,
                                      events, slots)
             try:
+                def driver(sp: BisectSpec, r: CommitRange) -> Driver:
+                    assert session.journal is not None
+                    return Driver(sp, r, evaluator, session.journal, cache, events,
+                                  prefetcher, executor)
+
                 with locked_clocks(spec.serve.lock_clocks, spec.serve.lock_clocks_mhz):
-                    result = Driver(spec, rng, evaluator, session.journal, cache, events,
-                                    prefetcher, executor).run()
+                    # one search per symptom, and the rest checks (bisect.multi, issue 28)
+                    multi = run_symptoms(spec, rng, driver, events)
+                result = multi.result
             finally:
                 executor.close()
         finally:
             cache.close()
             if prefetcher is not None:
                 prefetcher.close()
-        BisectReport.of(result).write(session_dir / "result.json")
+        BisectReport.of(result).model_copy(update={"culprits": culprit_docs(multi)}).write(
+            session_dir / "result.json")
         write_reports(session_dir)
         return result
 

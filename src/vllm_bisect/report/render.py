@@ -45,6 +45,10 @@ def markdown(r: SessionReport) -> str:
         lines.append("**Inconclusive:** only commits that could not be tested separate good "
                      "from bad; no single commit is blamed. Candidates:")
         lines += [f"- [`{c[:12]}`]({COMMIT_URL.format(sha=c)})" for c in v.candidates]
+    if r.result.culprits:  # one culprit per symptom and step (bisect.multi)
+        lines += ["", "**Culprits, per symptom and step:**", "",
+                  *(f"- {x.strip()}" if not x.startswith(" ") else f"  - {x.strip()}"
+                    for x in r.result.culprit_lines())]
     lines += [f"\nEffect at the first bad commit vs its parent: {e}" for e in v.effects]
     if v.verification:
         text = v.verification

@@ -124,12 +124,15 @@ class BisectReport(_Doc):
     isolate: dict[str, Any] | None = None
     deps: dict[str, Any] | None = None
     knobs: dict[str, Any] | None = None
+    # one entry per symptom and step (bisect.multi: verdict.symptoms and the rest check;
+    # absent when one search found one culprit and nothing more was checked)
+    culprits: list[dict[str, Any]] | None = None
 
     @model_serializer(mode="wrap")
     def _without_unrun_studies(self, handler: SerializerFunctionWrapHandler) -> Any:
         """A study that has not run has no key (its absence is what offers it)."""
         data = handler(self)
-        for key in STUDIES:
+        for key in (*STUDIES, "culprits"):
             if isinstance(data, dict) and data.get(key) is None:
                 data.pop(key, None)
         return data
@@ -160,6 +163,19 @@ class BisectReport(_Doc):
                    strategy_reason=result.strategy_reason, server_starts=result.server_starts,
                    verify_server_starts=result.verify_server_starts,
                    rounds=result.rounds, workers=result.workers, wall_s=round(result.wall_s, 3))
+
+    def culprit_lines(self) -> list[str]:
+        """One line per symptom and step (``culprits``), each with its note."""
+        found = [str(c.get("summary")) for c in self.culprits or []
+                 if c.get("commit") and c.get("confirmed", True)]
+        out = ["a " + ", and another ".join(found)] if len(found) > 1 else []
+        for c in self.culprits or []:
+            what = f"`{c.get('symptom')}` step {c.get('step')}: {c.get('summary')}"
+            out.append(what if c.get("commit") or c.get("candidates") else
+                       f"`{c.get('symptom')}`: {c.get('note')}")
+            if c.get("note") and (c.get("commit") or c.get("candidates")):
+                out.append(f"  {c.get('note')}")
+        return out
 
     def judged(self) -> list[JudgedCommit]:
         """One row per judged commit (its first judgement), in range order."""

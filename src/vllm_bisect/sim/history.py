@@ -55,6 +55,8 @@ class HistoryPlan:
     cap_probability: float = 1.0       # < 1: the cap hits only this share of requests (flaky)
     slow_at: int | None = None         # from here on: engine steps slow_factor x slower
     slow_factor: float = 7.0
+    slow2_at: int | None = None        # a second slowdown from here on (x slow2_factor more)
+    slow2_factor: float = 1.3
     gen_cap_at: int | None = None      # from here on: generation_config max_new_tokens=128
     gen_caps_explicit: bool = False
     unbuildable: tuple[int, ...] = ()  # these commits fail to build (the next one fixes it)
@@ -103,7 +105,9 @@ def _files(plan: HistoryPlan, i: int) -> dict[str, str]:
         "vllm/version.py": t.VERSION.format(version=version),
         "vllm/config/__init__.py": "",
         "vllm/config/engine.py": t.ENGINE_CONFIG.format(
-            step_ms=round(plan.step_ms * (plan.slow_factor if slow else 1.0), 3),
+            step_ms=round(plan.step_ms * (plan.slow_factor if slow else 1.0)
+                          * (plan.slow2_factor if plan.slow2_at is not None
+                             and i >= plan.slow2_at and not fixed else 1.0), 3),
             init_s=plan.slow_start_s if i in plan.slow_start else plan.init_s,
             noise_cv=plan.noise_cv, server_cv=plan.server_cv,
             diverge=40 if plan.wrong_output_at is not None and i >= plan.wrong_output_at
@@ -190,6 +194,8 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
             planted["length"] = c.hexsha
         if i == plan.slow_at:
             planted["itl"] = c.hexsha
+        if i == plan.slow2_at:
+            planted["itl2"] = c.hexsha
         if i == plan.gen_cap_at:
             planted["gen_config_length"] = c.hexsha
         if i == plan.wrong_output_at:

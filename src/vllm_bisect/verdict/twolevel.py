@@ -168,6 +168,18 @@ class TwoLevel:
         base = lw + _within(gs)
         return _lse(base + _predictive(gs, mb, pb)) - _lse(base + _predictive(gs, mg, pg))
 
+    def log_bf_step(self, groups: Sequence[Group], change: float) -> float:
+        """log p(commit's servers | at the good side's level moved ``change`` towards the
+        bad side) - log p(... | at the good side's level): is it clearly off the good end by
+        the smallest change that matters (a plateau between two steps is; issue 28)?"""
+        gs = [g for g in groups if g]
+        if not gs:
+            return 0.0
+        lw, mg, pg, mb, _ = self._fit
+        base = lw + _within(gs)
+        shifted = mg + np.sign(mb - mg) * change
+        return _lse(base + _predictive(gs, shifted, pg)) - _lse(base + _predictive(gs, mg, pg))
+
     def ceiling(self, quantile: float = 0.1) -> float:
         """The evidence a commit measured on ever more servers could reach at most (the
         side means are only known to within their posterior variance): d^2 / (2 p_side)
@@ -235,6 +247,13 @@ class CommitTest:
     # a single server decides only at this multiple of the threshold (the final pair's
     # decisions: one server start whose level sits at its extreme must not decide alone)
     lone_server: float = 1.0
+    # the smallest change that matters (log scale; 0: off): a commit clearly off the good
+    # end by it is BAD (issue 28: a plateau between two steps sits midway, and the evidence
+    # good-vs-bad alone never decides it; the rest check then finds the other step)
+    step_change: float = 0.0
+    # GOOD also needs the plateau evidence not to lean towards BAD (the final pair's
+    # decisions: a plateau commit must not end the search as the last good one)
+    good_gate: bool = False
 
     @property
     def threshold(self) -> float:
@@ -250,9 +269,10 @@ class CommitTest:
         # server level at its extreme), a second sample costs one request
         need = self.threshold * (LONE_SAMPLE if sum(len(g) for g in gs) == 1 else
                                  self.lone_server if len(gs) == 1 else 1.0)
-        if score >= need:
+        step = self.model.log_bf_step(gs, self.step_change) if self.step_change else 0.0
+        if score >= need or (step >= need and score > -need):
             return Decision.BAD
-        if score <= -need:
+        if score <= -need and (step <= 0.0 or not self.good_gate):
             return Decision.GOOD
         if sum(len(g) for g in gs) >= self.max_samples:
             return Decision.UNKNOWN
@@ -271,8 +291,16 @@ class CommitTest:
         """Is this a decision (GOOD, BAD or UNKNOWN), not a request for more?"""
         return self.decide(groups) in (Decision.GOOD, Decision.BAD, Decision.UNKNOWN)
 
+    def off_good_only(self, groups: Sequence[Group]) -> bool:
+        """Judged BAD by the step evidence alone (a plateau): not learned into the bad side,
+        whose level it does not share."""
+        gs = [g for g in groups if g]
+        return bool(self.step_change) and self.model.log_bf(gs) < self.threshold
+
     def learn(self, groups: Sequence[Group], decision: Decision) -> CommitTest:
         if decision not in (Decision.GOOD, Decision.BAD):
+            return self
+        if decision is Decision.BAD and self.off_good_only(groups):
             return self
         return replace(self, model=self.model.learn(groups, decision is Decision.BAD))
 

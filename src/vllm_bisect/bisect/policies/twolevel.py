@@ -105,7 +105,7 @@ class TwoLevelPolicy(ThresholdPolicy):
         self.strict_spent += 1
         return replace(self._unlearned(self.learned.get(commit)),
                        alpha_total=self.v.alpha / 2 ** self.strict_spent,
-                       expected_steps=1, lone_server=PAIR_LONE_SERVER)
+                       expected_steps=1, lone_server=PAIR_LONE_SERVER, good_gate=False)
 
     def _unlearned(self, own: list[Group] | None) -> CommitTest:
         """The current test with a commit's servers (learned earlier) taken out of its model."""
@@ -169,7 +169,9 @@ class TwoLevelPolicy(ThresholdPolicy):
                                     max_samples=SAMPLE_CAP * v.max_samples,  # 120
                                     max_servers=v.max_servers,
                                     server_cost=v.server_cost,
-                                    requests_help=per_request(self.symptom))
+                                    requests_help=per_request(self.symptom),
+                                    step_change=log_min_change(v),  # a plateau: BAD
+                                    good_gate=True)
         cal.record()
         if step.status is CalStatus.REFUSE:
             g, b = cal.groups[cal.old_sha], cal.groups[cal.new_sha]
@@ -301,11 +303,19 @@ class TwoLevelPolicy(ThresholdPolicy):
         where = (f"{self.symptom.value} median {statistics.median(flat):.3g} over {len(flat)} "
                  f"samples on {len(groups)} server(s) [{describe(groups)}] (good "
                  f"~{math.exp(mg):.3g}, bad ~{math.exp(mb):.3g}; log BF "
-                 f"{test.model.log_bf(logs):+.1f}, decides at +-{test.threshold:.1f})")
+                 f"{test.model.log_bf(logs):+.1f}{_off_good(test, logs)}, decides at "
+                 f"+-{test.threshold:.1f})")
         verdict = {Decision.GOOD: Verdict.GOOD, Decision.BAD: Verdict.BAD}.get(dec, Verdict.SKIP)
         why = (f"two-level {dec.value}: {where}" if verdict is not Verdict.SKIP
                else f"undecided: {where}")
         return Outcome(commit=evaluation.commit, verdict=verdict, reason=why, measurement=m)
+
+
+def _off_good(test: CommitTest, logs: list[Group]) -> str:
+    """The plateau evidence (off the good end by the smallest change that matters)."""
+    if not test.step_change:
+        return ""
+    return f", off the good end {test.model.log_bf_step(logs, test.step_change):+.1f}"
 
 
 _OLD_ROLES = frozenset({Role.GOOD_ENDPOINT, Role.PROBLEM_ENDPOINT})

@@ -1,0 +1,354 @@
+"""One culprit per symptom, and every step of one symptom (issue 28), layered above the
+:class:`~vllm_bisect.bisect.driver.Driver`.
+
+``verdict.symptoms = ["length", "itl"]`` runs one search per symptom over the same range and
+the same measurements: every search opens the same session journal and result cache (keyed
+by ``BisectSpec.measurement_key``, which leaves the verdict out), so a commit measured for
+one symptom is judged for the next one from its stored measurement, and measured again only
+when the next symptom's test asks for more (the two-level test goes on from the servers it
+has). Noise-aware symptoms search first; a threshold symptom after them (a cap) judges
+every commit already measured free, ends its range at the first that shows it, and its
+intermittence check counts the servers that already showed it.
+
+After a culprit of a noise-aware symptom (itl, throughput, mtp-speedup: a strategy that
+calibrates), the rest checks (``verdict.rest_check``, on by default) ask whether it explains
+the whole effect: the bad endpoint against the culprit, and the culprit's parent against the
+good endpoint, each with the same calibrating two-level test (the servers so far reused; a
+refusal, "they do not separate by the smallest change that matters", is the answer no).
+Whichever side is still clearly worse is bisected the same way, with its own checks. With
+more than one step found, each culprit is tested against its parent alone the same way, and
+one that does not separate is reported as not confirmed. Every step is reported ("a 1.30x
+itl change at X, and another 1.28x itl change at Y"): result.json ``culprits``, report.md and
+the terminal.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from vllm_bisect.bisect.driver import BisectResult, Driver
+from vllm_bisect.bisect.events import EventHandler
+from vllm_bisect.bisect.policies import make_policy, resolve_strategy
+from vllm_bisect.bisect.policy import Role
+from vllm_bisect.bisect.range import CommitRange
+from vllm_bisect.bisect.twolevel_policy import SAMPLES_KEY
+from vllm_bisect.errors import NotReproduced
+from vllm_bisect.models import Evaluation, Verdict
+from vllm_bisect.spec import BisectSpec, Symptom
+from vllm_bisect.verdict.auto import samples_of
+
+logger = logging.getLogger(__name__)
+MAX_SEARCHES = 7   # per symptom: the first, and the rest checks (two per culprit found)
+
+
+MakeDriver = Callable[[BisectSpec, CommitRange], Driver]
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """One step of one symptom: the first bad commit of the range it searched."""
+
+    symptom: str
+    step: int                 # 1: the symptom's search; 2, 3..: the rest after the one before
+    commit: str | None        # None: no single culprit (``candidates``)
+    subject: str
+    good: str                 # the range this search ran over
+    bad: str
+    effect: float | None      # the symptom's median at the culprit / at its parent
+    server_starts: int
+    candidates: tuple[str, ...] = ()
+    note: str = ""            # the rest check's conclusion, or why the symptom found nothing
+    confirmed: bool = True    # False: against its parent alone it did not separate
+
+    def describe(self) -> str:
+        size = f"{self.effect:.2f}x {self.symptom} change" if self.effect else self.symptom
+        if self.commit is None:
+            return f"{size}: no single culprit ({len(self.candidates)} candidates)"
+        return (f"{size} at {self.commit[:12]} {self.subject}".rstrip()
+                + ("" if self.confirmed else " (not confirmed)"))
+
+
+@dataclass
+class MultiResult:
+    result: BisectResult            # the first search's, with every search's counts
+    culprits: list[Culprit] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """'a 1.31x itl change at X, and another 1.29x itl change at Y'."""
+        found = [c.describe() for c in self.culprits if c.commit is not None and c.confirmed]
+        return "a " + ", and another ".join(found) if found else "no culprit"
+
+
+def rest_range(rng: CommitRange, culprit: str) -> CommitRange | None:
+    """culprit..bad (None when the culprit is the bad end)."""
+    i = rng.index(culprit)
+    if i >= len(rng.commits) - 1:
+        return None
+    return CommitRange(good=rng.commits[i], bad=rng.bad, commits=rng.commits[i + 1:])
+
+
+def parent_range(rng: CommitRange, culprit: str) -> CommitRange | None:
+    """good..the culprit's parent (None when the parent is the good end)."""
+    i = rng.index(culprit)
+    if i <= 0:
+        return None
+    return CommitRange(good=rng.good, bad=rng.commits[i - 1], commits=rng.commits[:i])
+
+
+def _median(ev: Evaluation | None, symptom: Symptom) -> float | None:
+    xs = samples_of(ev.measurement if ev is not None else None, symptom)
+    return statistics.median(xs) if xs else None
+
+
+def step_effect(result: BisectResult, evaluations: dict[str, Evaluation],
+                symptom: Symptom) -> float | None:
+    """The culprit's median over its parent's (the commit before it, or the range's good
+    end), from the measurements taken (verification's when it ran)."""
+    rng, sha = result.range, result.first_bad
+    if sha is None:
+        return None
+    parent = rng.sha(rng.index(sha) - 1)
+    v = result.verification
+    if v is not None and v.culprit_measurement is not None and v.parent_measurement is not None:
+        a = statistics.median(samples_of(v.culprit_measurement, symptom) or [0.0])
+        b = statistics.median(samples_of(v.parent_measurement, symptom) or [0.0])
+    else:
+        a = _median(evaluations.get(sha), symptom) or 0.0
+        b = _median(evaluations.get(parent), symptom) or 0.0
+    return a / b if a and b else None
+
+
+def capped_servers(ev: Evaluation, floor: int) -> list[bool] | None:
+    """Per server of a measurement (merged over several by the two-level test: requests in
+    server order, ``two_level_samples`` sizes them): did a request come back short? None
+    when there is no measurement or the servers cannot be told apart."""
+    m = ev.measurement
+    if m is None:
+        return None
+    groups = ev.environment.get(SAMPLES_KEY)
+    sizes = ([len(g) for g in groups if isinstance(g, list)] if isinstance(groups, list)
+             else [len(m.requests)])
+    if sum(sizes) != len(m.requests) or not m.requests:
+        return None
+    out, start = [], 0
+    for n in sizes:
+        out.append(any(r.output_tokens < floor for r in m.requests[start:start + n]))
+        start += n
+    return out
+
+
+def checks_rest(spec: BisectSpec) -> bool:
+    """Whether the rest check runs: a calibrating (noise-aware) strategy and rest_check on."""
+    return spec.verdict.rest_check and make_policy(spec, resolve_strategy(spec).strategy
+                                                   ).needs_calibration
+
+
+class _Loop:
+    def __init__(self, spec: BisectSpec, rng: CommitRange, make: MakeDriver,
+                 events: EventHandler) -> None:
+        self.spec, self.rng, self.make, self.events = spec, rng, make, events
+        self.out: MultiResult | None = None
+        self.starts = 0
+        self.wall = 0.0
+        self.rounds = 0
+
+    def search(self, sp: BisectSpec, rng: CommitRange) -> BisectResult:
+        """One Driver over ``rng``; its server starts are counted even when it refuses."""
+        driver = self.make(sp, rng)
+        try:
+            r = driver.run()
+        finally:
+            self.starts += driver.measurer.server_starts
+        self.wall += r.wall_s
+        self.rounds += r.rounds
+        if self.out is None:
+            self.out = MultiResult(r)
+        else:
+            self.out.result.probed.extend(r.probed)
+            self.out.result.evaluations.update(r.evaluations)
+        return r
+
+    def narrowed(self, sp: BisectSpec, rng: CommitRange) -> CommitRange:
+        """A threshold symptom after another symptom's search: its verdict on every commit
+        measured so far is free (one measurement decides); the range ends at the first one
+        that shows it (a symptom shown is evidence even when it is flaky; one missing is
+        not, so the good end stays)."""
+        if self.out is None or make_policy(sp, resolve_strategy(sp).strategy).needs_calibration:
+            return rng
+        policy = make_policy(sp, resolve_strategy(sp).strategy)
+        known = self.out.result.evaluations
+        good = known.get(rng.good.sha)
+        if good is None or good.measurement is None:
+            return rng
+        policy.judge(good, Role.GOOD_ENDPOINT)   # the reference of relative thresholds
+        for i, c in enumerate(rng.commits[:-1]):
+            ev = known.get(c.sha)
+            if ev is not None and ev.measurement is not None and policy.judge(
+                    ev, Role.BISECT).verdict is Verdict.BAD:
+                self.events.on_phase("", f"{sp.verdict.symptom.value}: {c.sha[:12]} already "
+                                         "shows it (measured before): the search ends there")
+                return CommitRange(good=rng.good, bad=c, commits=rng.commits[:i + 1])
+        return rng
+
+    def runs_taken(self, sp: BisectSpec) -> BisectSpec:
+        """auto's intermittence check of a cap (the bad end up to ``intermittent_runs`` times
+        on fresh servers, to tell a deterministic cap from a flaky one) counts the servers
+        this session already ran (another symptom's search) of the commits that showed the
+        cap: when every one of those servers showed it, only the rest run (a server of such
+        a commit that missed it: nothing is counted, the check runs in full)."""
+        v = sp.verdict
+        floor = sp.min_output_tokens()
+        if (v.symptom is not Symptom.LENGTH or v.strategy != "auto" or self.out is None
+                or floor is None):
+            return sp
+        shown = 0
+        for c in self.rng.commits:   # the whole range: the cap is the same change
+            ev = self.out.result.evaluations.get(c.sha)
+            per_server = capped_servers(ev, floor) if ev is not None else None
+            if per_server is None or not any(per_server):
+                continue          # not measured, servers not told apart, or no cap shown
+            if not all(per_server):
+                return sp         # shown on some servers only: flaky, the check runs in full
+            shown += len(per_server)
+        if shown < 2:
+            return sp
+        runs = max(1, v.intermittent_runs - shown + 1)  # the bad end's known run counts once
+        self.events.on_phase("", f"{v.symptom.value}: shown on all {shown} servers that ran "
+                                 f"commits showing it; {runs - 1} more runs of the bad end "
+                                 "check that it is not intermittent")
+        return sp.model_copy(update={"verdict": v.model_copy(
+            update={"intermittent_runs": runs})})
+
+    def symptom(self, s: Symptom) -> None:
+        """The symptom's search, then the rest checks of each culprit found: the bad end
+        against the culprit, and the culprit's parent against the good end (whichever step
+        the search found first, the other lies on one side); each check that separates is
+        bisected the same way."""
+        sp = self.spec.for_symptom(s)
+        rng = self.narrowed(sp, self.rng)
+        sp = self.runs_taken(sp)
+        todo: list[tuple[CommitRange, int, str]] = [(rng, -1, "")]  # range, by culprit, what
+        first = len(self.out.culprits) if self.out is not None else 0
+        try:
+            self._steps(s, sp, todo)
+            self._pair_checks(sp, first)
+        finally:
+            if self.out is not None:   # the symptom's steps in range order, numbered so
+                found = self.out.culprits[first:]
+                pos = {c.sha: i for i, c in enumerate(self.rng.commits)}
+                found.sort(key=lambda c: pos.get(c.commit or "", len(pos)))
+                self.out.culprits[first:] = [replace(c, step=k + 1)
+                                             for k, c in enumerate(found)]
+
+    def _pair_checks(self, sp: BisectSpec, first: int) -> None:
+        """With more than one step found: each culprit against its parent alone, with the
+        same calibrating test (their servers so far reused); one that does not separate by
+        the smallest change that matters is marked unconfirmed (a commit on a plateau
+        judged off it by noise)."""
+        assert self.out is not None
+        found = self.out.culprits[first:]
+        if sum(c.commit is not None for c in found) < 2:
+            return
+        pair_sp = sp.model_copy(update={"verdict": sp.verdict.model_copy(
+            update={"verify_samples": 0})})
+        for k, c in enumerate(found, start=first):
+            if c.commit is None:
+                continue
+            i = self.rng.index(c.commit)
+            pair = CommitRange(good=self.rng.good if i == 0 else self.rng.commits[i - 1],
+                               bad=self.rng.commits[i], commits=(self.rng.commits[i],))
+            self.events.on_phase("", f"{c.symptom}: {c.commit[:12]} against its parent alone")
+            before = self.starts
+            try:
+                self.search(pair_sp, pair)
+            except NotReproduced as err:
+                self.out.culprits[k] = replace(c, confirmed=False)
+                self._note(k, f"not confirmed against its parent alone ({self.starts - before}"
+                              f" server starts): {err.message}")
+
+    def _steps(self, s: Symptom, sp: BisectSpec,
+               todo: list[tuple[CommitRange, int, str]]) -> None:
+        searches = 0
+        while todo:
+            rng, by, what = todo.pop(0)
+            if searches == MAX_SEARCHES:
+                self._note(by, f"stopped after {MAX_SEARCHES} searches")
+                return
+            searches += 1
+            if by >= 0:
+                self.events.on_phase("", f"rest check ({s.value}): is {what}?")
+            before = self.starts
+            try:
+                r = self.search(sp, rng)
+            except NotReproduced as err:
+                if by < 0:
+                    raise
+                self._note(by, f"rest check, {what}: no ({self.starts - before} server "
+                               f"starts): {err.message}")
+                continue
+            assert self.out is not None
+            subjects = {c.sha: c.subject for c in rng.commits}
+            c = Culprit(symptom=s.value, step=searches, commit=r.first_bad,
+                        subject=subjects.get(r.first_bad or "", ""), good=rng.good.sha,
+                        bad=rng.bad.sha, effect=step_effect(r, self.out.result.evaluations, s),
+                        server_starts=self.starts - before, candidates=tuple(r.candidates))
+            if by >= 0:
+                self._note(by, f"rest check, {what}: yes, bisected")
+            self.out.culprits.append(c)
+            self.events.on_phase("", f"{s.value}: {c.describe()}")
+            if r.first_bad is None or not checks_rest(sp):
+                continue
+            me = len(self.out.culprits) - 1
+            sha = r.first_bad[:12]
+            left, right = parent_range(rng, r.first_bad), rest_range(rng, r.first_bad)
+            if right is not None:
+                todo.append((right, me, f"the bad end {rng.bad.sha[:12]} still clearly worse "
+                                        f"than {sha}"))
+            if left is not None:
+                todo.append((left, me, f"{sha}'s parent clearly worse than the good end "
+                                       f"{rng.good.sha[:12]}"))
+
+    def _note(self, index: int, text: str) -> None:
+        """A culprit's note (the rest checks' conclusions)."""
+        assert self.out is not None and self.out.culprits
+        logger.info("%s", text)
+        self.events.on_phase("", text)
+        c = self.out.culprits[index]
+        self.out.culprits[index] = replace(c, note=f"{c.note}; {text}" if c.note else text)
+
+
+def run_symptoms(spec: BisectSpec, rng: CommitRange, make: MakeDriver,
+                 events: EventHandler) -> MultiResult:
+    """Every symptom of ``spec.symptom_list()``, each with its rest checks. A symptom that
+    does not reproduce is a note when another one did (else the error stands)."""
+    loop = _Loop(spec, rng, make, events)
+    refused: list[tuple[Symptom, NotReproduced]] = []
+    # noise-aware symptoms first: a threshold symptom then judges their measurements free
+    for s in sorted(spec.symptom_list(), key=lambda x: not checks_rest(spec.for_symptom(x))):
+        try:
+            loop.symptom(s)
+        except NotReproduced as err:
+            refused.append((s, err))
+    if loop.out is None:
+        raise refused[0][1]
+    for s, why in refused:
+        loop.out.culprits.append(Culprit(
+            symptom=s.value, step=1, commit=None, subject="", good=rng.good.sha,
+            bad=rng.bad.sha, effect=None, server_starts=0,
+            note=f"did not reproduce: {why.message}"))
+    loop.out.result = replace(loop.out.result, server_starts=loop.starts, wall_s=loop.wall,
+                              rounds=loop.rounds)
+    return loop.out
+
+
+def culprit_docs(multi: MultiResult) -> list[dict[str, Any]] | None:
+    """result.json's ``culprits``: one entry per symptom and step, with the rest checks'
+    notes (None when a single search found its culprit and nothing else ran)."""
+    if len(multi.culprits) <= 1 and not any(c.note for c in multi.culprits):
+        return None
+    return [{**asdict(c), "candidates": list(c.candidates), "summary": c.describe()}
+            for c in multi.culprits]
