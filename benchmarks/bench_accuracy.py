@@ -73,6 +73,7 @@ class Trial:
     acceptance: bool = False
     link: str = "none"   # vllm-bisect arms: "none" (no prefetch), "independent", "shared"
     pool: int = 2        # prefetch threads (the Prefetcher's default: 2)
+    recheck: int | None = None  # default arm: verdict.recheck_runs (None: the spec's default)
 
 
 @dataclass(frozen=True)
@@ -98,13 +99,15 @@ def make_scenario(t: Trial) -> Scenario:
                     acceptance=t.acceptance)
 
 
-def spec_for(arm: str, s: Scenario) -> BisectSpec:
+def spec_for(arm: str, s: Scenario, recheck: int | None = None) -> BisectSpec:
     """The arm's spec. default: what a new user writes (the symptom, ``itl_factor`` as the
     smallest change that matters: 1.15, or half the planted effect below 1.3x; no strategy,
     no probe.requests)."""
     verdict: dict[str, object] = {"symptom": s.symptom, "verify_samples": 0}
     probe: dict[str, object] = {"max_tokens": 256}
     if arm == "default":
+        if recheck is not None:
+            verdict["recheck_runs"] = recheck
         if s.symptom == "itl":
             verdict["itl_factor"] = round(min(1.15, 1 + (s.effect - 1) / 2), 4)
     else:
@@ -135,7 +138,7 @@ def run_trial(t: Trial) -> Outcome:
     logging.disable(logging.WARNING)  # the Driver's retry warnings, thousands of them
     s = make_scenario(t)
     rng = commit_range(s.n)
-    sp = spec_for(t.arm, s)
+    sp = spec_for(t.arm, s, t.recheck)
     # plain `git bisect run` fetches each artifact when git checks the commit out: no link
     link = None if t.arm == "plain" or t.link == "none" else Link(t.link == "independent",
                                                                       pool=t.pool)
@@ -188,7 +191,8 @@ def label_of(effect: float | None, cv: float | None, server_cv: float, acc: bool
 
 
 def trials(seed: int, n: int, crash: float, rows: str, arms: tuple[str, ...],
-           link: str = "none", pool: int = 2) -> Iterator[tuple[str, Trial]]:
+           link: str = "none", pool: int = 2, recheck: int | None = None
+           ) -> Iterator[tuple[str, Trial]]:
     for r, (effect, cv, server_cv, acc) in enumerate(ITL_ROWS):
         if rows == "cap":
             break
@@ -212,7 +216,8 @@ def trials(seed: int, n: int, crash: float, rows: str, arms: tuple[str, ...],
                 continue
             for j in range(n):
                 yield f"q = {q}", Trial(arm, seed * 1_000_003 + r * 10_007 + j, "length",
-                                        None, None, q, crash, link=link, pool=pool)
+                                        None, None, q, crash, link=link, pool=pool,
+                                        recheck=recheck)
 
 
 def fmt(r: Row) -> str:
@@ -239,10 +244,12 @@ def main() -> None:
                          "bandwidth; plain git bisect run never prefetches")
     ap.add_argument("--prefetch-pool", type=int, default=2,
                     help="prefetch threads (the Prefetcher's default: 2)")
+    ap.add_argument("--recheck-runs", type=int, default=None,
+                    help="default arm on caps: verdict.recheck_runs (default: the spec's)")
     a = ap.parse_args()
     arms = tuple(a.arms.split(","))
     items = list(trials(a.seed, a.trials, a.max_crash, a.rows, arms, a.prefetch,
-                        a.prefetch_pool))
+                        a.prefetch_pool, a.recheck_runs))
     with ProcessPoolExecutor(a.jobs) as pool:
         outs = list(pool.map(run_trial, [t for _, t in items], chunksize=4))
     groups: dict[tuple[str, str], list[Outcome]] = {}

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from vllm_bisect.bisect import recheck
 from vllm_bisect.bisect.bayes_search import BayesSearch
-from vllm_bisect.bisect.endpoints import intermittence
 from vllm_bisect.bisect.events import EventHandler, NullEvents
 from vllm_bisect.bisect.executor import EvaluateFn, Executor, InlineExecutor
 from vllm_bisect.bisect.journal import ResultCache, SessionJournal
@@ -107,9 +107,10 @@ class Driver:
         strategy = self.choice.strategy
         logger.info("verdict strategy %s: %s", strategy.value, self.choice.reason)
         self.events.on_phase("", f"verdict strategy {strategy.value}: {self.choice.reason}")
-        if self._intermittent():
-            t.policy = make_policy(self.spec, Strategy.BAYES)
-        found = self.search().run()
+        if recheck.applies(self.spec, self.choice):  # a cap: deterministic until it is not
+            found, self.choice = recheck.run_auto_cap(t, self.spec, self.choice, self.search)
+        else:
+            found = self.search().run()
         first_bad = rng.sha(found.step.culprit) if found.step.culprit is not None else None
         verification = None
         if first_bad is not None and self.spec.verdict.verify_samples > 0:
@@ -123,15 +124,3 @@ class Driver:
                             confidence=found.confidence, search=t.terms.search.value,
                             strategy_chosen=self.choice.strategy.value,
                             strategy_reason=self.choice.reason)
-
-    def _intermittent(self) -> bool:
-        """auto on a cap or a correctness change: does it show in some runs only? (see
-        :func:`~vllm_bisect.bisect.endpoints.intermittence`; the hook runs the same check)."""
-        new = intermittence(self.tester, self.spec, self.choice)
-        if new is None:
-            return False
-        self.choice = new
-        bayes = new.strategy is Strategy.BAYES
-        logger.log(logging.WARNING if bayes else logging.INFO, "%s", new.reason)
-        self.events.on_phase("", f"verdict strategy {new.strategy.value}: {new.reason}")
-        return bayes
