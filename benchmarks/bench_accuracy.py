@@ -32,11 +32,16 @@ import math
 import os
 import random
 import statistics
+import sys
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import plain_arms
 
 from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.journal import SessionJournal
@@ -53,6 +58,9 @@ ITL_ROWS: tuple[tuple[float | None, float | None, float, bool], ...] = (
     (1.3, 0.10, 0.0, False), (7.0, 0.02, 0.0, False), (1.1, 0.02, 0.0, False),
     (1.3, 0.15, 0.0, False), (2.0, 0.05, 0.0, False), (None, None, 0.0, False),
     (1.3, 0.10, 0.05, True), (2.0, 0.05, 0.10, True))
+# issue 30's row (seeded after the cap rows, so no earlier row's draws move)
+NEW_ITL_ROWS: tuple[tuple[float | None, float | None, float, bool], ...] = (
+    (1.1, 0.05, 0.03, False),)
 GOAL_ROWS = (0, 1, 6)
 CAP_QS = (0.3, 0.5, 0.7, 0.9, 1.0)
 ARMS = {"itl": ("plain", "sequential", "default"), "length": ("plain", "bayes", "default")}
@@ -113,8 +121,9 @@ def spec_for(arm: str, s: Scenario, recheck: int | None = None) -> BisectSpec:
     else:
         if s.symptom == "itl" and arm != "sequential":
             verdict["max_itl_ms"] = s.midpoint
-        verdict["strategy"] = "threshold" if arm == "plain" else arm
-        probe["requests"] = 3 if arm == "sequential" else 1
+        rs = plain_arms.parse(arm)
+        verdict["strategy"] = "threshold" if rs is not None else arm
+        probe["requests"] = 3 if arm == "sequential" else rs[0] if rs is not None else 1
     return parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"}, "probe": probe,
                        "verdict": verdict})
 
@@ -139,15 +148,18 @@ def run_trial(t: Trial) -> Outcome:
     s = make_scenario(t)
     rng = commit_range(s.n)
     sp = spec_for(t.arm, s, t.recheck)
+    rs = plain_arms.parse(t.arm)
     # plain `git bisect run` fetches each artifact when git checks the commit out: no link
-    link = None if t.arm == "plain" or t.link == "none" else Link(t.link == "independent",
-                                                                      pool=t.pool)
+    link = None if rs is not None or t.link == "none" else Link(t.link == "independent",
+                                                                    pool=t.pool)
     cluster = VirtualCluster(s, rng, 1, random.Random(t.seed * 7919 + 1),
                              first_batch=sp.probe.requests, link=link)
     refused = False
     if t.arm == "plain":
         culprit = plain(s, sp, cluster)
         exact = culprit == s.culprit
+    elif rs is not None:
+        exact = plain_arms.plain_repeats(s, sp, cluster, rs[1]) == s.culprit
     else:
         with tempfile.TemporaryDirectory() as d:
             journal = SessionJournal(Path(d))
@@ -190,30 +202,36 @@ def label_of(effect: float | None, cv: float | None, server_cv: float, acc: bool
     return f"{base} | {server_cv:.0%}{' +acc' if acc else ''}"
 
 
+def row_arms(kind: str, arms: tuple[str, ...], repeats: bool) -> list[str]:
+    out = [arm for arm in ARMS[kind] if arm in arms]
+    return out + ([a for a in plain_arms.arm_names() if a != "plain"] if repeats else [])
+
+
 def trials(seed: int, n: int, crash: float, rows: str, arms: tuple[str, ...],
-           link: str = "none", pool: int = 2, recheck: int | None = None
-           ) -> Iterator[tuple[str, Trial]]:
-    for r, (effect, cv, server_cv, acc) in enumerate(ITL_ROWS):
-        if rows == "cap":
-            break
-        if rows == "goals" and r not in GOAL_ROWS:
-            continue
-        if rows == "new" and not server_cv:
-            continue
-        if rows == "rest" and r in GOAL_ROWS:
+           link: str = "none", pool: int = 2, recheck: int | None = None,
+           repeats: bool = False) -> Iterator[tuple[str, Trial]]:
+    """Every (row label, trial). A row's seeds include its position (the cap rows and the
+    rows added later keep the positions they had: their draws do not move)."""
+    for r, (effect, cv, server_cv, acc) in enumerate(ITL_ROWS + NEW_ITL_ROWS):
+        if r >= len(ITL_ROWS):
+            if rows not in ("all", "new", "issue30"):
+                continue
+            r = len(ITL_ROWS) + len(CAP_QS) + r - len(ITL_ROWS)
+        elif (rows in ("cap", "capgoals") or (rows == "goals" and r not in GOAL_ROWS)
+              or (rows == "new" and not server_cv) or (rows == "rest" and r in GOAL_ROWS)
+              or (rows == "issue30" and r != 6)):
             continue
         label = label_of(effect, cv, server_cv, acc)
-        for arm in ARMS["itl"]:
-            if arm not in arms:
-                continue
+        for arm in row_arms("itl", arms, repeats):
             for j in range(n):
                 yield label, Trial(arm, seed * 1_000_003 + r * 10_007 + j, "itl", effect, cv,
                                    max_crash=crash, server_cv=server_cv, acceptance=acc,
                                    link=link, pool=pool)
-    for r, q in enumerate(CAP_QS if rows in ("all", "cap") else (), start=len(ITL_ROWS)):
-        for arm in ARMS["length"]:
-            if arm not in arms:
-                continue
+    qs = {"all": CAP_QS, "cap": CAP_QS, "issue30": CAP_QS, "capgoals": (0.5, 0.7, 1.0)}
+    for r, q in enumerate(CAP_QS, start=len(ITL_ROWS)):
+        if q not in qs.get(rows, ()):
+            continue
+        for arm in row_arms("length", arms, repeats):
             for j in range(n):
                 yield f"q = {q}", Trial(arm, seed * 1_000_003 + r * 10_007 + j, "length",
                                         None, None, q, crash, link=link, pool=pool,
@@ -221,7 +239,7 @@ def trials(seed: int, n: int, crash: float, rows: str, arms: tuple[str, ...],
 
 
 def fmt(r: Row) -> str:
-    return (f"| {r.label} | {NAMES[r.arm]} | {r.exact:.1%} | {r.refused:.1%} | {r.commits:.1f} | "
+    return (f"| {r.label} | {NAMES.get(r.arm, r.arm)} | {r.exact:.1%} | {r.refused:.1%} | {r.commits:.1f} | "
             f"{r.starts:.1f} | "
             f"{r.samples:.1f} | {r.hours:.2f} |")
 
@@ -233,9 +251,14 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--max-crash", type=float, default=0.05,
                     help="server crash rates drawn from 0..this per start")
-    ap.add_argument("--rows", choices=("all", "goals", "new", "rest", "cap"), default="all",
+    ap.add_argument("--rows", choices=("all", "goals", "new", "rest", "cap", "capgoals",
+                                       "issue30"), default="all",
                     help="goals: the rows issue 14 sets goals for; new: the server-CV rows; "
-                         "rest: the ITL rows that are not goal rows")
+                         "rest: the ITL rows that are not goal rows; capgoals: q 0.5, 0.7, 1; "
+                         "issue30: the rows issue 30 sets goals for")
+    ap.add_argument("--plain-repeats", action="store_true",
+                    help="also plain git bisect run with r requests on each of s servers "
+                         "(r 1, 3, 5, 10; s 1, 2, 3) on every row")
     ap.add_argument("--arms", default="plain,sequential,bayes,default",
                     help="comma-separated arms to run")
     ap.add_argument("--prefetch", choices=("none", "independent", "shared"), default="none",
@@ -249,7 +272,7 @@ def main() -> None:
     a = ap.parse_args()
     arms = tuple(a.arms.split(","))
     items = list(trials(a.seed, a.trials, a.max_crash, a.rows, arms, a.prefetch,
-                        a.prefetch_pool, a.recheck_runs))
+                        a.prefetch_pool, a.recheck_runs, a.plain_repeats))
     with ProcessPoolExecutor(a.jobs) as pool:
         outs = list(pool.map(run_trial, [t for _, t in items], chunksize=4))
     groups: dict[tuple[str, str], list[Outcome]] = {}
@@ -267,13 +290,18 @@ def main() -> None:
     for r in rows:
         if not r.label.startswith("q ="):
             print(fmt(r))
-    if a.rows in ("all", "cap"):
+    if any(r.label.startswith("q =") for r in rows):
         print("\nFlaky 128-token cap (a bad commit's server shows it with probability q):\n")
         print(head.format("flake"))
         for r in rows:
             if r.label.startswith("q ="):
                 print(fmt(r))
     print()
+    if a.plain_repeats:
+        print("At equal accuracy (plain arms: r requests on each of s servers, the median):\n")
+        for line in plain_arms.equal_accuracy(rows):
+            print(line)
+        print()
     for line in goal_lines({(r.label, r.arm): r for r in rows}):
         print(line)
 

@@ -61,14 +61,29 @@ def precheck(t: Tester, spec: BisectSpec) -> Choice | None:
     return None
 
 
+def last_good(t: Tester, found: Found) -> int | None:
+    """The commit the answer stands on: the last one judged good below the culprit (or the
+    candidates, when skipped commits separate it from the first bad); None: the good
+    endpoint (checked first) or nothing found."""
+    ends = found.step.candidates or ((found.step.culprit,) if found.step.culprit is not None
+                                     else ())
+    if not ends:
+        return None
+    latest = {o.commit: o.verdict for o in t.probed}
+    i = min(ends) - 1
+    while i >= 0 and latest.get(t.rng.commits[i].sha) is not Verdict.GOOD:
+        i -= 1
+    return i if i >= 0 else None
+
+
 def recheck(t: Tester, spec: BisectSpec, found: Found) -> Choice | None:
-    """Step 3: the culprit's parent ``verdict.recheck_runs`` more times; bayes when any run
-    shows the symptom."""
-    v, rng = spec.verdict, t.rng
-    c = found.step.culprit
-    if c is None or c == 0 or v.recheck_runs == 0:
-        return None  # no culprit, or its parent is the good endpoint (checked first)
-    parent = rng.commits[c - 1]
+    """Step 3: the culprit's parent (the last commit judged good) ``verdict.recheck_runs``
+    more times; bayes when any run shows the symptom."""
+    v = spec.verdict
+    i = last_good(t, found)
+    if i is None or v.recheck_runs == 0:
+        return None
+    parent = t.rng.commits[i]
     runs = Runs(t, parent, Role.BISECT, 0, skip=1)  # its first run was the search's
     for run in range(1, v.recheck_runs + 1):
         t.events.on_phase(parent.sha, f"re-check {run} of {v.recheck_runs}: the culprit's "
