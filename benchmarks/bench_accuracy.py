@@ -44,12 +44,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import plain_arms
 
 from vllm_bisect.bisect.driver import Driver
+from vllm_bisect.bisect.forecast import Forecast
 from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.bisect.strategy import next_step
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import EvalStatus, Verdict
 from vllm_bisect.sim.link import Link
-from vllm_bisect.sim.virtual import Scenario, VirtualCluster, commit_range, scenario
+from vllm_bisect.sim.virtual import (
+    ARTIFACT,
+    SAMPLE,
+    START,
+    Scenario,
+    VirtualCluster,
+    commit_range,
+    scenario,
+)
 from vllm_bisect.spec import BisectSpec, parse_spec
 from vllm_bisect.verdict import Judge
 
@@ -92,6 +101,8 @@ class Outcome:
     starts: int
     samples: int
     minutes: float
+    predicted: float | None = None  # minutes the forecast said, before the search
+
 
 
 def make_scenario(t: Trial) -> Scenario:
@@ -155,6 +166,7 @@ def run_trial(t: Trial) -> Outcome:
     cluster = VirtualCluster(s, rng, 1, random.Random(t.seed * 7919 + 1),
                              first_batch=sp.probe.requests, link=link)
     refused = False
+    predicted = None
     if t.arm == "plain":
         culprit = plain(s, sp, cluster)
         exact = culprit == s.culprit
@@ -164,15 +176,28 @@ def run_trial(t: Trial) -> Outcome:
         with tempfile.TemporaryDirectory() as d:
             journal = SessionJournal(Path(d))
             try:
-                result = Driver(sp, rng, cluster, journal, None,
-                                prefetcher=cluster if link is not None else None).run()
+                driver = Driver(sp, rng, cluster, journal, None,
+                                prefetcher=cluster if link is not None else None)
+                driver.forecaster.clock, driver.forecaster.t0 = (lambda: cluster.clock * 60,
+                                                                 0.0)
+                result = driver.run()
                 exact = result.first_bad == rng.sha(s.culprit)
+                predicted = forecast_minutes(result.forecast)
             except NotReproduced:
                 exact, refused = False, True
             finally:
                 journal.close()
     return Outcome(exact, refused, len(cluster.tried), cluster.starts, cluster.samples,
-                   cluster.clock)
+                   cluster.clock, predicted)
+
+
+def forecast_minutes(f: Forecast | None) -> float | None:
+    """The forecast's wall at the cost model's mean times (the virtual cluster reports no
+    start-up or probe times; these are what a real run would measure at the endpoints)."""
+    if f is None:
+        return None
+    return (f.elapsed_s / 60 + f.builds * ARTIFACT + f.server_starts * START
+            + f.requests * SAMPLE)
 
 
 @dataclass(frozen=True)
@@ -302,6 +327,10 @@ def main() -> None:
         for line in plain_arms.equal_accuracy(rows):
             print(line)
         print()
+    print("Forecast (default arm): predicted wall / actual, per scenario:\n")
+    for line in plain_arms.forecast_lines(groups):
+        print(line)
+    print()
     for line in goal_lines({(r.label, r.arm): r for r in rows}):
         print(line)
 

@@ -10,7 +10,8 @@ search is git's binary search (``strategy.next_step``), no endpoint checks. Arms
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import statistics
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
 from vllm_bisect.bisect.strategy import next_step
@@ -100,3 +101,35 @@ def equal_accuracy(rows: Sequence[RowLike], target: float = 0.99) -> Iterator[st
         dflt = f"{d.exact:.1%} / {d.starts:.1f} / {d.hours:.2f} h" if d else "-"
         ratio = f"{d.hours / best.hours:.2f}x" if d and best else "-"
         yield f"| {label.replace('|', '&#124;')} | {one} | {cheap} | {dflt} | {ratio} |"
+
+
+class Predicted(Protocol):
+    minutes: float
+    predicted: float | None
+
+
+def forecast_lines(groups: Mapping[tuple[str, str], Sequence[Predicted]]) -> Iterator[str]:
+    """Per row, the default arm's forecast against its wall: median ratio, 90% range, and
+    the share within 0.67x..1.5x."""
+    yield ("| row | scenarios with a forecast | median predicted / actual | 90% range | "
+           "within 0.67x..1.5x |")
+    yield "|---|---|---|---|---|"
+    every: list[float] = []
+    for (label, arm), outs in groups.items():
+        if arm != "default":
+            continue
+        ratios = sorted(o.predicted / o.minutes for o in outs
+                        if o.predicted is not None and o.minutes > 0)
+        every += ratios
+        yield _ratio_row(label.replace("|", "&#124;"), len(outs), ratios)
+    yield _ratio_row("all rows", None, sorted(every))
+
+
+def _ratio_row(label: str, n: int | None, ratios: list[float]) -> str:
+    if not ratios:
+        return f"| {label} | 0 | - | - | - |"
+    lo, hi = ratios[int(0.05 * (len(ratios) - 1))], ratios[int(0.95 * (len(ratios) - 1))]
+    within = sum(0.67 <= r <= 1.5 for r in ratios) / len(ratios)
+    count = f"{len(ratios)} of {n}" if n is not None else str(len(ratios))
+    return (f"| {label} | {count} | {statistics.median(ratios):.2f} | {lo:.2f}..{hi:.2f} | "
+            f"{within:.1%} |")

@@ -154,7 +154,7 @@ def test_a_culprits_parent_that_shows_the_cap_on_a_recheck_switches_to_bayes_and
 
 
 @contextmanager
-def tester_for(spec: BisectSpec, session_dir: Path, cache_dir: Path,
+def commit_tester(spec: BisectSpec, session_dir: Path, cache_dir: Path,
                stop_after: int = 0) -> Iterator[CommitTester]:
     """The hook's Tester (one worker, the spec's policy) over a real session and cache."""
     repo = open_repo(spec.range.repo)
@@ -176,10 +176,10 @@ def test_the_hooks_intermittence_check_replays_its_journaled_runs(tmp_path: Path
     choice = resolve_strategy(spec)
     assert applies(spec, choice)
     with pytest.raises(KeyboardInterrupt), \
-            tester_for(spec, tmp_path / "s", tmp_path / "c", stop_after=3) as t:
+            commit_tester(spec, tmp_path / "s", tmp_path / "c", stop_after=3) as t:
         intermittence(t, spec, choice)
     assert starts(tmp_path / "s") == 3  # the good endpoint and two bad-endpoint runs
-    with tester_for(spec, tmp_path / "s", tmp_path / "c") as t:
+    with commit_tester(spec, tmp_path / "s", tmp_path / "c") as t:
         new = intermittence(t, spec, choice)
     assert new is not None and "in all 4 runs: deterministic" in new.reason
     assert starts(tmp_path / "s") == 5  # two more (4 bad-endpoint runs in all), not 3 + 5

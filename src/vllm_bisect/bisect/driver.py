@@ -21,6 +21,8 @@ from vllm_bisect.bisect import recheck
 from vllm_bisect.bisect.bayes_search import BayesSearch
 from vllm_bisect.bisect.events import EventHandler, NullEvents
 from vllm_bisect.bisect.executor import EvaluateFn, Executor, InlineExecutor
+from vllm_bisect.bisect.forecast import Forecast
+from vllm_bisect.bisect.forecast_events import ForecastEvents
 from vllm_bisect.bisect.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.measurer import Measurer
 from vllm_bisect.bisect.parallel import MultisectionSearch
@@ -64,6 +66,7 @@ class BisectResult:
     strategy_chosen: str = ""        # the verdict strategy that ran (auto resolved)
     strategy_reason: str = ""        # why (written, or auto's rule)
     search: str = "regression"  # "fix": first_bad is the first fixed commit (terms inverted)
+    forecast: Forecast | None = None  # what the search would take, predicted before it ran
 
 
 def inline(evaluator: CommitEvaluator) -> EvaluateFn:
@@ -83,7 +86,9 @@ class Driver:
                  executor: Executor | None = None) -> None:
         self.spec = spec
         self.rng = rng
-        self.events: EventHandler = events or NullEvents()
+        # the forecast of what the search will take, made when its first step is tested
+        self.forecaster = ForecastEvents(events or NullEvents(), spec, len(rng.commits))
+        self.events: EventHandler = self.forecaster
         store = MeasurementStore(spec, journal, cache)
         self.measurer = Measurer(executor or InlineExecutor(inline(evaluator)), store,
                                  prefetcher if (executor is None or executor.workers == 1)
@@ -92,6 +97,8 @@ class Driver:
         self.tester = Tester(rng, store, self.measurer,
                              make_policy(spec, self.choice.strategy, pair_bound=True),
                              self.events)
+        self.forecaster.tester = self.tester
+        self.forecaster.strategy = self.choice.strategy.value
 
     def search(self) -> Search:
         if self.choice.strategy is Strategy.BAYES:  # flaky: runs chosen by information
@@ -123,4 +130,5 @@ class Driver:
                             workers=self.measurer.workers, verification=verification,
                             confidence=found.confidence, search=t.terms.search.value,
                             strategy_chosen=self.choice.strategy.value,
-                            strategy_reason=self.choice.reason)
+                            strategy_reason=self.choice.reason,
+                            forecast=self.forecaster.forecast)

@@ -118,6 +118,8 @@ class BisectReport(_Doc):
     rounds: int = 0
     workers: int = 1
     wall_s: float = 0.0
+    # predicted before the search (bisect/forecast.py) against what it took
+    forecast: dict[str, Any] | None = None
     # the studies of the culprit (vllm_bisect.isolate), each under its own key once run
     isolate: dict[str, Any] | None = None
     deps: dict[str, Any] | None = None
@@ -155,7 +157,8 @@ class BisectReport(_Doc):
                    probed=probed, verification=VerificationDoc.of(result.verification),
                    confidence=result.confidence, strategy_chosen=result.strategy_chosen,
                    strategy_reason=result.strategy_reason, server_starts=result.server_starts,
-                   rounds=result.rounds, workers=result.workers, wall_s=round(result.wall_s, 3))
+                   rounds=result.rounds, workers=result.workers, wall_s=round(result.wall_s, 3),
+                   forecast=_forecast(result))
 
     def judged(self) -> list[JudgedCommit]:
         """One row per judged commit (its first judgement), in range order."""
@@ -178,3 +181,11 @@ class BisectReport(_Doc):
             raise SessionError(f"{path} cannot be read: {str(err).splitlines()[0]}",
                                hint=f"write it again with: vllm-bisect run --session "
                                     f"{path.parent}") from None
+
+
+def _forecast(result: BisectResult) -> dict[str, Any] | None:
+    f = result.forecast
+    if f is None:
+        return None
+    return {"predicted": f.as_dict(), "actual": {"server_starts": result.server_starts,
+                                                 "hours": round(result.wall_s / 3600, 4)}}
