@@ -98,9 +98,10 @@ def recheck(t: Tester, spec: BisectSpec, found: Found) -> Choice | None:
 
 def deterministic(spec: BisectSpec) -> Choice:
     v = spec.verdict
+    runs = f"{v.recheck_runs} more run{'s' * (v.recheck_runs != 1)}"
     return Choice(Strategy.THRESHOLD, f"auto: the {v.symptom.value} symptom showed in the bad "
-                  f"endpoint's first run and the culprit's parent missed it in "
-                  f"{v.recheck_runs} more runs: deterministic (one run per commit tells)")
+                  f"endpoint's first run and the culprit's parent missed it in {runs}: "
+                  "deterministic (one run per commit tells)")
 
 
 def run_auto_cap(t: Tester, spec: BisectSpec, choice: Choice,
