@@ -42,7 +42,10 @@ class ForecastEvents:
     def on_testing(self, commit: CommitInfo, role: str, steps_left: int) -> None:
         if not self.made and role in SEARCH_ROLES and self.tester is not None:
             self.made = True
-            self.forecast = self.make(self.tester)
+            try:  # a forecast that cannot be made must not end the bisect
+                self.forecast = self.make(self.tester)
+            except (ValueError, ZeroDivisionError, OverflowError) as err:
+                logger.warning("no forecast: %s", err)
             if self.forecast is not None:
                 self.inner.on_phase("", self.forecast.line(self.n))
         self._started[commit.sha] = self.clock()
