@@ -32,19 +32,33 @@ import math
 import os
 import random
 import statistics
+import sys
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import plain_arms
+
 from vllm_bisect.bisect.driver import Driver
+from vllm_bisect.bisect.forecast import Forecast
 from vllm_bisect.bisect.search.steps import next_step
 from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import EvalStatus, Verdict
 from vllm_bisect.sim.link import Link
-from vllm_bisect.sim.virtual import Scenario, VirtualCluster, commit_range, scenario
+from vllm_bisect.sim.virtual import (
+    ARTIFACT,
+    SAMPLE,
+    START,
+    Scenario,
+    VirtualCluster,
+    commit_range,
+    scenario,
+)
 from vllm_bisect.spec import BisectSpec, parse_spec
 from vllm_bisect.verdict import Judge
 
@@ -53,6 +67,9 @@ ITL_ROWS: tuple[tuple[float | None, float | None, float, bool], ...] = (
     (1.3, 0.10, 0.0, False), (7.0, 0.02, 0.0, False), (1.1, 0.02, 0.0, False),
     (1.3, 0.15, 0.0, False), (2.0, 0.05, 0.0, False), (None, None, 0.0, False),
     (1.3, 0.10, 0.05, True), (2.0, 0.05, 0.10, True))
+# issue 30's row (seeded after the cap rows, so no earlier row's draws move)
+NEW_ITL_ROWS: tuple[tuple[float | None, float | None, float, bool], ...] = (
+    (1.1, 0.05, 0.03, False),)
 GOAL_ROWS = (0, 1, 6)
 CAP_QS = (0.3, 0.5, 0.7, 0.9, 1.0)
 ARMS = {"itl": ("plain", "sequential", "default"), "length": ("plain", "bayes", "default")}
@@ -73,6 +90,7 @@ class Trial:
     acceptance: bool = False
     link: str = "none"   # vllm-bisect arms: "none" (no prefetch), "independent", "shared"
     pool: int = 2        # prefetch threads (the Prefetcher's default: 2)
+    recheck: int | None = None  # default arm: verdict.recheck_runs (None: the spec's default)
 
 
 @dataclass(frozen=True)
@@ -83,6 +101,8 @@ class Outcome:
     starts: int
     samples: int
     minutes: float
+    predicted: float | None = None  # minutes the forecast said, before the search
+
 
 
 def make_scenario(t: Trial) -> Scenario:
@@ -98,20 +118,23 @@ def make_scenario(t: Trial) -> Scenario:
                     acceptance=t.acceptance)
 
 
-def spec_for(arm: str, s: Scenario) -> BisectSpec:
+def spec_for(arm: str, s: Scenario, recheck: int | None = None) -> BisectSpec:
     """The arm's spec. default: what a new user writes (the symptom, ``itl_factor`` as the
     smallest change that matters: 1.15, or half the planted effect below 1.3x; no strategy,
     no probe.requests)."""
     verdict: dict[str, object] = {"symptom": s.symptom, "verify_samples": 0}
     probe: dict[str, object] = {"max_tokens": 256}
     if arm == "default":
+        if recheck is not None:
+            verdict["recheck_runs"] = recheck
         if s.symptom == "itl":
             verdict["itl_factor"] = round(min(1.15, 1 + (s.effect - 1) / 2), 4)
     else:
         if s.symptom == "itl" and arm != "sequential":
             verdict["max_itl_ms"] = s.midpoint
-        verdict["strategy"] = "threshold" if arm == "plain" else arm
-        probe["requests"] = 3 if arm == "sequential" else 1
+        rs = plain_arms.parse(arm)
+        verdict["strategy"] = "threshold" if rs is not None else arm
+        probe["requests"] = 3 if arm == "sequential" else rs[0] if rs is not None else 1
     return parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"}, "probe": probe,
                        "verdict": verdict})
 
@@ -135,29 +158,46 @@ def run_trial(t: Trial) -> Outcome:
     logging.disable(logging.WARNING)  # the Driver's retry warnings, thousands of them
     s = make_scenario(t)
     rng = commit_range(s.n)
-    sp = spec_for(t.arm, s)
+    sp = spec_for(t.arm, s, t.recheck)
+    rs = plain_arms.parse(t.arm)
     # plain `git bisect run` fetches each artifact when git checks the commit out: no link
-    link = None if t.arm == "plain" or t.link == "none" else Link(t.link == "independent",
-                                                                      pool=t.pool)
+    link = None if rs is not None or t.link == "none" else Link(t.link == "independent",
+                                                                    pool=t.pool)
     cluster = VirtualCluster(s, rng, 1, random.Random(t.seed * 7919 + 1),
                              first_batch=sp.probe.requests, link=link)
     refused = False
+    predicted = None
     if t.arm == "plain":
         culprit = plain(s, sp, cluster)
         exact = culprit == s.culprit
+    elif rs is not None:
+        exact = plain_arms.plain_repeats(s, sp, cluster, rs[1]) == s.culprit
     else:
         with tempfile.TemporaryDirectory() as d:
             journal = SessionJournal(Path(d))
             try:
-                result = Driver(sp, rng, cluster, journal, None,
-                                prefetcher=cluster if link is not None else None).run()
+                driver = Driver(sp, rng, cluster, journal, None,
+                                prefetcher=cluster if link is not None else None)
+                driver.forecaster.clock, driver.forecaster.t0 = (lambda: cluster.clock * 60,
+                                                                 0.0)
+                result = driver.run()
                 exact = result.first_bad == rng.sha(s.culprit)
+                predicted = forecast_minutes(result.forecast)
             except NotReproduced:
                 exact, refused = False, True
             finally:
                 journal.close()
     return Outcome(exact, refused, len(cluster.tried), cluster.starts, cluster.samples,
-                   cluster.clock)
+                   cluster.clock, predicted)
+
+
+def forecast_minutes(f: Forecast | None) -> float | None:
+    """The forecast's wall at the cost model's mean times (the virtual cluster reports no
+    start-up or probe times; these are what a real run would measure at the endpoints)."""
+    if f is None:
+        return None
+    return (f.elapsed_s / 60 + f.builds * ARTIFACT + f.server_starts * START
+            + f.requests * SAMPLE)
 
 
 @dataclass(frozen=True)
@@ -187,36 +227,44 @@ def label_of(effect: float | None, cv: float | None, server_cv: float, acc: bool
     return f"{base} | {server_cv:.0%}{' +acc' if acc else ''}"
 
 
+def row_arms(kind: str, arms: tuple[str, ...], repeats: bool) -> list[str]:
+    out = [arm for arm in ARMS[kind] if arm in arms]
+    return out + ([a for a in plain_arms.arm_names() if a != "plain"] if repeats else [])
+
+
 def trials(seed: int, n: int, crash: float, rows: str, arms: tuple[str, ...],
-           link: str = "none", pool: int = 2) -> Iterator[tuple[str, Trial]]:
-    for r, (effect, cv, server_cv, acc) in enumerate(ITL_ROWS):
-        if rows == "cap":
-            break
-        if rows == "goals" and r not in GOAL_ROWS:
-            continue
-        if rows == "new" and not server_cv:
-            continue
-        if rows == "rest" and r in GOAL_ROWS:
+           link: str = "none", pool: int = 2, recheck: int | None = None,
+           repeats: bool = False) -> Iterator[tuple[str, Trial]]:
+    """Every (row label, trial). A row's seeds include its position (the cap rows and the
+    rows added later keep the positions they had: their draws do not move)."""
+    for r, (effect, cv, server_cv, acc) in enumerate(ITL_ROWS + NEW_ITL_ROWS):
+        if r >= len(ITL_ROWS):
+            if rows not in ("all", "new", "issue30"):
+                continue
+            r = len(ITL_ROWS) + len(CAP_QS) + r - len(ITL_ROWS)
+        elif (rows in ("cap", "capgoals") or (rows == "goals" and r not in GOAL_ROWS)
+              or (rows == "new" and not server_cv) or (rows == "rest" and r in GOAL_ROWS)
+              or (rows == "issue30" and r != 6)):
             continue
         label = label_of(effect, cv, server_cv, acc)
-        for arm in ARMS["itl"]:
-            if arm not in arms:
-                continue
+        for arm in row_arms("itl", arms, repeats):
             for j in range(n):
                 yield label, Trial(arm, seed * 1_000_003 + r * 10_007 + j, "itl", effect, cv,
                                    max_crash=crash, server_cv=server_cv, acceptance=acc,
                                    link=link, pool=pool)
-    for r, q in enumerate(CAP_QS if rows in ("all", "cap") else (), start=len(ITL_ROWS)):
-        for arm in ARMS["length"]:
-            if arm not in arms:
-                continue
+    qs = {"all": CAP_QS, "cap": CAP_QS, "issue30": CAP_QS, "capgoals": (0.5, 0.7, 1.0)}
+    for r, q in enumerate(CAP_QS, start=len(ITL_ROWS)):
+        if q not in qs.get(rows, ()):
+            continue
+        for arm in row_arms("length", arms, repeats):
             for j in range(n):
                 yield f"q = {q}", Trial(arm, seed * 1_000_003 + r * 10_007 + j, "length",
-                                        None, None, q, crash, link=link, pool=pool)
+                                        None, None, q, crash, link=link, pool=pool,
+                                        recheck=recheck)
 
 
 def fmt(r: Row) -> str:
-    return (f"| {r.label} | {NAMES[r.arm]} | {r.exact:.1%} | {r.refused:.1%} | {r.commits:.1f} | "
+    return (f"| {r.label} | {NAMES.get(r.arm, r.arm)} | {r.exact:.1%} | {r.refused:.1%} | {r.commits:.1f} | "
             f"{r.starts:.1f} | "
             f"{r.samples:.1f} | {r.hours:.2f} |")
 
@@ -228,9 +276,14 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--max-crash", type=float, default=0.05,
                     help="server crash rates drawn from 0..this per start")
-    ap.add_argument("--rows", choices=("all", "goals", "new", "rest", "cap"), default="all",
+    ap.add_argument("--rows", choices=("all", "goals", "new", "rest", "cap", "capgoals",
+                                       "issue30"), default="all",
                     help="goals: the rows issue 14 sets goals for; new: the server-CV rows; "
-                         "rest: the ITL rows that are not goal rows")
+                         "rest: the ITL rows that are not goal rows; capgoals: q 0.5, 0.7, 1; "
+                         "issue30: the rows issue 30 sets goals for")
+    ap.add_argument("--plain-repeats", action="store_true",
+                    help="also plain git bisect run with r requests on each of s servers "
+                         "(r 1, 3, 5, 10; s 1, 2, 3) on every row")
     ap.add_argument("--arms", default="plain,sequential,bayes,default",
                     help="comma-separated arms to run")
     ap.add_argument("--prefetch", choices=("none", "independent", "shared"), default="none",
@@ -239,10 +292,12 @@ def main() -> None:
                          "bandwidth; plain git bisect run never prefetches")
     ap.add_argument("--prefetch-pool", type=int, default=2,
                     help="prefetch threads (the Prefetcher's default: 2)")
+    ap.add_argument("--recheck-runs", type=int, default=None,
+                    help="default arm on caps: verdict.recheck_runs (default: the spec's)")
     a = ap.parse_args()
     arms = tuple(a.arms.split(","))
     items = list(trials(a.seed, a.trials, a.max_crash, a.rows, arms, a.prefetch,
-                        a.prefetch_pool))
+                        a.prefetch_pool, a.recheck_runs, a.plain_repeats))
     with ProcessPoolExecutor(a.jobs) as pool:
         outs = list(pool.map(run_trial, [t for _, t in items], chunksize=4))
     groups: dict[tuple[str, str], list[Outcome]] = {}
@@ -260,12 +315,21 @@ def main() -> None:
     for r in rows:
         if not r.label.startswith("q ="):
             print(fmt(r))
-    if a.rows in ("all", "cap"):
+    if any(r.label.startswith("q =") for r in rows):
         print("\nFlaky 128-token cap (a bad commit's server shows it with probability q):\n")
         print(head.format("flake"))
         for r in rows:
             if r.label.startswith("q ="):
                 print(fmt(r))
+    print()
+    if a.plain_repeats:
+        print("At equal accuracy (plain arms: r requests on each of s servers, the median):\n")
+        for line in plain_arms.equal_accuracy(rows):
+            print(line)
+        print()
+    print("Forecast (default arm): predicted wall / actual, per scenario:\n")
+    for line in plain_arms.forecast_lines(groups):
+        print(line)
     print()
     for line in goal_lines({(r.label, r.arm): r for r in rows}):
         print(line)

@@ -193,9 +193,15 @@ class VerdictSpec(_Model):
     confidence: float = Field(default=0.99, gt=0.5, lt=1.0)
     calibration_runs: int = Field(default=4, ge=1, le=100)
     # auto, length / correctness: the bad endpoint runs up to this many times (fresh servers)
-    # before the search; shown in some runs only -> bayes, in every run -> threshold (1: no
-    # repeats, for a symptom known to be deterministic)
+    # until it shows the symptom (`run`: missed first, then shown -> bayes; the hook: until
+    # shown and missed, some runs only -> refused) (1: no repeats and no re-checks, for a
+    # symptom known to be deterministic)
     intermittent_runs: int = Field(default=8, ge=1, le=100)
+    # auto, length / correctness under `run`: after the threshold search the culprit's
+    # parent runs this many more times (a flaky symptom looks good); shown in any -> bayes.
+    # 1 keeps a deterministic cap at plain bisect's cost + 3 server starts; raise it for a
+    # symptom suspected flaky (docs/benchmarks.md prices 1, 2, 3)
+    recheck_runs: int = Field(default=1, ge=0, le=100)
     max_runs: int = Field(default=60, ge=1, le=10000)
     calibration_samples: int = Field(default=5, ge=5, le=400)
     max_samples: int = Field(default=40, ge=3, le=1000)

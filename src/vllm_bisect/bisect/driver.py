@@ -17,15 +17,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from vllm_bisect.bisect import recheck
 from vllm_bisect.bisect.core import open_core
 from vllm_bisect.bisect.events import EventHandler, NullEvents
+from vllm_bisect.bisect.forecast import Forecast
+from vllm_bisect.bisect.forecast_events import ForecastEvents
 from vllm_bisect.bisect.measurement.executor import EvaluateFn, Executor, InlineExecutor
 from vllm_bisect.bisect.measurement.measurer import Measurer
 from vllm_bisect.bisect.policies import make_policy
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.search.bayes_search import BayesSearch
 from vllm_bisect.bisect.search.binary import BinarySearch, Search
-from vllm_bisect.bisect.search.endpoints import intermittence
 from vllm_bisect.bisect.search.parallel import MultisectionSearch
 from vllm_bisect.bisect.search.verify import verify_culprit
 from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
@@ -65,6 +67,7 @@ class BisectResult:
     strategy_chosen: str = ""        # the verdict strategy that ran (auto resolved)
     strategy_reason: str = ""        # why (written, or auto's rule)
     search: str = "regression"  # "fix": first_bad is the first fixed commit (terms inverted)
+    forecast: Forecast | None = None  # what the search would take, predicted before it ran
 
 
 def inline(evaluator: CommitEvaluator) -> EvaluateFn:
@@ -84,12 +87,16 @@ class Driver:
                  executor: Executor | None = None) -> None:
         self.spec = spec
         self.rng = rng
-        self.events: EventHandler = events or NullEvents()
+        # the forecast of what the search will take, made when its first step is tested
+        self.forecaster = ForecastEvents(events or NullEvents(), spec, len(rng.commits))
+        self.events: EventHandler = self.forecaster
         # auto: the strategy chosen from the symptom, with the reason
         self.core = open_core(spec, rng, journal, cache,
                               executor or InlineExecutor(inline(evaluator)), self.events,
                               prefetcher=(prefetcher if executor is None or executor.workers == 1
                                           else None), pair_bound=True)
+        self.forecaster.tester = self.core.tester
+        self.forecaster.strategy = self.core.choice.strategy.value
 
     @property
     def tester(self) -> Tester:
@@ -117,8 +124,12 @@ class Driver:
         strategy = self.choice.strategy
         logger.info("verdict strategy %s: %s", strategy.value, self.choice.reason)
         self.events.on_phase("", f"verdict strategy {strategy.value}: {self.choice.reason}")
-        self._intermittent()
-        found = self.search().run()
+        if recheck.applies(self.spec, self.choice):  # a cap: deterministic until it is not
+            found, choice = recheck.run_auto_cap(self.tester, self.spec, self.choice,
+                                                 self.search, self._to_bayes)
+            self.core = self.core.with_policy(self.core.policy, choice)
+        else:
+            found = self.search().run()
         t = self.tester
         first_bad = rng.sha(found.step.culprit) if found.step.culprit is not None else None
         verification = None
@@ -133,17 +144,12 @@ class Driver:
                             workers=self.measurer.workers, verification=verification,
                             confidence=found.confidence, search=t.terms.search.value,
                             strategy_chosen=self.choice.strategy.value,
-                            strategy_reason=self.choice.reason)
+                            strategy_reason=self.choice.reason,
+                            forecast=self.forecaster.forecast)
 
-    def _intermittent(self) -> None:
-        """auto on a cap or a correctness change: does it show in some runs only? (see
-        :func:`~vllm_bisect.bisect.search.endpoints.intermittence`; the hook runs the same check).
-        If so, the core goes on under bayes."""
-        new = intermittence(self.tester, self.spec, self.choice)
-        if new is None:
-            return
-        bayes = new.strategy is Strategy.BAYES
-        policy = make_policy(self.spec, Strategy.BAYES) if bayes else self.core.policy
-        self.core = self.core.with_policy(policy, new)
-        logger.log(logging.WARNING if bayes else logging.INFO, "%s", new.reason)
-        self.events.on_phase("", f"verdict strategy {new.strategy.value}: {new.reason}")
+    def _to_bayes(self) -> Search:
+        """The Bayesian search over this core, from now on judged by the bayes policy (auto
+        found the symptom flaky: :mod:`~vllm_bisect.bisect.recheck`)."""
+        self.core = self.core.with_policy(make_policy(self.spec, Strategy.BAYES))
+        self.forecaster.tester = self.core.tester
+        return BayesSearch(self.tester)

@@ -120,6 +120,8 @@ class BisectReport(_Doc):
     rounds: int = 0
     workers: int = 1
     wall_s: float = 0.0
+    # predicted before the search (bisect/forecast.py) against what it took
+    forecast: dict[str, Any] | None = None
     # the studies of the culprit (vllm_bisect.isolate), each under its own key once run
     isolate: dict[str, Any] | None = None
     deps: dict[str, Any] | None = None
@@ -162,7 +164,8 @@ class BisectReport(_Doc):
                    confidence=result.confidence, strategy_chosen=result.strategy_chosen,
                    strategy_reason=result.strategy_reason, server_starts=result.server_starts,
                    verify_server_starts=result.verify_server_starts,
-                   rounds=result.rounds, workers=result.workers, wall_s=round(result.wall_s, 3))
+                   rounds=result.rounds, workers=result.workers, wall_s=round(result.wall_s, 3),
+                   forecast=_forecast(result))
 
     def culprit_lines(self) -> list[str]:
         """One line per symptom and step (``culprits``), each with its note."""
@@ -198,3 +201,11 @@ class BisectReport(_Doc):
             raise SessionError(f"{path} cannot be read: {str(err).splitlines()[0]}",
                                hint=f"write it again with: vllm-bisect run --session "
                                     f"{path.parent}") from None
+
+
+def _forecast(result: BisectResult) -> dict[str, Any] | None:
+    f = result.forecast
+    if f is None:
+        return None
+    return {"predicted": f.as_dict(), "actual": {"server_starts": result.server_starts,
+                                                 "hours": round(result.wall_s / 3600, 4)}}

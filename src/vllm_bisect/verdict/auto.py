@@ -1,8 +1,8 @@
 """``verdict.strategy = "auto"``: which verdict strategy a symptom gets, and why (pure).
 
 - a cap or a correctness change (deterministic at both endpoints) -> ``threshold``; the
-  Driver first runs the bad endpoint up to ``verdict.intermittent_runs`` times: when it shows
-  the symptom in some runs only, it goes on under ``bayes``;
+  Driver re-checks the commits a flaky symptom can mislead (``bisect/recheck.py``) and goes
+  on under ``bayes`` the moment a commit shows the symptom in some runs only;
 - a crash (it shows in some runs only) -> ``bayes``;
 - ITL, throughput, MTP speed-up (continuous, noisy at two levels: the server start and the
   request) -> ``twolevel``, with ``itl_factor`` / ``throughput_factor`` as the smallest change

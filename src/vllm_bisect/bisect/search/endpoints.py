@@ -8,6 +8,7 @@ import math
 from vllm_bisect.bisect.policies.base import MoreSamples, Role
 from vllm_bisect.bisect.search.multisection import ideal_rounds
 from vllm_bisect.bisect.search.steps import next_step
+from vllm_bisect.bisect.reruns import Runs
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.errors import NotReproduced, untestable_hint
 from vllm_bisect.models import Evaluation, Outcome, Verdict
@@ -104,18 +105,19 @@ def intermittence(t: Tester, spec: BisectSpec, choice: Choice) -> Choice | None:
         return None
     k = steps(len(rng.commits))
     prefetch_first(t)
-    if t.test(rng.good, Role.GOOD_ENDPOINT, k + 1).verdict is not Verdict.GOOD:
+    if Runs(t, rng.good, Role.GOOD_ENDPOINT, k + 1).next() is not Verdict.GOOD:
         return None  # the search's endpoint check says why
     runs = v.intermittent_runs
     shown = missed = tries = 0
     first = ""
+    bad = Runs(t, rng.bad, Role.BAD_ENDPOINT, k)  # journaled runs first: a resume replays them
     while shown + missed < runs and tries < 2 * runs and not (shown and missed):
-        o = t.test(rng.bad, Role.BAD_ENDPOINT, k, fresh=tries > 0)
+        verdict = bad.next()
         tries += 1
-        shown += o.verdict is Verdict.BAD
-        missed += o.verdict is Verdict.GOOD
-        if o.verdict is not Verdict.SKIP and not first:
-            first = "showed" if o.verdict is Verdict.BAD else "did not show"
+        shown += verdict is Verdict.BAD
+        missed += verdict is Verdict.GOOD
+        if verdict is not Verdict.SKIP and not first:
+            first = "showed" if verdict is Verdict.BAD else "did not show"
     if not (shown and missed):
         if not shown:
             return None

@@ -1,0 +1,115 @@
+"""What the bisect will take, predicted once the endpoints are settled (calibrated, or
+verified), before the first search step: builds, server starts, requests, and hours at the
+measured build, start and request times; and what k workers (GPUs) would save.
+
+The model (``predict``): ceil(log2 n) search steps, each one build. A threshold step is one
+server and ``probe.requests`` requests (a cap under auto: plus ``recheck_runs`` re-checks of
+the culprit's parent). A two-level step decides at log(20) (``STEP_ALPHA``): from the
+endpoints' servers, the request spread ``sigma``, the server-level spread ``tau`` and the gap
+``d`` between the sides give the evidence per request, ``d^2 / (2 sigma^2)``, and per server
+of r requests, ``d^2 / (2 (tau^2 + sigma^2 / r))``; a step takes the requests and servers
+that reach log(20) (a lone request decides only at 1.5x, so at least two), and the final
+pair two more decisions at about log(2 / alpha). Skips and crashes are not foreseen (they
+show as the prediction falling short). k workers: the search's steps take
+ceil(log_{k+1} n) rounds instead of ceil(log2 n) (``bisect/multisection.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+STEP_THRESHOLD = math.log(20.0)
+
+
+@dataclass(frozen=True)
+class Forecast:
+    steps: int
+    builds: float           # still to come (the endpoints' are done)
+    server_starts: float
+    requests: float
+    elapsed_s: float = 0.0  # what the endpoints took
+    starts_done: int = 0    # the endpoints' server starts
+    build_s: float | None = None
+    start_s: float | None = None
+    request_s: float | None = None
+
+    def search_s(self) -> float | None:
+        if self.build_s is None or self.start_s is None or self.request_s is None:
+            return None
+        return (self.builds * self.build_s + self.server_starts * self.start_s
+                + self.requests * self.request_s)
+
+    def hours(self) -> float | None:
+        s = self.search_s()
+        return None if s is None else (self.elapsed_s + s) / 3600
+
+    def hours_with(self, workers: int, n: int) -> float | None:
+        """The wall with ``workers`` GPUs: the search's rounds shrink by log2(k+1)."""
+        s = self.search_s()
+        if s is None:
+            return None
+        rounds = math.ceil(math.log(max(2, n)) / math.log(workers + 1))
+        return (self.elapsed_s + s * rounds / max(1, self.steps)) / 3600
+
+    def line(self, n: int) -> str:
+        base = (f"forecast: {self.steps} search steps, {self.builds:.0f} builds, "
+                f"{self.server_starts:.0f} server starts, {self.requests:.0f} requests")
+        h = self.hours()
+        if h is None:
+            return base
+        more = ", ".join(f"{k} GPUs {self.hours_with(k, n):.1f} h" for k in (2, 4, 8))
+        return (f"{base}: about {h:.1f} h in all at {self.build_s or 0:.0f} s a build, "
+                f"{self.start_s or 0:.0f} s a server start, {self.request_s or 0:.1f} s a "
+                f"request ({more})")
+
+    def as_dict(self) -> dict[str, float | None]:
+        h = self.hours()
+        return {"steps": self.steps, "search_builds": self.builds,
+                "search_server_starts": self.server_starts, "search_requests": self.requests,
+                "server_starts": self.starts_done + self.server_starts,
+                "hours": None if h is None else round(h, 4)}
+
+
+def twolevel_step(good: list[list[float]], bad: list[list[float]], threshold: float,
+                  ) -> tuple[float, float]:
+    """(servers, requests) one two-level decision at ``threshold`` takes, from the
+    endpoints' per-server samples."""
+    xs0 = [x for g in good for x in g]
+    xs1 = [x for g in bad for x in g]
+    if not xs0 or not xs1:
+        return 1.0, 2.0
+    d = abs(statistics.fmean(xs1) - statistics.fmean(xs0))
+    within = [statistics.variance(g) for g in good + bad if len(g) >= 2]
+    sigma2 = statistics.fmean(within) if within else (0.05 * statistics.fmean(xs0)) ** 2
+    means = [[statistics.fmean(g) for g in side if g] for side in (good, bad)]
+    spread = [statistics.variance(m) for m in means if len(m) >= 2]
+    r_mean = statistics.fmean(len(g) for g in good + bad if g)
+    tau2 = max(0.0, statistics.fmean(spread) - sigma2 / r_mean) if spread else 0.0
+    if d == 0:
+        return 12.0, 40.0
+    per_request = d * d / (2 * max(sigma2, 1e-12))
+    requests = max(2.0, math.ceil(threshold / per_request))
+    if per_request >= 1.5 * threshold:
+        requests = 1.0
+    per_server = d * d / (2 * max(tau2 + sigma2 / requests, 1e-12))
+    servers = max(1.0, math.ceil(threshold / per_server))
+    return servers, servers * requests
+
+
+def predict(n: int, strategy: str, *, requests: int = 3, rechecks: int = 0,
+            good: list[list[float]] | None = None, bad: list[list[float]] | None = None,
+            alpha: float = 0.01) -> Forecast | None:
+    """The search still to run over ``n`` commits (None: no model for the strategy)."""
+    steps = math.ceil(math.log2(max(2, n)))
+    if strategy == "threshold":
+        return Forecast(steps, float(steps), float(steps + rechecks),
+                        float((steps + rechecks) * requests))
+    if strategy != "twolevel" or good is None or bad is None:
+        return None
+    servers, reqs = twolevel_step(good, bad, STEP_THRESHOLD)
+    c_servers, c_reqs = twolevel_step(good, bad, math.log(2 / alpha))
+    # the final pair: two decisions at the bound, going on from their steps' servers
+    extra_s, extra_r = 2 * max(0.0, c_servers - servers), 2 * max(0.0, c_reqs - reqs)
+    return Forecast(steps, float(steps), steps * servers + extra_s, steps * reqs + extra_r)

@@ -1,0 +1,88 @@
+"""The forecast, made when the first search step is about to be tested (the endpoints are
+settled: calibrated or verified) and told as a phase line; the times come from what the
+endpoints took (a build: a commit's wall less its server start-up and probe)."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable
+
+from vllm_bisect.bisect.events import EventHandler
+from vllm_bisect.bisect.forecast import Forecast, predict
+from vllm_bisect.bisect.policy import Role
+from vllm_bisect.bisect.range import CommitInfo, CommitRange
+from vllm_bisect.bisect.tester import Tester
+from vllm_bisect.models import EvalStatus, Evaluation, Outcome
+from vllm_bisect.spec import BisectSpec
+
+logger = logging.getLogger(__name__)
+
+SEARCH_ROLES = (Role.BISECT.value, Role.CONFIRM.value)
+
+
+class ForecastEvents:
+    """An event handler around another: passes everything on, and makes the forecast."""
+
+    def __init__(self, inner: EventHandler, spec: BisectSpec, n: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.inner, self.spec, self.n, self.clock = inner, spec, n, clock
+        self.t0 = clock()
+        self.tester: Tester | None = None
+        self.strategy = ""
+        self.forecast: Forecast | None = None
+        self.made = False
+        self._started: dict[str, float] = {}
+        self._walls: list[tuple[float, Evaluation | None]] = []
+
+    def on_range(self, rng: CommitRange) -> None:
+        self.inner.on_range(rng)
+
+    def on_testing(self, commit: CommitInfo, role: str, steps_left: int) -> None:
+        if not self.made and role in SEARCH_ROLES and self.tester is not None:
+            self.made = True
+            try:  # a forecast that cannot be made must not end the bisect
+                self.forecast = self.make(self.tester)
+            except (ValueError, ZeroDivisionError, OverflowError) as err:
+                logger.warning("no forecast: %s", err)
+            if self.forecast is not None:
+                self.inner.on_phase("", self.forecast.line(self.n))
+        self._started[commit.sha] = self.clock()
+        self.inner.on_testing(commit, role, steps_left)
+
+    def on_phase(self, commit: str, phase: str) -> None:
+        self.inner.on_phase(commit, phase)
+
+    def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
+        if commit.sha in self._started and not outcome.from_cache and self.tester is not None:
+            ev = self.tester.evaluations.get(commit.sha)
+            self._walls.append((self.clock() - self._started.pop(commit.sha), ev))
+        self.inner.on_outcome(commit, outcome)
+
+    def make(self, t: Tester) -> Forecast | None:
+        v, rng = self.spec.verdict, t.rng
+        good, bad = t.evaluations.get(rng.good.sha), t.evaluations.get(rng.bad.sha)
+        groups = getattr(t.policy, "groups_of", None)
+        measured = [e for e in (good, bad) if e is not None and e.measurement is not None]
+        f = predict(self.n, self.strategy, requests=self.spec.probe.requests,
+                    rechecks=v.recheck_runs if self.strategy == "threshold" else 0,
+                    good=groups(good) if groups and good and good.measurement else None,
+                    bad=groups(bad) if groups and bad and bad.measurement else None,
+                    alpha=v.alpha)
+        if f is None:
+            return None
+        starts = [e.startup_s for _, e in self._walls if e is not None and e.startup_s]
+        probes = [e.measurement.wall_s / len(e.measurement.requests)
+                  for e in measured if e.measurement and e.measurement.requests
+                  and e.measurement.wall_s]
+        builds = [w - (e.startup_s or 0) - (e.measurement.wall_s if e.measurement else 0)
+                  for w, e in self._walls[:2] if e is not None
+                  and e.status is EvalStatus.MEASURED]
+        f = Forecast(f.steps, f.builds, f.server_starts, f.requests,
+                     elapsed_s=self.clock() - self.t0, starts_done=t.measurer.server_starts,
+                     build_s=max(0.0, statistics.fmean(builds)) if builds else None,
+                     start_s=statistics.fmean(starts) if starts else None,
+                     request_s=statistics.fmean(probes) if probes else None)
+        logger.info("%s", f.line(self.n))
+        return f

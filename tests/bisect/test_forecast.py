@@ -1,0 +1,57 @@
+"""The forecast made before the search: the model (pure), and through the real driver and CLI
+(a phase line, predicted against actual in result.json)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import history, make_spec, write_spec
+from vllm_bisect.bisect.forecast import Forecast, predict, twolevel_step
+
+
+def test_a_threshold_search_is_one_server_per_step_plus_the_rechecks() -> None:
+    f = predict(64, "threshold", requests=3, rechecks=1)
+    assert f is not None
+    assert (f.steps, f.builds, f.server_starts, f.requests) == (6, 6.0, 7.0, 21.0)
+    assert predict(64, "bayes") is None  # no model: no forecast
+
+
+def test_a_wider_gap_takes_fewer_requests_and_a_server_level_more_servers() -> None:
+    wide = twolevel_step([[10.0, 10.5, 9.5]] * 2, [[20.0, 20.5, 19.5]] * 2, 3.0)
+    narrow = twolevel_step([[10.0, 10.5, 9.5]] * 2, [[11.0, 11.5, 10.5]] * 2, 3.0)
+    assert wide == (1.0, 1.0) and narrow[1] > wide[1]
+    levels = twolevel_step([[9.0, 9.1], [11.0, 11.1]], [[12.0, 12.1], [14.0, 14.1]], 3.0)
+    assert levels[0] > 1.0  # the servers differ more than the requests: more servers
+
+
+def test_hours_and_what_more_gpus_save() -> None:
+    f = Forecast(10, 10.0, 12.0, 30.0, elapsed_s=600.0, build_s=300.0, start_s=180.0,
+                 request_s=60.0)
+    assert f.hours() == (600 + 3000 + 2160 + 1800) / 3600
+    two, four = f.hours_with(2, 1024), f.hours_with(4, 1024)
+    assert two is not None and four is not None
+    assert four < two < (f.hours() or 0)
+    assert "4 GPUs" in f.line(1024) and "h in all" in f.line(1024)
+    assert Forecast(1, 1.0, 1.0, 1.0).hours() is None  # no times measured: counts only
+
+
+def test_the_cli_prints_the_forecast_and_result_json_holds_it_against_the_actual(
+        tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=16, cap_at=9)
+    spec = make_spec(h, verdict={"symptom": "length", "intermittent_runs": 8,
+                                 "verify_samples": 0})
+    session = tmp_path / "sess"
+    r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec",
+                        str(write_spec(tmp_path / "s.toml", spec)), "--session", str(session),
+                        "--cache-dir", str(tmp_path / "cache"), "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "forecast: 4 search steps" in r.stderr
+    doc = json.loads((session / "result.json").read_text())
+    f = doc["forecast"]
+    # a deterministic cap without skips: 2 endpoints + 4 steps + 1 re-check, as foreseen
+    assert f["predicted"]["server_starts"] == f["actual"]["server_starts"] == 7
+    assert f["predicted"]["hours"] is not None and f["actual"]["hours"] > 0
