@@ -29,6 +29,8 @@ def same_ref(got: str | None, accepted: list[str] | None) -> bool:
     if not accepted or got is None:
         return not accepted and got is None
     for want in accepted:
+        if got == want:  # "#30924": a PR named as the culprit
+            return True
         a, b = got.lower().removeprefix("v"), want.lower().removeprefix("v")
         if all(c in "0123456789abcdef" for c in a + b) and min(len(a), len(b)) >= 7:
             if a.startswith(b) or b.startswith(a):

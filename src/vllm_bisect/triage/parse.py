@@ -19,6 +19,7 @@ from vllm_bisect.triage.roles import (
     choose,
     merge_points,
 )
+from vllm_bisect.triage.rules import as_fix, improvement, pr_culprit, refine
 from vllm_bisect.triage.serving import find_serving
 from vllm_bisect.triage.symptoms import Found, find_symptoms
 
@@ -99,7 +100,9 @@ def _range(t: Triage, lines: list[str]) -> None:
             if p.key is not None and any(m.line == n for m in p.mentions) and p not in on_line:
                 on_line.append(p)
         pairs.append(on_line)
-    roles = choose(points, arrows, pairs)
+    title = next((n for n, ln in enumerate(lines, 1) if ln.strip()), 1)
+    roles = refine(choose(points, arrows, pairs), points, title, lines[title - 1] if lines else "")
+    roles = as_fix(roles, points, lines) or roles
     t.search = roles.search
     role_of = {id(p): "old" for p in roles.goods} | {id(p): "new" for p in roles.bads}
     t.points = [_point_doc(p, role_of.get(id(p))) for p in points]
@@ -120,8 +123,14 @@ def _range(t: Triage, lines: list[str]) -> None:
                            "the report is about a fix: the range runs from a commit with the "
                            "problem to a fixed one, and the bisect looks for the first fixed "
                            "commit"))
+    culprit = pr_culprit(lines) if t.bad is None and t.search is SearchKind.REGRESSION else None
+    if culprit is not None:
+        t.bad, t.bad_label = culprit[0], culprit[0]
+        t.read.append(Read("range.bad (bad)", culprit[0], culprit[1],
+                           f"{culprit[2]!r}: a PR named as the culprit (its merge commit, found "
+                           "with git log --grep; its parent is the good end)"))
     what = "the commit with the problem" if t.search is SearchKind.FIX else "good"
-    if t.good is None:
+    if t.good is None and not (t.bad or "").startswith("#"):
         t.unknowns.append(f"{what}: no ref named as {t.old_term} (pass --good)")
     if t.bad is None:
         t.unknowns.append(f"{'the fixed commit' if t.search is SearchKind.FIX else 'bad'}: no ref "
@@ -205,6 +214,20 @@ def _serving(t: Triage, lines: list[str]) -> None:
     t.warnings += s.warnings
 
 
+def _improvement(t: Triage, lines: list[str]) -> None:
+    """An improvement is not a regression: no range, no symptom (said so)."""
+    title = next((ln for ln in lines if ln.strip()), "")
+    words = improvement(title)
+    if words is None:
+        return
+    t.good = t.bad = t.good_label = t.bad_label = t.symptom = None
+    t.symptoms, t.candidates = [], {}
+    t.read.append(Read("not a regression", words, 1, f"the title reports an improvement "
+                       f"({words!r}) and nothing worse: nothing to bisect"))
+    t.unknowns.append("the report reads as an improvement, not a regression (pass good/bad "
+                      "and verdict.symptom to bisect it anyway)")
+
+
 def triage(text: str) -> Triage:
     text = text[:MAX_CHARS]
     lines = [ln[:MAX_LINE] for ln in text.splitlines()]
@@ -212,4 +235,5 @@ def triage(text: str) -> Triage:
     _range(t, lines)
     _serving(t, lines)
     _symptoms(t, lines)
+    _improvement(t, lines)
     return t
