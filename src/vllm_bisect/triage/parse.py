@@ -21,6 +21,7 @@ from vllm_bisect.triage.roles import (
 )
 from vllm_bisect.triage.rules import as_fix, improvement, pr_culprit, refine
 from vllm_bisect.triage.serving import find_serving
+from vllm_bisect.triage.symptom_words import word_symptoms
 from vllm_bisect.triage.symptoms import Found, find_symptoms
 
 MAX_CHARS = 200_000
@@ -144,6 +145,10 @@ def _range(t: Triage, lines: list[str]) -> None:
 
 def _symptoms(t: Triage, lines: list[str]) -> None:
     s = find_symptoms(lines, bench_throughput=t.bench is not None and t.bench["kind"] == "throughput")
+    for f, n, why in word_symptoms(lines):
+        if f not in s.found:
+            s.found.append(f)
+            s.where[f.value], s.why[f.value] = n, why
     t.symptoms = [f.value for f in s.found]
     t.numbers = {"cap_tokens": [float(c) for c in s.caps], "itl_ms": s.itl_ms, "tok_s": s.tok_s}
     for f in s.found:
@@ -158,10 +163,14 @@ def _symptoms(t: Triage, lines: list[str]) -> None:
         t.symptom = "length"
     elif Found.ITL in found:
         t.symptom = "itl"
+    elif Found.TTFT in found:
+        t.symptom = "ttft"
     elif Found.THROUGHPUT in found:
         t.symptom = "throughput"
     elif Found.CORRECTNESS in found:
         t.symptom = "correctness"
+    elif Found.MEMORY in found:
+        t.symptom = "memory"
     elif Found.MTP_SPEEDUP in found:
         t.symptom = "mtp-speedup"
     elif Found.CRASH in found:
@@ -171,7 +180,7 @@ def _symptoms(t: Triage, lines: list[str]) -> None:
         t.itl_factor = _ratio(s.tok_s)
     if Found.THROUGHPUT in found:
         t.throughput_factor = _ratio(s.tok_s) or 1.1
-    unsupported = [f.value for f in s.found if f in (Found.TTFT, Found.LATENCY)]
+    unsupported = [f.value for f in s.found if f is Found.LATENCY]
     if unsupported:
         t.unknowns.append(f"symptom {', '.join(unsupported)}: no probe judges it yet; the spec "
                           f"follows {t.symptom or 'nothing'}")
@@ -183,7 +192,12 @@ def _symptoms(t: Triage, lines: list[str]) -> None:
 def _serving(t: Triage, lines: list[str]) -> None:
     s = find_serving(lines)
     t.model, t.local_model = s.model, s.local_model
-    if s.model:
+    if s.model and s.model_org_less:
+        t.read.append(Read("model", s.model, s.model_line, "a model named without its org (a "
+                           "known family with a size or version)"))
+        t.unknowns.append(f"model: {s.model!r} is named without its org: pass the Hugging Face "
+                          "id (serve.model)")
+    elif s.model:
         t.read.append(Read("model", s.model, s.model_line, "Hugging Face id"))
     elif s.local_model:
         t.read.append(Read("model", s.local_model, s.model_line, "a local path"))
