@@ -29,7 +29,8 @@ VERSION = re.compile(
     r"(?P<local>\+g?[0-9a-f]{7,40}(?![0-9a-z])|\+[A-Za-z0-9_.]{1,40})?")
 LABELLED_SHA = re.compile(
     r"(?:\bcommit(?:\s+id)?|\bsha|\bmain|\bnightly|\bnightlies|\bbuild|\bbuilt\s+from|\brevision|"
-    r"\bhead|\bHEAD|提交|\bfrom|\bsince|\bafter|\bbefore|\bat|\buntil)\s{0,3}[:=]?\s{0,3}[(（]?\s{0,2}`?"
+    r"\bhead|\bHEAD|提交|\bfrom|\bsince|\bafter|\bbefore|\bat|\buntil)(?:\s{0,2}(?:参考|参见|即|为|是))?"
+    r"\s{0,3}[:=]?\s{0,3}[(（]?\s{0,2}`?"
     r"(?P<sha>[0-9a-f]{7,40})(?![\w/-])(?!\.\w)")
 NIGHTLY_TAG = re.compile(r"nightly-(?P<sha>[0-9a-f]{7,40})\b")
 PAREN_SHA = re.compile(r"\s{0,3}[(（]\s{0,2}(?:commit(?:\s+id)?\s{0,2}[:=]?\s{0,2})?`?"
