@@ -30,7 +30,8 @@ MORE_CHANGE = re.compile(r"\blarger\b|\bmore\b|\bgrew\b|\bbigger\b|significantly
 BLOCKS = re.compile(r"# GPU blocks:\s{0,3}(\d{1,9})")
 CORRECTNESS = re.compile(
     r"garbage|garbled|gibberish|nonsense|meaningless|unreadable|乱码|重复|毫无意义|幻觉|"
-    r"repetitive|repetition(?!_penalty)|repeat\w{0,3}\s{1,3}(?:the\s{1,3})?same|never\s{1,3}stop|"
+    r"(?<![\w-])(?:repetitive|repetition)(?![\w-])|repeat\w{0,3}\s{1,3}(?:the\s{1,3})?same|"
+    r"never\s{1,3}stop|"
     r"output\w{0,2}\s{1,3}(?:is|was|became|becomes)\s{1,3}(?:noise|unreadable)|"
     r"outputs?\s{1,3}(?:of\s{1,3}[\w .-]{1,30}\s{1,3})?(?:is|are|was|were)\s{1,3}wrong|"
     r"wrong\s{1,3}(?:output|answer|result)|精度(?:出现|存在|有)?问题|精度下降|准确率跳水",
