@@ -27,17 +27,17 @@ def _commit(repo: git.Repo, ref: str) -> git.Commit | None:
     return None
 
 
-def _pr_commit(repo: git.Repo, pr: str, main: str) -> git.Commit | None:
+def _pr_commit(repo: git.Repo, pr: str, main: str | None) -> git.Commit | None:
     """The merge commit of PR ``#N`` on main: its subject ends in ``(#N)``."""
     try:
-        out = repo.git.log(main, "--first-parent", "-F", f"--grep=(#{pr.lstrip('#')})",
+        out = repo.git.log(main or "HEAD", "--first-parent", "-F", f"--grep=(#{pr.lstrip('#')})",
                            "--format=%H", "-n", "1")
     except git.GitCommandError:
         return None
     return repo.commit(out.strip()) if out.strip() else None
 
 
-def _resolve_pr(t: Triage, repo: git.Repo, main: str) -> None:
+def _resolve_pr(t: Triage, repo: git.Repo, main: str | None) -> None:
     """A PR named as the culprit: its merge commit is the bad end, its parent the good one."""
     if not (t.bad or "").startswith("#"):
         return

@@ -134,8 +134,8 @@ def as_fix(roles: Roles, points: list[Point], lines: list[str]) -> Roles | None:
         return None
     new = fixed_on(points, lines)
     problem = [p for p in points if p is not new and (p in roles.bads or not p.votes)]
-    old = max((p for p in problem if p.key is not None), key=lambda p: p.key,  # type: ignore[arg-type,return-value]
-              default=problem[-1] if problem else None)
+    versioned = [(p.key, i) for i, p in enumerate(problem) if p.key is not None]
+    old = (problem[max(versioned)[1]] if versioned else problem[-1]) if problem else None
     for p, role in ((old, Role.PROBLEM), (new, Role.FIXED)):
         if p is not None:
             p.why.insert(0, f"line {cue[0]}: {cue[1]!r}: the report says the problem went away "
