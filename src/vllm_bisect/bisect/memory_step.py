@@ -5,13 +5,19 @@ beyond the decode probe that ran before."""
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
-from vllm_bisect.bisect.probe_steps import EvalCall
 from vllm_bisect.models import Measurement
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.verdict.memory import parse_startup
 
 logger = logging.getLogger(__name__)
+
+
+class _Call(Protocol):  # what it needs of probe_steps.EvalCall (no import: no cycle)
+    commit: str
+
+    def say(self, phase: str) -> None: ...
 
 
 def gpu_used_mib(pid: int | None) -> float | None:
@@ -31,7 +37,7 @@ def gpu_used_mib(pid: int | None) -> float | None:
 class MemoryStep:
     """Adds ``Measurement.memory`` from the server's start-up log."""
 
-    def run(self, call: EvalCall, server: ServerHandle, m: Measurement | None) -> Measurement:
+    def run(self, call: _Call, server: ServerHandle, m: Measurement | None) -> Measurement:
         assert m is not None
         call.say("reading start-up memory from the server log")
         mem = parse_startup(server.read_log(), gpu_used_mib(server.pid))
