@@ -41,6 +41,18 @@ class RequestResult(_Value):
     prompt_tokens: int | None = None  # server-counted (usage.prompt_tokens)
 
 
+class MemoryResult(_Value):
+    """What a server said about memory at start-up (verdict/memory.py reads its log), and
+    what NVML saw its processes hold once it was up."""
+
+    kv_cache_tokens: int | None = None   # "GPU KV cache size: N tokens"
+    kv_cache_gib: float | None = None    # "Available KV cache memory: X GiB"
+    gpu_blocks: int | None = None        # "# GPU blocks: N" (older vLLM)
+    weights_gib: float | None = None     # "Model loading took X GiB"
+    gpu_used_mib: float | None = None    # NVML: the server's processes, after start-up
+    lines: list[str] = Field(default_factory=list)  # the log lines these came from
+
+
 class LoadResult(_Value):
     """A closed-loop load at one concurrency (probes.load)."""
 
@@ -119,6 +131,7 @@ class Measurement(_Value):
     mtp_cells: list[MtpCell] = Field(default_factory=list)      # probe.mtp_speedup's grid
     prompt_tokens: int | None = None        # server-counted prompt tokens (median)
     bench: BenchResult | None = None        # probe.bench: vLLM's own benchmark
+    memory: MemoryResult | None = None      # verdict.symptom = "memory": the start-up's memory
 
 
 class Outcome(_Value):

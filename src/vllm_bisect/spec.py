@@ -75,6 +75,8 @@ class Symptom(StrEnum):
     THROUGHPUT = "throughput"    # output tok/s under probe.load fell
     MTP_SPEEDUP = "mtp-speedup"  # speculative vs plain decode speed fell below a floor
     CRASH = "crash"              # the server died or the probe failed (instead of a skip)
+    TTFT = "ttft"                # time to first token rose (probe.prompt_tokens: a long prefill)
+    MEMORY = "memory"            # KV cache capacity fell / memory rose at start-up, or it OOMs
     ANY = "any"                  # length or itl
 
 
@@ -213,6 +215,13 @@ class VerdictSpec(_Model):
     min_throughput_tok_s: float | None = Field(default=None, gt=0)
     # mtp-speedup: bad when speculative / plain output tok/s < min_mtp_speedup (e.g. 1.5)
     min_mtp_speedup: float | None = Field(default=None, gt=0)
+    # ttft: bad when time to first token > ttft_factor x the good endpoint's (or > max_ttft_ms)
+    ttft_factor: float | None = Field(default=None, gt=1.0)
+    max_ttft_ms: float | None = Field(default=None, gt=0)
+    # memory: bad when the KV cache capacity (tokens) at start-up falls below the good
+    # endpoint's / memory_factor, or weights / peak memory rise above its x memory_factor, or
+    # the server runs out of memory starting (verdict/memory.py)
+    memory_factor: float = Field(default=1.1, gt=1.0)
     # once the culprit is found, re-measure it and its parent on fresh servers with this many
     # requests each; the report's effect and its 95% CI come from these samples (0: skip)
     verify_samples: int = Field(default=10, ge=0, le=1000)
@@ -322,9 +331,13 @@ class BisectSpec(_Model):
         if v.strategy is Strategy.SEQUENTIAL and v.symptom is not Symptom.ITL:
             raise ValueError('verdict.strategy = "sequential" needs verdict.symptom = "itl"')
         if v.strategy is Strategy.TWOLEVEL and v.symptom not in (
-                Symptom.ITL, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP):
+                Symptom.ITL, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP, Symptom.TTFT):
             raise ValueError('verdict.strategy = "twolevel" needs verdict.symptom = "itl", '
-                             '"throughput" or "mtp-speedup"')
+                             '"ttft", "throughput" or "mtp-speedup"')
+        if (v.symptom is Symptom.TTFT and v.strategy is Strategy.THRESHOLD
+                and v.max_ttft_ms is None and v.ttft_factor is None):
+            raise ValueError('verdict.symptom = "ttft" needs verdict.max_ttft_ms or '
+                             "verdict.ttft_factor")
         if (v.symptom is Symptom.ITL and v.strategy is Strategy.THRESHOLD and v.max_itl_ms is None
                 and v.itl_factor is None):
             raise ValueError('verdict.symptom = "itl" needs verdict.max_itl_ms or verdict.itl_factor')
@@ -342,7 +355,8 @@ class BisectSpec(_Model):
         if v.symptom is Symptom.CORRECTNESS and self.probe.temperature != 0.0:
             raise ValueError('verdict.symptom = "correctness" compares greedy outputs: it needs '
                              "probe.temperature = 0")
-        if (Symptom.ITL in (v.symptom, *v.symptoms) and v.strategy in ("auto", "twolevel")
+        if (any(s in (Symptom.ITL, Symptom.TTFT) for s in (v.symptom, *v.symptoms))
+                and v.strategy in ("auto", "twolevel")
                 and "requests" not in self.probe.model_fields_set):
             # the two-level test starts with one request and asks for more when they help
             object.__setattr__(self, "probe", self.probe.model_copy(update={"requests": 1}))

@@ -26,8 +26,11 @@ class SimConfig:
     version: str = "0.25.1"
     max_model_len: int = 4096
     step_ms: float = 10.0
-    prefill_ms: float = 20.0
+    prefill_ms: float = 20.0          # a prompt of up to 512 tokens; longer: proportionally
     spec_k: int = 0
+    # memory at start-up (logged as vLLM 0.25.1 logs it; kv_cache_gib <= 0: out of memory)
+    weights_gib: float = 16.0
+    kv_cache_gib: float = 40.0
     acceptance: float = 0.8
     # Generation config of the "model" (as vLLM reads generation_config.json).
     gen_max_new_tokens: int | None = None

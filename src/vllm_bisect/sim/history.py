@@ -43,6 +43,9 @@ GEN_CAP_SUBJECT = "[Model] Ship generation_config.json with max_new_tokens=128"
 BROKEN_SUBJECT = "[Build] Require CMake 3.31 for the CUDA 13 toolchain"
 FIX_BUILD_SUBJECT = "[Build] Revert CMake minimum to 3.26"
 FIX_SUBJECT = "[Bugfix] Restore the fused decode path for non-spec batches"
+MEMORY_SUBJECT = "[Core] Keep an fp32 copy of the LM head for the sampler"
+OOM_SUBJECT = "[Core] Profile the sampler warm-up with 4096 dummy requests"
+TTFT_SUBJECT = "[Attention] Route long prefills through the unchunked kernel"
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,15 @@ class HistoryPlan:
     slow_start: tuple[int, ...] = ()   # these commits take slow_start_s to start (weight load)
     slow_start_s: float = 60.0
     fixed_at: int | None = None        # from here on the planted cap and slowdown are gone
+    memory_at: int | None = None       # from here on: weights take memory_factor x more memory
+    memory_factor: float = 1.5
+    oom_at: int | None = None          # from here on: the server runs out of memory starting
+    ttft_at: int | None = None         # from here on: prefill ttft_factor x slower
+    ttft_factor: float = 4.0
+    weights_gib: float = 16.0
+    budget_gib: float = 60.0           # GPU memory x gpu_memory_utilization
     step_ms: float = 10.0
+    prefill_ms: float = 20.0
     acceptance: float = 0.8
     noise_cv: float = 0.0
     server_cv: float = 0.0             # each server start's own step-time level (CV)
@@ -97,6 +108,9 @@ def _files(plan: HistoryPlan, i: int) -> dict[str, str]:
     gen_cap = plan.gen_cap_at is not None and i >= plan.gen_cap_at
     broken = i in plan.unbuildable
     version = f"0.23.1rc1.dev{400 + i}"
+    weights = plan.weights_gib * (plan.memory_factor if plan.memory_at is not None
+                                  and i >= plan.memory_at else 1.0)
+    kv_gib = -1.0 if plan.oom_at is not None and i >= plan.oom_at else plan.budget_gib - weights
     check = t.BROKEN_CHECK.format(message="CMake 3.31 or newer is required") if broken else ""
     return {
         "pyproject.toml": t.PYPROJECT.format(version=version),
@@ -108,6 +122,9 @@ def _files(plan: HistoryPlan, i: int) -> dict[str, str]:
             step_ms=round(plan.step_ms * (plan.slow_factor if slow else 1.0)
                           * (plan.slow2_factor if plan.slow2_at is not None
                              and i >= plan.slow2_at and not fixed else 1.0), 3),
+            prefill_ms=round(plan.prefill_ms * (plan.ttft_factor if plan.ttft_at is not None
+                                                and i >= plan.ttft_at else 1.0), 3),
+            weights_gib=round(weights, 3), kv_cache_gib=round(kv_gib, 3),
             init_s=plan.slow_start_s if i in plan.slow_start else plan.init_s,
             noise_cv=plan.noise_cv, server_cv=plan.server_cv,
             diverge=40 if plan.wrong_output_at is not None and i >= plan.wrong_output_at
@@ -158,6 +175,12 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
             subject = WRONG_SUBJECT
         elif i == plan.low_acceptance_at:
             subject = LOW_ACCEPT_SUBJECT
+        elif i == plan.memory_at:
+            subject = MEMORY_SUBJECT
+        elif i == plan.oom_at:
+            subject = OOM_SUBJECT
+        elif i == plan.ttft_at:
+            subject = TTFT_SUBJECT
         elif i in plan.unbuildable:
             subject = BROKEN_SUBJECT
         elif i - 1 in plan.unbuildable:
@@ -202,6 +225,9 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
             planted["correctness"] = c.hexsha
         if i == plan.low_acceptance_at:
             planted["mtp-speedup"] = c.hexsha
+        for key, at in (("memory", plan.memory_at), ("oom", plan.oom_at), ("ttft", plan.ttft_at)):
+            if i == at:
+                planted[key] = c.hexsha
         if i in plan.unbuildable:
             unbuildable.append(c.hexsha)
     return History(path=path, shas=tuple(shas), planted=planted, unbuildable=tuple(unbuildable))

@@ -163,7 +163,9 @@ class SimServer:
             pace *= max(0.1, self.rng.gauss(1.0, self.cfg.noise_cv))
         t0 = time.monotonic()
         self._cold_stall(t0)
-        await asyncio.sleep(self.cfg.prefill_ms / 1000.0)
+        await asyncio.sleep(prefill_s(self.cfg, prompt_tokens) * self.level
+                            * (max(0.1, self.rng.gauss(1.0, self.cfg.noise_cv))
+                               if self.cfg.noise_cv > 0 else 1.0))
         if self.requests_seen == 1 and self.cfg.first_request_delay_s:
             await asyncio.sleep(self.cfg.first_request_delay_s)  # Triton JIT on first request
         stream = bool(body.get("stream"))
@@ -272,6 +274,45 @@ class SimServer:
         os._exit(1)
 
 
+TOKENS_PER_GIB = 16384  # the simulated model's KV cache: 64 KiB per token
+
+
+def prefill_s(cfg: SimConfig, prompt_tokens: int) -> float:
+    """The prefill step: prefill_ms for a prompt of up to 512 tokens, proportionally longer."""
+    return cfg.prefill_ms / 1000.0 * max(1.0, prompt_tokens / 512.0)
+
+
+def log_memory(cfg: SimConfig) -> bool:
+    """vLLM 0.25.1's start-up memory lines (tests/fixtures/vllm-0.25.1/server_logs_last200.txt);
+    False (after its error) when the KV cache does not fit one request of max_model_len."""
+    engine = f"(EngineCore pid={os.getpid()})"
+    stamp = datetime.now().strftime("%m-%d %H:%M:%S")
+
+    def line(level: str, where: str, msg: str) -> None:
+        sys.stdout.write(f"{engine} {level} {stamp} [{where}] {msg}\n")
+
+    line("INFO", "gpu_model_runner.py:5306", f"Model loading took {cfg.weights_gib:.2f} GiB memory "
+         "and 0.229726 seconds")
+    needed = cfg.max_model_len / TOKENS_PER_GIB
+    if cfg.kv_cache_gib < needed:
+        line("ERROR", "core.py:1000", "EngineCore failed to start.")
+        sys.stdout.write(
+            f"ValueError: To serve at least one request with the models's max seq len "
+            f"({cfg.max_model_len}), ({needed:.2f} GiB KV cache is needed, which is larger than "
+            f"the available KV cache memory ({max(0.0, cfg.kv_cache_gib):.2f} GiB). Try increasing "
+            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+            "\n")
+        sys.stdout.flush()
+        return False
+    tokens = int(cfg.kv_cache_gib * TOKENS_PER_GIB)
+    line("INFO", "gpu_worker.py:538", f"Available KV cache memory: {cfg.kv_cache_gib:.2f} GiB")
+    line("INFO", "kv_cache_utils.py:2146", f"GPU KV cache size: {tokens:,} tokens")
+    line("INFO", "kv_cache_utils.py:2147", f"Maximum concurrency for {cfg.max_model_len:,} tokens "
+         f"per request: {tokens / cfg.max_model_len:.2f}x")
+    sys.stdout.flush()
+    return True
+
+
 async def serve(cfg: SimConfig, host: str, port: int) -> None:
     vlog("INFO", "api_utils.py:273", f"non-default args: {{'model': {cfg.model!r}, 'port': {port}}}")
     if cfg.spec_k:
@@ -281,6 +322,8 @@ async def serve(cfg: SimConfig, host: str, port: int) -> None:
         vlog("INFO", "core.py:114", f"Initializing a V1 LLM engine (v{cfg.version}) with config: "
              f"model={cfg.model!r}, speculative_config=None")
     await asyncio.sleep(cfg.startup_delay_s)
+    if not log_memory(cfg):
+        sys.exit(1)
     overrides = cfg.default_overrides()
     if overrides:
         vlog("WARNING", "model.py:1528", "Default vLLM sampling parameters have been overridden by "

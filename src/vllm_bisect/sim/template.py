@@ -107,7 +107,11 @@ ENGINE_CONFIG = '''\
 
 # Time of one engine step (one verify step under speculative decoding), in ms.
 DECODE_STEP_MS = {step_ms}
-PREFILL_MS = 20.0
+# Time of the prefill step of a prompt of up to 512 tokens (longer prompts: proportionally).
+PREFILL_MS = {prefill_ms}
+# Memory at start-up: the weights' GiB and the GiB left for the KV cache (<= 0: out of memory).
+WEIGHTS_GIB = {weights_gib}
+KV_CACHE_GIB = {kv_cache_gib}
 # Start-up: weight loading and CUDA-graph capture.
 ENGINE_INIT_S = {init_s}
 # Run-to-run variation of the step time (coefficient of variation).
@@ -193,6 +197,8 @@ def main():
         gen_max_new_tokens=gen.MODEL_MAX_NEW_TOKENS if use_gen else None,
         gen_caps_explicit=gen.MAX_NEW_TOKENS_CAPS_EXPLICIT,
         seed=args.seed,
+        weights_gib=getattr(engine, "WEIGHTS_GIB", 16.0),
+        kv_cache_gib=getattr(engine, "KV_CACHE_GIB", 40.0),
         # (only when set: a simulator package from before server_cv still runs the rest)
         **({"server_cv": server_cv} if (server_cv := getattr(engine, "SERVER_LEVEL_CV", 0.0))
            else {}),

@@ -27,11 +27,40 @@ def _commit(repo: git.Repo, ref: str) -> git.Commit | None:
     return None
 
 
+def _pr_commit(repo: git.Repo, pr: str, main: str | None) -> git.Commit | None:
+    """The merge commit of PR ``#N`` on main: its subject ends in ``(#N)``."""
+    try:
+        out = repo.git.log(main or "HEAD", "--first-parent", "-F", f"--grep=(#{pr.lstrip('#')})",
+                           "--format=%H", "-n", "1")
+    except git.GitCommandError:
+        return None
+    return repo.commit(out.strip()) if out.strip() else None
+
+
+def _resolve_pr(t: Triage, repo: git.Repo, main: str | None) -> None:
+    """A PR named as the culprit: its merge commit is the bad end, its parent the good one."""
+    if not (t.bad or "").startswith("#"):
+        return
+    c = _pr_commit(repo, t.bad or "", main)
+    if c is None:
+        t.warnings.append(f"PR {t.bad} has no merge commit on {main} (git log --grep '({t.bad})')")
+        return
+    t.read.append(Read("range.bad (bad)", c.hexsha[:12], None,
+                       f"the merge commit of {t.bad} on {main} (its subject ends in '({t.bad})')"))
+    if t.good is None and c.parents:
+        t.good = c.parents[0].hexsha
+        t.read.append(Read("range.good (good)", t.good[:12], None,
+                           f"the parent of {t.bad}'s merge commit: the culprit alone is checked"))
+    t.bad = c.hexsha
+
+
 def resolve_refs(t: Triage, repo: git.Repo) -> None:
     """Refs to full shas, in place: release tags off main become their branch point (said so,
     with the cherry-picks the branch point lacks); several refs of one role are ordered by
-    git ancestry (the earliest new end, the latest old end before it)."""
+    git ancestry (the earliest new end, the latest old end before it); a PR named as the
+    culprit becomes its merge commit."""
     main = main_branch(repo)
+    _resolve_pr(t, repo, main)
     resolved: dict[str, git.Commit] = {}
     for role in ("old", "new"):
         for ref in t.candidates.get(role, []):
@@ -87,7 +116,7 @@ def compare_command(t: Triage) -> str | None:
 def spec_from_triage(t: Triage, repo_path: str = ".") -> dict[str, Any]:
     probe: dict[str, Any] = {"endpoint": "completions", "requests": 3}
     symptom = t.symptom if t.symptom in ("length", "itl", "any", "throughput", "correctness",
-                                         "crash", "mtp-speedup") else "any"
+                                         "crash", "mtp-speedup", "ttft", "memory") else "any"
     if symptom == "mtp-speedup" and not t.speculative:
         symptom = "any"
     verdict: dict[str, Any] = {"symptom": symptom}
@@ -108,6 +137,12 @@ def spec_from_triage(t: Triage, repo_path: str = ".") -> dict[str, Any]:
         verdict["min_mtp_speedup"] = 1.0  # bad when MTP is slower than plain decoding
     if symptom == "correctness":
         probe["temperature"] = 0.0
+    if symptom == "ttft":  # a long prefill, judged by the two-level test like ITL
+        probe.update(prompt_tokens=2048, max_tokens=16)
+        verdict["ttft_factor"] = 1.5
+    if symptom == "memory":  # read at start-up; one short request checks the server serves
+        probe.update(requests=1, max_tokens=16)
+        verdict["memory_factor"] = 1.1
     args = list(t.serve_args)
     tp = t.hardware.get("tensor_parallel", 1)
     if tp > 1 and "--tensor-parallel-size" not in args and "-tp" not in args:

@@ -19,7 +19,9 @@ from vllm_bisect.triage.roles import (
     choose,
     merge_points,
 )
+from vllm_bisect.triage.rules import as_fix, improvement, pr_culprit, refine
 from vllm_bisect.triage.serving import find_serving
+from vllm_bisect.triage.symptom_words import word_symptoms
 from vllm_bisect.triage.symptoms import Found, find_symptoms
 
 MAX_CHARS = 200_000
@@ -99,7 +101,9 @@ def _range(t: Triage, lines: list[str]) -> None:
             if p.key is not None and any(m.line == n for m in p.mentions) and p not in on_line:
                 on_line.append(p)
         pairs.append(on_line)
-    roles = choose(points, arrows, pairs)
+    title = next((n for n, ln in enumerate(lines, 1) if ln.strip()), 1)
+    roles = refine(choose(points, arrows, pairs), points, title, lines[title - 1] if lines else "")
+    roles = as_fix(roles, points, lines) or roles
     t.search = roles.search
     role_of = {id(p): "old" for p in roles.goods} | {id(p): "new" for p in roles.bads}
     t.points = [_point_doc(p, role_of.get(id(p))) for p in points]
@@ -120,8 +124,14 @@ def _range(t: Triage, lines: list[str]) -> None:
                            "the report is about a fix: the range runs from a commit with the "
                            "problem to a fixed one, and the bisect looks for the first fixed "
                            "commit"))
+    culprit = pr_culprit(lines) if t.bad is None and t.search is SearchKind.REGRESSION else None
+    if culprit is not None:
+        t.bad, t.bad_label = culprit[0], culprit[0]
+        t.read.append(Read("range.bad (bad)", culprit[0], culprit[1],
+                           f"{culprit[2]!r}: a PR named as the culprit (its merge commit, found "
+                           "with git log --grep; its parent is the good end)"))
     what = "the commit with the problem" if t.search is SearchKind.FIX else "good"
-    if t.good is None:
+    if t.good is None and not (t.bad or "").startswith("#"):
         t.unknowns.append(f"{what}: no ref named as {t.old_term} (pass --good)")
     if t.bad is None:
         t.unknowns.append(f"{'the fixed commit' if t.search is SearchKind.FIX else 'bad'}: no ref "
@@ -135,6 +145,10 @@ def _range(t: Triage, lines: list[str]) -> None:
 
 def _symptoms(t: Triage, lines: list[str]) -> None:
     s = find_symptoms(lines, bench_throughput=t.bench is not None and t.bench["kind"] == "throughput")
+    for f, n, why in word_symptoms(lines):
+        if f not in s.found:
+            s.found.append(f)
+            s.where[f.value], s.why[f.value] = n, why
     t.symptoms = [f.value for f in s.found]
     t.numbers = {"cap_tokens": [float(c) for c in s.caps], "itl_ms": s.itl_ms, "tok_s": s.tok_s}
     for f in s.found:
@@ -149,10 +163,14 @@ def _symptoms(t: Triage, lines: list[str]) -> None:
         t.symptom = "length"
     elif Found.ITL in found:
         t.symptom = "itl"
+    elif Found.TTFT in found:
+        t.symptom = "ttft"
     elif Found.THROUGHPUT in found:
         t.symptom = "throughput"
     elif Found.CORRECTNESS in found:
         t.symptom = "correctness"
+    elif Found.MEMORY in found:
+        t.symptom = "memory"
     elif Found.MTP_SPEEDUP in found:
         t.symptom = "mtp-speedup"
     elif Found.CRASH in found:
@@ -162,7 +180,7 @@ def _symptoms(t: Triage, lines: list[str]) -> None:
         t.itl_factor = _ratio(s.tok_s)
     if Found.THROUGHPUT in found:
         t.throughput_factor = _ratio(s.tok_s) or 1.1
-    unsupported = [f.value for f in s.found if f in (Found.TTFT, Found.LATENCY)]
+    unsupported = [f.value for f in s.found if f is Found.LATENCY]
     if unsupported:
         t.unknowns.append(f"symptom {', '.join(unsupported)}: no probe judges it yet; the spec "
                           f"follows {t.symptom or 'nothing'}")
@@ -174,7 +192,12 @@ def _symptoms(t: Triage, lines: list[str]) -> None:
 def _serving(t: Triage, lines: list[str]) -> None:
     s = find_serving(lines)
     t.model, t.local_model = s.model, s.local_model
-    if s.model:
+    if s.model and s.model_org_less:
+        t.read.append(Read("model", s.model, s.model_line, "a model named without its org (a "
+                           "known family with a size or version)"))
+        t.unknowns.append(f"model: {s.model!r} is named without its org: pass the Hugging Face "
+                          "id (serve.model)")
+    elif s.model:
         t.read.append(Read("model", s.model, s.model_line, "Hugging Face id"))
     elif s.local_model:
         t.read.append(Read("model", s.local_model, s.model_line, "a local path"))
@@ -205,6 +228,20 @@ def _serving(t: Triage, lines: list[str]) -> None:
     t.warnings += s.warnings
 
 
+def _improvement(t: Triage, lines: list[str]) -> None:
+    """An improvement is not a regression: no range, no symptom (said so)."""
+    title = next((ln for ln in lines if ln.strip()), "")
+    words = improvement(title)
+    if words is None:
+        return
+    t.good = t.bad = t.good_label = t.bad_label = t.symptom = None
+    t.symptoms, t.candidates = [], {}
+    t.read.append(Read("not a regression", words, 1, f"the title reports an improvement "
+                       f"({words!r}) and nothing worse: nothing to bisect"))
+    t.unknowns.append("the report reads as an improvement, not a regression (pass good/bad "
+                      "and verdict.symptom to bisect it anyway)")
+
+
 def triage(text: str) -> Triage:
     text = text[:MAX_CHARS]
     lines = [ln[:MAX_LINE] for ln in text.splitlines()]
@@ -212,4 +249,5 @@ def triage(text: str) -> Triage:
     _range(t, lines)
     _serving(t, lines)
     _symptoms(t, lines)
+    _improvement(t, lines)
     return t

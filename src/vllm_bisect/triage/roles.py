@@ -92,11 +92,13 @@ FILLER = re.compile(
     r"(?:(?<![A-Za-z0-9])(?:vllm|vllm-ascend|sglang|trtllm|tensorrt-llm|version|versions|release|"
     r"releases|tag|the|commit|id|merge|pr|main|nightly|nightlies|build|built|image|docker|wheel|"
     r"rocm|ascend|stable|latest|eg|branch|from|this|my|our|vllm-openai|lmsysorg|nvcr|#\d{1,7})"
+    r"|参考|参见|版本|为"
     r"|[\s`*_:=,(（)\[\]/#.\-]|\d)$", re.IGNORECASE)
 BEFORE = (
     (Role.PROBLEM, re.compile(r"(?:pre-?fix|before the fix|without the fix|unfixed|修复前的?|"
                               r"修复之前的?)$", re.IGNORECASE)),
     (Role.FIXED, re.compile(r"(?:(?:fixed|resolved|addressed|solved)\s{1,3}(?:by|in|on|with|at)|"
+                            r"(?:修复|the\s{1,3}fix)\s{0,3}(?:已|was\s{1,3})?(?:合并|合入|merged|landed)|"
                             r"(?:with|after) the fix|post-?fix|修复[:：]?|已修复|修复后的?)$",
                             re.IGNORECASE)),
     (Role.GOOD, re.compile(
@@ -106,6 +108,7 @@ BEFORE = (
         r"downgrad\w{0,6}\s{1,3}to|revert\w{0,4}\s{1,3}(?:back\s{1,3})?to|"
         r"roll\w{0,4}\s{1,3}back\s{1,3}to|does\s{1,3}not\s{1,3}occur\s{1,3}in|"
         r"doesn't\s{1,3}occur\s{1,3}in|not\s{1,3}(?:reproduc\w{0,5}|occur\w{0,3})\s{1,3}(?:on|in|with)|"
+        r"\bno\s{1,3}(?:such\s{1,3})?(?:issues?|problems?|errors?)\s{1,3}with\s{1,3}(?:prior|previous)?|"
         r"\bold|\bnormal|baseline|(?:slower|worse|behind)\s{1,3}than|✅|✔|正常|回退到|降级到)$",
         re.IGNORECASE)),
     (Role.BAD, re.compile(
@@ -118,6 +121,7 @@ BEFORE = (
         r"first\s{1,3}in|still\s{1,3}present\s{1,3}in|(?:appears|shows\s{1,3}up)\s{1,3}"
         r"(?:after|in|on|with)|with\s{1,3}this(?:\s{1,3}pr)?|(?:faster|better)\s{1,3}than|"
         r"(?:slower|worse|regressed)\s{1,3}(?:from|since|after|at)|\bnew|\bbad|❌|✗|✘|变慢的?|升级到|"
+        r"\bnow\s{1,3}(?:with|on|in)|"
         r"换成|切换到)$", re.IGNORECASE)),
 )
 AFTER_FIXED = re.compile(r"问题(?:已经)?(?:消失|解决)|(?:issue|problem|regression|bug)\s{1,3}"
@@ -125,10 +129,13 @@ AFTER_FIXED = re.compile(r"问题(?:已经)?(?:消失|解决)|(?:issue|problem|r
                          re.IGNORECASE)
 AFTER = (
     (Role.GOOD, re.compile(r"^[\s:：)）(（-]{0,4}(?:✅|✔|正常|没问题|\(good\)|ok\b|fine\b)|"
-                           r"\b(?:is|was|works?|worked)\s{1,3}(?:fine|ok|good|fast|normal|healthy)\b|"
+                           r"\b(?:is|was|works?|worked)\s{1,3}(?:fine|ok|good|fast|normal|healthy|true)\b|"
+                           r"\bproduces?\s{1,3}(?:the\s{1,3})?(?:expected|correct|normal)|"
+                           r"^\W{0,4}before\s{1,3}the\s{1,3}(?:change|pr|commit)|"
                            r"\bgives\s{1,3}(?:much\s{1,3})?better|\bfaster\s{1,3}than|\bbaseline\b",
                            re.IGNORECASE)),
     (Role.BAD, re.compile(r"^[\s:：)）(（-]{0,4}(?:❌|✗|✘|变慢|慢|\(bad\))|"
+                          r"^\W{0,4}(?:adds?|with|after)\s{1,3}the\s{1,3}change|"
                           r"\b(?:is|are|was|were)\s{1,3}(?:just\s{1,3}as\s{1,3})?(?:slow|slower|broken|"
                           r"bad|worse|regressed)\b|\bslower\s{1,3}than|\bdrops?\b|\blags?\b|"
                           r"\b(?:very|incredibly|extremely|really|significantly)\s{1,3}(?:low|slow)\b|"

@@ -13,10 +13,14 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_bisect.triage.names import URL, hardware, org_less_model
+
 HUB_ID = re.compile(r"(?<![\w./:@~-])(?P<id>[A-Za-z][\w-]{1,60}/[A-Za-z0-9][\w.-]{1,120})"
                     r"(?![\w/:@-])")
 NOT_MODEL_ORG = re.compile(r"^(?:vllm-project|sgl-project|NVIDIA-NeMo|vllm|lmsysorg|nvcr|docker|"
-                           r"user-attachments|actions|datasets|critic|perf|github|HF-[\w-]+)$",
+                           r"user-attachments|actions|datasets|critic|perf|github|HF-[\w-]+|"
+                           r"HTTPS?|TCP|UDP|BF16|FP16|FP32|FP8|INT[48]|W[48]A(?:8|16)|N?V?FP4|"
+                           r"MXFP4|AWQ|GPTQ|TP\d{0,2}|DP\d{0,2})$",
                            re.IGNORECASE)
 GPU = re.compile(r"\b(?:NVIDIA\s{1,3})?(?P<gpu>GB10|GB200|GB300|GH200|H20|H100|H200|H800|B200|B300|"
                  r"A100|A10G|A800|L40S|L20|L4|T4|V100|MI300X|MI325X|MI350X|MI355X|RTX\s?[345]090|"
@@ -40,11 +44,15 @@ ENV = re.compile(r"\b(?P<k>(?:VLLM|CUDA|TORCH|NCCL|TRITON|FLASHINFER|HF|ASCEND|H
                  r"CUTE_DSL_ARCH|TASK_QUEUE_ENABLE)=(?P<v>[\w.,:/-]{1,120})")
 FIXED_BY = re.compile(r"(?:fixed|resolved|addressed)\s{1,3}(?:by|in|via)\s{1,3}(?:PR\s{0,2})?"
                       r"(?:#|https://github\.com/[\w.-]{1,60}/[\w.-]{1,60}/pull/)(?P<pr>\d{1,7})|"
-                      r"修复[:：]?\s{0,2}#(?P<zh>\d{1,7})|已由\s{0,2}#(?P<zh2>\d{1,7})\s{0,2}修复",
+                      r"修复[:：]?\s{0,2}#(?P<zh>\d{1,7})|已由\s{0,2}#(?P<zh2>\d{1,7})\s{0,2}修复|"
+                      r"(?:\bPR|pull request)\s{0,2}#(?P<pr2>\d{1,7})\s{1,3}(?:fixes|fixed|resolves)|"
+                      r"修复\S{0,8}\s{0,3}commit\s{0,2}[0-9a-f]{7,40}\s{0,3}[（(]#(?P<zh3>\d{1,7})[)）]",
                       re.IGNORECASE)
 TP = re.compile(r"(?:--tensor[-_]parallel[-_]size|-tp|--tp(?:_size)?)[=\s]{1,3}(?P<a>\d{1,2})\b"
                 r"|\bTP\s{0,2}[=:]?\s{0,2}(?P<b>\d{1,2})\b", re.IGNORECASE)
 FLAG = re.compile(r"^--[a-z][a-z0-9-]{0,60}$")
+GENERIC_DIR = re.compile(r"^(?:models?|weights|ckpts?|checkpoints?|hf|data|model_path|\.)$",
+                         re.IGNORECASE)
 SAFE_VALUE = re.compile(r"^[\w.,:/{}\[\]\"' =+-]{0,500}$")
 DATASET_FLAGS = ("--dataset-name", "--dataset-path", "--num-prompts", "--input-len", "--output-len",
                  "--random-input-len", "--random-output-len", "--prefix-len", "--hf-split",
@@ -73,6 +81,7 @@ class Serving:
     env_flips: dict[str, list[str]] = field(default_factory=dict)
     fixed_by: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    model_org_less: bool = False     # a model named without its org ("gemma 3 4b")
 
 
 def _split(cmd: str, s: Serving) -> list[str]:
@@ -89,8 +98,10 @@ def _model_value(v: str) -> tuple[str | None, str | None]:
     if not v or "$" in v or v.startswith("<"):
         return None, None
     if v.startswith(("/", "./", "~", "../")) or re.match(r"^[A-Za-z]:\\", v):
-        return None, v
-    if HUB_ID.fullmatch(v) and not NOT_MODEL_ORG.match(v.split("/")[0]):
+        # a generic folder ("/work/models") names where weights are, not which
+        return (None, None) if GENERIC_DIR.match(v.rstrip("/").rsplit("/", 1)[-1]) else (None, v)
+    if (HUB_ID.fullmatch(v) and not NOT_MODEL_ORG.match(v.split("/")[0])
+            and re.search(r"[A-Za-z]", v.split("/")[1])):
         return v, None
     return None, None
 
@@ -200,13 +211,17 @@ def find_serving(lines: list[str]) -> Serving:
                 continue
             for m in HUB_ID.finditer(re.sub(r"https?://\S{1,2000}", " ", line)):
                 org, name = m.group("id").split("/", 1)
-                if NOT_MODEL_ORG.match(org) or not re.search(r"\d", name) or GPU.fullmatch(org):
+                if (NOT_MODEL_ORG.match(org) or not re.search(r"\d", name) or GPU.fullmatch(org)
+                        or not re.search(r"[A-Za-z]", name)):
                     continue
                 s.model, s.model_line = m.group("id").rstrip("."), n
                 break
             if s.model:
                 break
+    if s.model is None and s.local_model is None and (named := org_less_model(lines)):
+        s.model, s.model_line, s.model_org_less = named[0], named[1], True
     _speculative(text, s)
+    text = URL.sub(" ", text)  # a repository's name in a URL is not the reporter's hardware
     gpu = GPU.search(text)
     if gpu and gpu.group("ascend") and not re.search(r"ascend|npu|cann|昇腾", text, re.I):
         gpu = next((g for g in GPU.finditer(text) if g.group("gpu")), None)
@@ -218,7 +233,8 @@ def find_serving(lines: list[str]) -> Serving:
     tp_values = [int(next(g for g in m.groups() if g)) for m in TP.finditer(text)]
     serve_tp = [int(s.serve_args[i + 1]) for i, a in enumerate(s.serve_args[:-1])
                 if a == "--tensor-parallel-size" and s.serve_args[i + 1].isdigit()]
-    s.hardware = {"gpu": name, "tensor_parallel": (serve_tp or tp_values or [1])[0]}
+    s.hardware = {"gpu": name or hardware(text),
+                  "tensor_parallel": (serve_tp or tp_values or [1])[0]}
     if name == "GB10" or re.search(r"aarch64|arm64|\bGrace\b", text, re.I):
         s.hardware.update(arch="aarch64", docker_platform="linux/arm64")
     if re.search(r"CUDA\s{0,2}13|cu130", text, re.I):
@@ -230,7 +246,7 @@ def find_serving(lines: list[str]) -> Serving:
         s.env.setdefault(m.group("k"), m.group("v"))
     s.env_flips = {k: v for k, v in s.env_flips.items() if len(v) >= 2}
     for m in FIXED_BY.finditer(text):
-        pr = m.group("pr") or m.group("zh") or m.group("zh2")
+        pr = next(g for g in (m.group(k) for k in ("pr", "zh", "zh2", "pr2", "zh3")) if g)
         if pr not in s.fixed_by:
             s.fixed_by.append(pr)
     return s

@@ -20,12 +20,13 @@ class Found(StrEnum):
     CORRECTNESS = "correctness"
     CRASH = "crash"
     MTP_SPEEDUP = "mtp-speedup"
+    MEMORY = "memory"
 
 
 NUM = r"\d{1,3}(?:,\d{3}){1,4}(?:\.\d{1,6})?|\d{1,9}(?:\.\d{1,6})?"
 CHANGE = re.compile(
     r"regress|degrad|decreas|increas|\bdrop|\bslow|\bworse|\blower\b|\bhigher\b|\blags?\b|"
-    r"\breduc|deteriorat|\bsurge|\bjump|\bfell\b|\bfall|\bloss\b|\bdip|\bcut\b|\bhurt|"
+    r"\breduc|deteriorat|\bsurge|\bjump|\bfell\b|\bfall|\bloss\b|\bdip|\bcut\b|\bhurt|\blarger\b|"
     r"劣化|下降|变慢|降低|增加|上升|回退|慢", re.IGNORECASE)
 NEGATED = re.compile(r"unaffected|not\s{1,3}affected|no\s{1,3}(?:meaningful\s{1,3})?regression|"
                      r"match(?:es)?\s{1,3}closely|identical|confirming|unchanged|无变化|一致",
@@ -35,7 +36,7 @@ METRICS = (
                             r"first token|首\s{0,2}token",
                             re.IGNORECASE)),
     (Found.ITL, re.compile(r"(?<![A-Za-z0-9_])(?:ITL|TPOT)(?![A-Za-z0-9_])|inter[- ]token|"
-                           r"time per output token|"
+                           r"time (?:per|of) output tokens?|ms per token|decode'?s?\s{1,3}token\s{1,3}speed|"
                            r"per[- ]token latency|decode[- ](?:speed|latency|throughput|perf\w*)|"
                            r"generation rate|每个?请求|单请求|single[- ]request", re.IGNORECASE)),
     (Found.LATENCY, re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延|延迟|"

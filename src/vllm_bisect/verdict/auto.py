@@ -41,10 +41,13 @@ def choose_strategy(v: VerdictSpec) -> Choice:
     if s in (Symptom.LENGTH, Symptom.CORRECTNESS):
         return Choice(Strategy.THRESHOLD, f"auto: the {s.value} symptom is deterministic at both "
                       "endpoints (one run per commit tells)")
+    if s is Symptom.MEMORY:
+        return Choice(Strategy.THRESHOLD, "auto: memory at start-up is deterministic for a "
+                      "commit and a config (one start per commit tells)")
     if s is Symptom.CRASH:
         return Choice(Strategy.BAYES, "auto: a crash shows in some runs only (runs are repeated "
                       "where they tell most)")
-    if s in (Symptom.ITL, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP):
+    if s in (Symptom.ITL, Symptom.TTFT, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP):
         return Choice(Strategy.TWOLEVEL, f"auto: {s.value} is a noisy measurement (a server level "
                       f"plus per-request noise): the two-level sequential test, smallest change "
                       f"that matters {smallest_change(v):.3g}x")
@@ -58,17 +61,19 @@ def smallest_change(v: VerdictSpec) -> float:
         return v.itl_factor
     if v.symptom is Symptom.THROUGHPUT and v.throughput_factor is not None:
         return v.throughput_factor
+    if v.symptom is Symptom.TTFT and v.ttft_factor is not None:
+        return v.ttft_factor
     return 1.0 + v.min_effect
 
 
 def direction(symptom: Symptom) -> int:
-    """+1: bad is larger (ITL); -1: bad is smaller (tok/s, speed-up)."""
-    return 1 if symptom is Symptom.ITL else -1
+    """+1: bad is larger (ITL, TTFT); -1: bad is smaller (tok/s, speed-up)."""
+    return 1 if symptom in (Symptom.ITL, Symptom.TTFT) else -1
 
 
 def per_request(symptom: Symptom) -> bool:
-    """Do more requests on one server add samples (ITL), or is it one per server?"""
-    return symptom is Symptom.ITL
+    """Do more requests on one server add samples (ITL, TTFT), or is it one per server?"""
+    return symptom in (Symptom.ITL, Symptom.TTFT)
 
 
 def samples_of(m: Measurement | None, symptom: Symptom) -> list[float]:
@@ -77,6 +82,8 @@ def samples_of(m: Measurement | None, symptom: Symptom) -> list[float]:
         return []
     if symptom is Symptom.ITL:
         return [float(r.itl_ms) for r in m.requests if r.itl_ms]
+    if symptom is Symptom.TTFT:
+        return [float(r.ttft_ms) for r in m.requests if r.n_chunks and r.ttft_ms > 0]
     if symptom is Symptom.THROUGHPUT:
         tok_s, _ = throughput_of(m)
         return [tok_s] if tok_s else []

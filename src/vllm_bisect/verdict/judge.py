@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_bisect.models import Measurement, Verdict
+from vllm_bisect.models import Measurement, MemoryResult, Verdict
 from vllm_bisect.spec import Symptom, VerdictSpec
+from vllm_bisect.verdict.memory import judge_memory
+from vllm_bisect.verdict.ttft import judge_ttft, ttft_limit_ms
 
 
 @dataclass(frozen=True)
@@ -26,16 +28,20 @@ class Judge:
     # the good endpoint's greedy outputs: (output tokens, text digest) per request
     reference_texts: frozenset[tuple[int, str]] | None = None
     reference_tok_s: float | None = None  # the good endpoint's output tok/s under load
+    reference_ttft_ms: float | None = None
+    reference_memory: MemoryResult | None = None  # the good endpoint's start-up memory
 
     @property
     def needs_reference(self) -> bool:
-        if self.spec.symptom in (Symptom.CORRECTNESS, Symptom.THROUGHPUT):
+        if self.spec.symptom in (Symptom.CORRECTNESS, Symptom.THROUGHPUT, Symptom.MEMORY):
             return True
+        if self.spec.symptom is Symptom.TTFT:
+            return self.spec.ttft_factor is not None
         return self.spec.itl_factor is not None and self.spec.symptom is not Symptom.LENGTH
 
     def with_reference(self, m: Measurement) -> Judge:
         return Judge(self.spec, self.min_output_tokens, m.itl_ms, text_digests(m),
-                     throughput_of(m)[0])
+                     throughput_of(m)[0], m.ttft_ms, m.memory)
 
     def _throughput(self, m: Measurement) -> Judgement:
         got_tok_s, where = throughput_of(m)
@@ -97,6 +103,12 @@ class Judge:
             return self._throughput(m)
         if self.spec.symptom is Symptom.MTP_SPEEDUP:
             return self._mtp_speedup(m)
+        if self.spec.symptom in (Symptom.TTFT, Symptom.MEMORY):
+            v, why = (judge_ttft(m, ttft_limit_ms(self.spec.max_ttft_ms, self.spec.ttft_factor,
+                                                  self.reference_ttft_ms))
+                      if self.spec.symptom is Symptom.TTFT else
+                      judge_memory(m.memory, self.reference_memory, self.spec.memory_factor))
+            return Judgement(v, why, False, None)
         floor = self.min_output_tokens
         short = [o for o in m.output_tokens if floor is not None and o < floor]
         length_bad = bool(short)

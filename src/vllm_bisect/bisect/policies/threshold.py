@@ -14,6 +14,7 @@ from vllm_bisect.bisect.terms import Terms
 from vllm_bisect.models import EvalStatus, Evaluation, Outcome, Verdict
 from vllm_bisect.spec import BisectSpec, Symptom
 from vllm_bisect.verdict import Judge
+from vllm_bisect.verdict.memory import oom_start
 
 
 def crashed(spec: BisectSpec, ev: Evaluation) -> bool:
@@ -23,9 +24,14 @@ def crashed(spec: BisectSpec, ev: Evaluation) -> bool:
 
 
 def unmeasured(spec: BisectSpec, ev: Evaluation) -> Outcome:
-    """The verdict on an evaluation without a measurement (the crash rule, else a skip)."""
+    """The verdict on an evaluation without a measurement (the crash rule; following the
+    memory symptom, a start that ran out of memory is bad; else a skip)."""
     if crashed(spec, ev):
         return Outcome(commit=ev.commit, verdict=Verdict.BAD, reason=f"crashed: {ev.reason}")
+    if (spec.verdict.symptom is Symptom.MEMORY and ev.status is EvalStatus.FAILED
+            and oom_start(f"{ev.reason}\n{ev.log_tail or ''}")):
+        return Outcome(commit=ev.commit, verdict=Verdict.BAD,
+                       reason=f"out of memory at start-up: {ev.reason}")
     return Outcome(commit=ev.commit, verdict=Verdict.SKIP, reason=ev.reason or ev.status.value)
 
 

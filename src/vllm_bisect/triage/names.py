@@ -1,0 +1,88 @@
+"""Names a report gives without a Hugging Face id: a model written without its org, and the
+hardware (GPUs beyond the common ones, NPUs, Apple M-series, CPUs, cloud instance types).
+
+- **A model without an org** ("gemma 3 4b", "gptoss120B", "qwq-32b", "GLM-4.5", "minimax
+  M2.7"): a known model family followed by a size (``32b``, ``120B``) or by a version after a
+  dash or a space (``-4.5``, `` M2.7``, ``-V4``). A family with a bare number ("Gemma4",
+  "Qwen3") names a family, not a model. Dtypes and access-log tokens ("BF16/INT8",
+  "HTTP/1.1") are never a model: they are no family.
+- **Hardware** is read from the text with its URLs removed (a repository called
+  ``club-3090`` or ``spark-vllm-docker`` says nothing about the reporter's machine), with
+  ASCII boundaries (Chinese text runs into names: "硬件910b", "在310P上").
+"""
+
+from __future__ import annotations
+
+import re
+
+URL = re.compile(r"https?://\S{1,2000}")
+FAMILY = (r"(?:Qwen|QwQ|Meta-Llama|CodeLlama|Llama|Gemma|ChatGLM|GLM|DeepSeek|Mixtral|Mistral|"
+          r"Ministral|Kimi|MiniMax|gpt-?oss|Phi|Nemotron|StarCoder|InternVL|InternLM|Baichuan|"
+          r"Falcon|Granite|MiMo|Hunyuan|Yi)")
+MODEL = re.compile(rf"(?<![A-Za-z0-9_/.-])(?P<name>{FAMILY}[A-Za-z0-9_.]{{0,40}}"
+                   r"(?:-[A-Za-z0-9][A-Za-z0-9_.]{0,20}"           # -4.5, -V4, -Pro, -70B, -it
+                   r"| (?:\d{1,3}x\d{1,3}[bB]|\d{1,3}(?:\.\d)?[bBmM]?|[A-Za-z]\d{1,2}(?:\.\d{1,2})?)"
+                   r"(?![A-Za-z0-9_.]))*)", re.IGNORECASE)        # " 3 4b", " M2.7", " 8x7b"
+SIZE = re.compile(r"\d(?:\.\d{1,2})?[bBmM](?![a-zA-Z])")
+SEP_VERSION = re.compile(r"[- ][A-Za-z]{0,2}\d{1,2}(?:\.\d{1,2})?(?![\d])")
+ASCII = r"(?<![A-Za-z0-9])"
+END = r"(?![A-Za-z0-9])"
+HARDWARE = (
+    (re.compile(ASCII + r"(?:RTX\s{0,2})?(?P<n>[2-5]0[5-9]0)\s{0,2}(?P<s>Ti|SUPER)?" + END
+                + r"|" + ASCII + r"(?P<n2>[2-5]0[5-9]0)(?P<s2>ti)" + END, re.IGNORECASE),
+     "rtx"),
+    (re.compile(ASCII + r"(?:RTX\s{0,2})?(?P<x>A[4-6]000|A40(?:-\d{1,2}Q)?|A10|A30)" + END,
+                re.IGNORECASE), "x"),
+    (re.compile(ASCII + r"(?P<x>910[BC]|310P)\d?" + END, re.IGNORECASE), "upper"),
+    (re.compile(ASCII + r"(?:Apple\s{1,3}(?:Silicon\s{1,3})?)?(?P<x>M[1-5](?:\s{1,2}(?:Pro|Max|"
+                r"Ultra))?)" + END + r"(?=.{0,40}(?:Mac|METAL|Apple|MLX|macOS|silicon))|"
+                + r"Apple\s{1,3}(?:Silicon\s{1,3})?(?P<y>M[1-5](?:\s{1,2}(?:Pro|Max|Ultra))?)" + END),
+     "apple"),
+    (re.compile(r"(?P<x>(?:Xeon(?:\(R\))?\s{1,3}(?:Platinum|Gold|Silver)?\s{0,2}\d{4}\w?\+?|EPYC\s{1,3}"
+                r"\d{4}\w?|Neoverse[- ]V\d))", re.IGNORECASE), "cpu"),
+    (re.compile(ASCII + r"(?P<x>(?:p[345]d?e?|g[456]e?|g6e|trn1|inf2)\.\d{0,2}xlarge|"
+                r"a[23]-(?:high|mega|ultra)gpu-\d{1,2}g|Standard_N[CDV]\w{2,30})" + END), "x"),
+)
+
+
+def org_less_model(lines: list[str]) -> tuple[str, int] | None:
+    """The first model named without an org (the title first), and its line."""
+    order = sorted(range(len(lines)), key=lambda i: i != next(
+        (j for j, ln in enumerate(lines) if ln.strip()), 0))
+    for i in order:
+        for m in MODEL.finditer(URL.sub(" ", lines[i])):
+            name = m.group("name").strip(" -.")
+            rest = name[re.match(FAMILY, name, re.IGNORECASE).end():]  # type: ignore[union-attr]
+            if SIZE.search(rest) or SEP_VERSION.match(rest):
+                return _trim(name), i + 1
+    return None
+
+
+def _trim(name: str) -> str:
+    """"gemma 3 4b output" -> "gemma 3 4b": words after the last size/version token go."""
+    words = name.split(" ")
+    while len(words) > 1 and not re.search(r"\d", words[-1]):
+        words.pop()
+    return " ".join(words)
+
+
+def hardware(text: str) -> str | None:
+    """The first GPU/NPU/CPU/instance the text names, canonically spelled (None: none)."""
+    text = URL.sub(" ", text)
+    best: tuple[int, str] | None = None
+    for pat, kind in HARDWARE:
+        m = pat.search(text)
+        if m is None or (best is not None and m.start() >= best[0]):
+            continue
+        if kind == "rtx":
+            n = m.group("n") or m.group("n2")
+            suffix = (m.group("s") or m.group("s2") or "").lower()
+            name = f"RTX {n}" + {"ti": " Ti", "super": " SUPER"}.get(suffix, "")
+        elif kind == "upper":
+            name = m.group("x").upper()
+        elif kind == "apple":
+            name = re.sub(r"\s{1,2}", " ", m.group("x") or m.group("y"))
+        else:
+            name = re.sub(r"\(R\)", "", m.group("x")).replace("  ", " ")
+        best = (m.start(), name)
+    return best[1] if best else None

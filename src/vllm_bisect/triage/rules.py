@@ -1,0 +1,152 @@
+"""Report-level rules applied after the role votes (roles.py), each with its reason.
+
+- **Commits beat releases**: when commits are named with both roles and the chosen ends are
+  bare releases, the commits are the narrower range the reporter already found.
+- **One release**: a report naming one release (or one release and its rc/post: the same
+  thing twice) without any marker is about that release: it is the bad end.
+- **A PR named as the culprit** ("#30924 introduced", "since #30924", "caused by #30924"):
+  the bad end is that PR (resolve_refs maps it to its merge commit, the good end to its
+  parent).
+- **Find the fix**: "resolved in the latest version", "no longer see the issue on X",
+  "已修复", "问题已解决" in a report with no good end: the refs with the problem are the old
+  end, a ref the fix is seen on (tested on X) the new one.
+- **An improvement is not a regression**: a title that says something improved or grew in
+  capacity, with nothing that says it got worse: no range, no symptom.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from vllm_bisect.triage.roles import Point, Role, Roles, SearchKind
+
+PR_CULPRIT = re.compile(
+    r"(?:(?<![\w#])#(?P<a>\d{3,7})\s{1,3}(?:introduc\w{0,3}|caus\w{0,3}|broke|regress\w{0,3})\b"
+    r"|(?:since|after|introduced\s{1,3}(?:by|in)|caused\s{1,3}by|regression\s{1,3}(?:from|in))"
+    r"\s{1,3}(?:PR\s{0,2})?#(?P<b>\d{3,7})\b(?!\s{0,3}(?:fix|was\s{1,3}reverted)))", re.IGNORECASE)
+FIX_CUE = re.compile(
+    r"(?:has|have|had)\s{1,3}been\s{1,3}(?:basically\s{1,3})?(?:resolved|fixed)\s{1,3}(?:in|on|with|by)"
+    r"|appears?\s{1,3}to\s{1,3}(?:have\s{1,3}been|be)\s{1,3}(?:resolved|fixed)"
+    r"|no\s{1,3}longer\s{1,3}(?:see|seeing|reproduce|observe|happens?|occurs?)"
+    r"|(?:fixed|resolved)\s{1,3}(?:in|on)\s{1,3}(?:the\s{1,3})?latest"
+    r"|update\s{1,3}to\s{1,3}at\s{1,3}least\s{1,60}(?:contain|with)\w{0,4}\s{1,3}(?:this|the)\s{1,3}fix"
+    r"|已修复|问题已(?:经)?(?:解决|消失)|已经解决", re.IGNORECASE)
+NOT_FIX = re.compile(r"fixed\s{1,3}by\s{1,3}(?:downgrad|revert|pinn|rolling)|workaround",
+                     re.IGNORECASE)
+TESTED_ON = re.compile(r"(?:tested|confirmed|verified|works?|checked)\s{1,3}(?:it\s{1,3})?"
+                       r"(?:on|with|in)\s{1,3}$|(?:no\s{1,3}longer\s{1,3}\w{1,12}"
+                       r"\s{1,3}(?:the\s{1,3})?(?:issue|problem)?\s{0,3}(?:on|with|in))\s{1,3}$",
+                       re.IGNORECASE)
+IMPROVED = re.compile(r"\bimprov\w{0,6}|\bspeed-?up\b|\bgains?\b|\bfaster\b|"
+                      r"\bincrease\w{0,2}\s{1,3}(?:\([^)]{0,20}\)\s{1,3})?in\s{1,3}(?:\w+\s{1,3}){0,3}capacity|提升|加速",
+                      re.IGNORECASE)
+WORSE = re.compile(r"regress|degrad|slow|drop|decreas|lower|worse|bug|error|fail|crash|OOM|"
+                   r"memory usage|VRAM|larger|higher|\bsize\s{1,3}increase|下降|劣化|变慢|问题|"
+                   r"\bnot\b|n't\b|\?", re.IGNORECASE)
+
+
+PROBLEM_WORDS = re.compile(r"crash|fail|error|regress|degrad|slow|drop|wrong|garbage|OOM|bug|"
+                           r"decreas|worse|broken|hang|精度|乱码|劣化|问题|下降|报错|变慢|失败",
+                           re.IGNORECASE)
+
+
+def _bare(p: Point) -> bool:
+    k = p.key
+    return k is not None and p.sha is None and k.pre is None and k.post is None and k.dev is None
+
+
+def _release(p: Point) -> tuple[int, ...] | None:
+    return tuple(p.key.release) if p.key is not None else None
+
+
+def refine(roles: Roles, points: list[Point], title_line: int = 1, title: str = "") -> Roles:
+    """The commit and one-release rules on the roles the votes gave."""
+    notes = list(roles.notes)
+    by_order = any(n.startswith("no good/bad marker") for n in notes)
+    pair = [p for p in (roles.old, roles.new) if p is not None]
+    bare = [p for p in pair if _bare(p) and (by_order or p.role() is None)]
+    if len(pair) == 2 and len(bare) == 1 and _release(pair[0]) == _release(pair[1]):
+        # "v0.4.3" beside "v0.4.3.post2": the bare release is shorthand for the other
+        one = pair[1] if bare[0] is pair[0] else pair[0]
+        assert roles.old is not None and roles.new is not None
+        one.why.insert(0, "one release named twice (a release and its rc/post): where it is "
+                          "broken")
+        notes.append(f"{roles.old.label} and {roles.new.label} are one release: read as the bad "
+                     "end")
+        return replace(roles, old=None, new=one, goods=[], bads=[one], notes=notes)
+    if roles.search is SearchKind.REGRESSION:
+        goods = [p for p in roles.goods if p.key is None and p.sha]
+        bads = [p for p in roles.bads if p.key is None and p.sha]
+        if (goods and bads and roles.old is not None and roles.new is not None
+                and roles.old.sha is None and roles.new.sha is None):
+            notes.append("commits named as good and bad: narrower than the releases")
+            goods[-1].why.insert(0, "a commit named as good (commits beat releases)")
+            bads[0].why.insert(0, "a commit named as bad (commits beat releases)")
+            return replace(roles, old=goods[-1], new=bads[0], goods=goods, bads=bads, notes=notes)
+    unmarked = not any(p.votes for p in points)
+    if roles.search is SearchKind.REGRESSION and unmarked:
+        versioned = [p for p in points if p.key is not None]
+        in_title = bool(PROBLEM_WORDS.search(title)) and any(
+            m.line == title_line for p in versioned for m in p.mentions)
+        if versioned and in_title and len({_release(p) for p in versioned}) == 1:
+            one = max(versioned, key=lambda p: (len(p.version or ""), p.key))
+            one.why.insert(0, "the one release the report names (in its title), without a "
+                              "marker: where it is broken")
+            notes.append(f"one release named ({one.label}) and no good/bad marker: read as the "
+                         "bad end")
+            return replace(roles, old=None, new=one, goods=[], bads=[one], notes=notes)
+    return replace(roles, notes=notes)
+
+
+def pr_culprit(lines: list[str]) -> tuple[str, int, str] | None:
+    """``("#N", line, words)`` where a PR is named as the culprit."""
+    for n, line in enumerate(lines, 1):
+        m = PR_CULPRIT.search(line)
+        if m:
+            return "#" + (m.group("a") or m.group("b")), n, m.group(0)[:60]
+    return None
+
+
+def fix_cue(lines: list[str]) -> tuple[int, str] | None:
+    """A sentence that says the problem went away in a later version (not a downgrade)."""
+    for n, line in enumerate(lines, 1):
+        m = FIX_CUE.search(line)
+        if m and not NOT_FIX.search(line):
+            return n, m.group(0)[:60]
+    return None
+
+
+def fixed_on(points: list[Point], lines: list[str]) -> Point | None:
+    """The ref right after "tested on" / "no longer see the issue on": where it is fixed."""
+    for p in points:
+        for m in p.mentions:
+            if TESTED_ON.search(lines[m.line - 1][max(0, m.start - 60):m.start]):
+                return p
+    return None
+
+
+def as_fix(roles: Roles, points: list[Point], lines: list[str]) -> Roles | None:
+    """A regression reading without a good end turned into a fix search, when the report
+    says the problem is gone; None when the rule does not apply."""
+    cue = fix_cue(lines)
+    if cue is None or roles.search is not SearchKind.REGRESSION or roles.old is not None:
+        return None
+    new = fixed_on(points, lines)
+    problem = [p for p in points if p is not new and (p in roles.bads or not p.votes)]
+    versioned = [(p.key, i) for i, p in enumerate(problem) if p.key is not None]
+    old = (problem[max(versioned)[1]] if versioned else problem[-1]) if problem else None
+    for p, role in ((old, Role.PROBLEM), (new, Role.FIXED)):
+        if p is not None:
+            p.why.insert(0, f"line {cue[0]}: {cue[1]!r}: the report says the problem went away "
+                            f"({'has the problem' if role is Role.PROBLEM else 'fixed there'})")
+    return Roles(SearchKind.FIX, old, new, [old] if old else [], [new] if new else [],
+                 [*roles.notes, f"line {cue[0]}: {cue[1]!r}: read as a fix report"])
+
+
+def improvement(title: str) -> str | None:
+    """The title's words when it reports an improvement and nothing worse."""
+    m = IMPROVED.search(title)
+    if m and not WORSE.search(title):
+        return m.group(0)
+    return None

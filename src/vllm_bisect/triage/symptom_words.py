@@ -1,0 +1,93 @@
+"""Symptoms named by words that are a symptom in themselves (symptoms.py reads metrics that
+need a change word or two values): each rule says why it counts.
+
+- **memory**: running out of memory (``OOM``, ``CUDA out of memory``, ``No available memory
+  for the cache blocks``, 显存不足) counts wherever it is said; memory use or KV cache capacity
+  (``VRAM``, ``GPU memory``, ``memory usage``, ``KV cache size``, ``# GPU blocks``, 显存)
+  counts with a change word in its sentence, in the title, or as two different
+  ``# GPU blocks`` values. An out-of-memory start is this symptom, not a crash.
+- **correctness**: garbage / garbled / gibberish / nonsense / meaningless / unreadable output,
+  repetition loops ("repeat the same sentence", "never stop", "repetitive completions"),
+  "outputs ... are wrong", 乱码, 重复, 精度问题 / 精度下降.
+- **crash**: "failed to start / load", "unable to start", "cannot start / load", "startup
+  error", 无法启动, 启动失败.
+- **ttft**: prefill / prompt processing with a change word, or in the title.
+"""
+
+from __future__ import annotations
+
+import re
+
+from vllm_bisect.triage.symptoms import CHANGE, NEGATED, Found
+
+OOM = re.compile(r"(?<![\w-])OOM(?![\w-])|out[- ]of[- ]memory|OutOfMemoryError|No available memory "
+                 r"for the cache|显存不足|内存不足", re.IGNORECASE)
+MEMORY = re.compile(r"(?<![\w-])VRAM|显存|(?<![\w-])GPU memory(?![-_ ]util)|memory (?:usage|use|"
+                    r"footprint|consumption|cost)|(?:more|higher) memory|KV[- ]cache (?:size|"
+                    r"capacity)|# GPU blocks", re.IGNORECASE)
+MORE_CHANGE = re.compile(r"\blarger\b|\bmore\b|\bgrew\b|\bbigger\b|significantly|dramatic",
+                         re.IGNORECASE)
+BLOCKS = re.compile(r"# GPU blocks:\s{0,3}(\d{1,9})")
+CORRECTNESS = re.compile(
+    r"garbage|garbled|gibberish|nonsense|meaningless|unreadable|乱码|重复|毫无意义|幻觉|"
+    r"(?<![\w-])(?:repetitive|repetition)(?![\w-])|repeat\w{0,3}\s{1,3}(?:the\s{1,3})?same|"
+    r"never\s{1,3}stop|"
+    r"output\w{0,2}\s{1,3}(?:is|was|became|becomes)\s{1,3}(?:noise|unreadable)|"
+    r"outputs?\s{1,3}(?:of\s{1,3}[\w .-]{1,30}\s{1,3})?(?:is|are|was|were)\s{1,3}wrong|"
+    r"wrong\s{1,3}(?:output|answer|result)|精度(?:出现|存在|有)?问题|精度下降|准确率跳水",
+    re.IGNORECASE)
+CRASH = re.compile(r"fail\w{0,3}\s{1,3}to\s{1,3}(?:start|load|launch|initiali[sz]e)|"
+                   r"unable\s{1,3}to\s{1,3}(?:start|load|launch)|can(?:not|'t|\s{1,3}not)\s{1,3}"
+                   r"(?:start|load|launch)|startup\s{1,3}error|无法启动|启动失败", re.IGNORECASE)
+TTFT = re.compile(r"(?<![\w-])prefill(?![\w-])|prompt processing|long[- ]prefill", re.IGNORECASE)
+SENTENCE = re.compile(r"(?<=[.!?])\s+|[。！？；;]")
+CODE_FENCE = re.compile(r"^\s{0,3}(?:```|~~~)")
+
+
+def _prose(lines: list[str]) -> list[tuple[int, str]]:
+    """Lines outside fenced code blocks (commands and configs name flags, not symptoms)."""
+    out, fenced = [], False
+    for n, line in enumerate(lines, 1):
+        if CODE_FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            out.append((n, line))
+    return out
+
+
+def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
+    """(symptom, line, why) for every rule above that fires (first line each)."""
+    found: dict[Found, tuple[int, str]] = {}
+    title = next((n for n, ln in enumerate(lines, 1) if ln.strip()), 0)
+
+    def add(f: Found, n: int, why: str) -> None:
+        found.setdefault(f, (n, why))
+
+    for n, line in enumerate(lines, 1):  # logs too: an OOM in the log is the symptom
+        m = OOM.search(line)
+        if m:
+            add(Found.MEMORY, n, f"{m.group(0)!r}: out of memory")
+    blocks = {b for line in lines for b in BLOCKS.findall(line)}
+    if len(blocks) >= 2:
+        add(Found.MEMORY, 0, f"# GPU blocks differ: {', '.join(sorted(blocks)[:4])}")
+    for n, line in _prose(lines):
+        for text in SENTENCE.split(line):
+            changed = (bool(CHANGE.search(text) or MORE_CHANGE.search(text))
+                       and not NEGATED.search(text))
+            m = MEMORY.search(text)
+            if m and (changed or n == title):
+                add(Found.MEMORY, n, f"{m.group(0)!r} " + ("in the title" if n == title
+                                                         else "with a change"))
+            m = CORRECTNESS.search(text)
+            if m and not NEGATED.search(text):
+                add(Found.CORRECTNESS, n, f"{m.group(0)!r}: wrong output")
+            m = CRASH.search(text)
+            if m and not OOM.search(text):
+                add(Found.CRASH, n, f"{m.group(0)!r}: it does not start")
+            m = TTFT.search(text)
+            if m and (changed or n == title) and not re.search(r"decode\s{1,3}(?:is\s{1,3})?"
+                                                               r"unaffected", text, re.I):
+                add(Found.TTFT, n, f"{m.group(0)!r} " + ("in the title" if n == title
+                                                       else "with a change"))
+    return [(f, n, why) for f, (n, why) in found.items()]
