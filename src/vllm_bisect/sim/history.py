@@ -12,10 +12,12 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from pprint import pformat
 
 import git
 
 from vllm_bisect.sim import template as t
+from vllm_bisect.sim.profile_trace import kernel_table
 
 FILLER_SUBJECTS = (
     "[Doc] Clarify speculative decoding metrics",
@@ -43,6 +45,7 @@ GEN_CAP_SUBJECT = "[Model] Ship generation_config.json with max_new_tokens=128"
 BROKEN_SUBJECT = "[Build] Require CMake 3.31 for the CUDA 13 toolchain"
 FIX_BUILD_SUBJECT = "[Build] Revert CMake minimum to 3.26"
 FIX_SUBJECT = "[Bugfix] Restore the fused decode path for non-spec batches"
+KERNEL_SUBJECT = "[Perf] Rework the decode step's fused kernels"
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,17 @@ class HistoryPlan:
     server_cv: float = 0.0             # each server start's own step-time level (CV)
     init_s: float = 0.2
     seed: int = 0
+    # a kernel-level planting (sim/profile_trace.py): from kernel_at on, a decode step gets
+    # kernel_effect x step_ms longer through kernel_change ("slower": kernel_name slows;
+    # "new": kernel_name appears; "host-gap": the GPU idles longer between steps); the ITL
+    # rises by the same share. None: no kernel table in the commits (the default one)
+    kernel_at: int | None = None
+    kernel_change: str = "slower"
+    kernel_name: str = "fused_moe_kernel"
+    kernel_effect: float = 0.3
+    # commits from here on take --profiler-config (vllm/config/profiler.py); before it, only
+    # the VLLM_TORCH_PROFILER_DIR variable; None: no commit has the flag
+    profiler_config_from: int | None = None
 
 
 @dataclass(frozen=True)
@@ -94,15 +108,17 @@ def _files(plan: HistoryPlan, i: int) -> dict[str, str]:
     gen_cap = plan.gen_cap_at is not None and i >= plan.gen_cap_at
     broken = i in plan.unbuildable
     version = f"0.23.1rc1.dev{400 + i}"
+    kernel = plan.kernel_at is not None and i >= plan.kernel_at
+    base_ms = plan.step_ms * (plan.slow_factor if slow else 1.0)
     check = t.BROKEN_CHECK.format(message="CMake 3.31 or newer is required") if broken else ""
-    return {
+    files = {
         "pyproject.toml": t.PYPROJECT.format(version=version),
         "_build/backend.py": t.BACKEND.format(check=check),
         "vllm/__init__.py": t.INIT,
         "vllm/version.py": t.VERSION.format(version=version),
         "vllm/config/__init__.py": "",
         "vllm/config/engine.py": t.ENGINE_CONFIG.format(
-            step_ms=round(plan.step_ms * (plan.slow_factor if slow else 1.0), 3),
+            step_ms=round(base_ms * (1.0 + plan.kernel_effect if kernel else 1.0), 3),
             init_s=plan.slow_start_s if i in plan.slow_start else plan.init_s,
             noise_cv=plan.noise_cv, server_cv=plan.server_cv,
             diverge=40 if plan.wrong_output_at is not None and i >= plan.wrong_output_at
@@ -119,6 +135,15 @@ def _files(plan: HistoryPlan, i: int) -> dict[str, str]:
         "vllm/entrypoints/cli/__init__.py": "",
         "vllm/entrypoints/cli/main.py": t.CLI_MAIN,
     }
+    if plan.kernel_at is not None:
+        kernels, gap = kernel_table(base_ms, plan.kernel_change if kernel else None,
+                                    plan.kernel_name, plan.kernel_effect)
+        files["vllm/v1/__init__.py"] = files["vllm/v1/worker/__init__.py"] = ""
+        files["vllm/v1/worker/step_profile.py"] = t.STEP_PROFILE.format(
+            kernels=pformat(list(kernels)), gap=gap)
+    if plan.profiler_config_from is not None and i >= plan.profiler_config_from:
+        files["vllm/config/profiler.py"] = t.PROFILER_CONFIG
+    return files
 
 
 def generate_history(path: Path, plan: HistoryPlan) -> History:
@@ -147,6 +172,8 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
             subject = CAP_SUBJECT
         elif i == plan.slow_at:
             subject = SLOW_SUBJECT
+        elif i == plan.kernel_at:
+            subject = KERNEL_SUBJECT
         elif i == plan.gen_cap_at:
             subject = GEN_CAP_SUBJECT
         elif i == plan.wrong_output_at:
@@ -188,6 +215,8 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
             planted["length"] = c.hexsha
         if i == plan.slow_at:
             planted["itl"] = c.hexsha
+        if i == plan.kernel_at:
+            planted["kernel"] = c.hexsha
         if i == plan.gen_cap_at:
             planted["gen_config_length"] = c.hexsha
         if i == plan.wrong_output_at:
