@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from vllm_bisect.models import Verification
 
 RESULT_SCHEMA = 1
-STUDIES = ("isolate", "deps", "knobs")
+STUDIES = ("isolate", "deps", "knobs", "explain")
 
 
 class _Doc(BaseModel):
@@ -122,6 +122,7 @@ class BisectReport(_Doc):
     isolate: dict[str, Any] | None = None
     deps: dict[str, Any] | None = None
     knobs: dict[str, Any] | None = None
+    explain: dict[str, Any] | None = None  # vllm_bisect.explain: the culprit's profile diff
 
     @model_serializer(mode="wrap")
     def _without_unrun_studies(self, handler: SerializerFunctionWrapHandler) -> Any:
