@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -12,6 +13,9 @@ from vllm_bisect.explain.trace import TraceSummary
 
 # the totals are shown, never ranked: a kernel that slows moves the busy total too
 TOTALS = ("step:gpu_busy", "step:host", "step:launches")
+SHOWN = (*TOTALS, "step:gpu_idle")
+LEVEL = "step:gpu_level"  # every kernel alike (clocks, or a GPU-wide change)
+MIN_COMMON = 3  # the step table (the idle gap is ranked as well)
 
 
 class DeltaKind(StrEnum):
@@ -60,10 +64,35 @@ def _kind(parent: Sequence[float], culprit: Sequence[float], diff: float) -> Del
     return DeltaKind.SLOWER if diff > 0 else DeltaKind.FASTER
 
 
+def gpu_levels(servers: Sequence[dict[str, float]]) -> list[float]:
+    """Each server's GPU-wide speed level: the median, over the kernels every server ran,
+    of its time over the mean of all servers (1.0 each with fewer than 3 such kernels). A
+    change of clocks (or a GPU-wide change) moves every kernel alike; one kernel's change
+    does not move the median."""
+    common = [k for k in servers[0] if k.startswith("kernel:")
+              and all(m.get(k, 0.0) > 0 for m in servers)]
+    if len(common) < MIN_COMMON:
+        return [1.0] * len(servers)
+    means = {k: statistics.fmean(m[k] for m in servers) for k in common}
+    return [statistics.median(m[k] / means[k] for k in common) for m in servers]
+
+
+def _normalized(servers: list[dict[str, float]], levels: list[float]) -> None:
+    """Kernel times at the common level (in place); the level itself as ``step:gpu_level``
+    in microseconds of busy time (what the shift costs a step)."""
+    busy = statistics.fmean(m.get("step:gpu_busy", 0.0) for m in servers)
+    for m, lv in zip(servers, levels, strict=True):
+        for k in [k for k in m if k.startswith("kernel:")]:
+            m[k] /= lv
+        m[LEVEL] = lv * busy
+
+
 def profile_diff(parent: Sequence[TraceSummary], culprit: Sequence[TraceSummary]) -> ProfileDiff:
-    """Every metric of every server, compared side against side."""
+    """Every metric of every server, compared side against side; kernels after taking out
+    each server's GPU-wide level (compared on its own, as ``step:gpu_level``)."""
     pm = [s.metrics() for s in parent]
     cm = [s.metrics() for s in culprit]
+    _normalized([*pm, *cm], gpu_levels([*pm, *cm]))
     keys = sorted({k for m in (*pm, *cm) for k in m})
     deltas, totals, within = [], [], 0
     for key in keys:
@@ -72,11 +101,13 @@ def profile_diff(parent: Sequence[TraceSummary], culprit: Sequence[TraceSummary]
         s = compare_sides(a, b)
         d = Delta(key=key, kind=_kind(a, b, s.diff), parent=s.a_mean, culprit=s.b_mean,
                   diff=s.diff, ratio=s.ratio, spread=s.spread)
-        if key in TOTALS:
+        if key in SHOWN:
             totals.append(d)
-        elif s.outside:
+        if key in TOTALS:
+            continue
+        if s.outside:
             deltas.append(d)
         elif s.diff != 0.0:
             within += 1
-    deltas.sort(key=lambda d: (d.key == "step:launches", -abs(d.diff)))
+    deltas.sort(key=lambda d: -abs(d.diff))
     return ProfileDiff(deltas=deltas, totals=totals, within_spread=within)

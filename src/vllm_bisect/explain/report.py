@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllm_bisect.explain.diff import TOTALS
 from vllm_bisect.explain.envdiff import env_lines
 
 LABELS = {"step:gpu_busy": "GPU busy (all kernels)", "step:gpu_idle": "GPU idle between steps",
-          "step:host": "host time of the step", "step:launches": "kernel launches"}
+          "step:host": "host time of the step", "step:launches": "kernel launches",
+          "step:gpu_level": "every kernel alike (GPU clocks, or a GPU-wide change)"}
 WHAT = {"kernel": "GPU kernel", "cpu_op": "CPU op", "step": "step"}
 
 
@@ -20,9 +22,14 @@ def _num(key: str, v: float | None) -> str:
 
 def _change(d: dict[str, Any]) -> str:
     if d["kind"] in ("new", "gone"):
-        return d["kind"]
+        return f"{d['kind']} ({d['diff'] / 1000:+.3f} ms)"
     r = d.get("ratio")
     return f"{(r - 1) * 100:+.1f}%" if r else f"{d['diff']:+.1f}"
+
+
+def _kind_change(d: dict[str, Any]) -> str:
+    return f"**{_change(d)}**" if d["kind"] in ("new", "gone") else \
+        f"**{d['kind']}** {_change(d)}"
 
 
 def explain_lines(doc: dict[str, Any]) -> list[str]:
@@ -33,9 +40,11 @@ def explain_lines(doc: dict[str, Any]) -> list[str]:
            f"`POST /start_profile` and `/stop_profile`; {doc['segmentation']}. "
            "Numbers are per decode step, averaged over each server's steps, then over servers.",
            "", "| per decode step | parent | culprit | change |", "|---|---|---|---|"]
-    for d in doc["totals"] + [x for x in doc["deltas"] if x["key"] == "step:gpu_idle"]:
+    reported = {d["key"] for d in doc["deltas"]}
+    for d in doc["totals"]:
+        mark = "" if d["key"] in reported or d["key"] in TOTALS else " (within the spread)"
         out.append(f"| {LABELS.get(d['key'], d['key'])} | {_num(d['key'], d['parent'])} | "
-                   f"{_num(d['key'], d['culprit'])} | {_change(d)} |")
+                   f"{_num(d['key'], d['culprit'])} | {_change(d)}{mark} |")
     deltas = doc["deltas"]
     if deltas:
         out += ["", "Changes beyond the run-to-run spread (largest first):", "",
@@ -45,10 +54,11 @@ def explain_lines(doc: dict[str, Any]) -> list[str]:
             label = name if what != "step" else LABELS.get(d["key"], name)
             out.append(f"| {WHAT.get(what, what)} | `{label}` | "
                        f"{_num(d['key'], d['parent'])} | {_num(d['key'], d['culprit'])} | "
-                       f"**{d['kind']}** {_change(d)} | {_num(d['key'], d['spread'])} |")
+                       f"{_kind_change(d)} | {_num(d['key'], d['spread'])} |")
         top = deltas[0]
-        out += ["", f"Largest: {WHAT.get(top['key'].partition(':')[0], '')} "
-                    f"`{top['key'].partition(':')[2]}` {top['kind']} ({_change(top)})."]
+        what, _, name = top["key"].partition(":")
+        out += ["", f"Largest: {WHAT.get(what, what)} `{LABELS.get(top['key'], name)}`, "
+                    f"{_kind_change(top)} per decode step."]
     else:
         out += ["", "No kernel, host op or idle gap moved beyond the run-to-run spread."]
     out += [f"({doc['within_spread']} other numbers moved within the spread; not shown.)", "",

@@ -75,15 +75,16 @@ def trace_events(steps: list[StepRecord], kernels: tuple[tuple[str, float, int],
             return max(0.1, us * rng.gauss(1.0, noise_cv)) if noise_cv > 0 else us
         launches = [(name, jit(us * (8.0 if step.prefill else 1.0)))
                     for name, us, n in kernels for _ in range(n)]
-        host = sum(us for _, us in CPU_OPS) + LAUNCH_US * len(launches)
-        events.append({"ph": "X", "cat": "user_annotation", "name": annotation(step),
-                       "pid": pid, "tid": pid, "ts": t, "dur": host,
-                       "args": {"External id": i + 1}})
+        ann: dict[str, Any] = {"ph": "X", "cat": "user_annotation", "name": annotation(step),
+                               "pid": pid, "tid": pid, "ts": t, "dur": 0.0,
+                               "args": {"External id": i + 1}}
+        events.append(ann)
         h = t
-        for name, us in CPU_OPS:
+        for name, us in CPU_OPS:  # back to back, never overlapping
+            dur = jit(us)
             events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": pid, "tid": pid,
-                           "ts": h, "dur": jit(us) * 0.999, "args": {}})
-            h += us
+                           "ts": h, "dur": dur * 0.999, "args": {}})
+            h += dur
         gpu = h
         for name, dur in launches:
             events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
@@ -96,6 +97,7 @@ def trace_events(steps: list[StepRecord], kernels: tuple[tuple[str, float, int],
             gpu += dur
             h += LAUNCH_US
             corr += 1
+        ann["dur"] = h - t
         t = max(h, gpu) + jit(host_gap_us)
     return events
 

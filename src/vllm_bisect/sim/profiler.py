@@ -21,13 +21,15 @@ WORKER_NAME = "vllm_dp0_pp0_tp0_dcp0_ep0_rank0"
 
 
 class SimProfiler:
-    def __init__(self, cfg: SimConfig, level: float) -> None:
+    def __init__(self, cfg: SimConfig, level: float, start: str = "") -> None:
+        """``level``: the server start's speed; ``start``: what tells this start's timing
+        noise from another's (a pid; with a seeded config, starts still differ)."""
         assert cfg.profiler_dir is not None
         self.cfg = cfg
         self.dir = Path(cfg.profiler_dir)
         kernels, gap = (cfg.kernels, cfg.host_gap_us) if cfg.kernels else kernel_table(
             cfg.step_ms, None, "", 0.0)
-        self.rng = random.Random(cfg.seed)
+        self.rng = random.Random(f"{cfg.seed}|{start}")
         # this server start's own level (clocks, placement) scales every kernel alike, and
         # each kernel varies a little from start to start (1%)
         self.kernels = tuple((n, us * level * max(0.5, self.rng.gauss(1.0, 0.01)), k)
@@ -44,9 +46,13 @@ class SimProfiler:
         if path == "/start_profile":
             self.active, self.steps = True, []
         elif self.active:
-            self.active = False
-            events = trace_events(self.steps, self.kernels, self.gap,
-                                  max(self.cfg.noise_cv, 0.02), self.rng)
-            await asyncio.to_thread(write_trace, self.dir, WORKER_NAME, events,
-                                    self.cfg.version, self.cfg.profiler_gzip)
+            await asyncio.to_thread(self.flush)
         await resp.send(200, b"")
+
+    def flush(self) -> Path:
+        """Stop recording and write the trace of the steps recorded since start."""
+        self.active = False
+        events = trace_events(self.steps, self.kernels, self.gap,
+                              max(self.cfg.noise_cv, 0.02), self.rng)
+        return write_trace(self.dir, WORKER_NAME, events, self.cfg.version,
+                           self.cfg.profiler_gzip)

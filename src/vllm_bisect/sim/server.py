@@ -59,7 +59,7 @@ class SimServer:
         self.decoding = 0
         self.cold_stalls_left = cfg.cold_stalls if cfg.cold_stall_s > 0 else 0
         self.paused_until = 0.0
-        self.profiler = SimProfiler(cfg, self.level) if cfg.profiler_dir else None
+        self.profiler = SimProfiler(cfg, self.level, str(os.getpid())) if cfg.profiler_dir else None
 
     # -- routing -----------------------------------------------------------------------
     async def handle(self, req: Request, resp: Responder) -> None:
