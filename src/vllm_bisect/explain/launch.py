@@ -30,7 +30,8 @@ from vllm_bisect.models import Evaluation, Measurement
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.spec import BisectSpec
 
-PROFILER_CONFIG_FILE = "vllm/config/profiler.py"
+# where vLLM's ProfilerConfig lives (the later layout keeps the first as a compat shim)
+PROFILER_CONFIG_FILES = ("vllm/config/profiler.py", "vllm/foundation/config/profiler.py")
 STOP_TIMEOUT_S = 1800.0  # vLLM flushes (and gzips) the trace before /stop_profile answers
 
 
@@ -50,18 +51,19 @@ def profiler_switch(repo: git.Repo | None, commit: str, trace_dir: Path) -> Prof
     (also when the source cannot be read: older vLLM ignores an unknown variable, but
     exits on an unknown flag)."""
     directory = str(trace_dir.absolute())
-    has_config = False
-    if repo is not None:
-        try:
-            repo.git.cat_file("-e", f"{commit}:{PROFILER_CONFIG_FILE}")
-            has_config = True
-        except git.GitCommandError:
-            has_config = False
-    if has_config:
+    if repo is not None and any(_has(repo, commit, f) for f in PROFILER_CONFIG_FILES):
         cfg = {"profiler": "torch", "torch_profiler_dir": directory,
                "torch_profiler_with_stack": False}
         return ProfilerSwitch(args=["--profiler-config", json.dumps(cfg)])
     return ProfilerSwitch(env={"VLLM_TORCH_PROFILER_DIR": directory})
+
+
+def _has(repo: git.Repo, commit: str, path: str) -> bool:
+    try:
+        repo.git.cat_file("-e", f"{commit}:{path}")
+    except git.GitCommandError:
+        return False
+    return True
 
 
 class Profiled:

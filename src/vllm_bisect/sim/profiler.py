@@ -34,7 +34,7 @@ class SimProfiler:
         # each kernel varies a little from start to start (1%)
         self.kernels = tuple((n, us * level * max(0.5, self.rng.gauss(1.0, 0.01)), k)
                              for n, us, k in kernels)
-        self.gap = (gap if gap is not None else 0.0) * level
+        self.gap = gap if gap is not None else 0.0  # host time: GPU clocks do not move it
         self.active = False
         self.steps: list[StepRecord] = []
 

@@ -287,8 +287,6 @@ async def serve(cfg: SimConfig, host: str, port: int) -> None:
     else:
         vlog("INFO", "core.py:114", f"Initializing a V1 LLM engine (v{cfg.version}) with config: "
              f"model={cfg.model!r}, speculative_config=None")
-    for name in sorted(k for k in os.environ if k.startswith("VLLM_") and "TOKEN" not in k):
-        vlog("INFO", "envs.py:1", f"{name}={os.environ[name]}")
     if cfg.profiler_dir:
         vlog("INFO", "wrapper.py:160", "Torch profiling enabled. Traces will be saved to: "
              f"{cfg.profiler_dir}")
