@@ -40,6 +40,8 @@ def test_bisect_then_explain_names_the_new_kernel(tmp_path: Path) -> None:
     assert (top["key"], top["kind"]) == ("kernel:_rms_norm_gated_kernel", "new")
     # every other kernel stayed within the run-to-run spread
     assert [d["key"] for d in doc["deltas"] if d["key"].startswith("kernel:")] == [top["key"]]
+    # K = 3 drafts: 1 to 4 tokens per decode step (warmup 0: the window's tokens are known)
+    assert all(1.0 < t <= 4.0 for side in doc["tokens_per_step"].values() for t in side)
     launches = next(d for d in doc["totals"] if d["key"] == "step:launches")
     assert launches["culprit"] - launches["parent"] == 1.0
     for side in ("parent", "culprit"):
@@ -51,6 +53,7 @@ def test_bisect_then_explain_names_the_new_kernel(tmp_path: Path) -> None:
     assert doc["environment"]["beyond_vllm"] == []
     report = (tmp_path / "s" / "report.md").read_text()
     assert "### Why: the culprit's profile against its parent's" in report
+    assert "| GPU busy per output token |" in report
     assert "`_rms_norm_gated_kernel`" in report and "explain/deltas.svg" in report
     assert json.loads((tmp_path / "s" / "result.json").read_text())["explain"]["deltas"]
     assert "<svg" in (tmp_path / "s" / "explain" / "deltas.svg").read_text()

@@ -32,6 +32,26 @@ def _kind_change(d: dict[str, Any]) -> str:
         f"**{d['kind']}** {_change(d)}"
 
 
+def _per_token(doc: dict[str, Any]) -> list[str]:
+    """Output tokens per decode step (1 + accepted drafts under MTP), and the GPU busy time
+    per output token, where the probe's tokens are known."""
+    tps = doc.get("tokens_per_step") or {}
+    means = {}
+    for side in ("parent", "culprit"):
+        vals = [v for v in tps.get(side, []) if v]
+        if not vals:
+            return []
+        means[side] = sum(vals) / len(vals)
+    busy = next((d for d in doc["totals"] if d["key"] == "step:gpu_busy"), None)
+    out = [f"| output tokens per decode step (about) | {means['parent']:.2f} | "
+           f"{means['culprit']:.2f} | {(means['culprit'] / means['parent'] - 1) * 100:+.1f}% |"]
+    if busy:
+        a, b = busy["parent"] / means["parent"], busy["culprit"] / means["culprit"]
+        out.append(f"| GPU busy per output token | {a / 1000:.3f} ms | {b / 1000:.3f} ms | "
+                   f"{(b / a - 1) * 100:+.1f}% |")
+    return out
+
+
 def explain_lines(doc: dict[str, Any]) -> list[str]:
     k = doc["servers_per_side"]
     out = ["", "### Why: the culprit's profile against its parent's", "",
@@ -45,6 +65,7 @@ def explain_lines(doc: dict[str, Any]) -> list[str]:
         mark = "" if d["key"] in reported or d["key"] in TOTALS else " (within the spread)"
         out.append(f"| {LABELS.get(d['key'], d['key'])} | {_num(d['key'], d['parent'])} | "
                    f"{_num(d['key'], d['culprit'])} | {_change(d)}{mark} |")
+    out += _per_token(doc)
     deltas = doc["deltas"]
     if deltas:
         out += ["", "Changes beyond the run-to-run spread (largest first):", "",

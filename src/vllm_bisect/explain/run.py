@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from vllm_bisect.explain.envdiff import SideEnv, artifact_packages, env_diff, gp
 from vllm_bisect.explain.launch import profiled_run, profiler_switch
 from vllm_bisect.explain.plot import deltas_svg
 from vllm_bisect.explain.trace import TraceSummary, summarize, worker_trace
-from vllm_bisect.models import EvalStatus
+from vllm_bisect.models import EvalStatus, Evaluation
 from vllm_bisect.spec import BisectSpec
 
 logger = logging.getLogger(__name__)
@@ -44,6 +45,18 @@ def _side_env(spec: BisectSpec, builder: Any, sha: str, log: Path) -> SideEnv:
                    notes=[note] if note else [])
 
 
+def tokens_per_step(spec: BisectSpec, ev: Evaluation, steps: int) -> float | None:
+    """Output tokens per decode step in the profiled window (about: the warmup requests are
+    taken to be like the measured ones); None when the probe ran more than the decode
+    requests (a load grid, a benchmark)."""
+    m = ev.measurement
+    if m is None or not m.requests or steps <= 0 or spec.probe.load is not None \
+            or spec.probe.bench is not None:
+        return None
+    per = statistics.fmean(max(0, r.output_tokens - 1) for r in m.requests)
+    return round(per * (len(m.requests) + spec.probe.warmup) / steps, 3)
+
+
 def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
                     on_phase: OnPhase | None = None) -> dict[str, Any]:
     """Profile, diff, save into the session; returns the ``explain`` document."""
@@ -55,6 +68,7 @@ def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
     builder = make_builder(spec, repo, cache_dir, base / "logs")
     shas = {"parent": parent, "culprit": culprit}
     summaries: dict[str, list[TraceSummary]] = {s: [] for s in SIDES}
+    per_step: dict[str, list[float | None]] = {s: [] for s in SIDES}
     switches: dict[str, str] = {}
     logs: dict[str, Path] = {}
     for n in range(1, servers_per_side + 1):
@@ -72,6 +86,7 @@ def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
                                  log_tail=ev.log_tail or "")
             logs.setdefault(side, log_dir / f"serve-{sha[:12]}.log")
             summaries[side].append(summarize(worker_trace(trace_dir)))
+            per_step[side].append(tokens_per_step(spec, ev, summaries[side][-1].steps))
     diff = profile_diff(summaries["parent"], summaries["culprit"])
     envs = {side: _side_env(spec, builder, shas[side], logs[side]) for side in SIDES}
     svg = base / "deltas.svg"
@@ -81,6 +96,7 @@ def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
         "server_starts": 2 * servers_per_side, "profiler": switches,
         "segmentation": summaries["culprit"][0].segmentation,
         "steps": {s: [x.steps for x in summaries[s]] for s in SIDES},
+        "tokens_per_step": per_step,
         "traces": {s: [str(Path(x.path).relative_to(session)) for x in summaries[s]]
                    for s in SIDES},
         "totals": [d.to_dict() for d in diff.totals],
