@@ -76,3 +76,9 @@ def test_profile_at_the_end_of_run_finds_a_host_gap_through_the_env_variable(
     assert ex["profiler"]["culprit"] == "VLLM_TORCH_PROFILER_DIR=DIR"
     assert ex["deltas"][0]["key"] == "step:gpu_idle" and ex["deltas"][0]["kind"] == "slower"
     assert not any(d["key"].startswith("kernel:") for d in ex["deltas"])
+
+
+def test_explain_outside_a_session_is_clear(tmp_path: Path) -> None:
+    r = cli("explain", str(tmp_path))
+    assert r.returncode == 2
+    assert "is not a bisect session" in r.stderr and "vllm-bisect run" in r.stderr

@@ -24,16 +24,21 @@ def _cache_dir(session: Path, given: Path | None) -> Path:
     return Path(remembered) if remembered else default_cache_dir()
 
 
-def run_explain(session: Path, cache_dir: Path | None, servers_per_side: int | None
-                ) -> dict[str, Any]:
+def run_explain(session: Path, cache_dir: Path | None, servers_per_side: int | None,
+                culprit: str | None = None) -> dict[str, Any]:
     """Profile and diff (progress on stderr); the ``explain`` document."""
     from vllm_bisect.bisect.session import stored_spec
+    from vllm_bisect.errors import FatalError
     from vllm_bisect.explain.run import explain_session
 
+    if not (session / "journal.sqlite").exists():
+        raise FatalError(f"{session} is not a bisect session (no journal.sqlite)",
+                         hint="explain follows a finished `vllm-bisect run --session DIR`")
     k = servers_per_side or stored_spec(session).explain.servers_per_side
     err().print(f"[bold]explain:[/] profiling the culprit and its parent, {k} server(s) each")
     return explain_session(session, _cache_dir(session, cache_dir), k,
-                           on_phase=lambda msg: err().print(f"[dim]  {msg}[/]"))
+                           on_phase=lambda msg: err().print(f"[dim]  {msg}[/]"),
+                           culprit_ref=culprit)
 
 
 def print_explain(doc: dict[str, Any], session: Path) -> None:
@@ -53,6 +58,9 @@ def explain_cmd(
         min=1, max=8, help="profiled servers per side (default: the spec's "
                            "explain.servers_per_side, 2)")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
+    culprit: Annotated[str | None, typer.Option(
+        help="explain this commit against its parent (default: the session's culprit)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -61,7 +69,7 @@ def explain_cmd(
     the two endpoints' packages and VLLM_* variables."""
     setup_logging(verbose)
     with user_errors():
-        doc = run_explain(session, cache_dir, servers_per_side)
+        doc = run_explain(session, cache_dir, servers_per_side, culprit)
     if as_json:
         print_json(json.dumps(doc))
     else:

@@ -58,12 +58,14 @@ def tokens_per_step(spec: BisectSpec, ev: Evaluation, steps: int) -> float | Non
 
 
 def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
-                    on_phase: OnPhase | None = None) -> dict[str, Any]:
-    """Profile, diff, save into the session; returns the ``explain`` document."""
+                    on_phase: OnPhase | None = None, culprit_ref: str | None = None
+                    ) -> dict[str, Any]:
+    """Profile, diff, save into the session; returns the ``explain`` document.
+    ``culprit_ref``: another commit than the session's culprit (against its parent)."""
     from vllm_bisect.isolate.runner import target
 
     say = on_phase or (lambda _msg: None)
-    spec, repo, culprit, parent = target(session, None, None)
+    spec, repo, culprit, parent = target(session, None, culprit_ref)
     base = session / "explain"
     builder = make_builder(spec, repo, cache_dir, base / "logs")
     shas = {"parent": parent, "culprit": culprit}
