@@ -1,6 +1,7 @@
 """Does ``explain`` name the planted kernel change, and only it?
 
     python3 benchmarks/bench_explain.py [--histories 100] [--seed 0] [--servers 2]
+    python3 benchmarks/bench_explain.py --real 5      # the real CLI path, a few histories
 
 Virtual path (no server processes: a real simulator server per history is ~20 s of a
 2-core machine, 100 histories x 4 servers would be over half an hour): each history draws
@@ -102,6 +103,52 @@ def draw(rng: random.Random, effect: tuple[float, float] = (0.10, 0.50),
     return Plant(change, kernel, eff, step_ms)
 
 
+def real(n: int, seed: int) -> None:
+    """``--real N``: N synthetic histories through the real CLI (``run`` with
+    ``explain.profile = true``, real simulator servers): the culprit, and the top delta."""
+    import json
+    import subprocess
+    import sys
+
+    from vllm_bisect.sim.history import HistoryPlan, generate_history, sim_path
+    from vllm_bisect.spec import dump_spec, parse_spec
+
+    rng = random.Random(seed)
+    print("| history | planted | culprit found | top delta | explain server starts |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(n):
+            plant = draw(rng, (0.6, 1.0))
+            at = rng.randint(1, 7)
+            h = generate_history(Path(tmp) / f"h{i}", HistoryPlan(
+                n_commits=8, kernel_at=at, kernel_change=str(plant.change),
+                kernel_name=plant.kernel, kernel_effect=plant.effect, step_ms=10.0,
+                init_s=0.0, profiler_config_from=rng.choice([None, 0]), seed=seed + i))
+            spec = parse_spec({
+                "range": {"repo": str(h.path), "good": h.good, "bad": h.bad},
+                "build": {"kind": "source"}, "ops": {"startup_timeout_s": 60},
+                "serve": {"model": "sim-model", "env": {"VLLM_BISECT_SIM_PATH": sim_path()},
+                          "speculative": {"method": "mtp", "num_speculative_tokens": 3}},
+                "probe": {"max_tokens": 60, "requests": 3, "warmup": 0},
+                "verdict": {"symptom": "itl", "itl_factor": 1.3, "strategy": "threshold"},
+                "explain": {"profile": True}})
+            (Path(tmp) / f"s{i}.toml").write_text(dump_spec(spec))
+            r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec",
+                                str(Path(tmp) / f"s{i}.toml"), "--session",
+                                str(Path(tmp) / f"session{i}"), "--cache-dir",
+                                str(Path(tmp) / "cache"), "--json"],
+                               capture_output=True, text=True, timeout=900)
+            doc = json.loads(r.stdout) if r.returncode == 0 else {}
+            ex = doc.get("explain") or {}
+            top = (ex.get("deltas") or [{}])[0]
+            print(f"| {i} | {plant.change} {plant.kernel if plant.change != 'host-gap' else ''}"
+                  f" +{plant.effect:.0%} at {at} | "
+                  f"{doc.get('first_bad') == h.planted['kernel']} | "
+                  f"{top.get('key')} {top.get('kind')} "
+                  f"({'right' if top.get('key') == plant.key else 'WRONG'}) | "
+                  f"{ex.get('server_starts')} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--histories", type=int, default=100)
@@ -109,7 +156,12 @@ def main() -> None:
     ap.add_argument("--servers", type=int, default=2, help="profiled servers per side")
     ap.add_argument("--server-cv", type=float, default=0.02)
     ap.add_argument("--noise-cv", type=float, default=0.05)
+    ap.add_argument("--real", type=int, default=0,
+                    help="instead: this many histories through the real CLI and simulator")
     args = ap.parse_args()
+    if args.real:
+        real(args.real, args.seed)
+        return
     rng = random.Random(args.seed)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
