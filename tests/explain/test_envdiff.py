@@ -37,6 +37,7 @@ def test_a_dependency_change_points_to_deps() -> None:
     assert d["vllm_vars"] == [{"name": "VLLM_X", "parent": "1", "culprit": "2"}]
     text = "\n".join(env_lines(d))
     assert "more than vLLM itself" in text and "vllm-bisect deps SESSION" in text
+    assert "torch (its CUDA build after the +): parent 2.10, culprit 2.11" in text
     only_vllm = env_diff(SideEnv({"vllm": "1"}, {}, None), SideEnv({"vllm": "2"}, {}, None))
     assert only_vllm["beyond_vllm"] == [] and "more than" not in "\n".join(env_lines(only_vllm))
     unknown = env_diff(SideEnv(None, {}, None, ["an image"]), SideEnv(None, {}, None))

@@ -91,8 +91,8 @@ def env_diff(parent: SideEnv, culprit: SideEnv) -> dict[str, Any]:
             if parent.packages is not None and culprit.packages is not None else None)
     beyond = sorted(str(c["name"]) for c in pkgs or []
                     if c["name"] != "vllm" and str(c["name"]).startswith(NOTABLE))
-    cuda = {side: next((v for k, v in (env.packages or {}).items() if k == "torch"), None)
-            for side, env in (("parent", parent), ("culprit", culprit))}
+    torch = {side: (env.packages or {}).get("torch")
+             for side, env in (("parent", parent), ("culprit", culprit))}
     return {
         "packages": pkgs,
         "packages_total": {"parent": len(parent.packages or {}),
@@ -100,7 +100,7 @@ def env_diff(parent: SideEnv, culprit: SideEnv) -> dict[str, Any]:
         "beyond_vllm": beyond,
         "vllm_vars": _changes(parent.vllm_vars, culprit.vllm_vars),
         "vllm_vars_parent": parent.vllm_vars,
-        "torch": cuda,
+        "torch": torch,
         "gpu": {"parent": parent.gpu, "culprit": culprit.gpu},
         "notes": sorted(set(parent.notes) | set(culprit.notes)),
     }
@@ -127,6 +127,10 @@ def env_lines(doc: dict[str, Any]) -> list[str]:
     out.append("- `VLLM_*` variables: " + (", ".join(
         f"`{c['name']}` {c['parent']} -> {c['culprit']}" for c in vars_) if vars_ else
         "the same on both sides"))
+    torch = doc.get("torch") or {}
+    if torch.get("parent") or torch.get("culprit"):
+        out.append(f"- torch (its CUDA build after the +): parent {torch.get('parent')}, "
+                   f"culprit {torch.get('culprit')}")
     gpu = doc.get("gpu") or {}
     if gpu.get("parent") or gpu.get("culprit"):
         out.append(f"- GPU: parent {gpu.get('parent')}, culprit {gpu.get('culprit')}")

@@ -15,6 +15,7 @@ only when a profiler is configured, and answer 200.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ import git
 import httpx
 
 from vllm_bisect.bisect.evaluate import Evaluator
+from vllm_bisect.bisect.executor import local_slots
 from vllm_bisect.bisect.probe_steps import EvalCall, ProbeStep
 from vllm_bisect.builders import Builder
 from vllm_bisect.errors import ProbeError
@@ -89,9 +91,12 @@ class Profiled:
         try:
             for step in self.inner:
                 m = step.run(call, server, m)
-        finally:
-            call.say("profiler off (POST /stop_profile), writing the trace")
-            self._post(server, "/stop_profile", STOP_TIMEOUT_S)
+        except BaseException:
+            with contextlib.suppress(ProbeError):  # the probe's own error is the one to tell
+                self._post(server, "/stop_profile", STOP_TIMEOUT_S)
+            raise
+        call.say("profiler off (POST /stop_profile), writing the trace")
+        self._post(server, "/stop_profile", STOP_TIMEOUT_S)
         assert m is not None
         return m
 
@@ -106,4 +111,5 @@ def profiled_run(spec: BisectSpec, builder: Builder, commit: str, switch: Profil
     probe = spec.probe.model_copy(update={"mtp_speedup": None})
     ev = Evaluator(spec.model_copy(update={"serve": serve, "probe": probe}), builder, log_dir)
     ev.steps = [Profiled(ev.steps)]
-    return ev.evaluate(commit)
+    slots = local_slots(spec)  # the bisect's first worker's GPUs (explain runs alone)
+    return ev.evaluate(commit, devices=slots[0].devices if slots and slots[0].devices else None)
