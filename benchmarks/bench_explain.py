@@ -118,7 +118,7 @@ def real(n: int, seed: int) -> None:
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(n):
-            plant = draw(rng, (0.6, 1.0))
+            plant = draw(rng, (0.6, 1.0), (CHANGES[i % 3],))  # each kind in turn
             at = rng.randint(1, 7)
             h = generate_history(Path(tmp) / f"h{i}", HistoryPlan(
                 n_commits=8, kernel_at=at, kernel_change=str(plant.change),
