@@ -230,6 +230,15 @@ class VerdictSpec(_Model):
 SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*[KkMmGgTt]?[Bb]?\s*$"  # "4G", "500M", "1024"
 
 
+class ExplainSpec(_Model):
+    """``vllm-bisect explain``: the culprit's profile against its parent's."""
+
+    # run it at the end of ``run`` when a single culprit was found
+    profile: bool = False
+    # profiled server starts per side (the run-to-run spread needs at least 2)
+    servers_per_side: int = Field(default=2, ge=1, le=8)
+
+
 class OpsSpec(_Model):
     """``[ops]``: how a run is operated. Nothing here changes a measurement, so nothing here
     is in the measurement key: change any of it and cached measurements are reused."""
@@ -308,6 +317,7 @@ class BisectSpec(_Model):
     probe: ProbeSpec = Field(default_factory=ProbeSpec)
     verdict: VerdictSpec = Field(default_factory=VerdictSpec)
     ops: OpsSpec = Field(default_factory=OpsSpec)
+    explain: ExplainSpec = Field(default_factory=ExplainSpec)
 
     @model_validator(mode="before")
     @classmethod

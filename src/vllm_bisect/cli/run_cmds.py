@@ -231,10 +231,14 @@ def run(
         fail(e, EXIT_NOT_REPRODUCED)
     except BisectError as e:
         fail(e)
-    if as_json:
+    from vllm_bisect.cli.explain_cmds import after_run
+
+    if as_json:  # (with explain.profile, the JSON holds the explain key)
+        after_run(spec, session_dir, cache_dir, quiet=True)
         print_json(_result_doc(session_dir))
     else:
         summary(session_dir, out())
+        after_run(spec, session_dir, cache_dir, quiet=False)
 
 
 def _result_doc(session_dir: Path) -> str:

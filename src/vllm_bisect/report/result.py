@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from vllm_bisect.models import Verification
 
 RESULT_SCHEMA = 1
-STUDIES = ("isolate", "deps", "knobs")
+STUDIES = ("isolate", "deps", "knobs", "explain")
 
 
 class _Doc(BaseModel):
@@ -129,6 +129,7 @@ class BisectReport(_Doc):
     # one entry per symptom and step (bisect.multi: verdict.symptoms and the rest check;
     # absent when one search found one culprit and nothing more was checked)
     culprits: list[dict[str, Any]] | None = None
+    explain: dict[str, Any] | None = None  # vllm_bisect.explain: the culprit's profile diff
 
     @model_serializer(mode="wrap")
     def _without_unrun_studies(self, handler: SerializerFunctionWrapHandler) -> Any:

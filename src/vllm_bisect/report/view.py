@@ -11,6 +11,7 @@ from typing import Any
 from vllm_bisect.errors import SessionError
 from vllm_bisect.models import Measurement, Verdict
 from vllm_bisect.report.result import BisectReport, PerRequest, VerificationDoc
+from vllm_bisect.report.sections import extra_sections
 from vllm_bisect.verdict import symptoms
 
 COMMIT_URL = "https://github.com/vllm-project/vllm/commit/{sha}"
@@ -134,7 +135,8 @@ def view(r: SessionReport) -> ReportView:
         environment=next((p.environment for p in judged if p.environment), None),
         reproduce=f"vllm-bisect run --spec spec.toml --good {res.good[:12]} --bad {res.bad[:12]}",
         artifact=culprit.artifact if culprit else None, spec_text=r.spec_text.strip(),
-        studies=section_lines(res.model_dump(mode="json"), r.spec_text))
+        studies=section_lines(res.model_dump(mode="json"), r.spec_text)
+        + extra_sections(res.model_dump(mode="json")))
 
 
 def _cells(m: Measurement | None) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from pathlib import Path
 
 from vllm_bisect.sim.engine import SimConfig
@@ -40,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="this server start's own speed level: step time x N(1, CV), drawn "
                         "once at start-up (server-level noise)")
     s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--profiler-dir", default=os.environ.get("VLLM_TORCH_PROFILER_DIR") or None,
+                   help="serve /start_profile and /stop_profile; traces go here "
+                        "(default: $VLLM_TORCH_PROFILER_DIR)")
     s.add_argument("--prompt-seeded-acceptance", action="store_true",
                    help="greedy requests with the same prompt repeat their draft acceptances "
                         "(as real MTP does)")
@@ -66,7 +70,7 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         first_request_delay_s=a.first_request_delay, crash_after_tokens=a.crash_after_tokens,
         noise_cv=a.noise_cv, server_cv=a.server_cv, seed=a.seed,
         prompt_seeded_acceptance=a.prompt_seeded_acceptance,
-        merge_lagging_outputs=a.merge_lagging_outputs,
+        merge_lagging_outputs=a.merge_lagging_outputs, profiler_dir=a.profiler_dir,
     )
 
 

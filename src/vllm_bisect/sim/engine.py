@@ -78,6 +78,13 @@ class SimConfig:
     # before a step's chunk is written, the simulator holds the chunk and sends both together.
     merge_lagging_outputs: bool = False
     fingerprint_hash: str = "nohash"
+    # vLLM's torch profiler (sim/profile_trace.py): the decode step's kernels (name, us per
+    # launch, launches), the host gap between steps (None: derived from step_ms), and where
+    # POST /stop_profile writes the trace (None: no profiler; the routes answer 404)
+    kernels: tuple[tuple[str, float, int], ...] = ()
+    host_gap_us: float | None = None
+    profiler_dir: str | None = None
+    profiler_gzip: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

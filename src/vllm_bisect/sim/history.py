@@ -12,10 +12,12 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from pprint import pformat
 
 import git
 
 from vllm_bisect.sim import template as t
+from vllm_bisect.sim.profile_trace import kernel_table
 
 FILLER_SUBJECTS = (
     "[Doc] Clarify speculative decoding metrics",
@@ -46,6 +48,7 @@ FIX_SUBJECT = "[Bugfix] Restore the fused decode path for non-spec batches"
 MEMORY_SUBJECT = "[Core] Keep an fp32 copy of the LM head for the sampler"
 OOM_SUBJECT = "[Core] Profile the sampler warm-up with 4096 dummy requests"
 TTFT_SUBJECT = "[Attention] Route long prefills through the unchunked kernel"
+KERNEL_SUBJECT = "[Perf] Rework the decode step's fused kernels"
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,17 @@ class HistoryPlan:
     init_s: float = 0.2
     seed: int = 0
     subjects: tuple[tuple[int, str], ...] = ()  # (i, subject): commit i's own subject
+    # a kernel-level planting (sim/profile_trace.py): from kernel_at on, a decode step gets
+    # kernel_effect x step_ms longer through kernel_change ("slower": kernel_name slows;
+    # "new": kernel_name appears; "host-gap": the GPU idles longer between steps); the ITL
+    # rises by the same share. None: no kernel table in the commits (the default one)
+    kernel_at: int | None = None
+    kernel_change: str = "slower"
+    kernel_name: str = "fused_moe_kernel"
+    kernel_effect: float = 0.3
+    # commits from here on take --profiler-config (vllm/config/profiler.py); before it, only
+    # the VLLM_TORCH_PROFILER_DIR variable; None: no commit has the flag
+    profiler_config_from: int | None = None
 
 
 @dataclass(frozen=True)
@@ -111,17 +125,19 @@ def _files(plan: HistoryPlan, i: int) -> dict[str, str]:
     weights = plan.weights_gib * (plan.memory_factor if plan.memory_at is not None
                                   and i >= plan.memory_at else 1.0)
     kv_gib = -1.0 if plan.oom_at is not None and i >= plan.oom_at else plan.budget_gib - weights
+    kernel = plan.kernel_at is not None and i >= plan.kernel_at
+    base_ms = plan.step_ms * (plan.slow_factor if slow else 1.0)
     check = t.BROKEN_CHECK.format(message="CMake 3.31 or newer is required") if broken else ""
-    return {
+    files = {
         "pyproject.toml": t.PYPROJECT.format(version=version),
         "_build/backend.py": t.BACKEND.format(check=check),
         "vllm/__init__.py": t.INIT,
         "vllm/version.py": t.VERSION.format(version=version),
         "vllm/config/__init__.py": "",
         "vllm/config/engine.py": t.ENGINE_CONFIG.format(
-            step_ms=round(plan.step_ms * (plan.slow_factor if slow else 1.0)
-                          * (plan.slow2_factor if plan.slow2_at is not None
-                             and i >= plan.slow2_at and not fixed else 1.0), 3),
+            step_ms=round(base_ms * (plan.slow2_factor if plan.slow2_at is not None
+                                     and i >= plan.slow2_at and not fixed else 1.0)
+                          * (1.0 + plan.kernel_effect if kernel else 1.0), 3),
             prefill_ms=round(plan.prefill_ms * (plan.ttft_factor if plan.ttft_at is not None
                                                 and i >= plan.ttft_at else 1.0), 3),
             weights_gib=round(weights, 3), kv_cache_gib=round(kv_gib, 3),
@@ -141,6 +157,15 @@ def _files(plan: HistoryPlan, i: int) -> dict[str, str]:
         "vllm/entrypoints/cli/__init__.py": "",
         "vllm/entrypoints/cli/main.py": t.CLI_MAIN,
     }
+    if plan.kernel_at is not None:
+        kernels, gap = kernel_table(base_ms, plan.kernel_change if kernel else None,
+                                    plan.kernel_name, plan.kernel_effect)
+        files["vllm/v1/__init__.py"] = files["vllm/v1/worker/__init__.py"] = ""
+        files["vllm/v1/worker/step_profile.py"] = t.STEP_PROFILE.format(
+            kernels=pformat(list(kernels)), gap=gap)
+    if plan.profiler_config_from is not None and i >= plan.profiler_config_from:
+        files["vllm/config/profiler.py"] = t.PROFILER_CONFIG
+    return files
 
 
 def generate_history(path: Path, plan: HistoryPlan) -> History:
@@ -169,6 +194,8 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
             subject = CAP_SUBJECT
         elif i == plan.slow_at:
             subject = SLOW_SUBJECT
+        elif i == plan.kernel_at:
+            subject = KERNEL_SUBJECT
         elif i == plan.gen_cap_at:
             subject = GEN_CAP_SUBJECT
         elif i == plan.wrong_output_at:
@@ -219,6 +246,8 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
             planted["itl"] = c.hexsha
         if i == plan.slow2_at:
             planted["itl2"] = c.hexsha
+        if i == plan.kernel_at:
+            planted["kernel"] = c.hexsha
         if i == plan.gen_cap_at:
             planted["gen_config_length"] = c.hexsha
         if i == plan.wrong_output_at:

@@ -31,6 +31,7 @@ from vllm_bisect.sim.engine import (
 )
 from vllm_bisect.sim.http import Request, Responder, start
 from vllm_bisect.sim.metrics import EngineMetrics
+from vllm_bisect.sim.profiler import SimProfiler
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class SimServer:
         self.decoding = 0
         self.cold_stalls_left = cfg.cold_stalls if cfg.cold_stall_s > 0 else 0
         self.paused_until = 0.0
+        self.profiler = SimProfiler(cfg, self.level, str(os.getpid())) if cfg.profiler_dir else None
 
     # -- routing -----------------------------------------------------------------------
     async def handle(self, req: Request, resp: Responder) -> None:
@@ -80,6 +82,9 @@ class SimServer:
             await self.generate(req, resp, chat=True)
         elif route == ("POST", "/tokenize"):
             await self.tokenize(req, resp)
+        elif self.profiler is not None and route in {("POST", "/start_profile"),
+                                                     ("POST", "/stop_profile")}:
+            await self.profiler.handle(req.path, resp)
         elif req.path in {"/health", "/v1/models", "/version", "/metrics", "/v1/completions",
                           "/v1/chat/completions", "/tokenize"}:
             await resp.send_json(405, {"detail": "Method Not Allowed"})
@@ -198,6 +203,8 @@ class SimServer:
                                for j in range(step.tokens))
                 done += step.tokens
                 self.tokens_emitted += step.tokens
+                if self.profiler is not None:
+                    self.profiler.record(i == 0, prompt_tokens if i == 0 else 1 + self.cfg.spec_k)
                 now = time.monotonic()
                 if i == 0:
                     ttft = now - t0
@@ -321,6 +328,9 @@ async def serve(cfg: SimConfig, host: str, port: int) -> None:
     else:
         vlog("INFO", "core.py:114", f"Initializing a V1 LLM engine (v{cfg.version}) with config: "
              f"model={cfg.model!r}, speculative_config=None")
+    if cfg.profiler_dir:
+        vlog("INFO", "wrapper.py:160", "Torch profiling enabled. Traces will be saved to: "
+             f"{cfg.profiler_dir}")
     await asyncio.sleep(cfg.startup_delay_s)
     if not log_memory(cfg):
         sys.exit(1)

@@ -166,6 +166,12 @@ def main():
     s.add_argument("--generation-config", default="auto")
     s.add_argument("--max-model-len", type=int, default=8192)
     s.add_argument("--seed", type=int, default=None)
+    try:  # vLLM's ProfilerConfig (vllm/config/profiler.py): where the commit has it
+        from vllm.config import profiler as prof
+    except ImportError:
+        prof = None
+    if prof is not None:
+        s.add_argument("--profiler-config", default=None)
     for extra in os.environ.get("VLLM_BISECT_SIM_PATH", "").split(os.pathsep):
         if extra and extra not in sys.path:
             sys.path.append(extra)
@@ -174,13 +180,26 @@ def main():
 
         return bench.main(sys.argv[3:])
     args, unknown = ap.parse_known_args()
+    if any(u.startswith("--profiler-config") for u in unknown):
+        ap.error("unrecognized arguments: " + " ".join(unknown))
     from vllm_bisect.sim.engine import SimConfig
+    from vllm_bisect.sim.profile_trace import kernel_table
     from vllm_bisect.sim.server import run
 
     spec_k = 0
     if args.speculative_config:
         spec_k = int(json.loads(args.speculative_config).get("num_speculative_tokens", 1))
     use_gen = args.generation_config != "vllm"
+    profile = json.loads(getattr(args, "profiler_config", None) or "{}")
+    if profile.get("profiler") == "torch":
+        profiler_dir, gz = profile["torch_profiler_dir"], profile.get("torch_profiler_use_gzip", True)
+    else:  # before --profiler-config: the VLLM_TORCH_PROFILER_DIR environment variable
+        profiler_dir, gz = (os.environ.get("VLLM_TORCH_PROFILER_DIR") or None), True
+    try:  # the commit's decode-step kernel table, where it has one
+        from vllm.v1.worker import step_profile
+        kernels, gap = tuple(step_profile.DECODE_KERNELS), step_profile.HOST_GAP_US
+    except ImportError:
+        kernels, gap = kernel_table(engine.DECODE_STEP_MS, None, "", 0.0)
     cfg = SimConfig(
         model=args.model,
         version=version.__version__,
@@ -199,6 +218,10 @@ def main():
         seed=args.seed,
         weights_gib=getattr(engine, "WEIGHTS_GIB", 16.0),
         kv_cache_gib=getattr(engine, "KV_CACHE_GIB", 40.0),
+        kernels=tuple(tuple(k) for k in kernels),
+        host_gap_us=gap,
+        profiler_dir=profiler_dir,
+        profiler_gzip=bool(gz),
         # (only when set: a simulator package from before server_cv still runs the rest)
         **({"server_cv": server_cv} if (server_cv := getattr(engine, "SERVER_LEVEL_CV", 0.0))
            else {}),
@@ -208,6 +231,22 @@ def main():
 
 if __name__ == "__main__":
     main()
+'''
+
+STEP_PROFILE = '''\
+"""Decode-step composition (synthetic): the GPU kernels one decode step launches."""
+
+# (kernel name, microseconds per launch, launches per decode step)
+DECODE_KERNELS = {kernels}
+# Host time between two decode steps, while the GPU idles, in microseconds.
+HOST_GAP_US = {gap}
+'''
+
+PROFILER_CONFIG = '''\
+"""Profiler configuration (synthetic): ``--profiler-config \'{"profiler": "torch",
+"torch_profiler_dir": DIR}\'`` replaces the VLLM_TORCH_PROFILER_DIR variable."""
+
+PROFILERS = ("torch", "cuda")
 '''
 
 KERNEL_SOURCE = """\

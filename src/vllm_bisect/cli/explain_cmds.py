@@ -1,0 +1,104 @@
+"""``vllm-bisect explain SESSION``: why the culprit is slower (:mod:`vllm_bisect.explain`):
+its torch profile against its parent's, and the two endpoints' environments side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from vllm_bisect.cli.app import VerboseOpt, command, err, out, print_json, setup_logging, user_errors
+
+SessionArg = Annotated[Path, typer.Argument(help="a finished bisect session directory")]
+
+
+def _cache_dir(session: Path, given: Path | None) -> Path:
+    from vllm_bisect.bisect.session import default_cache_dir, stored_meta
+
+    if given is not None:
+        return given
+    remembered = stored_meta(session, "cache_dir") if (session / "journal.sqlite").exists() \
+        else None
+    return Path(remembered) if remembered else default_cache_dir()
+
+
+def run_explain(session: Path, cache_dir: Path | None, servers_per_side: int | None,
+                culprit: str | None = None) -> dict[str, Any]:
+    """Profile and diff (progress on stderr); the ``explain`` document."""
+    from vllm_bisect.bisect.session import stored_spec
+    from vllm_bisect.errors import FatalError
+    from vllm_bisect.explain.run import explain_session
+
+    if not (session / "journal.sqlite").exists():
+        raise FatalError(f"{session} is not a bisect session (no journal.sqlite)",
+                         hint="explain follows a finished `vllm-bisect run --session DIR`")
+    k = servers_per_side or stored_spec(session).explain.servers_per_side
+    err().print(f"[bold]explain:[/] profiling the culprit and its parent, {k} server(s) each")
+    return explain_session(session, _cache_dir(session, cache_dir), k,
+                           on_phase=lambda msg: err().print(f"[dim]  {msg}[/]"),
+                           culprit_ref=culprit)
+
+
+def print_explain(doc: dict[str, Any], session: Path) -> None:
+    from rich.markup import escape
+
+    from vllm_bisect.explain.report import explain_lines
+
+    for line in explain_lines(doc):
+        out().print(escape(line), highlight=False)
+    out().print(f"\nreport   {session / 'report.md'}")
+
+
+@command("explain")
+def explain_cmd(
+    session: SessionArg,
+    servers_per_side: Annotated[int | None, typer.Option(
+        min=1, max=8, help="profiled servers per side (default: the spec's "
+                           "explain.servers_per_side, 2)")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
+    culprit: Annotated[str | None, typer.Option(
+        help="explain this commit against its parent (default: the session's culprit)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Why is the culprit slower? Profile it and its parent with vLLM's torch profiler
+    (2 servers each), diff the kernels, host ops and idle gaps per decode step, and compare
+    the two endpoints' packages and VLLM_* variables."""
+    setup_logging(verbose)
+    with user_errors():
+        doc = run_explain(session, cache_dir, servers_per_side, culprit)
+    if as_json:
+        print_json(json.dumps(doc))
+    else:
+        print_explain(doc, session)
+
+
+SPEED_SYMPTOMS = ("itl", "throughput", "mtp-speedup")
+
+
+def after_run(spec: Any, session: Path, cache_dir: Path | None, quiet: bool) -> None:
+    """The end of ``run``: explain the culprit now (``explain.profile = true``), else offer
+    it for the speed symptoms. A failed explain leaves the bisect's result as it is."""
+    import shlex
+
+    from vllm_bisect.errors import BisectError
+
+    doc = json.loads((session / "result.json").read_text()) if (
+        session / "result.json").exists() else {}
+    if not doc.get("first_bad"):
+        return
+    if spec.explain.profile:
+        try:
+            found = run_explain(session, cache_dir, None)
+        except BisectError as e:
+            err().print(f"[yellow]explain failed:[/] {e.message}" +
+                        (f" ({e.hint})" if e.hint else ""))
+            return
+        if not quiet:
+            print_explain(found, session)
+    elif str(spec.verdict.symptom) in SPEED_SYMPTOMS:
+        err().print("[dim]why is it slower? profile the culprit against its parent (4 server "
+                    f"starts): vllm-bisect explain {shlex.quote(str(session))}[/]")

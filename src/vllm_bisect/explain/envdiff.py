@@ -1,0 +1,139 @@
+"""The two endpoints' environments side by side: installed packages, ``VLLM_*`` variables as
+the server logged them (or was given them), CUDA, driver and GPU clocks where available.
+
+Packages are read from the artifact's venv without running anything (each distribution's
+``*.dist-info`` metadata in its site-packages). An image's packages are not listed here
+(that needs one more container start per side); a command or URL artifact has no
+environment vllm-bisect can see.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vllm_bisect.builders import Artifact, ArtifactKind
+
+# packages whose change moves kernels under vLLM: a change here is a dependency's, not vLLM's
+NOTABLE = ("torch", "flashinfer", "triton", "xformers", "cuda", "nvidia-", "cupy", "deep-gemm",
+           "deep_gemm", "vllm-flash-attn", "transformers")
+LOGGED_VAR = re.compile(r"\b(VLLM_[A-Z0-9_]+)=(\S+)")
+LOGGED_ITEM = re.compile(r"'(VLLM_[A-Z0-9_]+)':\s*'([^']*)'")
+SMI_FIELDS = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm"
+
+
+@dataclass(frozen=True)
+class SideEnv:
+    packages: dict[str, str] | None
+    vllm_vars: dict[str, str]
+    gpu: dict[str, str] | None
+    notes: list[str] = field(default_factory=list)
+
+
+def venv_packages(venv: Path) -> dict[str, str]:
+    """name -> version of every distribution in the venv's site-packages."""
+    out: dict[str, str] = {}
+    for sp in sorted(venv.glob("lib/python*/site-packages")):
+        for dist in importlib.metadata.distributions(path=[str(sp)]):
+            name = dist.metadata["Name"]
+            if name:
+                out[str(name).lower().replace("_", "-")] = dist.version
+    return out
+
+
+def artifact_packages(artifact: Artifact) -> tuple[dict[str, str] | None, str | None]:
+    """The artifact's packages, or None and why not."""
+    if artifact.venv is not None and artifact.venv.is_dir():
+        return venv_packages(artifact.venv), None
+    if artifact.kind is ArtifactKind.IMAGE:
+        return None, (f"image {artifact.image}: packages not listed (one more container start "
+                      f"per side); compare with `docker run --rm --entrypoint pip "
+                      f"{artifact.image} list`")
+    return None, f"a {artifact.kind.value} artifact: its packages are not visible"
+
+
+def logged_vars(log_text: str, given: dict[str, str]) -> dict[str, str]:
+    """``VLLM_*`` variables the server logged, over those it was given."""
+    out = {k: v for k, v in given.items() if k.startswith("VLLM_")}
+    for rx in (LOGGED_VAR, LOGGED_ITEM):
+        out.update({m.group(1): m.group(2) for m in rx.finditer(log_text)})
+    out.pop("VLLM_BISECT_SESSION", None)
+    return out
+
+
+def gpu_info() -> dict[str, str] | None:
+    """GPU name, driver and clocks from nvidia-smi (the first GPU); None without one."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        line = subprocess.run([smi, f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20, check=True
+                              ).stdout.splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+    return dict(zip(SMI_FIELDS.split(","), (x.strip() for x in line.split(",")), strict=False))
+
+
+def _changes(a: dict[str, str], b: dict[str, str]) -> list[dict[str, str | None]]:
+    return [{"name": k, "parent": a.get(k), "culprit": b.get(k)}
+            for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def env_diff(parent: SideEnv, culprit: SideEnv) -> dict[str, Any]:
+    """What differs between the sides, and whether more than vLLM itself moved."""
+    pkgs = (_changes(parent.packages, culprit.packages)
+            if parent.packages is not None and culprit.packages is not None else None)
+    beyond = sorted(str(c["name"]) for c in pkgs or []
+                    if c["name"] != "vllm" and str(c["name"]).startswith(NOTABLE))
+    torch = {side: (env.packages or {}).get("torch")
+             for side, env in (("parent", parent), ("culprit", culprit))}
+    return {
+        "packages": pkgs,
+        "packages_total": {"parent": len(parent.packages or {}),
+                           "culprit": len(culprit.packages or {})},
+        "beyond_vllm": beyond,
+        "vllm_vars": _changes(parent.vllm_vars, culprit.vllm_vars),
+        "vllm_vars_parent": parent.vllm_vars,
+        "torch": torch,
+        "gpu": {"parent": parent.gpu, "culprit": culprit.gpu},
+        "notes": sorted(set(parent.notes) | set(culprit.notes)),
+    }
+
+
+def env_lines(doc: dict[str, Any]) -> list[str]:
+    """The diff as Markdown lines (the CLI prints them; the report embeds them)."""
+    out = []
+    pkgs = doc.get("packages")
+    if pkgs is None:
+        out.append("- Packages: not compared (" + "; ".join(doc.get("notes") or ["unknown"]) + ")")
+    elif not pkgs:
+        out.append("- Packages: the same versions on both sides")
+    else:
+        out.append("- Packages that differ: " + ", ".join(
+            f"`{c['name']}` {c['parent'] or '(absent)'} -> {c['culprit'] or '(absent)'}"
+            for c in pkgs[:20]) + (f" (and {len(pkgs) - 20} more)" if len(pkgs) > 20 else ""))
+    if doc.get("beyond_vllm"):
+        out.append("- **The endpoints differ in more than vLLM itself** (" +
+                   ", ".join(f"`{n}`" for n in doc["beyond_vllm"]) +
+                   "): a dependency may explain the change; `vllm-bisect deps SESSION` tells a "
+                   "dependency from vLLM code.")
+    vars_ = doc.get("vllm_vars") or []
+    out.append("- `VLLM_*` variables: " + (", ".join(
+        f"`{c['name']}` {c['parent']} -> {c['culprit']}" for c in vars_) if vars_ else
+        "the same on both sides"))
+    torch = doc.get("torch") or {}
+    if torch.get("parent") or torch.get("culprit"):
+        out.append(f"- torch (its CUDA build after the +): parent {torch.get('parent')}, "
+                   f"culprit {torch.get('culprit')}")
+    gpu = doc.get("gpu") or {}
+    if gpu.get("parent") or gpu.get("culprit"):
+        out.append(f"- GPU: parent {gpu.get('parent')}, culprit {gpu.get('culprit')}")
+    else:
+        out.append("- GPU, driver, clocks: no nvidia-smi on this host")
+    return out

@@ -1,0 +1,115 @@
+"""Serve one commit with vLLM's torch profiler on and run the session's probe between
+``POST /start_profile`` and ``POST /stop_profile``.
+
+:func:`profiled_run` is the only place ``explain`` starts a server: it goes through the
+bisect's own evaluator (artifact, launch plan, teardown, logs) with the profiler's flags and
+environment added to ``serve``. Re-point this one function when the runtime's launcher
+seam changes.
+
+Which switch a commit takes (vLLM's source, ``vllm/config/profiler.py`` and
+``entrypoints/serve/profile/api_router.py``): where the commit has ``ProfilerConfig``,
+``--profiler-config '{"profiler": "torch", "torch_profiler_dir": DIR}'`` (DIR absolute);
+before it, the ``VLLM_TORCH_PROFILER_DIR=DIR`` environment variable. The two routes exist
+only when a profiler is configured, and answer 200.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import git
+import httpx
+
+from vllm_bisect.bisect.evaluate import Evaluator
+from vllm_bisect.bisect.executor import local_slots
+from vllm_bisect.bisect.probe_steps import EvalCall, ProbeStep
+from vllm_bisect.builders import Builder
+from vllm_bisect.errors import ProbeError
+from vllm_bisect.models import Evaluation, Measurement
+from vllm_bisect.runtime.base import ServerHandle
+from vllm_bisect.spec import BisectSpec
+
+# where vLLM's ProfilerConfig lives (the later layout keeps the first as a compat shim)
+PROFILER_CONFIG_FILES = ("vllm/config/profiler.py", "vllm/foundation/config/profiler.py")
+STOP_TIMEOUT_S = 1800.0  # vLLM flushes (and gzips) the trace before /stop_profile answers
+
+
+@dataclass(frozen=True)
+class ProfilerSwitch:
+    """How one server gets the profiler: extra ``vllm serve`` args and env."""
+
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return " ".join([*(f"{k}={v}" for k, v in self.env.items()), *self.args])
+
+
+def profiler_switch(repo: git.Repo | None, commit: str, trace_dir: Path) -> ProfilerSwitch:
+    """The flag where the commit's source has ``ProfilerConfig``, else the env variable
+    (also when the source cannot be read: older vLLM ignores an unknown variable, but
+    exits on an unknown flag)."""
+    directory = str(trace_dir.absolute())
+    if repo is not None and any(_has(repo, commit, f) for f in PROFILER_CONFIG_FILES):
+        cfg = {"profiler": "torch", "torch_profiler_dir": directory,
+               "torch_profiler_with_stack": False}
+        return ProfilerSwitch(args=["--profiler-config", json.dumps(cfg)])
+    return ProfilerSwitch(env={"VLLM_TORCH_PROFILER_DIR": directory})
+
+
+def _has(repo: git.Repo, commit: str, path: str) -> bool:
+    try:
+        repo.git.cat_file("-e", f"{commit}:{path}")
+    except git.GitCommandError:
+        return False
+    return True
+
+
+class Profiled:
+    """The probe's steps between start and stop of the profiler."""
+
+    def __init__(self, inner: list[ProbeStep]) -> None:
+        self.inner = inner
+
+    def _post(self, server: ServerHandle, route: str, timeout: float) -> None:
+        try:
+            r = httpx.post(server.url.rstrip("/") + route, timeout=timeout)
+        except httpx.HTTPError as err:
+            raise ProbeError(f"POST {route}: {err}") from None
+        if r.status_code == 404:
+            raise ProbeError(f"POST {route} answered 404: the server runs without a profiler",
+                             hint="the server ignored the profiler switch (see its log)")
+        if r.status_code != 200:
+            raise ProbeError(f"POST {route} answered {r.status_code}: {r.text[:200]}")
+
+    def run(self, call: EvalCall, server: ServerHandle, m: Measurement | None) -> Measurement:
+        call.say("profiler on (POST /start_profile)")
+        self._post(server, "/start_profile", 120.0)
+        try:
+            for step in self.inner:
+                m = step.run(call, server, m)
+        except BaseException:
+            with contextlib.suppress(ProbeError):  # the probe's own error is the one to tell
+                self._post(server, "/stop_profile", STOP_TIMEOUT_S)
+            raise
+        call.say("profiler off (POST /stop_profile), writing the trace")
+        self._post(server, "/stop_profile", STOP_TIMEOUT_S)
+        assert m is not None
+        return m
+
+
+def profiled_run(spec: BisectSpec, builder: Builder, commit: str, switch: ProfilerSwitch,
+                 log_dir: Path) -> Evaluation:
+    """Start one server of ``commit`` with ``switch`` and probe it under the profiler (the
+    MTP speed-up's second, non-speculative server is left out: the profile is of the
+    server the probe measures)."""
+    serve = spec.serve.model_copy(update={"args": [*spec.serve.args, *switch.args],
+                                          "env": {**spec.serve.env, **switch.env}})
+    probe = spec.probe.model_copy(update={"mtp_speedup": None})
+    ev = Evaluator(spec.model_copy(update={"serve": serve, "probe": probe}), builder, log_dir)
+    ev.steps = [Profiled(ev.steps)]
+    slots = local_slots(spec)  # the bisect's first worker's GPUs (explain runs alone)
+    return ev.evaluate(commit, devices=slots[0].devices if slots and slots[0].devices else None)

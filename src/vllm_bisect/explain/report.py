@@ -1,0 +1,90 @@
+"""The ``explain`` section of report.md/html: the step totals, the deltas beyond the
+run-to-run spread, the plot, where the raw traces are, and the environment diff."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm_bisect.explain.diff import TOTALS
+from vllm_bisect.explain.envdiff import env_lines
+
+LABELS = {"step:gpu_busy": "GPU busy (all kernels)", "step:gpu_idle": "GPU idle between steps",
+          "step:host": "host time of the step", "step:launches": "kernel launches",
+          "step:gpu_level": "every kernel alike (GPU clocks, or a GPU-wide change)"}
+WHAT = {"kernel": "GPU kernel", "cpu_op": "CPU op", "step": "step"}
+
+
+def _num(key: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1f}" if key == "step:launches" else f"{v / 1000:.3f} ms"
+
+
+def _change(d: dict[str, Any]) -> str:
+    if d["kind"] in ("new", "gone"):
+        return f"{d['kind']} ({d['diff'] / 1000:+.3f} ms)"
+    r = d.get("ratio")
+    return f"{(r - 1) * 100:+.1f}%" if r else f"{d['diff']:+.1f}"
+
+
+def _kind_change(d: dict[str, Any]) -> str:
+    return f"**{_change(d)}**" if d["kind"] in ("new", "gone") else \
+        f"**{d['kind']}** {_change(d)}"
+
+
+def _per_token(doc: dict[str, Any]) -> list[str]:
+    """Output tokens per decode step (1 + accepted drafts under MTP), and the GPU busy time
+    per output token, where the probe's tokens are known."""
+    tps = doc.get("tokens_per_step") or {}
+    means = {}
+    for side in ("parent", "culprit"):
+        vals = [v for v in tps.get(side, []) if v]
+        if not vals:
+            return []
+        means[side] = sum(vals) / len(vals)
+    busy = next((d for d in doc["totals"] if d["key"] == "step:gpu_busy"), None)
+    out = [f"| output tokens per decode step (about) | {means['parent']:.2f} | "
+           f"{means['culprit']:.2f} | {(means['culprit'] / means['parent'] - 1) * 100:+.1f}% |"]
+    if busy:
+        a, b = busy["parent"] / means["parent"], busy["culprit"] / means["culprit"]
+        out.append(f"| GPU busy per output token | {a / 1000:.3f} ms | {b / 1000:.3f} ms | "
+                   f"{(b / a - 1) * 100:+.1f}% |")
+    return out
+
+
+def explain_lines(doc: dict[str, Any]) -> list[str]:
+    k = doc["servers_per_side"]
+    out = ["", "### Why: the culprit's profile against its parent's", "",
+           f"vLLM's torch profiler on {k} server{'s' if k > 1 else ''} per side "
+           f"(`{doc['profiler'].get('culprit', '')}`), the session's probe between "
+           f"`POST /start_profile` and `/stop_profile`; {doc['segmentation']}. "
+           "Numbers are per decode step, averaged over each server's steps, then over servers.",
+           "", "| per decode step | parent | culprit | change |", "|---|---|---|---|"]
+    reported = {d["key"] for d in doc["deltas"]}
+    for d in doc["totals"]:
+        mark = "" if d["key"] in reported or d["key"] in TOTALS else " (within the spread)"
+        out.append(f"| {LABELS.get(d['key'], d['key'])} | {_num(d['key'], d['parent'])} | "
+                   f"{_num(d['key'], d['culprit'])} | {_change(d)}{mark} |")
+    out += _per_token(doc)
+    deltas = doc["deltas"]
+    if deltas:
+        out += ["", "Changes beyond the run-to-run spread (largest first):", "",
+                "| | name | parent | culprit | change | spread |", "|---|---|---|---|---|---|"]
+        for d in deltas[:15]:
+            what, _, name = d["key"].partition(":")
+            label = name if what != "step" else LABELS.get(d["key"], name)
+            out.append(f"| {WHAT.get(what, what)} | `{label}` | "
+                       f"{_num(d['key'], d['parent'])} | {_num(d['key'], d['culprit'])} | "
+                       f"{_kind_change(d)} | {_num(d['key'], d['spread'])} |")
+        top = deltas[0]
+        what, _, name = top["key"].partition(":")
+        out += ["", f"Largest: {WHAT.get(what, what)} `{LABELS.get(top['key'], name)}`, "
+                    f"{_kind_change(top)} per decode step."]
+    else:
+        out += ["", "No kernel, host op or idle gap moved beyond the run-to-run spread."]
+    out += [f"({doc['within_spread']} other numbers moved within the spread; not shown.)", "",
+            f"![change per decode step]({doc['plot']})", "",
+            "Raw traces (open in https://ui.perfetto.dev): " +
+            ", ".join(f"`{p}`" for side in ("parent", "culprit") for p in doc["traces"][side]),
+            "", "Environment of the two endpoints:", "", *env_lines(doc["environment"])]
+    return out

@@ -1,0 +1,124 @@
+"""``explain``: profile the culprit against its parent and diff the two endpoints' setups.
+
+Cost: ``servers_per_side`` server starts per side (2 by default, 4 in all), interleaved
+parent, culprit, parent, culprit so that a slow drift of the host does not fall on one side.
+Everything lands in the session: raw traces under ``explain/traces/<side>-<n>/`` (open them
+in https://ui.perfetto.dev), server logs under ``explain/logs/``, the plot
+``explain/deltas.svg``, and the ``explain`` key of result.json (then report.md/html again).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vllm_bisect.builders import make_builder
+from vllm_bisect.builders.base import prepare
+from vllm_bisect.errors import ProbeError
+from vllm_bisect.explain.diff import profile_diff
+from vllm_bisect.explain.envdiff import SideEnv, artifact_packages, env_diff, gpu_info, logged_vars
+from vllm_bisect.explain.launch import profiled_run, profiler_switch
+from vllm_bisect.explain.plot import deltas_svg
+from vllm_bisect.explain.trace import TraceSummary, summarize, worker_trace
+from vllm_bisect.models import EvalStatus, Evaluation
+from vllm_bisect.spec import BisectSpec
+
+logger = logging.getLogger(__name__)
+
+OnPhase = Callable[[str], None]
+SIDES = ("parent", "culprit")
+
+
+def _side_env(spec: BisectSpec, builder: Any, sha: str, log: Path) -> SideEnv:
+    artifact = prepare(builder, sha)
+    packages, note = artifact_packages(artifact)
+    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+    given = {**artifact.env, **spec.serve.env}
+    found = logged_vars(text, given)
+    found.pop("VLLM_TORCH_PROFILER_DIR", None)  # ours, a different folder per server
+    return SideEnv(packages=packages, vllm_vars=found, gpu=gpu_info(),
+                   notes=[note] if note else [])
+
+
+def tokens_per_step(spec: BisectSpec, ev: Evaluation, steps: int) -> float | None:
+    """Output tokens per decode step in the profiled window (about: the warmup requests are
+    taken to be like the measured ones); None when the probe ran more than the decode
+    requests (a load grid, a benchmark)."""
+    m = ev.measurement
+    if m is None or not m.requests or steps <= 0 or spec.probe.load is not None \
+            or spec.probe.bench is not None:
+        return None
+    per = statistics.fmean(max(0, r.output_tokens - 1) for r in m.requests)
+    return round(per * (len(m.requests) + spec.probe.warmup) / steps, 3)
+
+
+def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
+                    on_phase: OnPhase | None = None, culprit_ref: str | None = None
+                    ) -> dict[str, Any]:
+    """Profile, diff, save into the session; returns the ``explain`` document.
+    ``culprit_ref``: another commit than the session's culprit (against its parent)."""
+    from vllm_bisect.isolate.runner import target
+
+    say = on_phase or (lambda _msg: None)
+    spec, repo, culprit, parent = target(session, None, culprit_ref)
+    base = session / "explain"
+    builder = make_builder(spec, repo, cache_dir, base / "logs")
+    shas = {"parent": parent, "culprit": culprit}
+    summaries: dict[str, list[TraceSummary]] = {s: [] for s in SIDES}
+    per_step: dict[str, list[float | None]] = {s: [] for s in SIDES}
+    switches: dict[str, str] = {}
+    logs: dict[str, Path] = {}
+    for n in range(1, servers_per_side + 1):
+        for side in SIDES:
+            sha = shas[side]
+            trace_dir = base / "traces" / f"{side}-{n}"
+            shutil.rmtree(trace_dir, ignore_errors=True)
+            switch = profiler_switch(repo, sha, trace_dir)
+            switches[side] = switch.describe().replace(str(trace_dir.absolute()), "DIR")
+            say(f"{side} {sha[:12]}, server {n}/{servers_per_side}: {switches[side]}")
+            log_dir = base / "logs" / f"{side}-{n}"
+            ev = profiled_run(spec, builder, sha, switch, log_dir)
+            if ev.status is not EvalStatus.MEASURED:
+                raise ProbeError(f"profiling the {side} ({sha[:12]}), server {n}: {ev.reason}",
+                                 log_tail=ev.log_tail or "")
+            logs.setdefault(side, log_dir / f"serve-{sha[:12]}.log")
+            summaries[side].append(summarize(worker_trace(trace_dir)))
+            per_step[side].append(tokens_per_step(spec, ev, summaries[side][-1].steps))
+    diff = profile_diff(summaries["parent"], summaries["culprit"])
+    envs = {side: _side_env(spec, builder, shas[side], logs[side]) for side in SIDES}
+    svg = base / "deltas.svg"
+    svg.write_text(deltas_svg(diff.deltas[:12]))
+    doc: dict[str, Any] = {
+        "culprit": culprit, "parent": parent, "servers_per_side": servers_per_side,
+        "server_starts": 2 * servers_per_side, "profiler": switches,
+        "segmentation": summaries["culprit"][0].segmentation,
+        "steps": {s: [x.steps for x in summaries[s]] for s in SIDES},
+        "tokens_per_step": per_step,
+        "traces": {s: [str(Path(x.path).relative_to(session)) for x in summaries[s]]
+                   for s in SIDES},
+        "totals": [d.to_dict() for d in diff.totals],
+        "deltas": [d.to_dict() for d in diff.deltas],
+        "within_spread": diff.within_spread,
+        "plot": str(svg.relative_to(session)),
+        "environment": env_diff(envs["parent"], envs["culprit"]),
+    }
+    _save(session, doc)
+    return doc
+
+
+def _save(session: Path, doc: dict[str, Any]) -> None:
+    path = session / "result.json"
+    if not path.exists():
+        (session / "explain.json").write_text(json.dumps(doc, indent=2))
+        return
+    res = json.loads(path.read_text())
+    res["explain"] = doc
+    path.write_text(json.dumps(res, indent=2))
+    from vllm_bisect.bisect.runner import write_reports
+
+    write_reports(session)

@@ -1,0 +1,84 @@
+"""``explain`` through the real CLI on the simulator: a synthetic history with a planted
+kernel-level change, bisected, then explained."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import history, make_spec, write_spec
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "vllm_bisect.cli", *args], capture_output=True,
+                          text=True, timeout=600)
+
+
+ITL = {"symptom": "itl", "itl_factor": 1.5, "strategy": "threshold"}
+
+
+def test_bisect_then_explain_names_the_new_kernel(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=6, kernel_at=4, kernel_change="new",
+                kernel_name="_rms_norm_gated_kernel", kernel_effect=1.0, step_ms=10.0,
+                profiler_config_from=0)
+    spec = write_spec(tmp_path / "spec.toml", make_spec(h, verdict=ITL,
+                                                        probe={"max_tokens": 60, "requests": 3}))
+    s, c = str(tmp_path / "s"), str(tmp_path / "c")
+    r = cli("run", "--spec", str(spec), "--session", s, "--cache-dir", c)
+    assert r.returncode == 0, r.stderr
+    assert f"vllm-bisect explain {s}" in r.stderr  # offered for an itl culprit
+    assert json.loads((tmp_path / "s" / "result.json").read_text())["first_bad"] \
+        == h.planted["kernel"]
+    r = cli("explain", s, "--cache-dir", c, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["culprit"] == h.planted["kernel"] and doc["server_starts"] == 4
+    assert doc["profiler"]["culprit"].startswith("--profiler-config")
+    top = doc["deltas"][0]
+    assert (top["key"], top["kind"]) == ("kernel:_rms_norm_gated_kernel", "new")
+    # every other kernel stayed within the run-to-run spread
+    assert [d["key"] for d in doc["deltas"] if d["key"].startswith("kernel:")] == [top["key"]]
+    # K = 3 drafts: 1 to 4 tokens per decode step (warmup 0: the window's tokens are known)
+    assert all(1.0 < t <= 4.0 for side in doc["tokens_per_step"].values() for t in side)
+    launches = next(d for d in doc["totals"] if d["key"] == "step:launches")
+    assert launches["culprit"] - launches["parent"] == 1.0
+    for side in ("parent", "culprit"):
+        assert len(doc["traces"][side]) == 2
+        assert all((tmp_path / "s" / p).name.endswith(".pt.trace.json.gz")
+                   for p in doc["traces"][side])
+    assert doc["environment"]["packages"] == [{"name": "vllm", "parent": doc["environment"][
+        "packages"][0]["parent"], "culprit": doc["environment"]["packages"][0]["culprit"]}]
+    assert doc["environment"]["beyond_vllm"] == []
+    report = (tmp_path / "s" / "report.md").read_text()
+    assert "### Why: the culprit's profile against its parent's" in report
+    assert "| GPU busy per output token |" in report
+    assert "`_rms_norm_gated_kernel`" in report and "explain/deltas.svg" in report
+    assert json.loads((tmp_path / "s" / "result.json").read_text())["explain"]["deltas"]
+    assert "<svg" in (tmp_path / "s" / "explain" / "deltas.svg").read_text()
+
+
+def test_profile_at_the_end_of_run_finds_a_host_gap_through_the_env_variable(
+        tmp_path: Path) -> None:
+    # no commit has --profiler-config: the older VLLM_TORCH_PROFILER_DIR switch is used
+    h = history(tmp_path, n_commits=4, kernel_at=2, kernel_change="host-gap",
+                kernel_effect=1.0, step_ms=10.0)
+    spec = write_spec(tmp_path / "spec.toml", make_spec(
+        h, verdict=ITL, probe={"max_tokens": 60, "requests": 3}, explain={"profile": True}))
+    s = str(tmp_path / "s")
+    r = cli("run", "--spec", str(spec), "--session", s, "--cache-dir", str(tmp_path / "c"),
+            "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["first_bad"] == h.planted["kernel"]
+    ex = doc["explain"]
+    assert ex["profiler"]["culprit"] == "VLLM_TORCH_PROFILER_DIR=DIR"
+    assert ex["deltas"][0]["key"] == "step:gpu_idle" and ex["deltas"][0]["kind"] == "slower"
+    assert not any(d["key"].startswith("kernel:") for d in ex["deltas"])
+
+
+def test_explain_outside_a_session_is_clear(tmp_path: Path) -> None:
+    r = cli("explain", str(tmp_path))
+    assert r.returncode == 2
+    assert "is not a bisect session" in r.stderr and "vllm-bisect run" in r.stderr

@@ -1,0 +1,44 @@
+"""The two endpoints' environments: packages from a venv, logged VLLM_* variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vllm_bisect.explain.envdiff import SideEnv, env_diff, env_lines, logged_vars, venv_packages
+
+
+def fake_venv(root: Path, pkgs: dict[str, str]) -> Path:
+    sp = root / "lib" / "python3.11" / "site-packages"
+    for name, ver in pkgs.items():
+        d = sp / f"{name.replace('-', '_')}-{ver}.dist-info"
+        d.mkdir(parents=True)
+        (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {ver}\n")
+    return root
+
+
+def test_packages_are_read_from_the_venv(tmp_path: Path) -> None:
+    v = fake_venv(tmp_path, {"vllm": "0.25.1", "torch": "2.11.0+cu130", "Flash_Infer": "0.4"})
+    assert venv_packages(v) == {"vllm": "0.25.1", "torch": "2.11.0+cu130", "flash-infer": "0.4"}
+
+
+def test_logged_variables_over_the_given_ones() -> None:
+    log = ("INFO envs.py:1] VLLM_USE_V1=1\n"
+           "non-default env: {'VLLM_GDN_DECODE_KERNEL': 'triton', 'OTHER': 'x'}\n")
+    got = logged_vars(log, {"VLLM_USE_V1": "0", "VLLM_BISECT_SESSION": "s", "HOME": "/"})
+    assert got == {"VLLM_USE_V1": "1", "VLLM_GDN_DECODE_KERNEL": "triton"}
+
+
+def test_a_dependency_change_points_to_deps() -> None:
+    a = SideEnv({"vllm": "1", "torch": "2.10", "numpy": "2"}, {"VLLM_X": "1"}, None)
+    b = SideEnv({"vllm": "2", "torch": "2.11", "numpy": "2"}, {"VLLM_X": "2"}, None)
+    d = env_diff(a, b)
+    assert [c["name"] for c in d["packages"]] == ["torch", "vllm"]
+    assert d["beyond_vllm"] == ["torch"]
+    assert d["vllm_vars"] == [{"name": "VLLM_X", "parent": "1", "culprit": "2"}]
+    text = "\n".join(env_lines(d))
+    assert "more than vLLM itself" in text and "vllm-bisect deps SESSION" in text
+    assert "torch (its CUDA build after the +): parent 2.10, culprit 2.11" in text
+    only_vllm = env_diff(SideEnv({"vllm": "1"}, {}, None), SideEnv({"vllm": "2"}, {}, None))
+    assert only_vllm["beyond_vllm"] == [] and "more than" not in "\n".join(env_lines(only_vllm))
+    unknown = env_diff(SideEnv(None, {}, None, ["an image"]), SideEnv(None, {}, None))
+    assert unknown["packages"] is None and "not compared (an image)" in env_lines(unknown)[0]
