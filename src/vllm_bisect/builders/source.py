@@ -3,8 +3,13 @@
 uv is used when it is available (``uv venv`` + ``uv pip install``), else ``python -m venv``
 and pip. With ``precompiled = true`` (real vLLM, Python-only commits) the install runs with
 ``VLLM_USE_PRECOMPILED=1`` and ``VLLM_PRECOMPILED_WHEEL_COMMIT=<full sha>``, reusing the
-compiled parts of that commit's wheel. A venv is marked complete only after a successful
-install, so an interrupted build is redone, and a complete one is reused.
+compiled parts of that commit's wheel; with ``wheel_location`` a local wheel serves every
+commit (``VLLM_PRECOMPILED_WHEEL_LOCATION``, a slim uncompressed copy made once:
+builders/local_wheel.py), and a commit that changed compiled sources since ``wheel_commit``
+is a skip. ``reuse_installed`` builds against the interpreter's own packages (the installed
+torch: ``--system-site-packages``, no build isolation, ``--no-deps``), as vLLM's "use an
+existing PyTorch" workflow does. A venv is marked complete only after a successful install,
+so an interrupted build is redone, and a complete one is reused.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import BinaryIO
 
 from vllm_bisect.builders.base import Artifact, ArtifactKind
 from vllm_bisect.builders.checkout import Checkouts
+from vllm_bisect.builders.local_wheel import PRETEND_ENV, pretend_version, slim_wheel, wheel_release
 from vllm_bisect.builders.precompiled import BuildMode, SourcePlan, plan_source_build
 from vllm_bisect.errors import ArtifactUnavailable, BuildError, ToolMissing
 from vllm_bisect.runtime.childenv import child_env
@@ -68,6 +74,8 @@ class SourceBuilder:
         self.spec = spec
         self.log_dir = log_dir
         self.timeout_s = timeout_s
+        self.cache_dir = cache_dir
+        self._slim: Path | None = None
         key = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:10]
         self.venv_root = cache_dir / "venvs" / key
         self.uv = find_uv() if use_uv in (None, True) else None
@@ -93,12 +101,7 @@ class SourceBuilder:
         shutil.rmtree(venv, ignore_errors=True)
         log = self.log_dir / f"build-{commit[:12]}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        env = child_env()  # an allowlist: no credentials reach setup.py
-        if plan is not None and plan.mode is BuildMode.PRECOMPILED and plan.base is not None:
-            env["VLLM_USE_PRECOMPILED"] = "1"
-            env["VLLM_PRECOMPILED_WHEEL_COMMIT"] = plan.base
-            if self.spec.variant not in ("auto", "default"):
-                env["VLLM_PRECOMPILED_WHEEL_VARIANT"] = self.spec.variant
+        env = self._build_env(commit, plan)
         python = find_python(self.spec.python) if self.spec.python or not self.uv else sys.executable
         with open(log, "wb") as out:
             self._run(self._venv_cmd(python, venv), out, checkout, env, log, commit)
@@ -107,17 +110,49 @@ class SourceBuilder:
         (venv / DONE_MARK).write_text(f"{commit}\n{how}\n")
         return self._artifact(commit, checkout, venv, cached=False)
 
+    def _build_env(self, commit: str, plan: SourcePlan | None) -> dict[str, str]:
+        env = child_env()  # an allowlist: no credentials reach setup.py
+        if plan is None or plan.mode is not BuildMode.PRECOMPILED or plan.base is None:
+            return env
+        env["VLLM_USE_PRECOMPILED"] = "1"
+        if self.spec.wheel_location is not None:
+            env["VLLM_PRECOMPILED_WHEEL_LOCATION"] = self._wheel_location()
+            version = pretend_version(self.checkouts.repo, commit,
+                                      wheel_release(self.spec.wheel_location))
+            if version is not None:  # a history without tags: not setuptools-scm's 0.1.devN
+                env[PRETEND_ENV] = version
+            return env
+        env["VLLM_PRECOMPILED_WHEEL_COMMIT"] = plan.base
+        if self.spec.variant not in ("auto", "default"):
+            env["VLLM_PRECOMPILED_WHEEL_VARIANT"] = self.spec.variant
+        return env
+
+    def _wheel_location(self) -> str:
+        loc = self.spec.wheel_location
+        assert loc is not None
+        if "://" in loc and not loc.startswith("file://"):
+            return loc  # a URL: setup.py downloads it
+        path = Path(loc.removeprefix("file://")).expanduser()
+        if self._slim is None:
+            self._slim = slim_wheel(path, self.cache_dir)
+        return str(self._slim)
+
     def _venv_cmd(self, python: str, venv: Path) -> list[str]:
+        shared = ["--system-site-packages"] if self.spec.reuse_installed else []
         if self.uv:
-            return [self.uv, "venv", "--quiet", "--python", python, str(venv)]
-        return [python, "-m", "venv", str(venv)]
+            return [self.uv, "venv", "--quiet", *shared, "--python", python, str(venv)]
+        return [python, "-m", "venv", *shared, str(venv)]
 
     def _install_cmd(self, venv: Path, checkout: Path) -> list[str]:
         py = str(venv / "bin" / "python")
         extra = list(self.spec.install_args)
+        if self.spec.reuse_installed:  # the installed torch and build requirements, no resolver
+            extra += ["--no-deps", "--no-build-isolation"]
+        target = ["-e", str(checkout)] if self.spec.editable else [str(checkout)]
         if self.uv:
-            return [self.uv, "pip", "install", "--python", py, *extra, str(checkout)]
-        return [py, "-m", "pip", "install", "--disable-pip-version-check", *extra, str(checkout)]
+            return [self.uv, "pip", "install", "--python", py, *extra, *target]
+        return [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile",
+                *extra, *target]
 
     def _run(self, cmd: list[str], out: BinaryIO, cwd: Path, env: dict[str, str], log: Path,
              commit: str) -> None:
