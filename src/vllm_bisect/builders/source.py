@@ -15,6 +15,7 @@ so an interrupted build is redone, and a complete one is reused.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import shutil
 import subprocess
@@ -63,6 +64,24 @@ def _version_of(python: str) -> str:
 
 
 HasWheel = Callable[[str], bool]
+PARENT_PTH = "_vllm_bisect_parent_site.pth"
+
+
+def link_parent_site(python: str, venv: Path) -> None:
+    """Let the venv see the site-packages of the interpreter that made it.
+
+    ``--system-site-packages`` only reaches the *base* installation: when that interpreter
+    is itself a venv (the GPU machine's torch lives in /opt/torch/.venv), its packages
+    would be invisible. A .pth file in the new venv adds them after the venv's own."""
+    code = "import site, json; print(json.dumps(site.getsitepackages()))"
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False,
+                         env=child_env())
+    try:
+        dirs = [d for d in json.loads(out.stdout) if Path(d).is_dir()]
+    except ValueError:
+        return
+    for site_dir in venv.glob("lib/python*/site-packages"):
+        (site_dir / PARENT_PTH).write_text("".join(f"{d}\n" for d in dirs))
 
 
 class SourceBuilder:
@@ -105,6 +124,8 @@ class SourceBuilder:
         python = find_python(self.spec.python) if self.spec.python or not self.uv else sys.executable
         with open(log, "wb") as out:
             self._run(self._venv_cmd(python, venv), out, checkout, env, log, commit)
+            if self.spec.reuse_installed:
+                link_parent_site(python, venv)
             self._run(self._install_cmd(venv, checkout), out, checkout, env, log, commit)
         how = plan.reason if plan is not None else "plain install"
         (venv / DONE_MARK).write_text(f"{commit}\n{how}\n")

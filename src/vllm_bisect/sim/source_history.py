@@ -190,3 +190,41 @@ def make_source_history(src: Path, out: Path, kind: PlantKind, seed: int = 0,
            "seed": seed, "expect": "skip" if kind is PlantKind.CSRC else "first-bad"}
     record.write_text(json.dumps(doc, indent=2) + "\n")
     return h
+
+
+# the tiny MTP model's serve line on one GPU (docs/validation.md (d)); a short max_model_len
+# keeps an uncapped chat answer (max_model_len - prompt tokens) quick to stream
+SERVE_ARGS = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "640",
+              "--gpu-memory-utilization", "0.3",
+              "--additional-config", '{"gdn_prefill_backend": "triton"}']
+PROMPT = " ".join(["hello"] * 20)
+
+
+def source_spec_data(h: SourceHistory, model: str, wheel: str,
+                     startup_timeout_s: float = 600.0) -> dict[str, object]:
+    """The bisect spec of a source history (kind decides the probe and the symptom):
+    the range, the precompiled source build from a local wheel, the tiny MTP model."""
+    data: dict[str, object] = {
+        "range": {"repo": str(h.path), "good": h.good, "bad": h.bad},
+        "build": {"kind": "source", "precompiled": True, "full_build": False,
+                  "wheel_location": wheel, "wheel_commit": h.good, "reuse_installed": True,
+                  "editable": True},
+        "serve": {"model": model, "args": SERVE_ARGS,
+                  "env": {"VLLM_USE_FLASHINFER_SAMPLER": "0"},
+                  "speculative": {"method": "mtp", "num_speculative_tokens": 3}},
+        "ops": {"startup_timeout_s": startup_timeout_s},
+    }
+    verify = {"verify_samples": 0}  # device time: no re-measured culprit/parent servers
+    if h.kind in (PlantKind.CAP, PlantKind.CSRC):  # chat clients rely on server defaults
+        data["probe"] = {"prompt": PROMPT, "endpoint": "chat", "send_max_tokens": False,
+                         "max_tokens": None, "requests": 2, "warmup": 1}
+        data["verdict"] = {"symptom": "length", "min_output_tokens": 256,
+                           "intermittent_runs": 1, **verify}
+    elif h.kind is PlantKind.SPEC:
+        data["probe"] = {"prompt": PROMPT, "max_tokens": 256, "requests": 3, "warmup": 1}
+        data["verdict"] = {"symptom": "itl", "itl_factor": 1.5, "strategy": "threshold",
+                           **verify}
+    else:  # the noisy case: the default (two-level) strategy for itl
+        data["probe"] = {"prompt": PROMPT, "max_tokens": 256, "requests": 3, "warmup": 1}
+        data["verdict"] = {"symptom": "itl", "itl_factor": 1.15, **verify}
+    return data
