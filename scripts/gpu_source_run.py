@@ -37,6 +37,42 @@ def log(msg: str) -> None:
     print(f"[{time.monotonic() - T0:7.1f}s] {msg}", flush=True)
 
 
+def costs(session: Path) -> dict[str, object]:
+    """Per step: build (checkout, venv, editable install: from the build logs), server
+    lifetime (start + probe + stop: the journal), probe wall (the measurements)."""
+    import re
+    import sqlite3
+
+    builds = []
+    for f in sorted((session / "logs").glob("build-*.log")):
+        text = f.read_text(errors="replace")
+        took = [float(x) for x in re.findall(r"# exit \S+ after ([0-9.]+) s", text)]
+        co = re.search(r"# checkout ([0-9.]+) s", text)
+        builds.append({"commit": f.stem[6:], "checkout_s": float(co[1]) if co else None,
+                       "venv_s": took[0] if took else None,
+                       "install_s": took[1] if len(took) > 1 else None})
+    servers: list[dict[str, object]] = []
+    journal = session / "journal.sqlite"
+    if journal.exists():
+        con = sqlite3.connect(journal)
+        for sha, started, stopped in con.execute(
+                "select commit_sha, started, stopped from servers order by started"):
+            servers.append({"commit": sha[:12], "lifetime_s":
+                            None if stopped is None else round(stopped - started, 1)})
+        con.close()
+    probes = []
+    result = session / "result.json"
+    if result.exists():
+        for p in json.loads(result.read_text()).get("probed", []):
+            m = p.get("measurement") or {}
+            probes.append({"commit": p["commit"][:12], "verdict": p["verdict"],
+                           "from_cache": p.get("from_cache"), "probe_wall_s": m.get("wall_s"),
+                           "output_tokens": m.get("output_tokens"), "itl_ms": m.get("itl_ms"),
+                           "tokens_per_chunk": m.get("tokens_per_chunk"),
+                           "acceptance_length": m.get("acceptance_length")})
+    return {"builds": builds, "servers": servers, "probes": probes}
+
+
 class Run:
     def __init__(self, a: argparse.Namespace) -> None:
         self.work, self.out, self.budget = a.work, a.out, a.budget_s
@@ -85,10 +121,8 @@ class Run:
                         str(model)], check=True, env=self.env)
 
     def stage_histories(self) -> None:
-        from vllm_bisect.sim.source_history import PlantKind, make_source_history
+        from vllm_bisect.sim.source_history import PlantKind, make_source_history, source_spec_data
         from vllm_bisect.spec import dump_spec, parse_spec
-
-        from vllm_bisect.sim.source_history import source_spec_data
         for kind in PlantKind:
             spec = self.work / f"{kind}.toml"
             if spec.exists():
@@ -121,6 +155,16 @@ class Run:
             result = session / "result.json"
             if result.exists():
                 doc["result"] = json.loads(result.read_text())
+                for k in ("report.md",):
+                    if (session / k).exists():
+                        shutil.copy(session / k, self.res / f"{name}_{k}")
+            try:
+                doc["costs"] = costs(session)
+            except Exception as err:
+                doc["costs"] = {"error": repr(err)}
+            serve_logs = sorted((session / "logs").glob("serve-*.log"))
+            if serve_logs and not (self.res / "serve_startup_full.log").exists():
+                shutil.copy(serve_logs[0], self.res / "serve_startup_full.log")
         elif what == "hook":
             doc.update(self.hook(kind, spec, repo, timeout, name))
         else:
@@ -160,8 +204,9 @@ class Run:
             if line.endswith("is the first bad commit"):
                 first_bad = line.split()[0]
         subprocess.run([*git, "bisect", "reset"], cwd=repo, capture_output=True)
+        steps = [ln for ln in text.splitlines() if ln.startswith("vllm-bisect: ")]
         return {"rc": code, "wall_s": round(wall, 1), "first_bad": first_bad,
-                "bisect_log": bisect_log}
+                "hook_verdicts": steps, "bisect_log": bisect_log}
 
     def main(self, only: list[str]) -> None:
         self.stage_model()

@@ -20,6 +20,7 @@ import logging
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -80,8 +81,10 @@ def link_parent_site(python: str, venv: Path) -> None:
         dirs = [d for d in json.loads(out.stdout) if Path(d).is_dir()]
     except ValueError:
         return
+    # an "import" line: addsitedir also runs the .pth files there (editable installs, ...)
+    line = f"import site; list(map(site.addsitedir, {dirs!r}))\n"
     for site_dir in venv.glob("lib/python*/site-packages"):
-        (site_dir / PARENT_PTH).write_text("".join(f"{d}\n" for d in dirs))
+        (site_dir / PARENT_PTH).write_text(line)
 
 
 class SourceBuilder:
@@ -110,7 +113,9 @@ class SourceBuilder:
         return plan_source_build(self.checkouts.repo, commit, self.has_wheel, self.spec.full_build)
 
     def prepare(self, commit: str) -> Artifact:
+        start = time.monotonic()
         checkout = self.checkouts.get(commit)
+        checkout_s = time.monotonic() - start
         venv = self.venv_root / commit
         if (venv / DONE_MARK).exists():
             return self._artifact(commit, checkout, venv, cached=True)
@@ -123,6 +128,7 @@ class SourceBuilder:
         env = self._build_env(commit, plan)
         python = find_python(self.spec.python) if self.spec.python or not self.uv else sys.executable
         with open(log, "wb") as out:
+            out.write(f"# checkout {checkout_s:.2f} s\n".encode())
             self._run(self._venv_cmd(python, venv), out, checkout, env, log, commit)
             if self.spec.reuse_installed:
                 link_parent_site(python, venv)
@@ -179,6 +185,7 @@ class SourceBuilder:
              commit: str) -> None:
         out.write(f"$ {' '.join(cmd)}\n".encode())
         out.flush()
+        start = time.monotonic()
         try:
             code = subprocess.run(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, timeout=self.timeout_s).returncode
@@ -186,6 +193,8 @@ class SourceBuilder:
             code = -1
         except OSError as err:
             raise ToolMissing(f"cannot run {cmd[0]}: {err.strerror}") from None
+        out.write(f"# exit {code} after {time.monotonic() - start:.2f} s\n".encode())
+        out.flush()
         if code != 0:
             raise BuildError(f"build of {commit[:12]} failed (exit {code}): {' '.join(cmd[:3])} ...",
                              hint=f"see the build log: {log}", log_tail=tail(log, 20))
