@@ -45,6 +45,16 @@ class WheelBuild(_Model):
     kind: Literal[ArtifactKind.WHEEL] = ArtifactKind.WHEEL
     index_url: str = "https://wheels.vllm.ai"
     variant: Variant = "auto"
+    # a local wheel (path or URL) whose compiled parts every commit reuses
+    # (VLLM_PRECOMPILED_WHEEL_LOCATION): no index lookup; wheel_commit is the git ref whose
+    # compiled sources it holds (default: range.good), so a commit that changed csrc/ since
+    # then is a skip, not a silent stale binary
+    wheel_location: str | None = None
+    wheel_commit: str | None = None
+    # reuse the interpreter's installed packages (torch, the build requirements, vLLM's
+    # dependencies): a venv with --system-site-packages, no build isolation, --no-deps
+    reuse_installed: bool = False
+    editable: bool = False
     python: str | None = None  # the venv's interpreter (default: the running one)
 
 
@@ -59,6 +69,16 @@ class SourceBuild(_Model):
     # the precompiled build's wheel lookup
     index_url: str = "https://wheels.vllm.ai"
     variant: Variant = "auto"
+    # a local wheel (path or URL) whose compiled parts every commit reuses
+    # (VLLM_PRECOMPILED_WHEEL_LOCATION): no index lookup; wheel_commit is the git ref whose
+    # compiled sources it holds (default: range.good), so a commit that changed csrc/ since
+    # then is a skip, not a silent stale binary
+    wheel_location: str | None = None
+    wheel_commit: str | None = None
+    # reuse the interpreter's installed packages (torch, the build requirements, vLLM's
+    # dependencies): a venv with --system-site-packages, no build isolation, --no-deps
+    reuse_installed: bool = False
+    editable: bool = False
 
 
 class ImageBuild(_Model):

@@ -31,6 +31,18 @@ def artifact_cache(spec: BisectSpec, repo: git.Repo, cache_dir: Path) -> Artifac
     return cache
 
 
+def local_wheel_commit(repo: git.Repo, ref: str | None) -> str:
+    """The full sha of the commit a local precompiled wheel was built from."""
+    from vllm_bisect.errors import SpecError
+
+    if not ref:
+        raise SpecError("build.wheel_location needs build.wheel_commit (or range.good)")
+    try:
+        return repo.commit(ref).hexsha
+    except (ValueError, git.BadName):
+        raise SpecError(f"build.wheel_commit {ref!r} is not a commit of {repo.working_dir}") from None
+
+
 def make_builder(spec: BisectSpec, repo: git.Repo, cache_dir: Path, log_dir: Path) -> Builder:
     b = spec.build
     if isinstance(b, UrlBuild):
@@ -48,7 +60,10 @@ def make_builder(spec: BisectSpec, repo: git.Repo, cache_dir: Path, log_dir: Pat
         return CommandBuilder(checkouts, b.setup, b.serve, log_dir, env=dict(spec.serve.env))
     assert isinstance(b, SourceBuild)
     has_wheel = None
-    if b.precompiled:
+    if b.precompiled and b.wheel_location is not None:
+        base = local_wheel_commit(repo, b.wheel_commit or spec.range.good)
+        has_wheel = base.__eq__
+    elif b.precompiled:
         from vllm_bisect.builders.wheel_index import has_wheel_fn
 
         has_wheel = has_wheel_fn(b.index_url, b.variant)

@@ -3,23 +3,31 @@
 uv is used when it is available (``uv venv`` + ``uv pip install``), else ``python -m venv``
 and pip. With ``precompiled = true`` (real vLLM, Python-only commits) the install runs with
 ``VLLM_USE_PRECOMPILED=1`` and ``VLLM_PRECOMPILED_WHEEL_COMMIT=<full sha>``, reusing the
-compiled parts of that commit's wheel. A venv is marked complete only after a successful
-install, so an interrupted build is redone, and a complete one is reused.
+compiled parts of that commit's wheel; with ``wheel_location`` a local wheel serves every
+commit (``VLLM_PRECOMPILED_WHEEL_LOCATION``, a slim uncompressed copy made once:
+builders/local_wheel.py), and a commit that changed compiled sources since ``wheel_commit``
+is a skip. ``reuse_installed`` builds against the interpreter's own packages (the installed
+torch: ``--system-site-packages``, no build isolation, ``--no-deps``), as vLLM's "use an
+existing PyTorch" workflow does. A venv is marked complete only after a successful install,
+so an interrupted build is redone, and a complete one is reused.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 from vllm_bisect.builders.base import Artifact, ArtifactKind
 from vllm_bisect.builders.checkout import Checkouts
+from vllm_bisect.builders.local_wheel import PRETEND_ENV, pretend_version, slim_wheel, wheel_release
 from vllm_bisect.builders.precompiled import BuildMode, SourcePlan, plan_source_build
 from vllm_bisect.errors import ArtifactUnavailable, BuildError, ToolMissing
 from vllm_bisect.runtime.childenv import child_env
@@ -57,6 +65,26 @@ def _version_of(python: str) -> str:
 
 
 HasWheel = Callable[[str], bool]
+PARENT_PTH = "_vllm_bisect_parent_site.pth"
+
+
+def link_parent_site(python: str, venv: Path) -> None:
+    """Let the venv see the site-packages of the interpreter that made it.
+
+    ``--system-site-packages`` only reaches the *base* installation: when that interpreter
+    is itself a venv (the GPU machine's torch lives in /opt/torch/.venv), its packages
+    would be invisible. A .pth file in the new venv adds them after the venv's own."""
+    code = "import site, json; print(json.dumps(site.getsitepackages()))"
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False,
+                         env=child_env())
+    try:
+        dirs = [d for d in json.loads(out.stdout) if Path(d).is_dir()]
+    except ValueError:
+        return
+    # an "import" line: addsitedir also runs the .pth files there (editable installs, ...)
+    line = f"import site; list(map(site.addsitedir, {dirs!r}))\n"
+    for site_dir in venv.glob("lib/python*/site-packages"):
+        (site_dir / PARENT_PTH).write_text(line)
 
 
 class SourceBuilder:
@@ -68,6 +96,8 @@ class SourceBuilder:
         self.spec = spec
         self.log_dir = log_dir
         self.timeout_s = timeout_s
+        self.cache_dir = cache_dir
+        self._slim: Path | None = None
         key = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:10]
         self.venv_root = cache_dir / "venvs" / key
         self.uv = find_uv() if use_uv in (None, True) else None
@@ -83,7 +113,9 @@ class SourceBuilder:
         return plan_source_build(self.checkouts.repo, commit, self.has_wheel, self.spec.full_build)
 
     def prepare(self, commit: str) -> Artifact:
+        start = time.monotonic()
         checkout = self.checkouts.get(commit)
+        checkout_s = time.monotonic() - start
         venv = self.venv_root / commit
         if (venv / DONE_MARK).exists():
             return self._artifact(commit, checkout, venv, cached=True)
@@ -93,36 +125,67 @@ class SourceBuilder:
         shutil.rmtree(venv, ignore_errors=True)
         log = self.log_dir / f"build-{commit[:12]}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        env = child_env()  # an allowlist: no credentials reach setup.py
-        if plan is not None and plan.mode is BuildMode.PRECOMPILED and plan.base is not None:
-            env["VLLM_USE_PRECOMPILED"] = "1"
-            env["VLLM_PRECOMPILED_WHEEL_COMMIT"] = plan.base
-            if self.spec.variant not in ("auto", "default"):
-                env["VLLM_PRECOMPILED_WHEEL_VARIANT"] = self.spec.variant
+        env = self._build_env(commit, plan)
         python = find_python(self.spec.python) if self.spec.python or not self.uv else sys.executable
         with open(log, "wb") as out:
+            out.write(f"# checkout {checkout_s:.2f} s\n".encode())
             self._run(self._venv_cmd(python, venv), out, checkout, env, log, commit)
+            if self.spec.reuse_installed:
+                link_parent_site(python, venv)
             self._run(self._install_cmd(venv, checkout), out, checkout, env, log, commit)
         how = plan.reason if plan is not None else "plain install"
         (venv / DONE_MARK).write_text(f"{commit}\n{how}\n")
         return self._artifact(commit, checkout, venv, cached=False)
 
+    def _build_env(self, commit: str, plan: SourcePlan | None) -> dict[str, str]:
+        env = child_env()  # an allowlist: no credentials reach setup.py
+        if plan is None or plan.mode is not BuildMode.PRECOMPILED or plan.base is None:
+            return env
+        env["VLLM_USE_PRECOMPILED"] = "1"
+        if self.spec.wheel_location is not None:
+            env["VLLM_PRECOMPILED_WHEEL_LOCATION"] = self._wheel_location()
+            version = pretend_version(self.checkouts.repo, commit,
+                                      wheel_release(self.spec.wheel_location))
+            if version is not None:  # a history without tags: not setuptools-scm's 0.1.devN
+                env[PRETEND_ENV] = version
+            return env
+        env["VLLM_PRECOMPILED_WHEEL_COMMIT"] = plan.base
+        if self.spec.variant not in ("auto", "default"):
+            env["VLLM_PRECOMPILED_WHEEL_VARIANT"] = self.spec.variant
+        return env
+
+    def _wheel_location(self) -> str:
+        loc = self.spec.wheel_location
+        assert loc is not None
+        if "://" in loc and not loc.startswith("file://"):
+            return loc  # a URL: setup.py downloads it
+        path = Path(loc.removeprefix("file://")).expanduser()
+        if self._slim is None:
+            self._slim = slim_wheel(path, self.cache_dir)
+        return str(self._slim)
+
     def _venv_cmd(self, python: str, venv: Path) -> list[str]:
+        shared = ["--system-site-packages"] if self.spec.reuse_installed else []
         if self.uv:
-            return [self.uv, "venv", "--quiet", "--python", python, str(venv)]
-        return [python, "-m", "venv", str(venv)]
+            return [self.uv, "venv", "--quiet", *shared, "--python", python, str(venv)]
+        return [python, "-m", "venv", *shared, str(venv)]
 
     def _install_cmd(self, venv: Path, checkout: Path) -> list[str]:
         py = str(venv / "bin" / "python")
         extra = list(self.spec.install_args)
+        if self.spec.reuse_installed:  # the installed torch and build requirements, no resolver
+            extra += ["--no-deps", "--no-build-isolation"]
+        target = ["-e", str(checkout)] if self.spec.editable else [str(checkout)]
         if self.uv:
-            return [self.uv, "pip", "install", "--python", py, *extra, str(checkout)]
-        return [py, "-m", "pip", "install", "--disable-pip-version-check", *extra, str(checkout)]
+            return [self.uv, "pip", "install", "--python", py, *extra, *target]
+        return [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile",
+                *extra, *target]
 
     def _run(self, cmd: list[str], out: BinaryIO, cwd: Path, env: dict[str, str], log: Path,
              commit: str) -> None:
         out.write(f"$ {' '.join(cmd)}\n".encode())
         out.flush()
+        start = time.monotonic()
         try:
             code = subprocess.run(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, timeout=self.timeout_s).returncode
@@ -130,6 +193,8 @@ class SourceBuilder:
             code = -1
         except OSError as err:
             raise ToolMissing(f"cannot run {cmd[0]}: {err.strerror}") from None
+        out.write(f"# exit {code} after {time.monotonic() - start:.2f} s\n".encode())
+        out.flush()
         if code != 0:
             raise BuildError(f"build of {commit[:12]} failed (exit {code}): {' '.join(cmd[:3])} ...",
                              hint=f"see the build log: {log}", log_tail=tail(log, 20),

@@ -50,6 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--merge-lagging-outputs", action="store_true",
                    help="steps already due when a chunk would be written go out as one chunk "
                         "(as vLLM merges a lagging request's outputs)")
+    h = sub.add_parser("source-history", help="a git history from a vLLM source tree with one "
+                       "regression planted in vLLM's code (truth in OUT.planted.json)")
+    h.add_argument("src", type=Path, help="an unpacked vLLM sdist, or the .tar.gz")
+    h.add_argument("out", type=Path)
+    h.add_argument("--kind", choices=["cap", "spec", "host", "csrc"], required=True)
+    h.add_argument("--seed", type=int, default=0)
+    h.add_argument("--commits", type=int, default=25, help="commits after the imported tree")
     r = sub.add_parser("replay", help="replay a captured vLLM transcript")
     r.add_argument("transcript", type=Path)
     r.add_argument("--host", default="127.0.0.1")
@@ -89,6 +96,15 @@ def main(argv: list[str] | None = None) -> None:
         vllm_main(args[1:])
         return
     a = build_parser().parse_args(args)
+    if a.cmd == "source-history":
+        import json
+
+        from vllm_bisect.sim.source_history import PlantKind, make_source_history
+
+        h = make_source_history(a.src, a.out, PlantKind(a.kind), a.seed, a.commits)
+        print(json.dumps({"repo": str(h.path), "good": h.good, "bad": h.bad,
+                          "commits": len(h.shas) - 1}))
+        return
     if a.cmd == "serve":
         from vllm_bisect.sim.server import run
 

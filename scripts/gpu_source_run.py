@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Bisect vLLM's own code on the GPU machine (issue 29): resumable, one call or several.
+
+    python3 scripts/gpu_source_run.py WORK OUT --sdist vllm-0.25.1.tar.gz --wheel vllm-...whl
+                                      [--budget-s S] [--only cap-run,cap-hook,...]
+
+Stages (each skipped when its result exists under WORK/res, which is tarred to
+OUT/results.tgz after every stage): the tiny MTP model (scripts/make_tiny_mtp_model.py), the
+four source histories (``vllm_bisect.sim.source_history``: cap, spec, host, csrc), then the
+jobs in order: ``vllm-bisect run`` and ``git bisect run vllm-bisect hook`` per kind (the hook
+shares the run's result cache: a commit the run measured is not measured again), ``isolate``
+on the culprits. A job is started only when the budget leaves at least ``MIN_JOB_S``; a job
+cut by the budget is resumed by the next call (`run --session`, the cached results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+T0 = time.monotonic()
+ROOT = Path(__file__).resolve().parent.parent
+# "a+b": run a and b at the same time (one GPU: the runtime serializes their server start-ups,
+# their builds and probes overlap the other's start-up)
+JOBS = ("csrc-hook", "cap-run+spec-run", "cap-hook", "spec-hook", "csrc-run", "host-run",
+        "cap-isolate", "spec-isolate")
+MIN_JOB_S = 120.0
+
+
+def log(msg: str) -> None:
+    print(f"[{time.monotonic() - T0:7.1f}s] {msg}", flush=True)
+
+
+def costs(session: Path) -> dict[str, object]:
+    """Per step: build (checkout, venv, editable install: from the build logs), server
+    lifetime (start + probe + stop: the journal), probe wall (the measurements)."""
+    import re
+    import sqlite3
+
+    builds = []
+    for f in sorted((session / "logs").glob("build-*.log")):
+        text = f.read_text(errors="replace")
+        took = [float(x) for x in re.findall(r"# exit \S+ after ([0-9.]+) s", text)]
+        co = re.search(r"# checkout ([0-9.]+) s", text)
+        builds.append({"commit": f.stem[6:], "checkout_s": float(co[1]) if co else None,
+                       "venv_s": took[0] if took else None,
+                       "install_s": took[1] if len(took) > 1 else None})
+    servers: list[dict[str, object]] = []
+    journal = session / "journal.sqlite"
+    if journal.exists():
+        con = sqlite3.connect(journal)
+        for sha, started, stopped in con.execute(
+                "select commit_sha, started, stopped from servers order by started"):
+            servers.append({"commit": sha[:12], "lifetime_s":
+                            None if stopped is None else round(stopped - started, 1)})
+        con.close()
+    probes = []
+    result = session / "result.json"
+    if result.exists():
+        for p in json.loads(result.read_text()).get("probed", []):
+            m = p.get("measurement") or {}
+            probes.append({"commit": p["commit"][:12], "verdict": p["verdict"],
+                           "from_cache": p.get("from_cache"), "probe_wall_s": m.get("wall_s"),
+                           "output_tokens": m.get("output_tokens"), "itl_ms": m.get("itl_ms"),
+                           "tokens_per_chunk": m.get("tokens_per_chunk"),
+                           "acceptance_length": m.get("acceptance_length")})
+    return {"builds": builds, "servers": servers, "probes": probes}
+
+
+class Run:
+    def __init__(self, a: argparse.Namespace) -> None:
+        self.work, self.out, self.budget = a.work, a.out, a.budget_s
+        self.res = self.work / "res"
+        self.res.mkdir(parents=True, exist_ok=True)
+        self.lock = threading.Lock()
+        self.cache = self.work / "cache"
+        self.sdist, self.wheel = a.sdist, a.wheel
+        self.env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}",
+                    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+    def left(self) -> float:
+        return self.budget - (time.monotonic() - T0)
+
+    def pack(self) -> None:
+        with self.lock, tarfile.open(self.out / "results.tgz", "w:gz") as tar:
+            tar.add(self.res, arcname="res")
+
+    def save(self, name: str, doc: object) -> None:
+        (self.res / name).write_text(json.dumps(doc, indent=2) + "\n")
+        self.pack()
+
+    def cmd(self, argv: list[str], cwd: Path, timeout: float, name: str) -> tuple[int, float]:
+        """Run argv with its output in res/NAME.log; SIGTERM at the timeout (resumable)."""
+        t = time.monotonic()
+        with open(self.res / f"{name}.log", "a") as f:
+            f.write(f"$ {' '.join(argv)}\n")
+            f.flush()
+            p = subprocess.Popen(argv, cwd=cwd, env=self.env, stdout=f, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+            try:
+                code = p.wait(timeout=max(timeout, 1.0))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGTERM)
+                try:
+                    p.wait(timeout=40)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                code = -15
+        return code, time.monotonic() - t
+
+    def stage_model(self) -> None:
+        model = self.work / "model"
+        if (model / "config.json").exists():
+            return
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "make_tiny_mtp_model.py"),
+                        str(model)], check=True, env=self.env)
+
+    def stage_histories(self) -> None:
+        from vllm_bisect.sim.source_history import PlantKind, make_source_history, source_spec_data
+        from vllm_bisect.spec import dump_spec, parse_spec
+        for kind in PlantKind:
+            spec = self.work / f"{kind}.toml"
+            if spec.exists():
+                continue
+            t = time.monotonic()
+            h = make_source_history(self.sdist, self.work / "hist" / kind.value, kind, seed=29)
+            data = source_spec_data(h, str(self.work / "model"), str(self.wheel))
+            spec.write_text(dump_spec(parse_spec(data, source=kind.value)))
+            shutil.copy(h.record, self.res / f"{kind}.planted.json")
+            shutil.copy(spec, self.res / f"{kind}.toml")
+            log(f"history {kind}: planted at {h.planted_index} ({h.planted[:12]}) "
+                f"in {time.monotonic() - t:.1f} s")
+        self.pack()
+
+    def job(self, name: str) -> None:
+        kind, what = name.split("-")
+        done = self.res / f"{name}.json"
+        if done.exists():
+            return
+        timeout = self.left() - 25
+        spec = self.work / f"{kind}.toml"
+        cli = [sys.executable, "-m", "vllm_bisect.cli"]
+        repo = self.work / "hist" / kind
+        session = self.work / "sessions" / kind
+        doc: dict[str, object] = {"job": name}
+        if what == "run":
+            code, wall = self.cmd([*cli, "run", "--spec", str(spec), "--session", str(session),
+                                  "--cache-dir", str(self.cache), "--json"], repo, timeout, name)
+            doc.update(rc=code, wall_s=round(wall, 1))
+            result = session / "result.json"
+            if result.exists():
+                doc["result"] = json.loads(result.read_text())
+                for k in ("report.md",):
+                    if (session / k).exists():
+                        shutil.copy(session / k, self.res / f"{name}_{k}")
+            try:
+                doc["costs"] = costs(session)
+            except Exception as err:
+                doc["costs"] = {"error": repr(err)}
+            serve_logs = sorted((session / "logs").glob("serve-*.log"))
+            if serve_logs and not (self.res / "serve_startup_full.log").exists():
+                shutil.copy(serve_logs[0], self.res / "serve_startup_full.log")
+        elif what == "hook":
+            doc.update(self.hook(kind, spec, repo, timeout, name))
+        else:
+            code, wall = self.cmd([*cli, "isolate", str(session), "--no-hunks", "--no-deps",
+                                   "--json", "--cache-dir", str(self.cache)], repo, timeout, name)
+            doc.update(rc=code, wall_s=round(wall, 1))
+        if doc.get("rc") == -15:
+            log(f"{name}: cut by the budget after {doc.get('wall_s')} s (resumes next call)")
+            self.pack()
+            return
+        self.save(f"{name}.json", doc)
+        log(f"{name}: rc {doc.get('rc')} in {doc.get('wall_s')} s")
+
+    def hook(self, kind: str, spec: Path, repo: Path, timeout: float, name: str) -> dict[str, object]:
+        shas = json.loads((self.res / f"{kind}.planted.json").read_text())["shas"]
+        good, bad = shas[0], shas[-1]
+        hook = [sys.executable, "-m", "vllm_bisect.cli", "hook", "--spec", str(spec),
+                "--cache-dir", str(self.cache)]
+        git = ["git", "-c", "advice.detachedHead=false"]
+        if kind == "csrc":  # the compiled-change commits: the hook must skip (125), with a reason
+            out: dict[str, object] = {}
+            for label, sha in (("bad", bad),):
+                subprocess.run([*git, "checkout", "-q", sha], cwd=repo, check=True)
+                code, wall = self.cmd(hook, repo, timeout, name)
+                out[label] = {"sha": sha, "rc": code, "wall_s": round(wall, 1)}
+            subprocess.run([*git, "checkout", "-q", "main"], cwd=repo, check=True)
+            return {"rc": out["bad"]["rc"], "at": out}  # type: ignore[index]
+        subprocess.run([*git, "bisect", "reset"], cwd=repo, capture_output=True)
+        subprocess.run([*git, "bisect", "start", bad, good], cwd=repo, check=True,
+                       capture_output=True)
+        code, wall = self.cmd([*git, "bisect", "run", *hook], repo, timeout, name)
+        bisect_log = subprocess.run([*git, "bisect", "log"], cwd=repo, capture_output=True,
+                                    text=True).stdout
+        text = (self.res / f"{name}.log").read_text()
+        first_bad = None
+        for line in text.splitlines():
+            if line.endswith("is the first bad commit"):
+                first_bad = line.split()[0]
+        subprocess.run([*git, "bisect", "reset"], cwd=repo, capture_output=True)
+        steps = [ln for ln in text.splitlines() if ln.startswith("vllm-bisect: ")]
+        return {"rc": code, "wall_s": round(wall, 1), "first_bad": first_bad,
+                "hook_verdicts": steps, "bisect_log": bisect_log}
+
+    def main(self, only: list[str]) -> None:
+        self.stage_model()
+        self.stage_histories()
+        for name in only:
+            if self.left() < MIN_JOB_S:
+                log(f"budget: {self.left():.0f} s left, stopping before {name}")
+                break
+            group = [threading.Thread(target=self.job, args=(j,)) for j in name.split("+")]
+            for t in group:
+                t.start()
+            for t in group:
+                t.join()
+        self.pack()
+        log("done")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("work", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--sdist", type=Path, required=True)
+    ap.add_argument("--wheel", type=Path, required=True)
+    ap.add_argument("--budget-s", type=float, default=540.0)
+    ap.add_argument("--only", default=",".join(JOBS))
+    a = ap.parse_args()
+    sys.path.insert(0, str(ROOT / "src"))
+    Run(a).main([j for j in a.only.split(",") if j])
+
+
+if __name__ == "__main__":
+    main()
