@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
-from vllm_bisect.bisect.strategy import next_step
+from vllm_bisect.bisect.search.steps import next_step
 from vllm_bisect.models import EvalStatus, Verdict
 from vllm_bisect.sim.virtual import Scenario, VirtualCluster, measurement
 from vllm_bisect.spec import BisectSpec

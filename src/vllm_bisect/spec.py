@@ -30,7 +30,7 @@ from vllm_bisect.spec_build import (
     migrate_stored,
 )
 from vllm_bisect.spec_keys import did_you_mean
-from vllm_bisect.spec_load import BenchSpec, LoadSpec
+from vllm_bisect.spec_load import BenchSpec, LoadSpec, dump_spec
 
 __all__ = [
     "DEFAULT_TAGS",
@@ -429,7 +429,7 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
             del parts[1]  # the union's tag: build.wheel.tags -> build.tags
         loc = ".".join(parts) or "(top level)"
         if e["type"] == "extra_forbidden":
-            guess = did_you_mean(loc)
+            guess = did_you_mean(loc, BisectSpec)
             lines.append(f"  {loc}: unknown key" + (f" (did you mean {guess}?)" if guess else ""))
         elif e["type"] == "union_tag_invalid":
             lines.append(f"  {loc}.kind: {e['input'].get('kind')!r} is not one of "
@@ -480,33 +480,3 @@ def stored_spec(text: str, *, source: str) -> BisectSpec:
         raise SpecError(f"the spec stored in {source} is unreadable: {err}",
                         hint="pass --spec FILE") from None
     return parse_spec(data, source=source)
-
-
-def dump_spec(spec: BisectSpec) -> str:
-    """Serialize a spec as TOML (flat enough for the spec's shape)."""
-    data = spec.model_dump(mode="json", exclude_none=True)
-    out: list[str] = []
-    for section, values in data.items():
-        nested = {k: v for k, v in values.items() if isinstance(v, dict)}
-        out.append(f"[{section}]")
-        for key, value in values.items():
-            if key not in nested:
-                out.append(f"{key} = {_toml_value(value)}")
-        for key, value in nested.items():
-            out.append(f"{key} = {_toml_value(value)}")
-        out.append("")
-    return "\n".join(out)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(f"cannot write {type(value).__name__} as TOML")

@@ -88,13 +88,14 @@ def _section(prefix: str, model: type[BaseModel]) -> list[SpecKey]:
 
 
 @functools.cache
-def spec_keys() -> tuple[SpecKey, ...]:
-    """Every key of a spec file, section by section (build: the union of every kind's)."""
-    from vllm_bisect.spec import BisectSpec
+def spec_keys(root: type[BaseModel]) -> tuple[SpecKey, ...]:
+    """Every key of a spec file (``root``: the spec model, ``spec.BisectSpec``; passed in, so
+    this module does not import the spec it describes), section by section (build: the union
+    of every kind's)."""
     from vllm_bisect.spec_build import BUILD_MODELS
 
     out: list[SpecKey] = []
-    for section, field in BisectSpec.model_fields.items():
+    for section, field in root.model_fields.items():
         if section == "build":
             merged: dict[str, SpecKey] = {}
             for kind, model in BUILD_MODELS.items():
@@ -104,7 +105,7 @@ def spec_keys() -> tuple[SpecKey, ...]:
                     merged[k.key] = SpecKey(k.key, k.type, k.default, (old.help if old and
                                             old.help else k.help), kinds)
             kinds = tuple(k.value for k in BUILD_MODELS)
-            default = BisectSpec().build.kind.value
+            default = root().build.kind.value  # type: ignore[attr-defined]
             merged["build.kind"] = SpecKey("build.kind", " | ".join(map(repr, kinds)),
                                            repr(default), "how each commit is made servable; "
                                            "the other build keys depend on it", kinds)
@@ -114,9 +115,9 @@ def spec_keys() -> tuple[SpecKey, ...]:
     return tuple(out)
 
 
-def did_you_mean(key: str) -> str | None:
+def did_you_mean(key: str, root: type[BaseModel]) -> str | None:
     """The spec key closest to ``key`` (``serve.arg`` -> ``serve.args``), if one is close."""
-    known = [k.key for k in spec_keys()]
+    known = [k.key for k in spec_keys(root)]
     if key in known:
         return None
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)

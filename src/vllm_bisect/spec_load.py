@@ -3,9 +3,10 @@ concurrency x context cells) and ``[probe.bench]`` (vLLM's own benchmark)."""
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from vllm_bisect.spec_build import _Model
 
@@ -67,3 +68,33 @@ class BenchSpec(_Model):
 
     kind: Literal["serve", "throughput"] = "serve"
     args: list[str] = Field(default_factory=list)
+
+
+def dump_spec(spec: BaseModel) -> str:
+    """Serialize a spec as TOML (flat enough for the spec's shape)."""
+    data = spec.model_dump(mode="json", exclude_none=True)
+    out: list[str] = []
+    for section, values in data.items():
+        nested = {k: v for k, v in values.items() if isinstance(v, dict)}
+        out.append(f"[{section}]")
+        for key, value in values.items():
+            if key not in nested:
+                out.append(f"{key} = {_toml_value(value)}")
+        for key, value in nested.items():
+            out.append(f"{key} = {_toml_value(value)}")
+        out.append("")
+    return "\n".join(out)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.events import NullEvents
-from vllm_bisect.bisect.journal import SessionJournal
 from vllm_bisect.bisect.multi import MultiResult, run_symptoms
 from vllm_bisect.bisect.range import CommitRange
+from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.sim.virtual import VirtualCluster, commit_range
 from vllm_bisect.sim.virtual_steps import StepsScenario, steps_scenario
 from vllm_bisect.spec import BisectSpec, Symptom, parse_spec

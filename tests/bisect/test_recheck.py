@@ -17,18 +17,18 @@ import pytest
 
 from tests.helpers import history, make_spec, write_spec
 from vllm_bisect.bisect.driver import NullEvents
-from vllm_bisect.bisect.endpoints import intermittence
-from vllm_bisect.bisect.evaluate import Evaluator
-from vllm_bisect.bisect.executor import InlineExecutor
-from vllm_bisect.bisect.journal import ResultCache, SessionJournal
-from vllm_bisect.bisect.measurer import Measurer
+from vllm_bisect.bisect.measurement.evaluate import Evaluator
+from vllm_bisect.bisect.measurement.executor import InlineExecutor
+from vllm_bisect.bisect.measurement.measurer import Measurer
 from vllm_bisect.bisect.policies import make_policy, resolve_strategy
 from vllm_bisect.bisect.range import CommitInfo, commit_range, open_repo
 from vllm_bisect.bisect.recheck import FLAKY_META, applies
 from vllm_bisect.bisect.runner import run_bisect
-from vllm_bisect.bisect.session import Session
-from vllm_bisect.bisect.store import MeasurementStore
-from vllm_bisect.bisect.strategy import next_step
+from vllm_bisect.bisect.search.endpoints import intermittence
+from vllm_bisect.bisect.search.steps import next_step
+from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
+from vllm_bisect.bisect.state.session import Session
+from vllm_bisect.bisect.state.store import MeasurementStore
 from vllm_bisect.bisect.tester import Tester as CommitTester
 from vllm_bisect.builders import make_builder
 from vllm_bisect.models import Outcome, Verdict

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from vllm_bisect.bisect.events import EventHandler
 from vllm_bisect.bisect.forecast import Forecast, predict
-from vllm_bisect.bisect.policy import Role
+from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.models import EvalStatus, Evaluation, Outcome

@@ -33,9 +33,8 @@ from typing import Any
 from vllm_bisect.bisect.driver import BisectResult, Driver
 from vllm_bisect.bisect.events import EventHandler
 from vllm_bisect.bisect.policies import make_policy, resolve_strategy
-from vllm_bisect.bisect.policy import Role
+from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitRange
-from vllm_bisect.bisect.twolevel_policy import SAMPLES_KEY
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Evaluation, Verdict
 from vllm_bisect.spec import BisectSpec, Symptom
@@ -129,7 +128,7 @@ def capped_servers(ev: Evaluation, floor: int) -> list[bool] | None:
     m = ev.measurement
     if m is None:
         return None
-    groups = ev.environment.get(SAMPLES_KEY)
+    groups = ev.samples
     sizes = ([len(g) for g in groups if isinstance(g, list)] if isinstance(groups, list)
              else [len(m.requests)])
     if sum(sizes) != len(m.requests) or not m.requests:

@@ -23,10 +23,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from vllm_bisect.bisect.endpoints import intermittence_applies, prefetch_first, steps
-from vllm_bisect.bisect.policy import Role
+from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.reruns import Runs
-from vllm_bisect.bisect.search import Found, Search
+from vllm_bisect.bisect.search.binary import Found, Search
+from vllm_bisect.bisect.search.endpoints import intermittence_applies, prefetch_first, steps
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.models import Verdict
 from vllm_bisect.spec import BisectSpec

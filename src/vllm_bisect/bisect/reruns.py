@@ -3,7 +3,7 @@ of them does not measure them again (each run is a server start)."""
 
 from __future__ import annotations
 
-from vllm_bisect.bisect.policy import Role
+from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitInfo
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.models import Verdict

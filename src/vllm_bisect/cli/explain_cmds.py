@@ -15,7 +15,7 @@ SessionArg = Annotated[Path, typer.Argument(help="a finished bisect session dire
 
 
 def _cache_dir(session: Path, given: Path | None) -> Path:
-    from vllm_bisect.bisect.session import default_cache_dir, stored_meta
+    from vllm_bisect.bisect.state.session import default_cache_dir, stored_meta
 
     if given is not None:
         return given
@@ -27,7 +27,7 @@ def _cache_dir(session: Path, given: Path | None) -> Path:
 def run_explain(session: Path, cache_dir: Path | None, servers_per_side: int | None,
                 culprit: str | None = None) -> dict[str, Any]:
     """Profile and diff (progress on stderr); the ``explain`` document."""
-    from vllm_bisect.bisect.session import stored_spec
+    from vllm_bisect.bisect.state.session import stored_spec
     from vllm_bisect.errors import FatalError
     from vllm_bisect.explain.run import explain_session
 

@@ -19,14 +19,15 @@ def spec_cmd(
         help="only this section (range, build, serve, probe, verdict, ops, parallel)")] = None,
 ) -> None:
     """Spec file reference: `vllm-bisect spec --keys [SECTION]`."""
+    from vllm_bisect.spec import BisectSpec
     from vllm_bisect.spec_keys import spec_keys
 
     if not keys:
         out().print("pass --keys to list every spec key (optionally one SECTION)")
         raise typer.Exit(0)
-    rows = [k for k in spec_keys() if section is None or k.key.split(".", 1)[0] == section]
+    rows = [k for k in spec_keys(BisectSpec) if section is None or k.key.split(".", 1)[0] == section]
     if not rows:
-        sections = sorted({k.key.split(".", 1)[0] for k in spec_keys()})
+        sections = sorted({k.key.split(".", 1)[0] for k in spec_keys(BisectSpec)})
         out().print(f"no section {esc(section)}; sections: {', '.join(sections)}")
         raise typer.Exit(2)
     for k in rows:

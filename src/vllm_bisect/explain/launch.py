@@ -23,9 +23,9 @@ from pathlib import Path
 import git
 import httpx
 
-from vllm_bisect.bisect.evaluate import Evaluator
-from vllm_bisect.bisect.executor import local_slots
-from vllm_bisect.bisect.probe_steps import EvalCall, ProbeStep
+from vllm_bisect.bisect.measurement.evaluate import Evaluator
+from vllm_bisect.bisect.measurement.executor import local_slots
+from vllm_bisect.bisect.measurement.probe_steps import EvalCall, ProbeStep
 from vllm_bisect.builders import Builder
 from vllm_bisect.errors import ProbeError
 from vllm_bisect.models import Evaluation, Measurement

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 
 from vllm_bisect.bisect.policies.base import MoreSamples, Role
+from vllm_bisect.bisect.reruns import Runs
 from vllm_bisect.bisect.search.multisection import ideal_rounds
 from vllm_bisect.bisect.search.steps import next_step
-from vllm_bisect.bisect.reruns import Runs
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.errors import NotReproduced, untestable_hint
 from vllm_bisect.models import Evaluation, Outcome, Verdict
