@@ -44,7 +44,8 @@ def test_ttft_symptom_finds_the_slower_prefill_with_the_two_level_test(tmp_path:
                                    "prefill_ms": 15.0, "noise_cv": 0.02},
                         serve={"speculative": None},
                         probe={"max_tokens": 8, "prompt_tokens": 1024},
-                        verdict={"symptom": "ttft", "ttft_factor": 2.0})
+                        # the search's own verdicts (not the rest check's calibrations)
+                        verdict={"symptom": "ttft", "ttft_factor": 2.0, "rest_check": False})
     assert doc["first_bad"] == planted["ttft"]
     judged = [p["reason"] for p in doc["probed"] if p["verdict"] in ("good", "bad")]
     assert judged and all(r.startswith("two-level") and "ttft median" in r for r in judged)

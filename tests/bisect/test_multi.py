@@ -20,7 +20,7 @@ def spec(symptoms: list[str], **verdict: object) -> BisectSpec:
     return parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
                        "probe": {"max_tokens": 256},
                        "verdict": {"symptoms": symptoms, "itl_factor": 1.15,
-                                   "verify_samples": 0, **verdict}})
+                                   "verify_samples": 0, "plateau": True, **verdict}})
 
 
 def run(sp: BisectSpec, s: StepsScenario, tmp: Path, seed: int = 0

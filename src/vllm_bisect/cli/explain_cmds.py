@@ -101,4 +101,5 @@ def after_run(spec: Any, session: Path, cache_dir: Path | None, quiet: bool) -> 
             print_explain(found, session)
     elif str(spec.verdict.symptom) in SPEED_SYMPTOMS:
         err().print("[dim]why is it slower? profile the culprit against its parent (4 server "
-                    f"starts): vllm-bisect explain {shlex.quote(str(session))}[/]")
+                    f"starts): vllm-bisect explain {shlex.quote(str(session))}[/]",
+                    soft_wrap=True)  # the command stays on one line, to copy

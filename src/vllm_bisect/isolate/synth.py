@@ -163,7 +163,8 @@ class WideCulprit:
 
 def engine_config(step_ms: float = 1.0, noise_cv: float = 0.0, server_cv: float = 0.0) -> str:
     return t.ENGINE_CONFIG.format(step_ms=step_ms, init_s=0.0, noise_cv=noise_cv,
-                                  server_cv=server_cv, diverge=None)
+                                  server_cv=server_cv, diverge=None, prefill_ms=20.0,
+                                  weights_gib=16.0, kv_cache_gib=40.0)
 
 
 def wide_culprit_history(path: Path, n_files: int = 20, before: int = 3, after: int = 3,

@@ -170,8 +170,9 @@ class TwoLevelPolicy(ThresholdPolicy):
                                     max_servers=v.max_servers,
                                     server_cost=v.server_cost,
                                     requests_help=per_request(self.symptom),
-                                    step_change=log_min_change(v),  # a plateau: BAD
-                                    good_gate=True)
+                                    # a plateau: BAD (verdict.plateau, opt-in)
+                                    step_change=log_min_change(v) if v.plateau else 0.0,
+                                    good_gate=v.plateau)
         cal.record()
         if step.status is CalStatus.REFUSE:
             g, b = cal.groups[cal.old_sha], cal.groups[cal.new_sha]
