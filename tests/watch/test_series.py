@@ -89,3 +89,30 @@ def test_resolve_ref_in_a_real_repo(tmp_path: Path) -> None:
     assert resolve_ref(repo, "0.10.2") == c.hexsha
     with pytest.raises(RangeError, match="names no commit"):
         resolve_ref(repo, "deadbeef99")
+
+
+def test_a_throughput_window_measures_what_the_series_measured(tmp_path: Path) -> None:
+    # a bench-serve series: the window's spec runs `vllm bench serve` with the series' own
+    # settings ([probe.bench]) and judges throughput at a factor halfway into the step
+    import numpy as np
+
+    from vllm_bisect.spec import parse_spec
+    from vllm_bisect.watch.plan import find, window_spec
+
+    rng = np.random.default_rng(2)
+    refs = [f"{i:07x}" for i in range(40)]
+    d = bench_dir(tmp_path, refs, [10.0] * 40)
+    for i, f in enumerate(sorted(d.glob("bench-*.json"))):
+        doc = json.loads(f.read_text())
+        doc["output_throughput"] = 900 * (1 + 0.02 * rng.standard_normal()) * (0.8 if i >= 25 else 1)
+        f.write_text(json.dumps(doc))
+    s = load_series(d)
+    f = next(x for x in find(s, ["output_throughput"]) if x.cp.reported)
+    assert f.direction.value == "regression"
+    spec = window_spec(parse_spec({}), s, f)
+    assert spec.verdict.symptom == "throughput"
+    assert spec.verdict.throughput_factor is not None and 1.05 < spec.verdict.throughput_factor < 1.2
+    assert spec.probe.bench is not None and spec.probe.bench.kind == "serve"
+    assert spec.probe.bench.args == ["--num-prompts", "16", "--max-concurrency", "4",
+                                     "--request-rate", "inf"]
+    assert spec.range.good == f.before.ref and spec.range.bad == f.after.ref
