@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 import git
@@ -59,7 +60,7 @@ def make_builder(spec: BisectSpec, repo: git.Repo, cache_dir: Path, log_dir: Pat
     if isinstance(b, CommandBuild):
         return CommandBuilder(checkouts, b.setup, b.serve, log_dir, env=dict(spec.serve.env))
     assert isinstance(b, SourceBuild)
-    has_wheel = None
+    has_wheel: Callable[[str], bool] | None = None
     if b.precompiled and b.wheel_location is not None:
         base = local_wheel_commit(repo, b.wheel_commit or spec.range.good)
         has_wheel = base.__eq__
