@@ -15,7 +15,8 @@ logger = logging.getLogger(__name__)
 
 
 class _Call(Protocol):  # what it needs of probe_steps.EvalCall (no import: no cycle)
-    commit: str
+    @property
+    def commit(self) -> str: ...
 
     def say(self, phase: str) -> None: ...
 
