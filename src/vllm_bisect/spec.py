@@ -171,10 +171,8 @@ class VerdictSpec(_Model):
     # after a culprit of itl / throughput / mtp-speedup: test the bad end against it with the
     # same noise-aware test and, when still clearly worse, bisect the rest (bisect.multi)
     rest_check: bool = True
-    # two-level: a commit clearly off the good end by the smallest change that matters is BAD
-    # even when it is not at the bad end's level (a plateau between two steps). Opt-in: as the
-    # default it moved the pair-bound fall-back's path on 3 of tests/bisect/test_pair_bound.py's
-    # HARD draws (one to a wrong culprit); two 1.3x steps in one range need it to be named
+    # two-level: a commit off the good end by the factor is BAD (a plateau between two steps);
+    # opt-in, see docs/benchmarks.md (as the default it broke the pair-bound fall-back)
     plateau: bool = False
     min_output_tokens: int | None = Field(default=None, ge=1)
     max_itl_ms: float | None = Field(default=None, gt=0)
