@@ -168,6 +168,18 @@ def _files(plan: HistoryPlan, i: int) -> dict[str, str]:
     return files
 
 
+def _plantings(plan: HistoryPlan) -> tuple[tuple[int | None, str, str | None], ...]:
+    """(commit index, key in History.planted, the commit's subject; None: a filler subject)
+    for every planting, in the order a commit with several takes its subject."""
+    return ((plan.fixed_at, "fix", FIX_SUBJECT), (plan.cap_at, "length", CAP_SUBJECT),
+            (plan.slow_at, "itl", SLOW_SUBJECT), (plan.kernel_at, "kernel", KERNEL_SUBJECT),
+            (plan.gen_cap_at, "gen_config_length", GEN_CAP_SUBJECT),
+            (plan.wrong_output_at, "correctness", WRONG_SUBJECT),
+            (plan.low_acceptance_at, "mtp-speedup", LOW_ACCEPT_SUBJECT),
+            (plan.memory_at, "memory", MEMORY_SUBJECT), (plan.oom_at, "oom", OOM_SUBJECT),
+            (plan.ttft_at, "ttft", TTFT_SUBJECT), (plan.slow2_at, "itl2", None))
+
+
 def generate_history(path: Path, plan: HistoryPlan) -> History:
     """Create a fresh repository at path with plan.n_commits commits after the base."""
     rnd = random.Random(plan.seed)
@@ -182,32 +194,16 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
     unbuildable: list[str] = []
     current: dict[str, str] = {}
     pr = 47000
+    plantings = _plantings(plan)
     for i in range(plan.n_commits + 1):
         files = _files(plan, i)
         if i == 0:
             files["README.md"] = t.README.format(rev=0)
             files["csrc/layernorm_kernels.cu"] = t.KERNEL_SOURCE.format(rev=0)
             subject = "[Core] Initial import"
-        elif i == plan.fixed_at:
-            subject = FIX_SUBJECT
-        elif i == plan.cap_at:
-            subject = CAP_SUBJECT
-        elif i == plan.slow_at:
-            subject = SLOW_SUBJECT
-        elif i == plan.kernel_at:
-            subject = KERNEL_SUBJECT
-        elif i == plan.gen_cap_at:
-            subject = GEN_CAP_SUBJECT
-        elif i == plan.wrong_output_at:
-            subject = WRONG_SUBJECT
-        elif i == plan.low_acceptance_at:
-            subject = LOW_ACCEPT_SUBJECT
-        elif i == plan.memory_at:
-            subject = MEMORY_SUBJECT
-        elif i == plan.oom_at:
-            subject = OOM_SUBJECT
-        elif i == plan.ttft_at:
-            subject = TTFT_SUBJECT
+        elif (planted_subject := next((sub for at, _, sub in plantings
+                                       if at == i and sub is not None), None)):
+            subject = planted_subject
         elif i in plan.unbuildable:
             subject = BROKEN_SUBJECT
         elif i - 1 in plan.unbuildable:
@@ -238,23 +234,7 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
         c = repo.index.commit(message, author=actor, committer=actor, author_date=stamp,
                               commit_date=stamp)
         shas.append(c.hexsha)
-        if i == plan.fixed_at:
-            planted["fix"] = c.hexsha
-        if i == plan.cap_at:
-            planted["length"] = c.hexsha
-        if i == plan.slow_at:
-            planted["itl"] = c.hexsha
-        if i == plan.slow2_at:
-            planted["itl2"] = c.hexsha
-        if i == plan.kernel_at:
-            planted["kernel"] = c.hexsha
-        if i == plan.gen_cap_at:
-            planted["gen_config_length"] = c.hexsha
-        if i == plan.wrong_output_at:
-            planted["correctness"] = c.hexsha
-        if i == plan.low_acceptance_at:
-            planted["mtp-speedup"] = c.hexsha
-        for key, at in (("memory", plan.memory_at), ("oom", plan.oom_at), ("ttft", plan.ttft_at)):
+        for at, key, _ in plantings:
             if i == at:
                 planted[key] = c.hexsha
         if i in plan.unbuildable:
