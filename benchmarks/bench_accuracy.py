@@ -45,7 +45,6 @@ import plain_arms
 
 from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.forecast import Forecast
-from vllm_bisect.bisect.search.steps import next_step
 from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import EvalStatus, Verdict
@@ -141,17 +140,13 @@ def spec_for(arm: str, s: Scenario, recheck: int | None = None) -> BisectSpec:
 
 def plain(s: Scenario, sp: BisectSpec, cluster: VirtualCluster) -> int | None:
     """`git bisect run` with a one-run hook: 0 good, 1 bad, 125 skip; no endpoint checks."""
-    rng = cluster.rng
     judge = Judge(sp.verdict, sp.min_output_tokens())
-    verdicts: dict[int, Verdict] = {s.n - 1: Verdict.BAD}
-    while True:
-        step = next_step(s.n, verdicts)
-        if step.test is None:
-            return step.culprit
-        ev = cluster.evaluate(rng.sha(step.test))
-        verdicts[step.test] = (judge.judge(ev.measurement).verdict
-                               if ev.status is EvalStatus.MEASURED and ev.measurement
-                               else Verdict.SKIP)
+
+    def one_run(i: int) -> Verdict:
+        ev = cluster.evaluate(cluster.rng.sha(i))
+        return (judge.judge(ev.measurement).verdict
+                if ev.status is EvalStatus.MEASURED and ev.measurement else Verdict.SKIP)
+    return plain_arms.git_bisect(s.n, one_run)
 
 
 def run_trial(t: Trial) -> Outcome:

@@ -11,7 +11,7 @@ search is git's binary search (``strategy.next_step``), no endpoint checks. Arms
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from vllm_bisect.bisect.search.steps import next_step
@@ -63,13 +63,19 @@ def plain_repeats(s: Scenario, sp: BisectSpec, cluster: VirtualCluster, servers:
                   ) -> int | None:
     """The culprit index a repeated-run hook under `git bisect run` names (None: none)."""
     judge = Judge(sp.verdict, sp.min_output_tokens())
-    verdicts: dict[int, Verdict] = {s.n - 1: Verdict.BAD}
+    return git_bisect(s.n, lambda i: judge_commit(i, cluster.rng.sha(i), judge, cluster,
+                                                  servers))
+
+
+def git_bisect(n: int, verdict_of: Callable[[int], Verdict]) -> int | None:
+    """`git bisect run` over commits 0..n-1 (0 good, n-1 bad): the culprit index its hook's
+    verdicts lead to (None: skipped commits leave no single one)."""
+    verdicts: dict[int, Verdict] = {n - 1: Verdict.BAD}
     while True:
-        step = next_step(s.n, verdicts)
+        step = next_step(n, verdicts)
         if step.test is None:
             return step.culprit
-        verdicts[step.test] = judge_commit(step.test, cluster.rng.sha(step.test), judge,
-                                           cluster, servers)
+        verdicts[step.test] = verdict_of(step.test)
 
 
 class RowLike(Protocol):
