@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from vllm_bisect.triage.roles import Point, Role, Roles, SearchKind
+from vllm_bisect.triage.markers import Role
+from vllm_bisect.triage.roles import Point, Roles, SearchKind
 
 PR_CULPRIT = re.compile(
     r"(?:(?<![\w#])#(?P<a>\d{3,7})\s{1,3}(?:introduc\w{0,3}|caus\w{0,3}|broke|regress\w{0,3})\b"
