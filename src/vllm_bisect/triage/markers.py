@@ -36,7 +36,9 @@ BEFORE = (
         r"roll\w{0,4}\s{1,3}back\s{1,3}to|does\s{1,3}not\s{1,3}occur\s{1,3}in|"
         r"doesn't\s{1,3}occur\s{1,3}in|not\s{1,3}(?:reproduc\w{0,5}|occur\w{0,3})\s{1,3}(?:on|in|with)|"
         r"\bno\s{1,3}(?:such\s{1,3})?(?:issues?|problems?|errors?)\s{1,3}with\s{1,3}(?:prior|previous)?|"
-        r"\bold|\bnormal|baseline|(?:slower|worse|behind)\s{1,3}than|✅|✔|正常|回退到|降级到)$",
+        r"\bold|\bnormal|baseline|(?:slower|worse|behind)\s{1,3}than|✅|✔|正常|回退到|降级到|"
+        # an A/B's control arm is the reference (the good end); its treatment the change
+        r"\bcontrol(?:\s{1,3}(?:arm|group|run|build))?)$",
         re.IGNORECASE)),
     (Role.BAD, re.compile(
         r"(?:upgrad\w{0,5}\s{1,3}to|updat\w{0,5}\s{1,3}to|chang\w{0,5}\s{1,3}to|"
@@ -49,7 +51,14 @@ BEFORE = (
         r"(?:after|in|on|with)|with\s{1,3}this(?:\s{1,3}pr)?|(?:faster|better)\s{1,3}than|"
         r"(?:slower|worse|regressed)\s{1,3}(?:from|since|after|at)|\bnew|\bbad|❌|✗|✘|变慢的?|升级到|"
         r"\bnow\s{1,3}(?:with|on|in)|"
-        r"换成|切换到)$", re.IGNORECASE)),
+        r"换成|切换到|"
+        # "升级 v0.11.0rc1 后": upgrading names the version upgraded to
+        r"升级(?:到|至)?|"
+        # "is slower on X", "fails on X", "crashes with X": the failure is at X
+        r"(?:slower|worse|slow|broken|fails?|failing|crash\w{0,2}|hangs?)\s{1,3}(?:on|in|with)|"
+        # "this PR" in a results table is the change under test (not "before/prior to this PR")
+        r"(?<!before )(?<!without )(?<!to )(?<!than )\bthis\s{1,3}(?:pr|commit|change|patch|branch)|"
+        r"\btreatment(?:\s{1,3}(?:arm|group|run|build))?)$", re.IGNORECASE)),
 )
 AFTER_FIXED = re.compile(r"问题(?:已经)?(?:消失|解决)|(?:issue|problem|regression|bug)\s{1,3}"
                          r"(?:is\s{1,3}|was\s{1,3}|has\s{1,3}been\s{1,3})?(?:gone|fixed|resolved)",
@@ -59,14 +68,17 @@ AFTER = (
                            r"\b(?:is|was|works?|worked)\s{1,3}(?:fine|ok|good|fast|normal|healthy|true)\b|"
                            r"\bproduces?\s{1,3}(?:the\s{1,3})?(?:expected|correct|normal)|"
                            r"^\W{0,4}before\s{1,3}the\s{1,3}(?:change|pr|commit)|"
-                           r"\bgives\s{1,3}(?:much\s{1,3})?better|\bfaster\s{1,3}than|\bbaseline\b",
+                           r"\bgives\s{1,3}(?:much\s{1,3})?better|\bfaster\s{1,3}than|\bbaseline\b|"
+                           # "X (pre-regression control)": named as the reference before it
+                           r"^\W{0,4}(?:pre-?regression|pre-?change|control)\b",
                            re.IGNORECASE)),
     (Role.BAD, re.compile(r"^[\s:：)）(（-]{0,4}(?:❌|✗|✘|变慢|慢|\(bad\))|"
                           r"^\W{0,4}(?:adds?|with|after)\s{1,3}the\s{1,3}change|"
                           r"\b(?:is|are|was|were)\s{1,3}(?:just\s{1,3}as\s{1,3})?(?:slow|slower|broken|"
                           r"bad|worse|regressed)\b|\bslower\s{1,3}than|\bdrops?\b|\blags?\b|"
                           r"\b(?:very|incredibly|extremely|really|significantly)\s{1,3}(?:low|slow)\b|"
-                          r"\bregress\w{0,4}\b|劣化|下降|变慢", re.IGNORECASE)),
+                          r"(?<!pre-)(?<!pre)\bregress\w{0,4}\b|劣化|下降|变慢|"
+                          r"^\W{0,4}treatment\b", re.IGNORECASE)),
 )
 SEGMENT = (
     (Role.GOOD, re.compile(r"✅|✔|✓|正常|没问题|\(good\)")),
@@ -80,11 +92,18 @@ ROW = (  # a table row is about its one ref: words mark it too
 )
 COMPARE = re.compile(r"^(?:相比|相较于?|对比|compared\s{1,3}(?:to|with)|vs\.?|versus)$", re.IGNORECASE)
 LABEL_LINE = re.compile(r"^[\s#>*_-]{0,8}(?P<label>before(?:\s{1,3}(?:update|upgrade))?|"
-                        r"after(?:\s{1,3}(?:update|upgrade))?|good|bad|old|new|修复前|修复后)"
+                        r"after(?:\s{1,3}(?:update|upgrade))?|good|bad|old|new|control|treatment|"
+                        r"修复前|修复后)"
                         r"[\s*_:：]{0,6}$", re.IGNORECASE)
 LABEL_ROLE = {"before": Role.GOOD, "good": Role.GOOD, "old": Role.GOOD, "after": Role.BAD,
-              "bad": Role.BAD, "new": Role.BAD, "修复前": Role.PROBLEM, "修复后": Role.FIXED}
+              "bad": Role.BAD, "new": Role.BAD, "control": Role.GOOD, "treatment": Role.BAD,
+              "修复前": Role.PROBLEM, "修复后": Role.FIXED}
 CLAUSE_END = re.compile(r"[.!?](?=\s|$)|\.(?=[A-Z])|[;；。！？，]|\bbut\b|\bwhile\b|\bwhereas\b|"
                         r"\bhowever\b")
 ARROW = re.compile(r"^(?:to|→|->|=>|⇒|到|升级到)$", re.IGNORECASE)
 TABLE_RULE = re.compile(r"^\s*\|?(?:\s*:?-{2,}:?\s*\|)+\s*:?-{0,}:?\s*\|?\s*$")
+
+# "before the v0.12 upgrade", "since the 0.9.2 update": the upgrade went to X, so X is the bad
+# end whatever word ("before", "after", "since") stands in front of it
+UPGRADE_NOUN = re.compile(r"^[\s`*_]{0,3}(?:upgrade|update|bump|migration|rollout|升级)\b",
+                          re.IGNORECASE)

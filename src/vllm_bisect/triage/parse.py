@@ -92,6 +92,9 @@ def _ratio(values: list[float]) -> float | None:
 def _range(t: Triage, lines: list[str]) -> None:
     mentions = find_mentions(lines)
     t.images = sorted({m.image for m in mentions if m.image})
+    concrete = {m.version for m in mentions if m.version and m.how != "family"}
+    if len(concrete) >= 2:  # "v0.11.x" stands in for its first release only when the report
+        mentions = [m for m in mentions if m.how != "family"]  # names no versions of its own
     points = merge_points(mentions)
     arrows = assign_votes(lines, mentions, points)
     pairs: list[list[Point]] = []

@@ -29,6 +29,7 @@ from vllm_bisect.triage.markers import (
     ROW,
     SEGMENT,
     TABLE_RULE,
+    UPGRADE_NOUN,
     Role,
 )
 from vllm_bisect.triage.refs import Mention, version_key
@@ -193,6 +194,8 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                 next_start = seg[i + 1].start if i + 1 < len(seg) else b
                 bound = False
                 found = _before_marker(line[prev_end:m.start])
+                if found is not None and UPGRADE_NOUN.match(line[m.end:next_start]):
+                    found = (Role.BAD, f"{found[1]} ... upgrade")  # "before the X upgrade"
                 if found is not None:
                     p.vote(found[0], 3, f"line {n}: {found[1]!r} before it", n)
                     bound = True
@@ -223,7 +226,11 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                             break
                 if not bound and section is not None:
                     p.vote(section, 1, f"line {n}: under a {section.value!r} label", n)
-                if i + 1 < len(seg):
+                if i + 1 < len(seg) and m.how == seg[i + 1].how == "compare-url":
+                    q = _point_of(points, seg[i + 1])  # a compare URL a...b: a is the base
+                    if q is not None and q is not p:
+                        arrows.append((p, q))
+                elif i + 1 < len(seg):
                     q = _point_of(points, seg[i + 1])
                     gap = _strip_filler(line[m.end:seg[i + 1].start]).strip()
                     if q is not None and q is not p and ARROW.match(gap):
