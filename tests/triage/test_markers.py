@@ -68,3 +68,21 @@ def test_compare_urls_and_shas_in_image_tags() -> None:
                 f"vllm-ci-postmerge-repo:{bad}\n") == (good, bad)
     t = triage("# Slow on vllm/vllm-openai:latest\n")
     assert (t.good, t.bad) == (None, None)  # a tag that is no commit is not a ref
+
+
+def test_one_metric_value_per_line_on_two_lines_is_a_comparison() -> None:
+    t = triage("# [Performance]: 算子性能变差\n\nv0.9.1 测得 TPOT 在 20～21ms左右。\n"
+               "v0.11 测得 TPOT 在 27 ms 左右。\n")
+    assert t.symptoms == ["itl"]
+    t = triage("# nightly experiment\n\n- Sept 3: installed `42e039a9`, Output TPS `707.59`.\n"
+               "- Sept 4: installed `93c3fd64`, Output TPS `647.96`.\n")
+    assert t.symptoms == ["throughput"]
+    # one value on one line only is no comparison
+    assert triage("# nightly experiment\n\n- installed `42e039a9`, Output TPS `707.59`.\n"
+                  ).symptoms == []
+
+
+def test_bold_table_cells_are_read() -> None:
+    t = triage("## Paired A/B\n\n| build | decode | TPOT |\n|---|---|---|\n"
+               "| a | **63.7 tok/s** | **15.70 ms** |\n| b | **61.7 tok/s** | **16.21 ms** |\n")
+    assert t.symptoms == ["itl"]
