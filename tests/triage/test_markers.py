@@ -86,3 +86,12 @@ def test_bold_table_cells_are_read() -> None:
     t = triage("## Paired A/B\n\n| build | decode | TPOT |\n|---|---|---|\n"
                "| a | **63.7 tok/s** | **15.70 ms** |\n| b | **61.7 tok/s** | **16.21 ms** |\n")
     assert t.symptoms == ["itl"]
+
+
+def test_a_table_beats_a_side_remark_about_another_issue() -> None:
+    table = "| version | tok/s |\n|---|---|\n| v0.10.0 | 5000 |\n| v0.11.0 | 3000 |\n"
+    remark = "This looks like #1234, which was fixed in v0.9.0 after upgrading to v0.8.5.\n"
+    t = triage("# Throughput regression\n\n" + table + "\n" + remark)
+    assert (t.search.value, t.good, t.bad) == ("regression", "v0.10.0", "v0.11.0")
+    # without a table the sentence is all there is: it is read
+    assert triage("# Throughput regression\n\n" + remark).search.value == "fix"

@@ -19,7 +19,13 @@ from vllm_bisect.triage.roles import (
     choose,
     merge_points,
 )
-from vllm_bisect.triage.rules import as_fix, improvement, pr_culprit, refine
+from vllm_bisect.triage.rules import (
+    as_fix,
+    drop_side_remarks,
+    improvement,
+    pr_culprit,
+    refine,
+)
 from vllm_bisect.triage.serving import find_serving
 from vllm_bisect.triage.symptom_words import word_symptoms
 from vllm_bisect.triage.symptoms import Found, find_symptoms
@@ -95,6 +101,7 @@ def _range(t: Triage, lines: list[str]) -> None:
     concrete = {m.version for m in mentions if m.version and m.how != "family"}
     if len(concrete) >= 2:  # "v0.11.x" stands in for its first release only when the report
         mentions = [m for m in mentions if m.how != "family"]  # names no versions of its own
+    mentions = drop_side_remarks(lines, mentions)
     points = merge_points(mentions)
     arrows = assign_votes(lines, mentions, points)
     pairs: list[list[Point]] = []

@@ -10,6 +10,9 @@
 - **Find the fix**: "resolved in the latest version", "no longer see the issue on X",
   "已修复", "问题已解决" in a report with no good end: the refs with the problem are the old
   end, a ref the fix is seen on (tested on X) the new one.
+- **A table beats a side remark**: when a table compares two or more versions, the refs of a
+  sentence about another issue ("looks like #1234, fixed in v0.9.0") are that issue's, not
+  this report's range.
 - **An improvement is not a regression**: a title that says something improved or grew in
   capacity, with nothing that says it got worse: no range, no symptom.
 """
@@ -20,7 +23,25 @@ import re
 from dataclasses import replace
 
 from vllm_bisect.triage.markers import Role
+from vllm_bisect.triage.refs import Mention
 from vllm_bisect.triage.roles import Point, Roles, SearchKind
+
+SIDE_REMARK = re.compile(
+    r"(?:looks?\s{1,3}like|similar\s{1,3}to|same\s{1,3}as|related\s{1,3}to|like\s{1,3}in|"
+    r"as\s{1,3}in|\bsee(?:\s{1,3}also)?|\bcf\.?|duplicate\s{1,3}of|reminds\s{1,3}me\s{1,3}of|"
+    r"类似|参见)\s{0,3}(?:issue\s{0,2})?(?:#\d{1,7}\b|https?://github\.com/[\w.-]{1,100}/"
+    r"[\w.-]{1,100}/(?:issues|pull)/\d)", re.IGNORECASE)
+
+
+def drop_side_remarks(lines: list[str], mentions: list[Mention]) -> list[Mention]:
+    """A table comparing two or more versions beats a sentence about another issue: that
+    sentence's refs are dropped (they are the other issue's)."""
+    table = {m.version for m in mentions if m.version and lines[m.line - 1].lstrip().startswith("|")}
+    if len(table) < 2:
+        return mentions
+    return [m for m in mentions if m.version in table or lines[m.line - 1].lstrip().startswith("|")
+            or not SIDE_REMARK.search(lines[m.line - 1])]
+
 
 PR_CULPRIT = re.compile(
     r"(?:(?<![\w#])#(?P<a>\d{3,7})\s{1,3}(?:introduc\w{0,3}|caus\w{0,3}|broke|regress\w{0,3})\b"
