@@ -217,3 +217,42 @@ def test_issue31_round2_held_out(capsys: pytest.CaptureFixture[str]) -> None:
         print(f"  find-the-fix detected in {ROUND2}: {hit}/{n}; regression reports read as a "
               f"fix: {wrong_fix}")
     assert sizes["all"] >= 25
+
+
+ROUND3 = "held-out-33"
+
+
+def pair_outcomes(split: str, projects: tuple[str, ...] | None = None) -> tuple[int, int, int]:
+    """(right, abstained, wrong) pairs: an abstention (no ref at either end: the bot asks for
+    the range) is a miss in the pair score but not a wrong range handed to a bisect."""
+    right = abstained = wrong = 0
+    for c in _selected(None, split, projects):
+        exp = json.loads((c / "expected.json").read_text())
+        t = triage((c / "report.md").read_text())
+        if field_ok("pair", exp, t):
+            right += 1
+        elif t.good is None and t.bad is None:
+            abstained += 1
+        else:
+            wrong += 1
+    return right, abstained, wrong
+
+
+def test_issue31_round3_held_out(capsys: pytest.CaptureFixture[str]) -> None:
+    """Round 3's honest number: 29 reports labelled (and committed) before triage ran on them
+    and before any round-3 rule change; held-out-32 is a tuning set since round 3."""
+    rows = {k: score(split=ROUND3, projects=projects) for k, projects in COLUMNS}
+    sizes = {k: len(_selected(None, ROUND3, projects)) for k, projects in COLUMNS}
+    hit, n = fix_detected(ROUND3)
+    with capsys.disabled():
+        print(f"\n{ROUND3}: " + ", ".join(f"{k} ({sizes[k]})" for k, _ in COLUMNS))
+        for f in FIELDS:
+            print(f"  {f:12s} " + "  ".join(f"{rows[k][0][f]:6.1%}" for k, _ in COLUMNS))
+        for k, projects in (("all", None), ("ours", OURS)):
+            r, a, w = pair_outcomes(ROUND3, projects)
+            print(f"  pair outcomes ({k}): right {r}, abstained {a}, wrong {w}")
+        for f in FIELDS:
+            for m in rows["all"][1][f]:
+                print(f"      {ROUND3} miss {f}: {m}")
+        print(f"  find-the-fix detected in {ROUND3}: {hit}/{n}")
+    assert sizes["all"] >= 25 and n >= 5

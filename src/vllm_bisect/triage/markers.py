@@ -30,13 +30,18 @@ BEFORE = (
                             re.IGNORECASE)),
     (Role.GOOD, re.compile(
         r"(?:last\s{1,3}(?:known\s{1,3})?(?:good|healthy|working|ok|fast)|"
-        r"(?<!first )(?<!first\s)\bgood|\bworks?\s{1,3}(?:fine\s{1,3})?(?:on|with|in)|"
+        r"(?<!first )(?<!first\s)\bgood|\bworks?\s{1,3}(?:(?:fine|well|correctly|ok)\s{1,3})?"
+        r"(?:on|with|in)|"
         r"\bfine\s{1,3}(?:on|with|in)|prior\s{1,3}to|\bbefore(?:\s{1,3}(?:update|upgrading))?|"
         r"downgrad\w{0,6}\s{1,3}to|revert\w{0,4}\s{1,3}(?:back\s{1,3})?to|"
         r"roll\w{0,4}\s{1,3}back\s{1,3}to|does\s{1,3}not\s{1,3}occur\s{1,3}in|"
         r"doesn't\s{1,3}occur\s{1,3}in|not\s{1,3}(?:reproduc\w{0,5}|occur\w{0,3})\s{1,3}(?:on|in|with)|"
         r"\bno\s{1,3}(?:such\s{1,3})?(?:issues?|problems?|errors?)\s{1,3}with\s{1,3}(?:prior|previous)?|"
         r"\bold|\bnormal|baseline|(?:slower|worse|behind)\s{1,3}than|✅|✔|正常|回退到|降级到|"
+        # "(ok in 0.7.2)": a verdict word with a preposition binds forward, to the ref after it
+        r"\b(?:ok|okay|fine|normal|correct)\s{1,3}(?:on|with|in|at)|"
+        # "when the version is higher than 0.5.3": a bound on the version: X is the last good
+        r"\bversions?\s{1,3}(?:is\s{1,3}|are\s{1,3})?(?:higher|newer|later|greater)\s{1,3}than|"
         # an A/B's control arm is the reference (the good end); its treatment the change
         r"\bcontrol(?:\s{1,3}(?:arm|group|run|build))?)$",
         re.IGNORECASE)),
@@ -64,8 +69,14 @@ AFTER_FIXED = re.compile(r"问题(?:已经)?(?:消失|解决)|(?:issue|problem|r
                          r"(?:is\s{1,3}|was\s{1,3}|has\s{1,3}been\s{1,3})?(?:gone|fixed|resolved)",
                          re.IGNORECASE)
 AFTER = (
-    (Role.GOOD, re.compile(r"^[\s:：)）(（-]{0,4}(?:✅|✔|正常|没问题|\(good\)|ok\b|fine\b)|"
-                           r"\b(?:is|was|works?|worked)\s{1,3}(?:fine|ok|good|fast|normal|healthy|true)\b|"
+    (Role.GOOD, re.compile(r"^[\s:：)）(（-]{0,4}(?:✅|✔|正常|没问题|\(good\)|"
+                           # "X (ok in Y)": the verdict is Y's (BEFORE), not X's
+                           r"(?:ok|fine)\b(?!\s{1,3}(?:on|with|in|at)\b))|"
+                           r"\b(?:is|was|works?|worked)\s{1,3}(?:fine|ok|good|well|fast|normal|healthy|"
+                           r"true|correctly)\b(?!\s{1,3}(?:on|with|in|at)\b)|"
+                           # "X (works well)", "X (correct output)": a verdict in brackets is X's
+                           r"^[\s`*_]{0,4}[(（]\s{0,2}(?:works?|worked|good|ok|fine|fast|correct|normal|"
+                           r"healthy|passing|passes)\b(?!(?:\s{1,3}\w{1,12})?\s{1,3}(?:on|with|in|at)\b)|"
                            r"\bproduces?\s{1,3}(?:the\s{1,3})?(?:expected|correct|normal)|"
                            r"^\W{0,4}before\s{1,3}the\s{1,3}(?:change|pr|commit)|"
                            r"\bgives\s{1,3}(?:much\s{1,3})?better|\bfaster\s{1,3}than|\bbaseline\b|"
@@ -73,6 +84,10 @@ AFTER = (
                            r"^\W{0,4}(?:pre-?regression|pre-?change|control)\b",
                            re.IGNORECASE)),
     (Role.BAD, re.compile(r"^[\s:：)）(（-]{0,4}(?:❌|✗|✘|变慢|慢|\(bad\))|"
+                          # "X (gibberish output)", "X (crashes)": a failure in brackets is X's
+                          r"^[\s`*_]{0,4}[(（][^()（）]{0,30}?\b(?:gibberish|garbage|garbled|broken|"
+                          r"fails?|failing|failed|crash\w{0,3}|errors?|wrong|slow\w{0,2}|"
+                          r"regress\w{0,4}|bad|OOM|hangs?)\b|"
                           r"^\W{0,4}(?:adds?|with|after)\s{1,3}the\s{1,3}change|"
                           r"\b(?:is|are|was|were)\s{1,3}(?:just\s{1,3}as\s{1,3})?(?:slow|slower|broken|"
                           r"bad|worse|regressed)\b|\bslower\s{1,3}than|\bdrops?\b|\blags?\b|"
@@ -85,7 +100,8 @@ SEGMENT = (
     (Role.BAD, re.compile(r"❌|✗|✘|变慢|\(bad\)")),
 )
 ROW = (  # a table row is about its one ref: words mark it too
-    (Role.GOOD, re.compile(r"\bOK\b|\bbaseline\b|\bfast\b|\bgood\b|\bworks\b|\bfine\b",
+    # "Parent `07f326c`": the parent of the culprit is the last good commit
+    (Role.GOOD, re.compile(r"\bOK\b|\bbaseline\b|\bfast\b|\bgood\b|\bworks\b|\bfine\b|\bparent\b",
                            re.IGNORECASE)),
     (Role.BAD, re.compile(r"回归|劣化|\bregress\w{0,4}|\bslow\w{0,2}\b|\bbad\b|\bbroken\b|"
                           r"\bworse\b|\bdegrad\w{0,5}", re.IGNORECASE)),

@@ -25,7 +25,7 @@ COMPARE_URL = re.compile(r"github\.com/[\w.-]{1,100}/[\w.-]{1,100}/compare/([0-9
 # 0.23.1rc1.dev601+ga16dbd5b8, v0.26.0, 0.9.0.1, v0.18, 1.2.0rc2, 0.6.1.post2
 VERSION = re.compile(
     r"(?:(?<![A-Za-z0-9_.+])|(?<=vllm)|(?<=vLLM)|(?<=VLLM))(?P<v>[vV])?(?P<num>\d{1,3}(?:\.\d{1,4}){1,3})"
-    r"(?P<pre>\.?(?:a|b|rc)\d{1,3})?(?P<post>\.?post\d{1,3})?(?P<dev>\.dev\d{1,6})?"
+    r"(?P<pre>[.-]?(?:a|b|rc)\d{1,3})?(?P<post>[.-]?post\d{1,3})?(?P<dev>\.dev\d{1,6})?"
     r"(?P<local>\+g?[0-9a-f]{7,40}(?![0-9a-z])|\+[A-Za-z0-9_.]{1,40})?")
 LABELLED_SHA = re.compile(
     r"(?:\bcommit(?:\s+id)?|\bsha|\bmain|\bnightly|\bnightlies|\bbuild|\bbuilt\s+from|\brevision|"
@@ -130,9 +130,10 @@ def _version_ok(line: str, m: re.Match[str]) -> str | None:
         return None  # "3.2", "13.0": too weak without a v, a product name, a .devN or an arrow
     if len(parts) == 4 and not ours and parts[0] != "0":
         return None  # 0.9.0.1 is a version (no IP address starts at 0); 10.0.0.1 is not
-    # 0.17.1.rc1 and 0.4.0post1 are spelled loosely: written as PEP 440 spells them
-    text = (num + (m.group("pre") or "").lstrip(".")
-            + (("." + m.group("post").lstrip(".")) if m.group("post") else "")
+    # 0.17.1.rc1, 0.4.0post1 and v0.6.3-post1 are spelled loosely (PEP 440 allows "." and
+    # "-" as separators): written as PEP 440 spells them
+    text = (num + (m.group("pre") or "").lstrip(".-")
+            + (("." + m.group("post").lstrip(".-")) if m.group("post") else "")
             + (m.group("dev") or ""))
     return text if version_key(text) is not None else None
 
@@ -169,9 +170,9 @@ def find_mentions(lines: list[str]) -> list[Mention]:
                 add(None, nightly.group("sha"), m.start(), m.end(), "docker", image)
             elif sha_tag and _is_sha(sha_tag.group(1)):  # ...-repo:938772af...: built at a commit
                 add(None, sha_tag.group(1), m.start(), m.end(), "docker", image)
-            elif vm and version_key(vm.group("num") + (vm.group("pre") or "").lstrip(".")):
-                ver = (vm.group("num") + (vm.group("pre") or "").lstrip(".")
-                       + (("." + vm.group("post").lstrip(".")) if vm.group("post") else ""))
+            elif vm and version_key(vm.group("num") + (vm.group("pre") or "").lstrip(".-")):
+                ver = (vm.group("num") + (vm.group("pre") or "").lstrip(".-")
+                       + (("." + vm.group("post").lstrip(".-")) if vm.group("post") else ""))
                 add(ver, None, m.start(), m.end(), "docker", image)
             else:  # :latest, :nightly: an image, not a commit
                 add(None, None, m.start(), m.end(), "docker", image)

@@ -96,6 +96,9 @@ def _release_text(version: str) -> str:
     return version
 
 
+MARKUP = str.maketrans("", "", "`*_\"'“”")
+
+
 def _strip_filler(text: str) -> str:
     text = text[-100:]
     for _ in range(60):
@@ -136,10 +139,10 @@ def merge_points(mentions: list[Mention]) -> list[Point]:
         if found is None and key is not None:
             found = next((p for p in by_version.get(key, []) if not (m.sha and p.sha)), None)
         if found is None:
-            found = Point(m.version, m.sha)
+            found = Point(m.version, None)
             points.append(found)
         if m.sha and (found.sha is None or len(m.sha) > len(found.sha)):
-            if found.sha is None:
+            if found.sha is None:  # a short sha and its full form are one commit
                 with_sha.append(found)
             found.sha = m.sha
         if m.version and found.version is None:
@@ -232,7 +235,8 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                         arrows.append((p, q))
                 elif i + 1 < len(seg):
                     q = _point_of(points, seg[i + 1])
-                    gap = _strip_filler(line[m.end:seg[i + 1].start]).strip()
+                    # markdown around a ref (`sha`, **v0.5**) is formatting, not a word
+                    gap = _strip_filler(line[m.end:seg[i + 1].start].translate(MARKUP)).strip()
                     if q is not None and q is not p and ARROW.match(gap):
                         arrows.append((p, q))
     return arrows

@@ -42,13 +42,18 @@ METRICS = (
     (Found.LATENCY, re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延|延迟|"
                                r"(?:inference|response|request|wall|e2e|end-to-end)[ -]time\b",
                                re.IGNORECASE)),
+    # a rate unit is the throughput metric whatever its spelling: per second or per minute,
+    # tokens, requests or samples, "t/s" and per-user "t/s/u"
     (Found.THROUGHPUT, re.compile(r"throughput|requests/s|req/s|samples/s|(?<![A-Za-z0-9_])TPS|"
-                                  r"tok(?:en)?s?/s|(?<![A-Za-z])(?:it|items)/s|吞吐",
+                                  r"tok(?:en)?s?/s|(?<![A-Za-z])(?:it|items)/s|吞吐|"
+                                  r"req(?:uest)?s?/min|(?:samples|requests|tokens)\s{1,3}per\s{1,3}"
+                                  r"(?:second|minute)|(?<![A-Za-z0-9_/])t/s(?:/u)?(?![A-Za-z])",
                                   re.IGNORECASE)),
     (Found.CORRECTNESS, re.compile(r"accuracy|gsm8k|exact_match|\bmmlu\b|correctness|garbage|"
                                    r"wrong (?:output|answer)|gibberish|精度|准确率", re.IGNORECASE)),
 )
-TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|tokens per second|it/s|items/s)(?!/)",
+TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|tokens per second|it/s|items/s|"
+                  rf"t/s)(?!/)",
                   re.IGNORECASE)
 SECONDS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:s|sec|secs|seconds)\b")
 VERSIONISH = re.compile(r"(?<![\w.])v?\d{1,3}\.\d{1,4}\.\d{1,4}")
