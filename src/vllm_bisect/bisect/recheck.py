@@ -47,7 +47,14 @@ def precheck(t: Tester, spec: BisectSpec) -> Choice | None:
     if Runs(t, rng.good, Role.GOOD_ENDPOINT, k + 1).next() is not Verdict.GOOD:
         return None
     bad = Runs(t, rng.bad, Role.BAD_ENDPOINT, k)
+    verdict = None
     for run in range(1, v.intermittent_runs + 1):
+        if run == 2 and verdict is not None:  # say why before the repeats, not after
+            t.events.on_phase("", f"intermittence check: the bad endpoint was judged "
+                              f"{verdict.value} in its first run; it runs again on fresh "
+                              f"servers, up to {v.intermittent_runs - 1} more times, until it "
+                              f"shows the {v.symptom.value} symptom (a symptom that shows in "
+                              "some runs only looks good in one)")
         verdict = bad.next()
         if verdict is Verdict.BAD:
             if run == 1:

@@ -76,7 +76,8 @@ class RichEvents:
 
 
 class QuietPhases:
-    """Another handler's events without the per-phase lines (the demo's short output)."""
+    """Another handler's events without the per-commit phase lines (the demo's short
+    output); the notes about the whole run are kept."""
 
     def __init__(self, inner: EventHandler) -> None:
         self.inner = inner
@@ -88,7 +89,8 @@ class QuietPhases:
         self.inner.on_testing(commit, role, steps_left)
 
     def on_phase(self, commit: str, phase: str) -> None:
-        pass
+        if not commit:  # a note about the whole run (why a commit runs again, the strategy)
+            self.inner.on_phase(commit, phase)
 
     def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
         self.inner.on_outcome(commit, outcome)
