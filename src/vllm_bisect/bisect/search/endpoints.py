@@ -111,10 +111,6 @@ def intermittence(t: Tester, spec: BisectSpec, choice: Choice) -> Choice | None:
     shown = missed = tries = 0
     first = ""
     bad = Runs(t, rng.bad, Role.BAD_ENDPOINT, k)  # journaled runs first: a resume replays them
-    t.events.on_phase("", f"intermittence check: the bad endpoint runs up to {runs} times on "
-                      f"fresh servers, until it has both shown and missed the "
-                      f"{v.symptom.value} symptom (one that shows in some runs only needs "
-                      "repeated runs, which git bisect cannot give)")
     while shown + missed < runs and tries < 2 * runs and not (shown and missed):
         verdict = bad.next()
         tries += 1
