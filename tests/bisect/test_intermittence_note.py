@@ -29,3 +29,20 @@ def test_the_note_comes_before_the_bad_endpoints_second_run(tmp_path: Path) -> N
     assert bad[0] < note[0] < bad[1], "\n".join(lines[:bad[1] + 1])
     said = " ".join(" ".join(lines[note[0]:bad[1]]).split())
     assert "judged good in its first run" in said and "up to 3 more times" in said
+
+
+def test_the_demo_says_why_the_culprits_parent_runs_again(tmp_path: Path) -> None:
+    import json
+
+    r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "demo", "--json",
+                        "--workdir", str(tmp_path / "demo")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    lines = r.stderr.splitlines()
+    parent = [i for i, ln in enumerate(lines)
+              if f"bisect {doc['verification']['parent'][:12]}" in ln]
+    note = [i for i, ln in enumerate(lines) if "re-check 1 of" in ln]
+    assert len(parent) >= 2 and note, r.stderr
+    assert parent[0] < note[0] < parent[1], "\n".join(lines)
+    assert f"the culprit's parent {doc['verification']['parent'][:12]} again" in lines[note[0]]

@@ -91,8 +91,9 @@ def recheck(t: Tester, spec: BisectSpec, found: Found) -> Choice | None:
     parent = t.rng.commits[i]
     runs = Runs(t, parent, Role.BISECT, 0, skip=1)  # its first run was the search's
     for run in range(1, v.recheck_runs + 1):
-        t.events.on_phase(parent.sha, f"re-check {run} of {v.recheck_runs}: the culprit's "
-                                      "parent, a fresh server (a flaky symptom looks good)")
+        t.events.on_phase("", f"re-check {run} of {v.recheck_runs}: the culprit's parent "
+                              f"{parent.sha[:12]} again, on a fresh server (a flaky symptom "
+                              "looks good in one run)")
         if runs.next() is Verdict.BAD:
             return Choice(Strategy.BAYES, f"auto: the culprit's parent {parent.sha[:12]}, "
                           f"judged good, showed the {v.symptom.value} symptom in re-check "
