@@ -37,6 +37,12 @@ def test_report_names_the_cause_and_links_the_build_log(tmp_path: Path) -> None:
     assert skipped.count(f"  - cause: `{CAUSE}`") == len(skips), skipped
     html = (session / "report.html").read_text()
     assert f"cause: <code>{CAUSE}</code>" in html
+    # the live progress line of each skip (stderr: the CLI's only printer) says the same
+    for p in skips:
+        line = next(ln for ln in r.stderr.splitlines() if f"-> {p['commit'][:12]} skip" in ln)
+        after = r.stderr.split(line, 1)[1].splitlines()[1:3]
+        assert after == [f"             cause: {CAUSE}",
+                         f"             log: logs/build-{p['commit'][:12]}.log"], r.stderr
 
 
 VLLM_TAIL = """\
