@@ -121,6 +121,8 @@ def run_auto_cap(t: Tester, spec: BisectSpec, choice: Choice,
     flaky = journal.get_meta(FLAKY_META)
     new = Choice(Strategy.BAYES, flaky) if flaky else precheck(t, spec)
     if new is None:
+        t.events.on_phase("", "the threshold search starts from the endpoints judged above: "
+                          "their results are reused (cached), not measured again")
         found = search().run()
         new = recheck(t, spec, found)
         if new is None:
