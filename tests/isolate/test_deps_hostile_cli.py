@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ class Deps:
     out: str
     err: str
     peak_rss_mb: float
+    wall_s: float   # printed for docs/hostile-input.md, never asserted
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +60,7 @@ def deps(tmp: Path, h: History, spec: Path, index_url: str, *extra: str) -> Deps
     """One `vllm-bisect deps` child; its peak RSS from wait4 (its own and its waited-for
     children's, the venv builds included)."""
     (tmp / "out").unlink(missing_ok=True)
+    started = time.monotonic()
     with open(tmp / "out", "w") as out, open(tmp / "err", "w") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "vllm_bisect.cli", "deps", str(tmp / "session"), "--spec",
@@ -70,7 +73,7 @@ def deps(tmp: Path, h: History, spec: Path, index_url: str, *extra: str) -> Deps
             if proc.returncode is None and proc.poll() is None:
                 proc.kill()
     return Deps(os.waitstatus_to_exitcode(status), (tmp / "out").read_text(),
-                (tmp / "err").read_text(), usage.ru_maxrss / 1024)
+                (tmp / "err").read_text(), usage.ru_maxrss / 1024, time.monotonic() - started)
 
 
 def test_a_50mb_page_is_refused_through_the_cli(setup: tuple[Path, History, Path]) -> None:
@@ -82,7 +85,7 @@ def test_a_50mb_page_is_refused_through_the_cli(setup: tuple[Path, History, Path
     assert "larger than 33554432 bytes: refused" in d.err, d.err
     assert "Traceback" not in d.err
     assert d.peak_rss_mb < MAX_RSS_MB, d.peak_rss_mb
-    print("50 MB page: peak RSS", round(d.peak_rss_mb, 1), "MB")
+    print("50 MB page: peak RSS", round(d.peak_rss_mb, 1), "MB;", round(d.wall_s, 1), "s")
 
 
 def test_an_endless_page_is_cut_at_the_cap(setup: tuple[Path, History, Path]) -> None:
@@ -96,7 +99,8 @@ def test_an_endless_page_is_cut_at_the_cap(setup: tuple[Path, History, Path]) ->
     assert "Traceback" not in d.err
     assert d.peak_rss_mb < MAX_RSS_MB, d.peak_rss_mb
     assert sent < 1 << 30   # the client stopped reading, not the server's own limit
-    print("endless page: peak RSS", round(d.peak_rss_mb, 1), "MB;", sent, "bytes sent")
+    print("endless page: peak RSS", round(d.peak_rss_mb, 1), "MB;", sent, "bytes sent;",
+          round(d.wall_s, 1), "s")
 
 
 def test_a_redirect_to_another_origin_is_refused_through_the_cli(
@@ -113,3 +117,4 @@ def test_a_redirect_to_another_origin_is_refused_through_the_cli(
     assert "--index-url" in d.err and "Traceback" not in d.err
     with pytest.raises(json.JSONDecodeError):   # no result is printed for a refused index
         json.loads(d.out or "x")
+    print("redirect: peak RSS", round(d.peak_rss_mb, 1), "MB;", round(d.wall_s, 1), "s")
