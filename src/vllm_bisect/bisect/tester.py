@@ -141,7 +141,8 @@ class Tester:
 
     def record(self, info: CommitInfo, role: Role, ev: Evaluation, cached: bool) -> Outcome:
         """Judge an evaluation, journal it, and tell the event handler."""
-        outcome = self.policy.judge(ev, role).model_copy(update={"from_cache": cached})
+        outcome = _with_log(self.policy.judge(ev, role), ev).model_copy(
+            update={"from_cache": cached})
         self.store.record(outcome, ev, cached)
         self.probed.append(outcome)
         self.evaluations[info.sha] = ev
@@ -150,6 +151,13 @@ class Tester:
 
     def judge_only(self, info: CommitInfo, role: Role, ev: Evaluation) -> Outcome:
         """Judge and report, without journaling (culprit verification keeps its own)."""
-        outcome = self.policy.judge(ev, role)
+        outcome = _with_log(self.policy.judge(ev, role), ev)
         self.events.on_outcome(info, outcome)
         return outcome
+
+
+def _with_log(outcome: Outcome, ev: Evaluation) -> Outcome:
+    """A skip carries its evaluation's log and tail: the event handler shows the cause."""
+    if outcome.verdict is not Verdict.SKIP or (ev.log is None and not ev.log_tail):
+        return outcome
+    return outcome.model_copy(update={"log": ev.log, "log_tail": ev.log_tail})

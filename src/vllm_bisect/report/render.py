@@ -70,7 +70,10 @@ def markdown(r: SessionReport) -> str:
     lines += v.studies  # isolate / deps / knobs (vllm_bisect.isolate)
     if v.skips:
         lines += ["", "Skipped (never judged):"]
-        lines += [f"- `{sha[:12]}`: {reason}" for sha, reason in v.skips]
+        for k in v.skips:
+            lines.append(f"- `{k.sha[:12]}`: {k.reason}")
+            lines += [f"  - cause: `{k.cause.replace('`', chr(39))}`"] if k.cause else []
+            lines += [f"  - log: `{k.log}`"] if k.log else []
     if v.environment:
         lines += ["", "<details><summary>Environment</summary>", "", "```json",
                   json.dumps(v.environment, indent=2), "```", "", "</details>"]
