@@ -32,7 +32,7 @@ from vllm_bisect.spec_build import (
 from vllm_bisect.spec_keys import did_you_mean
 from vllm_bisect.spec_load import BenchSpec, LoadSpec, dump_spec
 from vllm_bisect.spec_ops import SIZE_PATTERN, ExecutorKind, ExplainSpec, OpsSpec, ParallelSpec
-from vllm_bisect.spec_verdict import Strategy, Symptom, VerdictSpec
+from vllm_bisect.spec_verdict import Strategy, Symptom, VerdictSpec, output_token_floor
 
 __all__ = [
     "DEFAULT_TAGS",
@@ -62,6 +62,7 @@ __all__ = [
     "WheelBuild",
     "dump_spec",
     "load_spec",
+    "output_token_floor",
     "parse_spec",
     "stored_spec",
 ]
@@ -143,9 +144,7 @@ class ProbeSpec(_Model):
     bench: BenchSpec | None = None
 
     def effective_min_tokens(self) -> int | None:
-        if self.min_tokens is not None:
-            return self.min_tokens
-        return self.max_tokens if self.send_max_tokens else None
+        return output_token_floor(self.min_tokens, self.max_tokens, self.send_max_tokens)
 
 
 class BisectSpec(_Model):
@@ -245,9 +244,8 @@ class BisectSpec(_Model):
         return self.model_copy(update={"verdict": v})
 
     def min_output_tokens(self) -> int | None:
-        if self.verdict.min_output_tokens is not None:
-            return self.verdict.min_output_tokens
-        return self.probe.max_tokens if self.probe.send_max_tokens else None
+        return output_token_floor(self.verdict.min_output_tokens, self.probe.max_tokens,
+                                  self.probe.send_max_tokens)
 
     def prefetch_enabled(self) -> bool:
         """ops.prefetch, or by default on where fetching an artifact is I/O (wheel, image)."""

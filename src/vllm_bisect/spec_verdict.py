@@ -9,7 +9,7 @@ from pydantic import Field
 
 from vllm_bisect.spec_build import _Model
 
-__all__ = ["Strategy", "Symptom", "VerdictSpec"]
+__all__ = ["Strategy", "Symptom", "VerdictSpec", "output_token_floor"]
 
 
 class Symptom(StrEnum):
@@ -100,3 +100,14 @@ class VerdictSpec(_Model):
     # once the culprit is found, re-measure it and its parent on fresh servers with this many
     # requests each; the report's effect and its 95% CI come from these samples (0: skip)
     verify_samples: int = Field(default=10, ge=0, le=1000)
+
+
+def output_token_floor(given: int | None, max_tokens: int | None,
+                       send_max_tokens: bool = True) -> int | None:
+    """The one output-token floor: the fewest output tokens a request should return, ``given``
+    if set, else the ``max_tokens`` the probe sends (None: no floor). The verdict's length
+    floor (``verdict.min_output_tokens``), the probe's own (``probe.min_tokens``) and the
+    ``min_tokens`` a request asks the server for all come from here."""
+    if given is not None:
+        return given
+    return max_tokens if send_max_tokens else None
