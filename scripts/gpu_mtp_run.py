@@ -420,14 +420,10 @@ class Run:
     # peer check, same prompts on both sides (session 4) --------------------------------
     def bench_cmd(self, h: Any, model: str, name: str, jsonl: Path, conc: int, n: int,
                   warm: int) -> list[str]:
-        return [*self.vllm, "bench", "serve", "--backend", "vllm", "--base-url", h.url,
-                "--endpoint", "/v1/completions", "--model", model, "--tokenizer", model,
-                "--dataset-name", "custom", "--dataset-path", str(jsonl), "--skip-chat-template",
-                "--disable-shuffle", "--custom-output-len", str(self.peer_out),
-                "--num-prompts", str(n), "--max-concurrency", str(conc), "--ignore-eos",
-                "--temperature", "0", "--num-warmups", str(warm), "--save-result",
-                "--save-detailed", "--result-dir", str(self.res), "--result-filename",
-                f"{name}.json"]
+        from vllm_bisect.probes.peer_rounds import bench_serve_argv
+
+        return bench_serve_argv(self.vllm, h.url, model, jsonl, self.peer_out, conc, n, warm,
+                                self.res, name)
 
     def bench(self, h: Any, model: str, name: str, jsonl: Path, conc: int, n: int,
               warm: int) -> dict[str, Any]:
@@ -514,13 +510,12 @@ class Run:
         the budget, so the pairs stay balanced."""
         import httpx
 
-        from vllm_bisect.probes.peer import (
-            PeerBlock,
-            PeerSide,
-            abba_order,
-            bench_block,
-            paired_peer_check,
-            probe_block,
+        from vllm_bisect.probes.peer import PeerBlock, PeerSide, abba_order, paired_peer_check
+        from vllm_bisect.probes.peer_rounds import (
+            block_of_bench,
+            block_of_probe,
+            pairs_fit,
+            prompts_jsonl,
         )
 
         c = self.pi_conc
@@ -542,8 +537,7 @@ class Run:
                 assert sized is not None
                 text = doc["prompt"] = sized.text
                 jsonl = self.work / f"{tag}_prompts.jsonl"
-                jsonl.write_text("".join(json.dumps({"prompt": text}) + "\n"
-                                         for _ in range(max(64, n))))
+                jsonl.write_text(prompts_jsonl(text, max(64, n)))
 
                 def probe(k: int) -> Measurement:
                     spec = ProbeSpec(prompt=text, max_tokens=self.peer_out, requests=k,
@@ -557,31 +551,20 @@ class Run:
                 chunk_blocks: list[PeerBlock] = []
                 took: dict[PeerSide, list[float]] = {PeerSide.BENCH: [], PeerSide.PROBE: []}
                 for i, side in enumerate(abba_order(self.pi_pairs)):
-                    if i and i % 4 == 0:
-                        need = 2 * (max(took[PeerSide.BENCH]) + max(took[PeerSide.PROBE])) + 10
-                        if self.left() < need:
-                            doc["stopped"] = (f"before block {i}: {self.left():.0f} s left < "
-                                              f"{need:.0f} s for two more pairs")
-                            log(f"{tag}: {doc['stopped']}")
-                            break
+                    stop = pairs_fit(i, took, self.left())
+                    if stop is not None:
+                        doc["stopped"] = stop
+                        log(f"{tag}: {doc['stopped']}")
+                        break
                     t0 = time.monotonic()
                     name = f"{tag}_{side.value}{i:02d}"
                     if side is PeerSide.BENCH:
-                        bj = self.bench(h, model, name, jsonl, c, n, warm=0)
-                        blk = bench_block(bj)
-                        chunk = PeerBlock(side, float(bj["mean_itl_ms"]))
-                        rec: dict[str, Any] = {"mean_tpot_ms": bj["mean_tpot_ms"],
-                                               "mean_itl_ms": bj["mean_itl_ms"],
-                                               "duration_s": bj.get("duration")}
+                        blk, chunk, rec = block_of_bench(self.bench(h, model, name, jsonl, c, n,
+                                                                    warm=0))
                     else:
                         m = probe(n)
                         self.save(f"{name}.json", m.model_dump(mode="json"))
-                        blk = probe_block(m)
-                        chunk = PeerBlock(side, statistics.fmean(
-                            r.chunk_itl_ms for r in m.requests if r.chunk_itl_ms is not None))
-                        rec = {"mean_itl_ms": blk.mean_ms, "mean_chunk_itl_ms": chunk.mean_ms,
-                               "server_itl_ms": m.server_itl_ms,
-                               "tokens_per_chunk": m.tokens_per_chunk}
+                        blk, chunk, rec = block_of_probe(m)
                     took[side].append(time.monotonic() - t0)
                     blocks.append(blk)
                     chunk_blocks.append(chunk)
@@ -616,9 +599,10 @@ class Run:
         with httpx.Client(timeout=60) as http:
             sized = DecodeProbe(sp, self.peer_out).sized_prompt(http, h, self.peer_in)
         assert sized is not None
+        from vllm_bisect.probes.peer_rounds import prompts_jsonl
+
         jsonl = self.work / f"{tag}_prompts.jsonl"
-        jsonl.write_text("".join(json.dumps({"prompt": sized.text}) + "\n"
-                                 for _ in range(max(64, n))))
+        jsonl.write_text(prompts_jsonl(sized.text, max(64, n)))
         return sized.text, jsonl
 
     def concurrent_round(self, h: Any, model: str, name: str, jsonl: Path, c: int, n: int,
@@ -626,64 +610,17 @@ class Run:
         """Start ``vllm bench serve`` (n + c requests at c), wait for its "Starting main
         benchmark run" line, run the probe (n requests at c) at once, then wait for bench.
         Bench's extra wave keeps its load on until the probe's last request is done."""
-        import threading
-
-        from vllm_bisect.probes.peer import _bench_tokens_per_chunk, concurrent_round
+        from vllm_bisect.probes.peer_rounds import round_record, run_concurrent
 
         cmd = self.bench_cmd(h, model, name, jsonl, c, n + c, warm=0)
-        t_launch = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, **ENV, "PYTHONUNBUFFERED": "1"})
-        lines: list[str] = []
-        started = threading.Event()
-        at: list[float] = []
-
-        def read() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                lines.append(line)
-                if "Starting main benchmark run" in line and not started.is_set():
-                    at.append(time.perf_counter())
-                    started.set()
-            started.set()  # EOF without the line: do not wait for it
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        try:
-            started.wait(timeout=300)
-            if not at:
-                raise RuntimeError(f"{name}: bench never started its main run: "
-                                   f"{''.join(lines)[-800:]}")
-            t0 = time.perf_counter()
-            m = probe(n)
-            t1 = time.perf_counter()
-            rc = proc.wait(timeout=400)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            reader.join(timeout=10)
+        run = run_concurrent(cmd, {**os.environ, **ENV}, lambda: probe(n), name)
+        rc, lines, m = run.rc, run.lines, run.probe
         self.save(f"{name}_stdout.txt", "$ " + " ".join(cmd) + f"\n(rc {rc})\n"
                   + "".join(lines)[-10000:])
         if rc != 0:
             raise RuntimeError(f"{name}: bench rc {rc}: {''.join(lines)[-500:]}")
         self.save(f"{name}_probe.json", m.model_dump(mode="json"))
-        bj = json.loads((self.res / f"{name}.json").read_text())
-        rnd = concurrent_round(bj, m, (t0, t1))
-        rec = {"bench_file": f"{name}.json", "probe_file": f"{name}_probe.json",
-               "bench_startup_s": round(at[0] - t_launch, 2),
-               "probe_window_s": [round(t0 - t_launch, 3), round(t1 - t_launch, 3)],
-               "bench_first_request_after_probe_start_s": round(
-                   min(bj["start_times"]) - t0, 4) if bj.get("start_times") else None,
-               "server_itl_ms": m.server_itl_ms, "tokens_per_chunk": m.tokens_per_chunk,
-               # a stall (a cold server's first-use compile) shows here: bench's longest TTFT
-               # and chunk gap, the probe's longest TTFT
-               "bench_max_ttft_s": max(bj.get("ttfts") or [0.0]),
-               "bench_max_gap_s": max((g for x in bj.get("itls") or [] for g in x), default=0.0),
-               "probe_max_ttft_ms": max((x.ttft_ms for x in m.requests), default=0.0),
-               # identical prompts: the same tokens per chunk on both sides unless the shared
-               # batch changed the greedy numerics
-               "bench_tokens_per_chunk": _bench_tokens_per_chunk(bj), **rnd.as_dict()}
+        rec, rnd = round_record(run, json.loads((self.res / f"{name}.json").read_text()), name)
         return rec, rnd
 
     def stage_peer_concurrent(self) -> None:
