@@ -68,6 +68,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from vllm_bisect.models import Measurement  # noqa: E402
 from vllm_bisect.probes.decode import DecodeProbe  # noqa: E402
+from vllm_bisect.probes.peer_summary import concurrent_summary, interleaved_summary  # noqa: E402
+from vllm_bisect.probes.peer_summary import pct as _pct  # noqa: E402
 from vllm_bisect.runtime.process import LaunchPlan, free_port, run_server  # noqa: E402
 from vllm_bisect.spec import Endpoint, ProbeSpec  # noqa: E402
 
@@ -642,6 +644,7 @@ class Run:
         self-contained). Stops before a round (warm or measured) that would not fit the budget;
         a warm round only starts when it and a measured round fit."""
         from vllm_bisect.probes.peer import ConcurrentRound, concurrent_peer_check
+        from vllm_bisect.probes.peer_rounds import round_need
 
         tag = f"peer_concurrent{self.mode_tag()}"
         concs = self.pc_concs
@@ -681,8 +684,7 @@ class Run:
                     if done > r:
                         continue
                     warm = self.pc_warm_round and str(c) not in server["warm_round"]
-                    est = max(took) if took else 0.0
-                    need = (2 * est if warm else est) + 10.0
+                    need = round_need(took, warm)
                     if self.left() < need:
                         doc["stopped"] = (f"before {'the warm round and ' if warm else ''}round "
                                           f"{r} at c={c}: {self.left():.0f} s left < "
@@ -861,76 +863,6 @@ class Run:
                              "--a-no-speculative", "--b-no-speculative",
                              "--pairs", "10", "--seed", "16", "--json"],
                  timeout=max(60.0, self.left() - 5))
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:+.2%}"
-
-
-def interleaved_summary(doc: dict[str, Any]) -> str:
-    """The stage's result as markdown: the blocks in run order, then the paired comparison."""
-    p, pc = doc["paired"], doc["paired_chunk"]
-    lines = [f"# interleaved peer check, concurrency {doc['concurrency']}, "
-             f"{doc['block_requests']} requests per block, in {doc['in']} / out {doc['out']}",
-             "", "| block | side | start (s) | mean per-token ms | mean chunk ITL ms |",
-             "|---|---|---|---|---|"]
-    for b in doc["blocks"]:
-        chunk = b.get("mean_chunk_itl_ms", b.get("mean_itl_ms")) if b["side"] == "probe" \
-            else b.get("mean_itl_ms")
-        lines.append(f"| {b['index']} | {b['side']} | {b['start_s']:.1f} | {b['mean_ms']:.3f} "
-                     f"| {chunk:.3f} |")
-    lines += ["", "pair diffs (probe / bench - 1): "
-              + ", ".join(_pct(d) for d in p["pair_diffs"]),
-              "ABBA quad diffs: " + ", ".join(_pct(d) for d in p["quad_diffs"]),
-              f"per token: mean {_pct(p['mean_diff'])} ({p['confidence']:.0%} CI over "
-              f"{p['ci_basis']} "
-              f"{_pct(p['ci_low'])} .. {_pct(p['ci_high'])}), median {_pct(p['median_diff'])}, "
-              f"pooled {_pct(p['pooled_diff'])}, first pair alone {_pct(p['first_pair_diff'])}; "
-              f"balanced {p['balanced']}; within 3%: {p['agrees_3pct']}",
-              f"per chunk: mean {_pct(pc['mean_diff'])}, median {_pct(pc['median_diff'])}, "
-              f"pooled {_pct(pc['pooled_diff'])}"]
-    if doc.get("stopped"):
-        lines.append(f"stopped early: {doc['stopped']}")
-    return "\n".join(lines) + "\n"
-
-
-def concurrent_summary(doc: dict[str, Any]) -> str:
-    """The concurrent stage's result as markdown: every round, then the comparison per C."""
-    lines = [f"# concurrent peer check (bench and probe at the same time), in {doc['in']} / out "
-             f"{doc['out']}, enforce_eager {doc['enforce_eager']}, requests per probe round "
-             f"{doc['block_requests']} (bench: C more)", "",
-             "| c | round | bench start-up s | probe ms/token | bench inside ms/token (n) | "
-             "bench all | diff | probe chunk ITL | bench inside ITL | chunk diff | coverage |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for x in doc["rounds"]:
-        inside = "-" if x["inside_tpot_ms"] is None else f"{x['inside_tpot_ms']:.3f}"
-        itl = "-" if x["inside_itl_ms"] is None else f"{x['inside_itl_ms']:.3f}"
-        lines.append(f"| {x['concurrency']} | {x['round']} | {x['bench_startup_s']:.1f} | "
-                     f"{x['probe_itl_ms']:.3f} | {inside} ({x['n_inside']}/{x['n_bench']}) | "
-                     f"{x['bench_tpot_all_ms']:.3f} | {_pct(x['diff'])} | "
-                     f"{x['probe_chunk_itl_ms']:.3f} | {itl} | {_pct(x['chunk_diff'])} | "
-                     f"{x['coverage']:.3f} |")
-    warm = [(k, c, x) for k, srv in enumerate(doc.get("servers", []))
-            for c, x in srv.get("warm_round", {}).items()]
-    if warm:
-        lines += ["", "Discarded warm-up rounds (one per C on each new server, before its first "
-                  "measured round; not in the comparison):", ""]
-        lines += [f"- server {k}, c={c}: probe {x['probe_itl_ms']:.3f}, bench all "
-                  f"{x['bench_tpot_all_ms']:.3f} ms/token, diff {_pct(x['diff'])}; longest bench "
-                  f"TTFT {x['bench_max_ttft_s']:.3f} s, chunk gap {x['bench_max_gap_s']:.3f} s, "
-                  f"probe TTFT {x['probe_max_ttft_ms'] / 1000:.3f} s" for k, c, x in warm]
-    for c, r in doc.get("results", {}).items():
-        lines += ["", f"c={c}: {r['n_rounds']} rounds, per token mean {_pct(r['mean_diff'])} "
-                  f"({r['confidence']:.0%} CI {_pct(r['ci_low'])} .. {_pct(r['ci_high'])}), "
-                  f"median {_pct(r['median_diff'])}, pooled {_pct(r['pooled_diff'])}; per chunk "
-                  f"mean {_pct(r['chunk_mean_diff'])} (CI {_pct(r['chunk_ci_low'])} .. "
-                  f"{_pct(r['chunk_ci_high'])}); against bench's own all-request means "
-                  + ", ".join(_pct(d) for d in r["diffs_all"])
-                  + f"; min coverage {r['min_coverage']:.3f}; within 3%: {r['agrees_3pct']}, "
-                  f"CI inside ±3%: {r['resolved_3pct']}"]
-    if doc.get("stopped"):
-        lines += ["", f"stopped early: {doc['stopped']}"]
-    return "\n".join(lines) + "\n"
 
 
 STAGES = [("env", 20, "env.txt"), ("model", 30, "model_build.json"), ("a", 240, "A.json"),

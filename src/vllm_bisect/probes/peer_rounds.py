@@ -24,7 +24,7 @@ from vllm_bisect.probes.peer_concurrent import ConcurrentRound, concurrent_round
 from vllm_bisect.probes.peer_stats import bench_tokens_per_chunk
 
 __all__ = ["ConcurrentRun", "bench_serve_argv", "block_of_bench", "block_of_probe",
-           "pairs_fit", "prompts_jsonl", "round_record", "run_concurrent"]
+           "pairs_fit", "prompts_jsonl", "round_need", "round_record", "run_concurrent"]
 
 # the phrase `vllm bench serve` prints when its measured requests start
 MAIN_RUN = "Starting main benchmark run"
@@ -81,6 +81,13 @@ def pairs_fit(block: int, took: Mapping[PeerSide, Sequence[float]], left_s: floa
 
 
 # -- concurrent rounds --------------------------------------------------------------------------
+def round_need(took: Sequence[float], warm: bool) -> float:
+    """Seconds the next concurrent round needs (the longest so far, + 10 s), twice when a
+    discarded warm round runs before it."""
+    est = max(took) if took else 0.0
+    return (2 * est if warm else est) + 10.0
+
+
 @dataclass(frozen=True)
 class ConcurrentRun:
     """One bench run with the probe inside it: bench's output, exit code, its launch and the
