@@ -14,7 +14,7 @@ from vllm_bisect.bisect.policies.base import (
     ServerRuns,
 )
 from vllm_bisect.bisect.policies.threshold import PolicyTrial, ThresholdPolicy
-from vllm_bisect.errors import NotReproduced
+from vllm_bisect.errors import NotReproduced, untestable_hint
 from vllm_bisect.models import Evaluation, Measurement, Outcome, Verdict
 from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict.sequential import (
@@ -73,7 +73,8 @@ class SequentialPolicy(ThresholdPolicy):
             for ev, name in ((good_ev, "good"), (bad_ev, "bad")):
                 if ev.measurement is None:
                     raise NotReproduced(f"the {name} endpoint could not be tested: "
-                                        f"{ev.reason or ev.status.value}")
+                                        f"{ev.reason or ev.status.value}",
+                                        hint=untestable_hint(ev.log, ev.reason, ev.transient))
             assert good_ev.measurement is not None and bad_ev.measurement is not None
             g, b = itl_samples(good_ev.measurement.requests), itl_samples(bad_ev.measurement.requests)
             cal = calibrate(g, b, min_effect=v.min_effect, p_max=p_max)

@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from vllm_bisect.bisect.policies.base import Again, EndpointMeasure, MoreSamples, Role, ServerRuns
 from vllm_bisect.bisect.policies.threshold import PolicyTrial, ThresholdPolicy
-from vllm_bisect.errors import NotReproduced
+from vllm_bisect.errors import NotReproduced, untestable_hint
 from vllm_bisect.models import Evaluation, Measurement, Outcome, Verdict
 from vllm_bisect.probes.decode import combine
 from vllm_bisect.spec import BisectSpec
@@ -359,7 +359,7 @@ class _Calibration:
             if ev.measurement is None or not s:
                 raise NotReproduced(f"the {self.roles[sha]} could not be tested: "
                                     f"{ev.reason or 'no samples'}",
-                                    hint="pick endpoints that build and serve")
+                                    hint=untestable_hint(ev.log, ev.reason, ev.transient))
             prev = self.last.get(sha)
             if prev is not None and prev.measurement is not None:
                 self.earlier[sha].append(prev.measurement)
