@@ -204,13 +204,13 @@ def run(
 ) -> None:
     """Bisect a range: verify both endpoints, then binary (or, with several workers,
     multi-way) search to the first bad commit."""
-    from vllm_bisect.bisect.runner import run_bisect
     from vllm_bisect.bisect.state.session import (
         default_cache_dir,
         new_session_dir,
         stored_meta,
         stored_spec,
     )
+    from vllm_bisect.runner import run_bisect
     from vllm_bisect.spec import load_spec
 
     setup_logging(verbose)
@@ -330,8 +330,8 @@ def demo(
     import json
     import tempfile
 
-    from vllm_bisect.bisect.runner import run_bisect
     from vllm_bisect.demo import make_demo
+    from vllm_bisect.runner import run_bisect
 
     setup_logging(False)
     started = time.monotonic()

@@ -6,6 +6,7 @@ of the session's files."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from vllm_bisect.report.plot import COLOURS, make_plot
 from vllm_bisect.report.sanitize import neutralise
@@ -20,7 +21,7 @@ from vllm_bisect.report.view import (
     view,
 )
 
-__all__ = ["SessionReport", "html_report", "load", "markdown", "pr_number"]
+__all__ = ["SessionReport", "html_report", "load", "markdown", "pr_number", "write_reports"]
 
 
 def _cell(text: str) -> str:
@@ -120,3 +121,10 @@ def _studies_html(lines: list[str]) -> str:
             continue
         out.append(ln)
     return str(md.render("\n".join(out)))
+
+
+def write_reports(session_dir: Path) -> None:
+    """report.md and report.html of the session in ``session_dir``, from its files."""
+    r = load(session_dir)
+    (session_dir / "report.md").write_text(markdown(r))
+    (session_dir / "report.html").write_text(html_report(r))
