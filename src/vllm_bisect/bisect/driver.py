@@ -152,4 +152,5 @@ class Driver:
         found the symptom flaky: :mod:`~vllm_bisect.bisect.recheck`)."""
         self.core = self.core.with_policy(make_policy(self.spec, Strategy.BAYES))
         self.forecaster.tester = self.core.tester
+        self.forecaster.replan(Strategy.BAYES.value)
         return BayesSearch(self.tester)

@@ -10,7 +10,11 @@ endpoints' servers, the request spread ``sigma``, the server-level spread ``tau`
 of r requests, ``d^2 / (2 (tau^2 + sigma^2 / r))``; a step takes the requests and servers
 that reach log(20) (a lone request decides only at 1.5x, so at least two), and the final
 pair two more decisions at about log(2 / alpha). Skips and crashes are not foreseen (they
-show as the prediction falling short). k workers: the search's steps take
+show as the prediction falling short). A Bayesian search (flaky symptoms) takes the bits still
+to learn (the posterior's entropy plus log2 of the confidence's odds) over what one run tells at
+most (the capacity of the channel a run is: shown with probability ``q`` at a bad commit and
+``eps`` at a good one, ``bayes_runs``), a build for the first run of each commit it visits.
+The forecast is made again when auto switches to the Bayesian search. k workers: the search's steps take
 ceil(log_{k+1} n) rounds instead of ceil(log2 n) (``bisect/multisection.py``).
 """
 
@@ -96,6 +100,35 @@ def twolevel_step(good: list[list[float]], bad: list[list[float]], threshold: fl
     per_server = d * d / (2 * max(tau2 + sigma2 / requests, 1e-12))
     servers = max(1.0, math.ceil(threshold / per_server))
     return servers, servers * requests
+
+
+def _h2(p: float) -> float:
+    return 0.0 if p <= 0.0 or p >= 1.0 else -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+
+
+def run_capacity(q: float, eps: float) -> float:
+    """Bits one run tells at most: max over P(bad) = s of the mutual information between
+    the commit's side and the symptom shown (a grid of 99 values of s)."""
+    best = 0.0
+    for i in range(1, 100):
+        s = i / 100
+        best = max(best, _h2(s * q + (1 - s) * eps) - s * _h2(q) - (1 - s) * _h2(eps))
+    return best
+
+
+def bayes_runs(entropy_bits: float, q: float, eps: float, confidence: float) -> float:
+    """Runs a Bayesian search takes from a posterior of ``entropy_bits`` to ``confidence``."""
+    bits = entropy_bits + math.log2(confidence / (1 - confidence))
+    return bits / max(run_capacity(q, eps), 1e-3)
+
+
+def predict_bayes(n: int, entropy_bits: float, q: float, eps: float, *, requests: int = 1,
+                  confidence: float = 0.99, max_runs: int = 200) -> Forecast:
+    """A Bayesian search from its posterior (``entropy_bits``) at the flake rates."""
+    steps = math.ceil(math.log2(max(2, n)))
+    runs = min(float(max_runs), math.ceil(bayes_runs(entropy_bits, q, eps, confidence)))
+    builds = min(runs, steps + runs / 4)  # a commit's first run builds it; later ones reuse
+    return Forecast(steps, builds, runs, runs * requests)
 
 
 def predict(n: int, strategy: str, *, requests: int = 3, rechecks: int = 0,
