@@ -76,14 +76,11 @@ class Forecast:
                 "hours": None if h is None else round(h, 4)}
 
 
-def twolevel_step(good: list[list[float]], bad: list[list[float]], threshold: float,
-                  ) -> tuple[float, float]:
-    """(servers, requests) one two-level decision at ``threshold`` takes, from the
-    endpoints' per-server samples."""
+def levels(good: list[list[float]], bad: list[list[float]]) -> tuple[float, float, float]:
+    """(gap between the sides, request variance, server-level variance), estimated from the
+    endpoints' per-server samples (natural scale)."""
     xs0 = [x for g in good for x in g]
     xs1 = [x for g in bad for x in g]
-    if not xs0 or not xs1:
-        return 1.0, 2.0
     d = abs(statistics.fmean(xs1) - statistics.fmean(xs0))
     within = [statistics.variance(g) for g in good + bad if len(g) >= 2]
     sigma2 = statistics.fmean(within) if within else (0.05 * statistics.fmean(xs0)) ** 2
@@ -91,6 +88,21 @@ def twolevel_step(good: list[list[float]], bad: list[list[float]], threshold: fl
     spread = [statistics.variance(m) for m in means if len(m) >= 2]
     r_mean = statistics.fmean(len(g) for g in good + bad if g)
     tau2 = max(0.0, statistics.fmean(spread) - sigma2 / r_mean) if spread else 0.0
+    return d, sigma2, tau2
+
+
+def twolevel_step(good: list[list[float]], bad: list[list[float]], threshold: float,
+                  ) -> tuple[float, float]:
+    """(servers, requests) one two-level decision at ``threshold`` takes, from the
+    endpoints' per-server samples."""
+    if not any(good) or not any(bad):
+        return 1.0, 2.0
+    return step_cost(*levels(good, bad), threshold)
+
+
+def step_cost(d: float, sigma2: float, tau2: float, threshold: float) -> tuple[float, float]:
+    """(servers, requests) one decision at ``threshold`` takes at the gap ``d`` between the
+    sides, request variance ``sigma2`` and server-level variance ``tau2`` (any one scale)."""
     if d == 0:
         return 12.0, 40.0
     per_request = d * d / (2 * max(sigma2, 1e-12))
@@ -133,16 +145,25 @@ def predict_bayes(n: int, entropy_bits: float, q: float, eps: float, *, requests
 
 def predict(n: int, strategy: str, *, requests: int = 3, rechecks: int = 0,
             good: list[list[float]] | None = None, bad: list[list[float]] | None = None,
-            alpha: float = 0.01) -> Forecast | None:
-    """The search still to run over ``n`` commits (None: no model for the strategy)."""
+            alpha: float = 0.01, model: tuple[float, float, float] | None = None,
+            ) -> Forecast | None:
+    """The search still to run over ``n`` commits (None: no model for the strategy).
+    ``model``: the two-level test's fitted (gap, request variance, server variance), used
+    before the endpoints' raw estimates (two servers a side say little of the server
+    level)."""
     steps = math.ceil(math.log2(max(2, n)))
     if strategy == "threshold":
         return Forecast(steps, float(steps), float(steps + rechecks),
                         float((steps + rechecks) * requests))
-    if strategy != "twolevel" or good is None or bad is None:
+    if strategy != "twolevel" or ((good is None or bad is None) and model is None):
         return None
-    servers, reqs = twolevel_step(good, bad, STEP_THRESHOLD)
-    c_servers, c_reqs = twolevel_step(good, bad, math.log(2 / alpha))
+    if model is None:
+        assert good is not None and bad is not None
+        if not any(good) or not any(bad):
+            return Forecast(steps, float(steps), float(steps), 2.0 * steps)
+        model = levels(good, bad)
+    servers, reqs = step_cost(*model, STEP_THRESHOLD)
+    c_servers, c_reqs = step_cost(*model, math.log(2 / alpha))
     # the final pair: two decisions at the bound, going on from their steps' servers
     extra_s, extra_r = 2 * max(0.0, c_servers - servers), 2 * max(0.0, c_reqs - reqs)
     return Forecast(steps, float(steps), steps * servers + extra_s, steps * reqs + extra_r)

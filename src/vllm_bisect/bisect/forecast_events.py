@@ -81,7 +81,7 @@ class ForecastEvents:
                     rechecks=v.recheck_runs if self.strategy == "threshold" else 0,
                     good=groups(good) if groups and good and good.measurement else None,
                     bad=groups(bad) if groups and bad and bad.measurement else None,
-                    alpha=v.alpha)
+                    alpha=v.alpha, model=fitted(t))
         if f is None:
             return None
         starts = [e.startup_s for _, e in self._walls if e is not None and e.startup_s]
@@ -111,3 +111,15 @@ class ForecastEvents:
         return predict_bayes(self.n, bits, model.q, min(eps, model.q / 2),
                              requests=self.spec.probe.requests, confidence=v.confidence,
                              max_runs=v.max_runs)
+
+
+def fitted(t: Tester) -> tuple[float, float, float] | None:
+    """The two-level test's fitted (gap, request variance, server variance), log scale (None:
+    no two-level test calibrated)."""
+    test = getattr(t.policy, "test_", None)
+    model = getattr(test, "model", None)
+    if model is None:
+        return None
+    mg, mb = model.means()
+    s2, t2 = model.components()
+    return abs(mb - mg), s2, t2
