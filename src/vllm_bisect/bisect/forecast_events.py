@@ -77,11 +77,12 @@ class ForecastEvents:
         good, bad = t.evaluations.get(rng.good.sha), t.evaluations.get(rng.bad.sha)
         groups = getattr(t.policy, "groups_of", None)
         measured = [e for e in (good, bad) if e is not None and e.measurement is not None]
-        f = self._bayes(t) if self.strategy == "bayes" else predict(self.n, self.strategy, requests=self.spec.probe.requests,
-                    rechecks=v.recheck_runs if self.strategy == "threshold" else 0,
-                    good=groups(good) if groups and good and good.measurement else None,
-                    bad=groups(bad) if groups and bad and bad.measurement else None,
-                    alpha=v.alpha, model=fitted(t))
+        f = self._bayes(t) if self.strategy == "bayes" else predict(
+            self.n, self.strategy, requests=self.spec.probe.requests,
+            rechecks=v.recheck_runs if self.strategy == "threshold" else 0,
+            good=groups(good) if groups and good and good.measurement else None,
+            bad=groups(bad) if groups and bad and bad.measurement else None,
+            alpha=v.alpha, model=fitted(t))
         if f is None:
             return None
         starts = [e.startup_s for _, e in self._walls if e is not None and e.startup_s]
