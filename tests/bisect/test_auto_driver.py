@@ -41,6 +41,8 @@ def test_auto_goes_bayes_when_the_bad_endpoint_shows_the_cap_in_some_runs_only(
     assert r.first_bad == h.planted["length"]
     bad_runs = [o for o in r.probed if o.commit == h.bad]
     assert len(bad_runs) >= 4 and bad_runs[0].verdict.value == "good"  # the first run missed
+    # the forecast of the Bayesian search (there was none before a threshold step)
+    assert r.forecast is not None and r.forecast.server_starts >= 1
 
 
 def test_a_bad_endpoint_whose_first_run_shows_the_cap_is_not_run_again(tmp_path: Path) -> None:

@@ -198,3 +198,20 @@ def test_learn_adds_to_the_judged_side_and_logs() -> None:
     assert to_logs([math.e, 1.0]) == pytest.approx((1.0, 0.0))
     with pytest.raises(ValueError):
         TwoLevel((), ((1.0,),))
+
+
+def test_calibration_at_the_server_cap_goes_on_when_the_direction_is_clear() -> None:
+    # 12 servers a side of a 4.5% slowdown (request CV 5%, server CV 3%) whose estimate fell
+    # short of the smallest change that matters (5%): clearly slower, not clearly below 5%:
+    # ready (imprecisely), not refused as undecided
+    rnd = random.Random(4)
+    good = [server(rnd, 0.0, 0.03, 0.05, 3) for _ in range(12)]
+    bad = [server(rnd, math.log(1.045), 0.03, 0.05, 3) for _ in range(12)]
+    step = calibration_step(good, bad, min_change=math.log(1.05), threshold=THRESHOLD,
+                            max_servers=12)
+    assert step.status is CalStatus.READY and "imprecisely" in step.reason
+    assert "change +4.7%" in step.reason  # below the smallest change that matters
+    # the same servers at a cap of 13: one more server a side first
+    more = calibration_step(good, bad, min_change=math.log(1.05), threshold=THRESHOLD,
+                            max_servers=13)
+    assert more.status is CalStatus.MORE
