@@ -332,8 +332,7 @@ def calibration_step(good: Sequence[Group], bad: Sequence[Group], *, min_change:
     the estimated change is at least ``min_change`` and the model is precise enough (a
     commit can reach 3x the decision threshold, or one request already decides). REFUSE:
     the change is clearly below ``min_change``, or ``max_servers`` per endpoint did not
-    settle its direction (settled in the right direction there, and not clearly below
-    ``min_change``: READY, imprecisely). MORE: a fresh server per endpoint with ``requests`` requests.
+    settle it. MORE: a fresh server per endpoint with ``requests`` requests.
     """
     model = TwoLevel(tuple(good), tuple(bad))
     k = min(model.servers)
@@ -353,9 +352,7 @@ def calibration_step(good: Sequence[Group], bad: Sequence[Group], *, min_change:
     if k >= min_servers and p_matters < p_wrong:
         return CalStep(CalStatus.REFUSE, "the endpoints do not separate by the smallest change "
                        f"that matters (P = {p_matters:.3g}): {what}", model)
-    if k >= max_servers and p_dir <= p_wrong:  # imprecise: commits will need more servers
-        # clearly a change the right way, not clearly below the smallest that matters (its
-        # estimate may fall short of it: 8 servers a side still leave a few percent of doubt)
+    if k >= max_servers and separated:  # imprecise: commits will need more servers
         return CalStep(CalStatus.READY, f"endpoints separate (imprecisely): {what}", model)
     if k >= max_servers:
         return CalStep(CalStatus.REFUSE, f"undecided after {k} servers per endpoint "
