@@ -101,6 +101,7 @@ class Outcome:
     samples: int
     minutes: float
     predicted: float | None = None  # minutes the forecast said, before the search
+    first: float | None = None      # the first forecast's (before auto switched to bayes)
 
 
 
@@ -161,7 +162,7 @@ def run_trial(t: Trial) -> Outcome:
     cluster = VirtualCluster(s, rng, 1, random.Random(t.seed * 7919 + 1),
                              first_batch=sp.probe.requests, link=link)
     refused = False
-    predicted = None
+    predicted = first = None
     if t.arm == "plain":
         culprit = plain(s, sp, cluster)
         exact = culprit == s.culprit
@@ -178,12 +179,13 @@ def run_trial(t: Trial) -> Outcome:
                 result = driver.run()
                 exact = result.first_bad == rng.sha(s.culprit)
                 predicted = forecast_minutes(result.forecast)
+                first = forecast_minutes(driver.forecaster.first)
             except NotReproduced:
                 exact, refused = False, True
             finally:
                 journal.close()
     return Outcome(exact, refused, len(cluster.tried), cluster.starts, cluster.samples,
-                   cluster.clock, predicted)
+                   cluster.clock, predicted, first)
 
 
 def forecast_minutes(f: Forecast | None) -> float | None:
@@ -322,8 +324,12 @@ def main() -> None:
         for line in plain_arms.equal_accuracy(rows):
             print(line)
         print()
-    print("Forecast (default arm): predicted wall / actual, per scenario:\n")
+    print("Forecast (default arm): predicted wall / actual, per scenario (the forecast made "
+          "again when auto switches to bayes):\n")
     for line in plain_arms.forecast_lines(groups):
+        print(line)
+    print("\nThe first forecast only (before any switch to bayes):\n")
+    for line in plain_arms.forecast_lines(groups, first=True):
         print(line)
     print()
     for line in goal_lines({(r.label, r.arm): r for r in rows}):

@@ -112,11 +112,13 @@ def equal_accuracy(rows: Sequence[RowLike], target: float = 0.99) -> Iterator[st
 class Predicted(Protocol):
     minutes: float
     predicted: float | None
+    first: float | None
 
 
-def forecast_lines(groups: Mapping[tuple[str, str], Sequence[Predicted]]) -> Iterator[str]:
+def forecast_lines(groups: Mapping[tuple[str, str], Sequence[Predicted]], first: bool = False,
+                   ) -> Iterator[str]:
     """Per row, the default arm's forecast against its wall: median ratio, 90% range, and
-    the share within 0.67x..1.5x."""
+    the share within 0.67x..1.5x (``first``: the first forecast, made before any switch)."""
     yield ("| row | scenarios with a forecast | median predicted / actual | 90% range | "
            "within 0.67x..1.5x |")
     yield "|---|---|---|---|---|"
@@ -124,8 +126,9 @@ def forecast_lines(groups: Mapping[tuple[str, str], Sequence[Predicted]]) -> Ite
     for (label, arm), outs in groups.items():
         if arm != "default":
             continue
-        ratios = sorted(o.predicted / o.minutes for o in outs
-                        if o.predicted is not None and o.minutes > 0)
+        said = [o.first if first else o.predicted for o in outs]
+        ratios = sorted(p / o.minutes for p, o in zip(said, outs, strict=True)
+                        if p is not None and o.minutes > 0)
         every += ratios
         yield _ratio_row(label.replace("|", "&#124;"), len(outs), ratios)
     yield _ratio_row("all rows", None, sorted(every))

@@ -76,10 +76,10 @@ class VerdictSpec(_Model):
     intermittent_runs: int = Field(default=8, ge=1, le=100)
     # auto, length / correctness under `run`: after the threshold search the culprit's
     # parent runs this many more times (a flaky symptom looks good); shown in any -> bayes.
-    # 1 keeps a deterministic cap at plain bisect's cost + 3 server starts; raise it for a
-    # symptom suspected flaky (docs/benchmarks.md prices 1, 2, 3)
-    recheck_runs: int = Field(default=1, ge=0, le=100)
-    max_runs: int = Field(default=60, ge=1, le=10000)
+    # 2 keeps a deterministic cap at plain bisect's + 3 server starts (the good endpoint lazy:
+    # bisect/recheck.py); raise it for a symptom suspected flaky (docs/benchmarks.md prices)
+    recheck_runs: int = Field(default=2, ge=0, le=100)
+    max_runs: int = Field(default=200, ge=1, le=10000)
     calibration_samples: int = Field(default=5, ge=5, le=400)
     max_samples: int = Field(default=40, ge=3, le=1000)
     alpha: float = Field(default=0.01, gt=0.0, lt=0.5)

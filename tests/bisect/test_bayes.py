@@ -16,6 +16,7 @@ from vllm_bisect.bisect.search.bayes import (
     credible_set,
     decided,
     info_gain,
+    marginal,
     next_commit,
     posterior,
 )
@@ -86,6 +87,36 @@ def test_flaky_symptom_found_at_the_target_confidence() -> None:
     accuracy = sum(ok for ok, _ in results) / len(results)
     assert accuracy >= 0.95
     assert sum(t for _, t in results) / len(results) < 40
+
+
+def simulate_marginal(n: int, q: float, seed: int) -> tuple[bool, int]:
+    """As the search runs it: the flake rates integrated out, from the endpoints' runs on."""
+    rnd = random.Random(seed)
+    culprit = rnd.randrange(n)
+    runs: dict[int, list[bool]] = {-1: [False] * 4, n - 1: [rnd.random() < q for _ in range(4)]}
+    for t in range(400):
+        post, model = marginal(n, runs)
+        top = decided(post, 0.99)
+        if top is not None:
+            return top == culprit, t
+        i = next_commit(post, model, set())
+        assert i is not None
+        runs.setdefault(i, []).append(i >= culprit and rnd.random() < q)
+    return False, 400
+
+
+def test_the_flake_rate_integrated_out_is_not_misled_by_lucky_endpoint_runs() -> None:
+    # four runs of the bad endpoint that all showed a q = 0.5 symptom: the point estimate
+    # (q = 0.83) takes five misses at a commit for proof it is good (P(culprit) 0.0001);
+    # integrated out, q may well be lower: 17x the doubt
+    n = 16
+    runs = {-1: [False] * 4, n - 1: [True] * 4, 7: [True], 6: [False] * 5}
+    point = posterior(n, runs, FlakeModel.estimate(4, 4, 0, 4))
+    post, model = marginal(n, runs)
+    assert post[6] > 10 * point[6]
+    assert 0.5 < model.q < 0.9 and model.eps < 0.05
+    results = [simulate_marginal(300, 0.5, seed) for seed in range(30)]
+    assert sum(ok for ok, _ in results) >= 29  # at 0.99 confidence
 
 
 def test_credible_set() -> None:

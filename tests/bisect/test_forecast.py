@@ -8,8 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import history, make_spec, write_spec
-from vllm_bisect.bisect.forecast import Forecast, predict, twolevel_step
+from vllm_bisect.bisect.forecast import (
+    Forecast,
+    bayes_runs,
+    predict,
+    predict_bayes,
+    run_capacity,
+    twolevel_step,
+)
 
 
 def test_a_threshold_search_is_one_server_per_step_plus_the_rechecks() -> None:
@@ -17,6 +26,16 @@ def test_a_threshold_search_is_one_server_per_step_plus_the_rechecks() -> None:
     assert f is not None
     assert (f.steps, f.builds, f.server_starts, f.requests) == (6, 6.0, 7.0, 21.0)
     assert predict(64, "bayes") is None  # no model: no forecast
+
+
+def test_a_bayesian_search_takes_the_bits_left_over_what_a_run_tells() -> None:
+    assert run_capacity(1.0, 0.0) == pytest.approx(1.0)  # a deterministic run: one bit
+    assert run_capacity(0.5, 0.0) == pytest.approx(0.32, abs=0.01)  # the Z channel's
+    # 9 bits and the odds of 0.99 (6.6 bits) at q = 0.5: about 49 runs; fewer at q = 0.7
+    assert 45 < bayes_runs(9.0, 0.5, 0.0, 0.99) < 52
+    assert bayes_runs(9.0, 0.7, 0.0, 0.99) < bayes_runs(9.0, 0.5, 0.0, 0.99)
+    f = predict_bayes(512, 9.0, 0.5, 0.0, requests=3, max_runs=30)
+    assert f.server_starts == 30 and f.requests == 90 and f.builds <= 30
 
 
 def test_a_wider_gap_takes_fewer_requests_and_a_server_level_more_servers() -> None:

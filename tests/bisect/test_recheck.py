@@ -75,7 +75,7 @@ def test_a_deterministic_cap_costs_at_most_plain_plus_three_through_the_cli(
     h = history(tmp_path, n_commits=64, cap_at=41)
     spec = make_spec(h, verdict={"symptom": "length", "intermittent_runs": 8,
                                  "verify_samples": 0})
-    assert spec.verdict.recheck_runs == 1 and spec.verdict.strategy == "auto"
+    assert spec.verdict.recheck_runs == 2 and spec.verdict.strategy == "auto"
     session = tmp_path / "sess"
     r = cli("run", "--spec", str(write_spec(tmp_path / "s.toml", spec)), "--session",
             str(session), "--cache-dir", str(tmp_path / "cache"), "--json")
@@ -84,8 +84,11 @@ def test_a_deterministic_cap_costs_at_most_plain_plus_three_through_the_cli(
     assert doc["first_bad"] == h.planted["length"]
     assert doc["strategy_chosen"] == "threshold" and "deterministic" in doc["strategy_reason"]
     plain = plain_starts(64, 40)  # the range's commits are 1..64: index 40 is commit 41
-    # 2 endpoints + the search + the parent's re-check: plain + 3 (a count, not a time)
+    # the bad endpoint + the search + the parent's two re-checks (the good endpoint is lazy:
+    # the search judged commits good): plain + 3 (a count, not a time)
     assert starts(session) == doc["server_starts"] <= plain + 3
+    indices = [p["index"] for p in doc["probed"]]
+    assert 0 not in indices and indices.count(64) == 1
 
 
 def test_a_run_cut_during_the_rechecks_resumes_without_running_them_again(
@@ -96,11 +99,10 @@ def test_a_run_cut_during_the_rechecks_resumes_without_running_them_again(
                      ops={"retries": 1, "cache_max_size": "1G"})
     session, cache = tmp_path / "sess", tmp_path / "cache"
     whole = run_bisect(spec, tmp_path / "whole", tmp_path / "cache-whole", NullEvents())
-    judged = 2 + 4  # the endpoints and four search steps over 16 commits
-    # outcomes: the endpoints, again from the journal at the search's check, the steps, then
-    # the parent's first re-check: cut there
+    judged = 1 + 4  # the bad endpoint (the good one is lazy) and four search steps
+    # outcomes: the bad endpoint, the steps, then the parent's first re-check: cut there
     with pytest.raises(KeyboardInterrupt):
-        run_bisect(spec, session, cache, StopAfter(judged + 2 + 1))
+        run_bisect(spec, session, cache, StopAfter(judged + 1))
     before = starts(session)
     assert before == judged + 1
     r = cli("run", "--session", str(session), "--cache-dir", str(cache), "--json")
@@ -128,18 +130,18 @@ def flaky_serve(tmp: Path, seeds: str) -> str:
 
 def test_a_culprits_parent_that_shows_the_cap_on_a_recheck_switches_to_bayes_and_resumes(
         tmp_path: Path) -> None:
-    # 4 commits, cap from commit 3 on (index 2). Starts: good endpoint, bad endpoint (seed 1:
-    # shown), the search: index 1 (good), index 2 (seed 5: the cap missed, judged good), so the
-    # threshold search ends at the bad endpoint with index 2 as the parent; its re-check
-    # (seed 1) shows the cap: bayes from every run so far
+    # 4 commits, cap from commit 3 on (index 2). Starts: the bad endpoint (seed 1: shown; the
+    # good endpoint is lazy), the search: index 1 (good), index 2 (seed 5: the cap missed,
+    # judged good), so the threshold search ends at the bad endpoint with index 2 as the
+    # parent; its re-check (seed 1) shows the cap: bayes from every run so far
     h = history(tmp_path, n_commits=4, cap_at=3, cap_probability=0.5)
-    seeds = "2 1 2 5 1 3 5 4 6 7 10 8 15 1 2 3 4 5 6 7 8 10 15"
+    seeds = "1 2 5 1 3 5 4 6 7 10 8 15 1 2 3 4 5 6 7 8 10 15"
     spec = make_spec(h, build={"kind": "command", "serve": flaky_serve(tmp_path, seeds)},
                      verdict={"symptom": "length", "verify_samples": 0, "confidence": 0.9,
                               "intermittent_runs": 4})
     session, cache = tmp_path / "sess", tmp_path / "cache"
     with pytest.raises(KeyboardInterrupt):  # cut in bayes's calibration, after the switch
-        run_bisect(spec, session, cache, StopAfter(9))
+        run_bisect(spec, session, cache, StopAfter(6))
     journal = SessionJournal(session)
     reason = journal.get_meta(FLAKY_META)
     journal.close()

@@ -198,3 +198,18 @@ def test_learn_adds_to_the_judged_side_and_logs() -> None:
     assert to_logs([math.e, 1.0]) == pytest.approx((1.0, 0.0))
     with pytest.raises(ValueError):
         TwoLevel((), ((1.0,),))
+
+
+def test_four_more_servers_settle_what_eight_left_undecided() -> None:
+    # a 10% slowdown (request CV 5%, server CV 3%, two requests a server) against a 5%
+    # smallest change: 8 servers a side leave the direction in doubt (P 0.01) and were
+    # refused; the 12 the policy now allows (policies/twolevel.py) separate it
+    rnd = random.Random(25)
+    good = [server(rnd, 0.0, 0.03, 0.05, 2) for _ in range(12)]
+    bad = [server(rnd, math.log(1.1), 0.03, 0.05, 2) for _ in range(12)]
+    at8 = calibration_step(good[:8], bad[:8], min_change=math.log(1.05), threshold=THRESHOLD,
+                           max_servers=8)
+    assert at8.status is CalStatus.REFUSE and "undecided after 8 servers" in at8.reason
+    at12 = calibration_step(good, bad, min_change=math.log(1.05), threshold=THRESHOLD,
+                            max_servers=12)
+    assert at12.status is CalStatus.READY and "change +8.6%" in at12.reason

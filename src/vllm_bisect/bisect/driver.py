@@ -110,12 +110,13 @@ class Driver:
     def choice(self) -> Choice:
         return self.core.choice
 
-    def search(self) -> Search:
+    def search(self, settled: bool = False) -> Search:
+        """``settled``: the endpoints were settled before (auto on a cap, one worker)."""
         if self.choice.strategy is Strategy.BAYES:  # flaky: runs chosen by information
             return BayesSearch(self.tester)
         if self.measurer.workers > 1:
             return MultisectionSearch(self.tester)
-        return BinarySearch(self.tester)
+        return BinarySearch(self.tester, settled)
 
     def run(self) -> BisectResult:
         t0 = time.monotonic()
@@ -152,4 +153,5 @@ class Driver:
         found the symptom flaky: :mod:`~vllm_bisect.bisect.recheck`)."""
         self.core = self.core.with_policy(make_policy(self.spec, Strategy.BAYES))
         self.forecaster.tester = self.core.tester
+        self.forecaster.replan(Strategy.BAYES.value)
         return BayesSearch(self.tester)

@@ -10,7 +10,11 @@ endpoints' servers, the request spread ``sigma``, the server-level spread ``tau`
 of r requests, ``d^2 / (2 (tau^2 + sigma^2 / r))``; a step takes the requests and servers
 that reach log(20) (a lone request decides only at 1.5x, so at least two), and the final
 pair two more decisions at about log(2 / alpha). Skips and crashes are not foreseen (they
-show as the prediction falling short). k workers: the search's steps take
+show as the prediction falling short). A Bayesian search (flaky symptoms) takes the bits still
+to learn (the posterior's entropy plus log2 of the confidence's odds) over what one run tells at
+most (the capacity of the channel a run is: shown with probability ``q`` at a bad commit and
+``eps`` at a good one, ``bayes_runs``), a build for the first run of each commit it visits.
+The forecast is made again when auto switches to the Bayesian search. k workers: the search's steps take
 ceil(log_{k+1} n) rounds instead of ceil(log2 n) (``bisect/multisection.py``).
 """
 
@@ -72,14 +76,11 @@ class Forecast:
                 "hours": None if h is None else round(h, 4)}
 
 
-def twolevel_step(good: list[list[float]], bad: list[list[float]], threshold: float,
-                  ) -> tuple[float, float]:
-    """(servers, requests) one two-level decision at ``threshold`` takes, from the
-    endpoints' per-server samples."""
+def levels(good: list[list[float]], bad: list[list[float]]) -> tuple[float, float, float]:
+    """(gap between the sides, request variance, server-level variance), estimated from the
+    endpoints' per-server samples (natural scale)."""
     xs0 = [x for g in good for x in g]
     xs1 = [x for g in bad for x in g]
-    if not xs0 or not xs1:
-        return 1.0, 2.0
     d = abs(statistics.fmean(xs1) - statistics.fmean(xs0))
     within = [statistics.variance(g) for g in good + bad if len(g) >= 2]
     sigma2 = statistics.fmean(within) if within else (0.05 * statistics.fmean(xs0)) ** 2
@@ -87,6 +88,21 @@ def twolevel_step(good: list[list[float]], bad: list[list[float]], threshold: fl
     spread = [statistics.variance(m) for m in means if len(m) >= 2]
     r_mean = statistics.fmean(len(g) for g in good + bad if g)
     tau2 = max(0.0, statistics.fmean(spread) - sigma2 / r_mean) if spread else 0.0
+    return d, sigma2, tau2
+
+
+def twolevel_step(good: list[list[float]], bad: list[list[float]], threshold: float,
+                  ) -> tuple[float, float]:
+    """(servers, requests) one two-level decision at ``threshold`` takes, from the
+    endpoints' per-server samples."""
+    if not any(good) or not any(bad):
+        return 1.0, 2.0
+    return step_cost(*levels(good, bad), threshold)
+
+
+def step_cost(d: float, sigma2: float, tau2: float, threshold: float) -> tuple[float, float]:
+    """(servers, requests) one decision at ``threshold`` takes at the gap ``d`` between the
+    sides, request variance ``sigma2`` and server-level variance ``tau2`` (any one scale)."""
     if d == 0:
         return 12.0, 40.0
     per_request = d * d / (2 * max(sigma2, 1e-12))
@@ -98,18 +114,56 @@ def twolevel_step(good: list[list[float]], bad: list[list[float]], threshold: fl
     return servers, servers * requests
 
 
+def _h2(p: float) -> float:
+    return 0.0 if p <= 0.0 or p >= 1.0 else -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+
+
+def run_capacity(q: float, eps: float) -> float:
+    """Bits one run tells at most: max over P(bad) = s of the mutual information between
+    the commit's side and the symptom shown (a grid of 99 values of s)."""
+    best = 0.0
+    for i in range(1, 100):
+        s = i / 100
+        best = max(best, _h2(s * q + (1 - s) * eps) - s * _h2(q) - (1 - s) * _h2(eps))
+    return best
+
+
+def bayes_runs(entropy_bits: float, q: float, eps: float, confidence: float) -> float:
+    """Runs a Bayesian search takes from a posterior of ``entropy_bits`` to ``confidence``."""
+    bits = entropy_bits + math.log2(confidence / (1 - confidence))
+    return bits / max(run_capacity(q, eps), 1e-3)
+
+
+def predict_bayes(n: int, entropy_bits: float, q: float, eps: float, *, requests: int = 1,
+                  confidence: float = 0.99, max_runs: int = 200) -> Forecast:
+    """A Bayesian search from its posterior (``entropy_bits``) at the flake rates."""
+    steps = math.ceil(math.log2(max(2, n)))
+    runs = min(float(max_runs), math.ceil(bayes_runs(entropy_bits, q, eps, confidence)))
+    builds = min(runs, steps + runs / 4)  # a commit's first run builds it; later ones reuse
+    return Forecast(steps, builds, runs, runs * requests)
+
+
 def predict(n: int, strategy: str, *, requests: int = 3, rechecks: int = 0,
             good: list[list[float]] | None = None, bad: list[list[float]] | None = None,
-            alpha: float = 0.01) -> Forecast | None:
-    """The search still to run over ``n`` commits (None: no model for the strategy)."""
+            alpha: float = 0.01, model: tuple[float, float, float] | None = None,
+            ) -> Forecast | None:
+    """The search still to run over ``n`` commits (None: no model for the strategy).
+    ``model``: the two-level test's fitted (gap, request variance, server variance), used
+    before the endpoints' raw estimates (two servers a side say little of the server
+    level)."""
     steps = math.ceil(math.log2(max(2, n)))
     if strategy == "threshold":
         return Forecast(steps, float(steps), float(steps + rechecks),
                         float((steps + rechecks) * requests))
-    if strategy != "twolevel" or good is None or bad is None:
+    if strategy != "twolevel" or ((good is None or bad is None) and model is None):
         return None
-    servers, reqs = twolevel_step(good, bad, STEP_THRESHOLD)
-    c_servers, c_reqs = twolevel_step(good, bad, math.log(2 / alpha))
+    if model is None:
+        assert good is not None and bad is not None
+        if not any(good) or not any(bad):
+            return Forecast(steps, float(steps), float(steps), 2.0 * steps)
+        model = levels(good, bad)
+    servers, reqs = step_cost(*model, STEP_THRESHOLD)
+    c_servers, c_reqs = step_cost(*model, math.log(2 / alpha))
     # the final pair: two decisions at the bound, going on from their steps' servers
     extra_s, extra_r = 2 * max(0.0, c_servers - servers), 2 * max(0.0, c_reqs - reqs)
     return Forecast(steps, float(steps), steps * servers + extra_s, steps * reqs + extra_r)

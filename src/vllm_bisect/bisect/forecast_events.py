@@ -1,18 +1,24 @@
 """The forecast, made when the first search step is about to be tested (the endpoints are
 settled: calibrated or verified) and told as a phase line; the times come from what the
-endpoints took (a build: a commit's wall less its server start-up and probe)."""
+endpoints took (a build: a commit's wall less its server start-up and probe). When auto
+switches to the Bayesian search (a flaky symptom, ``bisect/recheck.py``) the plan changes:
+:meth:`ForecastEvents.replan` makes it again before that search's first step, from every run
+so far; the first forecast is kept (``first``)."""
 
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from collections.abc import Callable
 
 from vllm_bisect.bisect.events import EventHandler
-from vllm_bisect.bisect.forecast import Forecast, predict
+from vllm_bisect.bisect.forecast import Forecast, predict, predict_bayes
 from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
+from vllm_bisect.bisect.search.bayes import marginal
+from vllm_bisect.bisect.search.bayes_search import journal_runs
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.models import EvalStatus, Evaluation, Outcome
 from vllm_bisect.spec import BisectSpec
@@ -32,6 +38,7 @@ class ForecastEvents:
         self.tester: Tester | None = None
         self.strategy = ""
         self.forecast: Forecast | None = None
+        self.first: Forecast | None = None  # the first forecast (before any switch)
         self.made = False
         self._started: dict[str, float] = {}
         self._walls: list[tuple[float, Evaluation | None]] = []
@@ -47,6 +54,7 @@ class ForecastEvents:
             except (ValueError, ZeroDivisionError, OverflowError) as err:
                 logger.warning("no forecast: %s", err)
             if self.forecast is not None:
+                self.first = self.first or self.forecast
                 self.inner.on_phase("", self.forecast.line(self.n))
         self._started[commit.sha] = self.clock()
         self.inner.on_testing(commit, role, steps_left)
@@ -60,16 +68,21 @@ class ForecastEvents:
             self._walls.append((self.clock() - self._started.pop(commit.sha), ev))
         self.inner.on_outcome(commit, outcome)
 
+    def replan(self, strategy: str) -> None:
+        """The search goes on under ``strategy``: forecast again at its first step."""
+        self.strategy, self.made = strategy, False
+
     def make(self, t: Tester) -> Forecast | None:
         v, rng = self.spec.verdict, t.rng
         good, bad = t.evaluations.get(rng.good.sha), t.evaluations.get(rng.bad.sha)
         groups = getattr(t.policy, "groups_of", None)
         measured = [e for e in (good, bad) if e is not None and e.measurement is not None]
-        f = predict(self.n, self.strategy, requests=self.spec.probe.requests,
-                    rechecks=v.recheck_runs if self.strategy == "threshold" else 0,
-                    good=groups(good) if groups and good and good.measurement else None,
-                    bad=groups(bad) if groups and bad and bad.measurement else None,
-                    alpha=v.alpha)
+        f = self._bayes(t) if self.strategy == "bayes" else predict(
+            self.n, self.strategy, requests=self.spec.probe.requests,
+            rechecks=v.recheck_runs if self.strategy == "threshold" else 0,
+            good=groups(good) if groups and good and good.measurement else None,
+            bad=groups(bad) if groups and bad and bad.measurement else None,
+            alpha=v.alpha, model=fitted(t))
         if f is None:
             return None
         starts = [e.startup_s for _, e in self._walls if e is not None and e.startup_s]
@@ -86,3 +99,28 @@ class ForecastEvents:
                      request_s=statistics.fmean(probes) if probes else None)
         logger.info("%s", f.line(self.n))
         return f
+
+    def _bayes(self, t: Tester) -> Forecast:
+        """From every run so far: the posterior's entropy, q and the good endpoint's false
+        alarm rate (as observed: the search's prior expects them rare)."""
+        v = self.spec.verdict
+        runs, _ = journal_runs(t)
+        post, model = marginal(self.n, runs)
+        bits = -sum(p * math.log2(p) for p in post if p > 0)
+        good = runs.get(-1, [])
+        eps = sum(good) / len(good) if good else model.eps
+        return predict_bayes(self.n, bits, model.q, min(eps, model.q / 2),
+                             requests=self.spec.probe.requests, confidence=v.confidence,
+                             max_runs=v.max_runs)
+
+
+def fitted(t: Tester) -> tuple[float, float, float] | None:
+    """The two-level test's fitted (gap, request variance, server variance), log scale (None:
+    no two-level test calibrated)."""
+    test = getattr(t.policy, "test_", None)
+    model = getattr(test, "model", None)
+    if model is None:
+        return None
+    mg, mb = model.means()
+    s2, t2 = model.components()
+    return abs(mb - mg), s2, t2

@@ -2,11 +2,16 @@
 says otherwise, repeats only where a flaky symptom can mislead.
 
 The symptom shown at a commit is strong evidence (a good commit does not cap); the symptom
-missing is weak (a flaky bad commit looks good). So:
+missing is weak (a flaky bad commit looks good). So the server starts beyond plain bisect's go
+where a flaky symptom shows itself:
 
-1. the good endpoint runs once; the bad endpoint runs until it shows the symptom, at most
-   ``verdict.intermittent_runs`` times: missed first and shown later is a flaky symptom, the
-   Bayesian search from the start (these runs count as its first); never shown: refused;
+1. the bad endpoint runs until it shows the symptom, at most ``verdict.intermittent_runs``
+   times: missed first and shown later is a flaky symptom, the Bayesian search from the start
+   (these runs count as its first); never shown: refused. The good endpoint runs first only
+   when the verdict needs its reference (a correctness change) or workers search at once;
+   else it is **lazy**: a commit the search judges good already shows the symptom is not
+   everywhere, and the good endpoint runs (and is checked) only when none is, so the start
+   it would take goes to a re-check, which can catch a flaky symptom (it never can);
 2. shown in the first run: the threshold search, one run per commit, as plain bisect;
 3. the culprit's parent (the commit a wrong search stands on: every wrong answer of a
    single change point has a truly bad commit judged good there) runs
@@ -26,7 +31,12 @@ from collections.abc import Callable
 from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.reruns import Runs
 from vllm_bisect.bisect.search.binary import Found, Search
-from vllm_bisect.bisect.search.endpoints import intermittence_applies, prefetch_first, steps
+from vllm_bisect.bisect.search.endpoints import (
+    check_endpoints,
+    intermittence_applies,
+    prefetch_first,
+    steps,
+)
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.models import Verdict
 from vllm_bisect.spec import BisectSpec
@@ -37,14 +47,20 @@ logger = logging.getLogger(__name__)
 FLAKY_META = "auto_flaky"  # journal meta: the reason auto switched to bayes
 
 
+def lazy_good(t: Tester) -> bool:
+    """Does the good endpoint wait until the search judges no commit good (step 1)?"""
+    return t.measurer.workers == 1 and not t.policy.needs_reference
+
+
 def precheck(t: Tester, spec: BisectSpec) -> Choice | None:
-    """Step 1: None when the first bad-endpoint run showed the symptom (or the good endpoint
-    is not good: the search's endpoint check says why); bayes when a later run showed it
-    after a miss; a refusal is left to the endpoint check (never shown)."""
+    """Step 1: None when the first bad-endpoint run showed the symptom (or the good endpoint,
+    run first, is not good: the search's endpoint check says why); bayes when a later run
+    showed it after a miss; never shown: refused."""
     v, rng = spec.verdict, t.rng
     k = steps(len(rng.commits))
     prefetch_first(t)
-    if Runs(t, rng.good, Role.GOOD_ENDPOINT, k + 1).next() is not Verdict.GOOD:
+    lazy = lazy_good(t)
+    if not lazy and Runs(t, rng.good, Role.GOOD_ENDPOINT, k + 1).next() is not Verdict.GOOD:
         return None
     bad = Runs(t, rng.bad, Role.BAD_ENDPOINT, k)
     verdict = None
@@ -63,7 +79,19 @@ def precheck(t: Tester, spec: BisectSpec) -> Choice | None:
                           f"{v.symptom.value} symptom in its first run and showed it in run "
                           f"{run}: it shows in some runs only: runs are repeated where they "
                           "tell most (bayes)")
+    if lazy:  # never shown: refused (its last run, known: no server starts)
+        check_endpoints(t, None, t.test(rng.bad, Role.BAD_ENDPOINT, k))
     return None
+
+
+def good_check(t: Tester, found: Found) -> None:
+    """The lazy good endpoint: run and checked when no commit below the culprit was judged
+    good (the answer stands on it)."""
+    if found.step.culprit is None and not found.step.candidates:
+        return
+    if last_good(t, found) is None:
+        one = t.test(t.rng.good, Role.GOOD_ENDPOINT, 0)
+        check_endpoints(t, one, None)
 
 
 def last_good(t: Tester, found: Found) -> int | None:
@@ -111,19 +139,28 @@ def deterministic(spec: BisectSpec) -> Choice:
 
 
 def run_auto_cap(t: Tester, spec: BisectSpec, choice: Choice,
-                 search: Callable[[], Search], bayes: Callable[[], Search]
+                 search: Callable[[bool], Search], bayes: Callable[[], Search]
                  ) -> tuple[Found, Choice]:
     """The search under auto for a cap or a correctness change, and the strategy it ran
-    with. ``search``: the threshold search (binary, or multisection with workers);
+    with. ``search(settled)``: the threshold search (binary, or multisection with workers;
+    ``settled``: the endpoints are settled here, the lazy good endpoint included);
     ``bayes``: the Bayesian search over the same core, judged by the bayes policy from then
     on (the caller's core switches: nothing here assigns into it)."""
     journal = t.store.journal
     flaky = journal.get_meta(FLAKY_META)
     new = Choice(Strategy.BAYES, flaky) if flaky else precheck(t, spec)
     if new is None:
-        t.events.on_phase("", "the threshold search starts from the endpoints judged above: "
-                          "their results are reused (cached), not measured again")
-        found = search().run()
+        lazy = lazy_good(t)
+        if lazy:
+            t.events.on_phase("", "the good endpoint runs only if the search judges no commit "
+                              "good (one commit judged good shows the symptom is not "
+                              "everywhere)")
+        else:
+            t.events.on_phase("", "the threshold search starts from the endpoints judged "
+                              "above: their results are reused (cached), not measured again")
+        found = search(lazy).run()
+        if lazy:
+            good_check(t, found)
         new = recheck(t, spec, found)
         if new is None:
             return found, deterministic(spec)

@@ -121,3 +121,53 @@ def credible_set(post: Sequence[float], mass: float = 0.99) -> list[int]:
         if acc >= mass:
             break
     return sorted(out)
+
+
+@dataclass(frozen=True)
+class FlakePrior:
+    """Beta priors of the flake rates, integrated out of the posterior (``marginal``):
+    ``q`` ~ Beta(q_a, q_b) at bad commits, ``eps`` ~ Beta(e_a, e_b) at good ones (rare false
+    alarms)."""
+
+    q_a: float = 1.0
+    q_b: float = 1.0
+    e_a: float = 0.5
+    e_b: float = 20.0
+
+
+def _log_beta_ratio(a: float, b: float, k: float, m: float) -> float:
+    """log B(a + k, b + m) / B(a, b): the marginal likelihood of k seen, m unseen."""
+    return (math.lgamma(a + k) + math.lgamma(b + m) - math.lgamma(a + b + k + m)
+            - math.lgamma(a) - math.lgamma(b) + math.lgamma(a + b))
+
+
+def marginal(n: int, runs: Mapping[int, Sequence[bool]], prior: FlakePrior | None = None,
+             ) -> tuple[list[float], FlakeModel]:
+    """P(culprit = c) with q and eps integrated out (no point estimate to be wrong about:
+    four endpoint runs say little of q), and the flake rates' posterior means (for choosing
+    the next run). Runs at index -1 (the good endpoint) are below every candidate."""
+    p = prior or FlakePrior()
+    seen, unseen = [0] * (n + 1), [0] * (n + 1)  # at index i + 1 (0: the good endpoint)
+    for i, s in runs.items():
+        j = min(max(i, -1), n - 1) + 1
+        k = sum(1 for x in s if x)
+        seen[j] += k
+        unseen[j] += len(s) - k
+    tot_k, tot_m = sum(seen), sum(unseen)
+    logs, qs, es = [], [], []
+    below_k = below_m = 0  # runs at indices < c (the good endpoint included)
+    for c in range(n):
+        below_k += seen[c]
+        below_m += unseen[c]
+        up_k, up_m = tot_k - below_k, tot_m - below_m
+        logs.append(_log_beta_ratio(p.q_a, p.q_b, up_k, up_m)
+                    + _log_beta_ratio(p.e_a, p.e_b, below_k, below_m))
+        qs.append((p.q_a + up_k) / (p.q_a + p.q_b + up_k + up_m))
+        es.append((p.e_a + below_k) / (p.e_a + p.e_b + below_k + below_m))
+    top = max(logs)
+    w = [math.exp(x - top) for x in logs]
+    z = sum(w)
+    post = [x / z for x in w]
+    q = min(0.995, sum(pc * x for pc, x in zip(post, qs, strict=True)))
+    eps = min(sum(pc * x for pc, x in zip(post, es, strict=True)), q / 2)
+    return post, FlakeModel(q=q, eps=eps)

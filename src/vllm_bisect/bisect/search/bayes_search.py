@@ -17,8 +17,8 @@ from vllm_bisect.bisect.search.bayes import (
     FlakeModel,
     credible_set,
     decided,
+    marginal,
     next_commit,
-    posterior,
 )
 from vllm_bisect.bisect.search.binary import Found
 from vllm_bisect.bisect.search.steps import Step
@@ -29,28 +29,40 @@ from vllm_bisect.models import EvalStatus, Outcome, Verdict
 logger = logging.getLogger(__name__)
 
 
+def note(runs: dict[int, list[bool]], skipped: set[int], i: int, verdict: Verdict,
+         status: str) -> None:
+    """One run of commit ``i`` (-1: the good endpoint): shown or not, or unbuildable."""
+    if verdict is Verdict.SKIP:
+        if status == EvalStatus.UNAVAILABLE.value:
+            skipped.add(i)
+        return
+    runs.setdefault(i, []).append(verdict is Verdict.BAD)
+
+
+def journal_runs(t: Tester) -> tuple[dict[int, list[bool]], set[int]]:
+    """Every run this session journaled, by commit index (-1: the good endpoint), and the
+    unbuildable commits: a resumed session (or a switch to bayes) starts from them."""
+    n = len(t.rng.commits)
+    runs: dict[int, list[bool]] = {}
+    skipped: set[int] = set()
+    keys = {t.store.key(t.rng.sha(i)): i for i in range(-1, n)}
+    for key, history in t.store.journal.verdict_history().items():
+        if key in keys:
+            for verdict, status in history:
+                note(runs, skipped, keys[key], verdict, status)
+    return runs, skipped
+
+
 class BayesSearch:
     def __init__(self, tester: Tester) -> None:
         self.t = tester
         self.n = len(tester.rng.commits)
-        self.runs: dict[int, list[bool]] = {}
-        self.skipped: set[int] = set()
+        self.runs, self.skipped = journal_runs(tester)
         self.tried: set[int] = set()  # commits looked up once: every later run is fresh
         self.count = 0
-        keys = {tester.store.key(tester.rng.sha(i)): i for i in range(-1, self.n)}
-        for key, history in tester.store.journal.verdict_history().items():
-            if key not in keys:
-                continue
-            i = keys[key]
-            for verdict, status in history:
-                self._note(i, verdict, status)
 
     def _note(self, i: int, verdict: Verdict, status: str) -> None:
-        if verdict is Verdict.SKIP:
-            if status == EvalStatus.UNAVAILABLE.value:
-                self.skipped.add(i)
-            return
-        self.runs.setdefault(i, []).append(verdict is Verdict.BAD)
+        note(self.runs, self.skipped, i, verdict, status)
 
     def _run(self, i: int, role: Role) -> Outcome:
         t = self.t
@@ -106,9 +118,10 @@ class BayesSearch:
 
     def run(self) -> Found:
         v = self.t.store.spec.verdict
-        model = self._calibrate()
+        self._calibrate()
         while True:
-            post = posterior(self.n, self.runs, model)
+            # q and eps integrated out: the endpoints' few runs are not trusted as the rates
+            post, model = marginal(self.n, self.runs)
             top = decided(post, v.confidence)
             if top is not None:
                 return Found(Step(culprit=top, candidates=(top,)), self.count, post[top])

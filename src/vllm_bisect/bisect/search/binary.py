@@ -49,12 +49,14 @@ def steps_left(n: int, verdicts: dict[int, Verdict], workers: int = 1) -> int:
 class BinarySearch:
     """One commit at a time, prefetching what may come next."""
 
-    def __init__(self, tester: Tester) -> None:
+    def __init__(self, tester: Tester, settled: bool = False) -> None:
         self.t = tester
+        self.settled = settled  # the endpoints were settled before (bisect/recheck.py)
 
     def run(self) -> Found:
         t, rng = self.t, self.t.rng
-        settle(t, Settle.SEARCH)
+        if not self.settled:
+            settle(t, Settle.SEARCH)
         n = len(rng.commits)
         rounds = 0
         verdicts: dict[int, Verdict] = {n - 1: Verdict.BAD}
