@@ -53,6 +53,7 @@ _T2 = (np.tile(_TAUS, len(_SIGMAS)) ** 2)
 _PRIOR = np.full(_S2.shape, -math.log(_S2.size))
 
 LONE_SAMPLE = 1.5   # a single sample decides only at this multiple of the threshold
+STEP_SERVERS = 3    # the plateau evidence decides on this many of a commit's servers, at least
 Group = tuple[float, ...]     # one server's samples, log scale
 Arr = NDArray[np.float64]
 
@@ -254,6 +255,14 @@ class CommitTest:
     # GOOD also needs the plateau evidence not to lean towards BAD (the final pair's
     # decisions: a plateau commit must not end the search as the last good one)
     good_gate: bool = False
+    # False (pair_bound's decisions at the bound, before any fall-back): a commit the plateau
+    # evidence alone would judge BAD is UNKNOWN instead. There a plateau and a model the
+    # loose steps taught wrong look alike (a bad commit learned as good moves the good side's
+    # level up towards the next bad one, which then sits "midway"); the policy's fall-back
+    # (undecided -> calibrate again from the endpoints, forget every learned commit, the
+    # per-step bound) is right for the second, and after it the plateau evidence decides
+    # under a model no loose verdict taught
+    step_decides: bool = True
 
     @property
     def threshold(self) -> float:
@@ -270,10 +279,15 @@ class CommitTest:
         need = self.threshold * (LONE_SAMPLE if sum(len(g) for g in gs) == 1 else
                                  self.lone_server if len(gs) == 1 else 1.0)
         step = self.model.log_bf_step(gs, self.step_change) if self.step_change else 0.0
-        if score >= need or (step >= need and score > -need):
+        # a plateau rests on the commit's level against the good side's: seen on one or two
+        # servers, a level at its extreme (or a good level a lone outlier moved) passes for one
+        off_good = len(gs) >= STEP_SERVERS and step >= need and score > -need
+        if score >= need or (off_good and self.step_decides):
             return Decision.BAD
         if score <= -need and (step <= 0.0 or not self.good_gate):
             return Decision.GOOD
+        if off_good:
+            return Decision.UNKNOWN
         if sum(len(g) for g in gs) >= self.max_samples:
             return Decision.UNKNOWN
         if not self.requests_help:

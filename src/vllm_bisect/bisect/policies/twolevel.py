@@ -105,7 +105,8 @@ class TwoLevelPolicy(ThresholdPolicy):
         self.strict_spent += 1
         return replace(self._unlearned(self.learned.get(commit)),
                        alpha_total=self.v.alpha / 2 ** self.strict_spent,
-                       expected_steps=1, lone_server=PAIR_LONE_SERVER, good_gate=False)
+                       expected_steps=1, lone_server=PAIR_LONE_SERVER, good_gate=False,
+                       step_decides=False)
 
     def _unlearned(self, own: list[Group] | None) -> CommitTest:
         """The current test with a commit's servers (learned earlier) taken out of its model."""
@@ -170,9 +171,10 @@ class TwoLevelPolicy(ThresholdPolicy):
                                     max_servers=v.max_servers,
                                     server_cost=v.server_cost,
                                     requests_help=per_request(self.symptom),
-                                    # a plateau: BAD (verdict.plateau, opt-in)
+                                    # a plateau: BAD (verdict.plateau); the gate on
+                                    # GOOD after a fall-back only (verdict/twolevel.py)
                                     step_change=log_min_change(v) if v.plateau else 0.0,
-                                    good_gate=v.plateau)
+                                    good_gate=v.plateau and not self.pair_bound)
         cal.record()
         if step.status is CalStatus.REFUSE:
             g, b = cal.groups[cal.old_sha], cal.groups[cal.new_sha]
