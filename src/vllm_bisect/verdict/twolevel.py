@@ -181,13 +181,15 @@ class TwoLevel:
         shifted = mg + np.sign(mb - mg) * change
         return _lse(base + _predictive(gs, shifted, pg)) - _lse(base + _predictive(gs, mg, pg))
 
-    def ceiling(self, quantile: float = 0.1) -> float:
+    def ceiling(self, quantile: float = 0.1, step: float = 0.0) -> float:
         """The evidence a commit measured on ever more servers could reach at most (the
         side means are only known to within their posterior variance): d^2 / (2 p_side)
         for the less precise side, at its lower ``quantile`` over the posterior (few
-        servers behind the fit: it may be much smaller than at the posterior mean)."""
+        servers behind the fit: it may be much smaller than at the posterior mean).
+        ``step``: the plateau evidence's instead (step^2 / (2 p_good))."""
         lw, mg, pg, mb, pb = self._fit
-        c = (mb - mg) ** 2 / (2 * np.maximum(pg, pb))
+        c = (step ** 2 / (2 * pg) if step else
+             (mb - mg) ** 2 / (2 * np.maximum(pg, pb)))
         order = np.argsort(c)
         cum = np.cumsum(np.exp(lw[order]))
         return float(c[order][min(int(np.searchsorted(cum, quantile)), c.size - 1)])
@@ -337,7 +339,7 @@ def calibration_step(good: Sequence[Group], bad: Sequence[Group], *, min_change:
                      direction: int = 1, threshold: float = math.log(1000),
                      p_wrong: float = 0.01, max_servers: int = 8, server_cost: float = 3.0,
                      max_requests: int = 8, precision: float = 3.0,
-                     min_servers: int = 2) -> CalStep:
+                     min_servers: int = 2, step_change: float = 0.0) -> CalStep:
     """What calibration does next, given each endpoint's servers so far (log samples).
 
     ``min_change``: the smallest change that matters, log scale (log itl_factor);
@@ -347,6 +349,8 @@ def calibration_step(good: Sequence[Group], bad: Sequence[Group], *, min_change:
     commit can reach 3x the decision threshold, or one request already decides). REFUSE:
     the change is clearly below ``min_change``, or ``max_servers`` per endpoint did not
     settle it. MORE: a fresh server per endpoint with ``requests`` requests.
+    ``step_change`` (a fall-back's calibration with the plateau rule): READY also needs the
+    plateau evidence able to reach the threshold (the good end's level known well enough).
     """
     model = TwoLevel(tuple(good), tuple(bad))
     k = min(model.servers)
@@ -358,7 +362,8 @@ def calibration_step(good: Sequence[Group], bad: Sequence[Group], *, min_change:
     what = (f"change {math.expm1(change):+.1%} (smallest that matters "
             f"{math.expm1(min_change):+.1%}), per-request CV ~{math.sqrt(s2):.1%}, server-level "
             f"CV ~{math.sqrt(t2):.1%}, {model.servers[0]} + {model.servers[1]} servers")
-    separated = p_dir <= p_wrong and change >= min_change
+    separated = p_dir <= p_wrong and change >= min_change and (
+        not step_change or k >= max_servers or model.ceiling(step=step_change) >= threshold)
     if separated and model.single_request_evidence() >= threshold:
         return CalStep(CalStatus.READY, f"one request decides: {what}", model)
     if k >= min_servers and separated and model.ceiling() >= precision * threshold:

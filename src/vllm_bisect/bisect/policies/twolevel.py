@@ -159,7 +159,9 @@ class TwoLevelPolicy(ThresholdPolicy):
         # pair_bound: precise enough for the first decision at the bound (alpha / 2)
         threshold = math.log((2 if self.pair_bound else tests) / v.alpha)
         cal = _Calibration(self, runs, tests)
-        step = cal.until_decided(threshold)
+        # a fall-back: the plateau evidence may have to decide (the good end precise for it)
+        step = cal.until_decided(threshold, log_min_change(v) if v.plateau and self.recalibrate
+                                 else 0.0)
         self.reason = step.reason
         self.recalibrate = False
         self.learned.clear()
@@ -363,7 +365,7 @@ class _Calibration:
             self.groups[sha].append(s)
             self.last[sha] = ev
 
-    def until_decided(self, threshold: float) -> CalStep:
+    def until_decided(self, threshold: float, step_change: float = 0.0) -> CalStep:
         """Servers until the calibration is ready or refuses; its last step."""
         p, v = self.p, self.p.v
         todo = [sha for sha in self.roles if not self.groups[sha]]
@@ -377,7 +379,7 @@ class _Calibration:
                 # a fix search: the new end is the one without the problem
                 direction=direction(p.symptom) * (-1 if p.terms.fix else 1),
                 threshold=threshold, max_servers=CALIBRATION_SERVERS, server_cost=v.server_cost,
-                precision=PAIR_PRECISION if p.pair_bound else 3.0)
+                precision=PAIR_PRECISION if p.pair_bound else 3.0, step_change=step_change)
             logger.info("%s", step.reason)
             if step.status is not CalStatus.MORE:
                 return step
