@@ -1,6 +1,6 @@
 """Time to skip and peak memory of each hostile-input case (docs/hostile-input.md).
 
-    python3 benchmarks/hostile_input.py [--deadline 5] [--json]
+    python3 benchmarks/hostile_input.py [--deadline 5] [--json] [--only TEXT ...]
 
 Run from the repository root. Each case starts a hostile server on 127.0.0.1 in this process
 (the tests' ``tests/builders/hostile_index.py`` and ``tests/probes/hostile_sse.py``) and runs
@@ -95,44 +95,60 @@ def sse_case(tmp: Path, mode: str, call: str, deadline: float) -> dict[str, obje
         return child(call, url, tmp, deadline)
 
 
-def cases(tmp: Path, deadline: float) -> dict[str, dict[str, object]]:
+def cases(tmp: Path, deadline: float, only: list[str]) -> dict[str, dict[str, object]]:
     w = make_wheel(tmp / "w", VERSION)
-    bomb = make_bomb(tmp / "bomb", VERSION, 2 << 30)
+
+    def wanted(name: str) -> bool:
+        return not only or any(o in name for o in only)
+
+    bomb = make_bomb(tmp / "bomb", VERSION, 2 << 30) if wanted("2 GiB member") else w
+    # 60 MiB of zeros: under the bomb rule's 64 MiB floor, over a 32M unpacked cap
+    big = make_bomb(tmp / "big", VERSION, 60 << 20) if wanted("unpacked") else w
     page = b'<a href="tinydep-1.0.tar.gz">tinydep-1.0.tar.gz</a>\n'
     big_page = page * (50_000_000 // len(page))
     meta = f"/{SHA}/vllm/metadata.json"
     out: dict[str, dict[str, object]] = {}
-    out["idle child (baseline)"] = index_case(tmp / "0", lambda s: None, "'idle'", deadline)
-    out["wheel: 2 GiB declared, 1 byte / 2 s"] = index_case(
+
+    def add(name: str, run: Callable[[], dict[str, object]]) -> None:
+        if name.startswith("idle") or wanted(name):
+            out[name] = run()
+
+    add("idle child (baseline)", lambda: index_case(tmp / "0", lambda s: None, "'idle'", deadline))
+    add("wheel: 2 GiB declared, 1 byte / 2 s", lambda: index_case(
         tmp / "1", lambda s: wheel_route(s, w, drip_s=2.0, length=2 << 30),
-        "wheel(download_deadline_s=d)", deadline)
-    out["metadata.json body dripped (1 byte / 0.5 s)"] = index_case(
+        "wheel(download_deadline_s=d)", deadline))
+    add("metadata.json body dripped (1 byte / 0.5 s)", lambda: index_case(
         tmp / "2", lambda s: s.routes.__setitem__(meta, Route(b"[", drip_s=0.5, length=10**5)),
-        "wheel(index_deadline_s=d)", deadline)
-    out["metadata.json headers dripped (1 byte / 0.5 s)"] = index_case(
+        "wheel(index_deadline_s=d)", deadline))
+    add("metadata.json headers dripped (1 byte / 0.5 s)", lambda: index_case(
         tmp / "3", lambda s: s.routes.__setitem__(meta, Route(header_drip_s=0.5)),
-        "wheel(index_deadline_s=d)", deadline)
-    out["completion headers dripped (1 byte / 0.5 s)"] = sse_case(
-        tmp / "4", "headers-drip", "probe(request_deadline_s=d)", deadline)
-    out["/version dripped (1 byte / 0.5 s)"] = sse_case(tmp / "5", "version-drip", "probe()",
-                                                        deadline)
-    out["/health headers dripped (1 byte / 0.5 s)"] = sse_case(
-        tmp / "6", "health-drip", "wait_healthy(url, lambda: None, d, tmp / 'log')", deadline)
-    out["PEP 503 page dripped (1 byte / 0.5 s)"] = index_case(
+        "wheel(index_deadline_s=d)", deadline))
+    add("completion headers dripped (1 byte / 0.5 s)", lambda: sse_case(
+        tmp / "4", "headers-drip", "probe(request_deadline_s=d)", deadline))
+    add("/version dripped (1 byte / 0.5 s)", lambda: sse_case(
+        tmp / "5", "version-drip", "probe()", deadline))
+    add("/health headers dripped (1 byte / 0.5 s)", lambda: sse_case(
+        tmp / "6", "health-drip", "wait_healthy(url, lambda: None, d, tmp / 'log')", deadline))
+    add("PEP 503 page dripped (1 byte / 0.5 s)", lambda: index_case(
         tmp / "7", lambda s: s.routes.__setitem__("/tinydep/", Route(page, drip_s=0.5,
                                                                      length=10**5)),
-        "pkgindex.versions(url, 'tinydep', deadline_s=d)", deadline)
-    out["wheel: 2 MB holding a 2 GiB member (default caps)"] = index_case(
-        tmp / "8", lambda s: wheel_route(s, bomb), "wheel()", deadline)
-    out["wheel: 5 GiB declared (default max_wheel_size 4G)"] = index_case(
-        tmp / "9", lambda s: wheel_route(s, w, drip_s=2.0, length=5 << 30), "wheel()", deadline)
-    out["/version of 1 GiB"] = sse_case(tmp / "10", "version-huge", "probe()", deadline)
-    out["PEP 503 page of 50 MB"] = index_case(
+        "pkgindex.versions(url, 'tinydep', deadline_s=d)", deadline))
+    add("/health 200, body dripped (1 byte / 0.5 s)", lambda: sse_case(
+        tmp / "6b", "health-body-drip", "'healthy after %.2f s' % wait_healthy(url, lambda: None, d, "
+        "tmp / 'log')", deadline))
+    add("wheel: 2 MB holding a 2 GiB member (default caps)", lambda: index_case(
+        tmp / "8", lambda s: wheel_route(s, bomb), "wheel()", deadline))
+    add("wheel: 5 GiB declared (default max_wheel_size 4G)", lambda: index_case(
+        tmp / "9", lambda s: wheel_route(s, w, drip_s=2.0, length=5 << 30), "wheel()", deadline))
+    add("wheel: unpacks to 60 MiB, ops.max_unpacked_size 32M", lambda: index_case(
+        tmp / "9b", lambda s: wheel_route(s, big), "wheel(max_unpacked_size='32M')", deadline))
+    add("/version of 1 GiB", lambda: sse_case(tmp / "10", "version-huge", "probe()", deadline))
+    add("PEP 503 page of 50 MB", lambda: index_case(
         tmp / "11", lambda s: s.routes.__setitem__("/tinydep/", Route(big_page)),
-        "pkgindex.versions(url, 'tinydep')", deadline)
-    out["control: the 50 MB page with the cap raised to 1 GiB (read whole)"] = index_case(
+        "pkgindex.versions(url, 'tinydep')", deadline))
+    add("control: the 50 MB page with the cap raised to 1 GiB (read whole)", lambda: index_case(
         tmp / "12", lambda s: s.routes.__setitem__("/tinydep/", Route(big_page)),
-        "len(pkgindex.versions(url, 'tinydep', max_bytes=1 << 30))", deadline)
+        "len(pkgindex.versions(url, 'tinydep', max_bytes=1 << 30))", deadline))
     return out
 
 
@@ -140,9 +156,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--deadline", type=float, default=5.0, help="ops deadline of the drip cases")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only", action="append", default=[],
+                    help="run only the cases whose name holds this text (and the idle child)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="hostile-bench-") as tmp:
-        rows = cases(Path(tmp), args.deadline)
+        rows = cases(Path(tmp), args.deadline, args.only)
     if args.json:
         print(json.dumps(rows, indent=2))
         return

@@ -68,6 +68,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from vllm_bisect.models import Measurement  # noqa: E402
 from vllm_bisect.probes.decode import DecodeProbe  # noqa: E402
+from vllm_bisect.probes.peer_summary import concurrent_summary, interleaved_summary  # noqa: E402
+from vllm_bisect.probes.peer_summary import pct as _pct  # noqa: E402
 from vllm_bisect.runtime.process import LaunchPlan, free_port, run_server  # noqa: E402
 from vllm_bisect.spec import Endpoint, ProbeSpec  # noqa: E402
 
@@ -420,14 +422,10 @@ class Run:
     # peer check, same prompts on both sides (session 4) --------------------------------
     def bench_cmd(self, h: Any, model: str, name: str, jsonl: Path, conc: int, n: int,
                   warm: int) -> list[str]:
-        return [*self.vllm, "bench", "serve", "--backend", "vllm", "--base-url", h.url,
-                "--endpoint", "/v1/completions", "--model", model, "--tokenizer", model,
-                "--dataset-name", "custom", "--dataset-path", str(jsonl), "--skip-chat-template",
-                "--disable-shuffle", "--custom-output-len", str(self.peer_out),
-                "--num-prompts", str(n), "--max-concurrency", str(conc), "--ignore-eos",
-                "--temperature", "0", "--num-warmups", str(warm), "--save-result",
-                "--save-detailed", "--result-dir", str(self.res), "--result-filename",
-                f"{name}.json"]
+        from vllm_bisect.probes.peer_rounds import bench_serve_argv
+
+        return bench_serve_argv(self.vllm, h.url, model, jsonl, self.peer_out, conc, n, warm,
+                                self.res, name)
 
     def bench(self, h: Any, model: str, name: str, jsonl: Path, conc: int, n: int,
               warm: int) -> dict[str, Any]:
@@ -514,13 +512,12 @@ class Run:
         the budget, so the pairs stay balanced."""
         import httpx
 
-        from vllm_bisect.probes.peer import (
-            PeerBlock,
-            PeerSide,
-            abba_order,
-            bench_block,
-            paired_peer_check,
-            probe_block,
+        from vllm_bisect.probes.peer import PeerBlock, PeerSide, abba_order, paired_peer_check
+        from vllm_bisect.probes.peer_rounds import (
+            block_of_bench,
+            block_of_probe,
+            pairs_fit,
+            prompts_jsonl,
         )
 
         c = self.pi_conc
@@ -542,8 +539,7 @@ class Run:
                 assert sized is not None
                 text = doc["prompt"] = sized.text
                 jsonl = self.work / f"{tag}_prompts.jsonl"
-                jsonl.write_text("".join(json.dumps({"prompt": text}) + "\n"
-                                         for _ in range(max(64, n))))
+                jsonl.write_text(prompts_jsonl(text, max(64, n)))
 
                 def probe(k: int) -> Measurement:
                     spec = ProbeSpec(prompt=text, max_tokens=self.peer_out, requests=k,
@@ -557,31 +553,20 @@ class Run:
                 chunk_blocks: list[PeerBlock] = []
                 took: dict[PeerSide, list[float]] = {PeerSide.BENCH: [], PeerSide.PROBE: []}
                 for i, side in enumerate(abba_order(self.pi_pairs)):
-                    if i and i % 4 == 0:
-                        need = 2 * (max(took[PeerSide.BENCH]) + max(took[PeerSide.PROBE])) + 10
-                        if self.left() < need:
-                            doc["stopped"] = (f"before block {i}: {self.left():.0f} s left < "
-                                              f"{need:.0f} s for two more pairs")
-                            log(f"{tag}: {doc['stopped']}")
-                            break
+                    stop = pairs_fit(i, took, self.left())
+                    if stop is not None:
+                        doc["stopped"] = stop
+                        log(f"{tag}: {doc['stopped']}")
+                        break
                     t0 = time.monotonic()
                     name = f"{tag}_{side.value}{i:02d}"
                     if side is PeerSide.BENCH:
-                        bj = self.bench(h, model, name, jsonl, c, n, warm=0)
-                        blk = bench_block(bj)
-                        chunk = PeerBlock(side, float(bj["mean_itl_ms"]))
-                        rec: dict[str, Any] = {"mean_tpot_ms": bj["mean_tpot_ms"],
-                                               "mean_itl_ms": bj["mean_itl_ms"],
-                                               "duration_s": bj.get("duration")}
+                        blk, chunk, rec = block_of_bench(self.bench(h, model, name, jsonl, c, n,
+                                                                    warm=0))
                     else:
                         m = probe(n)
                         self.save(f"{name}.json", m.model_dump(mode="json"))
-                        blk = probe_block(m)
-                        chunk = PeerBlock(side, statistics.fmean(
-                            r.chunk_itl_ms for r in m.requests if r.chunk_itl_ms is not None))
-                        rec = {"mean_itl_ms": blk.mean_ms, "mean_chunk_itl_ms": chunk.mean_ms,
-                               "server_itl_ms": m.server_itl_ms,
-                               "tokens_per_chunk": m.tokens_per_chunk}
+                        blk, chunk, rec = block_of_probe(m)
                     took[side].append(time.monotonic() - t0)
                     blocks.append(blk)
                     chunk_blocks.append(chunk)
@@ -616,9 +601,10 @@ class Run:
         with httpx.Client(timeout=60) as http:
             sized = DecodeProbe(sp, self.peer_out).sized_prompt(http, h, self.peer_in)
         assert sized is not None
+        from vllm_bisect.probes.peer_rounds import prompts_jsonl
+
         jsonl = self.work / f"{tag}_prompts.jsonl"
-        jsonl.write_text("".join(json.dumps({"prompt": sized.text}) + "\n"
-                                 for _ in range(max(64, n))))
+        jsonl.write_text(prompts_jsonl(sized.text, max(64, n)))
         return sized.text, jsonl
 
     def concurrent_round(self, h: Any, model: str, name: str, jsonl: Path, c: int, n: int,
@@ -626,64 +612,17 @@ class Run:
         """Start ``vllm bench serve`` (n + c requests at c), wait for its "Starting main
         benchmark run" line, run the probe (n requests at c) at once, then wait for bench.
         Bench's extra wave keeps its load on until the probe's last request is done."""
-        import threading
-
-        from vllm_bisect.probes.peer import _bench_tokens_per_chunk, concurrent_round
+        from vllm_bisect.probes.peer_rounds import round_record, run_concurrent
 
         cmd = self.bench_cmd(h, model, name, jsonl, c, n + c, warm=0)
-        t_launch = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, **ENV, "PYTHONUNBUFFERED": "1"})
-        lines: list[str] = []
-        started = threading.Event()
-        at: list[float] = []
-
-        def read() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                lines.append(line)
-                if "Starting main benchmark run" in line and not started.is_set():
-                    at.append(time.perf_counter())
-                    started.set()
-            started.set()  # EOF without the line: do not wait for it
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        try:
-            started.wait(timeout=300)
-            if not at:
-                raise RuntimeError(f"{name}: bench never started its main run: "
-                                   f"{''.join(lines)[-800:]}")
-            t0 = time.perf_counter()
-            m = probe(n)
-            t1 = time.perf_counter()
-            rc = proc.wait(timeout=400)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            reader.join(timeout=10)
+        run = run_concurrent(cmd, {**os.environ, **ENV}, lambda: probe(n), name)
+        rc, lines, m = run.rc, run.lines, run.probe
         self.save(f"{name}_stdout.txt", "$ " + " ".join(cmd) + f"\n(rc {rc})\n"
                   + "".join(lines)[-10000:])
         if rc != 0:
             raise RuntimeError(f"{name}: bench rc {rc}: {''.join(lines)[-500:]}")
         self.save(f"{name}_probe.json", m.model_dump(mode="json"))
-        bj = json.loads((self.res / f"{name}.json").read_text())
-        rnd = concurrent_round(bj, m, (t0, t1))
-        rec = {"bench_file": f"{name}.json", "probe_file": f"{name}_probe.json",
-               "bench_startup_s": round(at[0] - t_launch, 2),
-               "probe_window_s": [round(t0 - t_launch, 3), round(t1 - t_launch, 3)],
-               "bench_first_request_after_probe_start_s": round(
-                   min(bj["start_times"]) - t0, 4) if bj.get("start_times") else None,
-               "server_itl_ms": m.server_itl_ms, "tokens_per_chunk": m.tokens_per_chunk,
-               # a stall (a cold server's first-use compile) shows here: bench's longest TTFT
-               # and chunk gap, the probe's longest TTFT
-               "bench_max_ttft_s": max(bj.get("ttfts") or [0.0]),
-               "bench_max_gap_s": max((g for x in bj.get("itls") or [] for g in x), default=0.0),
-               "probe_max_ttft_ms": max((x.ttft_ms for x in m.requests), default=0.0),
-               # identical prompts: the same tokens per chunk on both sides unless the shared
-               # batch changed the greedy numerics
-               "bench_tokens_per_chunk": _bench_tokens_per_chunk(bj), **rnd.as_dict()}
+        rec, rnd = round_record(run, json.loads((self.res / f"{name}.json").read_text()), name)
         return rec, rnd
 
     def stage_peer_concurrent(self) -> None:
@@ -705,6 +644,7 @@ class Run:
         self-contained). Stops before a round (warm or measured) that would not fit the budget;
         a warm round only starts when it and a measured round fit."""
         from vllm_bisect.probes.peer import ConcurrentRound, concurrent_peer_check
+        from vllm_bisect.probes.peer_rounds import round_need
 
         tag = f"peer_concurrent{self.mode_tag()}"
         concs = self.pc_concs
@@ -744,8 +684,7 @@ class Run:
                     if done > r:
                         continue
                     warm = self.pc_warm_round and str(c) not in server["warm_round"]
-                    est = max(took) if took else 0.0
-                    need = (2 * est if warm else est) + 10.0
+                    need = round_need(took, warm)
                     if self.left() < need:
                         doc["stopped"] = (f"before {'the warm round and ' if warm else ''}round "
                                           f"{r} at c={c}: {self.left():.0f} s left < "
@@ -924,76 +863,6 @@ class Run:
                              "--a-no-speculative", "--b-no-speculative",
                              "--pairs", "10", "--seed", "16", "--json"],
                  timeout=max(60.0, self.left() - 5))
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:+.2%}"
-
-
-def interleaved_summary(doc: dict[str, Any]) -> str:
-    """The stage's result as markdown: the blocks in run order, then the paired comparison."""
-    p, pc = doc["paired"], doc["paired_chunk"]
-    lines = [f"# interleaved peer check, concurrency {doc['concurrency']}, "
-             f"{doc['block_requests']} requests per block, in {doc['in']} / out {doc['out']}",
-             "", "| block | side | start (s) | mean per-token ms | mean chunk ITL ms |",
-             "|---|---|---|---|---|"]
-    for b in doc["blocks"]:
-        chunk = b.get("mean_chunk_itl_ms", b.get("mean_itl_ms")) if b["side"] == "probe" \
-            else b.get("mean_itl_ms")
-        lines.append(f"| {b['index']} | {b['side']} | {b['start_s']:.1f} | {b['mean_ms']:.3f} "
-                     f"| {chunk:.3f} |")
-    lines += ["", "pair diffs (probe / bench - 1): "
-              + ", ".join(_pct(d) for d in p["pair_diffs"]),
-              "ABBA quad diffs: " + ", ".join(_pct(d) for d in p["quad_diffs"]),
-              f"per token: mean {_pct(p['mean_diff'])} ({p['confidence']:.0%} CI over "
-              f"{p['ci_basis']} "
-              f"{_pct(p['ci_low'])} .. {_pct(p['ci_high'])}), median {_pct(p['median_diff'])}, "
-              f"pooled {_pct(p['pooled_diff'])}, first pair alone {_pct(p['first_pair_diff'])}; "
-              f"balanced {p['balanced']}; within 3%: {p['agrees_3pct']}",
-              f"per chunk: mean {_pct(pc['mean_diff'])}, median {_pct(pc['median_diff'])}, "
-              f"pooled {_pct(pc['pooled_diff'])}"]
-    if doc.get("stopped"):
-        lines.append(f"stopped early: {doc['stopped']}")
-    return "\n".join(lines) + "\n"
-
-
-def concurrent_summary(doc: dict[str, Any]) -> str:
-    """The concurrent stage's result as markdown: every round, then the comparison per C."""
-    lines = [f"# concurrent peer check (bench and probe at the same time), in {doc['in']} / out "
-             f"{doc['out']}, enforce_eager {doc['enforce_eager']}, requests per probe round "
-             f"{doc['block_requests']} (bench: C more)", "",
-             "| c | round | bench start-up s | probe ms/token | bench inside ms/token (n) | "
-             "bench all | diff | probe chunk ITL | bench inside ITL | chunk diff | coverage |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for x in doc["rounds"]:
-        inside = "-" if x["inside_tpot_ms"] is None else f"{x['inside_tpot_ms']:.3f}"
-        itl = "-" if x["inside_itl_ms"] is None else f"{x['inside_itl_ms']:.3f}"
-        lines.append(f"| {x['concurrency']} | {x['round']} | {x['bench_startup_s']:.1f} | "
-                     f"{x['probe_itl_ms']:.3f} | {inside} ({x['n_inside']}/{x['n_bench']}) | "
-                     f"{x['bench_tpot_all_ms']:.3f} | {_pct(x['diff'])} | "
-                     f"{x['probe_chunk_itl_ms']:.3f} | {itl} | {_pct(x['chunk_diff'])} | "
-                     f"{x['coverage']:.3f} |")
-    warm = [(k, c, x) for k, srv in enumerate(doc.get("servers", []))
-            for c, x in srv.get("warm_round", {}).items()]
-    if warm:
-        lines += ["", "Discarded warm-up rounds (one per C on each new server, before its first "
-                  "measured round; not in the comparison):", ""]
-        lines += [f"- server {k}, c={c}: probe {x['probe_itl_ms']:.3f}, bench all "
-                  f"{x['bench_tpot_all_ms']:.3f} ms/token, diff {_pct(x['diff'])}; longest bench "
-                  f"TTFT {x['bench_max_ttft_s']:.3f} s, chunk gap {x['bench_max_gap_s']:.3f} s, "
-                  f"probe TTFT {x['probe_max_ttft_ms'] / 1000:.3f} s" for k, c, x in warm]
-    for c, r in doc.get("results", {}).items():
-        lines += ["", f"c={c}: {r['n_rounds']} rounds, per token mean {_pct(r['mean_diff'])} "
-                  f"({r['confidence']:.0%} CI {_pct(r['ci_low'])} .. {_pct(r['ci_high'])}), "
-                  f"median {_pct(r['median_diff'])}, pooled {_pct(r['pooled_diff'])}; per chunk "
-                  f"mean {_pct(r['chunk_mean_diff'])} (CI {_pct(r['chunk_ci_low'])} .. "
-                  f"{_pct(r['chunk_ci_high'])}); against bench's own all-request means "
-                  + ", ".join(_pct(d) for d in r["diffs_all"])
-                  + f"; min coverage {r['min_coverage']:.3f}; within 3%: {r['agrees_3pct']}, "
-                  f"CI inside ±3%: {r['resolved_3pct']}"]
-    if doc.get("stopped"):
-        lines += ["", f"stopped early: {doc['stopped']}"]
-    return "\n".join(lines) + "\n"
 
 
 STAGES = [("env", 20, "env.txt"), ("model", 30, "model_build.json"), ("a", 240, "A.json"),

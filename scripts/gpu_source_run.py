@@ -33,6 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # their builds and probes overlap the other's start-up)
 JOBS = ("csrc-hook", "cap-run+spec-run", "cap-hook", "spec-hook", "csrc-run", "host-run",
         "cap-isolate", "spec-isolate")
+# "rundef": `vllm-bisect run` with the default spec (symptom only: no strategy, factor, or
+# verification overrides); "explain": `vllm-bisect explain` on that session's culprit
+# (or, for a kind whose bisect did not run, on the planted commit through --culprit)
 MIN_JOB_S = 120.0
 
 
@@ -137,6 +140,14 @@ class Run:
             spec.write_text(dump_spec(parse_spec(data, source=kind.value)))
             shutil.copy(h.record, self.res / f"{kind}.planted.json")
             shutil.copy(spec, self.res / f"{kind}.toml")
+            default = dict(data)  # the spec a user writes: the symptom and nothing else
+            symptom = {"cap": "length", "csrc": "length"}.get(kind.value, "itl")
+            default["verdict"] = {"symptom": symptom}
+            if symptom == "length":
+                default["verdict"] = {"symptom": symptom, "min_output_tokens": 256}
+            (self.work / f"{kind}-default.toml").write_text(
+                dump_spec(parse_spec(default, source=f"{kind.value}-default")))
+            shutil.copy(self.work / f"{kind}-default.toml", self.res / f"{kind}-default.toml")
             log(f"history {kind}: planted at {h.planted_index} ({h.planted[:12]}) "
                 f"in {time.monotonic() - t:.1f} s")
         self.pack()
@@ -151,8 +162,29 @@ class Run:
         cli = [sys.executable, "-m", "vllm_bisect.cli"]
         repo = self.work / "hist" / kind
         session = self.work / "sessions" / kind
+        if what in ("rundef", "explain") or (
+                what == "isolate" and (self.work / "sessions" / f"{kind}-def").exists()):
+            session = self.work / "sessions" / f"{kind}-def"
+        if what == "rundef":
+            spec = self.work / f"{kind}-default.toml"
         doc: dict[str, object] = {"job": name}
-        if what == "run":
+        if what == "explain":
+            planted = json.loads((self.res / f"{kind}.planted.json").read_text())
+            extra: list[str] = []
+            if not (session / "result.json").exists():
+                extra = ["--culprit", planted["planted"]]
+            code, wall = self.cmd([*cli, "explain", str(session), "--json", "--cache-dir",
+                                   str(self.cache), *extra], repo, timeout, name)
+            doc.update(rc=code, wall_s=round(wall, 1), planted=planted["planted"])
+            for k in ("report.md", "result.json"):
+                if (session / k).exists():
+                    shutil.copy(session / k, self.res / f"{name}_{k}")
+            prof = session / "explain"
+            if prof.exists():
+                for f in prof.rglob("*.json"):
+                    if f.stat().st_size < 2_000_000 and "trace" not in f.name:
+                        shutil.copy(f, self.res / f"{name}_{f.name}")
+        elif what in ("run", "rundef"):
             code, wall = self.cmd([*cli, "run", "--spec", str(spec), "--session", str(session),
                                   "--cache-dir", str(self.cache), "--json"], repo, timeout, name)
             doc.update(rc=code, wall_s=round(wall, 1))

@@ -130,3 +130,12 @@ def test_report_counts_what_result_json_holds(tmp_path: Path) -> None:
     assert re.search(rf"\b{started} server starts \(2 to verify the culprit", md), md
     assert f"{started} server starts" in " ".join(r.stdout.split())
     assert "vllm-bisect deps" not in md
+
+
+def test_the_readme_installs_into_a_venv_first() -> None:
+    """A system Python refuses `pip install` ("externally-managed-environment")."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("## Install", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    lines = [ln.split("#", 1)[0].strip() for ln in block.splitlines() if ln.strip()]
+    first_pip = next(i for i, ln in enumerate(lines) if "pip install" in ln)
+    assert any("-m venv" in ln and "activate" in ln for ln in lines[:first_pip]), block

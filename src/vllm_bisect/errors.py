@@ -26,6 +26,7 @@ Only the ``cli`` package turns these into messages and exit codes; library code 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -127,9 +128,31 @@ def disk_full(err: BaseException, where: str = "") -> HostFault | None:
                           "then resume the session")
 
 
-def untestable_hint(log: Path | None) -> str:
-    """The hint when the good endpoint could not be tested: its server log when it has one
-    (a serve command that fails at every commit is wrong itself, not the commit)."""
+# what a failure for a network reason says (the index, a download, a pip/uv/git fetch, DNS)
+NETWORK_REASON = re.compile(
+    r"unreachable|connection (?:refused|reset|aborted)|timed out|did not answer|"
+    r"name resolution|could not resolve|resolve host|network is unreachable|no route to host|"
+    r"temporary failure|connecterror|connecttimeout|readtimeout|remotedisconnected|"
+    r"ssl(?:error)?:|proxy error|errno 111|errno 101|errno 110|max retries exceeded",
+    re.IGNORECASE)
+
+
+def network_reason(reason: str | None, transient: bool = False) -> bool:
+    """Did a commit fail to build for a network reason (not because of the commit)? An index
+    that answered "not now" (``transient``) or a reason naming a network error."""
+    return transient or bool(reason and NETWORK_REASON.search(reason))
+
+
+def untestable_hint(log: Path | None, reason: str | None = None, transient: bool = False) -> str:
+    """The hint when an endpoint could not be tested. A network failure is not the commit's
+    fault: other endpoints would fail the same way, so say network and what to do; otherwise
+    its server log when it has one (a serve command that fails at every commit is wrong
+    itself, not the commit)."""
+    if network_reason(reason, transient):
+        return ("it failed for a network reason, not because of the commit: check the network "
+                "(build.index_url, a proxy, DNS) and run the same command again (a network "
+                "failure is not cached as the commit's result); other endpoints would fail "
+                "the same way")
     if log is not None:
         return (f"read its log {log}: if the serve command fails at every commit, "
                 "fix the command or serve arguments; otherwise pick a good commit that "

@@ -142,6 +142,9 @@ class Outcome(_Value):
     reason: str
     measurement: Measurement | None = None
     from_cache: bool = False
+    # a skip's log and its tail, for the user interface to show the cause (never journaled)
+    log: Path | None = None
+    log_tail: str = ""
 
 
 class EvalStatus(StrEnum):

@@ -12,7 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from vllm_bisect.errors import SpecError
 from vllm_bisect.spec_build import (
@@ -31,9 +31,12 @@ from vllm_bisect.spec_build import (
 )
 from vllm_bisect.spec_keys import did_you_mean
 from vllm_bisect.spec_load import BenchSpec, LoadSpec, dump_spec
+from vllm_bisect.spec_ops import SIZE_PATTERN, ExecutorKind, ExplainSpec, OpsSpec, ParallelSpec
+from vllm_bisect.spec_verdict import Strategy, Symptom, VerdictSpec, output_token_floor
 
 __all__ = [
     "DEFAULT_TAGS",
+    "SIZE_PATTERN",
     "ArtifactKind",
     "BenchSpec",
     "BisectSpec",
@@ -41,19 +44,25 @@ __all__ = [
     "CommandBuild",
     "Endpoint",
     "ExecutorKind",
+    "ExplainSpec",
     "ImageBuild",
     "LoadSpec",
     "OpsSpec",
+    "ParallelSpec",
     "ProbeSpec",
+    "RangeSpec",
     "SearchKind",
     "ServeSpec",
     "SourceBuild",
+    "SpeculativeSpec",
     "Strategy",
     "Symptom",
     "UrlBuild",
+    "VerdictSpec",
     "WheelBuild",
     "dump_spec",
     "load_spec",
+    "output_token_floor",
     "parse_spec",
     "stored_spec",
 ]
@@ -66,18 +75,6 @@ KEY_VERSION = 2
 class Endpoint(StrEnum):
     COMPLETIONS = "completions"
     CHAT = "chat"
-
-
-class Symptom(StrEnum):
-    LENGTH = "length"
-    ITL = "itl"
-    CORRECTNESS = "correctness"  # greedy output differs from the good endpoint's
-    THROUGHPUT = "throughput"    # output tok/s under probe.load fell
-    MTP_SPEEDUP = "mtp-speedup"  # speculative vs plain decode speed fell below a floor
-    CRASH = "crash"              # the server died or the probe failed (instead of a skip)
-    TTFT = "ttft"                # time to first token rose (probe.prompt_tokens: a long prefill)
-    MEMORY = "memory"            # KV cache capacity fell / memory rose at start-up, or it OOMs
-    ANY = "any"                  # length or itl
 
 
 class SearchKind(StrEnum):
@@ -147,169 +144,7 @@ class ProbeSpec(_Model):
     bench: BenchSpec | None = None
 
     def effective_min_tokens(self) -> int | None:
-        if self.min_tokens is not None:
-            return self.min_tokens
-        return self.max_tokens if self.send_max_tokens else None
-
-
-class Strategy(StrEnum):
-    """How commits are judged: one measurement against thresholds, a sequential test on
-    per-request samples, or a posterior over the culprit for flaky symptoms."""
-
-    AUTO = "auto"            # chosen from the symptom (see VerdictSpec.strategy)
-    THRESHOLD = "threshold"
-    SEQUENTIAL = "sequential"
-    BAYES = "bayes"
-    TWOLEVEL = "twolevel"
-
-
-class VerdictSpec(_Model):
-    symptom: Symptom = Symptom.ANY
-    # several symptoms, one first-bad commit each, from the same measurements (bisect.multi;
-    # empty: `symptom` alone). `symptom` becomes the first.
-    symptoms: list[Symptom] = Field(default_factory=list)
-    # after a culprit of itl / throughput / mtp-speedup: test the bad end against it with the
-    # same noise-aware test and, when still clearly worse, bisect the rest (bisect.multi)
-    rest_check: bool = True
-    # two-level: a commit off the good end by the factor is BAD (a plateau between two steps;
-    # at the final pair's bound it asks for the fall-back first: verdict/twolevel.py)
-    plateau: bool = True
-    min_output_tokens: int | None = Field(default=None, ge=1)
-    max_itl_ms: float | None = Field(default=None, gt=0)
-    itl_factor: float | None = Field(default=None, gt=1.0)
-    # "sequential": calibrate both endpoints with calibration_samples requests each, then
-    # judge each commit by a sequential probability ratio test on per-request ITL, sampling
-    # more on the same server until it decides (max_samples: undecided -> skip); alpha bounds
-    # the chance of any mislabel over the whole bisect. Needs symptom = "itl".
-    # "bayes": for flaky symptoms (a crash, a cap in some runs only): run both endpoints
-    # calibration_runs times to learn how often the symptom shows, keep a posterior over the
-    # culprit, run the commit with the largest expected information gain (again if need be),
-    # stop when one commit holds `confidence` of it (or after max_runs)
-    # "twolevel": the two-level sequential test (a server level plus per-request noise):
-    # at least two servers per endpoint, then per commit more requests or a fresh server,
-    # whichever reduces the doubt more per cost, until the evidence is clear; itl_factor /
-    # throughput_factor (else 1 + min_effect) is the smallest change that matters.
-    # "auto" (the default): length, correctness -> threshold; crash -> bayes; itl,
-    # throughput, mtp-speedup -> twolevel; any -> threshold
-    strategy: Strategy = Strategy.AUTO
-    # twolevel: a server start costs this many probe requests (picks requests vs servers)
-    server_cost: float = Field(default=3.0, gt=0.0, le=1000.0)
-    max_servers: int = Field(default=12, ge=1, le=100)
-    confidence: float = Field(default=0.99, gt=0.5, lt=1.0)
-    calibration_runs: int = Field(default=4, ge=1, le=100)
-    # auto, length / correctness: the bad endpoint runs up to this many times (fresh servers)
-    # until it shows the symptom (`run`: missed first, then shown -> bayes; the hook: until
-    # shown and missed, some runs only -> refused) (1: no repeats and no re-checks, for a
-    # symptom known to be deterministic)
-    intermittent_runs: int = Field(default=8, ge=1, le=100)
-    # auto, length / correctness under `run`: after the threshold search the culprit's
-    # parent runs this many more times (a flaky symptom looks good); shown in any -> bayes.
-    # 1 keeps a deterministic cap at plain bisect's cost + 3 server starts; raise it for a
-    # symptom suspected flaky (docs/benchmarks.md prices 1, 2, 3)
-    recheck_runs: int = Field(default=1, ge=0, le=100)
-    max_runs: int = Field(default=60, ge=1, le=10000)
-    calibration_samples: int = Field(default=5, ge=5, le=400)
-    max_samples: int = Field(default=40, ge=3, le=1000)
-    alpha: float = Field(default=0.01, gt=0.0, lt=0.5)
-    min_effect: float = Field(default=0.05, ge=0.0)
-    # throughput: bad when output tok/s < the good endpoint's / throughput_factor, or below
-    # min_throughput_tok_s
-    throughput_factor: float | None = Field(default=None, gt=1.0)
-    min_throughput_tok_s: float | None = Field(default=None, gt=0)
-    # mtp-speedup: bad when speculative / plain output tok/s < min_mtp_speedup (e.g. 1.5)
-    min_mtp_speedup: float | None = Field(default=None, gt=0)
-    # ttft: bad when time to first token > ttft_factor x the good endpoint's (or > max_ttft_ms)
-    ttft_factor: float | None = Field(default=None, gt=1.0)
-    max_ttft_ms: float | None = Field(default=None, gt=0)
-    # memory: bad when the KV cache capacity (tokens) at start-up falls below the good
-    # endpoint's / memory_factor, or weights / peak memory rise above its x memory_factor, or
-    # the server runs out of memory starting (verdict/memory.py)
-    memory_factor: float = Field(default=1.1, gt=1.0)
-    # once the culprit is found, re-measure it and its parent on fresh servers with this many
-    # requests each; the report's effect and its 95% CI come from these samples (0: skip)
-    verify_samples: int = Field(default=10, ge=0, le=1000)
-
-
-SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*[KkMmGgTt]?[Bb]?\s*$"  # "4G", "500M", "1024"
-
-
-class ExplainSpec(_Model):
-    """``vllm-bisect explain``: the culprit's profile against its parent's."""
-
-    # run it at the end of ``run`` when a single culprit was found
-    profile: bool = False
-    # profiled server starts per side (the run-to-run spread needs at least 2)
-    servers_per_side: int = Field(default=2, ge=1, le=8)
-
-
-class OpsSpec(_Model):
-    """``[ops]``: how a run is operated. Nothing here changes a measurement, so nothing here
-    is in the measurement key: change any of it and cached measurements are reused."""
-
-    # seconds until a started server must answer /health
-    startup_timeout_s: float = Field(default=900.0, gt=0)
-    # seconds a probe request may wait for its next bytes before it counts as hung
-    request_timeout_s: float = Field(default=600.0, gt=0)
-    # the total time one request may take: request_deadline_s if set, else
-    # request_timeout_s + (max_tokens or 16384) / min_tokens_per_s (a stream slower than
-    # that pace, or one that never ends, is a probe error: the commit is skipped)
-    request_deadline_s: float | None = Field(default=None, gt=0)
-    min_tokens_per_s: float = Field(default=1.0, gt=0)
-    # seconds `vllm bench` may run ([probe.bench])
-    bench_timeout_s: float = Field(default=1800.0, gt=0)
-    # one server start-up at a time per GPU set on this host (vLLM's memory profiling
-    # counts another starting server's memory against itself)
-    serialize_startup: bool = True
-    # a server that dies or a probe that fails (not an unbuildable commit) is tried again on
-    # a fresh server this many times before the commit counts as a skip; not with
-    # verdict.symptom = "crash", where the failure is the symptom
-    retries: int = Field(default=2, ge=0, le=10)
-    # prefetch the next possible commits' artifacts while one is probed (None: on for
-    # wheel and image builds, whose cost is I/O; off for source builds, which compete with
-    # the probe for CPU)
-    prefetch: bool | None = None
-    # artifact cache size cap, LRU eviction that keeps the session's endpoints ("200G")
-    cache_max_size: str | None = None
-    # image builds: the host's Hugging Face cache, mounted so weights load once ("": none)
-    hf_cache: str = "~/.cache/huggingface"
-    # network reads have a total deadline and a size cap, not only a per-read timeout (a
-    # server that drips bytes or sends gigabytes is a skip, never a hang): seconds one wheel
-    # download may take in all (a 500 MB wheel at 150 KB/s), one index page (metadata.json,
-    # a PEP 503 page) in all
-    download_deadline_s: float = Field(default=3600.0, gt=0)
-    index_deadline_s: float = Field(default=120.0, gt=0)
-    # the largest wheel downloaded, and what it may unpack to (vLLM's wheels are well under
-    # both): a larger one is refused before anything of it is installed
-    max_wheel_size: str = Field(default="4G", pattern=SIZE_PATTERN)
-    max_unpacked_size: str = Field(default="16G", pattern=SIZE_PATTERN)
-
-
-    def deadline_s(self, max_tokens: int | None) -> float:
-        """The total deadline of one request that asks for ``max_tokens`` (None: unbounded)."""
-        if self.request_deadline_s is not None:
-            return self.request_deadline_s
-        return self.request_timeout_s + (max_tokens or 16384) / self.min_tokens_per_s
-
-
-class ExecutorKind(StrEnum):
-    LOCAL = "local"
-    RAY = "ray"
-
-
-class ParallelSpec(_Model):
-    """How many commits to test at once, and where. Not part of the measurement key: a
-    commit measured by any worker is the same measurement."""
-
-    # workers on this host (without gpus: that many simulator or CPU workers)
-    workers: int = Field(default=1, ge=1, le=64)
-    # "auto", "0,1,2,3" or [0, 1, 2, 3]: each worker gets gpus_per_probe of them
-    gpus: str | list[int] | None = None
-    gpus_per_probe: int = Field(default=1, ge=1, le=64)
-    executor: ExecutorKind = ExecutorKind.LOCAL
-    # Ray: "auto" (a running cluster), "ray://host:port", or None (start a local one)
-    ray_address: str | None = None
-    # custom resources each evaluation needs, e.g. {"arch_aarch64": 1} or {"sm_121": 1}
-    ray_resources: dict[str, float] = Field(default_factory=dict)
+        return output_token_floor(self.min_tokens, self.max_tokens, self.send_max_tokens)
 
 
 class BisectSpec(_Model):
@@ -330,14 +165,38 @@ class BisectSpec(_Model):
             data = {**data, "build": {**build, "kind": DEFAULT_KIND.value}}
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_defaults(cls, data: Any) -> Any:
+        """Defaults that follow from other keys, set in the input before validation (a new
+        value, never a validated model changed in place): ``verdict.symptom`` is the first of
+        ``verdict.symptoms`` (issue 28), and an itl / ttft spec judged two-level (or auto)
+        starts with one request (the test asks for more when they help) unless
+        ``probe.requests`` is given."""
+        if not isinstance(data, dict):
+            return data
+        verdict, probe = data.get("verdict"), data.get("probe")
+        symptoms = _key(verdict, "symptoms", [])
+        first = symptoms[0] if isinstance(symptoms, list) and symptoms else None
+        if isinstance(first, str) and first in set(Symptom):
+            verdict = _with_key(verdict, "symptom", first)
+            data = {**data, "verdict": verdict}
+        judged = [_key(verdict, "symptom", Symptom.ANY),
+                  *(symptoms if isinstance(symptoms, list) else [])]
+        given = (probe.model_fields_set if isinstance(probe, BaseModel)
+                 else probe if isinstance(probe, dict) else {})
+        if (any(isinstance(s, str) and s in (Symptom.ITL, Symptom.TTFT) for s in judged)
+                and _key(verdict, "strategy", Strategy.AUTO) in ("auto", "twolevel")
+                and "requests" not in given):
+            data = {**data, "probe": _with_key(probe, "requests", 1)}
+        return data
+
     @model_validator(mode="after")
     def _check_verdict(self) -> BisectSpec:
         v = self.verdict
-        if v.symptoms:  # issue 28: each symptom checked alone, `symptom` is the first
-            for s in v.symptoms[1:]:
-                _ = self.for_symptom(s)._check_verdict()  # type: ignore[operator]
-            v = v.model_copy(update={"symptom": v.symptoms[0]})
-            object.__setattr__(self, "verdict", v)
+        # issue 28: each symptom checked alone (`symptom` is the first: _derived_defaults)
+        for s in v.symptoms[1:]:
+            _ = self.for_symptom(s)._check_verdict()  # type: ignore[operator]
         if self.range.search is SearchKind.FIX and v.strategy is Strategy.BAYES:
             raise ValueError('range.search = "fix" works with the threshold and sequential '
                              'strategies, not "bayes"')
@@ -368,11 +227,6 @@ class BisectSpec(_Model):
         if v.symptom is Symptom.CORRECTNESS and self.probe.temperature != 0.0:
             raise ValueError('verdict.symptom = "correctness" compares greedy outputs: it needs '
                              "probe.temperature = 0")
-        if (any(s in (Symptom.ITL, Symptom.TTFT) for s in (v.symptom, *v.symptoms))
-                and v.strategy in ("auto", "twolevel")
-                and "requests" not in self.probe.model_fields_set):
-            # the two-level test starts with one request and asks for more when they help
-            object.__setattr__(self, "probe", self.probe.model_copy(update={"requests": 1}))
         if v.symptom is Symptom.LENGTH and self.min_output_tokens() is None:
             raise ValueError(
                 "verdict.symptom = \"length\" needs verdict.min_output_tokens when the probe "
@@ -390,9 +244,8 @@ class BisectSpec(_Model):
         return self.model_copy(update={"verdict": v})
 
     def min_output_tokens(self) -> int | None:
-        if self.verdict.min_output_tokens is not None:
-            return self.verdict.min_output_tokens
-        return self.probe.max_tokens if self.probe.send_max_tokens else None
+        return output_token_floor(self.verdict.min_output_tokens, self.probe.max_tokens,
+                                  self.probe.send_max_tokens)
 
     def prefetch_enabled(self) -> bool:
         """ops.prefetch, or by default on where fetching an artifact is I/O (wheel, image)."""
@@ -422,6 +275,20 @@ class BisectSpec(_Model):
                 if value is not None:
                     data[section][key] = value
         return parse_spec(data, source="command-line flags")
+
+
+def _key(section: Any, key: str, default: Any) -> Any:
+    """A key of a table as given: a dict from TOML / JSON, or a model."""
+    if isinstance(section, BaseModel):
+        return getattr(section, key, default)
+    return section.get(key, default) if isinstance(section, dict) else default
+
+
+def _with_key(section: Any, key: str, value: Any) -> Any:
+    """A copy of a table (dict or model; None: only the key) with ``key`` set."""
+    if isinstance(section, BaseModel):
+        return section.model_copy(update={key: value})
+    return {**(section if isinstance(section, dict) else {}), key: value}
 
 
 def _format_validation_error(err: ValidationError, source: str) -> str:

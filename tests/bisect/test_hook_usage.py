@@ -40,3 +40,30 @@ def test_a_usage_error_aborts_git_bisect_run(tmp_path: Path, args: list[str]) ->
 def test_hook_usage_errors_exit_128(tmp_path: Path, args: list[str]) -> None:
     r = subprocess.run([*HOOK, *args], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 128, r.stderr
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_under_git_bisect_run_stops_the_bisect(tmp_path: Path, flag: str) -> None:
+    """Help is not a verdict: exit 0 would mark every commit good under `git bisect run`."""
+    h = history(tmp_path, n_commits=4)
+    git(h.path, "bisect", "start", h.bad, h.good)
+    try:
+        r = subprocess.run(["git", "bisect", "run", *HOOK, flag], cwd=h.path,
+                           capture_output=True, text=True, timeout=120)
+        log = git(h.path, "bisect", "log")
+    finally:
+        git(h.path, "bisect", "reset")
+    assert r.returncode != 0 and "exit code 128" in r.stderr, r.stdout + r.stderr
+    assert "cli hook [OPTIONS]" in " ".join(r.stdout.split())   # the help is printed
+    assert "help only, no verdict" in r.stderr
+    judged = log.split("git bisect start")[-1].split("\n", 2)[-1]
+    assert "# good:" not in judged and "# bad:" not in judged, log
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_outside_a_bisect_exits_0(tmp_path: Path, flag: str) -> None:
+    h = history(tmp_path, n_commits=1)
+    r = subprocess.run([*HOOK, flag], cwd=h.path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "cli hook [OPTIONS]" in " ".join(r.stdout.split())
+    assert "--spec" in r.stdout

@@ -83,29 +83,29 @@ def test_a_confirmation_goes_on_from_the_commits_servers_at_a_stricter_bound() -
                          alpha_total=STEP_ALPHA, expected_steps=1)
     # a search step: two samples that decide loosely (bad), not at the bound
     groups = [[12.6, 13.3]]
-    p.sampler("c", Role.BISECT)
-    loose = p.judge(_ev("c", groups), Role.BISECT)
+    loose = p.open("c", Role.BISECT).verdict(_ev("c", groups))
     assert loose.verdict is Verdict.BAD
     assert p.learned["c"] == [to_logs(g) for g in groups]
     model_with_c = p.test.model
     # judged again at the bound: not final on these samples; it goes on from them
-    p.sampler("c", Role.CONFIRM)
-    strict = p.sampled_by["c"]
+    trial = p.open("c", Role.CONFIRM)
+    strict = trial.test
+    assert strict is not None
     assert strict.threshold == pytest.approx(math.log(2 / spec.verdict.alpha))
     assert strict.threshold > p.test.threshold
     assert to_logs(groups[0]) not in strict.model.bad   # its own servers are not evidence
-    assert not p.final(_ev("c", groups))
-    more = p.resume("c", _ev("c", groups))
-    assert more is not None and p.groups["c"] == groups
+    assert not trial.final(_ev("c", groups))
+    more = trial.resume(_ev("c", groups))
+    assert more is not None and trial.groups == groups
     # a second server, then the decision at the bound; the model moves it, not duplicates
-    nxt = p.again("c", Evaluation(commit="c", status=EvalStatus.MEASURED,
-                                  measurement=measurement([13.1, 12.9, 13.4, 13.0], 256)))
-    assert nxt is None or strict.decide([to_logs(g) for g in p.groups["c"]]) in (
-        Decision.MORE_REQUESTS, Decision.NEW_SERVER)
-    merged = p.finish("c", Evaluation(commit="c", status=EvalStatus.MEASURED,
+    nxt = trial.next_probe(Evaluation(commit="c", status=EvalStatus.MEASURED,
                                       measurement=measurement([13.1, 12.9, 13.4, 13.0], 256)))
+    assert nxt is None or strict.decide([to_logs(g) for g in trial.groups or []]) in (
+        Decision.MORE_REQUESTS, Decision.NEW_SERVER)
+    merged = trial.evaluation(Evaluation(commit="c", status=EvalStatus.MEASURED,
+                                         measurement=measurement([13.1, 12.9, 13.4, 13.0], 256)))
     assert merged.samples is not None and len(merged.samples) == 2
-    out = p.judge(merged, Role.CONFIRM)
+    out = trial.verdict(merged)
     assert out.verdict is Verdict.BAD and "decides at +-5.3" in out.reason
     assert len(p.test.model.bad) == len(model_with_c.bad) + 1   # c's one old server -> its two
 
@@ -117,8 +117,8 @@ def test_the_hook_keeps_the_per_step_bound() -> None:
     assert isinstance(p, TwoLevelPolicy) and not p.pair_bound
     model = TwoLevel(((2.3, 2.31), (2.29, 2.3)), ((2.56, 2.57), (2.55, 2.56)))
     p.test_ = CommitTest(model, alpha_total=0.01, expected_steps=12)
-    p.sampler("c", Role.CONFIRM)   # no pair bound: CONFIRM is a plain step at the bound
-    assert p.sampled_by["c"] is p.test and p.strict_spent == 0
+    trial = p.open("c", Role.CONFIRM)   # no pair bound: CONFIRM is a plain step at the bound
+    assert trial.test is p.test and p.strict_spent == 0
     assert p.test.threshold == pytest.approx(math.log(12 / 0.01))
 
 
@@ -155,10 +155,10 @@ def test_the_fall_back_asks_for_a_calibration_and_drops_the_pair_bound() -> None
     assert isinstance(p, TwoLevelPolicy) and not p.recalibrate
     model = TwoLevel(((2.3, 2.31), (2.29, 2.3)), ((2.56, 2.57), (2.55, 2.56)))
     p.test_ = CommitTest(model, alpha_total=STEP_ALPHA, expected_steps=1, max_samples=4)
-    p.sampler("c", Role.BISECT)
+    trial = p.open("c", Role.BISECT)
     # four samples (the cap) right between the sides: undecided
     mid = math.exp(2.43)   # the sides' midpoint on the log scale
-    out = p.judge(_ev("c", [[mid, mid * 1.001], [mid * 0.999, mid]]), Role.BISECT)
+    out = trial.verdict(_ev("c", [[mid, mid * 1.001], [mid * 0.999, mid]]))
     assert out.verdict is Verdict.SKIP and "undecided" in out.reason
     assert p.recalibrate and not p.pair_bound
 

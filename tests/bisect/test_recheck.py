@@ -23,7 +23,6 @@ from vllm_bisect.bisect.measurement.measurer import Measurer
 from vllm_bisect.bisect.policies import make_policy, resolve_strategy
 from vllm_bisect.bisect.range import CommitInfo, commit_range, open_repo
 from vllm_bisect.bisect.recheck import FLAKY_META, applies
-from vllm_bisect.bisect.runner import run_bisect
 from vllm_bisect.bisect.search.endpoints import intermittence
 from vllm_bisect.bisect.search.steps import next_step
 from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
@@ -32,6 +31,7 @@ from vllm_bisect.bisect.state.store import MeasurementStore
 from vllm_bisect.bisect.tester import Tester as CommitTester
 from vllm_bisect.builders import make_builder
 from vllm_bisect.models import Outcome, Verdict
+from vllm_bisect.runner import run_bisect
 from vllm_bisect.sim.history import sim_path
 from vllm_bisect.spec import BisectSpec
 

@@ -7,9 +7,8 @@ from pathlib import Path
 
 from tests.bisect.test_driver import run_driver
 from tests.helpers import history, make_spec
-from vllm_bisect.bisect.runner import write_reports
 from vllm_bisect.models import Verdict
-from vllm_bisect.report.render import SessionReport, markdown
+from vllm_bisect.report.render import SessionReport, markdown, write_reports
 from vllm_bisect.report.result import BisectReport, VerificationDoc
 
 

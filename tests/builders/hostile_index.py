@@ -15,6 +15,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+ENDLESS_LIMIT = 1 << 30   # the endless body's own end: a client that never stops reading
+
 
 @dataclass
 class Route:
@@ -26,6 +28,7 @@ class Route:
     drip_s: float = 0.0          # > 0: one byte of the body this often (zeros past the body)
     length: int | None = None    # the Content-Length to declare (default: the body's)
     header_drip_s: float = 0.0   # > 0: the status line and headers, one byte this often
+    endless: bool = False        # no Content-Length: the body repeated until the client stops
 
 
 class RouteServer:
@@ -54,6 +57,9 @@ class RouteServer:
                         head = f"HTTP/1.1 200 OK\r\nX-Slow: {'a' * 2000}\r\n\r\n"
                         self._drip(head.encode(), len(head), r.header_drip_s)
                         return
+                    if r.endless:
+                        self._endless(r.body)
+                        return
                     self.send_response(r.status)
                     for k, v in {"Content-Length": str(length), **r.headers}.items():
                         self.send_header(k, v)
@@ -73,6 +79,15 @@ class RouteServer:
                     self.wfile.flush()
                     server.sent += 1
                     time.sleep(every_s)
+
+            def _endless(self, piece: bytes) -> None:
+                self.send_response(200)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                chunk = piece * max(1, (1 << 16) // len(piece))
+                while server.sent < ENDLESS_LIMIT and not server.stop.is_set():
+                    self.wfile.write(chunk)
+                    server.sent += len(chunk)
 
             def _body(self, r: Route) -> None:
                 if r.chunk_delay_s <= 0:

@@ -73,3 +73,41 @@ def test_make_builder_takes_the_wheel_commit_from_the_range(tmp_path: Path) -> N
     assert isinstance(b, SourceBuilder)
     plan = b.plan(h.bad)
     assert plan is not None and plan.base == h.good and plan.mode.value == "precompiled"
+
+
+def test_slim_wheel_made_by_several_bisects_at_once(tmp_path: Path) -> None:
+    """Two bisects sharing a cache made the slim copy at once on the H200 and raced on one
+    ``.part`` file (one build failed). Four writers at once: each gets the whole copy, and no
+    temporary file is left."""
+    import os
+    import threading
+    import zipfile
+
+    wheel = tmp_path / "vllm-0.25.1-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
+        for i in range(6):
+            z.writestr(f"vllm/_ext{i}.abi3.so", os.urandom(1 << 20))
+        z.writestr("vllm/__init__.py", "")
+        z.writestr("vllm-0.25.1.dist-info/METADATA", "Name: vllm\nVersion: 0.25.1\n")
+    start = threading.Barrier(4)
+    got: list[Path] = []
+    errors: list[BaseException] = []
+
+    def make() -> None:
+        start.wait()
+        try:
+            got.append(slim_wheel(wheel, tmp_path / "cache"))
+        except BaseException as err:  # every writer's error is reported
+            errors.append(err)
+
+    threads = [threading.Thread(target=make) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(set(got)) == 1
+    with zipfile.ZipFile(got[0]) as z:
+        assert z.testzip() is None
+        assert sorted(z.namelist()) == sorted(
+            [f"vllm/_ext{i}.abi3.so" for i in range(6)] + ["vllm-0.25.1.dist-info/METADATA"])
+    assert not list(got[0].parent.glob("*.part"))

@@ -33,7 +33,7 @@ from typing import ClassVar
 MODES = ("endless", "keepalive", "slowloris", "hugeline", "text-int", "finish-dict", "deep",
          "usage-neg", "usage-huge", "usage-bool", "metrics-huge", "valid", "choices-dict",
          "choices-str", "done-only", "headers-drip", "version-drip", "version-huge",
-         "health-drip")
+         "health-drip", "health-body-drip")
 DRIP_S = 0.5
 HUGE = 1 << 30
 
@@ -90,6 +90,10 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/health" and self.mode == "health-drip":
             self._drip(b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 2000 + b"\r\n\r\n")
+            return
+        if self.path == "/health" and self.mode == "health-body-drip":  # 200, then a drip
+            self._head("application/json", 2000)
+            self._drip(b"{" + b" " * 1998 + b"}")
             return
         if self.path == "/version" and self.mode == "version-drip":
             self._head("application/json", 1000)

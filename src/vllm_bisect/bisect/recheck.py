@@ -47,7 +47,14 @@ def precheck(t: Tester, spec: BisectSpec) -> Choice | None:
     if Runs(t, rng.good, Role.GOOD_ENDPOINT, k + 1).next() is not Verdict.GOOD:
         return None
     bad = Runs(t, rng.bad, Role.BAD_ENDPOINT, k)
+    verdict = None
     for run in range(1, v.intermittent_runs + 1):
+        if run == 2 and verdict is not None:  # say why before the repeats, not after
+            t.events.on_phase("", f"intermittence check: the bad endpoint was judged "
+                              f"{verdict.value} in its first run; it runs again on fresh "
+                              f"servers, up to {v.intermittent_runs - 1} more times, until it "
+                              f"shows the {v.symptom.value} symptom (a symptom that shows in "
+                              "some runs only looks good in one)")
         verdict = bad.next()
         if verdict is Verdict.BAD:
             if run == 1:
@@ -84,8 +91,9 @@ def recheck(t: Tester, spec: BisectSpec, found: Found) -> Choice | None:
     parent = t.rng.commits[i]
     runs = Runs(t, parent, Role.BISECT, 0, skip=1)  # its first run was the search's
     for run in range(1, v.recheck_runs + 1):
-        t.events.on_phase(parent.sha, f"re-check {run} of {v.recheck_runs}: the culprit's "
-                                      "parent, a fresh server (a flaky symptom looks good)")
+        t.events.on_phase("", f"re-check {run} of {v.recheck_runs}: the culprit's parent "
+                              f"{parent.sha[:12]} again, on a fresh server (a flaky symptom "
+                              "looks good in one run)")
         if runs.next() is Verdict.BAD:
             return Choice(Strategy.BAYES, f"auto: the culprit's parent {parent.sha[:12]}, "
                           f"judged good, showed the {v.symptom.value} symptom in re-check "
@@ -113,6 +121,8 @@ def run_auto_cap(t: Tester, spec: BisectSpec, choice: Choice,
     flaky = journal.get_meta(FLAKY_META)
     new = Choice(Strategy.BAYES, flaky) if flaky else precheck(t, spec)
     if new is None:
+        t.events.on_phase("", "the threshold search starts from the endpoints judged above: "
+                          "their results are reused (cached), not measured again")
         found = search().run()
         new = recheck(t, spec, found)
         if new is None:

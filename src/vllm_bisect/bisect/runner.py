@@ -1,11 +1,14 @@
-"""One bisect, end to end: session, builder, prefetch, evaluator, driver, result files.
+"""One bisect session: session, builder, prefetch, evaluator, executor, one driver per symptom.
 
-Used by the CLI (``vllm-bisect run``, ``demo``) and the bot's worker; it prints nothing.
+What a finished session leaves besides its journal (result.json, the reports) is the caller's
+``finish``: :func:`vllm_bisect.runner.run_bisect` (``vllm-bisect run``, ``demo``, ``watch``,
+the bot's worker) writes them. It prints nothing.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 from vllm_bisect.bisect.driver import BisectResult, Driver, EventHandler
@@ -18,14 +21,13 @@ from vllm_bisect.bisect.measurement.executor import (
     Slot,
     local_slots,
 )
-from vllm_bisect.bisect.multi import culprit_docs, run_symptoms
+from vllm_bisect.bisect.multi import MultiResult, run_symptoms
 from vllm_bisect.bisect.range import CommitRange, commit_range, open_repo
 from vllm_bisect.bisect.state.journal import ResultCache
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.prefetch import Prefetcher
 from vllm_bisect.errors import SessionError, disk_full
-from vllm_bisect.report.result import BisectReport
 from vllm_bisect.runtime.gpustate import locked_clocks
 from vllm_bisect.spec import BisectSpec, ExecutorKind, dump_spec
 
@@ -48,11 +50,16 @@ def make_executor(spec: BisectSpec, evaluator: Evaluator, session_dir: Path, cac
     return LocalExecutor(evaluator.evaluate, slots, session=session_id, on_wait=on_wait)
 
 
-def run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
-               events: EventHandler) -> BisectResult:
-    """One bisect; a full disk or a damaged database anywhere is the project's error."""
+# what a finished session writes (session dir, every symptom's result), under the session's lock
+Finish = Callable[[Path, MultiResult], None]
+
+
+def run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: EventHandler,
+                finish: Finish) -> BisectResult:
+    """One bisect, then ``finish``; a full disk or a damaged database anywhere (``finish``
+    included) is the project's error."""
     try:
-        return _run_bisect(spec, session_dir, cache_dir, events)
+        return _run_session(spec, session_dir, cache_dir, events, finish)
     except (OSError, sqlite3.DatabaseError) as err:
         fault = disk_full(err)
         if fault is not None:
@@ -69,8 +76,8 @@ def run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
                            hint="check the permissions of the session and cache dirs") from None
 
 
-def _run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
-                events: EventHandler) -> BisectResult:
+def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: EventHandler,
+                 finish: Finish) -> BisectResult:
     repo = open_repo(spec.range.repo)
     rng = commit_range(repo, spec.range.good, spec.range.bad, spec.range.first_parent)
     with Session(session_dir) as session:
@@ -109,15 +116,5 @@ def _run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
             cache.close()
             if prefetcher is not None:
                 prefetcher.close()
-        BisectReport.of(result).model_copy(update={"culprits": culprit_docs(multi)}).write(
-            session_dir / "result.json")
-        write_reports(session_dir)
+        finish(session_dir, multi)
         return result
-
-
-def write_reports(session_dir: Path) -> None:
-    from vllm_bisect.report.render import html_report, load, markdown
-
-    r = load(session_dir)
-    (session_dir / "report.md").write_text(markdown(r))
-    (session_dir / "report.html").write_text(html_report(r))

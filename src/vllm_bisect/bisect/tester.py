@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from vllm_bisect.bisect.events import EventHandler
 from vllm_bisect.bisect.measurement.measurer import Measurer
-from vllm_bisect.bisect.policies.base import MoreSamples, Role, VerdictPolicy
+from vllm_bisect.bisect.policies.base import Again, CommitTrial, MoreSamples, Role, VerdictPolicy
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.state.store import MeasurementStore
 from vllm_bisect.bisect.terms import Terms
@@ -31,6 +31,8 @@ class Tester:
         self.terms = Terms(store.spec.range.search)  # which end is which, and named how
         self.probed: list[Outcome] = []
         self.evaluations: dict[str, Evaluation] = {}
+        # the commits under test: opened (the policy's trial), not yet judged or dropped
+        self.trials: dict[str, CommitTrial] = {}
 
     def with_policy(self, policy: VerdictPolicy, measurer: Measurer | None = None) -> Tester:
         """A tester judging by ``policy`` from now on (measuring through ``measurer``, default
@@ -67,14 +69,35 @@ class Tester:
     def lookup(self, commit: str, role: Role, more: MoreSamples | None = None,
                fresh: bool = False) -> tuple[Evaluation | None, MoreSamples | None]:
         """A commit about to be tested: its known evaluation (None: measure it) and what its
-        first server probes (``more``, else the policy's sampler, which starts the commit).
-        A known evaluation the policy does not call final is measured again, going on from
-        its servers so far where the policy can (``resume``)."""
-        want = more or self.policy.sampler(commit, role)
+        first server probes (``more``, else its trial's, opened here). A known evaluation
+        the trial does not call final is measured again, going on from its servers so far
+        where the trial can (``resume``)."""
+        trial = self.open(commit, role)
+        want = more or trial.more
         known = None if fresh else self.store.get(commit, want)
-        if known is not None and not self.policy.final(known):
-            return None, self.policy.resume(commit, known) or want
+        if known is not None and not trial.final(known):
+            return None, trial.resume(known) or want
         return known, want
+
+    def open(self, commit: str, role: Role) -> CommitTrial:
+        """The commit goes to a server: the policy's trial for it (until it is judged)."""
+        trial = self.policy.open(commit, role)
+        self.trials[commit] = trial
+        return trial
+
+    def drop(self, commit: str) -> None:
+        """The commit's runs were cancelled: its trial goes."""
+        self.trials.pop(commit, None)
+
+    def next_probe(self, commit: str, ev: Evaluation) -> Again | None:
+        """After one server of a commit: a fresh one (its trial asks), or None."""
+        trial = self.trials.get(commit)
+        return trial.next_probe(ev) if trial is not None else None
+
+    def decided(self, commit: str, ev: Evaluation) -> Evaluation:
+        """A commit's evaluation once its trial decided (merged over its servers)."""
+        trial = self.trials.get(commit)
+        return trial.evaluation(ev) if trial is not None else ev
 
     def confirm(self, indices: Sequence[int], verdicts: dict[int, Verdict],
                 confirmed: set[int]) -> bool:
@@ -99,16 +122,16 @@ class Tester:
                     del verdicts[i]
 
     def servers(self, commit: str, ev: Evaluation, account: bool = True) -> Evaluation:
-        """A commit's further servers while the policy asks for a fresh one (the two-level
+        """A commit's further servers while its trial asks for a fresh one (the two-level
         test); its evaluation to judge (merged over them), cached."""
-        nxt = self.policy.again(commit, ev)
+        nxt = self.next_probe(commit, ev)
         n = 1
         while nxt is not None:
             n += 1
             self.events.on_phase(commit, f"a fresh server (server {n})")
             ev = self.measurer.measure_all({commit: nxt.more}, account)[commit]
-            nxt = self.policy.again(commit, ev)
-        merged = self.policy.finish(commit, ev)
+            nxt = self.next_probe(commit, ev)
+        merged = self.decided(commit, ev)
         if account and merged is not ev:
             self.store.put(merged)
         return merged
@@ -140,8 +163,10 @@ class Tester:
         return next(c for c in (rng.good, rng.bad, *rng.commits) if c.sha == commit)
 
     def record(self, info: CommitInfo, role: Role, ev: Evaluation, cached: bool) -> Outcome:
-        """Judge an evaluation, journal it, and tell the event handler."""
-        outcome = self.policy.judge(ev, role).model_copy(update={"from_cache": cached})
+        """Judge an evaluation (by the commit's trial, which ends here), journal it, and
+        tell the event handler."""
+        outcome = _with_log(self.verdict(info.sha, role, ev), ev).model_copy(
+            update={"from_cache": cached})
         self.store.record(outcome, ev, cached)
         self.probed.append(outcome)
         self.evaluations[info.sha] = ev
@@ -150,6 +175,20 @@ class Tester:
 
     def judge_only(self, info: CommitInfo, role: Role, ev: Evaluation) -> Outcome:
         """Judge and report, without journaling (culprit verification keeps its own)."""
-        outcome = self.policy.judge(ev, role)
+        outcome = _with_log(self.verdict(info.sha, role, ev), ev)
         self.events.on_outcome(info, outcome)
         return outcome
+
+    def verdict(self, commit: str, role: Role, ev: Evaluation) -> Outcome:
+        """The commit's verdict by its trial (which ends here), else by the policy alone."""
+        trial = self.trials.pop(commit, None)
+        if trial is not None and trial.role is role:
+            return trial.verdict(ev)
+        return self.policy.judge(ev, role)
+
+
+def _with_log(outcome: Outcome, ev: Evaluation) -> Outcome:
+    """A skip carries its evaluation's log and tail: the event handler shows the cause."""
+    if outcome.verdict is not Verdict.SKIP or (ev.log is None and not ev.log_tail):
+        return outcome
+    return outcome.model_copy(update={"log": ev.log, "log_tail": ev.log_tail})

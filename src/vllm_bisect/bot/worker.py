@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
-from vllm_bisect.bisect.runner import run_bisect
 from vllm_bisect.bisect.state.session import default_cache_dir
 from vllm_bisect.bot.config import BotConfig
 from vllm_bisect.bot.github import GitHub
@@ -19,6 +18,7 @@ from vllm_bisect.bot.queue import Job, JobQueue
 from vllm_bisect.errors import BisectError, NotReproduced
 from vllm_bisect.models import Outcome
 from vllm_bisect.report.render import load, markdown
+from vllm_bisect.runner import run_bisect
 from vllm_bisect.runtime.childenv import is_secret_name
 from vllm_bisect.spec import parse_spec
 

@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -57,7 +58,24 @@ def slim_wheel(wheel: Path, cache_dir: Path) -> Path:
     if out.is_file():
         return out
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / (wheel.name + ".part")
+    # one temporary file per writer: two bisects sharing a cache (seen on the H200) both make
+    # the copy; each replaces ``out`` atomically with the same bytes, neither reads the
+    # other's half-written file
+    fd, name = tempfile.mkstemp(prefix=wheel.name + ".", suffix=".part", dir=folder)
+    os.close(fd)
+    tmp = Path(name)
+    kept = 0
+    try:
+        kept = _copy_compiled(wheel, tmp)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    (folder / "source.txt").write_text(f"{wheel}\nsha256={_digest(wheel)}\nmembers={kept}\n")
+    logger.info("slim precompiled wheel %s: %d members", out, kept)
+    return out
+
+
+def _copy_compiled(wheel: Path, tmp: Path) -> int:
     kept = 0
     with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as dst:
         for info in src.infolist():
@@ -70,10 +88,7 @@ def slim_wheel(wheel: Path, cache_dir: Path) -> Path:
             with src.open(info) as i, dst.open(copy, "w") as o:
                 shutil.copyfileobj(i, o, 1 << 20)
             kept += 1
-    os.replace(tmp, out)
-    (folder / "source.txt").write_text(f"{wheel}\nsha256={_digest(wheel)}\nmembers={kept}\n")
-    logger.info("slim precompiled wheel %s: %d members", out, kept)
-    return out
+    return kept
 
 
 def wheel_release(wheel_location: str) -> str | None:

@@ -46,16 +46,46 @@ class FlagCommand(TyperCommand):
         return _plain_flags(super().get_params(ctx))
 
 
+def under_git_bisect() -> bool:
+    """Whether git started this process (git exports ``GIT_EXEC_PATH`` to every program it
+    runs) while a bisect is in progress in the working directory's repository (git's
+    ``BISECT_START`` exists from ``git bisect start`` to ``git bisect reset``)."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    if not os.environ.get("GIT_EXEC_PATH"):
+        return False
+    try:
+        r = subprocess.run(["git", "rev-parse", "--git-path", "BISECT_START"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0 and Path(r.stdout.strip()).is_file()
+
+
 class AbortOnUsageCommand(FlagCommand):
     """A command run by `git bisect run` (the hook): a usage error (unknown option, missing
-    ``--spec``, bad value) exits ``EXIT_ABORT``, never click's 2, which git reads as "bad"."""
+    ``--spec``, bad value) exits ``EXIT_ABORT``, never click's 2, which git reads as "bad".
+    ``--help`` / ``-h`` print the help and exit 0, but ``EXIT_ABORT`` under `git bisect run`
+    (:func:`under_git_bisect`), where 0 would mark the commit good."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.context_settings = {"help_option_names": ["-h", "--help"],
+                                 **self.context_settings}
 
     def make_context(self, info_name: str | None, args: list[str],
                      parent: Any = None, **extra: Any) -> Any:
         try:
             return super().make_context(info_name, args, parent, **extra)
         except Exception as e:  # click's UsageError (typer vendors its own click): exit 2
-            if getattr(e, "exit_code", None) == EXIT_USER:
+            code = getattr(e, "exit_code", None)
+            if code == EXIT_USER:
+                e.exit_code = EXIT_ABORT  # type: ignore[attr-defined]
+            elif code == 0 and type(e).__name__ == "Exit" and under_git_bisect():
+                err().print(f"vllm-bisect: help only, no verdict: exit {EXIT_ABORT} so that "
+                            "`git bisect run` stops instead of marking this commit good")
                 e.exit_code = EXIT_ABORT  # type: ignore[attr-defined]
             raise
 

@@ -59,6 +59,7 @@ def triage_cmd(
             write.write_text(dump_spec(validated_spec(t, repo_path)))
     except BisectError as e:
         fail(e)
+    doc["next_command"] = next_command(doc["spec"], report_file, write)
     if as_json:
         print_json(json.dumps(doc, default=str))
         return
@@ -76,8 +77,13 @@ def triage_cmd(
             f"{t.speculative or 'none'}   hardware: {t.hardware}", markup=False)
     if t.serve_args or t.env:
         o.print(f"serve args: {t.serve_args}   env: {t.env}", markup=False)
-    if t.bench:
-        o.print(f"probe.bench: {t.bench['kind']} {' '.join(t.bench['args'])}", markup=False)
+    bench = doc["spec"]["probe"].get("bench")
+    if bench:  # what the spec holds, so the two agree
+        o.print(f"probe.bench: {bench['kind']} {' '.join(bench['args'])}", markup=False)
+    elif t.bench:
+        o.print(f"the report's `vllm bench {t.bench['kind']}` is not in the spec: probe.bench "
+                f"serves only the throughput symptom (this spec judges "
+                f"{doc['spec']['verdict']['symptom']})", markup=False)
     for r in t.read:
         o.print(f"  read {r.what}: {r.value}" + (f" (line {r.line})" if r.line else "")
                 + f": {r.why}", markup=False, highlight=False)
@@ -89,6 +95,23 @@ def triage_cmd(
         o.print(f"A/B the env var the report flips: {doc['compare_command']}", markup=False)
     if write is not None:
         o.print(f"spec written to {write}")
+    o.print(f"next: {doc['next_command']}", markup=False, highlight=False, soft_wrap=True)
+
+
+def next_command(spec_doc: dict[str, Any], report_file: Path, write: Path | None) -> str:
+    """The command to run after triage: the bisect on the written spec (after writing it, and
+    after setting the keys the report did not give: a range end, the model)."""
+    spec = shlex.quote(str(write)) if write is not None else "spec.toml"
+    steps = [] if write is not None else [
+        f"vllm-bisect triage {shlex.quote(str(report_file))} --write spec.toml"]
+    missing = [key for key, value in (("range.good", spec_doc["range"].get("good")),
+                                      ("range.bad", spec_doc["range"].get("bad")),
+                                      ("serve.model", spec_doc["serve"].get("model")))
+               if not value]
+    if missing:
+        steps.append(f"set {', '.join(missing)} in {spec} (see the unknowns above)")
+    steps.append(f"vllm-bisect run --spec {spec}")
+    return ", then ".join(steps)
 
 
 @command()

@@ -39,11 +39,12 @@ class RichEvents:
     """Progress lines on stderr (stdout stays clean for --json)."""
 
     def __init__(self, console: Console, search: str = "regression",
-                 session_line: str | None = None) -> None:
+                 session_line: str | None = None, session: Path | None = None) -> None:
         from vllm_bisect.report.table import verdict_labels
 
         self.c = console
         self.session_line = session_line   # printed once the session exists
+        self.session = session             # a skip's log is shown relative to it
         self.started = time.monotonic()
         self.labels = verdict_labels(search)  # a fix search names its old/new terms
 
@@ -67,16 +68,33 @@ class RichEvents:
         self.c.print(f"[dim]          {commit[:12] + ': ' if commit else ''}{esc(phase)}[/]")
 
     def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
+        from vllm_bisect.models import Verdict
         from vllm_bisect.report.table import STYLE
 
         cached = " [dim](cached)[/]" if outcome.from_cache else ""
         self.c.print(f"          -> {commit.sha[:12]} [{STYLE[outcome.verdict]}]"
                      f"{self.labels.get(outcome.verdict.value, outcome.verdict.value)}[/]: "
                      f"{esc(outcome.reason)}{cached}")
+        if outcome.verdict is Verdict.SKIP:
+            self._skip_cause(outcome)
+
+    def _skip_cause(self, outcome: Outcome) -> None:
+        """The error line of a skip's log (its reason names only what failed) and the log,
+        as report.md shows them."""
+        from vllm_bisect.report.cause import cause_line, session_path
+
+        cause = cause_line(outcome.log_tail)
+        if cause:
+            self.c.print(f"             cause: {esc(cause)}", highlight=False)
+        if outcome.log is not None:
+            log = (session_path(outcome.log, self.session) if self.session is not None
+                   else str(outcome.log))
+            self.c.print(f"[dim]             log: {esc(log or '')}[/]", highlight=False)
 
 
 class QuietPhases:
-    """Another handler's events without the per-phase lines (the demo's short output)."""
+    """Another handler's events without the per-commit phase lines (the demo's short
+    output); the notes about the whole run are kept."""
 
     def __init__(self, inner: EventHandler) -> None:
         self.inner = inner
@@ -88,7 +106,8 @@ class QuietPhases:
         self.inner.on_testing(commit, role, steps_left)
 
     def on_phase(self, commit: str, phase: str) -> None:
-        pass
+        if not commit:  # a note about the whole run (why a commit runs again, the strategy)
+            self.inner.on_phase(commit, phase)
 
     def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
         self.inner.on_outcome(commit, outcome)
@@ -185,13 +204,13 @@ def run(
 ) -> None:
     """Bisect a range: verify both endpoints, then binary (or, with several workers,
     multi-way) search to the first bad commit."""
-    from vllm_bisect.bisect.runner import run_bisect
     from vllm_bisect.bisect.state.session import (
         default_cache_dir,
         new_session_dir,
         stored_meta,
         stored_spec,
     )
+    from vllm_bisect.runner import run_bisect
     from vllm_bisect.spec import load_spec
 
     setup_logging(verbose)
@@ -219,7 +238,8 @@ def run(
                                              "ray_resources": _resources(ray_resource)})
         line = f"session {session_dir}  (resume: {_resume_command(session_dir, cache_dir)})"
         run_bisect(spec, session_dir, cache_dir or default_cache_dir(),
-                   RichEvents(err(), spec.range.search.value, session_line=line))
+                   RichEvents(err(), spec.range.search.value, session_line=line,
+                              session=session_dir))
     except KeyboardInterrupt:
         if (session_dir / "journal.sqlite").exists():
             err().print("[yellow]interrupted; nothing recorded is lost.[/] resume with: "
@@ -310,8 +330,8 @@ def demo(
     import json
     import tempfile
 
-    from vllm_bisect.bisect.runner import run_bisect
     from vllm_bisect.demo import make_demo
+    from vllm_bisect.runner import run_bisect
 
     setup_logging(False)
     started = time.monotonic()
@@ -325,7 +345,8 @@ def demo(
                     f"{len(d.history.unbuildable)} unbuildable commits")
         spec = d.spec.with_overrides(parallel={"workers": workers}) if workers > 1 else d.spec
         result = run_bisect(spec, session_dir, root / "cache",
-                            QuietPhases(RichEvents(err(), spec.range.search.value)))
+                            QuietPhases(RichEvents(err(), spec.range.search.value,
+                                                   session=session_dir)))
     planted = d.history.planted["length"]
     if as_json:
         doc = json.loads(_result_doc(session_dir))

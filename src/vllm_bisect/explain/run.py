@@ -119,6 +119,6 @@ def _save(session: Path, doc: dict[str, Any]) -> None:
     res = json.loads(path.read_text())
     res["explain"] = doc
     path.write_text(json.dumps(res, indent=2))
-    from vllm_bisect.bisect.runner import write_reports
+    from vllm_bisect.report.render import write_reports
 
     write_reports(session)

@@ -95,7 +95,7 @@ def _save(session: Path, bench: Bench, key: str, doc: dict[str, Any], judged: bo
         return
     res[key] = doc
     (session / "result.json").write_text(json.dumps(res, indent=2))
-    from vllm_bisect.bisect.runner import write_reports
+    from vllm_bisect.report.render import write_reports
 
     write_reports(session)
 

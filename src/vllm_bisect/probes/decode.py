@@ -39,7 +39,7 @@ from vllm_bisect.probes.sse import (
     prompt_tokens as usage_prompt_tokens,
 )
 from vllm_bisect.runtime.base import ServerHandle
-from vllm_bisect.spec import Endpoint, OpsSpec, ProbeSpec
+from vllm_bisect.spec import Endpoint, OpsSpec, ProbeSpec, output_token_floor
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class DecodeProbe:
             body["max_tokens"] = max_tokens
         if s.ignore_eos:
             body["ignore_eos"] = True
-        min_tokens = s.min_tokens if s.min_tokens is not None else max_tokens
+        min_tokens = output_token_floor(s.min_tokens, max_tokens)
         if min_tokens:
             body["min_tokens"] = min(min_tokens, max_tokens) if max_tokens else min_tokens
         return body

@@ -6,6 +6,7 @@ of the session's files."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from vllm_bisect.report.plot import COLOURS, make_plot
 from vllm_bisect.report.sanitize import neutralise
@@ -20,7 +21,7 @@ from vllm_bisect.report.view import (
     view,
 )
 
-__all__ = ["SessionReport", "html_report", "load", "markdown", "pr_number"]
+__all__ = ["SessionReport", "html_report", "load", "markdown", "pr_number", "write_reports"]
 
 
 def _cell(text: str) -> str:
@@ -70,7 +71,10 @@ def markdown(r: SessionReport) -> str:
     lines += v.studies  # isolate / deps / knobs (vllm_bisect.isolate)
     if v.skips:
         lines += ["", "Skipped (never judged):"]
-        lines += [f"- `{sha[:12]}`: {reason}" for sha, reason in v.skips]
+        for k in v.skips:
+            lines.append(f"- `{k.sha[:12]}`: {k.reason}")
+            lines += [f"  - cause: `{k.cause.replace('`', chr(39))}`"] if k.cause else []
+            lines += [f"  - log: `{k.log}`"] if k.log else []
     if v.environment:
         lines += ["", "<details><summary>Environment</summary>", "", "```json",
                   json.dumps(v.environment, indent=2), "```", "", "</details>"]
@@ -117,3 +121,10 @@ def _studies_html(lines: list[str]) -> str:
             continue
         out.append(ln)
     return str(md.render("\n".join(out)))
+
+
+def write_reports(session_dir: Path) -> None:
+    """report.md and report.html of the session in ``session_dir``, from its files."""
+    r = load(session_dir)
+    (session_dir / "report.md").write_text(markdown(r))
+    (session_dir / "report.html").write_text(html_report(r))

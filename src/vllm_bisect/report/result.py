@@ -23,7 +23,7 @@ from vllm_bisect.models import FailureKind, Measurement, Verdict
 
 if TYPE_CHECKING:
     from vllm_bisect.bisect.driver import BisectResult
-    from vllm_bisect.models import Verification
+    from vllm_bisect.models import Evaluation, Verification
 
 RESULT_SCHEMA = 1
 STUDIES = ("isolate", "deps", "knobs", "explain")
@@ -66,6 +66,8 @@ class JudgedCommit(_Doc):
     measurement: Measurement | None = None
     per_request: PerRequest | None = None
     failure: FailureKind | None = None  # why it has no measurement (the crash symptom reads it)
+    log: str | None = None    # a skip's build or server log (the cause is in it)
+    cause: str | None = None  # a skip's cause: the error line of that log's tail
 
 
 class VerificationDoc(_Doc):
@@ -153,7 +155,8 @@ class BisectReport(_Doc):
                 verdict=o.verdict, reason=o.reason, from_cache=o.from_cache,
                 artifact=ev.artifact if ev else None, environment=ev.environment if ev else None,
                 measurement=_lean(o.measurement), per_request=PerRequest.of(o.measurement),
-                failure=ev.failure if ev else None))
+                failure=ev.failure if ev else None,
+                **(_skip_cause(ev) if ev and o.verdict is Verdict.SKIP else {})))
         return cls(search=result.search,
                    first_new_label=("first fixed commit" if result.search == "fix"
                                     else "first bad commit"),
@@ -202,6 +205,14 @@ class BisectReport(_Doc):
             raise SessionError(f"{path} cannot be read: {str(err).splitlines()[0]}",
                                hint=f"write it again with: vllm-bisect run --session "
                                     f"{path.parent}") from None
+
+
+def _skip_cause(ev: Evaluation) -> dict[str, Any]:
+    """A skipped commit's log and the error line of its tail (the cause its reason omits)."""
+    from vllm_bisect.report.cause import cause_line
+
+    return {"log": str(ev.log) if ev.log is not None else None,
+            "cause": cause_line(ev.log_tail)}
 
 
 def _forecast(result: BisectResult) -> dict[str, Any] | None:

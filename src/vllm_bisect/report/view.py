@@ -10,7 +10,12 @@ from typing import Any
 
 from vllm_bisect.errors import SessionError
 from vllm_bisect.models import Measurement, Verdict
-from vllm_bisect.report.result import BisectReport, PerRequest, VerificationDoc
+from vllm_bisect.report.result import (
+    BisectReport,
+    JudgedCommit,
+    PerRequest,
+    VerificationDoc,
+)
 from vllm_bisect.report.sections import extra_sections
 from vllm_bisect.verdict import symptoms
 
@@ -19,6 +24,26 @@ PR_URL = "https://github.com/vllm-project/vllm/pull/{pr}"
 PR_IN_SUBJECT = re.compile(r"\(#(\d+)\)\s*$")
 COMMIT_COLUMNS = ("#", "commit", "subject", "output tokens", "ITL ms/token", "chunk ITL ms",
                   "tokens/chunk", "acceptance", "verdict")
+
+
+@dataclass(frozen=True)
+class SkipView:
+    """A commit never judged: its reason, the error line of its log (``cause``), and that
+    log's path (relative to the session directory when inside it)."""
+
+    sha: str
+    reason: str
+    cause: str | None
+    log: str | None
+
+
+def skip_view(p: JudgedCommit, session: Path) -> SkipView:
+    from vllm_bisect.report.cause import session_path
+
+    reason = p.reason
+    if p.log and reason.endswith(f" (log: {p.log})"):  # the log is shown on its own
+        reason = reason[:-len(f" (log: {p.log})")]
+    return SkipView(p.commit, reason, p.cause, session_path(p.log, session))
 
 
 @dataclass(frozen=True)
@@ -99,7 +124,7 @@ class ReportView:
     summary: str
     rows: list[CommitRow]
     symptoms: SymptomView | None
-    skips: list[tuple[str, str]]
+    skips: list[SkipView]
     environment: dict[str, Any] | None
     reproduce: str
     artifact: str | None
@@ -131,7 +156,7 @@ def view(r: SessionReport) -> ReportView:
                  f"commits; {len(judged)} judged, {starts_text(res)}, "
                  f"{res.wall_s:.0f} s."),
         rows=rows, symptoms=symptom_view(r),
-        skips=[(p.commit, p.reason) for p in judged if p.verdict is Verdict.SKIP],
+        skips=[skip_view(p, r.session) for p in judged if p.verdict is Verdict.SKIP],
         environment=next((p.environment for p in judged if p.environment), None),
         reproduce=f"vllm-bisect run --spec spec.toml --good {res.good[:12]} --bad {res.bad[:12]}",
         artifact=culprit.artifact if culprit else None, spec_text=r.spec_text.strip(),

@@ -19,7 +19,15 @@ from vllm_bisect.triage.roles import (
     choose,
     merge_points,
 )
-from vllm_bisect.triage.rules import as_fix, improvement, pr_culprit, refine
+from vllm_bisect.triage.rules import (
+    as_fix,
+    by_date,
+    drop_other_columns,
+    drop_side_remarks,
+    improvement,
+    pr_culprit,
+    refine,
+)
 from vllm_bisect.triage.serving import find_serving
 from vllm_bisect.triage.symptom_words import word_symptoms
 from vllm_bisect.triage.symptoms import Found, find_symptoms
@@ -92,6 +100,10 @@ def _ratio(values: list[float]) -> float | None:
 def _range(t: Triage, lines: list[str]) -> None:
     mentions = find_mentions(lines)
     t.images = sorted({m.image for m in mentions if m.image})
+    concrete = {m.version for m in mentions if m.version and m.how != "family"}
+    if len(concrete) >= 2:  # "v0.11.x" stands in for its first release only when the report
+        mentions = [m for m in mentions if m.how != "family"]  # names no versions of its own
+    mentions = drop_other_columns(lines, drop_side_remarks(lines, mentions))
     points = merge_points(mentions)
     arrows = assign_votes(lines, mentions, points)
     pairs: list[list[Point]] = []
@@ -104,6 +116,7 @@ def _range(t: Triage, lines: list[str]) -> None:
     title = next((n for n, ln in enumerate(lines, 1) if ln.strip()), 1)
     roles = refine(choose(points, arrows, pairs), points, title, lines[title - 1] if lines else "")
     roles = as_fix(roles, points, lines) or roles
+    roles = by_date(roles, points, lines) or roles
     t.search = roles.search
     role_of = {id(p): "old" for p in roles.goods} | {id(p): "new" for p in roles.bads}
     t.points = [_point_doc(p, role_of.get(id(p))) for p in points]

@@ -25,7 +25,7 @@ COMPARE_URL = re.compile(r"github\.com/[\w.-]{1,100}/[\w.-]{1,100}/compare/([0-9
 # 0.23.1rc1.dev601+ga16dbd5b8, v0.26.0, 0.9.0.1, v0.18, 1.2.0rc2, 0.6.1.post2
 VERSION = re.compile(
     r"(?:(?<![A-Za-z0-9_.+])|(?<=vllm)|(?<=vLLM)|(?<=VLLM))(?P<v>[vV])?(?P<num>\d{1,3}(?:\.\d{1,4}){1,3})"
-    r"(?P<pre>\.?(?:a|b|rc)\d{1,3})?(?P<post>\.?post\d{1,3})?(?P<dev>\.dev\d{1,6})?"
+    r"(?P<pre>[.-]?(?:a|b|rc)\d{1,3})?(?P<post>[.-]?post\d{1,3})?(?P<dev>\.dev\d{1,6})?"
     r"(?P<local>\+g?[0-9a-f]{7,40}(?![0-9a-z])|\+[A-Za-z0-9_.]{1,40})?")
 LABELLED_SHA = re.compile(
     r"(?:\bcommit(?:\s+id)?|\bsha|\bmain|\bnightly|\bnightlies|\bbuild|\bbuilt\s+from|\brevision|"
@@ -40,6 +40,9 @@ FULL_SHA = re.compile(r"(?<![\w/.-])(?P<sha>[0-9a-f]{40})(?![\w/.-])")
 DOCKER = re.compile(r"(?P<image>(?:[\w.-]{1,60}/){0,3}(?:vllm-openai(?:-rocm)?|vllm-ascend|sglang|"
                     r"tensorrt-llm/release|vllm-release-repo|vllm-ci-postmerge-repo)):"
                     r"(?P<tag>[\w.+-]{1,80})")
+# "从0.11升级到0.13": an upgrade arrow makes a two-part number a version (of the product)
+UPGRADE_ARROW = re.compile(r"(?:从|升级到|升级至|→|->|=>)\s{0,2}[vV]?$")
+UPGRADE_ARROW_AFTER = re.compile(r"\s{0,2}(?:升级到|升级至|到|→|->|=>)\s{0,2}[vV]?\d")
 # a version right after one of these words belongs to another package
 OTHER_PACKAGE = re.compile(
     r"(?:torch|pytorch|transformers|cuda|cudnn|driver|python|triton|flashinfer|cann|lm_eval|"
@@ -106,8 +109,11 @@ def _version_ok(line: str, m: re.Match[str]) -> str | None:
     before = line[max(0, m.start() - 40):m.start()]
     ours = bool(m.group("v")) or bool(OUR_PRODUCT.search(before))
     after = line[m.end():m.end() + 4]
+    if re.match(r"\.[xX](?![\w.])", after) and len(parts) == 2 and (m.group("v") or ours) \
+            and not m.group("pre") and not m.group("dev"):
+        return num + ".0"  # "on v0.11.x": the family's first release is the first of it seen
     if re.match(r"\.[*xX]|-dev|-[A-Za-z]{0,3}\d*\.\d", after):
-        return None  # 0.9.*, v0.4.x, v0.11.0-dev: a family or a branch, not a ref
+        return None  # 0.9.*, v0.11.0-dev: a family or a branch, not a ref
     if re.match(r"[A-Za-z0-9_]|\.\d", after):
         return None  # 1.2.3x, 1.2.3.4.5: part of a longer word
     if m.start() > 0 and line[m.start() - 1] == "-" and not re.search(
@@ -119,13 +125,15 @@ def _version_ok(line: str, m: re.Match[str]) -> str | None:
         return None  # driver versions, 0.0.0.0
     if line[m.end():m.end() + 1] == ":" and line[m.end() + 1:m.end() + 2].isdigit():
         return None  # host:port
-    if len(parts) == 2 and not ours:
-        return None  # "3.2", "13.0": too weak without a v or a product name
+    if len(parts) == 2 and not ours and not m.group("dev") and not UPGRADE_ARROW.search(
+            before[-8:]) and not UPGRADE_ARROW_AFTER.match(line[m.end():m.end() + 8]):
+        return None  # "3.2", "13.0": too weak without a v, a product name, a .devN or an arrow
     if len(parts) == 4 and not ours and parts[0] != "0":
         return None  # 0.9.0.1 is a version (no IP address starts at 0); 10.0.0.1 is not
-    # 0.17.1.rc1 and 0.4.0post1 are spelled loosely: written as PEP 440 spells them
-    text = (num + (m.group("pre") or "").lstrip(".")
-            + (("." + m.group("post").lstrip(".")) if m.group("post") else "")
+    # 0.17.1.rc1, 0.4.0post1 and v0.6.3-post1 are spelled loosely (PEP 440 allows "." and
+    # "-" as separators): written as PEP 440 spells them
+    text = (num + (m.group("pre") or "").lstrip(".-")
+            + (("." + m.group("post").lstrip(".-")) if m.group("post") else "")
             + (m.group("dev") or ""))
     return text if version_key(text) is not None else None
 
@@ -157,11 +165,14 @@ def find_mentions(lines: list[str]) -> list[Mention]:
             tag, image = m.group("tag"), f"{m.group('image')}:{m.group('tag')}"
             nightly = NIGHTLY_TAG.search(tag)
             vm = VERSION.match(tag)
+            sha_tag = re.fullmatch(r"(?:sha-)?([0-9a-f]{7,40})", tag)
             if nightly:
                 add(None, nightly.group("sha"), m.start(), m.end(), "docker", image)
-            elif vm and version_key(vm.group("num") + (vm.group("pre") or "").lstrip(".")):
-                ver = (vm.group("num") + (vm.group("pre") or "").lstrip(".")
-                       + (("." + vm.group("post").lstrip(".")) if vm.group("post") else ""))
+            elif sha_tag and _is_sha(sha_tag.group(1)):  # ...-repo:938772af...: built at a commit
+                add(None, sha_tag.group(1), m.start(), m.end(), "docker", image)
+            elif vm and version_key(vm.group("num") + (vm.group("pre") or "").lstrip(".-")):
+                ver = (vm.group("num") + (vm.group("pre") or "").lstrip(".-")
+                       + (("." + vm.group("post").lstrip(".-")) if vm.group("post") else ""))
                 add(ver, None, m.start(), m.end(), "docker", image)
             else:  # :latest, :nightly: an image, not a commit
                 add(None, None, m.start(), m.end(), "docker", image)
@@ -179,7 +190,8 @@ def find_mentions(lines: list[str]) -> list[Mention]:
             for g in ("pre", "post", "dev"):
                 if m.group(g):
                     end = max(end, m.end(g))
-            how = "+g" if sha else "version"
+            how = "+g" if sha else "family" if re.match(r"\.[xX]", line[m.end("num"):]) \
+                else "version"
             if sha is None:  # 0.23.1rc1.dev471 (e312c5cb2), 0.6.1 as follow(commit id:9b3e12..)
                 window = line[end:end + 80]
                 pm = PAREN_SHA.match(window) or re.match(

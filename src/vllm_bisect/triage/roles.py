@@ -10,21 +10,29 @@ range is the latest good before the earliest bad.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
 
 from packaging.version import Version
 
+from vllm_bisect.triage.markers import (
+    AFTER,
+    AFTER_FIXED,
+    ARROW,
+    BEFORE,
+    CLAUSE_END,
+    COMPARE,
+    FILLER,
+    LABEL_LINE,
+    LABEL_ROLE,
+    ROW,
+    SEGMENT,
+    TABLE_RULE,
+    UPGRADE_NOUN,
+    Role,
+)
 from vllm_bisect.triage.refs import Mention, version_key
-
-
-class Role(StrEnum):
-    GOOD = "good"
-    BAD = "bad"
-    FIXED = "fixed"      # fix report: the commit/version where the problem is gone
-    PROBLEM = "problem"  # fix report: a commit/version that still has it (e.g. "pre-fix main")
 
 
 class SearchKind(StrEnum):
@@ -88,79 +96,7 @@ def _release_text(version: str) -> str:
     return version
 
 
-FILLER = re.compile(
-    r"(?:(?<![A-Za-z0-9])(?:vllm|vllm-ascend|sglang|trtllm|tensorrt-llm|version|versions|release|"
-    r"releases|tag|the|commit|id|merge|pr|main|nightly|nightlies|build|built|image|docker|wheel|"
-    r"rocm|ascend|stable|latest|eg|branch|from|this|my|our|vllm-openai|lmsysorg|nvcr|#\d{1,7})"
-    r"|参考|参见|版本|为"
-    r"|[\s`*_:=,(（)\[\]/#.\-]|\d)$", re.IGNORECASE)
-BEFORE = (
-    (Role.PROBLEM, re.compile(r"(?:pre-?fix|before the fix|without the fix|unfixed|修复前的?|"
-                              r"修复之前的?)$", re.IGNORECASE)),
-    (Role.FIXED, re.compile(r"(?:(?:fixed|resolved|addressed|solved)\s{1,3}(?:by|in|on|with|at)|"
-                            r"(?:修复|the\s{1,3}fix)\s{0,3}(?:已|was\s{1,3})?(?:合并|合入|merged|landed)|"
-                            r"(?:with|after) the fix|post-?fix|修复[:：]?|已修复|修复后的?)$",
-                            re.IGNORECASE)),
-    (Role.GOOD, re.compile(
-        r"(?:last\s{1,3}(?:known\s{1,3})?(?:good|healthy|working|ok|fast)|"
-        r"(?<!first )(?<!first\s)\bgood|\bworks?\s{1,3}(?:fine\s{1,3})?(?:on|with|in)|"
-        r"\bfine\s{1,3}(?:on|with|in)|prior\s{1,3}to|\bbefore(?:\s{1,3}(?:update|upgrading))?|"
-        r"downgrad\w{0,6}\s{1,3}to|revert\w{0,4}\s{1,3}(?:back\s{1,3})?to|"
-        r"roll\w{0,4}\s{1,3}back\s{1,3}to|does\s{1,3}not\s{1,3}occur\s{1,3}in|"
-        r"doesn't\s{1,3}occur\s{1,3}in|not\s{1,3}(?:reproduc\w{0,5}|occur\w{0,3})\s{1,3}(?:on|in|with)|"
-        r"\bno\s{1,3}(?:such\s{1,3})?(?:issues?|problems?|errors?)\s{1,3}with\s{1,3}(?:prior|previous)?|"
-        r"\bold|\bnormal|baseline|(?:slower|worse|behind)\s{1,3}than|✅|✔|正常|回退到|降级到)$",
-        re.IGNORECASE)),
-    (Role.BAD, re.compile(
-        r"(?:upgrad\w{0,5}\s{1,3}to|updat\w{0,5}\s{1,3}to|chang\w{0,5}\s{1,3}to|"
-        r"switch\w{0,5}\s{1,3}to|mov\w{0,5}\s{1,3}to|bump\w{0,5}\s{1,3}to|\bafter|\bsince|"
-        r"starting\s{1,3}(?:with|from|at|in)|first\s{1,3}(?:bad|broken|regressed|slow)|"
-        r"first\s{1,3}(?:observed|seen|noticed)\s{1,3}(?:regressed|bad|broken|slow)?\s{0,3}"
-        r"(?:at|in|on|with)?|regress\w{0,4}\s{1,3}(?:at|in|on|with|since)|"
-        r"broken\s{1,3}(?:at|in|on|with)|(?<!not )occurs?\s{1,3}in|introduced\s{1,3}(?:in|by)|"
-        r"first\s{1,3}in|still\s{1,3}present\s{1,3}in|(?:appears|shows\s{1,3}up)\s{1,3}"
-        r"(?:after|in|on|with)|with\s{1,3}this(?:\s{1,3}pr)?|(?:faster|better)\s{1,3}than|"
-        r"(?:slower|worse|regressed)\s{1,3}(?:from|since|after|at)|\bnew|\bbad|❌|✗|✘|变慢的?|升级到|"
-        r"\bnow\s{1,3}(?:with|on|in)|"
-        r"换成|切换到)$", re.IGNORECASE)),
-)
-AFTER_FIXED = re.compile(r"问题(?:已经)?(?:消失|解决)|(?:issue|problem|regression|bug)\s{1,3}"
-                         r"(?:is\s{1,3}|was\s{1,3}|has\s{1,3}been\s{1,3})?(?:gone|fixed|resolved)",
-                         re.IGNORECASE)
-AFTER = (
-    (Role.GOOD, re.compile(r"^[\s:：)）(（-]{0,4}(?:✅|✔|正常|没问题|\(good\)|ok\b|fine\b)|"
-                           r"\b(?:is|was|works?|worked)\s{1,3}(?:fine|ok|good|fast|normal|healthy|true)\b|"
-                           r"\bproduces?\s{1,3}(?:the\s{1,3})?(?:expected|correct|normal)|"
-                           r"^\W{0,4}before\s{1,3}the\s{1,3}(?:change|pr|commit)|"
-                           r"\bgives\s{1,3}(?:much\s{1,3})?better|\bfaster\s{1,3}than|\bbaseline\b",
-                           re.IGNORECASE)),
-    (Role.BAD, re.compile(r"^[\s:：)）(（-]{0,4}(?:❌|✗|✘|变慢|慢|\(bad\))|"
-                          r"^\W{0,4}(?:adds?|with|after)\s{1,3}the\s{1,3}change|"
-                          r"\b(?:is|are|was|were)\s{1,3}(?:just\s{1,3}as\s{1,3})?(?:slow|slower|broken|"
-                          r"bad|worse|regressed)\b|\bslower\s{1,3}than|\bdrops?\b|\blags?\b|"
-                          r"\b(?:very|incredibly|extremely|really|significantly)\s{1,3}(?:low|slow)\b|"
-                          r"\bregress\w{0,4}\b|劣化|下降|变慢", re.IGNORECASE)),
-)
-SEGMENT = (
-    (Role.GOOD, re.compile(r"✅|✔|✓|正常|没问题|\(good\)")),
-    (Role.BAD, re.compile(r"❌|✗|✘|变慢|\(bad\)")),
-)
-ROW = (  # a table row is about its one ref: words mark it too
-    (Role.GOOD, re.compile(r"\bOK\b|\bbaseline\b|\bfast\b|\bgood\b|\bworks\b|\bfine\b",
-                           re.IGNORECASE)),
-    (Role.BAD, re.compile(r"回归|劣化|\bregress\w{0,4}|\bslow\w{0,2}\b|\bbad\b|\bbroken\b|"
-                          r"\bworse\b|\bdegrad\w{0,5}", re.IGNORECASE)),
-)
-COMPARE = re.compile(r"^(?:相比|相较于?|对比|compared\s{1,3}(?:to|with)|vs\.?|versus)$", re.IGNORECASE)
-LABEL_LINE = re.compile(r"^[\s#>*_-]{0,8}(?P<label>before(?:\s{1,3}(?:update|upgrade))?|"
-                        r"after(?:\s{1,3}(?:update|upgrade))?|good|bad|old|new|修复前|修复后)"
-                        r"[\s*_:：]{0,6}$", re.IGNORECASE)
-LABEL_ROLE = {"before": Role.GOOD, "good": Role.GOOD, "old": Role.GOOD, "after": Role.BAD,
-              "bad": Role.BAD, "new": Role.BAD, "修复前": Role.PROBLEM, "修复后": Role.FIXED}
-CLAUSE_END = re.compile(r"[.!?](?=\s|$)|\.(?=[A-Z])|[;；。！？，]|\bbut\b|\bwhile\b|\bwhereas\b|"
-                        r"\bhowever\b")
-ARROW = re.compile(r"^(?:to|→|->|=>|⇒|到|升级到)$", re.IGNORECASE)
-TABLE_RULE = re.compile(r"^\s*\|?(?:\s*:?-{2,}:?\s*\|)+\s*:?-{0,}:?\s*\|?\s*$")
+MARKUP = str.maketrans("", "", "`*_\"'“”")
 
 
 def _strip_filler(text: str) -> str:
@@ -203,10 +139,10 @@ def merge_points(mentions: list[Mention]) -> list[Point]:
         if found is None and key is not None:
             found = next((p for p in by_version.get(key, []) if not (m.sha and p.sha)), None)
         if found is None:
-            found = Point(m.version, m.sha)
+            found = Point(m.version, None)
             points.append(found)
         if m.sha and (found.sha is None or len(m.sha) > len(found.sha)):
-            if found.sha is None:
+            if found.sha is None:  # a short sha and its full form are one commit
                 with_sha.append(found)
             found.sha = m.sha
         if m.version and found.version is None:
@@ -261,6 +197,8 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                 next_start = seg[i + 1].start if i + 1 < len(seg) else b
                 bound = False
                 found = _before_marker(line[prev_end:m.start])
+                if found is not None and UPGRADE_NOUN.match(line[m.end:next_start]):
+                    found = (Role.BAD, f"{found[1]} ... upgrade")  # "before the X upgrade"
                 if found is not None:
                     p.vote(found[0], 3, f"line {n}: {found[1]!r} before it", n)
                     bound = True
@@ -291,9 +229,14 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                             break
                 if not bound and section is not None:
                     p.vote(section, 1, f"line {n}: under a {section.value!r} label", n)
-                if i + 1 < len(seg):
+                if i + 1 < len(seg) and m.how == seg[i + 1].how == "compare-url":
+                    q = _point_of(points, seg[i + 1])  # a compare URL a...b: a is the base
+                    if q is not None and q is not p:
+                        arrows.append((p, q))
+                elif i + 1 < len(seg):
                     q = _point_of(points, seg[i + 1])
-                    gap = _strip_filler(line[m.end:seg[i + 1].start]).strip()
+                    # markdown around a ref (`sha`, **v0.5**) is formatting, not a word
+                    gap = _strip_filler(line[m.end:seg[i + 1].start].translate(MARKUP)).strip()
                     if q is not None and q is not p and ARROW.match(gap):
                         arrows.append((p, q))
     return arrows

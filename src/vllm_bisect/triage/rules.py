@@ -10,6 +10,12 @@
 - **Find the fix**: "resolved in the latest version", "no longer see the issue on X",
   "已修复", "问题已解决" in a report with no good end: the refs with the problem are the old
   end, a ref the fix is seen on (tested on X) the new one.
+- **A table beats a side remark**: when a table compares two or more versions, the refs of a
+  sentence about another issue ("looks like #1234, fixed in v0.9.0") are that issue's, not
+  this report's range.
+- **Dates order commits**: with no marker and no version, commits each dated (a git log's
+  ``Date:`` line, "(May 24 nightly)") are ordered by date like versions by number: in a
+  regression report the older is the good end, the newer the bad one.
 - **An improvement is not a regression**: a title that says something improved or grew in
   capacity, with nothing that says it got worse: no range, no symptom.
 """
@@ -19,7 +25,57 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from vllm_bisect.triage.roles import Point, Role, Roles, SearchKind
+from vllm_bisect.triage.markers import Role
+from vllm_bisect.triage.refs import Mention
+from vllm_bisect.triage.roles import Point, Roles, SearchKind
+
+SIDE_REMARK = re.compile(
+    r"(?:looks?\s{1,3}like|similar\s{1,3}to|same\s{1,3}as|related\s{1,3}to|like\s{1,3}in|"
+    r"as\s{1,3}in|\bsee(?:\s{1,3}also)?|\bcf\.?|duplicate\s{1,3}of|reminds\s{1,3}me\s{1,3}of|"
+    r"类似|参见)\s{0,3}(?:issue\s{0,2})?(?:#\d{1,7}\b|https?://github\.com/[\w.-]{1,100}/"
+    r"[\w.-]{1,100}/(?:issues|pull)/\d)", re.IGNORECASE)
+
+
+def drop_side_remarks(lines: list[str], mentions: list[Mention]) -> list[Mention]:
+    """A table comparing two or more versions beats a sentence about another issue: that
+    sentence's refs are dropped (they are the other issue's)."""
+    table = {m.version for m in mentions if m.version and lines[m.line - 1].lstrip().startswith("|")}
+    if len(table) < 2:
+        return mentions
+    return [m for m in mentions if m.version in table or lines[m.line - 1].lstrip().startswith("|")
+            or not SIDE_REMARK.search(lines[m.line - 1])]
+
+
+# a table column headed by another package ("| FlashInfer |", "| torch |") holds its versions
+OTHER_COLUMN = re.compile(
+    r"^\W{0,3}(?:torch|pytorch|transformers|cuda|cudnn|driver|python|triton|flashinfer|cann|nccl|"
+    r"rocm|aiter|mlx(?:-lm|-vlm)?|jax|xformers|numpy|deep_?gemm|sgl-kernel|flash[-_]?attn|"
+    r"torch_npu)(?![\w-])", re.IGNORECASE)
+
+
+def _cells(line: str) -> list[str]:
+    return line.strip().strip("|").split("|")
+
+
+def drop_other_columns(lines: list[str], mentions: list[Mention]) -> list[Mention]:
+    """A version in a table column headed by another package's name (FlashInfer 0.6.12 next
+    to the SGLang commits) is that package's, not a ref of the range."""
+    out = []
+    for m in mentions:
+        line = lines[m.line - 1]
+        if not line.lstrip().startswith("|") or m.version is None or m.sha:
+            out.append(m)
+            continue
+        top = m.line - 1
+        while top > 0 and lines[top - 1].lstrip().startswith("|"):
+            top -= 1
+        col = line[:m.start].count("|") - 1
+        header = _cells(lines[top])
+        if top != m.line - 1 and 0 <= col < len(header) and OTHER_COLUMN.match(header[col].strip()):
+            continue
+        out.append(m)
+    return out
+
 
 PR_CULPRIT = re.compile(
     r"(?:(?<![\w#])#(?P<a>\d{3,7})\s{1,3}(?:introduc\w{0,3}|caus\w{0,3}|broke|regress\w{0,3})\b"
@@ -31,12 +87,17 @@ FIX_CUE = re.compile(
     r"|no\s{1,3}longer\s{1,3}(?:see|seeing|reproduce|observe|happens?|occurs?)"
     r"|(?:fixed|resolved)\s{1,3}(?:in|on)\s{1,3}(?:the\s{1,3})?latest"
     r"|update\s{1,3}to\s{1,3}at\s{1,3}least\s{1,60}(?:contain|with)\w{0,4}\s{1,3}(?:this|the)\s{1,3}fix"
-    r"|已修复|问题已(?:经)?(?:解决|消失)|已经解决", re.IGNORECASE)
+    r"|已修复|问题已(?:经)?(?:解决|消失)|已经解决"
+    # a maintainer's "please try the (current) latest version": the problem is gone there
+    r"|\btry\s{1,3}(?:the\s{1,3})?(?:current\s{1,3})?(?:latest|newest)\s{1,3}(?:version|release)",
+    re.IGNORECASE)
 NOT_FIX = re.compile(r"fixed\s{1,3}by\s{1,3}(?:downgrad|revert|pinn|rolling)|workaround",
                      re.IGNORECASE)
 TESTED_ON = re.compile(r"(?:tested|confirmed|verified|works?|checked)\s{1,3}(?:it\s{1,3})?"
                        r"(?:on|with|in)\s{1,3}$|(?:no\s{1,3}longer\s{1,3}\w{1,12}"
-                       r"\s{1,3}(?:the\s{1,3})?(?:issue|problem)?\s{0,3}(?:on|with|in))\s{1,3}$",
+                       r"\s{1,3}(?:the\s{1,3})?(?:issue|problem)?\s{0,3}(?:on|with|in))\s{1,3}$"
+                       # "the latest version >= v0.9.1rc1": the lowest version it is fixed in
+                       r"|(?:latest|newest)\s{1,3}(?:version|release)\s{0,3}>=\s{0,3}$",
                        re.IGNORECASE)
 IMPROVED = re.compile(r"\bimprov\w{0,6}|\bspeed-?up\b|\bgains?\b|\bfaster\b|"
                       r"\bincrease\w{0,2}\s{1,3}(?:\([^)]{0,20}\)\s{1,3})?in\s{1,3}(?:\w+\s{1,3}){0,3}capacity|提升|加速",
@@ -126,11 +187,23 @@ def fixed_on(points: list[Point], lines: list[str]) -> Point | None:
     return None
 
 
+def _named_good(roles: Roles) -> bool:
+    """Whether the report itself names a good end. An old end the rules only inferred (from
+    version order, or as the unmarked version older than the bad one) is a default: it yields
+    to the report saying the problem went away ("try the latest version >= X")."""
+    old = roles.old
+    if old is None:
+        return False
+    inferred = any(n.startswith("no good/bad marker") for n in roles.notes) or any(
+        w.startswith(f"line {old.line}: unmarked") for w in old.why)
+    return bool(old.votes) or not inferred
+
+
 def as_fix(roles: Roles, points: list[Point], lines: list[str]) -> Roles | None:
     """A regression reading without a good end turned into a fix search, when the report
     says the problem is gone; None when the rule does not apply."""
     cue = fix_cue(lines)
-    if cue is None or roles.search is not SearchKind.REGRESSION or roles.old is not None:
+    if cue is None or roles.search is not SearchKind.REGRESSION or _named_good(roles):
         return None
     new = fixed_on(points, lines)
     problem = [p for p in points if p is not new and (p in roles.bads or not p.votes)]
@@ -150,3 +223,48 @@ def improvement(title: str) -> str | None:
     if m and not WORSE.search(title):
         return m.group(0)
     return None
+
+
+MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+DATE = re.compile(
+    r"(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})(?:[ T](?P<t>\d{2}:\d{2}(?::\d{2})?))?"
+    r"|\b(?P<mon>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]{0,6}\.?\s{1,3}(?P<day>\d{1,2})\b"
+    r"(?:\s{1,3}(?P<t2>\d{2}:\d{2}(?::\d{2})?))?(?:,?\s{1,3}(?P<y2>\d{4})\b)?", re.IGNORECASE)
+GIT_DATE = re.compile(r"^\s{0,4}(?:Date|AuthorDate|CommitDate):\s", re.IGNORECASE)
+
+
+def _date_key(text: str) -> tuple[int, int, int, str] | None:
+    m = DATE.search(text)
+    if m is None:
+        return None
+    if m.group("y"):
+        return int(m.group("y")), int(m.group("m")), int(m.group("d")), m.group("t") or ""
+    return (int(m.group("y2") or 0), MONTHS.index(m.group("mon").lower()[:3]) + 1,
+            int(m.group("day")), m.group("t2") or "")
+
+
+def _dated(p: Point, lines: list[str]) -> tuple[int, int, int, str] | None:
+    """The date written with a commit: on its line after it, or a git log Date: line below."""
+    m = p.mentions[0]
+    key = _date_key(lines[m.line - 1][m.end:m.end + 40])
+    for below in lines[m.line:m.line + 3]:
+        if key is None and GIT_DATE.match(below):
+            key = _date_key(below)
+    return key
+
+
+def by_date(roles: Roles, points: list[Point], lines: list[str]) -> Roles | None:
+    """The dates rule (see the module doc); None when it does not apply."""
+    if roles.search is not SearchKind.REGRESSION or roles.old or roles.new:
+        return None
+    dated = [(k, i, p) for i, p in enumerate(points) if p.sha and p.key is None
+             and (k := _dated(p, lines)) is not None]
+    if len(dated) < 2 or len({k for k, _, _ in dated}) < len(dated):
+        return None  # one date, or two commits on one date: no order
+    dated.sort(key=lambda x: (x[0], x[1]))
+    old, new = dated[0][2], dated[-1][2]
+    old.why.insert(0, "no marker: the older of the dated commits")
+    new.why.insert(0, "no marker: the newer of the dated commits")
+    return replace(roles, old=old, new=new, goods=[old], bads=[new],
+                   notes=[*roles.notes, f"no good/bad marker: roles from the commits' dates "
+                                        f"({old.label} is older than {new.label})"])

@@ -21,7 +21,10 @@ import re
 from vllm_bisect.triage.symptoms import CHANGE, NEGATED, Found
 
 OOM = re.compile(r"(?<![\w-])OOM(?![\w-])|out[- ]of[- ]memory|OutOfMemoryError|No available memory "
-                 r"for the cache|显存不足|内存不足", re.IGNORECASE)
+                 r"for the cache|显存不足|内存不足|"
+                 # the same running-out said in words: "not enough memory", "insufficient memory"
+                 r"(?:not\s{1,3}enough|insufficient)\s{1,3}(?:GPU\s{1,3}|video\s{1,3})?memory",
+                 re.IGNORECASE)
 MEMORY = re.compile(r"(?<![\w-])VRAM|显存|(?<![\w-])GPU memory(?![-_ ]util)|memory (?:usage|use|"
                     r"footprint|consumption|cost)|(?:more|higher) memory|KV[- ]cache (?:size|"
                     r"capacity)|# GPU blocks", re.IGNORECASE)
@@ -34,11 +37,18 @@ CORRECTNESS = re.compile(
     r"never\s{1,3}stop|"
     r"output\w{0,2}\s{1,3}(?:is|was|became|becomes)\s{1,3}(?:noise|unreadable)|"
     r"outputs?\s{1,3}(?:of\s{1,3}[\w .-]{1,30}\s{1,3})?(?:is|are|was|were)\s{1,3}wrong|"
-    r"wrong\s{1,3}(?:output|answer|result)|精度(?:出现|存在|有)?问题|精度下降|准确率跳水",
+    r"wrong\s{1,3}(?:output|answer|result)|精度(?:出现|存在|有)?问题|精度下降|准确率跳水|"
+    # meaningless / random output in any wording, and the same input giving different outputs
+    r"无意义|random\s{1,3}tokens|(?:outputs?|results?|answers?|responses?)\b[^.。]{0,60}\b(?:are|is|were|"
+    r"was)\s{1,3}different|输出(?:结果)?不(?:相同|一致|同)",
     re.IGNORECASE)
 CRASH = re.compile(r"fail\w{0,3}\s{1,3}to\s{1,3}(?:start|load|launch|initiali[sz]e)|"
                    r"unable\s{1,3}to\s{1,3}(?:start|load|launch)|can(?:not|'t|\s{1,3}not)\s{1,3}"
-                   r"(?:start|load|launch)|startup\s{1,3}error|无法启动|启动失败", re.IGNORECASE)
+                   r"(?:start|load|launch)|startup\s{1,3}error|无法启动|启动失败|"
+                   # a run that stops: it hangs, or it reports an error
+                   r"卡住|卡死|(?<![\w-])(?:hangs?|hung)(?![\w-])|"
+                   r"an?\s{1,3}error\s{1,3}(?:is|was)\s{1,3}(?:reported|raised|thrown)|报错",
+                   re.IGNORECASE)
 TTFT = re.compile(r"(?<![\w-])prefill(?![\w-])|prompt processing|long[- ]prefill", re.IGNORECASE)
 SENTENCE = re.compile(r"(?<=[.!?])\s+|[。！？；;]")
 CODE_FENCE = re.compile(r"^\s{0,3}(?:```|~~~)")

@@ -42,17 +42,24 @@ METRICS = (
     (Found.LATENCY, re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延|延迟|"
                                r"(?:inference|response|request|wall|e2e|end-to-end)[ -]time\b",
                                re.IGNORECASE)),
+    # a rate unit is the throughput metric whatever its spelling: per second or per minute,
+    # tokens, requests or samples, "t/s" and per-user "t/s/u"
     (Found.THROUGHPUT, re.compile(r"throughput|requests/s|req/s|samples/s|(?<![A-Za-z0-9_])TPS|"
-                                  r"tok(?:en)?s?/s|(?<![A-Za-z])(?:it|items)/s|吞吐",
+                                  r"tok(?:en)?s?/s|(?<![A-Za-z])(?:it|items)/s|吞吐|"
+                                  r"req(?:uest)?s?/min|(?:samples|requests|tokens)\s{1,3}per\s{1,3}"
+                                  r"(?:second|minute)|(?<![A-Za-z0-9_/])t/s(?:/u)?(?![A-Za-z])",
                                   re.IGNORECASE)),
     (Found.CORRECTNESS, re.compile(r"accuracy|gsm8k|exact_match|\bmmlu\b|correctness|garbage|"
                                    r"wrong (?:output|answer)|gibberish|精度|准确率", re.IGNORECASE)),
 )
-TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|tokens per second|it/s|items/s)(?!/)",
+TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|tokens per second|it/s|items/s|"
+                  rf"t/s)(?!/)",
                   re.IGNORECASE)
 SECONDS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:s|sec|secs|seconds)\b")
 VERSIONISH = re.compile(r"(?<![\w.])v?\d{1,3}\.\d{1,4}\.\d{1,4}")
-MS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}ms\b", re.IGNORECASE)
+MS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}ms(?![A-Za-z0-9_])", re.IGNORECASE)  # "21ms左右" too
+# "TPOT 在 27 ms", "Output TPS `647.9`": one value right after the metric's name
+AFTER_METRIC = re.compile(rf"^[\s:=`*_在为是约~～]{{0,6}}(?P<n>{NUM})(?![\d.])")
 CAP = re.compile(
     r"(?:stops?|stopped|capped|cut\s{1,3}off|truncat\w{0,5}|exactly|hard[- ]?limit\w{0,4}|"
     r"limited|硬限制在|截断在|停在|只有|限制在)[^\n\d]{0,25}?(?P<n>\d{2,6})\s{0,2}"
@@ -102,7 +109,7 @@ def _table_columns(lines: list[str], where: dict[Found, int] | None = None
             continue
         itl_table = any(METRICS[1][1].search(h) for h in header)
         for i, cell in enumerate(cells[:len(header)]):
-            m = re.match(rf"~?(?P<n>{NUM})", cell)
+            m = re.match(rf"~?(?P<n>{NUM})", cell.strip("*_` "))  # "**15.70 ms**" too
             if not m:
                 continue
             unit = re.search(r"tok(?:en)?s?/s|\bms\b", cell)
@@ -145,6 +152,7 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
 
     title = next((ln for ln in lines if ln.strip()), "")
     version_toks: list[tuple[int, float]] = []
+    per_line: dict[Found, list[tuple[int, float]]] = {}  # one value of a metric per line
     for n, line in enumerate(lines, 1):
         for m in CAP.finditer(line):
             s.caps.append(int(m.group("n") or m.group("m")))
@@ -170,6 +178,9 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
                 if changed or line is title or len(MS.findall(text)) >= 2 or len(toks) >= 2:
                     add(found, n, "named in the title" if line is title else (
                         "named with a change" if changed else "two values compared"))
+                value = AFTER_METRIC.match(text[hit.end():hit.end() + 24])
+                if value is not None:
+                    per_line.setdefault(found, []).append((n, number(value.group("n"))))
             if len(SECONDS.findall(text)) >= 2 and re.search(r"\bvs\.?\b|→|->|对比", text):
                 add(Found.LATENCY, n, "two durations compared")  # "1.6s vs. 0.95s": two durations compared
             if len(toks) == 1 and VERSIONISH.search(text):
@@ -185,6 +196,11 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
     if len({v for _, v in version_toks}) >= 2 and not {Found.ITL, Found.THROUGHPUT} & set(s.found):
         s.tok_s += [v for _, v in version_toks]  # one value per version line: compared
         add(Found.THROUGHPUT, version_toks[0][0], "tok/s on one line per version")
+    for found, seen in per_line.items():  # "v0.9.1 ... TPOT 20ms" / "v0.11 ... TPOT 27ms"
+        if len({n for n, _ in seen}) >= 2 and len({v for _, v in seen}) >= 2:
+            add(found, seen[0][0], "one value per line on two lines")
+            if found is Found.ITL:
+                s.itl_ms += [v for _, v in seen]
     table_lines: dict[Found, int] = {}
     for found, values in (_table_columns(lines, table_lines) | _labelled_values(lines)).items():
         if len(set(values)) >= 2:

@@ -111,7 +111,8 @@ class Evaluator:
             return cancelled
         except ArtifactUnavailable as err:
             return Evaluation(commit=commit, status=EvalStatus.UNAVAILABLE, reason=err.message,
-                              log_tail=err.log_tail, environment=env, transient=not err.final)
+                              log_tail=err.log_tail, log=err.log, environment=env,
+                              transient=not err.final)
         except FatalError:
             raise
         except Exception as err:  # a bug or an unforeseen input: skip this commit only

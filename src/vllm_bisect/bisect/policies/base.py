@@ -7,13 +7,20 @@ asked three things:
 1. ``calibrate(endpoints, tests)`` before the search, when ``needs_calibration`` is set:
    measure both endpoints (through the ``endpoints`` callback, which may be asked again
    with more samples) and learn from them, or raise ``NotReproduced``.
-2. ``sampler(commit, role)`` just before a commit is measured: how many more requests the
-   policy wants on the same server (None: the probe's first batch is enough). A policy
-   that learns meanwhile snapshots its state here; ``judge`` of that commit uses the
-   snapshot, ``forget(commit)`` drops it (the run was cancelled).
-3. ``judge(evaluation, role)``: the verdict and its reason. The crash rule lives here:
-   following ``symptom = "crash"``, a server that died or a probe that failed is BAD;
-   otherwise an evaluation without a measurement is a SKIP.
+2. ``open(commit, role)`` just before a commit is measured: a :class:`CommitTrial`, the
+   commit under test. It holds the commit's state (the test it samples under, a snapshot
+   of what the policy knew when it started; its servers so far); cancelling the commit's
+   runs drops the object. The trial says what the first server probes (``more``: how many
+   more requests on the same server; None: the probe's first batch is enough), whether a
+   known (cached) evaluation is ``final`` (else it is measured again, going on from its
+   servers where the trial can: ``resume``), after each server whether to measure it once
+   more on a fresh server (``next_probe``: an :class:`Again`, or None when decided), the
+   evaluation to judge and cache (``evaluation``: merged over its servers), and its
+   ``verdict``.
+3. ``judge(evaluation, role)``: a verdict outside any trial (an endpoint recorded by the
+   calibration, the hook's replay, a known measurement checked again). The crash rule
+   lives here: following ``symptom = "crash"``, a server that died or a probe that failed
+   is BAD; otherwise an evaluation without a measurement is a SKIP.
 
 ``Role`` says why a commit is judged: the healthy endpoint's measurement (the good end; in
 a fix search the fixed end, ``Terms.reference_role``) is also the reference of relative
@@ -22,13 +29,8 @@ learning policy; a verification is judged without learning. Verdicts are in the 
 old/new terms: GOOD = like the old end, BAD = like the new end (a fix search inverts the
 symptom's verdict, in ``bisect.terms``, one place).
 
-A policy that measures a commit on more than one server (the two-level test) says so
-after each server: ``again(commit, evaluation)`` is an :class:`Again` (measure it once more
-on a fresh server, with that ``more``) or None (decided); ``finish(commit, evaluation)``
-then hands back the evaluation to judge and cache (merged over the servers). Its
-calibration runs servers itself, through the :class:`ServerRuns` callback (the Tester).
-``final(evaluation)`` says whether a known (cached) evaluation is decided, else it is
-measured again.
+The two-level test's calibration runs servers itself, through the :class:`ServerRuns`
+callback (the Tester).
 
 To add a policy (a two-level noise test, inverted terms for find-the-fix, patch
 isolation): implement this Protocol and register it in ``policies.make_policy``; nothing
@@ -114,6 +116,40 @@ class ServerRuns(Protocol):
         ...
 
 
+class CommitTrial(Protocol):
+    """One commit under test (``VerdictPolicy.open``); see the module docstring."""
+
+    @property
+    def role(self) -> Role: ...
+
+    @property
+    def more(self) -> MoreSamples | None:
+        """What the first server probes (None: the probe's first batch)."""
+        ...
+
+    def final(self, known: Evaluation) -> bool:
+        """Whether a known evaluation is decided (else it is measured again)."""
+        ...
+
+    def resume(self, known: Evaluation) -> MoreSamples | None:
+        """A known evaluation that is not ``final`` is measured again: a trial that can go on
+        from its servers so far takes them over here and says what the next server probes
+        (None: measure it afresh, with ``more``)."""
+        ...
+
+    def next_probe(self, evaluation: Evaluation) -> Again | None:
+        """After one server: a fresh server with its ``more``, or None (decided)."""
+        ...
+
+    def evaluation(self, last: Evaluation) -> Evaluation:
+        """The evaluation to judge and cache once decided (merged over its servers)."""
+        ...
+
+    def verdict(self, evaluation: Evaluation) -> Outcome:
+        """The verdict (``from_cache`` False: the caller marks cached ones)."""
+        ...
+
+
 class VerdictPolicy(Protocol):
     """See the module docstring."""
 
@@ -141,7 +177,7 @@ class VerdictPolicy(Protocol):
 
     @property
     def multi_server(self) -> bool:
-        """Whether a commit may be measured on several servers (``again``)."""
+        """Whether a commit may be measured on several servers (``CommitTrial.next_probe``)."""
         ...
 
     @property
@@ -155,22 +191,10 @@ class VerdictPolicy(Protocol):
         """``tests``: how many commits the search may judge (the error budget's split)."""
         ...
 
-    def again(self, commit: str, evaluation: Evaluation) -> Again | None: ...
-
-    def finish(self, commit: str, evaluation: Evaluation) -> Evaluation: ...
-
-    def final(self, evaluation: Evaluation) -> bool: ...
-
-    def sampler(self, commit: str, role: Role) -> MoreSamples | None: ...
-
-    def resume(self, commit: str, known: Evaluation) -> MoreSamples | None:
-        """A known evaluation that is not ``final`` is measured again: a policy that can go
-        on from its servers so far takes them over here and says what the next server
-        probes (None: measure it afresh, with what ``sampler`` said)."""
+    def open(self, commit: str, role: Role) -> CommitTrial:
+        """The commit goes to a server: its trial (see :class:`CommitTrial`)."""
         ...
 
-    def forget(self, commit: str) -> None: ...
-
     def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
-        """The verdict (``from_cache`` False: the caller marks cached ones)."""
+        """A verdict outside any trial (``from_cache`` False: the caller marks cached ones)."""
         ...

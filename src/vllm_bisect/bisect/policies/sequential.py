@@ -7,13 +7,14 @@ from __future__ import annotations
 import logging
 
 from vllm_bisect.bisect.policies.base import (
+    CommitTrial,
     EndpointMeasure,
     MoreSamples,
     Role,
     ServerRuns,
 )
-from vllm_bisect.bisect.policies.threshold import ThresholdPolicy
-from vllm_bisect.errors import NotReproduced
+from vllm_bisect.bisect.policies.threshold import PolicyTrial, ThresholdPolicy
+from vllm_bisect.errors import NotReproduced, untestable_hint
 from vllm_bisect.models import Evaluation, Measurement, Outcome, Verdict
 from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict.sequential import (
@@ -59,9 +60,6 @@ class SequentialPolicy(ThresholdPolicy):
     def __init__(self, spec: BisectSpec) -> None:
         super().__init__(spec)
         self.sequential: SequentialJudge | None = None
-        # the judge a running commit samples under (the fit learns meanwhile; the commit is
-        # decided by the judge that decided when to stop sampling)
-        self.sampled_by: dict[str, SequentialJudge] = {}
 
     def calibrate(self, endpoints: EndpointMeasure, tests: int,
                   runs: ServerRuns | None = None) -> None:
@@ -75,7 +73,8 @@ class SequentialPolicy(ThresholdPolicy):
             for ev, name in ((good_ev, "good"), (bad_ev, "bad")):
                 if ev.measurement is None:
                     raise NotReproduced(f"the {name} endpoint could not be tested: "
-                                        f"{ev.reason or ev.status.value}")
+                                        f"{ev.reason or ev.status.value}",
+                                        hint=untestable_hint(ev.log, ev.reason, ev.transient))
             assert good_ev.measurement is not None and bad_ev.measurement is not None
             g, b = itl_samples(good_ev.measurement.requests), itl_samples(bad_ev.measurement.requests)
             cal = calibrate(g, b, min_effect=v.min_effect, p_max=p_max)
@@ -95,25 +94,39 @@ class SequentialPolicy(ThresholdPolicy):
         logger.info("calibrated on %d + %d samples: %s", len(g), len(b), cal.reason)
         self.sequential = SequentialJudge(test)
 
-    def sampler(self, commit: str, role: Role) -> MoreSamples | None:
+    def open(self, commit: str, role: Role) -> CommitTrial:
         seq = self.sequential
         if seq is None or role not in (Role.BISECT, Role.VERIFY_CULPRIT, Role.VERIFY_PARENT):
-            return None
-        if role is Role.BISECT:
-            self.sampled_by[commit] = seq
-        return lambda m: seq.more(m.requests)
-
-    def forget(self, commit: str) -> None:
-        self.sampled_by.pop(commit, None)
+            return PolicyTrial(self, commit, role)
+        return _SequentialTrial(self, commit, role, lambda m: seq.more(m.requests),
+                                seq if role is Role.BISECT else None)
 
     def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
+        return self.decide(evaluation, role, None)
+
+    def decide(self, evaluation: Evaluation, role: Role,
+               sampled_by: SequentialJudge | None) -> Outcome:
+        """The verdict by ``sampled_by`` (the judge the commit sampled under), else by the
+        current one."""
         m = evaluation.measurement
         if self.sequential is None or m is None or role.endpoint:
-            self.sampled_by.pop(evaluation.commit, None)
             return super().judge(evaluation, role)
-        judge = self.sampled_by.pop(evaluation.commit, None) or self.sequential
+        judge = sampled_by or self.sequential
         v, why = judge.decide(m.requests)
         if role is Role.BISECT:  # its samples sharpen the fit for the next commit
             self.sequential = self.sequential.learn(m.requests, v)
         return Outcome(commit=evaluation.commit, verdict=_SEQ_VERDICT.get(v, Verdict.SKIP),
                        reason=why, measurement=m)
+
+
+class _SequentialTrial(PolicyTrial):
+    """A commit under the SPRT: sampled, and (a bisect step) decided, by the judge of the
+    moment it started (the fit learns meanwhile from other commits)."""
+
+    def __init__(self, policy: SequentialPolicy, commit: str, role: Role, more: MoreSamples,
+                 sampled_by: SequentialJudge | None) -> None:
+        super().__init__(policy, commit, role, more)
+        self.seq_policy, self.sampled_by = policy, sampled_by
+
+    def verdict(self, evaluation: Evaluation) -> Outcome:
+        return self.seq_policy.decide(evaluation, self.role, self.sampled_by)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from vllm_bisect.bisect.policies.base import (
     Again,
+    CommitTrial,
     EndpointMeasure,
     MoreSamples,
     Role,
@@ -35,6 +36,30 @@ def unmeasured(spec: BisectSpec, ev: Evaluation) -> Outcome:
     return Outcome(commit=ev.commit, verdict=Verdict.SKIP, reason=ev.reason or ev.status.value)
 
 
+class PolicyTrial:
+    """A commit judged on one server (threshold, bayes; the others' trials build on it):
+    decided by its first evaluation, judged by the policy."""
+
+    def __init__(self, policy: ThresholdPolicy, commit: str, role: Role,
+                 more: MoreSamples | None = None) -> None:
+        self.policy, self.commit, self.role, self.more = policy, commit, role, more
+
+    def final(self, known: Evaluation) -> bool:
+        return True
+
+    def resume(self, known: Evaluation) -> MoreSamples | None:
+        return None
+
+    def next_probe(self, evaluation: Evaluation) -> Again | None:
+        return None  # one server per commit
+
+    def evaluation(self, last: Evaluation) -> Evaluation:
+        return last
+
+    def verdict(self, evaluation: Evaluation) -> Outcome:
+        return self.policy.judge(evaluation, self.role)
+
+
 class ThresholdPolicy:
     """The spec's thresholds; the healthy endpoint sets the reference of relative ones.
     Verdicts in the search's terms (a fix search inverts them)."""
@@ -58,23 +83,8 @@ class ThresholdPolicy:
                   runs: ServerRuns | None = None) -> None:
         pass
 
-    def again(self, commit: str, evaluation: Evaluation) -> Again | None:
-        return None  # one server per commit
-
-    def finish(self, commit: str, evaluation: Evaluation) -> Evaluation:
-        return evaluation
-
-    def final(self, evaluation: Evaluation) -> bool:
-        return True
-
-    def sampler(self, commit: str, role: Role) -> MoreSamples | None:
-        return None
-
-    def resume(self, commit: str, known: Evaluation) -> MoreSamples | None:
-        return None
-
-    def forget(self, commit: str) -> None:
-        pass
+    def open(self, commit: str, role: Role) -> CommitTrial:
+        return PolicyTrial(self, commit, role)
 
     def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
         m = evaluation.measurement

@@ -4,17 +4,19 @@ server, or a fresh server?".
 
 The statistics are pure (:mod:`vllm_bisect.verdict.twolevel`). A verdict policy
 (:mod:`vllm_bisect.bisect.policies.base`): :meth:`calibrate` runs the endpoints' servers through
-the Tester (``ServerRuns``); per commit, :meth:`sampler` starts it, :meth:`again` asks for
-a fresh server until the test decides, :meth:`finish` merges its servers (the last server's
-evaluation, with every server's samples in ``Evaluation.samples``), which
-is cached and journaled once decided; :meth:`final` says whether a cached one is decided.
+the Tester (``ServerRuns``); per commit, :meth:`open` starts a :class:`TwoLevelTrial` that
+holds the test it samples under and its servers so far: ``next_probe`` asks for a fresh
+server until the test decides, ``evaluation`` merges its servers (the last server's
+evaluation, with every server's samples in ``Evaluation.samples``), which is cached and
+journaled once decided; ``final`` says whether a cached one is decided. The policy keeps
+only the model: the test, the commits it learned from, those left undecided.
 
 With ``pair_bound`` (``vllm-bisect run``; not the hook, whose steps git chooses) the error
 budget goes to the final pair: a search step decides at ``STEP_ALPHA`` (a wrong step costs a
 detour, not a wrong answer), and a commit the search judges with ``Role.CONFIRM`` (the last
 step, and the other end of the final pair, re-judged) decides at the bound: the j-th such
 decision at ``alpha / 2**j`` (the sum stays within ``alpha``, however many there are). A
-confirmed commit goes on from the servers it had (:meth:`resume`): the evidence is the same
+confirmed commit goes on from the servers it had (``TwoLevelTrial.resume``): the evidence is the same
 likelihood ratio sampled further, so stopping it later keeps its bound (Ville's inequality).
 """
 
@@ -27,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from vllm_bisect.bisect.policies.base import Again, EndpointMeasure, MoreSamples, Role, ServerRuns
-from vllm_bisect.bisect.policies.threshold import ThresholdPolicy
-from vllm_bisect.errors import NotReproduced
+from vllm_bisect.bisect.policies.threshold import PolicyTrial, ThresholdPolicy
+from vllm_bisect.errors import NotReproduced, untestable_hint
 from vllm_bisect.models import Evaluation, Measurement, Outcome, Verdict
 from vllm_bisect.probes.decode import combine
 from vllm_bisect.spec import BisectSpec
@@ -86,11 +88,6 @@ class TwoLevelPolicy(ThresholdPolicy):
         self.symptom = self.v.symptom
         self.test_: CommitTest | None = None
         self.reason = ""
-        # commits in progress: servers so far, the last evaluation, the test they sample under
-        self.groups: dict[str, list[list[float]]] = {}
-        self.last: dict[str, Evaluation] = {}
-        self.sampled_by: dict[str, CommitTest] = {}
-        self.kept: dict[str, list[Measurement]] = {}   # earlier servers' measurements
 
     @property
     def test(self) -> CommitTest:
@@ -121,7 +118,7 @@ class TwoLevelPolicy(ThresholdPolicy):
         s = self.samples(ev)
         return [s] if s else []
 
-    def _more(self, test: CommitTest, before: list[list[float]]) -> More | None:
+    def more_for(self, test: CommitTest, before: list[list[float]]) -> More | None:
         """The evaluator's "how many more requests on this server?" for a commit's next
         server (None: one sample per server)."""
         if not per_request(self.symptom):
@@ -189,73 +186,15 @@ class TwoLevelPolicy(ThresholdPolicy):
         logger.info("two-level calibration: %s", self.reason)
 
     # -- one commit ----------------------------------------------------------------------
-    def final(self, evaluation: Evaluation) -> bool:
-        """Is a cached evaluation decided under the current test (else it is measured
-        again)? Unavailable commits and failures are final (a skip)."""
-        if evaluation.measurement is None or self.test_ is None:
-            return True
-        test = self.sampled_by.get(evaluation.commit, self.test)
-        return test.final([to_logs(g) for g in self.groups_of(evaluation)])
-
-    def sampler(self, commit: str, role: Role) -> MoreSamples | None:
+    def open(self, commit: str, role: Role) -> TwoLevelTrial:
         """A commit goes to a server: the test it samples under, and its ``more``."""
         if self.test_ is None or role.endpoint:
-            return None
+            return TwoLevelTrial(self, commit, role, None)
         test = self.strict(commit) if role is Role.CONFIRM and self.pair_bound else self.test
         if commit in self.reopened:   # undecided before the fall-back: a second allowance
             test = replace(test, max_samples=2 * test.max_samples,
                            max_servers=2 * test.max_servers)
-        self.sampled_by[commit] = test
-        self.groups[commit] = []
-        self.last.pop(commit, None)
-        self.kept.pop(commit, None)
-        return self._more(test, [])
-
-    def resume(self, commit: str, known: Evaluation) -> MoreSamples | None:
-        """A known commit not decided under its test (a confirmation at the bound, or one
-        measured under an earlier model): its servers so far stay; the next server's
-        ``more`` counts them."""
-        groups = self.groups_of(known)
-        if commit not in self.sampled_by or known.measurement is None or not groups:
-            return None
-        self.groups[commit] = groups
-        self.last[commit] = known
-        self.kept.pop(commit, None)
-        return self._more(self.sampled_by[commit], groups)
-
-    def again(self, commit: str, evaluation: Evaluation) -> Again | None:
-        """After one server: None when the commit is decided (then :meth:`finish`), else
-        a fresh server with its ``more``."""
-        if commit not in self.groups:
-            return None
-        test = self.sampled_by.get(commit, self.test)
-        groups = self.groups[commit]
-        s = self.samples(evaluation)
-        if evaluation.measurement is None or not s:
-            return None  # a failed server: decide with what there is
-        prev = self.last.get(commit)
-        if prev is not None and prev.measurement is not None:
-            self.kept.setdefault(commit, []).append(prev.measurement)
-        groups.append(s)
-        self.last[commit] = evaluation
-        if test.final([to_logs(g) for g in groups]):
-            return None
-        return Again(self._more(test, groups))
-
-    def finish(self, commit: str, evaluation: Evaluation) -> Evaluation:
-        """The commit's evaluation once decided (merged over its servers)."""
-        groups = self.groups.pop(commit, [])
-        last = self.last.pop(commit, None)
-        kept = self.kept.pop(commit, [])
-        if last is None or not groups:
-            return evaluation
-        return self.merged(last, groups, kept)
-
-    def forget(self, commit: str) -> None:
-        self.groups.pop(commit, None)
-        self.last.pop(commit, None)
-        self.sampled_by.pop(commit, None)
-        self.kept.pop(commit, None)
+        return TwoLevelTrial(self, commit, role, test)
 
     def _fall_back(self, commit: str) -> None:
         """A commit went undecided at the caps under ``pair_bound``: the sign of a model the
@@ -277,9 +216,14 @@ class TwoLevelPolicy(ThresholdPolicy):
 
     # -- verdicts ------------------------------------------------------------------------
     def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
+        return self.decide(evaluation, role, None)
+
+    def decide(self, evaluation: Evaluation, role: Role,
+               sampled_by: CommitTest | None) -> Outcome:
+        """The verdict under ``sampled_by`` (the test the commit sampled under), else under
+        the current test; a bisect step's servers teach the model."""
         m = evaluation.measurement
         if m is None:
-            self.forget(evaluation.commit)
             return super().judge(evaluation, role)
         if role.endpoint:
             # an endpoint: old ("good") or new ("bad") by definition, once calibrated
@@ -288,7 +232,7 @@ class TwoLevelPolicy(ThresholdPolicy):
                            measurement=m)
         if self.test_ is None:
             return super().judge(evaluation, role)
-        test = self.sampled_by.pop(evaluation.commit, None) or self.test
+        test = sampled_by or self.test
         groups = self.groups_of(evaluation)
         logs = [to_logs(g) for g in groups]
         dec = test.decide(logs)
@@ -326,6 +270,67 @@ def _off_good(test: CommitTest, logs: list[Group]) -> str:
 _OLD_ROLES = frozenset({Role.GOOD_ENDPOINT, Role.PROBLEM_ENDPOINT})
 
 
+class TwoLevelTrial(PolicyTrial):
+    """One commit under the two-level test: the test it samples under (None: an endpoint, or
+    before calibration: the policy's current test), its servers so far (None: not started),
+    the last server's evaluation and the earlier servers' measurements."""
+
+    def __init__(self, policy: TwoLevelPolicy, commit: str, role: Role,
+                 test: CommitTest | None) -> None:
+        super().__init__(policy, commit, role,
+                         policy.more_for(test, []) if test is not None else None)
+        self.p, self.test = policy, test
+        self.groups: list[list[float]] | None = [] if test is not None else None
+        self.last: Evaluation | None = None
+        self.kept: list[Measurement] = []
+
+    def final(self, known: Evaluation) -> bool:
+        """Is a cached evaluation decided under this trial's test (else it is measured
+        again)? Unavailable commits and failures are final (a skip)."""
+        if known.measurement is None or self.p.test_ is None:
+            return True
+        test = self.test or self.p.test
+        return test.final([to_logs(g) for g in self.p.groups_of(known)])
+
+    def resume(self, known: Evaluation) -> MoreSamples | None:
+        """A known commit not decided under its test (a confirmation at the bound, or one
+        measured under an earlier model): its servers so far stay; the next server's
+        ``more`` counts them."""
+        groups = self.p.groups_of(known)
+        if self.test is None or known.measurement is None or not groups:
+            return None
+        self.groups, self.last, self.kept = groups, known, []
+        return self.p.more_for(self.test, groups)
+
+    def next_probe(self, evaluation: Evaluation) -> Again | None:
+        """After one server: None when the commit is decided (then :meth:`evaluation`),
+        else a fresh server with its ``more``."""
+        if self.groups is None:
+            return None
+        test = self.test or self.p.test
+        s = self.p.samples(evaluation)
+        if evaluation.measurement is None or not s:
+            return None  # a failed server: decide with what there is
+        if self.last is not None and self.last.measurement is not None:
+            self.kept.append(self.last.measurement)
+        self.groups.append(s)
+        self.last = evaluation
+        if test.final([to_logs(g) for g in self.groups]):
+            return None
+        return Again(self.p.more_for(test, self.groups))
+
+    def evaluation(self, last: Evaluation) -> Evaluation:
+        """The commit's evaluation once decided (merged over its servers)."""
+        groups, prev, kept = self.groups or [], self.last, self.kept
+        self.groups, self.last, self.kept = None, None, []
+        if prev is None or not groups:
+            return last
+        return self.p.merged(prev, groups, kept)
+
+    def verdict(self, evaluation: Evaluation) -> Outcome:
+        return self.p.decide(evaluation, self.role, self.test)
+
+
 class _Calibration:
     """One calibration's servers per endpoint (what :meth:`TwoLevelPolicy.calibrate` runs)."""
 
@@ -358,7 +363,7 @@ class _Calibration:
             if ev.measurement is None or not s:
                 raise NotReproduced(f"the {self.roles[sha]} could not be tested: "
                                     f"{ev.reason or 'no samples'}",
-                                    hint="pick endpoints that build and serve")
+                                    hint=untestable_hint(ev.log, ev.reason, ev.transient))
             prev = self.last.get(sha)
             if prev is not None and prev.measurement is not None:
                 self.earlier[sha].append(prev.measurement)

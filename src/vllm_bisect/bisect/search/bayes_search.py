@@ -23,7 +23,7 @@ from vllm_bisect.bisect.search.bayes import (
 from vllm_bisect.bisect.search.binary import Found
 from vllm_bisect.bisect.search.steps import Step
 from vllm_bisect.bisect.tester import Tester
-from vllm_bisect.errors import NotReproduced
+from vllm_bisect.errors import NotReproduced, untestable_hint
 from vllm_bisect.models import EvalStatus, Outcome, Verdict
 
 logger = logging.getLogger(__name__)
@@ -69,8 +69,12 @@ class BayesSearch:
         tries = 0
         while len(self.runs.get(i, [])) < need:
             if i in self.skipped or tries > 2 * need:
-                raise NotReproduced(f"the {role} could not be run {need} times",
-                                    hint="pick endpoints that build and serve")
+                info = self.t.rng.good if i == -1 else self.t.rng.commits[i]
+                ev = self.t.evaluations.get(info.sha)
+                raise NotReproduced(f"the {role} could not be run {need} times" + (
+                    f": {ev.reason}" if ev is not None and ev.reason else ""),
+                    hint=untestable_hint(ev.log if ev else None, ev.reason if ev else None,
+                                         bool(ev and ev.transient)))
             self._run(i, role)
             tries += 1
 

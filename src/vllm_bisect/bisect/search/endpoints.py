@@ -46,8 +46,9 @@ def check_endpoints(t: Tester, good: Outcome | None, bad: Outcome | None) -> Non
     rng, terms = t.rng, t.terms
     if good is not None and good.verdict is Verdict.SKIP:
         ev = t.evaluations.get(good.commit)
+        hint = untestable_hint(ev.log if ev else None, good.reason, bool(ev and ev.transient))
         raise NotReproduced(f"the good endpoint {rng.good.sha[:12]} could not be tested: "
-                            f"{good.reason}", hint=untestable_hint(ev.log if ev else None))
+                            f"{good.reason}", hint=hint)
     problems = []
     if good is not None and good.verdict is not Verdict.GOOD:
         problems.append(f"{terms.old} endpoint {rng.good.sha[:12]} judged {good.verdict} "

@@ -58,7 +58,7 @@ class MultisectionSearch:
             info = t.rng.commits[idx]
             found, more = t.lookup(info.sha, Role.BISECT)
             if found is not None and speculative:
-                t.policy.forget(info.sha)
+                t.drop(info.sha)
                 continue
             t.events.on_testing(info, Role.BISECT, self._steps_left())
             if found is not None:
@@ -74,16 +74,16 @@ class MultisectionSearch:
         del self.by_index[idx]
         if done.cancelled or done.task in self.cancelled:
             logger.info("%s: run cancelled on %s", done.commit[:12], done.worker)
-            self.t.policy.forget(done.commit)
+            self.t.drop(done.commit)
             return
         t, ev = self.t, done.evaluation
-        nxt = t.policy.again(done.commit, ev)
+        nxt = t.next_probe(done.commit, ev)
         if nxt is not None:  # the two-level test: a fresh server for the same commit
             task = self.m.submit(done.commit, nxt.more)
             self.running[task] = (idx, depth)
             self.by_index[idx] = task
             return
-        merged = t.policy.finish(done.commit, ev)
+        merged = t.decided(done.commit, ev)
         if merged is not ev:
             t.store.put(merged)
         info = t.rng.commits[idx]

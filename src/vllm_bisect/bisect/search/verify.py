@@ -49,7 +49,7 @@ def verify_culprit(t: Tester, culprit: str) -> Verification:
 
     ends = ((culprit, Role.VERIFY_CULPRIT), (parent.sha, Role.VERIFY_PARENT))
     evs = t.measurer.measure_all(
-        {sha: (t.policy.sampler(sha, role) if t.policy.multi_server else more)
+        {sha: (t.open(sha, role).more if t.policy.multi_server else more)
          for sha, role in ends}, account=False)
     # the two-level test: fresh servers until it decides again (one server's requests
     # cannot outweigh the server level)

@@ -1,0 +1,32 @@
+"""``vllm-bisect run`` end to end: one bisect session (:func:`vllm_bisect.bisect.runner.run_session`)
+and the files a finished one leaves: result.json (:class:`~vllm_bisect.report.result.BisectReport`)
+and the reports (report.md, report.html). Used by the CLI (``run``, ``demo``, ``watch``) and the
+bot's worker; it prints nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vllm_bisect.bisect.driver import BisectResult, EventHandler
+from vllm_bisect.bisect.multi import MultiResult, culprit_docs
+from vllm_bisect.bisect.runner import run_session
+from vllm_bisect.report.result import BisectReport
+from vllm_bisect.spec import BisectSpec
+
+__all__ = ["run_bisect", "write_result_files"]
+
+
+def run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
+               events: EventHandler) -> BisectResult:
+    """One bisect, its result.json and its reports; a full disk or a damaged database
+    anywhere is the project's error."""
+    return run_session(spec, session_dir, cache_dir, events, write_result_files)
+
+
+def write_result_files(session_dir: Path, multi: MultiResult) -> None:
+    """result.json (every symptom's culprit), then report.md and report.html."""
+    from vllm_bisect.report.render import write_reports
+
+    BisectReport.of(multi.result).model_copy(update={"culprits": culprit_docs(multi)}).write(
+        session_dir / "result.json")
+    write_reports(session_dir)

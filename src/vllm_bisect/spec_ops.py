@@ -1,0 +1,95 @@
+"""The spec's ``[ops]``, ``[parallel]`` and ``[explain]`` tables: how a run is operated, where
+commits are tested, and the profile at the end. None of them is in the measurement key.
+Re-exported by ``vllm_bisect.spec``."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from vllm_bisect.spec_build import _Model
+
+__all__ = ["SIZE_PATTERN", "ExecutorKind", "ExplainSpec", "OpsSpec", "ParallelSpec"]
+
+
+SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*[KkMmGgTt]?[Bb]?\s*$"  # "4G", "500M", "1024"
+
+
+class ExplainSpec(_Model):
+    """``vllm-bisect explain``: the culprit's profile against its parent's."""
+
+    # run it at the end of ``run`` when a single culprit was found
+    profile: bool = False
+    # profiled server starts per side (the run-to-run spread needs at least 2)
+    servers_per_side: int = Field(default=2, ge=1, le=8)
+
+
+class OpsSpec(_Model):
+    """``[ops]``: how a run is operated. Nothing here changes a measurement, so nothing here
+    is in the measurement key: change any of it and cached measurements are reused."""
+
+    # seconds until a started server must answer /health
+    startup_timeout_s: float = Field(default=900.0, gt=0)
+    # seconds a probe request may wait for its next bytes before it counts as hung
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    # the total time one request may take: request_deadline_s if set, else
+    # request_timeout_s + (max_tokens or 16384) / min_tokens_per_s (a stream slower than
+    # that pace, or one that never ends, is a probe error: the commit is skipped)
+    request_deadline_s: float | None = Field(default=None, gt=0)
+    min_tokens_per_s: float = Field(default=1.0, gt=0)
+    # seconds `vllm bench` may run ([probe.bench])
+    bench_timeout_s: float = Field(default=1800.0, gt=0)
+    # one server start-up at a time per GPU set on this host (vLLM's memory profiling
+    # counts another starting server's memory against itself)
+    serialize_startup: bool = True
+    # a server that dies or a probe that fails (not an unbuildable commit) is tried again on
+    # a fresh server this many times before the commit counts as a skip; not with
+    # verdict.symptom = "crash", where the failure is the symptom
+    retries: int = Field(default=2, ge=0, le=10)
+    # prefetch the next possible commits' artifacts while one is probed (None: on for
+    # wheel and image builds, whose cost is I/O; off for source builds, which compete with
+    # the probe for CPU)
+    prefetch: bool | None = None
+    # artifact cache size cap, LRU eviction that keeps the session's endpoints ("200G")
+    cache_max_size: str | None = None
+    # image builds: the host's Hugging Face cache, mounted so weights load once ("": none)
+    hf_cache: str = "~/.cache/huggingface"
+    # network reads have a total deadline and a size cap, not only a per-read timeout (a
+    # server that drips bytes or sends gigabytes is a skip, never a hang): seconds one wheel
+    # download may take in all (a 500 MB wheel at 150 KB/s), one index page (metadata.json,
+    # a PEP 503 page) in all
+    download_deadline_s: float = Field(default=3600.0, gt=0)
+    index_deadline_s: float = Field(default=120.0, gt=0)
+    # the largest wheel downloaded, and what it may unpack to (vLLM's wheels are well under
+    # both): a larger one is refused before anything of it is installed
+    max_wheel_size: str = Field(default="4G", pattern=SIZE_PATTERN)
+    max_unpacked_size: str = Field(default="16G", pattern=SIZE_PATTERN)
+
+
+    def deadline_s(self, max_tokens: int | None) -> float:
+        """The total deadline of one request that asks for ``max_tokens`` (None: unbounded)."""
+        if self.request_deadline_s is not None:
+            return self.request_deadline_s
+        return self.request_timeout_s + (max_tokens or 16384) / self.min_tokens_per_s
+
+
+class ExecutorKind(StrEnum):
+    LOCAL = "local"
+    RAY = "ray"
+
+
+class ParallelSpec(_Model):
+    """How many commits to test at once, and where. Not part of the measurement key: a
+    commit measured by any worker is the same measurement."""
+
+    # workers on this host (without gpus: that many simulator or CPU workers)
+    workers: int = Field(default=1, ge=1, le=64)
+    # "auto", "0,1,2,3" or [0, 1, 2, 3]: each worker gets gpus_per_probe of them
+    gpus: str | list[int] | None = None
+    gpus_per_probe: int = Field(default=1, ge=1, le=64)
+    executor: ExecutorKind = ExecutorKind.LOCAL
+    # Ray: "auto" (a running cluster), "ray://host:port", or None (start a local one)
+    ray_address: str | None = None
+    # custom resources each evaluation needs, e.g. {"arch_aarch64": 1} or {"sm_121": 1}
+    ray_resources: dict[str, float] = Field(default_factory=dict)

@@ -1,0 +1,113 @@
+"""The spec's ``[verdict]`` table: what is judged (``Symptom``), how (``Strategy``), and the
+keys of each strategy. Re-exported by ``vllm_bisect.spec``."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from vllm_bisect.spec_build import _Model
+
+__all__ = ["Strategy", "Symptom", "VerdictSpec", "output_token_floor"]
+
+
+class Symptom(StrEnum):
+    LENGTH = "length"
+    ITL = "itl"
+    CORRECTNESS = "correctness"  # greedy output differs from the good endpoint's
+    THROUGHPUT = "throughput"    # output tok/s under probe.load fell
+    MTP_SPEEDUP = "mtp-speedup"  # speculative vs plain decode speed fell below a floor
+    CRASH = "crash"              # the server died or the probe failed (instead of a skip)
+    TTFT = "ttft"                # time to first token rose (probe.prompt_tokens: a long prefill)
+    MEMORY = "memory"            # KV cache capacity fell / memory rose at start-up, or it OOMs
+    ANY = "any"                  # length or itl
+
+
+class Strategy(StrEnum):
+    """How commits are judged: one measurement against thresholds, a sequential test on
+    per-request samples, or a posterior over the culprit for flaky symptoms."""
+
+    AUTO = "auto"            # chosen from the symptom (see VerdictSpec.strategy)
+    THRESHOLD = "threshold"
+    SEQUENTIAL = "sequential"
+    BAYES = "bayes"
+    TWOLEVEL = "twolevel"
+
+
+class VerdictSpec(_Model):
+    symptom: Symptom = Symptom.ANY
+    # several symptoms, one first-bad commit each, from the same measurements (bisect.multi;
+    # empty: `symptom` alone). `symptom` becomes the first.
+    symptoms: list[Symptom] = Field(default_factory=list)
+    # after a culprit of itl / throughput / mtp-speedup: test the bad end against it with the
+    # same noise-aware test and, when still clearly worse, bisect the rest (bisect.multi)
+    rest_check: bool = True
+    # two-level: a commit off the good end by the factor is BAD (a plateau between two steps;
+    # at the final pair's bound it asks for the fall-back first: verdict/twolevel.py)
+    plateau: bool = True
+    min_output_tokens: int | None = Field(default=None, ge=1)
+    max_itl_ms: float | None = Field(default=None, gt=0)
+    itl_factor: float | None = Field(default=None, gt=1.0)
+    # "sequential": calibrate both endpoints with calibration_samples requests each, then
+    # judge each commit by a sequential probability ratio test on per-request ITL, sampling
+    # more on the same server until it decides (max_samples: undecided -> skip); alpha bounds
+    # the chance of any mislabel over the whole bisect. Needs symptom = "itl".
+    # "bayes": for flaky symptoms (a crash, a cap in some runs only): run both endpoints
+    # calibration_runs times to learn how often the symptom shows, keep a posterior over the
+    # culprit, run the commit with the largest expected information gain (again if need be),
+    # stop when one commit holds `confidence` of it (or after max_runs)
+    # "twolevel": the two-level sequential test (a server level plus per-request noise):
+    # at least two servers per endpoint, then per commit more requests or a fresh server,
+    # whichever reduces the doubt more per cost, until the evidence is clear; itl_factor /
+    # throughput_factor (else 1 + min_effect) is the smallest change that matters.
+    # "auto" (the default): length, correctness -> threshold; crash -> bayes; itl,
+    # throughput, mtp-speedup -> twolevel; any -> threshold
+    strategy: Strategy = Strategy.AUTO
+    # twolevel: a server start costs this many probe requests (picks requests vs servers)
+    server_cost: float = Field(default=3.0, gt=0.0, le=1000.0)
+    max_servers: int = Field(default=12, ge=1, le=100)
+    confidence: float = Field(default=0.99, gt=0.5, lt=1.0)
+    calibration_runs: int = Field(default=4, ge=1, le=100)
+    # auto, length / correctness: the bad endpoint runs up to this many times (fresh servers)
+    # until it shows the symptom (`run`: missed first, then shown -> bayes; the hook: until
+    # shown and missed, some runs only -> refused) (1: no repeats and no re-checks, for a
+    # symptom known to be deterministic)
+    intermittent_runs: int = Field(default=8, ge=1, le=100)
+    # auto, length / correctness under `run`: after the threshold search the culprit's
+    # parent runs this many more times (a flaky symptom looks good); shown in any -> bayes.
+    # 1 keeps a deterministic cap at plain bisect's cost + 3 server starts; raise it for a
+    # symptom suspected flaky (docs/benchmarks.md prices 1, 2, 3)
+    recheck_runs: int = Field(default=1, ge=0, le=100)
+    max_runs: int = Field(default=60, ge=1, le=10000)
+    calibration_samples: int = Field(default=5, ge=5, le=400)
+    max_samples: int = Field(default=40, ge=3, le=1000)
+    alpha: float = Field(default=0.01, gt=0.0, lt=0.5)
+    min_effect: float = Field(default=0.05, ge=0.0)
+    # throughput: bad when output tok/s < the good endpoint's / throughput_factor, or below
+    # min_throughput_tok_s
+    throughput_factor: float | None = Field(default=None, gt=1.0)
+    min_throughput_tok_s: float | None = Field(default=None, gt=0)
+    # mtp-speedup: bad when speculative / plain output tok/s < min_mtp_speedup (e.g. 1.5)
+    min_mtp_speedup: float | None = Field(default=None, gt=0)
+    # ttft: bad when time to first token > ttft_factor x the good endpoint's (or > max_ttft_ms)
+    ttft_factor: float | None = Field(default=None, gt=1.0)
+    max_ttft_ms: float | None = Field(default=None, gt=0)
+    # memory: bad when the KV cache capacity (tokens) at start-up falls below the good
+    # endpoint's / memory_factor, or weights / peak memory rise above its x memory_factor, or
+    # the server runs out of memory starting (verdict/memory.py)
+    memory_factor: float = Field(default=1.1, gt=1.0)
+    # once the culprit is found, re-measure it and its parent on fresh servers with this many
+    # requests each; the report's effect and its 95% CI come from these samples (0: skip)
+    verify_samples: int = Field(default=10, ge=0, le=1000)
+
+
+def output_token_floor(given: int | None, max_tokens: int | None,
+                       send_max_tokens: bool = True) -> int | None:
+    """The one output-token floor: the fewest output tokens a request should return, ``given``
+    if set, else the ``max_tokens`` the probe sends (None: no floor). The verdict's length
+    floor (``verdict.min_output_tokens``), the probe's own (``probe.min_tokens``) and the
+    ``min_tokens`` a request asks the server for all come from here."""
+    if given is not None:
+        return given
+    return max_tokens if send_max_tokens else None

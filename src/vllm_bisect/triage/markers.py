@@ -1,0 +1,125 @@
+"""The words that give a ref its role: before it, after it, in its clause or table row, or
+as a label line above it. Each pattern is a grammar decision with its reason in a comment;
+all are linear (bounded repetitions, no nested quantifiers)."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+
+
+class Role(StrEnum):
+    GOOD = "good"
+    BAD = "bad"
+    FIXED = "fixed"      # fix report: the commit/version where the problem is gone
+    PROBLEM = "problem"  # fix report: a commit/version that still has it (e.g. "pre-fix main")
+
+
+FILLER = re.compile(
+    r"(?:(?<![A-Za-z0-9])(?:vllm|vllm-ascend|sglang|trtllm|tensorrt-llm|version|versions|release|"
+    r"releases|tag|the|commit|id|merge|pr|main|nightly|nightlies|build|built|image|docker|wheel|"
+    r"rocm|ascend|stable|latest|eg|branch|from|this|my|our|vllm-openai|lmsysorg|nvcr|#\d{1,7})"
+    r"|参考|参见|版本|为"
+    r"|[\s`*_:=,(（)\[\]/#.\-]|\d)$", re.IGNORECASE)
+BEFORE = (
+    (Role.PROBLEM, re.compile(r"(?:pre-?fix|before the fix|without the fix|unfixed|修复前的?|"
+                              r"修复之前的?)$", re.IGNORECASE)),
+    (Role.FIXED, re.compile(r"(?:(?:fixed|resolved|addressed|solved)\s{1,3}(?:by|in|on|with|at)|"
+                            r"(?:修复|the\s{1,3}fix)\s{0,3}(?:已|was\s{1,3})?(?:合并|合入|merged|landed)|"
+                            r"(?:with|after) the fix|post-?fix|修复[:：]?|已修复|修复后的?)$",
+                            re.IGNORECASE)),
+    (Role.GOOD, re.compile(
+        r"(?:last\s{1,3}(?:known\s{1,3})?(?:good|healthy|working|ok|fast)|"
+        r"(?<!first )(?<!first\s)\bgood|\bworks?\s{1,3}(?:(?:fine|well|correctly|ok)\s{1,3})?"
+        r"(?:on|with|in)|"
+        r"\bfine\s{1,3}(?:on|with|in)|prior\s{1,3}to|\bbefore(?:\s{1,3}(?:update|upgrading))?|"
+        r"downgrad\w{0,6}\s{1,3}to|revert\w{0,4}\s{1,3}(?:back\s{1,3})?to|"
+        r"roll\w{0,4}\s{1,3}back\s{1,3}to|does\s{1,3}not\s{1,3}occur\s{1,3}in|"
+        r"doesn't\s{1,3}occur\s{1,3}in|not\s{1,3}(?:reproduc\w{0,5}|occur\w{0,3})\s{1,3}(?:on|in|with)|"
+        r"\bno\s{1,3}(?:such\s{1,3})?(?:issues?|problems?|errors?)\s{1,3}with\s{1,3}(?:prior|previous)?|"
+        r"\bold|\bnormal|baseline|(?:slower|worse|behind)\s{1,3}than|✅|✔|正常|回退到|降级到|"
+        # "(ok in 0.7.2)": a verdict word with a preposition binds forward, to the ref after it
+        r"\b(?:ok|okay|fine|normal|correct)\s{1,3}(?:on|with|in|at)|"
+        # "when the version is higher than 0.5.3": a bound on the version: X is the last good
+        r"\bversions?\s{1,3}(?:is\s{1,3}|are\s{1,3})?(?:higher|newer|later|greater)\s{1,3}than|"
+        # an A/B's control arm is the reference (the good end); its treatment the change
+        r"\bcontrol(?:\s{1,3}(?:arm|group|run|build))?)$",
+        re.IGNORECASE)),
+    (Role.BAD, re.compile(
+        r"(?:upgrad\w{0,5}\s{1,3}to|updat\w{0,5}\s{1,3}to|chang\w{0,5}\s{1,3}to|"
+        r"switch\w{0,5}\s{1,3}to|mov\w{0,5}\s{1,3}to|bump\w{0,5}\s{1,3}to|\bafter|\bsince|"
+        r"starting\s{1,3}(?:with|from|at|in)|first\s{1,3}(?:bad|broken|regressed|slow)|"
+        r"first\s{1,3}(?:observed|seen|noticed)\s{1,3}(?:regressed|bad|broken|slow)?\s{0,3}"
+        r"(?:at|in|on|with)?|regress\w{0,4}\s{1,3}(?:at|in|on|with|since)|"
+        r"broken\s{1,3}(?:at|in|on|with)|(?<!not )occurs?\s{1,3}in|introduced\s{1,3}(?:in|by)|"
+        r"first\s{1,3}in|still\s{1,3}present\s{1,3}in|(?:appears|shows\s{1,3}up)\s{1,3}"
+        r"(?:after|in|on|with)|with\s{1,3}this(?:\s{1,3}pr)?|(?:faster|better)\s{1,3}than|"
+        r"(?:slower|worse|regressed)\s{1,3}(?:from|since|after|at)|\bnew|\bbad|❌|✗|✘|变慢的?|升级到|"
+        r"\bnow\s{1,3}(?:with|on|in)|"
+        r"换成|切换到|"
+        # "升级 v0.11.0rc1 后": upgrading names the version upgraded to
+        r"升级(?:到|至)?|"
+        # "is slower on X", "fails on X", "crashes with X": the failure is at X
+        r"(?:slower|worse|slow|broken|fails?|failing|crash\w{0,2}|hangs?)\s{1,3}(?:on|in|with)|"
+        # "this PR" in a results table is the change under test (not "before/prior to this PR")
+        r"(?<!before )(?<!without )(?<!to )(?<!than )\bthis\s{1,3}(?:pr|commit|change|patch|branch)|"
+        r"\btreatment(?:\s{1,3}(?:arm|group|run|build))?)$", re.IGNORECASE)),
+)
+AFTER_FIXED = re.compile(r"问题(?:已经)?(?:消失|解决)|(?:issue|problem|regression|bug)\s{1,3}"
+                         r"(?:is\s{1,3}|was\s{1,3}|has\s{1,3}been\s{1,3})?(?:gone|fixed|resolved)",
+                         re.IGNORECASE)
+AFTER = (
+    (Role.GOOD, re.compile(r"^[\s:：)）(（-]{0,4}(?:✅|✔|正常|没问题|\(good\)|"
+                           # "X (ok in Y)": the verdict is Y's (BEFORE), not X's
+                           r"(?:ok|fine)\b(?!\s{1,3}(?:on|with|in|at)\b))|"
+                           r"\b(?:is|was|works?|worked)\s{1,3}(?:fine|ok|good|well|fast|normal|healthy|"
+                           r"true|correctly)\b(?!\s{1,3}(?:on|with|in|at)\b)|"
+                           # "X (works well)", "X (correct output)": a verdict in brackets is X's
+                           r"^[\s`*_]{0,4}[(（]\s{0,2}(?:works?|worked|good|ok|fine|fast|correct|normal|"
+                           r"healthy|passing|passes)\b(?!(?:\s{1,3}\w{1,12})?\s{1,3}(?:on|with|in|at)\b)|"
+                           r"\bproduces?\s{1,3}(?:the\s{1,3})?(?:expected|correct|normal)|"
+                           r"^\W{0,4}before\s{1,3}the\s{1,3}(?:change|pr|commit)|"
+                           r"\bgives\s{1,3}(?:much\s{1,3})?better|\bfaster\s{1,3}than|\bbaseline\b|"
+                           # "X (pre-regression control)": named as the reference before it
+                           r"^\W{0,4}(?:pre-?regression|pre-?change|control)\b",
+                           re.IGNORECASE)),
+    (Role.BAD, re.compile(r"^[\s:：)）(（-]{0,4}(?:❌|✗|✘|变慢|慢|\(bad\))|"
+                          # "X (gibberish output)", "X (crashes)": a failure in brackets is X's
+                          r"^[\s`*_]{0,4}[(（][^()（）]{0,30}?\b(?:gibberish|garbage|garbled|broken|"
+                          r"fails?|failing|failed|crash\w{0,3}|errors?|wrong|slow\w{0,2}|"
+                          r"regress\w{0,4}|bad|OOM|hangs?)\b|"
+                          r"^\W{0,4}(?:adds?|with|after)\s{1,3}the\s{1,3}change|"
+                          r"\b(?:is|are|was|were)\s{1,3}(?:just\s{1,3}as\s{1,3})?(?:slow|slower|broken|"
+                          r"bad|worse|regressed)\b|\bslower\s{1,3}than|\bdrops?\b|\blags?\b|"
+                          r"\b(?:very|incredibly|extremely|really|significantly)\s{1,3}(?:low|slow)\b|"
+                          r"(?<!pre-)(?<!pre)\bregress\w{0,4}\b|劣化|下降|变慢|"
+                          r"^\W{0,4}treatment\b", re.IGNORECASE)),
+)
+SEGMENT = (
+    (Role.GOOD, re.compile(r"✅|✔|✓|正常|没问题|\(good\)")),
+    (Role.BAD, re.compile(r"❌|✗|✘|变慢|\(bad\)")),
+)
+ROW = (  # a table row is about its one ref: words mark it too
+    # "Parent `07f326c`": the parent of the culprit is the last good commit
+    (Role.GOOD, re.compile(r"\bOK\b|\bbaseline\b|\bfast\b|\bgood\b|\bworks\b|\bfine\b|\bparent\b",
+                           re.IGNORECASE)),
+    (Role.BAD, re.compile(r"回归|劣化|\bregress\w{0,4}|\bslow\w{0,2}\b|\bbad\b|\bbroken\b|"
+                          r"\bworse\b|\bdegrad\w{0,5}", re.IGNORECASE)),
+)
+COMPARE = re.compile(r"^(?:相比|相较于?|对比|compared\s{1,3}(?:to|with)|vs\.?|versus)$", re.IGNORECASE)
+LABEL_LINE = re.compile(r"^[\s#>*_-]{0,8}(?P<label>before(?:\s{1,3}(?:update|upgrade))?|"
+                        r"after(?:\s{1,3}(?:update|upgrade))?|good|bad|old|new|control|treatment|"
+                        r"修复前|修复后)"
+                        r"[\s*_:：]{0,6}$", re.IGNORECASE)
+LABEL_ROLE = {"before": Role.GOOD, "good": Role.GOOD, "old": Role.GOOD, "after": Role.BAD,
+              "bad": Role.BAD, "new": Role.BAD, "control": Role.GOOD, "treatment": Role.BAD,
+              "修复前": Role.PROBLEM, "修复后": Role.FIXED}
+CLAUSE_END = re.compile(r"[.!?](?=\s|$)|\.(?=[A-Z])|[;；。！？，]|\bbut\b|\bwhile\b|\bwhereas\b|"
+                        r"\bhowever\b")
+ARROW = re.compile(r"^(?:to|→|->|=>|⇒|到|升级到)$", re.IGNORECASE)
+TABLE_RULE = re.compile(r"^\s*\|?(?:\s*:?-{2,}:?\s*\|)+\s*:?-{0,}:?\s*\|?\s*$")
+
+# "before the v0.12 upgrade", "since the 0.9.2 update": the upgrade went to X, so X is the bad
+# end whatever word ("before", "after", "since") stands in front of it
+UPGRADE_NOUN = re.compile(r"^[\s`*_]{0,3}(?:upgrade|update|bump|migration|rollout|升级)\b",
+                          re.IGNORECASE)
