@@ -114,8 +114,9 @@ def real(n: int, seed: int) -> None:
     from vllm_bisect.spec import dump_spec, parse_spec
 
     rng = random.Random(seed)
-    print("| history | planted | culprit found | top delta | explain server starts |")
-    print("|---|---|---|---|---|")
+    print("| history | planted | culprit found | top delta | explain server starts (said) | "
+          "server logs under explain/ (counted) | bisect server starts |")
+    print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(n):
             plant = draw(rng, (0.6, 1.0), (CHANGES[i % 3],))  # each kind in turn
@@ -146,7 +147,13 @@ def real(n: int, seed: int) -> None:
                   f"{doc.get('first_bad') == h.planted['kernel']} | "
                   f"{top.get('key')} {top.get('kind')} "
                   f"({'right' if top.get('key') == plant.key else 'WRONG'}) | "
-                  f"{ex.get('server_starts')} |", flush=True)
+                  f"{ex.get('server_starts')} | {_started(Path(tmp) / f'session{i}')} | "
+                  f"{doc.get('server_starts')} |", flush=True)
+
+
+def _started(session: Path) -> int:
+    """The servers explain really started: one serve log each under explain/logs/."""
+    return len(list((session / "explain" / "logs").glob("*/serve-*.log")))
 
 
 def main() -> None:

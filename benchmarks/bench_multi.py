@@ -84,7 +84,7 @@ def make_scenario(t: Trial) -> tuple[StepsScenario, set[int], set[int]]:
 
 def spec_for(arm: str) -> BisectSpec:
     symptoms = ["length", "itl"] if arm == "length+itl" else [arm.split(",")[0]]
-    verdict: dict[str, object] = {"symptoms": symptoms, "itl_factor": 1.15, "plateau": True,
+    verdict: dict[str, object] = {"symptoms": symptoms, "itl_factor": 1.15,
                                   "verify_samples": 0, "rest_check": "no rest" not in arm}
     # the ITL arms probe as the two-symptom run does (one request first, more on demand)
     return parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},

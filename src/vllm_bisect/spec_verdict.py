@@ -43,9 +43,9 @@ class VerdictSpec(_Model):
     # after a culprit of itl / throughput / mtp-speedup: test the bad end against it with the
     # same noise-aware test and, when still clearly worse, bisect the rest (bisect.multi)
     rest_check: bool = True
-    # two-level: a commit off the good end by the factor is BAD (a plateau between two steps);
-    # opt-in, see docs/benchmarks.md (as the default it broke the pair-bound fall-back)
-    plateau: bool = False
+    # two-level: a commit off the good end by the factor is BAD (a plateau between two steps;
+    # at the final pair's bound it asks for the fall-back first: verdict/twolevel.py)
+    plateau: bool = True
     min_output_tokens: int | None = Field(default=None, ge=1)
     max_itl_ms: float | None = Field(default=None, gt=0)
     itl_factor: float | None = Field(default=None, gt=1.0)

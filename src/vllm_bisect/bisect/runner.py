@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vllm_bisect.bisect.driver import BisectResult, Driver, EventHandler
+from vllm_bisect.bisect.endpoint_env import EndpointEnvEvents
 from vllm_bisect.bisect.measurement.evaluate import Evaluator
 from vllm_bisect.bisect.measurement.executor import (
     Executor,
@@ -93,6 +94,8 @@ def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: E
                       and len(slots) == 1 else None)
         evaluator = Evaluator(spec, prefetcher or builder, session.logs, session.journal,
                               session.id, on_phase=events.on_phase)
+        # the endpoints' environment diff, told before the first search step (issue 28)
+        events = EndpointEnvEvents(events, evaluator.artifacts, session_dir)
         cache = ResultCache(cache_dir / "results.sqlite")
         try:
             executor = make_executor(spec, evaluator, session_dir, cache_dir, session.id,

@@ -1,27 +1,24 @@
 """The two endpoints' environments side by side: installed packages, ``VLLM_*`` variables as
 the server logged them (or was given them), CUDA, driver and GPU clocks where available.
 
-Packages are read from the artifact's venv without running anything (each distribution's
-``*.dist-info`` metadata in its site-packages). An image's packages are not listed here
-(that needs one more container start per side); a command or URL artifact has no
-environment vllm-bisect can see.
+Packages come from :mod:`vllm_bisect.builders.packages` (a venv read in place, an image's
+listed by one short container run); a command or URL artifact has no environment
+vllm-bisect can see.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from vllm_bisect.builders import Artifact, ArtifactKind
+from vllm_bisect.builders.packages import NOTABLE, artifact_packages, venv_packages
 
-# packages whose change moves kernels under vLLM: a change here is a dependency's, not vLLM's
-NOTABLE = ("torch", "flashinfer", "triton", "xformers", "cuda", "nvidia-", "cupy", "deep-gemm",
-           "deep_gemm", "vllm-flash-attn", "transformers")
+__all__ = ["NOTABLE", "SideEnv", "artifact_packages", "env_diff", "env_lines", "gpu_info",
+           "logged_vars", "venv_packages"]
+
 LOGGED_VAR = re.compile(r"\b(VLLM_[A-Z0-9_]+)=(\S+)")
 LOGGED_ITEM = re.compile(r"'(VLLM_[A-Z0-9_]+)':\s*'([^']*)'")
 SMI_FIELDS = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm"
@@ -33,28 +30,6 @@ class SideEnv:
     vllm_vars: dict[str, str]
     gpu: dict[str, str] | None
     notes: list[str] = field(default_factory=list)
-
-
-def venv_packages(venv: Path) -> dict[str, str]:
-    """name -> version of every distribution in the venv's site-packages."""
-    out: dict[str, str] = {}
-    for sp in sorted(venv.glob("lib/python*/site-packages")):
-        for dist in importlib.metadata.distributions(path=[str(sp)]):
-            name = dist.metadata["Name"]
-            if name:
-                out[str(name).lower().replace("_", "-")] = dist.version
-    return out
-
-
-def artifact_packages(artifact: Artifact) -> tuple[dict[str, str] | None, str | None]:
-    """The artifact's packages, or None and why not."""
-    if artifact.venv is not None and artifact.venv.is_dir():
-        return venv_packages(artifact.venv), None
-    if artifact.kind is ArtifactKind.IMAGE:
-        return None, (f"image {artifact.image}: packages not listed (one more container start "
-                      f"per side); compare with `docker run --rm --entrypoint pip "
-                      f"{artifact.image} list`")
-    return None, f"a {artifact.kind.value} artifact: its packages are not visible"
 
 
 def logged_vars(log_text: str, given: dict[str, str]) -> dict[str, str]:

@@ -27,7 +27,7 @@ from vllm_bisect.bisect.measurement.probe_steps import (
 )
 from vllm_bisect.bisect.policies.base import MoreSamples
 from vllm_bisect.bisect.state.journal import SessionJournal
-from vllm_bisect.builders import ArtifactKind, Builder
+from vllm_bisect.builders import Artifact, ArtifactKind, Builder
 from vllm_bisect.builders.base import prepare
 from vllm_bisect.envinfo import fingerprint
 from vllm_bisect.errors import (
@@ -66,6 +66,9 @@ class Evaluator:
         self.steps = server_steps(spec)
         self._docker: docker.DockerClient | None = None
         self._docker_lock = threading.Lock()
+        # commit -> the artifact this run prepared for it (the endpoints' environment diff
+        # reads them: bisect/endpoint_env.py); written by the worker threads
+        self.artifacts: dict[str, Artifact] = {}
 
     def container_client(self) -> docker.DockerClient:
         """The docker client for the container runtime (created on first use; reaps orphans)."""
@@ -114,6 +117,7 @@ class Evaluator:
             raise
         except Exception as err:  # a bug or an unforeseen input: skip this commit only
             return self._internal(call, "preparing its artifact", err, env, None)
+        self.artifacts[commit] = artifact
         call = dataclasses.replace(call, artifact=artifact)
         try:
             return self._measure(call, env, cancelled)

@@ -102,7 +102,8 @@ class TwoLevelPolicy(ThresholdPolicy):
         self.strict_spent += 1
         return replace(self._unlearned(self.learned.get(commit)),
                        alpha_total=self.v.alpha / 2 ** self.strict_spent,
-                       expected_steps=1, lone_server=PAIR_LONE_SERVER, good_gate=False)
+                       expected_steps=1, lone_server=PAIR_LONE_SERVER, good_gate=False,
+                       step_decides=False)
 
     def _unlearned(self, own: list[Group] | None) -> CommitTest:
         """The current test with a commit's servers (learned earlier) taken out of its model."""
@@ -155,7 +156,9 @@ class TwoLevelPolicy(ThresholdPolicy):
         # pair_bound: precise enough for the first decision at the bound (alpha / 2)
         threshold = math.log((2 if self.pair_bound else tests) / v.alpha)
         cal = _Calibration(self, runs, tests)
-        step = cal.until_decided(threshold)
+        # a fall-back: the plateau evidence may have to decide (the good end precise for it)
+        step = cal.until_decided(threshold, log_min_change(v) if v.plateau and self.recalibrate
+                                 else 0.0)
         self.reason = step.reason
         self.recalibrate = False
         self.learned.clear()
@@ -167,9 +170,10 @@ class TwoLevelPolicy(ThresholdPolicy):
                                     max_servers=v.max_servers,
                                     server_cost=v.server_cost,
                                     requests_help=per_request(self.symptom),
-                                    # a plateau: BAD (verdict.plateau, opt-in)
+                                    # a plateau: BAD (verdict.plateau); the gate on
+                                    # GOOD after a fall-back only (verdict/twolevel.py)
                                     step_change=log_min_change(v) if v.plateau else 0.0,
-                                    good_gate=v.plateau)
+                                    good_gate=v.plateau and not self.pair_bound)
         cal.record()
         if step.status is CalStatus.REFUSE:
             g, b = cal.groups[cal.old_sha], cal.groups[cal.new_sha]
@@ -366,7 +370,7 @@ class _Calibration:
             self.groups[sha].append(s)
             self.last[sha] = ev
 
-    def until_decided(self, threshold: float) -> CalStep:
+    def until_decided(self, threshold: float, step_change: float = 0.0) -> CalStep:
         """Servers until the calibration is ready or refuses; its last step."""
         p, v = self.p, self.p.v
         todo = [sha for sha in self.roles if not self.groups[sha]]
@@ -380,7 +384,7 @@ class _Calibration:
                 # a fix search: the new end is the one without the problem
                 direction=direction(p.symptom) * (-1 if p.terms.fix else 1),
                 threshold=threshold, max_servers=CALIBRATION_SERVERS, server_cost=v.server_cost,
-                precision=PAIR_PRECISION if p.pair_bound else 3.0)
+                precision=PAIR_PRECISION if p.pair_bound else 3.0, step_change=step_change)
             logger.info("%s", step.reason)
             if step.status is not CalStatus.MORE:
                 return step

@@ -1,0 +1,107 @@
+"""The two endpoints' environments, told before the search (issue 28).
+
+When the endpoints differ in more than vLLM itself (torch, flashinfer, triton, ...), the
+regression may be a dependency's, and a maintainer wants to know that before the search
+spends its server starts: :class:`EndpointEnvEvents` sits around the run's event handler and,
+right before the first search step, passes one line on (``on_phase``; the CLI prints it)
+from the artifacts this run prepared for the endpoints (a venv read in place, an image's
+packages listed by one short container run: :mod:`vllm_bisect.builders.packages`). It never
+builds: an endpoint served from the result cache has no artifact here, and no line is told.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from vllm_bisect.bisect.events import EventHandler
+from vllm_bisect.bisect.forecast_events import SEARCH_ROLES
+from vllm_bisect.bisect.range import CommitInfo, CommitRange
+from vllm_bisect.builders.packages import artifact_packages, beyond_vllm, changed
+from vllm_bisect.models import Outcome
+from vllm_bisect.runtime.base import Artifact
+from vllm_bisect.spec_build import ArtifactKind
+
+logger = logging.getLogger(__name__)
+SHOWN = 6   # changed packages named in the line, at most
+
+
+def _change(name: str, old: str | None, new: str | None) -> str:
+    return f"{name} {old or '(absent)'} -> {new or '(absent)'}"
+
+
+@dataclass(frozen=True)
+class EndpointEnv:
+    """The endpoints' packages (None: not visible) and why one is not."""
+
+    good: dict[str, str] | None
+    bad: dict[str, str] | None
+    notes: tuple[str, ...] = ()
+
+    def line(self, session: Path | str) -> str | None:
+        """What the user is told (None: nothing worth a line)."""
+        if self.good is None or self.bad is None:
+            images = [n for n in self.notes if n.startswith("image ")]
+            return f"endpoints' environments not compared: {'; '.join(images)}" if images \
+                else None
+        changes = changed(self.good, self.bad)
+        beyond = beyond_vllm(changes)
+        if beyond:
+            named = [_change(*c) for c in changes if c[0] in beyond]
+            more = f", and {len(beyond) - SHOWN} more" if len(beyond) > SHOWN else ""
+            return (f"the endpoints' environments differ in more than vLLM "
+                    f"({', '.join(named[:SHOWN])}{more}): see `vllm-bisect deps {session}`")
+        if not changes:
+            return f"the endpoints' environments: the same {len(self.good)} packages"
+        others = [_change(*c) for c in changes if c[0] != "vllm"]
+        vllm = [_change(*c) for c in changes if c[0] == "vllm"]
+        if not others:
+            return f"the endpoints' environments differ in vLLM only ({vllm[0]})"
+        return (f"the endpoints' environments: {vllm[0] if vllm else 'vllm the same'}; also "
+                f"{', '.join(others[:SHOWN])} (none of torch, flashinfer, triton or the like)")
+
+
+def endpoint_env(artifacts: Mapping[str, Artifact], good: str, bad: str) -> EndpointEnv | None:
+    """The two endpoints' packages from their artifacts (None: an endpoint has none here)."""
+    a, b = artifacts.get(good), artifacts.get(bad)
+    if a is None or b is None:
+        return None
+    if a.kind in (ArtifactKind.COMMAND, ArtifactKind.URL) and a.venv is None:
+        return EndpointEnv(None, None)
+    (pa, na), (pb, nb) = artifact_packages(a), artifact_packages(b)
+    return EndpointEnv(pa, pb, tuple(n for n in (na, nb) if n))
+
+
+class EndpointEnvEvents:
+    """An event handler around another: passes everything on, and before the first search
+    step tells the endpoints' environment diff (once a run)."""
+
+    def __init__(self, inner: EventHandler, artifacts: Mapping[str, Artifact],
+                 session: Path) -> None:
+        self.inner, self.artifacts, self.session = inner, artifacts, session
+        self.rng: CommitRange | None = None
+        self.told = False
+        self.env: EndpointEnv | None = None
+
+    def on_range(self, rng: CommitRange) -> None:
+        if self.rng is None:
+            self.rng = rng   # the first search's range: the run's endpoints
+        self.inner.on_range(rng)
+
+    def on_testing(self, commit: CommitInfo, role: str, steps_left: int) -> None:
+        if not self.told and role in SEARCH_ROLES and self.rng is not None:
+            self.told = True
+            self.env = endpoint_env(self.artifacts, self.rng.good.sha, self.rng.bad.sha)
+            line = self.env.line(self.session) if self.env is not None else None
+            if line is not None:
+                logger.info("%s", line)
+                self.inner.on_phase("", line)
+        self.inner.on_testing(commit, role, steps_left)
+
+    def on_phase(self, commit: str, phase: str) -> None:
+        self.inner.on_phase(commit, phase)
+
+    def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
+        self.inner.on_outcome(commit, outcome)

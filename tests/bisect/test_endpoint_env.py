@@ -1,0 +1,73 @@
+"""The endpoints' environment diff, told before the search (issue 28): through the real CLI on
+a synthetic history whose culprit bumps a dependency pin, resolved on a real PEP 503 index on
+127.0.0.1 into real venvs; and the line's wording from package sets."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import write_spec
+from tests.isolate.helpers import source_spec
+from vllm_bisect.bisect.endpoint_env import EndpointEnv
+from vllm_bisect.isolate.synth import dependency_history
+from vllm_bisect.sim.package_index import PackageIndex, build_package
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PackageIndex]:
+    tmp = tmp_path_factory.mktemp("index")
+    dist = tmp / "dist"
+    # a stand-in "torch" whose 2.10.0 caps speculative outputs (the culprit bumps the pin)
+    for v, cap in (("2.9.0", "None"), ("2.10.0", "128")):
+        build_package("torch", v, f'"""stand-in torch {v}"""\nSPEC_OUTPUT_CAP = {cap}\n', dist)
+    with pytest.MonkeyPatch.context() as mp, PackageIndex(dist) as idx:
+        mp.setenv("UV_CACHE_DIR", str(tmp / "uv-cache"))
+        yield idx
+
+
+def test_run_says_the_endpoints_differ_in_torch_before_the_first_step(
+        tmp_path: Path, index: PackageIndex) -> None:
+    h = dependency_history(tmp_path / "vllm", "torch", "2.9.0", "2.10.0", before=2, after=1)
+    spec = write_spec(tmp_path / "spec.toml", source_spec(h, index.url))
+    session = tmp_path / "s"
+    r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec),
+                        "--session", str(session), "--cache-dir", str(tmp_path / "c")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    told = [i for i, line in enumerate(lines) if "differ in more than vLLM" in line]
+    assert len(told) == 1, r.stderr
+    line = lines[told[0]]
+    assert "(torch 2.9.0 -> 2.10.0)" in line and "see `vllm-bisect deps " in line
+    # (the terminal's lines are 160 wide: the session's long path may go on in the next one)
+    assert f"deps{session}`" in "".join(x.strip() for x in lines[told[0]:told[0] + 2])
+    first_step = next(i for i, line in enumerate(lines) if " bisect " in line)
+    endpoints = [i for i, line in enumerate(lines) if " endpoint " in line]
+    assert endpoints and max(endpoints) < told[0] < first_step
+
+
+def test_the_line_names_what_moved() -> None:
+    same = EndpointEnv({"vllm": "1", "numpy": "2"}, {"vllm": "1", "numpy": "2"})
+    assert same.line("S") == "the endpoints' environments: the same 2 packages"
+    only = EndpointEnv({"vllm": "1", "numpy": "2"}, {"vllm": "2", "numpy": "2"})
+    assert only.line("S") == "the endpoints' environments differ in vLLM only (vllm 1 -> 2)"
+    other = EndpointEnv({"vllm": "1", "numpy": "2"}, {"vllm": "2", "numpy": "3", "rich": "1"})
+    text = other.line("S")
+    assert text is not None and "numpy 2 -> 3, rich (absent) -> 1" in text
+    assert "more than vLLM" not in text
+    deps = EndpointEnv({"vllm": "1", "torch": "2.9", "triton": "3.4"},
+                       {"vllm": "2", "torch": "2.10", "triton": "3.5"})
+    text = deps.line("S")
+    assert text is not None and "(torch 2.9 -> 2.10, triton 3.4 -> 3.5)" in text
+    assert "`vllm-bisect deps S`" in text
+    # a command or URL artifact has no visible packages: nothing to say; an image that could
+    # not be listed says why
+    assert EndpointEnv(None, None).line("S") is None
+    failed = EndpointEnv(None, {"vllm": "1"}, ("image r/v:1: its packages could not be listed",))
+    assert failed.line("S") == ("endpoints' environments not compared: image r/v:1: its "
+                                "packages could not be listed")
