@@ -110,8 +110,10 @@ LAYERS: list[set[str]] = [
     {"runtime", "verdict"},
     {"builders", "probes"},
     {"bisect"},
-    {"isolate", "sim", "report", "triage", "compare", "sweep", "demo", "explain", "watch",
-     "runner"},
+    # the report renders result documents; the studies (isolate, explain) write theirs and
+    # hand their sections to it as data, so it sits below them (issue 27)
+    {"report"},
+    {"isolate", "sim", "triage", "compare", "sweep", "demo", "explain", "watch", "runner"},
     {"bot"},
     {"cli"},
 ]

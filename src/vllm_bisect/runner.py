@@ -25,8 +25,12 @@ def run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
 
 def write_result_files(session_dir: Path, multi: MultiResult) -> None:
     """result.json (every symptom's culprit), then report.md and report.html."""
+    from vllm_bisect.isolate.offers import next_questions
     from vllm_bisect.report.render import write_reports
 
-    BisectReport.of(multi.result).model_copy(update={"culprits": culprit_docs(multi)}).write(
+    spec = session_dir / "spec.toml"
+    offers = next_questions(multi.result.first_bad, spec.read_text() if spec.exists() else "")
+    BisectReport.of(multi.result).model_copy(update={
+        "culprits": culprit_docs(multi), "next_questions": offers}).write(
         session_dir / "result.json")
     write_reports(session_dir)

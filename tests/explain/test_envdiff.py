@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_bisect.explain.envdiff import SideEnv, env_diff, env_lines, logged_vars, venv_packages
+from vllm_bisect.explain.envdiff import SideEnv, env_diff, logged_vars, venv_packages
+from vllm_bisect.report.explain_section import env_lines
 
 
 def fake_venv(root: Path, pkgs: dict[str, str]) -> Path:

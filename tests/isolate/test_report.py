@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_bisect.isolate.report import section_html, section_lines
+from vllm_bisect.report.isolate_section import section_html, section_lines
 
 STUDIES: dict[str, Any] = {
     "isolate": {"culprit": "c" * 40, "parent": "p" * 40, "files": ["a.py", "b.py"],

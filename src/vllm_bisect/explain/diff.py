@@ -10,9 +10,9 @@ from typing import Any
 
 from vllm_bisect.explain.stats import compare_sides
 from vllm_bisect.explain.trace import TraceSummary
+from vllm_bisect.report.explain_section import TOTALS
 
 # the totals are shown, never ranked: a kernel that slows moves the busy total too
-TOTALS = ("step:gpu_busy", "step:host", "step:launches")
 SHOWN = (*TOTALS, "step:gpu_idle")
 LEVEL = "step:gpu_level"  # every kernel alike (clocks, or a GPU-wide change)
 MIN_COMMON = 3  # the step table (the idle gap is ranked as well)

@@ -16,7 +16,7 @@ from typing import Any
 
 from vllm_bisect.builders.packages import NOTABLE, artifact_packages, venv_packages
 
-__all__ = ["NOTABLE", "SideEnv", "artifact_packages", "env_diff", "env_lines", "gpu_info",
+__all__ = ["NOTABLE", "SideEnv", "artifact_packages", "env_diff", "gpu_info",
            "logged_vars", "venv_packages"]
 
 LOGGED_VAR = re.compile(r"\b(VLLM_[A-Z0-9_]+)=(\S+)")
@@ -79,36 +79,3 @@ def env_diff(parent: SideEnv, culprit: SideEnv) -> dict[str, Any]:
         "gpu": {"parent": parent.gpu, "culprit": culprit.gpu},
         "notes": sorted(set(parent.notes) | set(culprit.notes)),
     }
-
-
-def env_lines(doc: dict[str, Any]) -> list[str]:
-    """The diff as Markdown lines (the CLI prints them; the report embeds them)."""
-    out = []
-    pkgs = doc.get("packages")
-    if pkgs is None:
-        out.append("- Packages: not compared (" + "; ".join(doc.get("notes") or ["unknown"]) + ")")
-    elif not pkgs:
-        out.append("- Packages: the same versions on both sides")
-    else:
-        out.append("- Packages that differ: " + ", ".join(
-            f"`{c['name']}` {c['parent'] or '(absent)'} -> {c['culprit'] or '(absent)'}"
-            for c in pkgs[:20]) + (f" (and {len(pkgs) - 20} more)" if len(pkgs) > 20 else ""))
-    if doc.get("beyond_vllm"):
-        out.append("- **The endpoints differ in more than vLLM itself** (" +
-                   ", ".join(f"`{n}`" for n in doc["beyond_vllm"]) +
-                   "): a dependency may explain the change; `vllm-bisect deps SESSION` tells a "
-                   "dependency from vLLM code.")
-    vars_ = doc.get("vllm_vars") or []
-    out.append("- `VLLM_*` variables: " + (", ".join(
-        f"`{c['name']}` {c['parent']} -> {c['culprit']}" for c in vars_) if vars_ else
-        "the same on both sides"))
-    torch = doc.get("torch") or {}
-    if torch.get("parent") or torch.get("culprit"):
-        out.append(f"- torch (its CUDA build after the +): parent {torch.get('parent')}, "
-                   f"culprit {torch.get('culprit')}")
-    gpu = doc.get("gpu") or {}
-    if gpu.get("parent") or gpu.get("culprit"):
-        out.append(f"- GPU: parent {gpu.get('parent')}, culprit {gpu.get('culprit')}")
-    else:
-        out.append("- GPU, driver, clocks: no nvidia-smi on this host")
-    return out

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     SerializerFunctionWrapHandler,
     ValidationError,
     model_serializer,
@@ -132,6 +133,8 @@ class BisectReport(_Doc):
     # absent when one search found one culprit and nothing more was checked)
     culprits: list[dict[str, Any]] | None = None
     explain: dict[str, Any] | None = None  # vllm_bisect.explain: the culprit's profile diff
+    # study -> the line offering it (vllm_bisect.isolate.offers, worked out when written)
+    next_questions: dict[str, str] = Field(default_factory=dict)
 
     @model_serializer(mode="wrap")
     def _without_unrun_studies(self, handler: SerializerFunctionWrapHandler) -> Any:

@@ -10,6 +10,7 @@ from typing import Any
 
 from vllm_bisect.errors import SessionError
 from vllm_bisect.models import Measurement, Verdict
+from vllm_bisect.report.isolate_section import section_lines
 from vllm_bisect.report.result import (
     BisectReport,
     JudgedCommit,
@@ -139,8 +140,6 @@ def view(r: SessionReport) -> ReportView:
                       p.subject or "", _cells(p.measurement), p.verdict.value,
                       p.commit == res.first_bad) for p in judged]
     culprit = res.culprit()
-    from vllm_bisect.isolate.report import section_lines
-
     fix = res.search == "fix"
     return ReportView(
         first_bad=res.first_bad, subject=res.first_bad_subject or "",
@@ -160,7 +159,7 @@ def view(r: SessionReport) -> ReportView:
         environment=next((p.environment for p in judged if p.environment), None),
         reproduce=f"vllm-bisect run --spec spec.toml --good {res.good[:12]} --bad {res.bad[:12]}",
         artifact=culprit.artifact if culprit else None, spec_text=r.spec_text.strip(),
-        studies=section_lines(res.model_dump(mode="json"), r.spec_text)
+        studies=section_lines(res.model_dump(mode="json"))
         + extra_sections(res.model_dump(mode="json")))
 
 

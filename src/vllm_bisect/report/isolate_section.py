@@ -5,7 +5,6 @@ culprit's diff from the repository named in the spec (nothing is offered when it
 from __future__ import annotations
 
 import html
-import tomllib
 from typing import Any
 
 
@@ -100,58 +99,15 @@ def knobs_lines(d: dict[str, Any]) -> list[str]:
     return out
 
 
-def offer_lines(result: dict[str, Any], spec_text: str) -> list[str]:
-    """Offer ``isolate`` when the culprit is Python-only and the build can build source."""
-    sha = result.get("first_bad")
-    if not sha or ("isolate" in result and "deps" in result):
-        return []
-    import git
-
-    from vllm_bisect.bisect.range import open_repo
-    from vllm_bisect.errors import BisectError
-    from vllm_bisect.isolate.pins import is_pin_file
-
-    try:
-
-        spec = tomllib.loads(spec_text) if spec_text else {}
-        kind = spec.get("build", {}).get("kind", "source")
-        repo = open_repo(spec.get("range", {}).get("repo", "."))
-        commit = repo.commit(sha)
-        paths = repo.git.diff("--no-renames", "--name-only", commit.parents[0].hexsha,
-                              sha).split()
-    except (BisectError, git.GitError, ValueError, IndexError, OSError, tomllib.TOMLDecodeError):
-        return []  # the offer is a courtesy: no repository (or no such commit), no offer
-    from vllm_bisect.builders.precompiled import is_compiled
-
-    out = []
-    if kind in ("source", "command", "wheel") and not any(is_compiled(p) for p in paths) \
-            and len(paths) > 1 and "isolate" not in result:
-        out.append(f"- Which of its {len(paths)} files? The culprit changes only Python: "
-                   "`vllm-bisect isolate SESSION` finds the smallest set of files and hunks "
-                   "that reproduces the symptom.")
-    if "deps" not in result and _pins_change(commit, [p for p in paths if is_pin_file(p)]):
-        out.append("- The culprit changes dependency pins: `vllm-bisect deps SESSION` tells "
-                   "a dependency from vLLM code and bisects the package's versions.")
+def offer_lines(result: dict[str, Any]) -> list[str]:
+    """The studies offered for the culprit (result.json's ``next_questions``, worked out by
+    vllm_bisect.isolate.offers when the result was written), less those that have run."""
+    offers = result.get("next_questions") or {}
+    out = [f"- {line}" for study, line in offers.items() if study not in result]
     return ["", "Next questions:", *out] if out else []
 
 
-def _pins_change(commit: Any, files: list[str]) -> bool:
-    """Whether ``commit`` changes a pin in ``files`` (not only, say, the version string)."""
-    from vllm_bisect.isolate.pins import pin_changes
-
-    def texts(c: Any) -> dict[str, str]:
-        out = {}
-        for path in files:
-            try:
-                out[path] = c.tree[path].data_stream.read().decode("utf-8", "replace")
-            except KeyError:
-                continue
-        return out
-
-    return bool(files) and bool(pin_changes(texts(commit.parents[0]), texts(commit)))
-
-
-def section_lines(result: dict[str, Any], spec_text: str = "") -> list[str]:
+def section_lines(result: dict[str, Any]) -> list[str]:
     """Every study section of a session's result, then what else could be asked."""
     out: list[str] = []
     if result.get("isolate"):
@@ -160,7 +116,7 @@ def section_lines(result: dict[str, Any], spec_text: str = "") -> list[str]:
         out += deps_lines(result["deps"])
     if result.get("knobs"):
         out += knobs_lines(result["knobs"])
-    return out + offer_lines(result, spec_text)
+    return out + offer_lines(result)
 
 
 def section_html(result: dict[str, Any]) -> str:

@@ -1,12 +1,14 @@
 """The ``explain`` section of report.md/html: the step totals, the deltas beyond the
-run-to-run spread, the plot, where the raw traces are, and the environment diff."""
+run-to-run spread, the plot, where the raw traces are, and the environment diff. The report
+renders the study's result document; the study (vllm_bisect.explain) writes it and takes
+only the step totals' names from here."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from vllm_bisect.explain.diff import TOTALS
-from vllm_bisect.explain.envdiff import env_lines
+# the step table's totals: always shown, never ranked as deltas (explain.diff computes them)
+TOTALS = ("step:gpu_busy", "step:host", "step:launches")
 
 LABELS = {"step:gpu_busy": "GPU busy (all kernels)", "step:gpu_idle": "GPU idle between steps",
           "step:host": "host time of the step", "step:launches": "kernel launches",
@@ -87,4 +89,37 @@ def explain_lines(doc: dict[str, Any]) -> list[str]:
             "Raw traces (open in https://ui.perfetto.dev): " +
             ", ".join(f"`{p}`" for side in ("parent", "culprit") for p in doc["traces"][side]),
             "", "Environment of the two endpoints:", "", *env_lines(doc["environment"])]
+    return out
+
+
+def env_lines(doc: dict[str, Any]) -> list[str]:
+    """The diff as Markdown lines (the CLI prints them; the report embeds them)."""
+    out = []
+    pkgs = doc.get("packages")
+    if pkgs is None:
+        out.append("- Packages: not compared (" + "; ".join(doc.get("notes") or ["unknown"]) + ")")
+    elif not pkgs:
+        out.append("- Packages: the same versions on both sides")
+    else:
+        out.append("- Packages that differ: " + ", ".join(
+            f"`{c['name']}` {c['parent'] or '(absent)'} -> {c['culprit'] or '(absent)'}"
+            for c in pkgs[:20]) + (f" (and {len(pkgs) - 20} more)" if len(pkgs) > 20 else ""))
+    if doc.get("beyond_vllm"):
+        out.append("- **The endpoints differ in more than vLLM itself** (" +
+                   ", ".join(f"`{n}`" for n in doc["beyond_vllm"]) +
+                   "): a dependency may explain the change; `vllm-bisect deps SESSION` tells a "
+                   "dependency from vLLM code.")
+    vars_ = doc.get("vllm_vars") or []
+    out.append("- `VLLM_*` variables: " + (", ".join(
+        f"`{c['name']}` {c['parent']} -> {c['culprit']}" for c in vars_) if vars_ else
+        "the same on both sides"))
+    torch = doc.get("torch") or {}
+    if torch.get("parent") or torch.get("culprit"):
+        out.append(f"- torch (its CUDA build after the +): parent {torch.get('parent')}, "
+                   f"culprit {torch.get('culprit')}")
+    gpu = doc.get("gpu") or {}
+    if gpu.get("parent") or gpu.get("culprit"):
+        out.append(f"- GPU: parent {gpu.get('parent')}, culprit {gpu.get('culprit')}")
+    else:
+        out.append("- GPU, driver, clocks: no nvidia-smi on this host")
     return out
