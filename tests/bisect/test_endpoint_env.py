@@ -4,6 +4,7 @@ a synthetic history whose culprit bumps a dependency pin, resolved on a real PEP
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,10 +31,14 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PackageIndex]:
         yield idx
 
 
+@pytest.mark.parametrize("strategy", ["threshold", "auto"])
 def test_run_says_the_endpoints_differ_in_torch_before_the_first_step(
-        tmp_path: Path, index: PackageIndex) -> None:
+        tmp_path: Path, index: PackageIndex, strategy: str) -> None:
     h = dependency_history(tmp_path / "vllm", "torch", "2.9.0", "2.10.0", before=2, after=1)
-    spec = write_spec(tmp_path / "spec.toml", source_spec(h, index.url))
+    base = source_spec(h, index.url)
+    data = base.model_copy(update={"verdict": base.verdict.model_copy(
+        update={"strategy": strategy})})
+    spec = write_spec(tmp_path / "spec.toml", data)
     session = tmp_path / "s"
     r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec),
                         "--session", str(session), "--cache-dir", str(tmp_path / "c")],
@@ -46,9 +51,17 @@ def test_run_says_the_endpoints_differ_in_torch_before_the_first_step(
     assert "(torch 2.9.0 -> 2.10.0)" in line and "see `vllm-bisect deps " in line
     # (the terminal's lines are 160 wide: the session's long path may go on in the next one)
     assert f"deps{session}`" in "".join(x.strip() for x in lines[told[0]:told[0] + 2])
-    first_step = next(i for i, line in enumerate(lines) if " bisect " in line)
-    endpoints = [i for i, line in enumerate(lines) if " endpoint " in line]
-    assert endpoints and max(endpoints) < told[0] < first_step
+    steps = [i for i, line in enumerate(lines) if " bisect " in line]
+    endpoints = [i for i, line in enumerate(lines)
+                 if re.search(r"s (good|bad) endpoint [0-9a-f]{12} ", line)]
+    assert endpoints and max(endpoints) < told[0]
+    if strategy == "threshold":   # both endpoints run first: told before the first step
+        assert told[0] < steps[0], r.stderr
+    else:   # auto on a cap: the good endpoint is lazy; told at the first commit judged good
+        good = next(i for i, ln in enumerate(lines) if "-> " in ln and " good: " in ln)
+        assert good < told[0] < next(i for i in steps if i > good), r.stderr
+        assert "judged good) and the bad endpoint differ in more than vLLM" in \
+            " ".join(" ".join(lines).split())
 
 
 def test_the_line_names_what_moved() -> None:

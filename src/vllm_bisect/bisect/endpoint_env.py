@@ -7,6 +7,9 @@ right before the first search step, passes one line on (``on_phase``; the CLI pr
 from the artifacts this run prepared for the endpoints (a venv read in place, an image's
 packages listed by one short container run: :mod:`vllm_bisect.builders.packages`). It never
 builds: an endpoint served from the result cache has no artifact here, and no line is told.
+Under ``auto`` on a cap the good endpoint is lazy (bisect/recheck.py: it runs only when the
+search judges no commit good): then the line comes as soon as the good side is known, from
+the first commit the search judges good, named as the reference.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from vllm_bisect.bisect.events import EventHandler
 from vllm_bisect.bisect.forecast_events import SEARCH_ROLES
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.builders.packages import artifact_packages, beyond_vllm, changed
-from vllm_bisect.models import Outcome
+from vllm_bisect.models import Outcome, Verdict
 from vllm_bisect.runtime.base import Artifact
 from vllm_bisect.spec_build import ArtifactKind
 
@@ -83,6 +86,7 @@ class EndpointEnvEvents:
         self.inner, self.artifacts, self.session = inner, artifacts, session
         self.rng: CommitRange | None = None
         self.told = False
+        self.waiting = False   # the good side not known yet (a lazy good endpoint)
         self.env: EndpointEnv | None = None
 
     def on_range(self, rng: CommitRange) -> None:
@@ -91,17 +95,29 @@ class EndpointEnvEvents:
         self.inner.on_range(rng)
 
     def on_testing(self, commit: CommitInfo, role: str, steps_left: int) -> None:
-        if not self.told and role in SEARCH_ROLES and self.rng is not None:
-            self.told = True
-            self.env = endpoint_env(self.artifacts, self.rng.good.sha, self.rng.bad.sha)
-            line = self.env.line(self.session) if self.env is not None else None
-            if line is not None:
-                logger.info("%s", line)
-                self.inner.on_phase("", line)
+        if not self.told and not self.waiting and role in SEARCH_ROLES and self.rng is not None:
+            good, bad = self.rng.good.sha, self.rng.bad.sha
+            if good not in self.artifacts and bad in self.artifacts:
+                self.waiting = True   # the lazy good endpoint: the first commit judged good
+            else:
+                self._tell(good, bad, "")
         self.inner.on_testing(commit, role, steps_left)
+
+    def _tell(self, good: str, bad: str, reference: str) -> None:
+        self.told = True
+        self.env = endpoint_env(self.artifacts, good, bad)
+        line = self.env.line(self.session) if self.env is not None else None
+        if line is not None:
+            line = line.replace("the endpoints' environments", "the environments of "
+                                f"{reference} and the bad endpoint", 1) if reference else line
+            logger.info("%s", line)
+            self.inner.on_phase("", line)
 
     def on_phase(self, commit: str, phase: str) -> None:
         self.inner.on_phase(commit, phase)
 
     def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
         self.inner.on_outcome(commit, outcome)
+        if self.waiting and not self.told and self.rng is not None \
+                and outcome.verdict is Verdict.GOOD and commit.sha in self.artifacts:
+            self._tell(commit.sha, self.rng.bad.sha, f"{commit.sha[:12]} (judged good)")
