@@ -49,6 +49,11 @@ def check_endpoints(t: Tester, good: Outcome | None, bad: Outcome | None) -> Non
         hint = untestable_hint(ev.log if ev else None, good.reason, bool(ev and ev.transient))
         raise NotReproduced(f"the good endpoint {rng.good.sha[:12]} could not be tested: "
                             f"{good.reason}", hint=hint)
+    if bad is not None and bad.verdict is Verdict.SKIP:   # (the lazy good endpoint: the bad first)
+        ev = t.evaluations.get(bad.commit)
+        hint = untestable_hint(ev.log if ev else None, bad.reason, bool(ev and ev.transient))
+        raise NotReproduced(f"the bad endpoint {rng.bad.sha[:12]} could not be tested: "
+                            f"{bad.reason}", hint=hint)
     problems = []
     if good is not None and good.verdict is not Verdict.GOOD:
         problems.append(f"{terms.old} endpoint {rng.good.sha[:12]} judged {good.verdict} "
