@@ -154,11 +154,14 @@ def test_default_spec_under_server_level_noise(tmp_path: Path) -> None:
     hook, log = hook_first_bad(h, spec, tmp_path)
     assert hook == run_first_bad(spec, tmp_path) == h.planted["itl"]
     assert "# skip" not in log
-    # the hook calibrated as the two-level test does: at least two servers per endpoint
+    # the hook calibrated on both endpoints as the two-level test does: servers of both (one
+    # each when "one request decides": a 2x step under 5% noise usually needs a second one,
+    # but a quiet draw, as on a loaded CI machine or on the H200 in docs/validation.md (j),
+    # decides on the first)
     (journal,) = (h.path / ".git" / "vllm-bisect-hook").glob("*/journal.sqlite")
     with sqlite3.connect(journal) as con:
         started = [c for (c,) in con.execute("SELECT commit_sha FROM servers")]
-    assert started.count(h.good) >= 2 and started.count(h.bad) >= 2
+    assert started.count(h.good) >= 1 and started.count(h.bad) >= 1
 
 
 def test_auto_on_a_cap_that_shows_in_some_runs_only_is_refused_as_run_would_go_bayes(
