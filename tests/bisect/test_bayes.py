@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -69,16 +70,26 @@ def simulate(n: int, q: float, seed: int, confidence: float = 0.99) -> tuple[boo
     culprit = rnd.randrange(n)
     bad_runs = [rnd.random() < q for _ in range(6)]
     model = FlakeModel.estimate(sum(bad_runs) or 1, 6, 0, 6)
-    runs: dict[int, list[bool]] = {}
-    for t in range(300):
-        post = posterior(n, runs, model)
+    return search(culprit, q, rnd, {}, lambda runs: (posterior(n, runs, model), model), 300,
+                  confidence)
+
+
+Belief = Callable[[dict[int, list[bool]]], tuple[list[float], FlakeModel]]
+
+
+def search(culprit: int, q: float, rnd: random.Random, runs: dict[int, list[bool]],
+           belief: Belief, limit: int, confidence: float = 0.99) -> tuple[bool, int]:
+    """Run the commit the belief picks (a bad one shows the symptom with probability q) until
+    one commit holds ``confidence``: (that commit is the culprit, runs taken)."""
+    for t in range(limit):
+        post, model = belief(runs)
         top = decided(post, confidence)
         if top is not None:
             return top == culprit, t
         i = next_commit(post, model, set())
         assert i is not None
         runs.setdefault(i, []).append(i >= culprit and rnd.random() < q)
-    return False, 300
+    return False, limit
 
 
 def test_flaky_symptom_found_at_the_target_confidence() -> None:
@@ -94,15 +105,7 @@ def simulate_marginal(n: int, q: float, seed: int) -> tuple[bool, int]:
     rnd = random.Random(seed)
     culprit = rnd.randrange(n)
     runs: dict[int, list[bool]] = {-1: [False] * 4, n - 1: [rnd.random() < q for _ in range(4)]}
-    for t in range(400):
-        post, model = marginal(n, runs)
-        top = decided(post, 0.99)
-        if top is not None:
-            return top == culprit, t
-        i = next_commit(post, model, set())
-        assert i is not None
-        runs.setdefault(i, []).append(i >= culprit and rnd.random() < q)
-    return False, 400
+    return search(culprit, q, rnd, runs, lambda r: marginal(n, r), 400)
 
 
 def test_the_flake_rate_integrated_out_is_not_misled_by_lucky_endpoint_runs() -> None:

@@ -52,32 +52,32 @@ def test_a_huge_version_is_not_read_whole() -> None:
     assert srv.handler.sent[0] < 256 << 20  # of 1 GiB: the client stopped at the cap
 
 
-def test_dripped_health_headers_end_at_the_startup_timeout(tmp_path: Path) -> None:
+def hook_at_bad(tmp_path: Path, mode: str, startup_timeout_s: float, max_tokens: int
+                ) -> tuple[subprocess.CompletedProcess[str], float]:
+    """The hook at a two-commit history's bad end, served by the hostile server in ``mode``;
+    its result and wall time."""
     h = history(tmp_path, n_commits=2)
-    serve = f"exec {sys.executable} {SCRIPT} {{port}} health-drip"
-    spec = spec_for(h, serve, ops={"retries": 0, "startup_timeout_s": 3},
-                    probe={"max_tokens": 8, "min_tokens": 4})
+    serve = f"exec {sys.executable} {SCRIPT} {{port}} {mode}"
+    spec = spec_for(h, serve, ops={"retries": 0, "startup_timeout_s": startup_timeout_s},
+                    probe={"max_tokens": max_tokens, "min_tokens": 4})
     path = write_spec(tmp_path / "spec.toml", spec)
     git(h.path, "checkout", "-q", h.bad)
     started = time.monotonic()
     r = subprocess.run([*HOOK, "--spec", str(path), "--cache-dir", str(tmp_path / "cache")],
                        cwd=h.path, capture_output=True, text=True, timeout=300)
+    return r, time.monotonic() - started
+
+
+def test_dripped_health_headers_end_at_the_startup_timeout(tmp_path: Path) -> None:
+    r, wall = hook_at_bad(tmp_path, "health-drip", 3, 8)
     assert r.returncode == 125, r.stderr[-3000:]
     assert "not healthy after 3 s" in r.stderr
-    assert time.monotonic() - started < 120
+    assert wall < 120
 
 
 def test_a_health_200_with_a_dripping_body_is_healthy_at_once(tmp_path: Path) -> None:
     """The status decides; the body (2000 bytes at 2 a second: 1000 s) is never read."""
-    h = history(tmp_path, n_commits=2)
-    serve = f"exec {sys.executable} {SCRIPT} {{port}} health-body-drip"
-    spec = spec_for(h, serve, ops={"retries": 0, "startup_timeout_s": 30},
-                    probe={"max_tokens": 4, "min_tokens": 4})
-    path = write_spec(tmp_path / "spec.toml", spec)
-    git(h.path, "checkout", "-q", h.bad)
-    started = time.monotonic()
-    r = subprocess.run([*HOOK, "--spec", str(path), "--cache-dir", str(tmp_path / "cache")],
-                       cwd=h.path, capture_output=True, text=True, timeout=300)
+    r, wall = hook_at_bad(tmp_path, "health-body-drip", 30, 4)
     assert r.returncode == 0, r.stderr[-3000:]   # measured (4 tokens >= 4): good
     assert "not healthy" not in r.stderr
-    assert time.monotonic() - started < 120
+    assert wall < 120

@@ -44,16 +44,13 @@ def verify_endpoints(t: Tester) -> None:
 def check_endpoints(t: Tester, good: Outcome | None, bad: Outcome | None) -> None:
     """Raise NotReproduced unless the old end judged old (good) and the new end new (bad)."""
     rng, terms = t.rng, t.terms
-    if good is not None and good.verdict is Verdict.SKIP:
-        ev = t.evaluations.get(good.commit)
-        hint = untestable_hint(ev.log if ev else None, good.reason, bool(ev and ev.transient))
-        raise NotReproduced(f"the good endpoint {rng.good.sha[:12]} could not be tested: "
-                            f"{good.reason}", hint=hint)
-    if bad is not None and bad.verdict is Verdict.SKIP:   # (the lazy good endpoint: the bad first)
-        ev = t.evaluations.get(bad.commit)
-        hint = untestable_hint(ev.log if ev else None, bad.reason, bool(ev and ev.transient))
-        raise NotReproduced(f"the bad endpoint {rng.bad.sha[:12]} could not be tested: "
-                            f"{bad.reason}", hint=hint)
+    # the bad end too: with the lazy good endpoint (bisect/recheck.py) it runs first
+    for end, name, sha in ((good, "good", rng.good.sha), (bad, "bad", rng.bad.sha)):
+        if end is not None and end.verdict is Verdict.SKIP:
+            ev = t.evaluations.get(end.commit)
+            hint = untestable_hint(ev.log if ev else None, end.reason, bool(ev and ev.transient))
+            raise NotReproduced(f"the {name} endpoint {sha[:12]} could not be tested: "
+                                f"{end.reason}", hint=hint)
     problems = []
     if good is not None and good.verdict is not Verdict.GOOD:
         problems.append(f"{terms.old} endpoint {rng.good.sha[:12]} judged {good.verdict} "
