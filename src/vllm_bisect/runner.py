@@ -20,16 +20,20 @@ def run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
                events: EventHandler) -> BisectResult:
     """One bisect, its result.json and its reports; a full disk or a damaged database
     anywhere is the project's error."""
-    return run_session(spec, session_dir, cache_dir, events, write_result_files)
+
+    def finish(session: Path, multi: MultiResult) -> None:
+        write_result_files(session, multi, spec)
+
+    return run_session(spec, session_dir, cache_dir, events, finish)
 
 
-def write_result_files(session_dir: Path, multi: MultiResult) -> None:
-    """result.json (every symptom's culprit), then report.md and report.html."""
+def write_result_files(session_dir: Path, multi: MultiResult, spec: BisectSpec) -> None:
+    """result.json (every symptom's culprit, the studies to offer), then report.md and
+    report.html."""
     from vllm_bisect.isolate.offers import next_questions
     from vllm_bisect.report.render import write_reports
 
-    spec = session_dir / "spec.toml"
-    offers = next_questions(multi.result.first_bad, spec.read_text() if spec.exists() else "")
+    offers = next_questions(multi.result.first_bad, spec.range.repo, spec.build.kind)
     BisectReport.of(multi.result).model_copy(update={
         "culprits": culprit_docs(multi), "next_questions": offers}).write(
         session_dir / "result.json")

@@ -6,7 +6,6 @@ the offer of a study that has run; it never opens the repository itself."""
 
 from __future__ import annotations
 
-import tomllib
 from typing import Any
 
 import git
@@ -15,6 +14,10 @@ from vllm_bisect.bisect.range import open_repo
 from vllm_bisect.builders.precompiled import is_compiled
 from vllm_bisect.errors import BisectError
 from vllm_bisect.isolate.pins import is_pin_file, pin_changes
+from vllm_bisect.spec_build import ArtifactKind
+
+# the kinds isolate can build a variant of the culprit with
+BUILDS_FROM_SOURCE = (ArtifactKind.SOURCE, ArtifactKind.COMMAND, ArtifactKind.WHEEL)
 
 ISOLATE_LINE = ("Which of its {n} files? The culprit changes only Python: `vllm-bisect isolate "
                 "SESSION` finds the smallest set of files and hunks that reproduces the symptom.")
@@ -22,21 +25,21 @@ DEPS_LINE = ("The culprit changes dependency pins: `vllm-bisect deps SESSION` te
              "dependency from vLLM code and bisects the package's versions.")
 
 
-def next_questions(first_bad: str | None, spec_text: str) -> dict[str, str]:
-    """study -> the offer's line, for the culprit ``first_bad`` of the spec's repository."""
+def next_questions(first_bad: str | None, repo_path: str, build: ArtifactKind
+                   ) -> dict[str, str]:
+    """study -> the offer's line, for the culprit ``first_bad`` of the repository at
+    ``repo_path`` built as ``build`` (the spec's ``range.repo`` and ``build.kind``)."""
     if not first_bad:
         return {}
     try:
-        spec = tomllib.loads(spec_text) if spec_text else {}
-        kind = spec.get("build", {}).get("kind", "source")
-        repo = open_repo(spec.get("range", {}).get("repo", "."))
+        repo = open_repo(repo_path)
         commit = repo.commit(first_bad)
         paths = repo.git.diff("--no-renames", "--name-only", commit.parents[0].hexsha,
                               first_bad).split()
-    except (BisectError, git.GitError, ValueError, IndexError, OSError, tomllib.TOMLDecodeError):
+    except (BisectError, git.GitError, ValueError, IndexError, OSError):
         return {}  # the offer is a courtesy: no repository (or no such commit), no offer
     out: dict[str, str] = {}
-    if kind in ("source", "command", "wheel") and not any(is_compiled(p) for p in paths) \
+    if build in BUILDS_FROM_SOURCE and not any(is_compiled(p) for p in paths) \
             and len(paths) > 1:
         out["isolate"] = ISOLATE_LINE.format(n=len(paths))
     if _pins_change(commit, [p for p in paths if is_pin_file(p)]):
