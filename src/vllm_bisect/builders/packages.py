@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import logging
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from packaging.utils import canonicalize_name
 
 from vllm_bisect.runtime.base import Artifact
 from vllm_bisect.spec_build import ArtifactKind
@@ -32,11 +33,6 @@ LIST_SCRIPT = ("import importlib.metadata as m, json; print(json.dumps(sorted("
 PYTHONS = ("python3", "python")
 
 
-def normalize(name: str) -> str:
-    """A distribution name as PEP 503 compares them (``Flash_Infer`` -> ``flash-infer``)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def venv_packages(venv: Path) -> dict[str, str]:
     """name -> version of every distribution in the venv's site-packages."""
     out: dict[str, str] = {}
@@ -44,7 +40,7 @@ def venv_packages(venv: Path) -> dict[str, str]:
         for dist in importlib.metadata.distributions(path=[str(sp)]):
             name = dist.metadata["Name"]
             if name:
-                out[normalize(str(name))] = dist.version
+                out[canonicalize_name(str(name))] = dist.version
     return out
 
 
@@ -68,7 +64,7 @@ def image_packages(image: str, client: docker.DockerClient | None = None) -> dic
             continue
         text = out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out)
         pairs = json.loads(text.strip().splitlines()[-1])
-        return {normalize(str(n)): str(v) for n, v in pairs if n}
+        return {canonicalize_name(str(n)): str(v) for n, v in pairs if n}
     assert last is not None
     raise last
 
