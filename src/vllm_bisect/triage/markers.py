@@ -34,6 +34,8 @@ BEFORE = (
         r"(?:on|with|in)|"
         r"\bfine\s{1,3}(?:on|with|in)|prior\s{1,3}to|\bbefore(?:\s{1,3}(?:update|upgrading))?|"
         r"downgrad\w{0,6}\s{1,3}to|revert\w{0,4}\s{1,3}(?:back\s{1,3})?to|"
+        # "switching back to 0.2.6 fixes it": going back to a version is going to a good one
+        r"(?:switch\w{0,5}|go(?:ing)?|went|mov\w{0,5})\s{1,3}back\s{1,3}to|"
         r"roll\w{0,4}\s{1,3}back\s{1,3}to|does\s{1,3}not\s{1,3}occur\s{1,3}in|"
         r"doesn't\s{1,3}occur\s{1,3}in|not\s{1,3}(?:reproduc\w{0,5}|occur\w{0,3})\s{1,3}(?:on|in|with)|"
         r"\bno\s{1,3}(?:such\s{1,3})?(?:issues?|problems?|errors?)\s{1,3}with\s{1,3}(?:prior|previous)?|"
@@ -123,3 +125,23 @@ TABLE_RULE = re.compile(r"^\s*\|?(?:\s*:?-{2,}:?\s*\|)+\s*:?-{0,}:?\s*\|?\s*$")
 # end whatever word ("before", "after", "since") stands in front of it
 UPGRADE_NOUN = re.compile(r"^[\s`*_]{0,3}(?:upgrade|update|bump|migration|rollout|升级)\b",
                           re.IGNORECASE)
+
+# a question asks whether it is fixed; it does not say so ("Is this fixed on 0.7.0?", "修复了吗？",
+# "..., correct?"): no fix cue, no fixed end
+QUESTION_START = re.compile(r"^(?:[^:?\n]{0,40}:\s)?\W{0,4}(?:is|are|was|were|has|have|had|does|do|"
+                            r"did|can|could|will|would|should|which|what|when|why|how|any|"
+                            r"anyone|whether)\b",
+                            re.IGNORECASE)
+ASKING = re.compile(r"吗|么|是否|请问|\bwhether\b|\bwonder|"
+                    r"[,，]\s{0,2}(?:correct|right|no|yes|isn't\s{1,3}it|is\s{1,3}it|true)\s{0,2}[?？]$",
+                    re.IGNORECASE)
+
+# a hope, not an observation: "this should be fixed in newer versions", "could be fixed by #N"
+HEDGE = re.compile(r"\b(?:should|could|might|may|would|will|hopefully|probably|likely)\s{1,3}"
+                   r"(?:\w{1,12}\s{1,3})?(?:be|have\s{1,3}been)\s{1,3}(?:\w{1,10}\s{1,3})?"
+                   r"(?:fixed|resolved|solved|addressed)\b", re.IGNORECASE)
+
+
+def is_question(sentence: str) -> bool:
+    s = sentence.strip()
+    return s.endswith(("?", "？")) and bool(QUESTION_START.match(s) or ASKING.search(s))

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_bisect.triage.fixes import as_fix
 from vllm_bisect.triage.refs import MAX_LINE, find_mentions
 from vllm_bisect.triage.roles import (
     Point,
@@ -20,10 +21,10 @@ from vllm_bisect.triage.roles import (
     merge_points,
 )
 from vllm_bisect.triage.rules import (
-    as_fix,
     by_date,
     drop_other_columns,
     drop_side_remarks,
+    fixed_on,
     improvement,
     pr_culprit,
     refine,
@@ -115,7 +116,7 @@ def _range(t: Triage, lines: list[str]) -> None:
         pairs.append(on_line)
     title = next((n for n, ln in enumerate(lines, 1) if ln.strip()), 1)
     roles = refine(choose(points, arrows, pairs), points, title, lines[title - 1] if lines else "")
-    roles = as_fix(roles, points, lines) or roles
+    roles = as_fix(roles, points, lines, fixed_on(points, lines)) or roles
     roles = by_date(roles, points, lines) or roles
     t.search = roles.search
     role_of = {id(p): "old" for p in roles.goods} | {id(p): "new" for p in roles.bads}

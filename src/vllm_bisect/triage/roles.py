@@ -24,6 +24,7 @@ from vllm_bisect.triage.markers import (
     CLAUSE_END,
     COMPARE,
     FILLER,
+    HEDGE,
     LABEL_LINE,
     LABEL_ROLE,
     ROW,
@@ -31,6 +32,7 @@ from vllm_bisect.triage.markers import (
     TABLE_RULE,
     UPGRADE_NOUN,
     Role,
+    is_question,
 )
 from vllm_bisect.triage.refs import Mention, version_key
 
@@ -50,12 +52,15 @@ class Point:
     votes: dict[Role, int] = field(default_factory=dict)
     why: list[str] = field(default_factory=list)  # "line 17: ❌ in its table row"
     role_lines: dict[Role, int] = field(default_factory=dict)  # where each role was first read
+    marked: list[tuple[Role, str]] = field(default_factory=list)  # each vote's role and words
+    name: str | None = None  # a symbolic ref ("main": a fix seen on the main branch/nightlies)
 
     @property
     def ref(self) -> str:
         if self.sha:
             return self.sha
-        assert self.version is not None
+        if self.version is None:
+            return self.name or "?"
         v = version_key(self.version)
         if v is not None and v.is_devrelease:
             return self.version  # a dev/nightly string: no tag, needs its commit
@@ -73,7 +78,7 @@ class Point:
 
     @property
     def line(self) -> int:
-        return self.mentions[0].line
+        return self.mentions[0].line if self.mentions else min(self.role_lines.values(), default=1)
 
     def role(self) -> Role | None:
         if not self.votes:
@@ -85,6 +90,7 @@ class Point:
     def vote(self, role: Role, weight: int, why: str, line: int | None = None) -> None:
         self.votes[role] = self.votes.get(role, 0) + weight
         self.why.append(why)
+        self.marked.append((role, why))
         if line is not None:
             self.role_lines.setdefault(role, line)
 
@@ -199,6 +205,9 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                 found = _before_marker(line[prev_end:m.start])
                 if found is not None and UPGRADE_NOUN.match(line[m.end:next_start]):
                     found = (Role.BAD, f"{found[1]} ... upgrade")  # "before the X upgrade"
+                if found is not None and found[0] is Role.FIXED and (
+                        is_question(line[a:b]) or HEDGE.search(line[a:b])):
+                    found = None  # "Is this fixed in 0.7.0?" asks, "should be fixed" hopes
                 if found is not None:
                     p.vote(found[0], 3, f"line {n}: {found[1]!r} before it", n)
                     bound = True
@@ -261,6 +270,7 @@ def choose(points: list[Point], arrows: list[tuple[Point, Point]],
            lines_with_pairs: list[list[Point]]) -> Roles:
     notes: list[str] = []
     roles = {id(p): p.role() for p in points}
+    later_fix(points, roles, notes)
     fix = any(r in (Role.FIXED, Role.PROBLEM) for r in roles.values())
     old_role, new_role = (Role.PROBLEM, Role.FIXED) if fix else (Role.GOOD, Role.BAD)
     if fix:  # in a fix report "good/fast" means fixed and "bad/slow" means the problem
@@ -308,6 +318,25 @@ def choose(points: list[Point], arrows: list[tuple[Point, Point]],
         notes.append("also " + new_role.value + ": " + ", ".join(p.label for p in others) +
                      " (no version to order it by; pass --repo to order by git ancestry)")
     return Roles(SearchKind.FIX if fix else SearchKind.REGRESSION, old, new, olds, news, notes)
+
+
+def later_fix(points: list[Point], roles: dict[int, Role | None], notes: list[str]) -> None:
+    """A named regression (a good and a bad end, each with its own marker) followed by "fixed
+    in Z" with Z newer than the bad end, in a sentence of its own: the report is about the
+    regression, and Z is later news (where it was fixed), not the range. Z's role is dropped."""
+    def having(role: Role) -> list[Point]:
+        return [p for p in points if roles[id(p)] is role and p.key is not None]
+    goods, bads, fixed = having(Role.GOOD), having(Role.BAD), having(Role.FIXED)
+    if not (goods and bads and fixed) or any(r is Role.PROBLEM for r in roles.values()):
+        return
+    last_bad = max(p.key for p in bads if p.key is not None)
+    bad_lines = {m.line for p in bads for m in p.mentions}
+    if all(p.key is not None and p.key > last_bad and not {m.line for m in p.mentions} & bad_lines
+           for p in fixed) and any(_older(g, b) for g in goods for b in bads):
+        for p in fixed:
+            roles[id(p)] = None
+        notes.append("a fix named after a named good/bad pair (" + ", ".join(p.label for p in fixed)
+                     + "): later news, the report is about the regression")
 
 
 def _earliest(ps: list[Point]) -> Point | None:

@@ -7,9 +7,8 @@
 - **A PR named as the culprit** ("#30924 introduced", "since #30924", "caused by #30924"):
   the bad end is that PR (resolve_refs maps it to its merge commit, the good end to its
   parent).
-- **Find the fix**: "resolved in the latest version", "no longer see the issue on X",
-  "已修复", "问题已解决" in a report with no good end: the refs with the problem are the old
-  end, a ref the fix is seen on (tested on X) the new one.
+- **Find the fix**: see fixes.py (the fix cues as a word class); here only ``fixed_on``, the
+  ref right after "tested on" / "no longer see the issue on".
 - **A table beats a side remark**: when a table compares two or more versions, the refs of a
   sentence about another issue ("looks like #1234, fixed in v0.9.0") are that issue's, not
   this report's range.
@@ -25,7 +24,6 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from vllm_bisect.triage.markers import Role
 from vllm_bisect.triage.refs import Mention
 from vllm_bisect.triage.roles import Point, Roles, SearchKind
 
@@ -81,18 +79,6 @@ PR_CULPRIT = re.compile(
     r"(?:(?<![\w#])#(?P<a>\d{3,7})\s{1,3}(?:introduc\w{0,3}|caus\w{0,3}|broke|regress\w{0,3})\b"
     r"|(?:since|after|introduced\s{1,3}(?:by|in)|caused\s{1,3}by|regression\s{1,3}(?:from|in))"
     r"\s{1,3}(?:PR\s{0,2})?#(?P<b>\d{3,7})\b(?!\s{0,3}(?:fix|was\s{1,3}reverted)))", re.IGNORECASE)
-FIX_CUE = re.compile(
-    r"(?:has|have|had)\s{1,3}been\s{1,3}(?:basically\s{1,3})?(?:resolved|fixed)\s{1,3}(?:in|on|with|by)"
-    r"|appears?\s{1,3}to\s{1,3}(?:have\s{1,3}been|be)\s{1,3}(?:resolved|fixed)"
-    r"|no\s{1,3}longer\s{1,3}(?:see|seeing|reproduce|observe|happens?|occurs?)"
-    r"|(?:fixed|resolved)\s{1,3}(?:in|on)\s{1,3}(?:the\s{1,3})?latest"
-    r"|update\s{1,3}to\s{1,3}at\s{1,3}least\s{1,60}(?:contain|with)\w{0,4}\s{1,3}(?:this|the)\s{1,3}fix"
-    r"|已修复|问题已(?:经)?(?:解决|消失)|已经解决"
-    # a maintainer's "please try the (current) latest version": the problem is gone there
-    r"|\btry\s{1,3}(?:the\s{1,3})?(?:current\s{1,3})?(?:latest|newest)\s{1,3}(?:version|release)",
-    re.IGNORECASE)
-NOT_FIX = re.compile(r"fixed\s{1,3}by\s{1,3}(?:downgrad|revert|pinn|rolling)|workaround",
-                     re.IGNORECASE)
 TESTED_ON = re.compile(r"(?:tested|confirmed|verified|works?|checked)\s{1,3}(?:it\s{1,3})?"
                        r"(?:on|with|in)\s{1,3}$|(?:no\s{1,3}longer\s{1,3}\w{1,12}"
                        r"\s{1,3}(?:the\s{1,3})?(?:issue|problem)?\s{0,3}(?:on|with|in))\s{1,3}$"
@@ -169,15 +155,6 @@ def pr_culprit(lines: list[str]) -> tuple[str, int, str] | None:
     return None
 
 
-def fix_cue(lines: list[str]) -> tuple[int, str] | None:
-    """A sentence that says the problem went away in a later version (not a downgrade)."""
-    for n, line in enumerate(lines, 1):
-        m = FIX_CUE.search(line)
-        if m and not NOT_FIX.search(line):
-            return n, m.group(0)[:60]
-    return None
-
-
 def fixed_on(points: list[Point], lines: list[str]) -> Point | None:
     """The ref right after "tested on" / "no longer see the issue on": where it is fixed."""
     for p in points:
@@ -185,36 +162,6 @@ def fixed_on(points: list[Point], lines: list[str]) -> Point | None:
             if TESTED_ON.search(lines[m.line - 1][max(0, m.start - 60):m.start]):
                 return p
     return None
-
-
-def _named_good(roles: Roles) -> bool:
-    """Whether the report itself names a good end. An old end the rules only inferred (from
-    version order, or as the unmarked version older than the bad one) is a default: it yields
-    to the report saying the problem went away ("try the latest version >= X")."""
-    old = roles.old
-    if old is None:
-        return False
-    inferred = any(n.startswith("no good/bad marker") for n in roles.notes) or any(
-        w.startswith(f"line {old.line}: unmarked") for w in old.why)
-    return bool(old.votes) or not inferred
-
-
-def as_fix(roles: Roles, points: list[Point], lines: list[str]) -> Roles | None:
-    """A regression reading without a good end turned into a fix search, when the report
-    says the problem is gone; None when the rule does not apply."""
-    cue = fix_cue(lines)
-    if cue is None or roles.search is not SearchKind.REGRESSION or _named_good(roles):
-        return None
-    new = fixed_on(points, lines)
-    problem = [p for p in points if p is not new and (p in roles.bads or not p.votes)]
-    versioned = [(p.key, i) for i, p in enumerate(problem) if p.key is not None]
-    old = (problem[max(versioned)[1]] if versioned else problem[-1]) if problem else None
-    for p, role in ((old, Role.PROBLEM), (new, Role.FIXED)):
-        if p is not None:
-            p.why.insert(0, f"line {cue[0]}: {cue[1]!r}: the report says the problem went away "
-                            f"({'has the problem' if role is Role.PROBLEM else 'fixed there'})")
-    return Roles(SearchKind.FIX, old, new, [old] if old else [], [new] if new else [],
-                 [*roles.notes, f"line {cue[0]}: {cue[1]!r}: read as a fix report"])
 
 
 def improvement(title: str) -> str | None:
