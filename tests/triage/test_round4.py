@@ -81,3 +81,19 @@ def test_a_later_fix_after_a_named_pair_is_news_not_the_range() -> None:
     assert ends(text) == ("regression", "v0.3.0", "v0.3.1")
     # "introduced in X and fixed in Y" in one sentence is a fix range
     assert ends("# crash\n\ncomment: a bug introduced in v0.9.2 and fixed in v0.10.0.\n")[0] == "fix"
+
+
+# -- pair shapes
+
+
+def test_a_dash_a3_after_a_version_is_a_hardware_tag_and_rc_may_be_capital() -> None:
+    # Ascend images are tagged per machine (A2/A3): v0.10.0-a3 is the 0.10.0 release
+    assert ends("# x\n\nv0.10.0-a3 is fine, v0.11.0RC1 is slow\n") == (
+        "regression", "v0.10.0", "v0.11.0rc1")
+    assert ends("# x\n\nv0.10.0 is fine, v0.11.0-rc1 is slow\n")[2] == "v0.11.0rc1"
+
+
+def test_a_ref_right_after_a_comparison_word_is_the_reference() -> None:
+    # "X 的精度较 Y 下降": the drop is X's, measured against Y (the good end)
+    assert ends("# 精度问题\n\nv0.12.0rc1版本的精度较v0.11.0版本下降0.03。\n") == (
+        "regression", "v0.11.0", "v0.12.0rc1")

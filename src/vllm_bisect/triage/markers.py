@@ -108,6 +108,9 @@ ROW = (  # a table row is about its one ref: words mark it too
     (Role.BAD, re.compile(r"回归|劣化|\bregress\w{0,4}|\bslow\w{0,2}\b|\bbad\b|\bbroken\b|"
                           r"\bworse\b|\bdegrad\w{0,5}", re.IGNORECASE)),
 )
+# a comparison word right before a ref makes it the reference: "较 Y 下降", "compared to Y"
+COMPARE_TAIL = re.compile(r"(?:相比于?|相较于?|较|对比|compared\s{1,3}(?:to|with)|relative\s{1,3}to|"
+                          r"\bvs\.?|\bversus)\s{0,3}$", re.IGNORECASE)
 COMPARE = re.compile(r"^(?:相比|相较于?|对比|compared\s{1,3}(?:to|with)|vs\.?|versus)$", re.IGNORECASE)
 LABEL_LINE = re.compile(r"^[\s#>*_-]{0,8}(?P<label>before(?:\s{1,3}(?:update|upgrade))?|"
                         r"after(?:\s{1,3}(?:update|upgrade))?|good|bad|old|new|control|treatment|"

@@ -25,7 +25,9 @@ COMPARE_URL = re.compile(r"github\.com/[\w.-]{1,100}/[\w.-]{1,100}/compare/([0-9
 # 0.23.1rc1.dev601+ga16dbd5b8, v0.26.0, 0.9.0.1, v0.18, 1.2.0rc2, 0.6.1.post2
 VERSION = re.compile(
     r"(?:(?<![A-Za-z0-9_.+])|(?<=vllm)|(?<=vLLM)|(?<=VLLM))(?P<v>[vV])?(?P<num>\d{1,3}(?:\.\d{1,4}){1,3})"
-    r"(?P<pre>[.-]?(?:a|b|rc)\d{1,3})?(?P<post>[.-]?post\d{1,3})?(?P<dev>\.dev\d{1,6})?"
+    # a/b pre-releases glued or after "."; rc in any case, also after "-" ("-a3" after a version
+    # is a hardware tag, Ascend A3: v0.11.0-a3 is the 0.11.0 release built for A3)
+    r"(?P<pre>(?:\.?[ab]|[.-]?(?:rc|RC|Rc))\d{1,3})?(?P<post>[.-]?post\d{1,3})?(?P<dev>\.dev\d{1,6})?"
     r"(?P<local>\+g?[0-9a-f]{7,40}(?![0-9a-z])|\+[A-Za-z0-9_.]{1,40})?")
 LABELLED_SHA = re.compile(
     r"(?:\bcommit(?:\s+id)?|\bsha|\bmain|\bnightly|\bnightlies|\bbuild|\bbuilt\s+from|\brevision|"
@@ -132,7 +134,7 @@ def _version_ok(line: str, m: re.Match[str]) -> str | None:
         return None  # 0.9.0.1 is a version (no IP address starts at 0); 10.0.0.1 is not
     # 0.17.1.rc1, 0.4.0post1 and v0.6.3-post1 are spelled loosely (PEP 440 allows "." and
     # "-" as separators): written as PEP 440 spells them
-    text = (num + (m.group("pre") or "").lstrip(".-")
+    text = (num + (m.group("pre") or "").lstrip(".-").lower()
             + (("." + m.group("post").lstrip(".-")) if m.group("post") else "")
             + (m.group("dev") or ""))
     return text if version_key(text) is not None else None
@@ -170,8 +172,8 @@ def find_mentions(lines: list[str]) -> list[Mention]:
                 add(None, nightly.group("sha"), m.start(), m.end(), "docker", image)
             elif sha_tag and _is_sha(sha_tag.group(1)):  # ...-repo:938772af...: built at a commit
                 add(None, sha_tag.group(1), m.start(), m.end(), "docker", image)
-            elif vm and version_key(vm.group("num") + (vm.group("pre") or "").lstrip(".-")):
-                ver = (vm.group("num") + (vm.group("pre") or "").lstrip(".-")
+            elif vm and version_key(vm.group("num") + (vm.group("pre") or "").lstrip(".-").lower()):
+                ver = (vm.group("num") + (vm.group("pre") or "").lstrip(".-").lower()
                        + (("." + vm.group("post").lstrip(".-")) if vm.group("post") else ""))
                 add(ver, None, m.start(), m.end(), "docker", image)
             else:  # :latest, :nightly: an image, not a commit

@@ -23,6 +23,7 @@ from vllm_bisect.triage.markers import (
     BEFORE,
     CLAUSE_END,
     COMPARE,
+    COMPARE_TAIL,
     FILLER,
     HEDGE,
     LABEL_LINE,
@@ -220,10 +221,18 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                 subject = p
                 if i > 0 and COMPARE.match(_strip_filler(line[seg[i - 1].end:m.start]).strip()):
                     subject = _point_of(points, seg[i - 1]) or p  # "X 相比 Y 劣化": X changed
+                # "(X 的精度)较 Y 下降": Y is what the change is measured against (X may be no
+                # ref at all): the verdict after Y is X's, Y takes the other one
+                reference = subject is p and bool(COMPARE_TAIL.search(
+                    _strip_filler(line[prev_end:m.start])))
                 for role, pat in AFTER if not (bound or table) else ():
                     if pat.search(after):
+                        if reference:
+                            role = Role.GOOD if role is Role.BAD else Role.BAD
                         subject.vote(role, 2, f"line {n}: {after.strip()[:30]!r} after "
-                                              f"{'it' if subject is p else 'the comparison'}", n)
+                                              f"{'it' if subject is p else 'the comparison'}"
+                                              + (" (the reference of a comparison)" if reference
+                                                 else ""), n)
                         bound = subject is p
                         break
                 if not bound and len(distinct) == 1:
