@@ -63,7 +63,10 @@ def field_ok(name: str, exp: dict[str, Any], t: Triage) -> bool:
     if name == "model":
         want = exp["model"]
         if isinstance(want, dict):
-            return (t.local_model or "").rstrip("/") == want["local"].rstrip("/") and not t.model
+            # the path served; the model's name, if read, is the path's own folder name
+            path = want["local"].rstrip("/")
+            return ((t.local_model or "").rstrip("/") == path
+                    and (not t.model or path.endswith("/" + t.model)))
         if isinstance(want, list):  # a hub id or the name as the report writes it (no org)
             return any(_name(t.model) == _name(w) for w in want)
         return (t.model or "").lower() == (want or "").lower() and (want is not None

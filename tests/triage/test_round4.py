@@ -4,7 +4,7 @@ round-3 rules (commit ffc3446). The inputs are written for the rule, not copied 
 
 from __future__ import annotations
 
-from vllm_bisect.triage import spec_from_triage, triage
+from vllm_bisect.triage import spec_from_triage, triage, validated_spec
 
 
 def ends(text: str) -> tuple[str, str | None, str | None]:
@@ -97,3 +97,27 @@ def test_a_ref_right_after_a_comparison_word_is_the_reference() -> None:
     # "X 的精度较 Y 下降": the drop is X's, measured against Y (the good end)
     assert ends("# 精度问题\n\nv0.12.0rc1版本的精度较v0.11.0版本下降0.03。\n") == (
         "regression", "v0.11.0", "v0.12.0rc1")
+
+
+# -- model
+
+
+def test_a_local_path_gives_the_model_its_folder_name() -> None:
+    t = triage("# slow\n\n```\npython -m sglang.launch_server --model /export/model/org/"
+               "Llama-3.1-8B-Instruct --tp 2\n```\n")
+    assert (t.model, t.local_model) == ("Llama-3.1-8B-Instruct", "/export/model/org/Llama-3.1-8B-Instruct")
+    assert validated_spec(t).serve.model == "/export/model/org/Llama-3.1-8B-Instruct"  # served as is
+    # "models/X" is a folder under the working directory, not the hub org "models"
+    t = triage("# slow\n\n```\npython -m sglang.launch_server --model-path models/Qwen3-8B-FP8\n```\n")
+    assert (t.model, t.local_model) == ("Qwen3-8B-FP8", "models/Qwen3-8B-FP8")
+    # a generic folder names no model
+    t = triage("# slow\n\n```\nvllm serve /data/models/ --port 8000\n```\n")
+    assert t.model is None
+
+
+def test_a_model_named_without_org_by_a_dotted_version_or_a_variant_word() -> None:
+    assert triage("# [v0.9.0][glm4.7] decode slower\n").model == "glm4.7"
+    assert triage("# vllm-ascend 0.9.1跑pangu pro moe会卡住\n").model == "pangu pro moe"
+    assert triage("# crash with qwen-coder-next since 0.4\n").model == "qwen-coder-next"
+    # a generation with a bare number is still a family, not a model
+    assert triage("# Qwen3 is slow on 0.9.0\n").model is None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_bisect.triage.fixes import as_fix
+from vllm_bisect.triage.names import path_name
 from vllm_bisect.triage.refs import MAX_LINE, find_mentions
 from vllm_bisect.triage.roles import (
     Point,
@@ -214,7 +215,9 @@ def _serving(t: Triage, lines: list[str]) -> None:
     elif s.model:
         t.read.append(Read("model", s.model, s.model_line, "Hugging Face id"))
     elif s.local_model:
-        t.read.append(Read("model", s.local_model, s.model_line, "a local path"))
+        t.model = path_name(s.local_model)  # the name the path gives the model, if any
+        t.read.append(Read("model", s.local_model, s.model_line, "a local path" + (
+            f": the model's name is its folder {t.model!r}" if t.model else "")))
         t.unknowns.append(f"model: the report serves a local path ({s.local_model}); pass the "
                           "Hugging Face id or mount that path (serve.model)")
     else:

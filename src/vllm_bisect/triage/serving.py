@@ -100,6 +100,8 @@ def _model_value(v: str) -> tuple[str | None, str | None]:
     if v.startswith(("/", "./", "~", "../")) or re.match(r"^[A-Za-z]:\\", v):
         # a generic folder ("/work/models") names where weights are, not which
         return (None, None) if GENERIC_DIR.match(v.rstrip("/").rsplit("/", 1)[-1]) else (None, v)
+    if HUB_ID.fullmatch(v) and GENERIC_DIR.match(v.split("/")[0]):
+        return None, v  # "models/Qwen3-32B-FP8": a folder under the working directory, no org
     if (HUB_ID.fullmatch(v) and not NOT_MODEL_ORG.match(v.split("/")[0])
             and re.search(r"[A-Za-z]", v.split("/")[1])):
         return v, None
