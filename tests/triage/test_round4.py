@@ -121,3 +121,42 @@ def test_a_model_named_without_org_by_a_dotted_version_or_a_variant_word() -> No
     assert triage("# crash with qwen-coder-next since 0.4\n").model == "qwen-coder-next"
     # a generation with a bare number is still a family, not a model
     assert triage("# Qwen3 is slow on 0.9.0\n").model is None
+
+
+# -- symptoms
+
+
+def symptoms(text: str) -> list[str]:
+    return sorted(triage(text).symptoms)
+
+
+def test_a_prefill_rate_is_throughput_and_a_like_for_like_setup_is_no_negation() -> None:
+    # "prefill ... throughput N→M tok/s" measures a rate; "under identical topology" says how the
+    # runs were set up, not that nothing changed
+    assert symptoms("# [v0.12.0] prefill performance regression: throughput 5000→4000 tok/s vs "
+                    "v0.11 under identical TP=8 config\n") == ["throughput"]
+    # a prefill time is still TTFT, and identical outputs still say nothing changed
+    assert symptoms("# prefill time doubled on v0.12\n") == ["ttft"]
+    assert "correctness" not in symptoms("# x\n\nthe outputs are identical, no garbage.\n")
+
+
+def test_an_error_in_the_title_is_a_crash_but_a_measured_error_is_not() -> None:
+    assert symptoms("# [Bug]: Error after model load in v0.9.0\n") == ["crash"]
+    assert symptoms("# v0.9.0 run qwen3 error\n") == ["crash"]
+    assert "crash" not in symptoms("# accuracy error grows on v0.9.0\n")
+
+
+def test_an_eval_score_drop_is_correctness() -> None:
+    assert symptoms("# x\n\nThis commit makes the eval score drop from 0.61 to 0.52.\n") == [
+        "correctness"]
+
+
+def test_an_abbreviation_dot_does_not_cut_two_durations_apart() -> None:
+    assert symptoms("# 2x slower after update\n\nEach request takes longer (20s on new vs. 10s "
+                    "on old).\n") == ["latency"]
+
+
+def test_a_table_row_per_metric_is_read_as_that_metric() -> None:
+    text = ("# 2.0 slow than 1.0?\n\n| Step | Average |\n|---|---|\n| Prefill | 900.1 ms |\n"
+            "| Decode (token) | 14.2 ms |\n")
+    assert symptoms(text) == ["itl"]

@@ -10,15 +10,17 @@ need a change word or two values): each rule says why it counts.
   repetition loops ("repeat the same sentence", "never stop", "repetitive completions"),
   "outputs ... are wrong", 乱码, 重复, 精度问题 / 精度下降.
 - **crash**: "failed to start / load", "unable to start", "cannot start / load", "startup
-  error", 无法启动, 启动失败.
-- **ttft**: prefill / prompt processing with a change word, or in the title.
+  error", 无法启动, 启动失败; "error" in the title ("run X error", "Error after model load"),
+  not a measured error ("accuracy error", "error rate").
+- **ttft**: prefill / prompt processing with a change word, or in the title; not when the
+  sentence measures a prefill *rate* (throughput, tok/s) and no time.
 """
 
 from __future__ import annotations
 
 import re
 
-from vllm_bisect.triage.symptoms import CHANGE, NEGATED, Found
+from vllm_bisect.triage.symptoms import CHANGE, METRICS, NEGATED, Found
 
 OOM = re.compile(r"(?<![\w-])OOM(?![\w-])|out[- ]of[- ]memory|OutOfMemoryError|No available memory "
                  r"for the cache|显存不足|内存不足|"
@@ -49,7 +51,14 @@ CRASH = re.compile(r"fail\w{0,3}\s{1,3}to\s{1,3}(?:start|load|launch|initiali[sz
                    r"卡住|卡死|(?<![\w-])(?:hangs?|hung)(?![\w-])|"
                    r"an?\s{1,3}error\s{1,3}(?:is|was)\s{1,3}(?:reported|raised|thrown)|报错",
                    re.IGNORECASE)
+# a title that says the run errors ("run X error", "Error after model load"): the run stops; not
+# a measured error ("accuracy error", "error rate", "relative error")
+TITLE_ERROR = re.compile(r"(?<!accuracy )(?<!precision )(?<!numerical )(?<!rounding )(?<!relative )"
+                         r"(?<!absolute )(?<!squared )(?<!mean )(?<![\w-])errors?(?![\w-])"
+                         r"(?!\s{1,3}(?:rate|bars?|margin|metric))|(?<![\w-])Error:", re.IGNORECASE)
 TTFT = re.compile(r"(?<![\w-])prefill(?![\w-])|prompt processing|long[- ]prefill", re.IGNORECASE)
+THROUGHPUT = next(p for f, p in METRICS if f is Found.THROUGHPUT)
+TIME = re.compile(r"\bTTFT\b|\d\s{0,2}(?:ms|s|sec|seconds)\b|\btime\b|latency|时间|耗时", re.IGNORECASE)
 SENTENCE = re.compile(r"(?<=[.!?])\s+|[。！？；;]")
 CODE_FENCE = re.compile(r"^\s{0,3}(?:```|~~~)")
 
@@ -92,12 +101,16 @@ def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
             m = CORRECTNESS.search(text)
             if m and not NEGATED.search(text):
                 add(Found.CORRECTNESS, n, f"{m.group(0)!r}: wrong output")
-            m = CRASH.search(text)
+            m = CRASH.search(text) or (TITLE_ERROR.search(text) if n == title else None)
             if m and not OOM.search(text):
-                add(Found.CRASH, n, f"{m.group(0)!r}: it does not start")
+                add(Found.CRASH, n, f"{m.group(0)!r}: " + ("the title says the run errors"
+                                                         if n == title else "it does not start"))
             m = TTFT.search(text)
-            if m and (changed or n == title) and not re.search(r"decode\s{1,3}(?:is\s{1,3})?"
-                                                               r"unaffected", text, re.I):
+            # "prefill throughput ... tok/s": a rate of prefill is throughput, not time to first
+            # token (unless a time is said too)
+            rate = THROUGHPUT.search(text) and not TIME.search(text)
+            if m and (changed or n == title) and not rate and not re.search(
+                    r"decode\s{1,3}(?:is\s{1,3})?unaffected", text, re.I):
                 add(Found.TTFT, n, f"{m.group(0)!r} " + ("in the title" if n == title
                                                        else "with a change"))
     return [(f, n, why) for f, (n, why) in found.items()]

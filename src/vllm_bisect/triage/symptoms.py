@@ -28,9 +28,14 @@ CHANGE = re.compile(
     r"regress|degrad|decreas|increas|\bdrop|\bslow|\bworse|\blower\b|\bhigher\b|\blags?\b|"
     r"\breduc|deteriorat|\bsurge|\bjump|\bfell\b|\bfall|\bloss\b|\bdip|\bcut\b|\bhurt|\blarger\b|"
     r"劣化|下降|变慢|降低|增加|上升|回退|慢", re.IGNORECASE)
+# "identical outputs" says nothing changed; "under identical topology / the same config" says
+# the two runs were set up alike (a control), not that the metric did not change
+SETUP = (r"(?:\s{1,3}[^\s]{1,12}){0,1}\s{1,3}(?:topolog\w{1,3}|config\w{0,9}|setups?|settings?|"
+         r"hardware|environments?|commands?|param\w{0,8}|models?|weights|machines?|nodes?|clusters?|"
+         r"images?|arg\w{0,7}|flags|scripts?|datasets?|conditions|workloads?|inputs?|prompts?)\b")
 NEGATED = re.compile(r"unaffected|not\s{1,3}affected|no\s{1,3}(?:meaningful\s{1,3})?regression|"
-                     r"match(?:es)?\s{1,3}closely|identical|confirming|unchanged|无变化|一致",
-                     re.IGNORECASE)
+                     rf"match(?:es)?\s{{1,3}}closely|identical(?!{SETUP})|confirming|unchanged|"
+                     r"无变化|一致", re.IGNORECASE)
 METRICS = (
     (Found.TTFT, re.compile(r"(?<![A-Za-z0-9_])TTFT(?![A-Za-z0-9_])|time[- ]to[- ]first[- ]token|"
                             r"first token|首\s{0,2}token",
@@ -38,7 +43,11 @@ METRICS = (
     (Found.ITL, re.compile(r"(?<![A-Za-z0-9_])(?:ITL|TPOT)(?![A-Za-z0-9_])|inter[- ]token|"
                            r"time (?:per|of) output tokens?|ms per token|decode'?s?\s{1,3}token\s{1,3}speed|"
                            r"per[- ]token latency|decode[- ](?:speed|latency|throughput|perf\w*)|"
-                           r"generation rate|每个?请求|单请求|single[- ]request", re.IGNORECASE)),
+                           r"generation rate|每个?请求|单请求|single[- ]request|"
+                           # a decode step's time per token ("Decode (token)" in a benchmark table)
+                           r"decode\s{0,2}\(\s{0,2}(?:per[- ])?token\s{0,2}\)|"
+                           r"decode\s{1,3}time\s{1,3}per\s{1,3}token",
+                           re.IGNORECASE)),
     (Found.LATENCY, re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延|延迟|"
                                r"(?:inference|response|request|wall|e2e|end-to-end)[ -]time\b",
                                re.IGNORECASE)),
@@ -49,7 +58,10 @@ METRICS = (
                                   r"req(?:uest)?s?/min|(?:samples|requests|tokens)\s{1,3}per\s{1,3}"
                                   r"(?:second|minute)|(?<![A-Za-z0-9_/])t/s(?:/u)?(?![A-Za-z])",
                                   re.IGNORECASE)),
+    # an evaluation's score is the model's accuracy, whatever the benchmark is called
     (Found.CORRECTNESS, re.compile(r"accuracy|gsm8k|exact_match|\bmmlu\b|correctness|garbage|"
+                                   r"\beval(?:uation)?[\s_-]{0,3}(?:scores?|results?|metrics?)\b|"
+                                   r"\bbenchmark\s{1,3}scores?\b|pass@\d|"
                                    r"wrong (?:output|answer)|gibberish|精度|准确率", re.IGNORECASE)),
 )
 TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|tokens per second|it/s|items/s|"
@@ -75,7 +87,8 @@ MTP_SPEEDUP = re.compile(r"\b(?:MTP|speculative decoding|spec(?:ulative)? decode
                          re.IGNORECASE)
 PER_REQUEST = re.compile(r"per[- ]request|single[- ]request|每个?请求|单请求|\bbs\s{0,2}=\s{0,2}1\b|"
                          r"decode|generation rate|one request", re.IGNORECASE)
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+|[。！？；;]")
+# an abbreviation's dot ("30s vs. 10s", "e.g. 2x") does not end the sentence
+SENTENCE_END = re.compile(r"(?<=[.!?])(?<!vs\.)(?<!e\.g\.)(?<!i\.e\.)(?<!approx\.)\s+|[。！？；;]")
 
 
 @dataclass
@@ -123,6 +136,22 @@ def _table_columns(lines: list[str], where: dict[Found, int] | None = None
                     if where is not None:
                         where.setdefault(found, header_line)
                     break
+    return out
+
+
+def _row_metrics(lines: list[str]) -> dict[Found, list[tuple[int, float]]]:
+    """Tables whose rows are metrics ("| Decode (token) | | 14.22 ms | ..."): the row's first
+    value, with its line."""
+    out: dict[Found, list[tuple[int, float]]] = {}
+    for n, line in enumerate(lines, 1):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.lstrip().startswith("|") or len(cells) < 2:
+            continue
+        value = next((m for c in cells[1:] if (m := re.match(rf"~?(?P<n>{NUM})", c.strip("*_` ")))),
+                     None)
+        found = next((f for f, pat in METRICS if pat.search(cells[0])), None)
+        if value is not None and found is not None:
+            out.setdefault(found, []).append((n, number(value.group("n"))))
     return out
 
 
@@ -209,6 +238,13 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
                 s.itl_ms += values
             if found is Found.THROUGHPUT:
                 s.tok_s += values
+    slow_title = bool(CHANGE.search(title)) and not NEGATED.search(title)
+    for found, rows in _row_metrics(lines).items():  # a metric per row: compared across tables,
+        if len({v for _, v in rows}) >= 2 or slow_title:  # or the one the title says got worse
+            add(found, rows[0][0], "a table row per metric" + (" (the title says it got worse)"
+                                                               if len(rows) < 2 else ""))
+            if found is Found.ITL:
+                s.itl_ms += [v for _, v in rows]
     if bench_throughput and s.tok_s and Found.ITL in s.found and Found.THROUGHPUT not in s.found:
         add(Found.THROUGHPUT, 0, "`vllm bench throughput` tok/s")
     return s
