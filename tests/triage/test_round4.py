@@ -160,3 +160,14 @@ def test_a_table_row_per_metric_is_read_as_that_metric() -> None:
     text = ("# 2.0 slow than 1.0?\n\n| Step | Average |\n|---|---|\n| Prefill | 900.1 ms |\n"
             "| Decode (token) | 14.2 ms |\n")
     assert symptoms(text) == ["itl"]
+
+
+def test_fix_cues_in_chinese_and_what_a_setting_or_a_comeback_says() -> None:
+    # 升级到 X 后问题解决了: the upgrade target is the fixed end
+    assert ends("# v0.9.0 运行报错\n\n升级到0.9.1后问题解决了。\n") == ("fix", "v0.9.0", "v0.9.1")
+    # gone when a feature is disabled: a workaround, still a regression
+    assert ends("# Slow since 0.9.0\n\nthe regression is gone when I disable prefix caching.\n"
+                )[0] == "regression"
+    # fixed once, back later: where it came back is the bad end
+    assert ends("# The issue\n\nThe problem was fixed in 0.8.0 but came back in 0.9.0.\n") == (
+        "regression", "v0.8.0", "v0.9.0")

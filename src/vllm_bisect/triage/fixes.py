@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from itertools import pairwise
 
-from vllm_bisect.triage.markers import HEDGE, Role, is_question
+from vllm_bisect.triage.markers import HEDGE, STILL, Role, is_question
 from vllm_bisect.triage.roles import Point, Roles, SearchKind
 
 _NOUN = r"(?:issues?|problems?|bugs?|errors?|crash(?:es)?|hangs?|OOMs?|regressions?|failures?)"
@@ -69,10 +69,9 @@ FIX_CUE = re.compile(
 NOT_FIX = re.compile(r"downgrad|revert|roll\w{0,4}\s{1,3}back|\bback\s{1,3}to\b|\bpinn|"
                      r"work\s?around|\bby\s{1,3}(?:setting|adding|disabling|enabling|passing|"
                      r"removing|turning|lowering|reducing|increasing|changing)|(?<![\w-])--[a-z]|"
+                     # "gone when I disable prefix caching": a setting, not a version
+                     r"\b(?:disabl|enabl)\w{0,3}\b|\bturn\w{0,3}\s{1,3}(?:off|on)\b|\bwhen\s{1,3}I\s{1,3}set|"
                      r"\b[A-Z][A-Z0-9_]{3,}=|回退|降级|回滚", re.IGNORECASE)
-# the problem is still there, or came back
-STILL = re.compile(r"\bstill\b|\bagain\b|came\s{1,3}back|reappear|re-?introduc|\bnot\s{1,3}yet\b|"
-                   r"仍然|仍|依然|依旧|还是|未修复|没有修复|没修复|未解决", re.IGNORECASE)
 # a condition, not a statement: "red on main until this is resolved", "once it is fixed"
 CONDITION = re.compile(r"\b(?:until|till|once|when|whenever|if|unless|before|after)\s{1,3}"
                        r"(?:[\w'-]{1,12}\s{1,3}){0,3}$", re.IGNORECASE)

@@ -65,6 +65,8 @@ BEFORE = (
         r"(?:slower|worse|slow|broken|fails?|failing|crash\w{0,2}|hangs?)\s{1,3}(?:on|in|with)|"
         # "this PR" in a results table is the change under test (not "before/prior to this PR")
         r"(?<!before )(?<!without )(?<!to )(?<!than )\bthis\s{1,3}(?:pr|commit|change|patch|branch)|"
+        # "fixed in 0.8.0 but came back in 0.9.0": where it came back is bad
+        r"(?:came|comes|is|was)\s{1,3}back\s{1,3}(?:in|on|with)|reappear\w{0,3}\s{1,3}(?:in|on|with)|"
         r"\btreatment(?:\s{1,3}(?:arm|group|run|build))?)$", re.IGNORECASE)),
 )
 AFTER_FIXED = re.compile(r"问题(?:已经)?(?:消失|解决)|(?:issue|problem|regression|bug)\s{1,3}"
@@ -143,6 +145,10 @@ ASKING = re.compile(r"吗|么|是否|请问|\bwhether\b|\bwonder|"
 HEDGE = re.compile(r"\b(?:should|could|might|may|would|will|hopefully|probably|likely)\s{1,3}"
                    r"(?:\w{1,12}\s{1,3})?(?:be|have\s{1,3}been)\s{1,3}(?:\w{1,10}\s{1,3})?"
                    r"(?:fixed|resolved|solved|addressed)\b", re.IGNORECASE)
+
+# the problem is still there, or came back
+STILL = re.compile(r"\bstill\b|\bagain\b|came\s{1,3}back|reappear|re-?introduc|\bnot\s{1,3}yet\b|"
+                   r"仍然|依然|依旧|未修复|没有修复|没修复|未解决", re.IGNORECASE)
 
 
 def is_question(sentence: str) -> bool:

@@ -30,6 +30,7 @@ from vllm_bisect.triage.markers import (
     LABEL_ROLE,
     ROW,
     SEGMENT,
+    STILL,
     TABLE_RULE,
     UPGRADE_NOUN,
     Role,
@@ -207,8 +208,9 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                 if found is not None and UPGRADE_NOUN.match(line[m.end:next_start]):
                     found = (Role.BAD, f"{found[1]} ... upgrade")  # "before the X upgrade"
                 if found is not None and found[0] is Role.FIXED and (
-                        is_question(line[a:b]) or HEDGE.search(line[a:b])):
-                    found = None  # "Is this fixed in 0.7.0?" asks, "should be fixed" hopes
+                        is_question(line[a:b]) or HEDGE.search(line[a:b]) or STILL.search(line)):
+                    found = None  # "Is this fixed in 0.7.0?" asks, "should be fixed" hopes,
+                    # "fixed in 0.8.0 but came back" says it is not
                 if found is not None:
                     p.vote(found[0], 3, f"line {n}: {found[1]!r} before it", n)
                     bound = True
