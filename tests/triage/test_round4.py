@@ -4,7 +4,12 @@ round-3 rules (commit ffc3446). The inputs are written for the rule, not copied 
 
 from __future__ import annotations
 
-from vllm_bisect.triage import spec_from_triage, triage, validated_spec
+from pathlib import Path
+
+import git
+
+from tests.helpers import history
+from vllm_bisect.triage import resolve_refs, spec_from_triage, triage, validated_spec
 
 
 def ends(text: str) -> tuple[str, str | None, str | None]:
@@ -48,6 +53,18 @@ def test_not_present_any_more_on_the_nightlies_makes_main_the_fixed_end() -> Non
     assert (t.search.value, t.good, t.bad) == ("fix", None, "main")
     assert any("main" in r.why and r.what.startswith("range.bad") for r in t.read)
     assert spec_from_triage(t)["range"] == {"repo": ".", "search": "fix", "bad": "main"}
+
+
+def test_main_as_the_fixed_end_resolves_to_mains_head(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=4)
+    repo = git.Repo(h.path)
+    t = triage(f"# crash at `{h.shas[1]}`\n\ncomment: not present any more on the current "
+               "nightlies.\n")
+    assert (t.search.value, t.good, t.bad) == ("fix", h.shas[1], "main")
+    assert validated_spec(t).range.bad == "main"
+    resolve_refs(t, repo)
+    assert t.bad == repo.commit("main").hexsha and not any("not in the repository" in w
+                                                          for w in t.warnings)
 
 
 def test_resolved_on_the_main_branch_makes_main_the_fixed_end() -> None:
