@@ -116,6 +116,13 @@ def test_a_ref_right_after_a_comparison_word_is_the_reference() -> None:
         "regression", "v0.11.0", "v0.12.0rc1")
 
 
+def test_a_reporters_own_bisect_names_the_first_bad_commit() -> None:
+    assert ends("# slow decode\n\nI bisected it to commit 1a2b3c4d5e (#12345). The previous "
+                "commit 9f8e7d6c5b is fine.\n") == ("regression", "9f8e7d6c5b", "1a2b3c4d5e")
+    assert ends("# slow decode\n\ngit bisect points to a1b2c3d4e5f6 as the first bad commit.\n"
+                ) == ("regression", None, "a1b2c3d4e5f6")
+
+
 # -- model
 
 

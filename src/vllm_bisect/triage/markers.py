@@ -65,6 +65,10 @@ BEFORE = (
         r"(?:slower|worse|slow|broken|fails?|failing|crash\w{0,2}|hangs?)\s{1,3}(?:on|in|with)|"
         # "this PR" in a results table is the change under test (not "before/prior to this PR")
         r"(?<!before )(?<!without )(?<!to )(?<!than )\bthis\s{1,3}(?:pr|commit|change|patch|branch)|"
+        # a reporter's own bisect names the first bad commit: "bisected it to X", "git bisect
+        # points to X", "the culprit is X"
+        r"\bbisect\w{0,3}(?:\s{1,3}(?:it|this|the\s{1,3}\w{1,12}))?\s{1,3}(?:down\s{1,3})?to|"
+        r"\bpoints?\s{1,3}to|\bculprit(?:\s{1,3}(?:is|was))?|"
         # "fixed in 0.8.0 but came back in 0.9.0": where it came back is bad
         r"(?:came|comes|is|was)\s{1,3}back\s{1,3}(?:in|on|with)|reappear\w{0,3}\s{1,3}(?:in|on|with)|"
         r"\btreatment(?:\s{1,3}(?:arm|group|run|build))?)$", re.IGNORECASE)),
@@ -97,7 +101,10 @@ AFTER = (
                           r"bad|worse|regressed)\b|\bslower\s{1,3}than|\bdrops?\b|\blags?\b|"
                           r"\b(?:very|incredibly|extremely|really|significantly)\s{1,3}(?:low|slow)\b|"
                           r"(?<!pre-)(?<!pre)\bregress\w{0,4}\b|劣化|下降|变慢|"
-                          r"^\W{0,4}treatment\b", re.IGNORECASE)),
+                          r"^\W{0,4}treatment\b|"
+                          # "X as the first bad commit", "X is the first bad commit"
+                          r"^\W{0,4}(?:is|as|was)\s{1,3}(?:the\s{1,3})?first\s{1,3}(?:bad|broken)",
+                          re.IGNORECASE)),
 )
 SEGMENT = (
     (Role.GOOD, re.compile(r"✅|✔|✓|正常|没问题|\(good\)")),

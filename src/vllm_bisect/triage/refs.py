@@ -31,7 +31,10 @@ VERSION = re.compile(
     r"(?P<local>\+g?[0-9a-f]{7,40}(?![0-9a-z])|\+[A-Za-z0-9_.]{1,40})?")
 LABELLED_SHA = re.compile(
     r"(?:\bcommit(?:\s+id)?|\bsha|\bmain|\bnightly|\bnightlies|\bbuild|\bbuilt\s+from|\brevision|"
-    r"\bhead|\bHEAD|提交|\bfrom|\bsince|\bafter|\bbefore|\bat|\buntil)(?:\s{0,2}(?:参考|参见|即|为|是))?"
+    r"\bhead|\bHEAD|提交|\bfrom|\bsince|\bafter|\bbefore|\bat|\buntil|"
+    # a reporter's own bisect: "bisected it to X", "git bisect points to X", "the culprit is X"
+    r"\bbisect\w{0,3}(?:\s{1,3}(?:it|this|the\s{1,3}\w{1,12}))?\s{1,3}(?:down\s{1,3})?to|"
+    r"\bpoints?\s{1,3}to|\bculprit(?:\s{1,3}(?:is|was))?)(?:\s{0,2}(?:参考|参见|即|为|是))?"
     r"\s{0,3}[:=]?\s{0,3}[(（]?\s{0,2}`?"
     r"(?P<sha>[0-9a-f]{7,40})(?![\w/-])(?!\.\w)")
 NIGHTLY_TAG = re.compile(r"nightly-(?P<sha>[0-9a-f]{7,40})\b")
