@@ -100,6 +100,19 @@ def test_a_later_fix_after_a_named_pair_is_news_not_the_range() -> None:
     assert ends("# crash\n\ncomment: a bug introduced in v0.9.2 and fixed in v0.10.0.\n")[0] == "fix"
 
 
+def test_a_version_that_fixed_it_or_works_newer_than_the_problem_is_the_fixed_end() -> None:
+    assert ends("# crash with Qwen3 on 0.10.0\n\ncomment: upgrading to 0.10.1 solved the problem "
+                "for me\n") == ("fix", "v0.10.0", "v0.10.1")
+    assert ends("# crash with Qwen3 on 0.10.0\n\ncomment: 0.10.1 fixed it\n") == (
+        "fix", "v0.10.0", "v0.10.1")
+    assert ends("# [Bug]: v0.10.0 crash with Qwen3\n\ncomment: The latest version (0.10.1) works "
+                "for me.\n") == ("fix", "v0.10.0", "v0.10.1")
+    # an explicit pair the other way round is a fix too: the good version is the newer one
+    assert ends("# x\n\n0.10.1 works fine, 0.10.0 is broken\n") == ("fix", "v0.10.0", "v0.10.1")
+    # a PR that fixes it names the fix: nothing to search (the report stays a regression)
+    assert ends("# crash on 0.10.0\n\ncomment: pr #12820 fixes the problem\n")[0] == "regression"
+
+
 # -- pair shapes
 
 
@@ -114,6 +127,8 @@ def test_a_ref_right_after_a_comparison_word_is_the_reference() -> None:
     # "X 的精度较 Y 下降": the drop is X's, measured against Y (the good end)
     assert ends("# 精度问题\n\nv0.12.0rc1版本的精度较v0.11.0版本下降0.03。\n") == (
         "regression", "v0.11.0", "v0.12.0rc1")
+    # "X 比 Y 慢": X is slower than Y
+    assert ends("# [Bug]: 0.10.0 比 0.9.2 慢\n") == ("regression", "v0.9.2", "v0.10.0")
 
 
 def test_a_reporters_own_bisect_names_the_first_bad_commit() -> None:

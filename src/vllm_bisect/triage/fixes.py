@@ -59,7 +59,11 @@ FIX_CUE = re.compile(
     r"|\b(?:fixed|resolved|solved)\s{1,3}(?:in|on|by|with|via)\b"
     r"|\bworks?\s{1,3}(?:\w{1,8}\s{1,3})?(?:on|with|in)\s{1,3}(?:the\s{1,3})?(?:latest|newest|current)\b"
     # "upgrading to 0.5.3 fixed it"
-    r"|\bupgrad\w{0,4}\s{1,3}(?:\w{1,12}\s{1,3}){0,3}?to\b[^.!?。]{0,40}?\b(?:fix|solv|resolv)\w{0,3}\b"
+    r"|\bupgrad\w{0,4}\s{1,3}(?:\w{1,12}\s{1,3}){0,3}?to\b(?:[^.!?。]|\.(?=\w)){0,40}?"
+    r"\b(?:fix|solv|resolv)\w{0,3}\b"
+    # "0.10.1 fixed it", "the upgrade solved the problem" (a workaround is caught by NOT_FIX)
+    r"|\b(?:fixed|solved|resolved|fixes|solves|resolves)\s{1,3}(?:it|this|that|the\s{1,3}"
+    r"(?:issue|problem|bug|crash|error|regression))\b"
     # a maintainer's "please try the (current) latest version": the problem is gone there
     r"|\btry\s{1,3}(?:the\s{1,3})?(?:current\s{1,3})?(?:latest|newest)\s{1,3}(?:version|release)"
     r"|已修复|已经修复|修复了|已解决|已经解决|解决了|问题(?:已经?)?(?:消失|解决)|不再(?:出现|复现|发生)|"
@@ -71,6 +75,10 @@ NOT_FIX = re.compile(r"downgrad|revert|roll\w{0,4}\s{1,3}back|\bback\s{1,3}to\b|
                      r"removing|turning|lowering|reducing|increasing|changing)|(?<![\w-])--[a-z]|"
                      # "gone when I disable prefix caching": a setting, not a version
                      r"\b(?:disabl|enabl)\w{0,3}\b|\bturn\w{0,3}\s{1,3}(?:off|on)\b|\bwhen\s{1,3}I\s{1,3}set|"
+                     # "this PR fixes the regression", "pr #12820 fixes the problem": the fix is
+                     # named (a PR's own description), there is nothing to search for
+                     r"\b(?:PR|pull\s{1,3}request|patch|change)\s{0,3}(?:#\d{1,7}\s{1,3})?(?:fix|solv|resolv)|"
+                     r"#\d{1,7}\s{1,3}(?:fix|solv|resolv)|"
                      r"\b[A-Z][A-Z0-9_]{3,}=|回退|降级|回滚", re.IGNORECASE)
 # a condition, not a statement: "red on main until this is resolved", "once it is fixed"
 CONDITION = re.compile(r"\b(?:until|till|once|when|whenever|if|unless|before|after)\s{1,3}"

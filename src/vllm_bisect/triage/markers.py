@@ -82,6 +82,8 @@ AFTER = (
                            r"(?:ok|fine)\b(?!\s{1,3}(?:on|with|in|at)\b))|"
                            r"\b(?:is|was|works?|worked)\s{1,3}(?:fine|ok|good|well|fast|normal|healthy|"
                            r"true|correctly)\b(?!\s{1,3}(?:on|with|in|at)\b)|"
+                           # "X works for me", "X works now"
+                           r"\b(?:works?|worked)\s{1,3}(?:for\s{1,3}(?:me|us)|now)\b|"
                            # "X (works well)", "X (correct output)": a verdict in brackets is X's
                            r"^[\s`*_]{0,4}[(（]\s{0,2}(?:works?|worked|good|ok|fine|fast|correct|normal|"
                            r"healthy|passing|passes)\b(?!(?:\s{1,3}\w{1,12})?\s{1,3}(?:on|with|in|at)\b)|"
@@ -118,9 +120,10 @@ ROW = (  # a table row is about its one ref: words mark it too
                           r"\bworse\b|\bdegrad\w{0,5}", re.IGNORECASE)),
 )
 # a comparison word right before a ref makes it the reference: "较 Y 下降", "compared to Y"
-COMPARE_TAIL = re.compile(r"(?:相比于?|相较于?|较|对比|compared\s{1,3}(?:to|with)|relative\s{1,3}to|"
-                          r"\bvs\.?|\bversus)\s{0,3}$", re.IGNORECASE)
-COMPARE = re.compile(r"^(?:相比|相较于?|对比|compared\s{1,3}(?:to|with)|vs\.?|versus)$", re.IGNORECASE)
+COMPARE_TAIL = re.compile(r"(?:相比于?|相较于?|较|对比|(?<![对相])比|compared\s{1,3}(?:to|with)|"
+                          r"relative\s{1,3}to|\bvs\.?|\bversus)\s{0,3}$", re.IGNORECASE)
+COMPARE = re.compile(r"^(?:相比|相较于?|对比|比|compared\s{1,3}(?:to|with)|vs\.?|versus)$",
+                     re.IGNORECASE)
 LABEL_LINE = re.compile(r"^[\s#>*_-]{0,8}(?P<label>before(?:\s{1,3}(?:update|upgrade))?|"
                         r"after(?:\s{1,3}(?:update|upgrade))?|good|bad|old|new|control|treatment|"
                         r"修复前|修复后)"

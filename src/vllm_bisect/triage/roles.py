@@ -299,6 +299,12 @@ def choose(points: list[Point], arrows: list[tuple[Point, Point]],
     olds = [p for p in points if roles[id(p)] == old_role]
     news = [p for p in points if roles[id(p)] == new_role]
     unmarked = [p for p in points if roles[id(p)] is None and p.key is not None]
+    if not fix and olds and news and all(_older(b, g) for g in olds for b in news):
+        # "v0.10.0 crashes ... the latest 0.10.1 works for me": every good version is newer than
+        # every bad one: the report is about a fix (has the problem -> fixed)
+        fix, old_role, new_role = True, Role.PROBLEM, Role.FIXED
+        olds, news = news, olds
+        notes.append("every good version is newer than every bad one: read as a fix report")
     if news and not olds:  # contrast: the unmarked versions older than the earliest bad
         first = min((p for p in news if p.key), key=lambda p: p.key, default=None)  # type: ignore[arg-type,return-value]
         olds = [p for p in unmarked if first is not None and _older(p, first)]

@@ -143,6 +143,21 @@ def refine(roles: Roles, points: list[Point], title_line: int = 1, title: str = 
             notes.append(f"one release named ({one.label}) and no good/bad marker: read as the "
                          "bad end")
             return replace(roles, old=None, new=one, goods=[], bads=[one], notes=notes)
+    good = roles.old
+    if (roles.search is SearchKind.REGRESSION and good is not None and good.votes
+            and roles.new is None and good.key is not None and PROBLEM_WORDS.search(title)):
+        # "# v0.10.0 crashes" ... "the latest 0.10.1 works for me": the title's problem version
+        # is older than the only good one: a fix report (has the problem -> fixed)
+        older = sorted(((p.key, i) for i, p in enumerate(points) if not p.votes
+                        and p.key is not None and p.key < good.key
+                        and any(m.line == title_line for m in p.mentions)))
+        if older:
+            old = points[older[-1][1]]
+            old.why.insert(0, "the title's problem version, older than the one said to work")
+            good.why.insert(0, "said to work, newer than the title's problem version: fixed")
+            notes.append(f"{good.label} works and is newer than the title's {old.label}: read as "
+                         "a fix report")
+            return Roles(SearchKind.FIX, old, good, [old], [good], notes)
     return replace(roles, notes=notes)
 
 
