@@ -138,6 +138,17 @@ def test_a_reporters_own_bisect_names_the_first_bad_commit() -> None:
                 ) == ("regression", None, "a1b2c3d4e5f6")
 
 
+def test_main_named_as_the_branch_is_a_symbolic_ref() -> None:
+    # "main" as the branch: the newest thing there is, so the bad end of a regression
+    assert ends("# garbage\n\nWorks on v0.11.0 but fails on the latest main.\n") == (
+        "regression", "v0.11.0", "main")
+    assert ends("# x\n\nmain is 20% slower than v0.10.0\n") == ("regression", "v0.10.0", "main")
+    # never the word "main" before a noun, nor Python's build tag in collect_env output
+    assert "main" not in [p["ref"] for p in triage(
+        "# x\n\nthe main issue is that 0.10.0 is slower than 0.9.2\n").points]
+    assert triage("# x\n\nPython version: 3.9.17 (main, Jul  5 2023, 20:41:20)\n").points == []
+
+
 # -- model
 
 

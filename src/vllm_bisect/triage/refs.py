@@ -62,6 +62,18 @@ OUR_PRODUCT = re.compile(r"(?:vllm|vllm-ascend|vllm-omni|sglang|trtllm|tensorrt-
                          re.IGNORECASE)
 
 
+# "main" as the branch: after a preposition ("on main", "than the latest main"), at the start of
+# a clause or cell ("main is 20% slower", "| main |"), or as "main branch"; and followed by
+# punctuation or a verb/adverb, never by a noun ("the main issue", "main process")
+MAIN_REF = re.compile(
+    r"(?:\b(?:on|with|from|to|at|than|vs\.?|and|in|using|of|or|against|between)\s{1,3}"
+    r"(?:the\s{1,3})?(?:(?:latest|current|recent|today'?s)\s{1,3})?|^\W{0,3}|[(\[`*|]\s{0,2}|"
+    r"\b(?:latest|current)\s{1,3})(?P<main>main)(?:\s{1,3}branch)?(?![\w-])"
+    r"(?=\s{0,2}(?:[.,;:!?)\]`*|，。、]|$)|\s{1,3}(?:is|was|has|works?|worked|fails?|failed|"
+    r"crash\w{0,2}|hangs?|too|now|still|also|branch|build|head|returns?|produces?|gives?|"
+    r"and|vs\.?|or)\b)", re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class Mention:
     """One ref as written: a version (maybe with its sha), a sha, or both."""
@@ -73,6 +85,7 @@ class Mention:
     start: int               # offsets in the line
     end: int
     how: str                 # "version", "+g", "commit-url", "labelled", "backticks", ...
+    name: str | None = None  # a symbolic ref: "main" (the branch's head when the bisect runs)
 
     @property
     def label(self) -> str:
@@ -151,12 +164,12 @@ def find_mentions(lines: list[str]) -> list[Mention]:
         taken: list[tuple[int, int]] = []
 
         def add(version: str | None, sha: str | None, a: int, b: int, how: str,
-                image: str | None = None, n: int = n, taken: list[tuple[int, int]] = taken
-                ) -> None:
+                image: str | None = None, n: int = n, taken: list[tuple[int, int]] = taken,
+                name: str | None = None) -> None:
             if any(x < b and a < y for x, y in taken):
                 return
             taken.append((a, b))
-            out.append(Mention(version, sha, image, n, a, b, how))
+            out.append(Mention(version, sha, image, n, a, b, how, name))
 
         for m in COMMIT_URL.finditer(line):
             start = next((a for a, b in urls if a <= m.start() < b), m.start())
@@ -214,6 +227,12 @@ def find_mentions(lines: list[str]) -> list[Mention]:
                 if _inside(urls, m.start("sha")) or not _is_sha(sha):
                     continue
                 add(None, sha, m.start("sha"), m.end("sha"), how)
+        for m in MAIN_REF.finditer(line):
+            a, b = m.start("main"), m.end("main")
+            if line[a - 1:a] == "(" and line[b:b + 1] == ",":
+                continue  # "Python 3.12.3 (main, Jul 5 2023, ...)": Python's build tag
+            if not _inside(urls, a):
+                add(None, None, m.start("main"), m.end("main"), "main", name="main")
         if len(out) >= MAX_MENTIONS:
             break
     out.sort(key=lambda x: (x.line, x.start))

@@ -137,6 +137,13 @@ def merge_points(mentions: list[Mention]) -> list[Point]:
     by_version: dict[Version, list[Point]] = {}
     with_sha: list[Point] = []
     for m in mentions:
+        if m.name is not None:  # "main": one symbolic point however often it is named
+            found = next((p for p in points if p.name == m.name), None)
+            if found is None:
+                found = Point(None, None, name=m.name)
+                points.append(found)
+            found.mentions.append(m)
+            continue
         if m.version is None and m.sha is None:
             continue  # an image such as vllm/vllm-openai:latest: not a commit
         found = None
@@ -308,11 +315,14 @@ def choose(points: list[Point], arrows: list[tuple[Point, Point]],
     if news and not olds:  # contrast: the unmarked versions older than the earliest bad
         first = min((p for p in news if p.key), key=lambda p: p.key, default=None)  # type: ignore[arg-type,return-value]
         olds = [p for p in unmarked if first is not None and _older(p, first)]
+        if first is None and all(p.name == "main" for p in news):
+            olds = unmarked  # main is newer than every release
         for p in olds:
             p.why.append(f"line {p.line}: unmarked, older than {first.label if first else '?'}")
     elif olds and not news and not fix:
         last = max((p for p in olds if p.key), key=lambda p: p.key, default=None)  # type: ignore[arg-type,return-value]
-        news = [p for p in unmarked if last is not None and _older(last, p)]
+        news = [p for p in unmarked if last is not None and _older(last, p)] or [
+            p for p in points if p.name == "main" and roles[id(p)] is None]  # newer than any
         for p in news:
             p.why.append(f"line {p.line}: unmarked, newer than {last.label if last else '?'}")
     elif not olds and not news and not fix:
