@@ -221,3 +221,20 @@ def test_fix_cues_in_chinese_and_what_a_setting_or_a_comeback_says() -> None:
     # fixed once, back later: where it came back is the bad end
     assert ends("# The issue\n\nThe problem was fixed in 0.8.0 but came back in 0.9.0.\n") == (
         "regression", "v0.8.0", "v0.9.0")
+
+
+def test_output_that_is_not_text_and_vllm_kv_log_lines() -> None:
+    # correctness by word class: empty output, only punctuation, wrong tool calls
+    for text in ("The model produces empty output on 0.10.0", "0.10.0 returns wrong tool calls",
+                 "Qwen3 outputs only exclamation marks", "it returns `!!!!!!!!!!!!!!!!!!!!`"):
+        assert symptoms(f"# x\n\n{text}\n") == ["correctness"], text
+    # a markdown rule is no run of punctuation
+    assert symptoms("# x\n\n| a | b |\n|----------|----------|\n") == []
+    # vLLM's start-up log of KV capacity, two different values: memory; "OOMs" is OOM
+    log = "INFO GPU KV cache size: {} tokens"
+    assert symptoms(f"# x\n\n```\n{log.format('120,000')}\n```\n\n```\n{log.format('60,000')}\n```\n"
+                    ) == ["memory"]
+    assert symptoms("# x\n\nThe server OOMs at startup on 0.10.0\n") == ["memory"]
+    # a first-token time given as two durations is TTFT
+    assert symptoms("# x\n\nThe first token takes 3 seconds now, used to be 0.5 seconds\n") == [
+        "ttft"]

@@ -22,24 +22,31 @@ import re
 
 from vllm_bisect.triage.symptoms import CHANGE, METRICS, NEGATED, Found
 
-OOM = re.compile(r"(?<![\w-])OOM(?![\w-])|out[- ]of[- ]memory|OutOfMemoryError|No available memory "
-                 r"for the cache|显存不足|内存不足|"
+OOM = re.compile(r"(?<![\w-])OOM(?:s|ed|ing|'d)?(?![\w-])|out[- ]of[- ]memory|OutOfMemoryError|"
+                 r"No available memory for the cache|显存不足|内存不足|"
                  # the same running-out said in words: "not enough memory", "insufficient memory"
                  r"(?:not\s{1,3}enough|insufficient)\s{1,3}(?:GPU\s{1,3}|video\s{1,3})?memory",
                  re.IGNORECASE)
 MEMORY = re.compile(r"(?<![\w-])VRAM|显存|(?<![\w-])GPU memory(?![-_ ]util)|memory (?:usage|use|"
                     r"footprint|consumption|cost)|(?:more|higher) memory|KV[- ]cache (?:size|"
-                    r"capacity)|# GPU blocks", re.IGNORECASE)
+                    r"capacity|usage|memory|tokens)|# GPU blocks", re.IGNORECASE)
 MORE_CHANGE = re.compile(r"\blarger\b|\bmore\b|\bgrew\b|\bbigger\b|significantly|dramatic",
                          re.IGNORECASE)
 BLOCKS = re.compile(r"# GPU blocks:\s{0,3}(\d{1,9})")
+# vLLM's start-up log of KV capacity: two different values are a memory change
+KV_LOG = re.compile(r"KV cache size:\s{0,3}([\d,]{1,12})\s{0,2}tokens|Maximum concurrency for "
+                    r"[\d,]{1,12} tokens per request:\s{0,3}([\d.]{1,12})x", re.IGNORECASE)
 CORRECTNESS = re.compile(
     r"garbage|garbled|gibberish|nonsense|meaningless|unreadable|乱码|重复|毫无意义|幻觉|"
     r"(?<![\w-])(?:repetitive|repetition)(?![\w-])|repeat\w{0,3}\s{1,3}(?:the\s{1,3})?same|"
     r"never\s{1,3}stop|"
     r"output\w{0,2}\s{1,3}(?:is|was|became|becomes)\s{1,3}(?:noise|unreadable)|"
     r"outputs?\s{1,3}(?:of\s{1,3}[\w .-]{1,30}\s{1,3})?(?:is|are|was|were)\s{1,3}wrong|"
-    r"wrong\s{1,3}(?:output|answer|result)|精度(?:出现|存在|有)?问题|精度下降|准确率跳水|"
+    r"(?:wrong|incorrect|invalid|malformed)\s{1,3}(?:outputs?|answers?|results?|responses?|tool[- ]calls?|"
+    r"tokens?|json|format)|"
+    # output that is not text: empty, only punctuation, a run of one character
+    r"(?:empty|blank)\s{1,3}(?:outputs?|responses?|completions?|strings?)|exclamation\s{1,3}marks|"
+    r"([!?])\1{9,}|精度(?:出现|存在|有)?问题|精度下降|准确率跳水|"
     # meaningless / random output in any wording, and the same input giving different outputs
     r"无意义|random\s{1,3}tokens|(?:outputs?|results?|answers?|responses?)\b[^.。]{0,60}\b(?:are|is|were|"
     r"was)\s{1,3}different|输出(?:结果)?不(?:相同|一致|同)",
@@ -90,6 +97,9 @@ def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
     blocks = {b for line in lines for b in BLOCKS.findall(line)}
     if len(blocks) >= 2:
         add(Found.MEMORY, 0, f"# GPU blocks differ: {', '.join(sorted(blocks)[:4])}")
+    kv = {(m.group(1) is None, m.group(1) or m.group(2)) for line in lines for m in KV_LOG.finditer(line)}
+    if any(len({v for k, v in kv if k == kind}) >= 2 for kind in (True, False)):
+        add(Found.MEMORY, 0, "KV cache size / maximum concurrency differ between runs")
     for n, line in _prose(lines):
         for text in SENTENCE.split(line):
             changed = (bool(CHANGE.search(text) or MORE_CHANGE.search(text))

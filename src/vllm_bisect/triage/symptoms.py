@@ -204,7 +204,8 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
                         re.search(r"decode[- ]throughput", text, re.I) or (
                             PER_REQUEST.search(text) and not re.search(r"throughput|吞吐", text, re.I))):
                     found = Found.ITL  # a per-request decode speed
-                if changed or line is title or len(MS.findall(text)) >= 2 or len(toks) >= 2:
+                if (changed or line is title or len(MS.findall(text)) >= 2 or len(toks) >= 2
+                        or len(SECONDS.findall(text)) >= 2):
                     add(found, n, "named in the title" if line is title else (
                         "named with a change" if changed else "two values compared"))
                 value = AFTER_METRIC.match(text[hit.end():hit.end() + 24])
