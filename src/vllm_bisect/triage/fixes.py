@@ -45,7 +45,7 @@ FIX_CUE = re.compile(
     # "the issue (is) resolved", "all the issues were resolved", "it seems to be fixed"
     rf"|\b{_NOUN}\s{{1,3}}(?:{_AUX}\s{{1,3}})?(?:(?:now|already|basically)\s{{1,3}})?{_GONE}\b"
     rf"|\b{_PRONOUN}\s{{1,3}}{_AUX}\s{{1,3}}(?:(?:now|already|basically)\s{{1,3}})?{_GONE}\b"
-    r"|\b(?:went|goes|go|has\s{1,3}gone)\s{1,3}away\b|\bworks?\s{1,3}now\b"
+    r"|\b(?:went|goes|go|has\s{1,3}gone)\s{1,3}away\b"
     # "no longer see the issue", "not present any more", "doesn't crash anymore"
     r"|\bno\s{1,3}longer\s{1,3}(?:see|seeing|seen|reproduc\w{0,4}|observ\w{0,4}|happen\w{0,3}|"
     r"occur\w{0,4}|present|exists?|an?\s{1,3}(?:issue|problem)|crash\w{0,3}|hang\w{0,3}|fails?)"
