@@ -149,6 +149,16 @@ def test_main_named_as_the_branch_is_a_symbolic_ref() -> None:
     assert triage("# x\n\nPython version: 3.9.17 (main, Jul  5 2023, 20:41:20)\n").points == []
 
 
+def test_an_environment_line_names_its_own_tools_version() -> None:
+    env = ("```text\nGCC version: (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0\nCMake version: version "
+           "3.26.1\n[pip3] flashinfer-python==0.2.5\n- **PyTorch Version:** 2.2.0\n"
+           "vLLM Version: 0.10.1.1\n```\n")
+    t = triage(f"# [Bug]: crash when loading the model\n\n{env}\nThe server fails to start. It "
+               "worked on v0.10.0.\n")
+    assert [p["ref"] for p in t.points] == ["v0.10.1.1", "v0.10.0"]
+    assert (t.good, t.bad) == ("v0.10.0", "v0.10.1.1")
+
+
 # -- model
 
 

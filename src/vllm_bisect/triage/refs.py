@@ -74,6 +74,16 @@ MAIN_REF = re.compile(
     r"and|vs\.?|or)\b)", re.IGNORECASE)
 
 
+# an environment line ("GCC version: (Ubuntu 11.4.0-1ubuntu1) 11.4.0", "[pip3] flashinfer-python==
+# 0.2.5", "- **PyTorch Version:** 2.2.0", collect_env output) names its key's version: a ref
+# only when the key is our product ("vLLM Version: 0.10.1.1", "[pip3] vllm==0.10.1")
+ENV_LINE = re.compile(
+    r"^\W{0,8}(?:\[(?:pip\d?|conda)\]\s{1,3}(?P<pkg>[\w.-]{1,60})|(?P<key>[A-Za-z][\w .+/()-]{0,50}?"
+    r"\s(?:version|Version|VERSION)|OS|PyTorch|CUDA|cuDNN|GCC|Clang|CMake|Libc|Python|ROCM|HIP))"
+    r"\W{0,4}\s{0,3}(?::|==)")
+OURS_KEY = re.compile(r"vllm|sglang", re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class Mention:
     """One ref as written: a version (maybe with its sha), a sha, or both."""
@@ -194,8 +204,10 @@ def find_mentions(lines: list[str]) -> list[Mention]:
                 add(ver, None, m.start(), m.end(), "docker", image)
             else:  # :latest, :nightly: an image, not a commit
                 add(None, None, m.start(), m.end(), "docker", image)
+        env = ENV_LINE.match(line)
+        other_env = env is not None and not OURS_KEY.search(env.group("pkg") or env.group("key") or "")
         for m in VERSION.finditer(line):
-            if _inside(urls, m.start()):
+            if _inside(urls, m.start()) or other_env:
                 continue
             version = _version_ok(line, m)
             if version is None:
