@@ -157,6 +157,14 @@ def test_an_environment_line_names_its_own_tools_version() -> None:
                "worked on v0.10.0.\n")
     assert [p["ref"] for p in t.points] == ["v0.10.1.1", "v0.10.0"]
     assert (t.good, t.bad) == ("v0.10.0", "v0.10.1.1")
+    # a `pip list` row and a requirement line are their package's versions, vllm's is ours
+    pip = ("```\nPackage            Version\n------------------ -------\nnvidia-nccl-cu12   "
+           "2.21.5\nxgrammar           0.1.21\nvllm               0.10.1\ntransformers==4.54.1\n```\n")
+    t = triage(f"# [Bug]: garbage output\n\n{pip}\nIt worked with 0.10.0.\n")
+    assert (t.good, t.bad, len(t.points)) == ("v0.10.0", "v0.10.1", 2)
+    # a role-labelled line is not an environment line
+    assert ends("# x\n\nLast good version: 0.9.2\nFirst bad version: 0.10.0\n") == (
+        "regression", "v0.9.2", "v0.10.0")
 
 
 # -- model

@@ -78,9 +78,17 @@ MAIN_REF = re.compile(
 # 0.2.5", "- **PyTorch Version:** 2.2.0", collect_env output) names its key's version: a ref
 # only when the key is our product ("vLLM Version: 0.10.1.1", "[pip3] vllm==0.10.1")
 ENV_LINE = re.compile(
-    r"^\W{0,8}(?:\[(?:pip\d?|conda)\]\s{1,3}(?P<pkg>[\w.-]{1,60})|(?P<key>[A-Za-z][\w .+/()-]{0,50}?"
+    r"^\W{0,8}(?:\[(?:pip\d?|conda)\]\s{1,3}(?P<pkg>[\w.-]{1,60})|"
+    # "Last good version: 0.9.2" names a role, not a tool
+    r"(?![^:\n]{0,50}\b(?:good|bad|last|first|working|broken|old|new|previous|current|affected|"
+    r"fixed|tested|problem|regress\w{0,5}|before|after|our|my|the)\b)(?P<key>[A-Za-z][\w .+/()-]{0,50}?"
     r"\s(?:version|Version|VERSION)|OS|PyTorch|CUDA|cuDNN|GCC|Clang|CMake|Libc|Python|ROCM|HIP))"
-    r"\W{0,4}\s{0,3}(?::|==)")
+    r"\W{0,4}\s{0,3}(?::|==)"
+    # a `pip list` / `conda list` row ("nvidia-nccl-cu12   2.21.5") or a requirement line
+    # ("transformers==4.54.1"): the package's own version (a role word is not a package)
+    r"|^\s{0,4}(?!(?:before|after|good|bad|old|new|baseline|control|treatment|main|nightly|"
+    r"version|release|commit|tag)\b)(?P<row>[A-Za-z][\w.-]{1,60})(?:\s{2,}v?\d|\s{0,2}(?:==|>=|<=|~=))",
+    re.IGNORECASE)
 OURS_KEY = re.compile(r"vllm|sglang", re.IGNORECASE)
 
 
@@ -205,7 +213,8 @@ def find_mentions(lines: list[str]) -> list[Mention]:
             else:  # :latest, :nightly: an image, not a commit
                 add(None, None, m.start(), m.end(), "docker", image)
         env = ENV_LINE.match(line)
-        other_env = env is not None and not OURS_KEY.search(env.group("pkg") or env.group("key") or "")
+        other_env = env is not None and not OURS_KEY.search(
+            env.group("pkg") or env.group("key") or env.group("row") or "")
         for m in VERSION.finditer(line):
             if _inside(urls, m.start()) or other_env:
                 continue
