@@ -79,6 +79,15 @@ def test_resolved_on_the_main_branch_makes_main_the_fixed_end() -> None:
     assert (t.search.value, t.bad) == ("fix", None)
 
 
+def test_an_issue_templates_not_fixed_checkbox_is_no_fix_cue() -> None:
+    # sglang's bug template: "2. The bug has not been fixed in the latest version."
+    text = ("# [Bug] crash with v0.4.6\n\n### Checklist\n\n- [x] 1. I have searched related "
+            "issues but cannot get the expected help.\n- [x] 2. The bug has not been fixed in the "
+            "latest version.\n\n### Describe the bug\n\nThe server crashes on v0.4.6.\n")
+    assert ends(text) == ("regression", None, "v0.4.6")
+    assert ends("# crash on 0.4.6\n\nThis isn't fixed in 0.4.7 either.\n")[0] == "regression"
+
+
 def test_questions_hedges_conditions_and_workarounds_are_not_fix_cues() -> None:
     for sentence in ("Is this fixed on 0.7.0?", "这个问题修复了吗？",
                      "The issue is also solved in 0.7.0, correct?",

@@ -156,8 +156,11 @@ HEDGE = re.compile(r"\b(?:should|could|might|may|would|will|hopefully|probably|l
                    r"(?:\w{1,12}\s{1,3})?(?:be|have\s{1,3}been)\s{1,3}(?:\w{1,10}\s{1,3})?"
                    r"(?:fixed|resolved|solved|addressed)\b", re.IGNORECASE)
 
-# the problem is still there, or came back
+# the problem is still there, or came back, or is not fixed ("The bug has not been fixed in the
+# latest version": sglang's issue template)
 STILL = re.compile(r"\bstill\b|\bagain\b|came\s{1,3}back|reappear|re-?introduc|\bnot\s{1,3}yet\b|"
+                   r"(?:\bnot|n't|\bnever)\s{1,3}(?:\w{1,10}\s{1,3}){0,2}?(?:been\s{1,3})?"
+                   r"(?:fixed|resolved|solved|addressed|gone)\b|"
                    r"仍然|依然|依旧|未修复|没有修复|没修复|未解决", re.IGNORECASE)
 
 
