@@ -176,6 +176,15 @@ def test_an_environment_line_names_its_own_tools_version() -> None:
         "regression", "v0.9.2", "v0.10.0")
 
 
+def test_a_ref_only_suggested_in_a_question_is_no_end() -> None:
+    assert ends("# garbage output on 0.10.0\n\ncomment: Can you try 0.10.1?\n") == (
+        "regression", None, "v0.10.0")
+    assert ends("# slow decode\n\nv0.9.2: 1000 tok/s\nv0.10.0: 800 tok/s\n\ncomment: Could you "
+                "try v0.10.1rc1?\n") == ("regression", "v0.9.2", "v0.10.0")
+    # a reporter's own question still names its refs
+    assert ends("# Why is v0.10.0 slower than v0.9.2?\n") == ("regression", "v0.9.2", "v0.10.0")
+
+
 # -- model
 
 

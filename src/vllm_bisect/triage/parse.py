@@ -25,6 +25,7 @@ from vllm_bisect.triage.rules import (
     by_date,
     drop_other_columns,
     drop_side_remarks,
+    drop_suggestions,
     fixed_on,
     improvement,
     pr_culprit,
@@ -105,7 +106,7 @@ def _range(t: Triage, lines: list[str]) -> None:
     concrete = {m.version for m in mentions if m.version and m.how != "family"}
     if len(concrete) >= 2:  # "v0.11.x" stands in for its first release only when the report
         mentions = [m for m in mentions if m.how != "family"]  # names no versions of its own
-    mentions = drop_other_columns(lines, drop_side_remarks(lines, mentions))
+    mentions = drop_other_columns(lines, drop_side_remarks(lines, drop_suggestions(lines, mentions)))
     points = merge_points(mentions)
     arrows = assign_votes(lines, mentions, points)
     pairs: list[list[Point]] = []

@@ -44,6 +44,25 @@ def drop_side_remarks(lines: list[str], mentions: list[Mention]) -> list[Mention
             or not SIDE_REMARK.search(lines[m.line - 1])]
 
 
+# a maintainer's suggestion asked as a question: "Could you try v0.10.1rc1?", "have you tried 0.10.1?"
+SUGGESTION = re.compile(r"\b(?:can|could|would|will)\s{1,3}you\s{1,3}(?:please\s{1,3})?(?:also\s{1,3})?"
+                        r"(?:try|test|check|run|use|upgrad|updat|install|verify|confirm|reproduce)|"
+                        r"\b(?:have|did)\s{1,3}you\s{1,3}(?:also\s{1,3})?tr(?:y|ied)|\b(?:how|what)\s{1,3}about|"
+                        r"能否|可以试|试一下", re.IGNORECASE)
+SENTENCE = re.compile(r"(?:[^.!?。！？]|\.(?=\w)){0,2000}?(?:[!?。！？]|\.(?!\w)|$)")
+
+
+def drop_suggestions(lines: list[str], mentions: list[Mention]) -> list[Mention]:
+    """A ref named only in a question that suggests trying it ("Could you try v0.10.1rc1?") was
+    not run by anyone yet: it is no end of the range (the same ref said elsewhere still is)."""
+    asked: set[tuple[int, int]] = set()
+    for n in {m.line for m in mentions}:
+        for sm in SENTENCE.finditer(lines[n - 1]):
+            if sm.group(0).rstrip().endswith(("?", "？")) and SUGGESTION.search(sm.group(0)):
+                asked.update((n, i) for i in range(sm.start(), sm.end()))
+    return [m for m in mentions if (m.line, m.start) not in asked]
+
+
 # a table column headed by another package ("| FlashInfer |", "| torch |") holds its versions
 OTHER_COLUMN = re.compile(
     r"^\W{0,3}(?:torch|pytorch|transformers|cuda|cudnn|driver|python|triton|flashinfer|cann|nccl|"
