@@ -264,6 +264,9 @@ def test_output_that_is_not_text_and_vllm_kv_log_lines() -> None:
     for text in ("The model produces empty output on 0.10.0", "0.10.0 returns wrong tool calls",
                  "Qwen3 outputs only exclamation marks", "it returns `!!!!!!!!!!!!!!!!!!!!`"):
         assert symptoms(f"# x\n\n{text}\n") == ["correctness"], text
+    for text in ("The model keeps repeating the last sentence", "Qwen3 hallucinates a lot"):
+        assert symptoms(f"# x\n\n{text} on 0.10.0\n") == ["correctness"], text
+    assert symptoms("# x\n\nthe server restarts in an infinite loop\n") == []
     # a markdown rule is no run of punctuation
     assert symptoms("# x\n\n| a | b |\n|----------|----------|\n") == []
     # vLLM's start-up log of KV capacity, two different values: memory; "OOMs" is OOM

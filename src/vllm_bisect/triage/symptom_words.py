@@ -40,6 +40,9 @@ CORRECTNESS = re.compile(
     r"garbage|garbled|gibberish|nonsense|meaningless|unreadable|乱码|重复|毫无意义|幻觉|"
     r"(?<![\w-])(?:repetitive|repetition)(?![\w-])|repeat\w{0,3}\s{1,3}(?:the\s{1,3})?same|"
     r"never\s{1,3}stop|"
+    # the same loop or made-up content said other ways
+    r"keeps?\s{1,3}repeating|repeats?\s{1,3}(?:itself|forever|endlessly)|"
+    r"(?:infinite|endless)\w{0,2}\s{1,3}(?:loop\w{0,2}\s{1,3}of|repeti\w{1,6})|hallucinat\w{1,6}|"
     r"output\w{0,2}\s{1,3}(?:is|was|became|becomes)\s{1,3}(?:noise|unreadable)|"
     r"outputs?\s{1,3}(?:of\s{1,3}[\w .-]{1,30}\s{1,3})?(?:is|are|was|were)\s{1,3}wrong|"
     r"(?:wrong|incorrect|invalid|malformed)\s{1,3}(?:outputs?|answers?|results?|responses?|tool[- ]calls?|"
