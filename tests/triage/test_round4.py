@@ -176,6 +176,12 @@ def test_an_environment_line_names_its_own_tools_version() -> None:
         "regression", "v0.9.2", "v0.10.0")
 
 
+def test_a_pr_named_as_the_culprit_by_its_url() -> None:
+    url = "https://github.com/vllm-project/vllm/pull/23456"
+    assert ends(f"# slow\n\nRegression introduced by {url}\n") == ("regression", None, "#23456")
+    assert ends(f"# slow\n\n{url}/files broke decode speed\n") == ("regression", None, "#23456")
+
+
 def test_a_ref_only_suggested_in_a_question_is_no_end() -> None:
     assert ends("# garbage output on 0.10.0\n\ncomment: Can you try 0.10.1?\n") == (
         "regression", None, "v0.10.0")

@@ -94,10 +94,14 @@ def drop_other_columns(lines: list[str], mentions: list[Mention]) -> list[Mentio
     return out
 
 
+# a PR as "#N" or as its URL (".../pull/N", "/pull/N/files")
+_PR = r"(?:#|https?://github\.com/[\w.-]{1,100}/[\w.-]{1,100}/pull/)"
 PR_CULPRIT = re.compile(
-    r"(?:(?<![\w#])#(?P<a>\d{3,7})\s{1,3}(?:introduc\w{0,3}|caus\w{0,3}|broke|regress\w{0,3})\b"
+    rf"(?:(?:(?<![\w#])#|github\.com/[\w.-]{{1,100}}/[\w.-]{{1,100}}/pull/)(?P<a>\d{{3,7}})"
+    r"(?:/[\w#-]{0,120})?\)?\s{1,3}(?:introduc\w{0,3}|caus\w{0,3}|broke|regress\w{0,3})\b"
     r"|(?:since|after|introduced\s{1,3}(?:by|in)|caused\s{1,3}by|regression\s{1,3}(?:from|in))"
-    r"\s{1,3}(?:PR\s{0,2})?#(?P<b>\d{3,7})\b(?!\s{0,3}(?:fix|was\s{1,3}reverted)))", re.IGNORECASE)
+    rf"\s{{1,3}}(?:PR\s{{0,2}})?\[?{_PR}(?P<b>\d{{3,7}})\b(?!\s{{0,3}}(?:fix|was\s{{1,3}}reverted)))",
+    re.IGNORECASE)
 TESTED_ON = re.compile(r"(?:tested|confirmed|verified|works?|checked)\s{1,3}(?:it\s{1,3})?"
                        r"(?:on|with|in)\s{1,3}$|(?:no\s{1,3}longer\s{1,3}\w{1,12}"
                        r"\s{1,3}(?:the\s{1,3})?(?:issue|problem)?\s{0,3}(?:on|with|in))\s{1,3}$"
