@@ -257,6 +257,9 @@ def test_a_table_row_per_metric_is_read_as_that_metric() -> None:
 def test_fix_cues_in_chinese_and_what_a_setting_or_a_comeback_says() -> None:
     # 升级到 X 后问题解决了: the upgrade target is the fixed end
     assert ends("# v0.9.0 运行报错\n\n升级到0.9.1后问题解决了。\n") == ("fix", "v0.9.0", "v0.9.1")
+    for reply in ("该问题已在v0.10.0rc1中修复", "问题在v0.10.0rc1中得到解决"):
+        assert ends(f"# [Bug]: v0.9.1 启动失败\n\ncomment: {reply}\n") == (
+            "fix", "v0.9.1", "v0.10.0rc1"), reply
     # gone when a feature is disabled: a workaround, still a regression
     assert ends("# Slow since 0.9.0\n\nthe regression is gone when I disable prefix caching.\n"
                 )[0] == "regression"

@@ -67,6 +67,9 @@ FIX_CUE = re.compile(
     # a maintainer's "please try the (current) latest version": the problem is gone there
     r"|\btry\s{1,3}(?:the\s{1,3})?(?:current\s{1,3})?(?:latest|newest)\s{1,3}(?:version|release)"
     r"|已修复|已经修复|修复了|已解决|已经解决|解决了|问题(?:已经?)?(?:消失|解决)|不再(?:出现|复现|发生)|"
+    # "已在 v0.10.0rc1 中修复", "得到解决", "升级到 X 后解决"
+    r"已(?:经)?在[^。！？?]{1,40}?(?:修复|解决)|得到(?:了)?(?:修复|解决)|"
+    r"升级(?:到|至)?[^。！？?]{1,40}?(?:后|之后)?(?:即可)?(?:修复|解决)|"
     r"没有?(?:这个|该)?问题了|正常了",
     re.IGNORECASE)
 # the fix is an older version, a revert or a setting: a workaround, not a fixed commit
