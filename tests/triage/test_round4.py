@@ -286,3 +286,13 @@ def test_output_that_is_not_text_and_vllm_kv_log_lines() -> None:
     # a first-token time given as two durations is TTFT
     assert symptoms("# x\n\nThe first token takes 3 seconds now, used to be 0.5 seconds\n") == [
         "ttft"]
+
+
+def test_a_negation_holds_in_its_own_clause() -> None:
+    # "X is the same, but Y doubled": the sameness is X's only
+    assert symptoms("# x\n\nThroughput is the same, but TTFT doubled from 100ms to 200ms\n") == [
+        "ttft"]
+    # "there is no OOM" says it did not happen; "does not OOM any more" is the fix of one
+    assert symptoms("# slow decode on 0.10.0\n\nThere is no OOM, just slower decode: TPOT 20ms "
+                    "vs 30ms\n") == ["itl"]
+    assert symptoms("# x\n\nv0.10.0 does not OOM any more\n") == ["memory"]

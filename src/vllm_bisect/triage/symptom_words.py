@@ -27,6 +27,11 @@ OOM = re.compile(r"(?<![\w-])OOM(?:s|ed|ing|'d)?(?![\w-])|out[- ]of[- ]memory|Ou
                  # the same running-out said in words: "not enough memory", "insufficient memory"
                  r"(?:not\s{1,3}enough|insufficient)\s{1,3}(?:GPU\s{1,3}|video\s{1,3})?memory",
                  re.IGNORECASE)
+# "there is no OOM", "without OOM", "never OOMs": said not to happen
+NO_BEFORE = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|n't|没有|未|无)\s{0,3}(?:\w{1,10}\s{1,3})?"
+                       r"(?:an?\s{1,3}|any\s{1,3})?$", re.IGNORECASE)
+FIXED_NOW = re.compile(r"any\s?more|no\s{1,3}longer|\bfixed|\bresolved|\bgone\b|不再|已修复|已解决",
+                       re.IGNORECASE)
 MEMORY = re.compile(r"(?<![\w-])VRAM|显存|(?<![\w-])GPU memory(?![-_ ]util)|memory (?:usage|use|"
                     r"footprint|consumption|cost)|(?:more|higher) memory|KV[- ]cache (?:size|"
                     r"capacity|usage|memory|tokens)|# GPU blocks", re.IGNORECASE)
@@ -95,7 +100,8 @@ def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
 
     for n, line in enumerate(lines, 1):  # logs too: an OOM in the log is the symptom
         m = OOM.search(line)
-        if m:
+        if m and (not NO_BEFORE.search(line[max(0, m.start() - 30):m.start()])
+                  or FIXED_NOW.search(line)):  # "does not OOM any more": a fix of an OOM
             add(Found.MEMORY, n, f"{m.group(0)!r}: out of memory")
     blocks = {b for line in lines for b in BLOCKS.findall(line)}
     if len(blocks) >= 2:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import pairwise
 
 
 class Found(StrEnum):
@@ -35,7 +36,18 @@ SETUP = (r"(?:\s{1,3}[^\s]{1,12}){0,1}\s{1,3}(?:topolog\w{1,3}|config\w{0,9}|set
          r"images?|arg\w{0,7}|flags|scripts?|datasets?|conditions|workloads?|inputs?|prompts?)\b")
 NEGATED = re.compile(r"unaffected|not\s{1,3}affected|no\s{1,3}(?:meaningful\s{1,3})?regression|"
                      rf"match(?:es)?\s{{1,3}}closely|identical(?!{SETUP})|confirming|unchanged|"
-                     r"无变化|一致", re.IGNORECASE)
+                     # "throughput is the same, but TTFT doubled": the same is no change
+                     r"\b(?:is|are|was|were|stays?|stayed|remains?|remained)\s{1,3}(?:about\s{1,3}|"
+                     r"roughly\s{1,3}|basically\s{1,3})?(?:the\s{1,3})?(?:same|similar|comparable|"
+                     r"stable|flat)\b|无变化|一致", re.IGNORECASE)
+CONTRAST = re.compile(r"\bbut\b|\bwhile\b|\bwhereas\b|\bhowever\b|但是|但|而", re.IGNORECASE)
+
+
+def clause(text: str, pos: int) -> str:
+    """The part of a sentence around ``pos`` between contrast words ("X is the same, but Y
+    doubled": a negation in one clause says nothing about the other)."""
+    cuts = [0] + [m.start() for m in CONTRAST.finditer(text)] + [len(text)]
+    return next((text[a:b] for a, b in pairwise(cuts) if a <= pos < b), text)
 METRICS = (
     (Found.TTFT, re.compile(r"(?<![A-Za-z0-9_])TTFT(?![A-Za-z0-9_])|time[- ]to[- ]first[- ]token|"
                             r"first token|首\s{0,2}token",
@@ -195,10 +207,10 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
                 add(Found.MTP_SPEEDUP, n, "MTP compared with plain decoding")
                 continue  # its numbers compare MTP with plain decoding, not two versions
             toks = [number(m.group("n")) for m in TOKS.finditer(text)]
-            changed = bool(CHANGE.search(text)) and not NEGATED.search(text)
+            changed = bool(CHANGE.search(text))
             for found, pat in METRICS:
                 hit = pat.search(text)
-                if not hit or NEGATED.search(text):
+                if not hit or NEGATED.search(clause(text, hit.start())):
                     continue
                 if found is Found.THROUGHPUT and (
                         re.search(r"decode[- ]throughput", text, re.I) or (
