@@ -133,6 +133,10 @@ LABEL_ROLE = {"before": Role.GOOD, "good": Role.GOOD, "old": Role.GOOD, "after":
               "修复前": Role.PROBLEM, "修复后": Role.FIXED}
 CLAUSE_END = re.compile(r"[.!?](?=\s|$)|\.(?=[A-Z])|[;；。！？，]|\bbut\b|\bwhile\b|\bwhereas\b|"
                         r"\bhowever\b")
+# an arrow after these words runs back: "downgrading from 0.10.1 to 0.10.0" (0.10.0 is good)
+DOWNGRADE = re.compile(r"(?:downgrad\w{0,6}|roll\w{0,4}\s{1,3}back|revert\w{0,4}|"
+                       r"(?:go|went|going|switch\w{0,4})\s{1,3}back|降级|回退|回滚)(?:\s{1,3}\w{1,12}){0,2}?\s{1,3}(?:from\s{1,3})?[^\s]{0,12}$",
+                       re.IGNORECASE)
 ARROW = re.compile(r"^(?:to|→|->|=>|⇒|到|升级到)$", re.IGNORECASE)
 TABLE_RULE = re.compile(r"^\s*\|?(?:\s*:?-{2,}:?\s*\|)+\s*:?-{0,}:?\s*\|?\s*$")
 

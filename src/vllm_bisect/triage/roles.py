@@ -24,6 +24,7 @@ from vllm_bisect.triage.markers import (
     CLAUSE_END,
     COMPARE,
     COMPARE_TAIL,
+    DOWNGRADE,
     FILLER,
     HEDGE,
     LABEL_LINE,
@@ -265,7 +266,9 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                     # markdown around a ref (`sha`, **v0.5**) is formatting, not a word
                     gap = _strip_filler(line[m.end:seg[i + 1].start].translate(MARKUP)).strip()
                     if q is not None and q is not p and ARROW.match(gap):
-                        arrows.append((p, q))
+                        # "downgrading from X to Y": the way back, Y is the good one
+                        back = DOWNGRADE.search(line[max(a, m.start - 50):m.start])
+                        arrows.append((q, p) if back else (p, q))
     return arrows
 
 
