@@ -240,6 +240,9 @@ def test_an_error_in_the_title_is_a_crash_but_a_measured_error_is_not() -> None:
     assert symptoms("# [Bug]: Error after model load in v0.9.0\n") == ["crash"]
     assert symptoms("# v0.9.0 run qwen3 error\n") == ["crash"]
     assert "crash" not in symptoms("# accuracy error grows on v0.9.0\n")
+    # an error in the output is no crash of the run
+    assert symptoms("# [Bug]: garbage output error on 0.10.0\n") == ["correctness"]
+    assert "crash" not in symptoms("# [Bug]: Qwen3 tool call parser error on 0.10.0\n")
 
 
 def test_an_eval_score_drop_is_correctness() -> None:

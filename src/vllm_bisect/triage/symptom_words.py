@@ -71,6 +71,9 @@ CRASH = re.compile(r"fail\w{0,3}\s{1,3}to\s{1,3}(?:start|load|launch|initiali[sz
 TITLE_ERROR = re.compile(r"(?<!accuracy )(?<!precision )(?<!numerical )(?<!rounding )(?<!relative )"
                          r"(?<!absolute )(?<!squared )(?<!mean )(?<![\w-])errors?(?![\w-])"
                          r"(?!\s{1,3}(?:rate|bars?|margin|metric))|(?<![\w-])Error:", re.IGNORECASE)
+# an error in what the model wrote ("tool call parser error", "JSON format error") is its output
+OUTPUT_ERROR = re.compile(r"(?:pars\w{0,4}|format|json|schema|template|tool[- ]call\w{0,2})\s{1,3}errors?",
+                          re.IGNORECASE)
 TTFT = re.compile(r"(?<![\w-])prefill(?![\w-])|prompt processing|long[- ]prefill", re.IGNORECASE)
 THROUGHPUT = next(p for f, p in METRICS if f is Found.THROUGHPUT)
 TIME = re.compile(r"\bTTFT\b|\d\s{0,2}(?:ms|s|sec|seconds)\b|\btime\b|latency|时间|耗时", re.IGNORECASE)
@@ -120,7 +123,8 @@ def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
             m = CORRECTNESS.search(text)
             if m and not NEGATED.search(text):
                 add(Found.CORRECTNESS, n, f"{m.group(0)!r}: wrong output")
-            m = CRASH.search(text) or (TITLE_ERROR.search(text) if n == title else None)
+            m = CRASH.search(text) or (TITLE_ERROR.search(text) if n == title and not (
+                CORRECTNESS.search(text) or OUTPUT_ERROR.search(text)) else None)
             if m and not OOM.search(text):
                 add(Found.CRASH, n, f"{m.group(0)!r}: " + ("the title says the run errors"
                                                          if n == title else "it does not start"))
