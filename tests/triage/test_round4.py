@@ -187,8 +187,9 @@ def test_a_pr_named_as_the_culprit_by_its_url() -> None:
 
 
 def test_a_ref_only_suggested_in_a_question_is_no_end() -> None:
-    assert ends("# garbage output on 0.10.0\n\ncomment: Can you try 0.10.1?\n") == (
-        "regression", None, "v0.10.0")
+    t = triage("# garbage output on 0.10.0\n\ncomment: Can you try 0.10.1?\n")
+    assert (t.good, t.bad) == (None, "v0.10.0")
+    assert any("v0.10.1 is only suggested" in w for w in t.warnings)  # said, not dropped silently
     assert ends("# slow decode\n\nv0.9.2: 1000 tok/s\nv0.10.0: 800 tok/s\n\ncomment: Could you "
                 "try v0.10.1rc1?\n") == ("regression", "v0.9.2", "v0.10.0")
     # a reporter's own question still names its refs

@@ -106,7 +106,14 @@ def _range(t: Triage, lines: list[str]) -> None:
     concrete = {m.version for m in mentions if m.version and m.how != "family"}
     if len(concrete) >= 2:  # "v0.11.x" stands in for its first release only when the report
         mentions = [m for m in mentions if m.how != "family"]  # names no versions of its own
-    mentions = drop_other_columns(lines, drop_side_remarks(lines, drop_suggestions(lines, mentions)))
+    asked = drop_suggestions(lines, mentions)
+    kept = {m.label for m in asked}
+    for m in mentions:
+        if m not in asked and m.label not in kept:
+            t.warnings.append(f"line {m.line}: {m.label} is only suggested in a question (nobody "
+                              "ran it yet): not an end")
+            kept.add(m.label)
+    mentions = drop_other_columns(lines, drop_side_remarks(lines, asked))
     points = merge_points(mentions)
     arrows = assign_votes(lines, mentions, points)
     pairs: list[list[Point]] = []
