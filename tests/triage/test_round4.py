@@ -304,3 +304,16 @@ def test_a_negation_holds_in_its_own_clause() -> None:
     assert symptoms("# slow decode on 0.10.0\n\nThere is no OOM, just slower decode: TPOT 20ms "
                     "vs 30ms\n") == ["itl"]
     assert symptoms("# x\n\nv0.10.0 does not OOM any more\n") == ["memory"]
+
+
+# -- hardware
+
+
+def test_a_gpu_count_and_plural_around_the_name_and_workstation_cards() -> None:
+    def gpu(text: str) -> str | None:
+        return triage(f"# x\n\n{text}\n").hardware.get("gpu")
+    assert gpu("75 T/s (4x3090s) to 45 T/s") == "RTX 3090"
+    assert gpu("slow on 8xH100") == "H100"
+    assert gpu("Qwen3 (4xAda 6000s)") == "RTX 6000 Ada"
+    assert gpu("RTX PRO 6000 Blackwell x2") == "RTX PRO 6000"
+    assert gpu("100s of requests") is None

@@ -37,6 +37,10 @@ HARDWARE = (
     (re.compile(ASCII + r"(?:RTX\s{0,2})?(?P<n>[2-5]0[5-9]0)\s{0,2}(?P<s>Ti|SUPER)?" + END
                 + r"|" + ASCII + r"(?P<n2>[2-5]0[5-9]0)(?P<s2>ti)" + END, re.IGNORECASE),
      "rtx"),
+    # workstation cards named by generation: "RTX 6000 Ada", "Ada 6000", "RTX PRO 6000 Blackwell"
+    (re.compile(ASCII + r"(?:RTX\s{0,2})?(?:6000\s{0,2}Ada|Ada\s{0,2}6000)" + END, re.IGNORECASE),
+     "ada6000"),
+    (re.compile(ASCII + r"RTX\s{0,2}PRO\s{0,2}6000" + END, re.IGNORECASE), "pro6000"),
     (re.compile(ASCII + r"(?:RTX\s{0,2})?(?P<x>A[4-6]000|A40(?:-\d{1,2}Q)?|A10|A30)" + END,
                 re.IGNORECASE), "x"),
     (re.compile(ASCII + r"(?P<x>910[BC]|310P)\d?" + END, re.IGNORECASE), "upper"),
@@ -104,6 +108,8 @@ def hardware(text: str) -> str | None:
             n = m.group("n") or m.group("n2")
             suffix = (m.group("s") or m.group("s2") or "").lower()
             name = f"RTX {n}" + {"ti": " Ti", "super": " SUPER"}.get(suffix, "")
+        elif kind in ("ada6000", "pro6000"):
+            name = "RTX 6000 Ada" if kind == "ada6000" else "RTX PRO 6000"
         elif kind == "upper":
             name = m.group("x").upper()
         elif kind == "apple":

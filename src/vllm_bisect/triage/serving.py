@@ -224,6 +224,9 @@ def find_serving(lines: list[str]) -> Serving:
         s.model, s.model_line, s.model_org_less = named[0], named[1], True
     _speculative(text, s)
     text = URL.sub(" ", text)  # a repository's name in a URL is not the reporter's hardware
+    # "4x3090s", "8xH100", "2x A100s": a count and a plural around the name
+    text = re.sub(r"(?<![\w.])(\d{1,2})\s?[x×]\s?(?=[A-Z0-9])", r"\1 x ", text)
+    text = re.sub(r"(?<=\d0)s\b|(?<=\d0)'s\b", "", text)
     gpu = GPU.search(text)
     if gpu and gpu.group("ascend") and not re.search(r"ascend|npu|cann|昇腾", text, re.I):
         gpu = next((g for g in GPU.finditer(text) if g.group("gpu")), None)
