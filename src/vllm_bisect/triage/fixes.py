@@ -160,9 +160,9 @@ def _older(a: Point, b: Point) -> bool:
 
 def _pick(ps: list[Point], latest: bool) -> Point | None:
     """The latest (or earliest) versioned point; else the last (or first) one named."""
-    versioned = sorted((p for p in ps if p.key is not None), key=lambda p: p.key or 0)
+    versioned = [(p.key, i) for i, p in enumerate(ps) if p.key is not None]
     if versioned:
-        return versioned[-1] if latest else versioned[0]
+        return ps[(max(versioned) if latest else min(versioned))[1]]
     return (ps[-1] if latest else ps[0]) if ps else None
 
 
