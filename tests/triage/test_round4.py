@@ -120,6 +120,10 @@ def test_a_version_that_fixed_it_or_works_newer_than_the_problem_is_the_fixed_en
     for text in ("Downgrading from 0.10.1 to 0.10.0 fixed it",
                  "rolled back from v0.10.1 to v0.10.0 and it works again"):
         assert ends(f"# x\n\n{text}\n") == ("regression", "v0.10.0", "v0.10.1"), text
+    # "from X to Y fixed it": Y works, and version order says which search it is
+    assert ends("# x\n\nswitching from 0.10.1 to 0.10.0 fixed the issue\n") == (
+        "regression", "v0.10.0", "v0.10.1")
+    assert ends("# x\n\nupgrading from 0.10.0 to 0.10.1 fixed it\n") == ("fix", "v0.10.0", "v0.10.1")
     # an explicit pair the other way round is a fix too: the good version is the newer one
     assert ends("# x\n\n0.10.1 works fine, 0.10.0 is broken\n") == ("fix", "v0.10.0", "v0.10.1")
     # a PR that fixes it names the fix: nothing to search (the report stays a regression)

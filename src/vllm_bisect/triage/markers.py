@@ -137,6 +137,9 @@ CLAUSE_END = re.compile(r"[.!?](?=\s|$)|\.(?=[A-Z])|[;；。！？，]|\bbut\b|\
 DOWNGRADE = re.compile(r"(?:downgrad\w{0,6}|roll\w{0,4}\s{1,3}back|revert\w{0,4}|"
                        r"(?:go|went|going|switch\w{0,4})\s{1,3}back|降级|回退|回滚)(?:\s{1,3}\w{1,12}){0,2}?\s{1,3}(?:from\s{1,3})?[^\s]{0,12}$",
                        re.IGNORECASE)
+# what follows "from X to Y" says Y works: "... to Y fixed it", "... to Y and it works again"
+CURED = re.compile(r"^(?:[^.;!?]|\.(?=\d)){0,40}?\b(?:fixed|fixes|solved|solves|resolved|resolves|"
+                   r"works?(?!\s{1,3}(?:worse|slower))|is\s{1,3}(?:fine|ok|normal|gone))\b", re.IGNORECASE)
 ARROW = re.compile(r"^(?:to|→|->|=>|⇒|到|升级到)$", re.IGNORECASE)
 TABLE_RULE = re.compile(r"^\s*\|?(?:\s*:?-{2,}:?\s*\|)+\s*:?-{0,}:?\s*\|?\s*$")
 

@@ -24,6 +24,7 @@ from vllm_bisect.triage.markers import (
     CLAUSE_END,
     COMPARE,
     COMPARE_TAIL,
+    CURED,
     DOWNGRADE,
     FILLER,
     HEDGE,
@@ -266,9 +267,13 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                     # markdown around a ref (`sha`, **v0.5**) is formatting, not a word
                     gap = _strip_filler(line[m.end:seg[i + 1].start].translate(MARKUP)).strip()
                     if q is not None and q is not p and ARROW.match(gap):
-                        # "downgrading from X to Y": the way back, Y is the good one
+                        # "downgrading from X to Y", "switching from X to Y fixed it": Y works
                         back = DOWNGRADE.search(line[max(a, m.start - 50):m.start])
-                        arrows.append((q, p) if back else (p, q))
+                        if back or CURED.match(line[seg[i + 1].end:b]):
+                            q.vote(Role.GOOD, 2, f"line {n}: works after switching to it", n)
+                            p.vote(Role.BAD, 2, f"line {n}: switched away from it", n)
+                        else:
+                            arrows.append((p, q))
     return arrows
 
 
@@ -309,7 +314,8 @@ def choose(points: list[Point], arrows: list[tuple[Point, Point]],
     olds = [p for p in points if roles[id(p)] == old_role]
     news = [p for p in points if roles[id(p)] == new_role]
     unmarked = [p for p in points if roles[id(p)] is None and p.key is not None]
-    if not fix and olds and news and all(_older(b, g) for g in olds for b in news):
+    if (not fix and olds and news and all(p.votes for p in olds + news)  # verdicts, not arrows
+            and all(_older(b, g) for g in olds for b in news)):
         # "v0.10.0 crashes ... the latest 0.10.1 works for me": every good version is newer than
         # every bad one: the report is about a fix (has the problem -> fixed)
         fix, old_role, new_role = True, Role.PROBLEM, Role.FIXED
