@@ -321,3 +321,16 @@ def test_a_gpu_count_and_plural_around_the_name_and_workstation_cards() -> None:
     assert gpu("Qwen3 (4xAda 6000s)") == "RTX 6000 Ada"
     assert gpu("RTX PRO 6000 Blackwell x2") == "RTX PRO 6000"
     assert gpu("100s of requests") is None
+
+
+def test_vllm_bench_serve_outputs_compared_label_by_label() -> None:
+    def block(tp: float, ttft: float, tpot: float) -> str:
+        return ("```\n============ Serving Benchmark Result ============\n"
+                "Request throughput (req/s):              8.30\n"
+                f"Output token throughput (tok/s):         {tp}\n"
+                f"Mean TTFT (ms):                          {ttft}\n"
+                f"Mean TPOT (ms):                          {tpot}\n```\n")
+    # aligned values are read; only TPOT moved (throughput and TTFT within 3%): ITL alone
+    text = ("# [Performance]: regression on v0.10.0\n\nv0.9.2:\n" + block(1500.2, 200.1, 20.1)
+            + "\nv0.10.0:\n" + block(1498.0, 201.5, 26.3))
+    assert symptoms(text) == ["itl"]

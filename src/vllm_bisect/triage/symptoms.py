@@ -167,19 +167,33 @@ def _row_metrics(lines: list[str]) -> dict[Found, list[tuple[int, float]]]:
     return out
 
 
-LABELLED = re.compile(rf"(?P<label>[A-Za-z][\w ()/.-]{{0,40}}?)\s{{0,2}}:\s{{0,3}}~?(?P<n>{NUM})")
+# "Mean TPOT (ms):                          20.1": `vllm bench serve` aligns its values
+LABELLED = re.compile(rf"(?P<label>[A-Za-z][\w ()/.-]{{0,40}}?)\s{{0,2}}:\s{{0,60}}~?(?P<n>{NUM})")
 
 
 def _labelled_values(lines: list[str]) -> dict[Found, list[float]]:
-    """"Throughput: 21.25 requests/s" on one line, "Throughput: 0.93 ..." on another."""
-    out: dict[Found, list[float]] = {}
+    """"Throughput: 21.25 requests/s" on one line, "Throughput: 0.93 ..." on another: the values
+    of each label, kept for a metric only when one label's values differ (two benchmark
+    outputs where only "Mean TPOT (ms)" moved change ITL, not throughput)."""
+    by_label: dict[tuple[Found, str], list[float]] = {}
     for line in lines:
         for m in LABELLED.finditer(line):
             for found, pat in METRICS:
                 if pat.search(m.group("label")):
-                    out.setdefault(found, []).append(number(m.group("n")))
+                    key = (found, m.group("label").strip().lower())
+                    by_label.setdefault(key, []).append(number(m.group("n")))
                     break
+    out: dict[Found, list[float]] = {}
+    for (found, _), values in by_label.items():
+        if _differ(values):
+            out.setdefault(found, []).extend(values)
     return out
+
+
+def _differ(values: list[float]) -> bool:
+    """Two or more values, more than 3% apart (closer is noise, not a change)."""
+    pos = [v for v in values if v > 0]
+    return len(set(values)) >= 2 and (len(pos) < len(values) or max(pos) > 1.03 * min(pos))
 
 
 def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
@@ -245,7 +259,7 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
                 s.itl_ms += [v for _, v in seen]
     table_lines: dict[Found, int] = {}
     for found, values in (_table_columns(lines, table_lines) | _labelled_values(lines)).items():
-        if len(set(values)) >= 2:
+        if _differ(values):
             add(found, table_lines.get(found, 0), "values in a table column or labelled lines")
             if found is Found.ITL:
                 s.itl_ms += values
