@@ -43,7 +43,8 @@ def test_mtp_sweep_post_gives_no_range_and_no_url_hash() -> None:
         t = triage(read(name))
         assert t.good is None and t.bad is None, name
         assert not any("f4517815" in str(p["ref"]) for p in t.points)
-        assert t.model is None and t.local_model == "/path/to/Qwen3.6-27B-NVFP4"
+        assert t.local_model == "/path/to/Qwen3.6-27B-NVFP4"
+        assert t.model == "Qwen3.6-27B-NVFP4"  # the name in the path (round 4), not a hub id
         assert t.hardware["tensor_parallel"] == 1  # the command's TP, not the prose's TP=2
         assert set(t.symptoms) == {"crash", "mtp-speedup"}
         assert any(u.startswith("good") for u in t.unknowns)
@@ -131,7 +132,7 @@ def test_serve_and_bench_lines() -> None:
                "  --max-num-seqs 8 --chat-template $(rm -rf ~)\n"
                "vllm bench serve --model Qwen/Qwen3-8B --dataset-name random --random-input-len 1024 "
                "--random-output-len 256 --num-prompts 64 --port 80\n```\n")
-    assert t.model is None and t.local_model == "/models/Qwen/Qwen3-8B"
+    assert t.model == "Qwen3-8B" and t.local_model == "/models/Qwen/Qwen3-8B"
     assert t.serve_args == ["--tensor-parallel-size", "4", "--max-num-seqs", "8"]
     assert any("dropped --chat-template" in w for w in t.warnings)
     assert t.bench == {"kind": "serve", "args": ["--dataset-name", "random", "--random-input-len",

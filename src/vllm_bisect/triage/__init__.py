@@ -155,10 +155,10 @@ def spec_from_triage(t: Triage, repo_path: str = ".") -> dict[str, Any]:
     if t.hardware.get("docker_platform") and kind == "image":
         build["platform"] = t.hardware["docker_platform"]
     serve: dict[str, Any] = {"args": args, "env": t.env}
-    if t.model:
-        serve["model"] = t.model
-    elif t.local_model:
+    if t.local_model:  # the path the reporter served (t.model is then only its folder's name)
         serve["model"] = t.local_model
+    elif t.model:
+        serve["model"] = t.model
     if t.speculative:
         serve["speculative"] = t.speculative
     rng: dict[str, Any] = {"repo": repo_path}

@@ -34,6 +34,8 @@ BEFORE = (
         r"(?:on|with|in)|"
         r"\bfine\s{1,3}(?:on|with|in)|prior\s{1,3}to|\bbefore(?:\s{1,3}(?:update|upgrading))?|"
         r"downgrad\w{0,6}\s{1,3}to|revert\w{0,4}\s{1,3}(?:back\s{1,3})?to|"
+        # "switching back to 0.2.6 fixes it": going back to a version is going to a good one
+        r"(?:switch\w{0,5}|go(?:ing)?|went|mov\w{0,5})\s{1,3}back\s{1,3}to|"
         r"roll\w{0,4}\s{1,3}back\s{1,3}to|does\s{1,3}not\s{1,3}occur\s{1,3}in|"
         r"doesn't\s{1,3}occur\s{1,3}in|not\s{1,3}(?:reproduc\w{0,5}|occur\w{0,3})\s{1,3}(?:on|in|with)|"
         r"\bno\s{1,3}(?:such\s{1,3})?(?:issues?|problems?|errors?)\s{1,3}with\s{1,3}(?:prior|previous)?|"
@@ -63,6 +65,12 @@ BEFORE = (
         r"(?:slower|worse|slow|broken|fails?|failing|crash\w{0,2}|hangs?)\s{1,3}(?:on|in|with)|"
         # "this PR" in a results table is the change under test (not "before/prior to this PR")
         r"(?<!before )(?<!without )(?<!to )(?<!than )\bthis\s{1,3}(?:pr|commit|change|patch|branch)|"
+        # a reporter's own bisect names the first bad commit: "bisected it to X", "git bisect
+        # points to X", "the culprit is X"
+        r"\bbisect\w{0,3}(?:\s{1,3}(?:it|this|the\s{1,3}\w{1,12}))?\s{1,3}(?:down\s{1,3})?to|"
+        r"\bpoints?\s{1,3}to|\bculprit(?:\s{1,3}(?:is|was))?|"
+        # "fixed in 0.8.0 but came back in 0.9.0": where it came back is bad
+        r"(?:came|comes|is|was)\s{1,3}back\s{1,3}(?:in|on|with)|reappear\w{0,3}\s{1,3}(?:in|on|with)|"
         r"\btreatment(?:\s{1,3}(?:arm|group|run|build))?)$", re.IGNORECASE)),
 )
 AFTER_FIXED = re.compile(r"问题(?:已经)?(?:消失|解决)|(?:issue|problem|regression|bug)\s{1,3}"
@@ -74,6 +82,8 @@ AFTER = (
                            r"(?:ok|fine)\b(?!\s{1,3}(?:on|with|in|at)\b))|"
                            r"\b(?:is|was|works?|worked)\s{1,3}(?:fine|ok|good|well|fast|normal|healthy|"
                            r"true|correctly)\b(?!\s{1,3}(?:on|with|in|at)\b)|"
+                           # "X works for me", "X works now"
+                           r"\b(?:works?|worked)\s{1,3}(?:for\s{1,3}(?:me|us)|now)\b|"
                            # "X (works well)", "X (correct output)": a verdict in brackets is X's
                            r"^[\s`*_]{0,4}[(（]\s{0,2}(?:works?|worked|good|ok|fine|fast|correct|normal|"
                            r"healthy|passing|passes)\b(?!(?:\s{1,3}\w{1,12})?\s{1,3}(?:on|with|in|at)\b)|"
@@ -93,7 +103,10 @@ AFTER = (
                           r"bad|worse|regressed)\b|\bslower\s{1,3}than|\bdrops?\b|\blags?\b|"
                           r"\b(?:very|incredibly|extremely|really|significantly)\s{1,3}(?:low|slow)\b|"
                           r"(?<!pre-)(?<!pre)\bregress\w{0,4}\b|劣化|下降|变慢|"
-                          r"^\W{0,4}treatment\b", re.IGNORECASE)),
+                          r"^\W{0,4}treatment\b|"
+                          # "X as the first bad commit", "X is the first bad commit"
+                          r"^\W{0,4}(?:is|as|was)\s{1,3}(?:the\s{1,3})?first\s{1,3}(?:bad|broken)",
+                          re.IGNORECASE)),
 )
 SEGMENT = (
     (Role.GOOD, re.compile(r"✅|✔|✓|正常|没问题|\(good\)")),
@@ -106,7 +119,11 @@ ROW = (  # a table row is about its one ref: words mark it too
     (Role.BAD, re.compile(r"回归|劣化|\bregress\w{0,4}|\bslow\w{0,2}\b|\bbad\b|\bbroken\b|"
                           r"\bworse\b|\bdegrad\w{0,5}", re.IGNORECASE)),
 )
-COMPARE = re.compile(r"^(?:相比|相较于?|对比|compared\s{1,3}(?:to|with)|vs\.?|versus)$", re.IGNORECASE)
+# a comparison word right before a ref makes it the reference: "较 Y 下降", "compared to Y"
+COMPARE_TAIL = re.compile(r"(?:相比于?|相较于?|较|对比|(?<![对相])比|compared\s{1,3}(?:to|with)|"
+                          r"relative\s{1,3}to|\bvs\.?|\bversus)\s{0,3}$", re.IGNORECASE)
+COMPARE = re.compile(r"^(?:相比|相较于?|对比|比|compared\s{1,3}(?:to|with)|vs\.?|versus)$",
+                     re.IGNORECASE)
 LABEL_LINE = re.compile(r"^[\s#>*_-]{0,8}(?P<label>before(?:\s{1,3}(?:update|upgrade))?|"
                         r"after(?:\s{1,3}(?:update|upgrade))?|good|bad|old|new|control|treatment|"
                         r"修复前|修复后)"
@@ -116,6 +133,13 @@ LABEL_ROLE = {"before": Role.GOOD, "good": Role.GOOD, "old": Role.GOOD, "after":
               "修复前": Role.PROBLEM, "修复后": Role.FIXED}
 CLAUSE_END = re.compile(r"[.!?](?=\s|$)|\.(?=[A-Z])|[;；。！？，]|\bbut\b|\bwhile\b|\bwhereas\b|"
                         r"\bhowever\b")
+# an arrow after these words runs back: "downgrading from 0.10.1 to 0.10.0" (0.10.0 is good)
+DOWNGRADE = re.compile(r"(?:downgrad\w{0,6}|roll\w{0,4}\s{1,3}back|revert\w{0,4}|"
+                       r"(?:go|went|going|switch\w{0,4})\s{1,3}back|降级|回退|回滚)(?:\s{1,3}\w{1,12}){0,2}?\s{1,3}(?:from\s{1,3})?[^\s]{0,12}$",
+                       re.IGNORECASE)
+# what follows "from X to Y" says Y works: "... to Y fixed it", "... to Y and it works again"
+CURED = re.compile(r"^(?:[^.;!?]|\.(?=\d)){0,40}?\b(?:fixed|fixes|solved|solves|resolved|resolves|"
+                   r"works?(?!\s{1,3}(?:worse|slower))|is\s{1,3}(?:fine|ok|normal|gone))\b", re.IGNORECASE)
 ARROW = re.compile(r"^(?:to|→|->|=>|⇒|到|升级到)$", re.IGNORECASE)
 TABLE_RULE = re.compile(r"^\s*\|?(?:\s*:?-{2,}:?\s*\|)+\s*:?-{0,}:?\s*\|?\s*$")
 
@@ -123,3 +147,30 @@ TABLE_RULE = re.compile(r"^\s*\|?(?:\s*:?-{2,}:?\s*\|)+\s*:?-{0,}:?\s*\|?\s*$")
 # end whatever word ("before", "after", "since") stands in front of it
 UPGRADE_NOUN = re.compile(r"^[\s`*_]{0,3}(?:upgrade|update|bump|migration|rollout|升级)\b",
                           re.IGNORECASE)
+
+# a question asks whether it is fixed; it does not say so ("Is this fixed on 0.7.0?", "修复了吗？",
+# "..., correct?"): no fix cue, no fixed end
+QUESTION_START = re.compile(r"^(?:[^:?\n]{0,40}:\s)?\W{0,4}(?:is|are|was|were|has|have|had|does|do|"
+                            r"did|can|could|will|would|should|which|what|when|why|how|any|"
+                            r"anyone|whether)\b",
+                            re.IGNORECASE)
+ASKING = re.compile(r"吗|么|是否|请问|\bwhether\b|\bwonder|"
+                    r"[,，]\s{0,2}(?:correct|right|no|yes|isn't\s{1,3}it|is\s{1,3}it|true)\s{0,2}[?？]$",
+                    re.IGNORECASE)
+
+# a hope, not an observation: "this should be fixed in newer versions", "could be fixed by #N"
+HEDGE = re.compile(r"\b(?:should|could|might|may|would|will|hopefully|probably|likely)\s{1,3}"
+                   r"(?:\w{1,12}\s{1,3})?(?:be|have\s{1,3}been)\s{1,3}(?:\w{1,10}\s{1,3})?"
+                   r"(?:fixed|resolved|solved|addressed)\b", re.IGNORECASE)
+
+# the problem is still there, or came back, or is not fixed ("The bug has not been fixed in the
+# latest version": sglang's issue template)
+STILL = re.compile(r"\bstill\b|\bagain\b|came\s{1,3}back|reappear|re-?introduc|\bnot\s{1,3}yet\b|"
+                   r"(?:\bnot|n't|\bnever)\s{1,3}(?:\w{1,10}\s{1,3}){0,2}?(?:been\s{1,3})?"
+                   r"(?:fixed|resolved|solved|addressed|gone)\b|"
+                   r"仍然|依然|依旧|未修复|没有修复|没修复|未解决", re.IGNORECASE)
+
+
+def is_question(sentence: str) -> bool:
+    s = sentence.strip()
+    return s.endswith(("?", "？")) and bool(QUESTION_START.match(s) or ASKING.search(s))

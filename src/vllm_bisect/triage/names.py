@@ -18,19 +18,29 @@ import re
 URL = re.compile(r"https?://\S{1,2000}")
 FAMILY = (r"(?:Qwen|QwQ|Meta-Llama|CodeLlama|Llama|Gemma|ChatGLM|GLM|DeepSeek|Mixtral|Mistral|"
           r"Ministral|Kimi|MiniMax|gpt-?oss|Phi|Nemotron|StarCoder|InternVL|InternLM|Baichuan|"
-          r"Falcon|Granite|MiMo|Hunyuan|Yi)")
+          r"Falcon|Granite|MiMo|Hunyuan|Pangu|Yi)")
+# a model line's variant words: "pangu pro moe", "qwen-coder-next", "DeepSeek V4 Flash"
+VARIANT = r"(?:Pro|MoE|Coder|Next|Flash|VL|Thinking|Max|Plus|Turbo|Air|Omni|Ultra)"
 MODEL = re.compile(rf"(?<![A-Za-z0-9_/.-])(?P<name>{FAMILY}[A-Za-z0-9_.]{{0,40}}"
                    r"(?:-[A-Za-z0-9][A-Za-z0-9_.]{0,20}"           # -4.5, -V4, -Pro, -70B, -it
-                   r"| (?:\d{1,3}x\d{1,3}[bB]|\d{1,3}(?:\.\d)?[bBmM]?|[A-Za-z]\d{1,2}(?:\.\d{1,2})?)"
+                   r"| (?:\d{1,3}x\d{1,3}[bB]|\d{1,3}(?:\.\d)?[bBmM]?|[A-Za-z]\d{1,2}(?:\.\d{1,2})?"
+                   rf"|{VARIANT})"
                    r"(?![A-Za-z0-9_.]))*)", re.IGNORECASE)        # " 3 4b", " M2.7", " 8x7b"
 SIZE = re.compile(r"\d(?:\.\d{1,2})?[bBmM](?![a-zA-Z])")
 SEP_VERSION = re.compile(r"[- ][A-Za-z]{0,2}\d{1,2}(?:\.\d{1,2})?(?![\d])")
+# "glm5.2" is GLM-5.2 (a dotted version names a release); "Qwen3" alone names a generation
+DOTTED = re.compile(r"\d{1,2}\.\d{1,2}(?![\d.])")
+VARIANT_WORD = re.compile(rf"[- ]{VARIANT}(?![A-Za-z])", re.IGNORECASE)
 ASCII = r"(?<![A-Za-z0-9])"
 END = r"(?![A-Za-z0-9])"
 HARDWARE = (
     (re.compile(ASCII + r"(?:RTX\s{0,2})?(?P<n>[2-5]0[5-9]0)\s{0,2}(?P<s>Ti|SUPER)?" + END
                 + r"|" + ASCII + r"(?P<n2>[2-5]0[5-9]0)(?P<s2>ti)" + END, re.IGNORECASE),
      "rtx"),
+    # workstation cards named by generation: "RTX 6000 Ada", "Ada 6000", "RTX PRO 6000 Blackwell"
+    (re.compile(ASCII + r"(?:RTX\s{0,2})?(?:6000\s{0,2}Ada|Ada\s{0,2}6000)" + END, re.IGNORECASE),
+     "ada6000"),
+    (re.compile(ASCII + r"RTX\s{0,2}PRO\s{0,2}6000" + END, re.IGNORECASE), "pro6000"),
     (re.compile(ASCII + r"(?:RTX\s{0,2})?(?P<x>A[4-6]000|A40(?:-\d{1,2}Q)?|A10|A30)" + END,
                 re.IGNORECASE), "x"),
     (re.compile(ASCII + r"(?P<x>910[BC]|310P)\d?" + END, re.IGNORECASE), "upper"),
@@ -53,15 +63,35 @@ def org_less_model(lines: list[str]) -> tuple[str, int] | None:
         for m in MODEL.finditer(URL.sub(" ", lines[i])):
             name = m.group("name").strip(" -.")
             rest = name[re.match(FAMILY, name, re.IGNORECASE).end():]  # type: ignore[union-attr]
-            if SIZE.search(rest) or SEP_VERSION.match(rest):
+            if (SIZE.search(rest) or SEP_VERSION.match(rest) or DOTTED.match(rest)
+                    or VARIANT_WORD.search(rest)):
                 return _trim(name), i + 1
     return None
 
 
+GENERIC_DIR = re.compile(r"^(?:models?|weights|ckpts?|checkpoints?|hf|data|model_path|path|to|"
+                         r"home|root|export|mnt|workspace|work|cache|\.cache|huggingface|hub|"
+                         r"modelscope|snapshots|\.|~|)$", re.IGNORECASE)
+
+
+def path_name(path: str) -> str | None:
+    """The model's name in a local path: its last folder that is not a generic one
+    ("/export/model/deepseek/DeepSeek-V3-0324" -> "DeepSeek-V3-0324"), when it reads as a
+    name (letters and a digit, or a known family); None for "/data/models"."""
+    for part in reversed(path.replace("\\", "/").rstrip("/").split("/")):
+        if GENERIC_DIR.match(part):
+            continue
+        if re.search(r"[A-Za-z]", part) and (re.search(r"\d", part) or re.match(FAMILY, part, re.I)):
+            return part
+        return None
+    return None
+
+
 def _trim(name: str) -> str:
-    """"gemma 3 4b output" -> "gemma 3 4b": words after the last size/version token go."""
+    """"gemma 3 4b output" -> "gemma 3 4b": words after the last size/version/variant go."""
     words = name.split(" ")
-    while len(words) > 1 and not re.search(r"\d", words[-1]):
+    while len(words) > 1 and not re.search(r"\d", words[-1]) and not re.fullmatch(
+            VARIANT, words[-1], re.IGNORECASE):
         words.pop()
     return " ".join(words)
 
@@ -78,6 +108,8 @@ def hardware(text: str) -> str | None:
             n = m.group("n") or m.group("n2")
             suffix = (m.group("s") or m.group("s2") or "").lower()
             name = f"RTX {n}" + {"ti": " Ti", "super": " SUPER"}.get(suffix, "")
+        elif kind in ("ada6000", "pro6000"):
+            name = "RTX 6000 Ada" if kind == "ada6000" else "RTX PRO 6000"
         elif kind == "upper":
             name = m.group("x").upper()
         elif kind == "apple":

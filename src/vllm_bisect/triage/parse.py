@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_bisect.triage.fixes import as_fix
+from vllm_bisect.triage.names import path_name
 from vllm_bisect.triage.refs import MAX_LINE, find_mentions
 from vllm_bisect.triage.roles import (
     Point,
@@ -20,10 +22,11 @@ from vllm_bisect.triage.roles import (
     merge_points,
 )
 from vllm_bisect.triage.rules import (
-    as_fix,
     by_date,
     drop_other_columns,
     drop_side_remarks,
+    drop_suggestions,
+    fixed_on,
     improvement,
     pr_culprit,
     refine,
@@ -103,7 +106,14 @@ def _range(t: Triage, lines: list[str]) -> None:
     concrete = {m.version for m in mentions if m.version and m.how != "family"}
     if len(concrete) >= 2:  # "v0.11.x" stands in for its first release only when the report
         mentions = [m for m in mentions if m.how != "family"]  # names no versions of its own
-    mentions = drop_other_columns(lines, drop_side_remarks(lines, mentions))
+    asked = drop_suggestions(lines, mentions)
+    kept = {m.label for m in asked}
+    for m in mentions:
+        if m not in asked and m.label not in kept:
+            t.warnings.append(f"line {m.line}: {m.label} is only suggested in a question (nobody "
+                              "ran it yet): not an end")
+            kept.add(m.label)
+    mentions = drop_other_columns(lines, drop_side_remarks(lines, asked))
     points = merge_points(mentions)
     arrows = assign_votes(lines, mentions, points)
     pairs: list[list[Point]] = []
@@ -115,7 +125,7 @@ def _range(t: Triage, lines: list[str]) -> None:
         pairs.append(on_line)
     title = next((n for n, ln in enumerate(lines, 1) if ln.strip()), 1)
     roles = refine(choose(points, arrows, pairs), points, title, lines[title - 1] if lines else "")
-    roles = as_fix(roles, points, lines) or roles
+    roles = as_fix(roles, points, lines, fixed_on(points, lines)) or roles
     roles = by_date(roles, points, lines) or roles
     t.search = roles.search
     role_of = {id(p): "old" for p in roles.goods} | {id(p): "new" for p in roles.bads}
@@ -213,7 +223,9 @@ def _serving(t: Triage, lines: list[str]) -> None:
     elif s.model:
         t.read.append(Read("model", s.model, s.model_line, "Hugging Face id"))
     elif s.local_model:
-        t.read.append(Read("model", s.local_model, s.model_line, "a local path"))
+        t.model = path_name(s.local_model)  # the name the path gives the model, if any
+        t.read.append(Read("model", s.local_model, s.model_line, "a local path" + (
+            f": the model's name is its folder {t.model!r}" if t.model else "")))
         t.unknowns.append(f"model: the report serves a local path ({s.local_model}); pass the "
                           "Hugging Face id or mount that path (serve.model)")
     else:

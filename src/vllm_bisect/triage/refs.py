@@ -25,11 +25,16 @@ COMPARE_URL = re.compile(r"github\.com/[\w.-]{1,100}/[\w.-]{1,100}/compare/([0-9
 # 0.23.1rc1.dev601+ga16dbd5b8, v0.26.0, 0.9.0.1, v0.18, 1.2.0rc2, 0.6.1.post2
 VERSION = re.compile(
     r"(?:(?<![A-Za-z0-9_.+])|(?<=vllm)|(?<=vLLM)|(?<=VLLM))(?P<v>[vV])?(?P<num>\d{1,3}(?:\.\d{1,4}){1,3})"
-    r"(?P<pre>[.-]?(?:a|b|rc)\d{1,3})?(?P<post>[.-]?post\d{1,3})?(?P<dev>\.dev\d{1,6})?"
+    # a/b pre-releases glued or after "."; rc in any case, also after "-" ("-a3" after a version
+    # is a hardware tag, Ascend A3: v0.11.0-a3 is the 0.11.0 release built for A3)
+    r"(?P<pre>(?:\.?[ab]|[.-]?(?:rc|RC|Rc))\d{1,3})?(?P<post>[.-]?post\d{1,3})?(?P<dev>\.dev\d{1,6})?"
     r"(?P<local>\+g?[0-9a-f]{7,40}(?![0-9a-z])|\+[A-Za-z0-9_.]{1,40})?")
 LABELLED_SHA = re.compile(
     r"(?:\bcommit(?:\s+id)?|\bsha|\bmain|\bnightly|\bnightlies|\bbuild|\bbuilt\s+from|\brevision|"
-    r"\bhead|\bHEAD|提交|\bfrom|\bsince|\bafter|\bbefore|\bat|\buntil)(?:\s{0,2}(?:参考|参见|即|为|是))?"
+    r"\bhead|\bHEAD|提交|\bfrom|\bsince|\bafter|\bbefore|\bat|\buntil|"
+    # a reporter's own bisect: "bisected it to X", "git bisect points to X", "the culprit is X"
+    r"\bbisect\w{0,3}(?:\s{1,3}(?:it|this|the\s{1,3}\w{1,12}))?\s{1,3}(?:down\s{1,3})?to|"
+    r"\bpoints?\s{1,3}to|\bculprit(?:\s{1,3}(?:is|was))?)(?:\s{0,2}(?:参考|参见|即|为|是))?"
     r"\s{0,3}[:=]?\s{0,3}[(（]?\s{0,2}`?"
     r"(?P<sha>[0-9a-f]{7,40})(?![\w/-])(?!\.\w)")
 NIGHTLY_TAG = re.compile(r"nightly-(?P<sha>[0-9a-f]{7,40})\b")
@@ -57,6 +62,36 @@ OUR_PRODUCT = re.compile(r"(?:vllm|vllm-ascend|vllm-omni|sglang|trtllm|tensorrt-
                          re.IGNORECASE)
 
 
+# "main" as the branch: after a preposition ("on main", "than the latest main"), at the start of
+# a clause or cell ("main is 20% slower", "| main |"), or as "main branch"; and followed by
+# punctuation or a verb/adverb, never by a noun ("the main issue", "main process")
+MAIN_REF = re.compile(
+    r"(?:\b(?:on|with|from|to|at|than|vs\.?|and|in|using|of|or|against|between)\s{1,3}"
+    r"(?:the\s{1,3})?(?:(?:latest|current|recent|today'?s)\s{1,3})?|^\W{0,3}|[(\[`*|]\s{0,2}|"
+    r"\b(?:latest|current)\s{1,3})(?P<main>main)(?:\s{1,3}branch)?(?![\w-])"
+    r"(?=\s{0,2}(?:[.,;:!?)\]`*|，。、]|$)|\s{1,3}(?:is|was|has|works?|worked|fails?|failed|"
+    r"crash\w{0,2}|hangs?|too|now|still|also|branch|build|head|returns?|produces?|gives?|"
+    r"and|vs\.?|or)\b)", re.IGNORECASE)
+
+
+# an environment line ("GCC version: (Ubuntu 11.4.0-1ubuntu1) 11.4.0", "[pip3] flashinfer-python==
+# 0.2.5", "- **PyTorch Version:** 2.2.0", collect_env output) names its key's version: a ref
+# only when the key is our product ("vLLM Version: 0.10.1.1", "[pip3] vllm==0.10.1")
+ENV_LINE = re.compile(
+    r"^\W{0,8}(?:\[(?:pip\d?|conda)\]\s{1,3}(?P<pkg>[\w.-]{1,60})|"
+    # "Last good version: 0.9.2" names a role, not a tool
+    r"(?![^:\n]{0,50}\b(?:good|bad|last|first|working|broken|old|new|previous|current|affected|"
+    r"fixed|tested|problem|regress\w{0,5}|before|after|our|my|the)\b)(?P<key>[A-Za-z][\w .+/()-]{0,50}?"
+    r"\s(?:version|Version|VERSION)|OS|PyTorch|CUDA|cuDNN|GCC|Clang|CMake|Libc|Python|ROCM|HIP))"
+    r"\W{0,4}\s{0,3}(?::|==)"
+    # a `pip list` / `conda list` row ("nvidia-nccl-cu12   2.21.5") or a requirement line
+    # ("transformers==4.54.1"): the package's own version (a role word is not a package)
+    r"|^\s{0,4}(?!(?:before|after|good|bad|old|new|baseline|control|treatment|main|nightly|"
+    r"version|release|commit|tag)\b)(?P<row>[A-Za-z][\w.-]{1,60})(?:\s{2,}v?\d|\s{0,2}(?:==|>=|<=|~=))",
+    re.IGNORECASE)
+OURS_KEY = re.compile(r"vllm|sglang", re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class Mention:
     """One ref as written: a version (maybe with its sha), a sha, or both."""
@@ -68,6 +103,7 @@ class Mention:
     start: int               # offsets in the line
     end: int
     how: str                 # "version", "+g", "commit-url", "labelled", "backticks", ...
+    name: str | None = None  # a symbolic ref: "main" (the branch's head when the bisect runs)
 
     @property
     def label(self) -> str:
@@ -132,7 +168,7 @@ def _version_ok(line: str, m: re.Match[str]) -> str | None:
         return None  # 0.9.0.1 is a version (no IP address starts at 0); 10.0.0.1 is not
     # 0.17.1.rc1, 0.4.0post1 and v0.6.3-post1 are spelled loosely (PEP 440 allows "." and
     # "-" as separators): written as PEP 440 spells them
-    text = (num + (m.group("pre") or "").lstrip(".-")
+    text = (num + (m.group("pre") or "").lstrip(".-").lower()
             + (("." + m.group("post").lstrip(".-")) if m.group("post") else "")
             + (m.group("dev") or ""))
     return text if version_key(text) is not None else None
@@ -146,12 +182,12 @@ def find_mentions(lines: list[str]) -> list[Mention]:
         taken: list[tuple[int, int]] = []
 
         def add(version: str | None, sha: str | None, a: int, b: int, how: str,
-                image: str | None = None, n: int = n, taken: list[tuple[int, int]] = taken
-                ) -> None:
+                image: str | None = None, n: int = n, taken: list[tuple[int, int]] = taken,
+                name: str | None = None) -> None:
             if any(x < b and a < y for x, y in taken):
                 return
             taken.append((a, b))
-            out.append(Mention(version, sha, image, n, a, b, how))
+            out.append(Mention(version, sha, image, n, a, b, how, name))
 
         for m in COMMIT_URL.finditer(line):
             start = next((a for a, b in urls if a <= m.start() < b), m.start())
@@ -170,14 +206,17 @@ def find_mentions(lines: list[str]) -> list[Mention]:
                 add(None, nightly.group("sha"), m.start(), m.end(), "docker", image)
             elif sha_tag and _is_sha(sha_tag.group(1)):  # ...-repo:938772af...: built at a commit
                 add(None, sha_tag.group(1), m.start(), m.end(), "docker", image)
-            elif vm and version_key(vm.group("num") + (vm.group("pre") or "").lstrip(".-")):
-                ver = (vm.group("num") + (vm.group("pre") or "").lstrip(".-")
+            elif vm and version_key(vm.group("num") + (vm.group("pre") or "").lstrip(".-").lower()):
+                ver = (vm.group("num") + (vm.group("pre") or "").lstrip(".-").lower()
                        + (("." + vm.group("post").lstrip(".-")) if vm.group("post") else ""))
                 add(ver, None, m.start(), m.end(), "docker", image)
             else:  # :latest, :nightly: an image, not a commit
                 add(None, None, m.start(), m.end(), "docker", image)
+        env = ENV_LINE.match(line)
+        other_env = env is not None and not OURS_KEY.search(
+            env.group("pkg") or env.group("key") or env.group("row") or "")
         for m in VERSION.finditer(line):
-            if _inside(urls, m.start()):
+            if _inside(urls, m.start()) or other_env:
                 continue
             version = _version_ok(line, m)
             if version is None:
@@ -209,6 +248,12 @@ def find_mentions(lines: list[str]) -> list[Mention]:
                 if _inside(urls, m.start("sha")) or not _is_sha(sha):
                     continue
                 add(None, sha, m.start("sha"), m.end("sha"), how)
+        for m in MAIN_REF.finditer(line):
+            a, b = m.start("main"), m.end("main")
+            if line[a - 1:a] == "(" and line[b:b + 1] == ",":
+                continue  # "Python 3.12.3 (main, Jul 5 2023, ...)": Python's build tag
+            if not _inside(urls, a):
+                add(None, None, m.start("main"), m.end("main"), "main", name="main")
         if len(out) >= MAX_MENTIONS:
             break
     out.sort(key=lambda x: (x.line, x.start))

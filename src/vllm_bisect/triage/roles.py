@@ -23,14 +23,20 @@ from vllm_bisect.triage.markers import (
     BEFORE,
     CLAUSE_END,
     COMPARE,
+    COMPARE_TAIL,
+    CURED,
+    DOWNGRADE,
     FILLER,
+    HEDGE,
     LABEL_LINE,
     LABEL_ROLE,
     ROW,
     SEGMENT,
+    STILL,
     TABLE_RULE,
     UPGRADE_NOUN,
     Role,
+    is_question,
 )
 from vllm_bisect.triage.refs import Mention, version_key
 
@@ -50,12 +56,15 @@ class Point:
     votes: dict[Role, int] = field(default_factory=dict)
     why: list[str] = field(default_factory=list)  # "line 17: ❌ in its table row"
     role_lines: dict[Role, int] = field(default_factory=dict)  # where each role was first read
+    marked: list[tuple[Role, str]] = field(default_factory=list)  # each vote's role and words
+    name: str | None = None  # a symbolic ref ("main": a fix seen on the main branch/nightlies)
 
     @property
     def ref(self) -> str:
         if self.sha:
             return self.sha
-        assert self.version is not None
+        if self.version is None:
+            return self.name or "?"
         v = version_key(self.version)
         if v is not None and v.is_devrelease:
             return self.version  # a dev/nightly string: no tag, needs its commit
@@ -73,7 +82,7 @@ class Point:
 
     @property
     def line(self) -> int:
-        return self.mentions[0].line
+        return self.mentions[0].line if self.mentions else min(self.role_lines.values(), default=1)
 
     def role(self) -> Role | None:
         if not self.votes:
@@ -85,6 +94,7 @@ class Point:
     def vote(self, role: Role, weight: int, why: str, line: int | None = None) -> None:
         self.votes[role] = self.votes.get(role, 0) + weight
         self.why.append(why)
+        self.marked.append((role, why))
         if line is not None:
             self.role_lines.setdefault(role, line)
 
@@ -129,6 +139,13 @@ def merge_points(mentions: list[Mention]) -> list[Point]:
     by_version: dict[Version, list[Point]] = {}
     with_sha: list[Point] = []
     for m in mentions:
+        if m.name is not None:  # "main": one symbolic point however often it is named
+            found = next((p for p in points if p.name == m.name), None)
+            if found is None:
+                found = Point(None, None, name=m.name)
+                points.append(found)
+            found.mentions.append(m)
+            continue
         if m.version is None and m.sha is None:
             continue  # an image such as vllm/vllm-openai:latest: not a commit
         found = None
@@ -199,6 +216,10 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                 found = _before_marker(line[prev_end:m.start])
                 if found is not None and UPGRADE_NOUN.match(line[m.end:next_start]):
                     found = (Role.BAD, f"{found[1]} ... upgrade")  # "before the X upgrade"
+                if found is not None and found[0] is Role.FIXED and (
+                        is_question(line[a:b]) or HEDGE.search(line[a:b]) or STILL.search(line)):
+                    found = None  # "Is this fixed in 0.7.0?" asks, "should be fixed" hopes,
+                    # "fixed in 0.8.0 but came back" says it is not
                 if found is not None:
                     p.vote(found[0], 3, f"line {n}: {found[1]!r} before it", n)
                     bound = True
@@ -211,10 +232,18 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                 subject = p
                 if i > 0 and COMPARE.match(_strip_filler(line[seg[i - 1].end:m.start]).strip()):
                     subject = _point_of(points, seg[i - 1]) or p  # "X 相比 Y 劣化": X changed
+                # "(X 的精度)较 Y 下降": Y is what the change is measured against (X may be no
+                # ref at all): the verdict after Y is X's, Y takes the other one
+                reference = subject is p and bool(COMPARE_TAIL.search(
+                    _strip_filler(line[prev_end:m.start])))
                 for role, pat in AFTER if not (bound or table) else ():
                     if pat.search(after):
+                        if reference:
+                            role = Role.GOOD if role is Role.BAD else Role.BAD
                         subject.vote(role, 2, f"line {n}: {after.strip()[:30]!r} after "
-                                              f"{'it' if subject is p else 'the comparison'}", n)
+                                              f"{'it' if subject is p else 'the comparison'}"
+                                              + (" (the reference of a comparison)" if reference
+                                                 else ""), n)
                         bound = subject is p
                         break
                 if not bound and len(distinct) == 1:
@@ -238,7 +267,13 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                     # markdown around a ref (`sha`, **v0.5**) is formatting, not a word
                     gap = _strip_filler(line[m.end:seg[i + 1].start].translate(MARKUP)).strip()
                     if q is not None and q is not p and ARROW.match(gap):
-                        arrows.append((p, q))
+                        # "downgrading from X to Y", "switching from X to Y fixed it": Y works
+                        back = DOWNGRADE.search(line[max(a, m.start - 50):m.start])
+                        if back or CURED.match(line[seg[i + 1].end:b]):
+                            q.vote(Role.GOOD, 2, f"line {n}: works after switching to it", n)
+                            p.vote(Role.BAD, 2, f"line {n}: switched away from it", n)
+                        else:
+                            arrows.append((p, q))
     return arrows
 
 
@@ -261,6 +296,7 @@ def choose(points: list[Point], arrows: list[tuple[Point, Point]],
            lines_with_pairs: list[list[Point]]) -> Roles:
     notes: list[str] = []
     roles = {id(p): p.role() for p in points}
+    later_fix(points, roles, notes)
     fix = any(r in (Role.FIXED, Role.PROBLEM) for r in roles.values())
     old_role, new_role = (Role.PROBLEM, Role.FIXED) if fix else (Role.GOOD, Role.BAD)
     if fix:  # in a fix report "good/fast" means fixed and "bad/slow" means the problem
@@ -278,14 +314,24 @@ def choose(points: list[Point], arrows: list[tuple[Point, Point]],
     olds = [p for p in points if roles[id(p)] == old_role]
     news = [p for p in points if roles[id(p)] == new_role]
     unmarked = [p for p in points if roles[id(p)] is None and p.key is not None]
+    if (not fix and olds and news and all(p.votes for p in olds + news)  # verdicts, not arrows
+            and all(_older(b, g) for g in olds for b in news)):
+        # "v0.10.0 crashes ... the latest 0.10.1 works for me": every good version is newer than
+        # every bad one: the report is about a fix (has the problem -> fixed)
+        fix, old_role, new_role = True, Role.PROBLEM, Role.FIXED
+        olds, news = news, olds
+        notes.append("every good version is newer than every bad one: read as a fix report")
     if news and not olds:  # contrast: the unmarked versions older than the earliest bad
         first = min((p for p in news if p.key), key=lambda p: p.key, default=None)  # type: ignore[arg-type,return-value]
         olds = [p for p in unmarked if first is not None and _older(p, first)]
+        if first is None and all(p.name == "main" for p in news):
+            olds = unmarked  # main is newer than every release
         for p in olds:
             p.why.append(f"line {p.line}: unmarked, older than {first.label if first else '?'}")
     elif olds and not news and not fix:
         last = max((p for p in olds if p.key), key=lambda p: p.key, default=None)  # type: ignore[arg-type,return-value]
-        news = [p for p in unmarked if last is not None and _older(last, p)]
+        news = [p for p in unmarked if last is not None and _older(last, p)] or [
+            p for p in points if p.name == "main" and roles[id(p)] is None]  # newer than any
         for p in news:
             p.why.append(f"line {p.line}: unmarked, newer than {last.label if last else '?'}")
     elif not olds and not news and not fix:
@@ -308,6 +354,25 @@ def choose(points: list[Point], arrows: list[tuple[Point, Point]],
         notes.append("also " + new_role.value + ": " + ", ".join(p.label for p in others) +
                      " (no version to order it by; pass --repo to order by git ancestry)")
     return Roles(SearchKind.FIX if fix else SearchKind.REGRESSION, old, new, olds, news, notes)
+
+
+def later_fix(points: list[Point], roles: dict[int, Role | None], notes: list[str]) -> None:
+    """A named regression (a good and a bad end, each with its own marker) followed by "fixed
+    in Z" with Z newer than the bad end, in a sentence of its own: the report is about the
+    regression, and Z is later news (where it was fixed), not the range. Z's role is dropped."""
+    def having(role: Role) -> list[Point]:
+        return [p for p in points if roles[id(p)] is role and p.key is not None]
+    goods, bads, fixed = having(Role.GOOD), having(Role.BAD), having(Role.FIXED)
+    if not (goods and bads and fixed) or any(r is Role.PROBLEM for r in roles.values()):
+        return
+    last_bad = max(p.key for p in bads if p.key is not None)
+    bad_lines = {m.line for p in bads for m in p.mentions}
+    if all(p.key is not None and p.key > last_bad and not {m.line for m in p.mentions} & bad_lines
+           for p in fixed) and any(_older(g, b) for g in goods for b in bads):
+        for p in fixed:
+            roles[id(p)] = None
+        notes.append("a fix named after a named good/bad pair (" + ", ".join(p.label for p in fixed)
+                     + "): later news, the report is about the regression")
 
 
 def _earliest(ps: list[Point]) -> Point | None:

@@ -7,9 +7,8 @@
 - **A PR named as the culprit** ("#30924 introduced", "since #30924", "caused by #30924"):
   the bad end is that PR (resolve_refs maps it to its merge commit, the good end to its
   parent).
-- **Find the fix**: "resolved in the latest version", "no longer see the issue on X",
-  "已修复", "问题已解决" in a report with no good end: the refs with the problem are the old
-  end, a ref the fix is seen on (tested on X) the new one.
+- **Find the fix**: see fixes.py (the fix cues as a word class); here only ``fixed_on``, the
+  ref right after "tested on" / "no longer see the issue on".
 - **A table beats a side remark**: when a table compares two or more versions, the refs of a
   sentence about another issue ("looks like #1234, fixed in v0.9.0") are that issue's, not
   this report's range.
@@ -25,7 +24,6 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from vllm_bisect.triage.markers import Role
 from vllm_bisect.triage.refs import Mention
 from vllm_bisect.triage.roles import Point, Roles, SearchKind
 
@@ -44,6 +42,25 @@ def drop_side_remarks(lines: list[str], mentions: list[Mention]) -> list[Mention
         return mentions
     return [m for m in mentions if m.version in table or lines[m.line - 1].lstrip().startswith("|")
             or not SIDE_REMARK.search(lines[m.line - 1])]
+
+
+# a maintainer's suggestion asked as a question: "Could you try v0.10.1rc1?", "have you tried 0.10.1?"
+SUGGESTION = re.compile(r"\b(?:can|could|would|will)\s{1,3}you\s{1,3}(?:please\s{1,3})?(?:also\s{1,3})?"
+                        r"(?:try|test|check|run|use|upgrad|updat|install|verify|confirm|reproduce)|"
+                        r"\b(?:have|did)\s{1,3}you\s{1,3}(?:also\s{1,3})?tr(?:y|ied)|\b(?:how|what)\s{1,3}about|"
+                        r"能否|可以试|试一下", re.IGNORECASE)
+SENTENCE = re.compile(r"(?:[^.!?。！？]|\.(?=\w)){0,2000}?(?:[!?。！？]|\.(?!\w)|$)")
+
+
+def drop_suggestions(lines: list[str], mentions: list[Mention]) -> list[Mention]:
+    """A ref named only in a question that suggests trying it ("Could you try v0.10.1rc1?") was
+    not run by anyone yet: it is no end of the range (the same ref said elsewhere still is)."""
+    asked: set[tuple[int, int]] = set()
+    for n in {m.line for m in mentions}:
+        for sm in SENTENCE.finditer(lines[n - 1]):
+            if sm.group(0).rstrip().endswith(("?", "？")) and SUGGESTION.search(sm.group(0)):
+                asked.update((n, i) for i in range(sm.start(), sm.end()))
+    return [m for m in mentions if (m.line, m.start) not in asked]
 
 
 # a table column headed by another package ("| FlashInfer |", "| torch |") holds its versions
@@ -77,22 +94,14 @@ def drop_other_columns(lines: list[str], mentions: list[Mention]) -> list[Mentio
     return out
 
 
+# a PR as "#N" or as its URL (".../pull/N", "/pull/N/files")
+_PR = r"(?:#|https?://github\.com/[\w.-]{1,100}/[\w.-]{1,100}/pull/)"
 PR_CULPRIT = re.compile(
-    r"(?:(?<![\w#])#(?P<a>\d{3,7})\s{1,3}(?:introduc\w{0,3}|caus\w{0,3}|broke|regress\w{0,3})\b"
+    rf"(?:(?:(?<![\w#])#|github\.com/[\w.-]{{1,100}}/[\w.-]{{1,100}}/pull/)(?P<a>\d{{3,7}})"
+    r"(?:/[\w#-]{0,120})?\)?\s{1,3}(?:introduc\w{0,3}|caus\w{0,3}|broke|regress\w{0,3})\b"
     r"|(?:since|after|introduced\s{1,3}(?:by|in)|caused\s{1,3}by|regression\s{1,3}(?:from|in))"
-    r"\s{1,3}(?:PR\s{0,2})?#(?P<b>\d{3,7})\b(?!\s{0,3}(?:fix|was\s{1,3}reverted)))", re.IGNORECASE)
-FIX_CUE = re.compile(
-    r"(?:has|have|had)\s{1,3}been\s{1,3}(?:basically\s{1,3})?(?:resolved|fixed)\s{1,3}(?:in|on|with|by)"
-    r"|appears?\s{1,3}to\s{1,3}(?:have\s{1,3}been|be)\s{1,3}(?:resolved|fixed)"
-    r"|no\s{1,3}longer\s{1,3}(?:see|seeing|reproduce|observe|happens?|occurs?)"
-    r"|(?:fixed|resolved)\s{1,3}(?:in|on)\s{1,3}(?:the\s{1,3})?latest"
-    r"|update\s{1,3}to\s{1,3}at\s{1,3}least\s{1,60}(?:contain|with)\w{0,4}\s{1,3}(?:this|the)\s{1,3}fix"
-    r"|已修复|问题已(?:经)?(?:解决|消失)|已经解决"
-    # a maintainer's "please try the (current) latest version": the problem is gone there
-    r"|\btry\s{1,3}(?:the\s{1,3})?(?:current\s{1,3})?(?:latest|newest)\s{1,3}(?:version|release)",
+    rf"\s{{1,3}}(?:PR\s{{0,2}})?\[?{_PR}(?P<b>\d{{3,7}})\b(?!\s{{0,3}}(?:fix|was\s{{1,3}}reverted)))",
     re.IGNORECASE)
-NOT_FIX = re.compile(r"fixed\s{1,3}by\s{1,3}(?:downgrad|revert|pinn|rolling)|workaround",
-                     re.IGNORECASE)
 TESTED_ON = re.compile(r"(?:tested|confirmed|verified|works?|checked)\s{1,3}(?:it\s{1,3})?"
                        r"(?:on|with|in)\s{1,3}$|(?:no\s{1,3}longer\s{1,3}\w{1,12}"
                        r"\s{1,3}(?:the\s{1,3})?(?:issue|problem)?\s{0,3}(?:on|with|in))\s{1,3}$"
@@ -157,6 +166,21 @@ def refine(roles: Roles, points: list[Point], title_line: int = 1, title: str = 
             notes.append(f"one release named ({one.label}) and no good/bad marker: read as the "
                          "bad end")
             return replace(roles, old=None, new=one, goods=[], bads=[one], notes=notes)
+    good = roles.old
+    if (roles.search is SearchKind.REGRESSION and good is not None and good.votes
+            and roles.new is None and good.key is not None and PROBLEM_WORDS.search(title)):
+        # "# v0.10.0 crashes" ... "the latest 0.10.1 works for me": the title's problem version
+        # is older than the only good one: a fix report (has the problem -> fixed)
+        older = sorted(((p.key, i) for i, p in enumerate(points) if not p.votes
+                        and p.key is not None and p.key < good.key
+                        and any(m.line == title_line for m in p.mentions)))
+        if older:
+            old = points[older[-1][1]]
+            old.why.insert(0, "the title's problem version, older than the one said to work")
+            good.why.insert(0, "said to work, newer than the title's problem version: fixed")
+            notes.append(f"{good.label} works and is newer than the title's {old.label}: read as "
+                         "a fix report")
+            return Roles(SearchKind.FIX, old, good, [old], [good], notes)
     return replace(roles, notes=notes)
 
 
@@ -169,15 +193,6 @@ def pr_culprit(lines: list[str]) -> tuple[str, int, str] | None:
     return None
 
 
-def fix_cue(lines: list[str]) -> tuple[int, str] | None:
-    """A sentence that says the problem went away in a later version (not a downgrade)."""
-    for n, line in enumerate(lines, 1):
-        m = FIX_CUE.search(line)
-        if m and not NOT_FIX.search(line):
-            return n, m.group(0)[:60]
-    return None
-
-
 def fixed_on(points: list[Point], lines: list[str]) -> Point | None:
     """The ref right after "tested on" / "no longer see the issue on": where it is fixed."""
     for p in points:
@@ -185,36 +200,6 @@ def fixed_on(points: list[Point], lines: list[str]) -> Point | None:
             if TESTED_ON.search(lines[m.line - 1][max(0, m.start - 60):m.start]):
                 return p
     return None
-
-
-def _named_good(roles: Roles) -> bool:
-    """Whether the report itself names a good end. An old end the rules only inferred (from
-    version order, or as the unmarked version older than the bad one) is a default: it yields
-    to the report saying the problem went away ("try the latest version >= X")."""
-    old = roles.old
-    if old is None:
-        return False
-    inferred = any(n.startswith("no good/bad marker") for n in roles.notes) or any(
-        w.startswith(f"line {old.line}: unmarked") for w in old.why)
-    return bool(old.votes) or not inferred
-
-
-def as_fix(roles: Roles, points: list[Point], lines: list[str]) -> Roles | None:
-    """A regression reading without a good end turned into a fix search, when the report
-    says the problem is gone; None when the rule does not apply."""
-    cue = fix_cue(lines)
-    if cue is None or roles.search is not SearchKind.REGRESSION or _named_good(roles):
-        return None
-    new = fixed_on(points, lines)
-    problem = [p for p in points if p is not new and (p in roles.bads or not p.votes)]
-    versioned = [(p.key, i) for i, p in enumerate(problem) if p.key is not None]
-    old = (problem[max(versioned)[1]] if versioned else problem[-1]) if problem else None
-    for p, role in ((old, Role.PROBLEM), (new, Role.FIXED)):
-        if p is not None:
-            p.why.insert(0, f"line {cue[0]}: {cue[1]!r}: the report says the problem went away "
-                            f"({'has the problem' if role is Role.PROBLEM else 'fixed there'})")
-    return Roles(SearchKind.FIX, old, new, [old] if old else [], [new] if new else [],
-                 [*roles.notes, f"line {cue[0]}: {cue[1]!r}: read as a fix report"])
 
 
 def improvement(title: str) -> str | None:

@@ -100,6 +100,8 @@ def _model_value(v: str) -> tuple[str | None, str | None]:
     if v.startswith(("/", "./", "~", "../")) or re.match(r"^[A-Za-z]:\\", v):
         # a generic folder ("/work/models") names where weights are, not which
         return (None, None) if GENERIC_DIR.match(v.rstrip("/").rsplit("/", 1)[-1]) else (None, v)
+    if HUB_ID.fullmatch(v) and GENERIC_DIR.match(v.split("/")[0]):
+        return None, v  # "models/Qwen3-32B-FP8": a folder under the working directory, no org
     if (HUB_ID.fullmatch(v) and not NOT_MODEL_ORG.match(v.split("/")[0])
             and re.search(r"[A-Za-z]", v.split("/")[1])):
         return v, None
@@ -222,6 +224,9 @@ def find_serving(lines: list[str]) -> Serving:
         s.model, s.model_line, s.model_org_less = named[0], named[1], True
     _speculative(text, s)
     text = URL.sub(" ", text)  # a repository's name in a URL is not the reporter's hardware
+    # "4x3090s", "8xH100", "2x A100s": a count and a plural around the name
+    text = re.sub(r"(?<![\w.])(\d{1,2})\s?[x×]\s?(?=[A-Z0-9])", r"\1 x ", text)
+    text = re.sub(r"(?<=\d0)s\b|(?<=\d0)'s\b", "", text)
     gpu = GPU.search(text)
     if gpu and gpu.group("ascend") and not re.search(r"ascend|npu|cann|昇腾", text, re.I):
         gpu = next((g for g in GPU.finditer(text) if g.group("gpu")), None)

@@ -10,34 +10,51 @@ need a change word or two values): each rule says why it counts.
   repetition loops ("repeat the same sentence", "never stop", "repetitive completions"),
   "outputs ... are wrong", 乱码, 重复, 精度问题 / 精度下降.
 - **crash**: "failed to start / load", "unable to start", "cannot start / load", "startup
-  error", 无法启动, 启动失败.
-- **ttft**: prefill / prompt processing with a change word, or in the title.
+  error", 无法启动, 启动失败; "error" in the title ("run X error", "Error after model load"),
+  not a measured error ("accuracy error", "error rate").
+- **ttft**: prefill / prompt processing with a change word, or in the title; not when the
+  sentence measures a prefill *rate* (throughput, tok/s) and no time.
 """
 
 from __future__ import annotations
 
 import re
 
-from vllm_bisect.triage.symptoms import CHANGE, NEGATED, Found
+from vllm_bisect.triage.symptoms import CHANGE, METRICS, NEGATED, Found
 
-OOM = re.compile(r"(?<![\w-])OOM(?![\w-])|out[- ]of[- ]memory|OutOfMemoryError|No available memory "
-                 r"for the cache|显存不足|内存不足|"
+OOM = re.compile(r"(?<![\w-])OOM(?:s|ed|ing|'d)?(?![\w-])|out[- ]of[- ]memory|OutOfMemoryError|"
+                 r"No available memory for the cache|显存不足|内存不足|"
                  # the same running-out said in words: "not enough memory", "insufficient memory"
                  r"(?:not\s{1,3}enough|insufficient)\s{1,3}(?:GPU\s{1,3}|video\s{1,3})?memory",
                  re.IGNORECASE)
+# "there is no OOM", "without OOM", "never OOMs": said not to happen
+NO_BEFORE = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|n't|没有|未|无)\s{0,3}(?:\w{1,10}\s{1,3})?"
+                       r"(?:an?\s{1,3}|any\s{1,3})?$", re.IGNORECASE)
+FIXED_NOW = re.compile(r"any\s?more|no\s{1,3}longer|\bfixed|\bresolved|\bgone\b|不再|已修复|已解决",
+                       re.IGNORECASE)
 MEMORY = re.compile(r"(?<![\w-])VRAM|显存|(?<![\w-])GPU memory(?![-_ ]util)|memory (?:usage|use|"
                     r"footprint|consumption|cost)|(?:more|higher) memory|KV[- ]cache (?:size|"
-                    r"capacity)|# GPU blocks", re.IGNORECASE)
+                    r"capacity|usage|memory|tokens)|# GPU blocks", re.IGNORECASE)
 MORE_CHANGE = re.compile(r"\blarger\b|\bmore\b|\bgrew\b|\bbigger\b|significantly|dramatic",
                          re.IGNORECASE)
 BLOCKS = re.compile(r"# GPU blocks:\s{0,3}(\d{1,9})")
+# vLLM's start-up log of KV capacity: two different values are a memory change
+KV_LOG = re.compile(r"KV cache size:\s{0,3}([\d,]{1,12})\s{0,2}tokens|Maximum concurrency for "
+                    r"[\d,]{1,12} tokens per request:\s{0,3}([\d.]{1,12})x", re.IGNORECASE)
 CORRECTNESS = re.compile(
     r"garbage|garbled|gibberish|nonsense|meaningless|unreadable|乱码|重复|毫无意义|幻觉|"
     r"(?<![\w-])(?:repetitive|repetition)(?![\w-])|repeat\w{0,3}\s{1,3}(?:the\s{1,3})?same|"
     r"never\s{1,3}stop|"
+    # the same loop or made-up content said other ways
+    r"keeps?\s{1,3}repeating|repeats?\s{1,3}(?:itself|forever|endlessly)|"
+    r"(?:infinite|endless)\w{0,2}\s{1,3}(?:loop\w{0,2}\s{1,3}of|repeti\w{1,6})|hallucinat\w{1,6}|"
     r"output\w{0,2}\s{1,3}(?:is|was|became|becomes)\s{1,3}(?:noise|unreadable)|"
     r"outputs?\s{1,3}(?:of\s{1,3}[\w .-]{1,30}\s{1,3})?(?:is|are|was|were)\s{1,3}wrong|"
-    r"wrong\s{1,3}(?:output|answer|result)|精度(?:出现|存在|有)?问题|精度下降|准确率跳水|"
+    r"(?:wrong|incorrect|invalid|malformed)\s{1,3}(?:outputs?|answers?|results?|responses?|tool[- ]calls?|"
+    r"tokens?|json|format)|"
+    # output that is not text: empty, only punctuation, a run of one character
+    r"(?:empty|blank)\s{1,3}(?:outputs?|responses?|completions?|strings?)|exclamation\s{1,3}marks|"
+    r"([!?])\1{9,}|精度(?:出现|存在|有)?问题|精度下降|准确率跳水|"
     # meaningless / random output in any wording, and the same input giving different outputs
     r"无意义|random\s{1,3}tokens|(?:outputs?|results?|answers?|responses?)\b[^.。]{0,60}\b(?:are|is|were|"
     r"was)\s{1,3}different|输出(?:结果)?不(?:相同|一致|同)",
@@ -49,7 +66,17 @@ CRASH = re.compile(r"fail\w{0,3}\s{1,3}to\s{1,3}(?:start|load|launch|initiali[sz
                    r"卡住|卡死|(?<![\w-])(?:hangs?|hung)(?![\w-])|"
                    r"an?\s{1,3}error\s{1,3}(?:is|was)\s{1,3}(?:reported|raised|thrown)|报错",
                    re.IGNORECASE)
+# a title that says the run errors ("run X error", "Error after model load"): the run stops; not
+# a measured error ("accuracy error", "error rate", "relative error")
+TITLE_ERROR = re.compile(r"(?<!accuracy )(?<!precision )(?<!numerical )(?<!rounding )(?<!relative )"
+                         r"(?<!absolute )(?<!squared )(?<!mean )(?<![\w-])errors?(?![\w-])"
+                         r"(?!\s{1,3}(?:rate|bars?|margin|metric))|(?<![\w-])Error:", re.IGNORECASE)
+# an error in what the model wrote ("tool call parser error", "JSON format error") is its output
+OUTPUT_ERROR = re.compile(r"(?:pars\w{0,4}|format|json|schema|template|tool[- ]call\w{0,2})\s{1,3}errors?",
+                          re.IGNORECASE)
 TTFT = re.compile(r"(?<![\w-])prefill(?![\w-])|prompt processing|long[- ]prefill", re.IGNORECASE)
+THROUGHPUT = next(p for f, p in METRICS if f is Found.THROUGHPUT)
+TIME = re.compile(r"\bTTFT\b|\d\s{0,2}(?:ms|s|sec|seconds)\b|\btime\b|latency|时间|耗时", re.IGNORECASE)
 SENTENCE = re.compile(r"(?<=[.!?])\s+|[。！？；;]")
 CODE_FENCE = re.compile(r"^\s{0,3}(?:```|~~~)")
 
@@ -76,11 +103,15 @@ def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
 
     for n, line in enumerate(lines, 1):  # logs too: an OOM in the log is the symptom
         m = OOM.search(line)
-        if m:
+        if m and (not NO_BEFORE.search(line[max(0, m.start() - 30):m.start()])
+                  or FIXED_NOW.search(line)):  # "does not OOM any more": a fix of an OOM
             add(Found.MEMORY, n, f"{m.group(0)!r}: out of memory")
     blocks = {b for line in lines for b in BLOCKS.findall(line)}
     if len(blocks) >= 2:
         add(Found.MEMORY, 0, f"# GPU blocks differ: {', '.join(sorted(blocks)[:4])}")
+    kv = {(m.group(1) is None, m.group(1) or m.group(2)) for line in lines for m in KV_LOG.finditer(line)}
+    if any(len({v for k, v in kv if k == kind}) >= 2 for kind in (True, False)):
+        add(Found.MEMORY, 0, "KV cache size / maximum concurrency differ between runs")
     for n, line in _prose(lines):
         for text in SENTENCE.split(line):
             changed = (bool(CHANGE.search(text) or MORE_CHANGE.search(text))
@@ -92,12 +123,17 @@ def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
             m = CORRECTNESS.search(text)
             if m and not NEGATED.search(text):
                 add(Found.CORRECTNESS, n, f"{m.group(0)!r}: wrong output")
-            m = CRASH.search(text)
+            m = CRASH.search(text) or (TITLE_ERROR.search(text) if n == title and not (
+                CORRECTNESS.search(text) or OUTPUT_ERROR.search(text)) else None)
             if m and not OOM.search(text):
-                add(Found.CRASH, n, f"{m.group(0)!r}: it does not start")
+                add(Found.CRASH, n, f"{m.group(0)!r}: " + ("the title says the run errors"
+                                                         if n == title else "it does not start"))
             m = TTFT.search(text)
-            if m and (changed or n == title) and not re.search(r"decode\s{1,3}(?:is\s{1,3})?"
-                                                               r"unaffected", text, re.I):
+            # "prefill throughput ... tok/s": a rate of prefill is throughput, not time to first
+            # token (unless a time is said too)
+            rate = THROUGHPUT.search(text) and not TIME.search(text)
+            if m and (changed or n == title) and not rate and not re.search(
+                    r"decode\s{1,3}(?:is\s{1,3})?unaffected", text, re.I):
                 add(Found.TTFT, n, f"{m.group(0)!r} " + ("in the title" if n == title
                                                        else "with a change"))
     return [(f, n, why) for f, (n, why) in found.items()]

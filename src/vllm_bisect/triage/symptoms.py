@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import pairwise
 
 
 class Found(StrEnum):
@@ -28,9 +29,25 @@ CHANGE = re.compile(
     r"regress|degrad|decreas|increas|\bdrop|\bslow|\bworse|\blower\b|\bhigher\b|\blags?\b|"
     r"\breduc|deteriorat|\bsurge|\bjump|\bfell\b|\bfall|\bloss\b|\bdip|\bcut\b|\bhurt|\blarger\b|"
     r"劣化|下降|变慢|降低|增加|上升|回退|慢", re.IGNORECASE)
+# "identical outputs" says nothing changed; "under identical topology / the same config" says
+# the two runs were set up alike (a control), not that the metric did not change
+SETUP = (r"(?:\s{1,3}[^\s]{1,12}){0,1}\s{1,3}(?:topolog\w{1,3}|config\w{0,9}|setups?|settings?|"
+         r"hardware|environments?|commands?|param\w{0,8}|models?|weights|machines?|nodes?|clusters?|"
+         r"images?|arg\w{0,7}|flags|scripts?|datasets?|conditions|workloads?|inputs?|prompts?)\b")
 NEGATED = re.compile(r"unaffected|not\s{1,3}affected|no\s{1,3}(?:meaningful\s{1,3})?regression|"
-                     r"match(?:es)?\s{1,3}closely|identical|confirming|unchanged|无变化|一致",
-                     re.IGNORECASE)
+                     rf"match(?:es)?\s{{1,3}}closely|identical(?!{SETUP})|confirming|unchanged|"
+                     # "throughput is the same, but TTFT doubled": the same is no change
+                     r"\b(?:is|are|was|were|stays?|stayed|remains?|remained)\s{1,3}(?:about\s{1,3}|"
+                     r"roughly\s{1,3}|basically\s{1,3})?(?:the\s{1,3})?(?:same|similar|comparable|"
+                     r"stable|flat)\b|无变化|一致", re.IGNORECASE)
+CONTRAST = re.compile(r"\bbut\b|\bwhile\b|\bwhereas\b|\bhowever\b|但是|但|而", re.IGNORECASE)
+
+
+def clause(text: str, pos: int) -> str:
+    """The part of a sentence around ``pos`` between contrast words ("X is the same, but Y
+    doubled": a negation in one clause says nothing about the other)."""
+    cuts = [0] + [m.start() for m in CONTRAST.finditer(text)] + [len(text)]
+    return next((text[a:b] for a, b in pairwise(cuts) if a <= pos < b), text)
 METRICS = (
     (Found.TTFT, re.compile(r"(?<![A-Za-z0-9_])TTFT(?![A-Za-z0-9_])|time[- ]to[- ]first[- ]token|"
                             r"first token|首\s{0,2}token",
@@ -38,7 +55,11 @@ METRICS = (
     (Found.ITL, re.compile(r"(?<![A-Za-z0-9_])(?:ITL|TPOT)(?![A-Za-z0-9_])|inter[- ]token|"
                            r"time (?:per|of) output tokens?|ms per token|decode'?s?\s{1,3}token\s{1,3}speed|"
                            r"per[- ]token latency|decode[- ](?:speed|latency|throughput|perf\w*)|"
-                           r"generation rate|每个?请求|单请求|single[- ]request", re.IGNORECASE)),
+                           r"generation rate|每个?请求|单请求|single[- ]request|"
+                           # a decode step's time per token ("Decode (token)" in a benchmark table)
+                           r"decode\s{0,2}\(\s{0,2}(?:per[- ])?token\s{0,2}\)|"
+                           r"decode\s{1,3}time\s{1,3}per\s{1,3}token",
+                           re.IGNORECASE)),
     (Found.LATENCY, re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延|延迟|"
                                r"(?:inference|response|request|wall|e2e|end-to-end)[ -]time\b",
                                re.IGNORECASE)),
@@ -49,7 +70,10 @@ METRICS = (
                                   r"req(?:uest)?s?/min|(?:samples|requests|tokens)\s{1,3}per\s{1,3}"
                                   r"(?:second|minute)|(?<![A-Za-z0-9_/])t/s(?:/u)?(?![A-Za-z])",
                                   re.IGNORECASE)),
+    # an evaluation's score is the model's accuracy, whatever the benchmark is called
     (Found.CORRECTNESS, re.compile(r"accuracy|gsm8k|exact_match|\bmmlu\b|correctness|garbage|"
+                                   r"\beval(?:uation)?[\s_-]{0,3}(?:scores?|results?|metrics?)\b|"
+                                   r"\bbenchmark\s{1,3}scores?\b|pass@\d|"
                                    r"wrong (?:output|answer)|gibberish|精度|准确率", re.IGNORECASE)),
 )
 TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|tokens per second|it/s|items/s|"
@@ -75,7 +99,8 @@ MTP_SPEEDUP = re.compile(r"\b(?:MTP|speculative decoding|spec(?:ulative)? decode
                          re.IGNORECASE)
 PER_REQUEST = re.compile(r"per[- ]request|single[- ]request|每个?请求|单请求|\bbs\s{0,2}=\s{0,2}1\b|"
                          r"decode|generation rate|one request", re.IGNORECASE)
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+|[。！？；;]")
+# an abbreviation's dot ("30s vs. 10s", "e.g. 2x") does not end the sentence
+SENTENCE_END = re.compile(r"(?<=[.!?])(?<!vs\.)(?<!e\.g\.)(?<!i\.e\.)(?<!approx\.)\s+|[。！？；;]")
 
 
 @dataclass
@@ -126,19 +151,49 @@ def _table_columns(lines: list[str], where: dict[Found, int] | None = None
     return out
 
 
-LABELLED = re.compile(rf"(?P<label>[A-Za-z][\w ()/.-]{{0,40}}?)\s{{0,2}}:\s{{0,3}}~?(?P<n>{NUM})")
+def _row_metrics(lines: list[str]) -> dict[Found, list[tuple[int, float]]]:
+    """Tables whose rows are metrics ("| Decode (token) | | 14.22 ms | ..."): the row's first
+    value, with its line."""
+    out: dict[Found, list[tuple[int, float]]] = {}
+    for n, line in enumerate(lines, 1):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.lstrip().startswith("|") or len(cells) < 2:
+            continue
+        value = next((m for c in cells[1:] if (m := re.match(rf"~?(?P<n>{NUM})", c.strip("*_` ")))),
+                     None)
+        found = next((f for f, pat in METRICS if pat.search(cells[0])), None)
+        if value is not None and found is not None:
+            out.setdefault(found, []).append((n, number(value.group("n"))))
+    return out
+
+
+# "Mean TPOT (ms):                          20.1": `vllm bench serve` aligns its values
+LABELLED = re.compile(rf"(?P<label>[A-Za-z][\w ()/.-]{{0,40}}?)\s{{0,2}}:\s{{0,60}}~?(?P<n>{NUM})")
 
 
 def _labelled_values(lines: list[str]) -> dict[Found, list[float]]:
-    """"Throughput: 21.25 requests/s" on one line, "Throughput: 0.93 ..." on another."""
-    out: dict[Found, list[float]] = {}
+    """"Throughput: 21.25 requests/s" on one line, "Throughput: 0.93 ..." on another: the values
+    of each label, kept for a metric only when one label's values differ (two benchmark
+    outputs where only "Mean TPOT (ms)" moved change ITL, not throughput)."""
+    by_label: dict[tuple[Found, str], list[float]] = {}
     for line in lines:
         for m in LABELLED.finditer(line):
             for found, pat in METRICS:
                 if pat.search(m.group("label")):
-                    out.setdefault(found, []).append(number(m.group("n")))
+                    key = (found, m.group("label").strip().lower())
+                    by_label.setdefault(key, []).append(number(m.group("n")))
                     break
+    out: dict[Found, list[float]] = {}
+    for (found, _), values in by_label.items():
+        if _differ(values):
+            out.setdefault(found, []).extend(values)
     return out
+
+
+def _differ(values: list[float]) -> bool:
+    """Two or more values, more than 3% apart (closer is noise, not a change)."""
+    pos = [v for v in values if v > 0]
+    return len(set(values)) >= 2 and (len(pos) < len(values) or max(pos) > 1.03 * min(pos))
 
 
 def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
@@ -166,16 +221,17 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
                 add(Found.MTP_SPEEDUP, n, "MTP compared with plain decoding")
                 continue  # its numbers compare MTP with plain decoding, not two versions
             toks = [number(m.group("n")) for m in TOKS.finditer(text)]
-            changed = bool(CHANGE.search(text)) and not NEGATED.search(text)
+            changed = bool(CHANGE.search(text))
             for found, pat in METRICS:
                 hit = pat.search(text)
-                if not hit or NEGATED.search(text):
+                if not hit or NEGATED.search(clause(text, hit.start())):
                     continue
                 if found is Found.THROUGHPUT and (
                         re.search(r"decode[- ]throughput", text, re.I) or (
                             PER_REQUEST.search(text) and not re.search(r"throughput|吞吐", text, re.I))):
                     found = Found.ITL  # a per-request decode speed
-                if changed or line is title or len(MS.findall(text)) >= 2 or len(toks) >= 2:
+                if (changed or line is title or len(MS.findall(text)) >= 2 or len(toks) >= 2
+                        or len(SECONDS.findall(text)) >= 2):
                     add(found, n, "named in the title" if line is title else (
                         "named with a change" if changed else "two values compared"))
                 value = AFTER_METRIC.match(text[hit.end():hit.end() + 24])
@@ -203,12 +259,19 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
                 s.itl_ms += [v for _, v in seen]
     table_lines: dict[Found, int] = {}
     for found, values in (_table_columns(lines, table_lines) | _labelled_values(lines)).items():
-        if len(set(values)) >= 2:
+        if _differ(values):
             add(found, table_lines.get(found, 0), "values in a table column or labelled lines")
             if found is Found.ITL:
                 s.itl_ms += values
             if found is Found.THROUGHPUT:
                 s.tok_s += values
+    slow_title = bool(CHANGE.search(title)) and not NEGATED.search(title)
+    for found, rows in _row_metrics(lines).items():  # a metric per row: compared across tables,
+        if len({v for _, v in rows}) >= 2 or slow_title:  # or the one the title says got worse
+            add(found, rows[0][0], "a table row per metric" + (" (the title says it got worse)"
+                                                               if len(rows) < 2 else ""))
+            if found is Found.ITL:
+                s.itl_ms += [v for _, v in rows]
     if bench_throughput and s.tok_s and Found.ITL in s.found and Found.THROUGHPUT not in s.found:
         add(Found.THROUGHPUT, 0, "`vllm bench throughput` tok/s")
     return s
