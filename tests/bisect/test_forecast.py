@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import history, make_spec, write_spec
+from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.forecast import (
     Forecast,
     bayes_runs,
@@ -20,6 +23,9 @@ from vllm_bisect.bisect.forecast import (
     twolevel_step,
 )
 from vllm_bisect.bisect.forecast_spread import CapPlan, bayes_costs, cap_costs, spread
+from vllm_bisect.bisect.state.journal import SessionJournal
+from vllm_bisect.sim.virtual import VirtualCluster, commit_range, scenario
+from vllm_bisect.spec import parse_spec
 
 
 def test_a_threshold_search_is_one_server_per_step_plus_the_rechecks() -> None:
@@ -80,6 +86,33 @@ def test_a_bayesian_forecasts_range_narrows_as_the_runs_pin_q_down() -> None:
     assert width(2, 1) > width(20, 10) > 1.0
 
 
+@pytest.mark.parametrize("seed", [1, 7])
+def test_a_flaky_cap_found_out_at_the_rechecks_lands_in_the_first_forecasts_range(
+        seed: int, tmp_path: Path) -> None:
+    # the simulator's flaky cap (q = 0.7): the bad endpoint showed it first, the threshold
+    # search ran, a re-check of the culprit's parent showed it and auto switched to bayes
+    logging.disable(logging.WARNING)
+    s = scenario(random.Random(seed), symptom="length", effect=1.0, max_skip=0.0, cap_q=0.7)
+    rng = commit_range(s.n)
+    sp = parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
+                     "probe": {"max_tokens": 256},
+                     "verdict": {"symptom": "length", "verify_samples": 0}})
+    cluster = VirtualCluster(s, rng, 1, random.Random(seed + 1))
+    journal = SessionJournal(tmp_path)
+    try:
+        driver = Driver(sp, rng, cluster, journal, None)
+        result = driver.run()
+    finally:
+        journal.close()
+        logging.disable(logging.NOTSET)
+    first = driver.forecaster.first
+    assert result.strategy_chosen == "bayes" and first is not None and first.high is not None
+    assert result.first_forecast is first and result.forecast is not first  # made again
+    searched = cluster.starts - first.starts_done
+    assert searched > 1.5 * first.server_starts  # the point: the deterministic branch
+    assert first.server_starts <= searched <= first.high[1]  # the range holds the switch
+
+
 def test_the_range_is_printed_and_kept_beside_the_forecast() -> None:
     f = Forecast(10, 10.0, 12.0, 36.0, elapsed_s=600.0, build_s=300.0, start_s=180.0,
                  request_s=60.0, low=(10.0, 12.0, 36.0), high=(30.0, 60.0, 180.0))
@@ -106,7 +139,7 @@ def test_the_cli_prints_the_forecast_and_result_json_holds_it_against_the_actual
     assert "forecast: 4 search steps" in r.stderr and "90% range" in r.stderr
     doc = json.loads((session / "result.json").read_text())
     f = doc["forecast"]
-    # a deterministic cap without skips: 2 endpoints + 4 steps + 1 re-check, as foreseen
+    # a deterministic cap without skips: the bad endpoint + 4 steps + 2 re-checks, as foreseen
     assert f["predicted"]["server_starts"] == f["actual"]["server_starts"] == 7
     assert f["predicted"]["hours"] is not None and f["actual"]["hours"] > 0
     # the range holds what a flaky cap would cost (auto would switch to bayes)
