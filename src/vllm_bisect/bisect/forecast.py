@@ -79,7 +79,7 @@ class Forecast:
             return base
         more = ", ".join(f"{k} GPUs {self.hours_with(k, n):.1f} h" for k in (2, 4, 8))
         span = self.hours_range()
-        if span is not None and span[1] > span[0]:
+        if span is not None and f"{span[0]:.1f}" != f"{span[1]:.1f}":
             more = f"90% range {span[0]:.1f}..{span[1]:.1f} h; {more}"
         return (f"{base}: about {h:.1f} h in all at {self.build_s or 0:.0f} s a build, "
                 f"{self.start_s or 0:.0f} s a server start, {self.request_s or 0:.1f} s a "
