@@ -4,8 +4,9 @@ endpoints took (a build: a commit's wall less its server start-up and probe). Wh
 switches to the Bayesian search (a flaky symptom, ``bisect/recheck.py``) the plan changes:
 :meth:`ForecastEvents.replan` makes it again before that search's first step, from every run
 so far; the first forecast is kept (``first``). Where the policy may still switch (a cap under
-auto: ``may_switch``) or the flake rate is uncertain (bayes), the forecast is the median of
-the cost drawn over the branches, with its 5%..95% range (``bisect/forecast_spread.py``)."""
+auto: ``may_switch``) the forecast is the median of the cost drawn over the branches, with
+its 5%..95% range; a Bayesian search's keeps its point and gets the range drawn over the flake
+rate (``bisect/forecast_spread.py``)."""
 
 from __future__ import annotations
 

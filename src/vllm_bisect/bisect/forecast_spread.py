@@ -5,7 +5,7 @@ generator, so the same run gives the same forecast).
 A cap under auto (``bisect/recheck.py``) whose bad endpoint showed the symptom in its first
 run starts the threshold search, one run per commit; whether the symptom is deterministic or
 flaky is not known yet, and a flaky one is found out only at the culprit's parent's re-checks,
-after the search, where auto switches to the Bayesian search (2..6 times the cost). One
+after the search, where auto switches to the Bayesian search (several times the cost). One
 point cannot be right for both branches (``cap_costs``), so the forecast draws the policy's
 own search on the noise model:
 
