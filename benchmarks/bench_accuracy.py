@@ -102,6 +102,7 @@ class Outcome:
     minutes: float
     predicted: float | None = None  # minutes the forecast said, before the search
     first: float | None = None      # the first forecast's (before auto switched to bayes)
+    first_range: tuple[float, float] | None = None  # its printed 5%..95% range (minutes)
 
 
 
@@ -162,7 +163,7 @@ def run_trial(t: Trial) -> Outcome:
     cluster = VirtualCluster(s, rng, 1, random.Random(t.seed * 7919 + 1),
                              first_batch=sp.probe.requests, link=link)
     refused = False
-    predicted = first = None
+    predicted = first = first_range = None
     if t.arm == "plain":
         culprit = plain(s, sp, cluster)
         exact = culprit == s.culprit
@@ -180,12 +181,13 @@ def run_trial(t: Trial) -> Outcome:
                 exact = result.first_bad == rng.sha(s.culprit)
                 predicted = forecast_minutes(result.forecast)
                 first = forecast_minutes(driver.forecaster.first)
+                first_range = forecast_range(driver.forecaster.first)
             except NotReproduced:
                 exact, refused = False, True
             finally:
                 journal.close()
     return Outcome(exact, refused, len(cluster.tried), cluster.starts, cluster.samples,
-                   cluster.clock, predicted, first)
+                   cluster.clock, predicted, first, first_range)
 
 
 def forecast_minutes(f: Forecast | None) -> float | None:
@@ -195,6 +197,15 @@ def forecast_minutes(f: Forecast | None) -> float | None:
         return None
     return (f.elapsed_s / 60 + f.builds * ARTIFACT + f.server_starts * START
             + f.requests * SAMPLE)
+
+
+def forecast_range(f: Forecast | None) -> tuple[float, float] | None:
+    """The forecast's printed 5%..95% range at the same times (None: one point)."""
+    if f is None or f.low is None or f.high is None:
+        return None
+    lo, hi = (f.elapsed_s / 60 + b * ARTIFACT + s * START + r * SAMPLE
+              for b, s, r in (f.low, f.high))
+    return lo, hi
 
 
 @dataclass(frozen=True)

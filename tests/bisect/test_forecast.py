@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import history, make_spec, write_spec
+from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.forecast import (
     Forecast,
     bayes_runs,
@@ -19,6 +22,10 @@ from vllm_bisect.bisect.forecast import (
     run_capacity,
     twolevel_step,
 )
+from vllm_bisect.bisect.forecast_spread import CapPlan, bayes_costs, cap_costs, spread
+from vllm_bisect.bisect.state.journal import SessionJournal
+from vllm_bisect.sim.virtual import VirtualCluster, commit_range, scenario
+from vllm_bisect.spec import parse_spec
 
 
 def test_a_threshold_search_is_one_server_per_step_plus_the_rechecks() -> None:
@@ -57,6 +64,67 @@ def test_hours_and_what_more_gpus_save() -> None:
     assert Forecast(1, 1.0, 1.0, 1.0).hours() is None  # no times measured: counts only
 
 
+def test_a_cap_that_may_be_flaky_is_forecast_as_a_threshold_search_with_a_bayes_tail() -> None:
+    # 512 commits: 9 search steps + 2 re-checks when deterministic (2 of 3 after the bad
+    # endpoint's first run showed the cap); a flaky one found out at the re-checks costs a
+    # Bayesian search on top: the median stays the deterministic cost, the range holds both
+    costs = cap_costs(512, CapPlan(requests=3, rechecks=2))
+    s = spread(costs)
+    assert s.median.starts == 11 and s.median.builds == 9 and s.median.requests == 33
+    assert s.low.starts <= 11 and s.high.starts >= 3 * 11
+    assert 0.6 <= sum(c.starts <= 12 for c in costs) / len(costs) < 0.9
+    # no re-checks: nothing can switch to bayes, so no tail (the lazy good endpoint at most)
+    flat = spread(cap_costs(512, CapPlan(requests=3, rechecks=0)))
+    assert flat.high.starts <= 10
+    assert cap_costs(512, CapPlan(3, 2)) == costs  # seeded: the same forecast every time
+
+
+def test_a_bayesian_forecasts_range_narrows_as_the_runs_pin_q_down() -> None:
+    def width(shown: int, missed: int) -> float:
+        s = spread(bayes_costs(512, 9.0, shown, missed, 0.0, CapPlan(3, 2)))
+        return s.high.starts / s.low.starts
+    assert width(2, 1) > width(20, 10) > 1.0
+
+
+@pytest.mark.parametrize("seed", [1, 7])
+def test_a_flaky_cap_found_out_at_the_rechecks_lands_in_the_first_forecasts_range(
+        seed: int, tmp_path: Path) -> None:
+    # the simulator's flaky cap (q = 0.7): the bad endpoint showed it first, the threshold
+    # search ran, a re-check of the culprit's parent showed it and auto switched to bayes
+    logging.disable(logging.WARNING)
+    s = scenario(random.Random(seed), symptom="length", effect=1.0, max_skip=0.0, cap_q=0.7)
+    rng = commit_range(s.n)
+    sp = parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
+                     "probe": {"max_tokens": 256},
+                     "verdict": {"symptom": "length", "verify_samples": 0}})
+    cluster = VirtualCluster(s, rng, 1, random.Random(seed + 1))
+    journal = SessionJournal(tmp_path)
+    try:
+        driver = Driver(sp, rng, cluster, journal, None)
+        result = driver.run()
+    finally:
+        journal.close()
+        logging.disable(logging.NOTSET)
+    first = driver.forecaster.first
+    assert result.strategy_chosen == "bayes" and first is not None and first.high is not None
+    assert result.first_forecast is first and result.forecast is not first  # made again
+    searched = cluster.starts - first.starts_done
+    assert searched > 1.5 * first.server_starts  # the point: the deterministic branch
+    assert first.server_starts <= searched <= first.high[1]  # the range holds the switch
+
+
+def test_the_range_is_printed_and_kept_beside_the_forecast() -> None:
+    f = Forecast(10, 10.0, 12.0, 36.0, elapsed_s=600.0, build_s=300.0, start_s=180.0,
+                 request_s=60.0, low=(10.0, 12.0, 36.0), high=(30.0, 60.0, 180.0))
+    span = f.hours_range()
+    assert span is not None and span[0] == f.hours() and span[1] > 2 * span[0]
+    assert "likely; 90% range 12..60 server starts" in f.line(1024)
+    d = f.as_dict()
+    assert (d["server_starts_low"], d["server_starts"], d["server_starts_high"]) == (12, 12, 60)
+    assert d["hours_low"] == d["hours"] and d["hours_high"] == round(span[1], 4)
+    assert "server_starts_low" not in Forecast(1, 1.0, 1.0, 1.0).as_dict()
+
+
 def test_the_cli_prints_the_forecast_and_result_json_holds_it_against_the_actual(
         tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=16, cap_at=9)
@@ -68,9 +136,12 @@ def test_the_cli_prints_the_forecast_and_result_json_holds_it_against_the_actual
                         "--cache-dir", str(tmp_path / "cache"), "--json"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    assert "forecast: 4 search steps" in r.stderr
+    assert "forecast: 4 search steps" in r.stderr and "90% range" in r.stderr
     doc = json.loads((session / "result.json").read_text())
     f = doc["forecast"]
-    # a deterministic cap without skips: 2 endpoints + 4 steps + 1 re-check, as foreseen
+    # a deterministic cap without skips: the bad endpoint + 4 steps + 2 re-checks, as foreseen
     assert f["predicted"]["server_starts"] == f["actual"]["server_starts"] == 7
     assert f["predicted"]["hours"] is not None and f["actual"]["hours"] > 0
+    # the range holds what a flaky cap would cost (auto would switch to bayes)
+    assert f["predicted"]["server_starts_low"] <= 7 < f["predicted"]["server_starts_high"]
+    assert f["first"] == f["predicted"]  # no switch: the first forecast is the latest

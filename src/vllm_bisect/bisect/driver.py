@@ -68,6 +68,7 @@ class BisectResult:
     strategy_reason: str = ""        # why (written, or auto's rule)
     search: str = "regression"  # "fix": first_bad is the first fixed commit (terms inverted)
     forecast: Forecast | None = None  # what the search would take, predicted before it ran
+    first_forecast: Forecast | None = None  # the first one (``forecast``: the latest)
 
 
 def inline(evaluator: CommitEvaluator) -> EvaluateFn:
@@ -97,6 +98,7 @@ class Driver:
                                           else None), pair_bound=True)
         self.forecaster.tester = self.core.tester
         self.forecaster.strategy = self.core.choice.strategy.value
+        self.forecaster.may_switch = recheck.applies(spec, self.core.choice)
 
     @property
     def tester(self) -> Tester:
@@ -146,7 +148,8 @@ class Driver:
                             confidence=found.confidence, search=t.terms.search.value,
                             strategy_chosen=self.choice.strategy.value,
                             strategy_reason=self.choice.reason,
-                            forecast=self.forecaster.forecast)
+                            forecast=self.forecaster.forecast,
+                            first_forecast=self.forecaster.first)
 
     def _to_bayes(self) -> Search:
         """The Bayesian search over this core, from now on judged by the bayes policy (auto

@@ -15,7 +15,10 @@ to learn (the posterior's entropy plus log2 of the confidence's odds) over what 
 most (the capacity of the channel a run is: shown with probability ``q`` at a bad commit and
 ``eps`` at a good one, ``bayes_runs``), a build for the first run of each commit it visits.
 The forecast is made again when auto switches to the Bayesian search. k workers: the search's steps take
-ceil(log_{k+1} n) rounds instead of ceil(log2 n) (``bisect/multisection.py``).
+ceil(log_{k+1} n) rounds instead of ceil(log2 n) (``bisect/multisection.py``). Where the
+policy does not know yet which way it will go (a cap that may be flaky), the counts are the
+median of a drawn distribution and ``low`` / ``high`` its 5%..95% range
+(``bisect/forecast_spread.py``).
 """
 
 from __future__ import annotations
@@ -38,16 +41,25 @@ class Forecast:
     build_s: float | None = None
     start_s: float | None = None
     request_s: float | None = None
+    # the 5%..95% range of (builds, server starts, requests) still to come (None: one point)
+    low: tuple[float, float, float] | None = None
+    high: tuple[float, float, float] | None = None
 
-    def search_s(self) -> float | None:
+    def search_s(self, counts: tuple[float, float, float] | None = None) -> float | None:
         if self.build_s is None or self.start_s is None or self.request_s is None:
             return None
-        return (self.builds * self.build_s + self.server_starts * self.start_s
-                + self.requests * self.request_s)
+        b, s, r = counts or (self.builds, self.server_starts, self.requests)
+        return b * self.build_s + s * self.start_s + r * self.request_s
 
-    def hours(self) -> float | None:
-        s = self.search_s()
+    def hours(self, counts: tuple[float, float, float] | None = None) -> float | None:
+        s = self.search_s(counts)
         return None if s is None else (self.elapsed_s + s) / 3600
+
+    def hours_range(self) -> tuple[float, float] | None:
+        """The wall's 5%..95% range (None: one point, or no times measured)."""
+        lo, hi = (self.hours(self.low) if self.low else None,
+                  self.hours(self.high) if self.high else None)
+        return None if lo is None or hi is None else (lo, hi)
 
     def hours_with(self, workers: int, n: int) -> float | None:
         """The wall with ``workers`` GPUs: the search's rounds shrink by log2(k+1)."""
@@ -60,20 +72,32 @@ class Forecast:
     def line(self, n: int) -> str:
         base = (f"forecast: {self.steps} search steps, {self.builds:.0f} builds, "
                 f"{self.server_starts:.0f} server starts, {self.requests:.0f} requests")
+        if self.low and self.high and self.high[1] > self.low[1]:
+            base += f" (likely; 90% range {self.low[1]:.0f}..{self.high[1]:.0f} server starts)"
         h = self.hours()
         if h is None:
             return base
         more = ", ".join(f"{k} GPUs {self.hours_with(k, n):.1f} h" for k in (2, 4, 8))
+        span = self.hours_range()
+        if span is not None and f"{span[0]:.1f}" != f"{span[1]:.1f}":
+            more = f"90% range {span[0]:.1f}..{span[1]:.1f} h; {more}"
         return (f"{base}: about {h:.1f} h in all at {self.build_s or 0:.0f} s a build, "
                 f"{self.start_s or 0:.0f} s a server start, {self.request_s or 0:.1f} s a "
                 f"request ({more})")
 
     def as_dict(self) -> dict[str, float | None]:
         h = self.hours()
-        return {"steps": self.steps, "search_builds": self.builds,
-                "search_server_starts": self.server_starts, "search_requests": self.requests,
-                "server_starts": self.starts_done + self.server_starts,
-                "hours": None if h is None else round(h, 4)}
+        out: dict[str, float | None] = {
+            "steps": self.steps, "search_builds": self.builds,
+            "search_server_starts": self.server_starts, "search_requests": self.requests,
+            "server_starts": self.starts_done + self.server_starts,
+            "hours": None if h is None else round(h, 4)}
+        span = self.hours_range()
+        for key, counts, i in (("low", self.low, 0), ("high", self.high, 1)):
+            if counts is not None:
+                out[f"server_starts_{key}"] = self.starts_done + counts[1]
+                out[f"hours_{key}"] = None if span is None else round(span[i], 4)
+        return out
 
 
 def levels(good: list[list[float]], bad: list[list[float]]) -> tuple[float, float, float]:

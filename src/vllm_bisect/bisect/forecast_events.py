@@ -3,7 +3,10 @@ settled: calibrated or verified) and told as a phase line; the times come from w
 endpoints took (a build: a commit's wall less its server start-up and probe). When auto
 switches to the Bayesian search (a flaky symptom, ``bisect/recheck.py``) the plan changes:
 :meth:`ForecastEvents.replan` makes it again before that search's first step, from every run
-so far; the first forecast is kept (``first``)."""
+so far; the first forecast is kept (``first``). Where the policy may still switch (a cap under
+auto: ``may_switch``) the forecast is the median of the cost drawn over the branches, with
+its 5%..95% range; a Bayesian search's keeps its point and gets the range drawn over the flake
+rate (``bisect/forecast_spread.py``)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from collections.abc import Callable
 
 from vllm_bisect.bisect.events import EventHandler
 from vllm_bisect.bisect.forecast import Forecast, predict, predict_bayes
+from vllm_bisect.bisect.forecast_spread import CapPlan, Cost, Spread, bayes_costs, cap_costs, spread
 from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.search.bayes import marginal
@@ -39,6 +43,7 @@ class ForecastEvents:
         self.strategy = ""
         self.forecast: Forecast | None = None
         self.first: Forecast | None = None  # the first forecast (before any switch)
+        self.may_switch = False  # a cap under auto: the threshold search may turn to bayes
         self.made = False
         self._started: dict[str, float] = {}
         self._walls: list[tuple[float, Evaluation | None]] = []
@@ -77,14 +82,26 @@ class ForecastEvents:
         good, bad = t.evaluations.get(rng.good.sha), t.evaluations.get(rng.bad.sha)
         groups = getattr(t.policy, "groups_of", None)
         measured = [e for e in (good, bad) if e is not None and e.measurement is not None]
-        f = self._bayes(t) if self.strategy == "bayes" else predict(
-            self.n, self.strategy, requests=self.spec.probe.requests,
-            rechecks=v.recheck_runs if self.strategy == "threshold" else 0,
-            good=groups(good) if groups and good and good.measurement else None,
-            bad=groups(bad) if groups and bad and bad.measurement else None,
-            alpha=v.alpha, model=fitted(t))
+        plan = CapPlan(self.spec.probe.requests, v.recheck_runs, v.confidence, v.max_runs)
+        drawn: Spread | None = None
+        f: Forecast | None
+        if self.strategy == "bayes":
+            f, drawn = self._bayes(t, plan)
+        else:
+            f = predict(
+                self.n, self.strategy, requests=self.spec.probe.requests,
+                rechecks=v.recheck_runs if self.strategy == "threshold" else 0,
+                good=groups(good) if groups and good and good.measurement else None,
+                bad=groups(bad) if groups and bad and bad.measurement else None,
+                alpha=v.alpha, model=fitted(t))
+            if f is not None and self.strategy == "threshold" and self.may_switch:
+                drawn = spread(cap_costs(self.n, plan))
         if f is None:
             return None
+        mid, low, high = (f.builds, f.server_starts, f.requests), None, None
+        if drawn is not None:  # bayes: the point at q's posterior mean, the range drawn
+            drawn = drawn.around(Cost(*mid)) if self.strategy == "bayes" else drawn
+            mid, low, high = drawn.median.counts(), drawn.low.counts(), drawn.high.counts()
         starts = [e.startup_s for _, e in self._walls if e is not None and e.startup_s]
         probes = [e.measurement.wall_s / len(e.measurement.requests)
                   for e in measured if e.measurement and e.measurement.requests
@@ -92,7 +109,7 @@ class ForecastEvents:
         builds = [w - (e.startup_s or 0) - (e.measurement.wall_s if e.measurement else 0)
                   for w, e in self._walls[:2] if e is not None
                   and e.status is EvalStatus.MEASURED]
-        f = Forecast(f.steps, f.builds, f.server_starts, f.requests,
+        f = Forecast(f.steps, *mid, low=low, high=high,
                      elapsed_s=self.clock() - self.t0, starts_done=t.measurer.server_starts,
                      build_s=max(0.0, statistics.fmean(builds)) if builds else None,
                      start_s=statistics.fmean(starts) if starts else None,
@@ -100,18 +117,22 @@ class ForecastEvents:
         logger.info("%s", f.line(self.n))
         return f
 
-    def _bayes(self, t: Tester) -> Forecast:
+    def _bayes(self, t: Tester, plan: CapPlan) -> tuple[Forecast, Spread]:
         """From every run so far: the posterior's entropy, q and the good endpoint's false
-        alarm rate (as observed: the search's prior expects them rare)."""
-        v = self.spec.verdict
+        alarm rate (as observed: the search's prior expects them rare); the spread over q
+        from the runs at and above the likeliest culprit."""
         runs, _ = journal_runs(t)
         post, model = marginal(self.n, runs)
         bits = -sum(p * math.log2(p) for p in post if p > 0)
         good = runs.get(-1, [])
         eps = sum(good) / len(good) if good else model.eps
+        top = max(range(self.n), key=lambda c: post[c])
+        above = [x for i, seen in runs.items() if i >= top for x in seen]
+        drawn = spread(bayes_costs(self.n, bits, sum(above), len(above) - sum(above), eps,
+                                   plan))
         return predict_bayes(self.n, bits, model.q, min(eps, model.q / 2),
-                             requests=self.spec.probe.requests, confidence=v.confidence,
-                             max_runs=v.max_runs)
+                             requests=plan.requests, confidence=plan.confidence,
+                             max_runs=plan.max_runs), drawn
 
 
 def fitted(t: Tester) -> tuple[float, float, float] | None:

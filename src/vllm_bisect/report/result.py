@@ -222,5 +222,8 @@ def _forecast(result: BisectResult) -> dict[str, Any] | None:
     f = result.forecast
     if f is None:
         return None
-    return {"predicted": f.as_dict(), "actual": {"server_starts": result.server_starts,
-                                                 "hours": round(result.wall_s / 3600, 4)}}
+    out = {"predicted": f.as_dict(), "actual": {"server_starts": result.server_starts,
+                                                "hours": round(result.wall_s / 3600, 4)}}
+    if result.first_forecast is not None:  # before the search (``predicted``: the latest)
+        out["first"] = result.first_forecast.as_dict()
+    return out
