@@ -294,3 +294,26 @@ def test_issue31_round4_held_out(capsys: pytest.CaptureFixture[str]) -> None:
                 print(f"      {ROUND4} miss {f}: {m}")
         print(f"  find-the-fix detected in {ROUND4}: {hit}/{n}")
     assert sizes["all"] >= 30 and n >= 10
+
+
+ROUND5 = "held-out-35"
+
+
+def test_issue31_round5_held_out(capsys: pytest.CaptureFixture[str]) -> None:
+    """Round 5's honest number: 33 reports labelled (and committed) before triage ran on them
+    and before any round-5 rule change; held-out-34 is a tuning set since round 5."""
+    rows = {k: score(split=ROUND5, projects=projects) for k, projects in COLUMNS}
+    sizes = {k: len(_selected(None, ROUND5, projects)) for k, projects in COLUMNS}
+    hit, n = fix_detected(ROUND5)
+    with capsys.disabled():
+        print(f"\n{ROUND5}: " + ", ".join(f"{k} ({sizes[k]})" for k, _ in COLUMNS))
+        for f in FIELDS:
+            print(f"  {f:12s} " + "  ".join(f"{rows[k][0][f]:6.1%}" for k, _ in COLUMNS))
+        for k, projects in (("all", None), ("ours", OURS)):
+            r, a, w = pair_outcomes(ROUND5, projects)
+            print(f"  pair outcomes ({k}): right {r}, abstained {a}, wrong {w}")
+        for f in FIELDS:
+            for m in rows["all"][1][f]:
+                print(f"      {ROUND5} miss {f}: {m}")
+        print(f"  find-the-fix detected in {ROUND5}: {hit}/{n}")
+    assert sizes["all"] >= 30 and n >= 10
