@@ -34,6 +34,7 @@ from vllm_bisect.triage.rules import (
 from vllm_bisect.triage.serving import find_serving
 from vllm_bisect.triage.symptom_words import word_symptoms
 from vllm_bisect.triage.symptoms import Found, find_symptoms
+from vllm_bisect.triage.versions import respell, title_index
 
 MAX_CHARS = 200_000
 
@@ -123,7 +124,7 @@ def _range(t: Triage, lines: list[str]) -> None:
             if p.key is not None and any(m.line == n for m in p.mentions) and p not in on_line:
                 on_line.append(p)
         pairs.append(on_line)
-    title = next((n for n, ln in enumerate(lines, 1) if ln.strip()), 1)
+    title = title_index(lines)
     roles = refine(choose(points, arrows, pairs), points, title, lines[title - 1] if lines else "")
     roles = as_fix(roles, points, lines, fixed_on(points, lines)) or roles
     roles = by_date(roles, points, lines) or roles
@@ -255,7 +256,7 @@ def _serving(t: Triage, lines: list[str]) -> None:
 
 def _improvement(t: Triage, lines: list[str]) -> None:
     """An improvement is not a regression: no range, no symptom (said so)."""
-    title = next((ln for ln in lines if ln.strip()), "")
+    title = lines[title_index(lines) - 1] if lines else ""
     words = improvement(title)
     if words is None:
         return
@@ -271,6 +272,9 @@ def triage(text: str) -> Triage:
     text = text[:MAX_CHARS]
     lines = [ln[:MAX_LINE] for ln in text.splitlines()]
     t = Triage()
+    lines, respelled = respell(lines)
+    for r in respelled:
+        t.read.append(Read("version spelling", f"{r.written!r} -> {r.read!r}", r.line, r.why))
     _range(t, lines)
     _serving(t, lines)
     _symptoms(t, lines)

@@ -56,7 +56,8 @@ OTHER_PACKAGE = re.compile(
     r"ray|pydantic|fastapi|openai|accelerate|deepspeed|megatron|verl|os|debian|rhel|qwen|llama|"
     r"mistral|gemma|glm|deepseek|phi|kimi|minimax|nemotron|torch_npu|torchvision|ascend-cann|"
     r"mooncake|nixl|lmcache|ucx|pyzmq|safetensors|huggingface|hf)"
-    r"(?:\s{0,3}version)?[\s:=_v-]{0,24}$", re.IGNORECASE)
+    # "transformers 版本 4.57.6": 版本 is "version"
+    r"(?:\s{0,3}(?:version|版本))?[\s:=_v-]{0,24}$", re.IGNORECASE)
 OUR_PRODUCT = re.compile(r"(?:vllm|vllm-ascend|vllm-omni|sglang|trtllm|tensorrt-llm|trt-llm|"
                          r"version|release|tag|image|wheel|nightly|rocm)[\s:=/_-]{0,3}(?:==?|-)?$",
                          re.IGNORECASE)

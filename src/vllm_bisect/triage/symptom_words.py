@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 
 from vllm_bisect.triage.symptoms import CHANGE, METRICS, NEGATED, Found
+from vllm_bisect.triage.versions import title_index
 
 OOM = re.compile(r"(?<![\w-])OOM(?:s|ed|ing|'d)?(?![\w-])|out[- ]of[- ]memory|OutOfMemoryError|"
                  r"No available memory for the cache|显存不足|内存不足|"
@@ -96,7 +97,7 @@ def _prose(lines: list[str]) -> list[tuple[int, str]]:
 def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
     """(symptom, line, why) for every rule above that fires (first line each)."""
     found: dict[Found, tuple[int, str]] = {}
-    title = next((n for n, ln in enumerate(lines, 1) if ln.strip()), 0)
+    title = title_index(lines) if any(ln.strip() for ln in lines) else 0
 
     def add(f: Found, n: int, why: str) -> None:
         found.setdefault(f, (n, why))

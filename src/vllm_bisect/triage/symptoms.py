@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
 
+from vllm_bisect.triage.versions import title_index
+
 
 class Found(StrEnum):
     LENGTH = "length"
@@ -205,7 +207,7 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
             s.where[f.value] = n
             s.why[f.value] = why
 
-    title = next((ln for ln in lines if ln.strip()), "")
+    title = lines[title_index(lines) - 1] if lines else ""
     version_toks: list[tuple[int, float]] = []
     per_line: dict[Found, list[tuple[int, float]]] = {}  # one value of a metric per line
     for n, line in enumerate(lines, 1):
