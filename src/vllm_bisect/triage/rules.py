@@ -113,7 +113,8 @@ IMPROVED = re.compile(r"\bimprov\w{0,6}|\bspeed-?up\b|\bgains?\b|\bfaster\b|"
                       re.IGNORECASE)
 WORSE = re.compile(r"regress|degrad|slow|drop|decreas|lower|worse|bug|error|fail|crash|OOM|"
                    r"memory usage|VRAM|larger|higher|\bsize\s{1,3}increase|下降|劣化|变慢|问题|"
-                   r"\bnot\b|n't\b|\?", re.IGNORECASE)
+                   # a negation in any language: "提升不明显" (the gain is not visible) is a complaint
+                   r"\bnot\b|n't\b|\?|不|没|未", re.IGNORECASE)
 
 
 PROBLEM_WORDS = re.compile(r"crash|fail|error|regress|degrad|slow|drop|wrong|garbage|OOM|bug|"

@@ -30,17 +30,20 @@ PRODUCT_NAMED = re.compile(rf"(?<![A-Za-z])(?:{ZERO_MAJOR})", re.IGNORECASE)
 # a short form: N, N.M, with an optional rc; N has no leading 0 (0.11 is already full)
 SHORT = r"(?P<n>[1-9]\d?)(?:\.(?P<m>\d{1,2}))?(?P<pre>\s?rc\d{1,2})?"
 # "vllm11", "vllm-ascend0.10.2rc1", "sglang0.5.9": the product glued to a version
-GLUED = re.compile(rf"(?<![\w-])(?P<prod>{ZERO_MAJOR})(?P<sep>[-_]?)(?=\d)(?!0\d\d)", re.IGNORECASE)
+GLUED = re.compile(rf"(?<![A-Za-z0-9_.])(?P<prod>{ZERO_MAJOR})(?P<sep>[-_]?)(?=\d)(?!0\d\d)(?!\d(?![\d.]))", re.IGNORECASE)
+# "vllm11", "vllm13rc1": a short form glued to the product's name
+GLUED_SHORT = re.compile(rf"(?<![A-Za-z0-9_.])(?P<prod>{ZERO_MAJOR})[-_]?(?P<n>[1-9]\d?)"
+                         r"(?:\.(?P<m>\d{1,2}))?(?P<pre>rc\d{1,2})?(?![A-Za-z0-9_.+-])", re.IGNORECASE)
 # "Ollama 12.7", "vllm-ascend 18.0rc1", "vllm 11": a short form right after the product's name
-AFTER_PRODUCT = re.compile(rf"(?<![\w-])(?P<prod>{ZERO_MAJOR})\s{{1,2}}{SHORT}(?![\w.+-])",
+AFTER_PRODUCT = re.compile(rf"(?<![A-Za-z0-9_.])(?P<prod>{ZERO_MAJOR})\s{{1,2}}{SHORT}(?![A-Za-z0-9_.+-])",
                            re.IGNORECASE)
 # "13rc1版本", "18.0rc1", "11版本", "7.2 release": a short form with an rc or a release word
-WITH_RC = re.compile(r"(?<![\w.+-])(?P<n>[1-9]\d?)(?:\.(?P<m>\d{1,2}))?(?P<pre>rc\d{1,2})"
-                     r"(?![\w.+-])", re.IGNORECASE)
-WITH_WORD = re.compile(r"(?<![\w.+-])(?P<n>[1-9]\d?)(?:\.(?P<m>\d{1,2}))?(?=\s{0,2}版本|"
+WITH_RC = re.compile(r"(?<![A-Za-z0-9_.+-])(?P<n>[1-9]\d?)(?:\.(?P<m>\d{1,2}))?(?P<pre>rc\d{1,2})"
+                     r"(?![A-Za-z0-9_.+-])", re.IGNORECASE)
+WITH_WORD = re.compile(r"(?<![A-Za-z0-9_.+-])(?P<n>[1-9]\d?)(?:\.(?P<m>\d{1,2}))?(?=\s{0,2}版本|"
                        r"\s{1,2}(?:release|version)\b)", re.IGNORECASE)
 # "vLLM 0.13.0 rc1": an rc after a space is the same pre-release
-SPACED_RC = re.compile(r"(?<![\w.])(v?\d{1,3}\.\d{1,4}(?:\.\d{1,4})?)\s(rc\d{1,2})(?![\w.])",
+SPACED_RC = re.compile(r"(?<![A-Za-z0-9_.])(v?\d{1,3}\.\d{1,4}(?:\.\d{1,4})?)\s(rc\d{1,2})(?![\w.])",
                        re.IGNORECASE)
 PROVENANCE = re.compile(r"^\s{0,3}(?:(?:trimmed|taken|copied|excerpted|adapted|quoted|source|"
                         r"from|originally\s{1,3}(?:posted|from)|url)\b[^\n]{0,40})?"
@@ -80,9 +83,18 @@ def _other_package(line: str, start: int) -> bool:
 
 
 def _respell_line(n: int, line: str, done: list[Respelled]) -> str:
+    def glued(m: re.Match[str]) -> str:
+        if m.group("m") is None and not m.group("pre") and len(m.group("n")) < 2:
+            return m.group(0)  # "vllm1": V1 (the engine), not a version
+        full = m.group("prod") + " " + _full(m)
+        done.append(Respelled(n, m.group(0), full, "a short form glued to the product's name; "
+                              "the project's releases are all 0.N.M"))
+        return full
+
+    before = len(done)
     new = SPACED_RC.sub(lambda m: m.group(1) + m.group(2).lower(), GLUED.sub(
-        lambda m: m.group("prod") + " ", line))
-    if new != line:
+        lambda m: m.group("prod") + " ", GLUED_SHORT.sub(glued, line)))
+    if new != line and len(done) == before:
         done.append(Respelled(n, line.strip()[:60], new.strip()[:60],
                               "a product name glued to its version, or an rc after a space: "
                               "one version, written as PEP 440 spells it"))
@@ -110,9 +122,30 @@ def _respell_line(n: int, line: str, done: list[Respelled]) -> str:
            "are all 0.N.M"), line)
 
 
+FAMILY = re.compile(r"(?<![A-Za-z0-9_.])(?P<fam>0\.\d{1,2})(?![A-Za-z0-9_.+-])")
+FULL = re.compile(r"(?<![A-Za-z0-9_.])v?(0\.\d{1,2}\.\d{1,2}(?:rc\d{1,2}|\.post\d{1,2})?)(?![A-Za-z0-9_.+-])",
+                  re.IGNORECASE)
+
+
 def respell(lines: list[str]) -> tuple[list[str], list[Respelled]]:
-    """The lines with short and glued versions written out in full, and what was rewritten."""
+    """The lines with short and glued versions written out in full, and what was rewritten.
+    A family written short ("vllm13" -> 0.13) stands for the one full version of that family
+    the report names ("13rc1版本" -> 0.13.0rc1): one release, not two."""
     if not any(PRODUCT_NAMED.search(line) for line in lines):
         return lines, []
     done: list[Respelled] = []
-    return [_respell_line(n, line, done) for n, line in enumerate(lines, 1)], done
+    out = [_respell_line(n, line, done) for n, line in enumerate(lines, 1)]
+    fulls = {m.group(1).lower() for line in out for m in FULL.finditer(line)}
+    shorts = {r.read.split()[-1] for r in done if FAMILY.fullmatch(r.read.split()[-1])}
+    for fam in shorts:
+        named = {f for f in fulls if f.startswith(fam + ".")}
+        if len(named) != 1:
+            continue
+        full = named.pop()
+        for n, line in enumerate(out):
+            new = re.sub(rf"(?<![A-Za-z0-9_.]){re.escape(fam)}(?![A-Za-z0-9_.+-])", full, line)
+            if new != line:
+                done.append(Respelled(n + 1, fam, full, f"{fam} written short: the one release of "
+                                      f"that family the report names ({full})"))
+                out[n] = new
+    return out, done
