@@ -30,7 +30,8 @@ PRODUCT_NAMED = re.compile(rf"(?<![A-Za-z])(?:{ZERO_MAJOR})", re.IGNORECASE)
 # a short form: N, N.M, with an optional rc; N has no leading 0 (0.11 is already full)
 SHORT = r"(?P<n>[1-9]\d?)(?:\.(?P<m>\d{1,2}))?(?P<pre>\s?rc\d{1,2})?"
 # "vllm11", "vllm-ascend0.10.2rc1", "sglang0.5.9": the product glued to a version
-GLUED = re.compile(rf"(?<![A-Za-z0-9_.])(?P<prod>{ZERO_MAJOR})(?P<sep>[-_]?)(?=\d)(?!0\d\d)(?!\d(?![\d.]))", re.IGNORECASE)
+GLUED = re.compile(rf"(?<![A-Za-z0-9_.])(?P<prod>{ZERO_MAJOR})(?P<sep>[-_]?)(?=\d)(?!0\d\d)"
+                   r"(?!\d(?![\d.]))", re.IGNORECASE)
 # "vllm11", "vllm13rc1": a short form glued to the product's name
 GLUED_SHORT = re.compile(rf"(?<![A-Za-z0-9_.])(?P<prod>{ZERO_MAJOR})[-_]?(?P<n>[1-9]\d?)"
                          r"(?:\.(?P<m>\d{1,2}))?(?P<pre>rc\d{1,2})?(?![A-Za-z0-9_.+-])", re.IGNORECASE)
