@@ -77,3 +77,26 @@ def test_the_title_skips_a_provenance_line() -> None:
 def test_a_negated_improvement_in_the_title_is_a_complaint() -> None:
     t = triage("# v0.13.0 相较 v0.11.0 提升不明显, TTFT 变慢\n")
     assert not any(r.what == "not a regression" for r in t.read)
+
+
+# -- an open range after a ref: the clause's state holds from it on
+
+
+def test_an_open_range_after_a_ref_makes_it_the_first_bad() -> None:
+    text = ("# ~18% throughput regression starting with torch 2.11 (vLLM v0.20.0+)\n\n"
+            "Tested tags v0.14.1, v0.17.1, v0.19.0, v0.21.0, v0.26.0.\n")
+    assert ends(text) == ("regression", "v0.19.0", "v0.20.0")
+    assert ends("# Slow decode\n\n0.0.2版本正常，0.0.3版本开始无法启动\n") == (
+        "regression", "v0.0.2", "v0.0.3")
+    # "between X and newer versions" is a range with X as its old end, not an open one
+    assert ends("# perf drop between vllm 0.14.0 to 0.15.1\n\nthroughput degradation between "
+                "vllm 0.14.0 and newer versions\n") == ("regression", "v0.14.0", "v0.15.1")
+
+
+def test_an_open_range_in_a_fix_statement_makes_it_the_first_fixed() -> None:
+    t = triage("# Qwen2-VL slow at start\n\nmaintainer: This should not occur in vLLM v0.6.3 or "
+               "above anymore.\n")
+    assert (t.search.value, t.bad) == ("fix", "v0.6.3")
+    # "not working with X or later" is no fix: a negated "working" names the broken range
+    assert ends("# not working with v0.2.2 or later\n\nworks with v0.2.1\n") == (
+        "regression", "v0.2.1", "v0.2.2")

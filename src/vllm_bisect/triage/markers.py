@@ -108,6 +108,20 @@ AFTER = (
                           r"^\W{0,4}(?:is|as|was)\s{1,3}(?:the\s{1,3})?first\s{1,3}(?:bad|broken)",
                           re.IGNORECASE)),
 )
+# an open range upward after a ref: "v0.20.0+", "0.6.3 or above", "from 0.36.0 onwards",
+# "0.0.3版本开始", "0.11 及以后": what the clause says holds from X on. In a regression X is the
+# first bad one; in a fix statement ("should not occur in v0.6.3 or above anymore") the first
+# fixed one. A bare "after/之后" is not one ("1.0.0之后加入了 FP8": a feature added after it).
+OPEN_RANGE = re.compile(r"^(?:`|\*\*)?(?:\+(?![\w.])|\s{0,2}(?:(?:and|or)\s{1,3}(?:above|later|newer|"
+                        r"higher|up|after)\b|(?:and\s{1,3})?onwards?\b)|"
+                        r"\s{0,2}(?:版本)?(?:开始|起|及(?:以)?(?:上|后)|以(?:上|后)的?版本))", re.IGNORECASE)
+# "between vllm 0.14.0 and newer versions": a range with two ends, not one open one
+BETWEEN = re.compile(r"\bbetween\s{1,3}(?:[\w-]{1,12}\s{1,3}){0,2}$", re.IGNORECASE)
+# the words that make an open range a fixed one ("not occur in X or above any more")
+# ("works" is left out: "not working with v2.2 or later" is the negation of it)
+FIX_WORDS = re.compile(r"\b(?:fixed|resolved|solved|no\s{1,3}longer|any\s?more)\b|"
+                       r"(?:n't|\bnot)\s{1,3}(?:occur|happen|appear|reproduce)|修复|解决|不再",
+                       re.IGNORECASE)
 SEGMENT = (
     (Role.GOOD, re.compile(r"✅|✔|✓|正常|没问题|\(good\)")),
     (Role.BAD, re.compile(r"❌|✗|✘|变慢|\(bad\)")),
