@@ -100,3 +100,30 @@ def test_an_open_range_in_a_fix_statement_makes_it_the_first_fixed() -> None:
     # "not working with X or later" is no fix: a negated "working" names the broken range
     assert ends("# not working with v0.2.2 or later\n\nworks with v0.2.1\n") == (
         "regression", "v0.2.1", "v0.2.2")
+
+
+# -- find the fix: the fixed end may be only "latest", main or a dev image
+
+
+def test_a_good_verdict_on_the_latest_is_a_fix_cue() -> None:
+    t = triage("# [Bug] illegal memory access\n\n### Environment\n\nv0.5.3 docker image\n\n"
+               "user · comment\ngood in latest version\n")
+    assert (t.search.value, t.good, t.bad) == ("fix", "v0.5.3", None)
+    # negated, it is no cue
+    assert ends("# crash on v0.5.3\n\nstill not working on the latest version\n")[0] == (
+        "regression")
+
+
+def test_using_the_latest_main_or_a_dev_image_makes_main_the_fixed_end() -> None:
+    t = triage("# sglang 0.5.9 gives bad answers\n\nmaintainer · comment\nOur 0.5.9 doesn't "
+               "include these changes, could use the latest upstream sglang(dev) image.\n")
+    assert (t.search.value, t.good, t.bad) == ("fix", "v0.5.9", "main")
+    t = triage("# Engine crashed with memory saver\n\ncomment: this is already fixed in #4687.\n"
+               "comment: so just use the latest main would fix this\n")
+    assert (t.search.value, t.bad) == ("fix", "main")
+
+
+def test_closing_as_solved_names_the_release_that_fixed_it() -> None:
+    text = ("# [Bug]: error with the ^0.7.0 upgrade\n\ncomment: I suppose it's fixed by #12750?\n"
+            "comment: Closing as solved as `v0.7.2` is now released!\n")
+    assert ends(text) == ("fix", "v0.7.0", "v0.7.2")

@@ -105,7 +105,11 @@ AFTER = (
                           r"(?<!pre-)(?<!pre)\bregress\w{0,4}\b|劣化|下降|变慢|"
                           r"^\W{0,4}treatment\b|"
                           # "X as the first bad commit", "X is the first bad commit"
-                          r"^\W{0,4}(?:is|as|was)\s{1,3}(?:the\s{1,3})?first\s{1,3}(?:bad|broken)",
+                          r"^\W{0,4}(?:is|as|was)\s{1,3}(?:the\s{1,3})?first\s{1,3}(?:bad|broken)|"
+                          # "our 0.5.9 doesn't include these changes": it lacks the fix
+                          r"^\W{0,4}(?:does\s{1,3}not|doesn't|did\s{1,3}not|didn't)\s{1,3}(?:yet\s{1,3})?"
+                          r"(?:include|contain|have)\s{1,3}(?:the|these|this|that)\s{1,3}(?:fix\w{0,2}|"
+                          r"changes?|commits?|PRs?|patch\w{0,2})\b",
                           re.IGNORECASE)),
 )
 # an open range upward after a ref: "v0.20.0+", "0.6.3 or above", "from 0.36.0 onwards",
