@@ -127,3 +127,32 @@ def test_closing_as_solved_names_the_release_that_fixed_it() -> None:
     text = ("# [Bug]: error with the ^0.7.0 upgrade\n\ncomment: I suppose it's fixed by #12750?\n"
             "comment: Closing as solved as `v0.7.2` is now released!\n")
     assert ends(text) == ("fix", "v0.7.0", "v0.7.2")
+
+
+# -- symptoms named without the metric words the rules knew
+
+
+def test_a_memory_leak_is_the_memory_symptom() -> None:
+    assert triage("# [Bug]: 0.8.0 ram leakage\n\nupgrade from 0.7.3 to 0.8.0\n").symptoms == [
+        "memory"]
+    assert "memory" in triage("# v0.9.0 内存泄漏\n").symptoms
+
+
+def test_token_generation_is_throughput_but_first_token_generation_is_not() -> None:
+    assert triage("# 0.33.2: ~5x slower token generation than 0.32.13\n").symptoms == [
+        "throughput"]
+    assert "throughput" not in triage("# TTFT regression\n\nsignificant regression in TTFT "
+                                      "first token generation\n").symptoms
+
+
+def test_a_duration_glued_to_chinese_is_compared() -> None:
+    t = triage("# 0.24.0rc1 比 0.23.0rc1 慢\n\n1. 使用 0.24.0rc1，输出返回耗时12s左右\n"
+               "2. 使用 0.23.0rc1，输出返回耗时4s左右\n")
+    assert t.symptoms == ["latency"]
+
+
+def test_chaotic_output_is_correctness_and_an_error_in_chinese_is_a_crash() -> None:
+    assert triage("# v0.12.3: the outputs are chaotic compared to v0.11.11\n").symptoms == [
+        "correctness"]
+    assert triage("# [Bug]: vllm-ascend 0.18.0rc1 推理qwen3.5出错\n").symptoms == ["crash"]
+    assert triage("# vLLM is throwing error with the 0.7.0 upgrade\n").symptoms == ["crash"]

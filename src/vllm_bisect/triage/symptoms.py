@@ -63,11 +63,16 @@ METRICS = (
                            r"decode\s{1,3}time\s{1,3}per\s{1,3}token",
                            re.IGNORECASE)),
     (Found.LATENCY, re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延|延迟|"
-                               r"(?:inference|response|request|wall|e2e|end-to-end)[ -]time\b",
+                               r"(?:inference|response|request|wall|e2e|end-to-end)[ -]time\b|"
+                               # 耗时: the time a request took
+                               r"(?:返回|请求|推理|响应)?耗时",
                                re.IGNORECASE)),
     # a rate unit is the throughput metric whatever its spelling: per second or per minute,
     # tokens, requests or samples, "t/s" and per-user "t/s/u"
-    (Found.THROUGHPUT, re.compile(r"throughput|requests/s|req/s|samples/s|(?<![A-Za-z0-9_])TPS|"
+    # token generation ("TG") is the generation rate of a run, in tok/s: throughput
+    (Found.THROUGHPUT, re.compile(r"throughput|(?<!first )(?<!first-)token\s{1,3}generation|"
+                                  r"text\s{1,3}generation\s{1,3}speed|"
+                                  r"(?<![A-Za-z0-9_])TG(?![A-Za-z0-9_])|requests/s|req/s|samples/s|(?<![A-Za-z0-9_])TPS|"
                                   r"tok(?:en)?s?/s|(?<![A-Za-z])(?:it|items)/s|吞吐|"
                                   r"req(?:uest)?s?/min|(?:samples|requests|tokens)\s{1,3}per\s{1,3}"
                                   r"(?:second|minute)|(?<![A-Za-z0-9_/])t/s(?:/u)?(?![A-Za-z])",
@@ -81,7 +86,8 @@ METRICS = (
 TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|tokens per second|it/s|items/s|"
                   rf"t/s)(?!/)",
                   re.IGNORECASE)
-SECONDS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:s|sec|secs|seconds)\b")
+# "12s左右": a unit glued to Chinese still ends at the next ASCII letter or digit
+SECONDS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:s|sec|secs|seconds)(?![A-Za-z0-9_])")
 VERSIONISH = re.compile(r"(?<![\w.])v?\d{1,3}\.\d{1,4}\.\d{1,4}")
 MS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}ms(?![A-Za-z0-9_])", re.IGNORECASE)  # "21ms左右" too
 # "TPOT 在 27 ms", "Output TPS `647.9`": one value right after the metric's name
