@@ -156,3 +156,22 @@ def test_chaotic_output_is_correctness_and_an_error_in_chinese_is_a_crash() -> N
         "correctness"]
     assert triage("# [Bug]: vllm-ascend 0.18.0rc1 推理qwen3.5出错\n").symptoms == ["crash"]
     assert triage("# vLLM is throwing error with the 0.7.0 upgrade\n").symptoms == ["crash"]
+
+
+# -- a metric that only got better is no symptom: each metric has a good direction
+
+
+def test_a_metric_the_report_says_improved_is_not_a_symptom() -> None:
+    text = ("# TG regression vs PP improvement on v0.5.0\n\nCompared to v0.4.4:\n"
+            "- This directly lowered the TTFT from ~1,187 ms down to ~923 ms.\n"
+            "- TG dropped from 83.4 tok/s to 71.1 tok/s.\n")
+    assert triage(text).symptoms == ["throughput"]
+
+
+def test_values_on_the_good_and_bad_lines_are_compared_by_direction() -> None:
+    # TPOT went down on every pair (better), TTFT went up on one (worse): TTFT only
+    text = ("# TTFT 变慢\n\nvllm11：ttft：4700；tpot：51；ttft：11800，tpot：79\n"
+            "vllm13：ttft：2634；tpot：46；ttft：17308，tpot：69\n")
+    t = triage(text)
+    assert (t.good, t.bad) == ("v0.11.0", "v0.13.0")
+    assert t.symptoms == ["ttft"]

@@ -168,7 +168,13 @@ def _range(t: Triage, lines: list[str]) -> None:
 
 
 def _symptoms(t: Triage, lines: list[str]) -> None:
-    s = find_symptoms(lines, bench_throughput=t.bench is not None and t.bench["kind"] == "throughput")
+    count: dict[int, int] = {}
+    for p in t.points:
+        for n in set(p["lines"]):
+            count[n] = count.get(n, 0) + 1
+    sides = {n: p["role"] for p in t.points if p["role"] for n in p["lines"] if count[n] == 1}
+    s = find_symptoms(lines, bench_throughput=t.bench is not None and t.bench["kind"] == "throughput",
+                      sides=sides)
     for f, n, why in word_symptoms(lines):
         if f not in s.found:
             s.found.append(f)

@@ -45,6 +45,27 @@ NEGATED = re.compile(r"unaffected|not\s{1,3}affected|no\s{1,3}(?:meaningful\s{1,
 CONTRAST = re.compile(r"\bbut\b|\bwhile\b|\bwhereas\b|\bhowever\b|但是|但|而", re.IGNORECASE)
 
 
+# A change word has a direction, and each metric a good one: lower TTFT/ITL/latency is better,
+# higher throughput is better. A clause that only says the metric got better ("lowered the
+# TTFT from 1,187 ms to 923 ms", "PP speed increased") is an improvement, not the symptom.
+BETTER_WORDS = re.compile(r"improv|\bbetter\b|\bfaster\b|提升|优化|改善", re.IGNORECASE)
+WORSE_WORDS = re.compile(r"regress|degrad|\bworse\b|\bslow|劣化|变慢|变差", re.IGNORECASE)
+DOWN_WORDS = re.compile(r"\blower|\breduc|\bdecreas|\bdrop|\bfell\b|\bfall|\bdown\b|\bcut\b|"
+                        r"降低|下降|减少", re.IGNORECASE)
+UP_WORDS = re.compile(r"\bhigher\b|\bincreas|\brais|\bgrew\b|\bjump|\bsurge|\bup\b|上升|增加|提高|"
+                      r"\blonger\b", re.IGNORECASE)
+
+
+def improved_only(found: Found, text: str) -> bool:
+    """Whether a clause says ``found`` only got better."""
+    if WORSE_WORDS.search(text):
+        return False
+    lower_better = found in (Found.TTFT, Found.ITL, Found.LATENCY)
+    better = BETTER_WORDS.search(text) or (DOWN_WORDS if lower_better else UP_WORDS).search(text)
+    worse = (UP_WORDS if lower_better else DOWN_WORDS).search(text)
+    return bool(better) and not worse and found is not Found.CORRECTNESS
+
+
 def clause(text: str, pos: int) -> str:
     """The part of a sentence around ``pos`` between contrast words ("X is the same, but Y
     doubled": a negation in one clause says nothing about the other)."""
@@ -91,7 +112,7 @@ SECONDS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:s|sec|secs|seconds)(?![A-Za-z0-9
 VERSIONISH = re.compile(r"(?<![\w.])v?\d{1,3}\.\d{1,4}\.\d{1,4}")
 MS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}ms(?![A-Za-z0-9_])", re.IGNORECASE)  # "21ms左右" too
 # "TPOT 在 27 ms", "Output TPS `647.9`": one value right after the metric's name
-AFTER_METRIC = re.compile(rf"^[\s:=`*_在为是约~～]{{0,6}}(?P<n>{NUM})(?![\d.])")
+AFTER_METRIC = re.compile(rf"^[\s:：=`*_在为是约~～]{{0,6}}(?P<n>{NUM})(?![\d.])")
 CAP = re.compile(
     r"(?:stops?|stopped|capped|cut\s{1,3}off|truncat\w{0,5}|exactly|hard[- ]?limit\w{0,4}|"
     r"limited|硬限制在|截断在|停在|只有|限制在)[^\n\d]{0,25}?(?P<n>\d{2,6})\s{0,2}"
@@ -204,7 +225,21 @@ def _differ(values: list[float]) -> bool:
     return len(set(values)) >= 2 and (len(pos) < len(values) or max(pos) > 1.03 * min(pos))
 
 
-def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
+def _only_better(found: Found, seen: list[tuple[int, float]], sides: dict[int, str]) -> bool:
+    """Values of one metric on the good end's line and on the bad end's line, paired in the
+    order written: True when every pair moved the good way (lower TTFT/ITL/latency, higher
+    throughput): the report shows no regression of this metric."""
+    old = [v for n, v in seen if sides.get(n) == "old"]
+    new = [v for n, v in seen if sides.get(n) == "new"]
+    if not old or len(old) != len(new):
+        return False
+    lower_better = found in (Found.TTFT, Found.ITL, Found.LATENCY)
+    return all((b < a) if lower_better else (b > a) for a, b in zip(old, new, strict=True))
+
+
+def find_symptoms(lines: list[str], bench_throughput: bool,
+                  sides: dict[int, str] | None = None) -> Symptoms:
+    """``sides``: the lines that name only the good ("old") or only the bad ("new") end."""
     s = Symptoms()
 
     def add(f: Found, n: int, why: str) -> None:
@@ -232,7 +267,8 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
             changed = bool(CHANGE.search(text))
             for found, pat in METRICS:
                 hit = pat.search(text)
-                if not hit or NEGATED.search(clause(text, hit.start())):
+                if not hit or NEGATED.search(clause(text, hit.start())) or improved_only(
+                        found, clause(text, hit.start())):
                     continue
                 if found is Found.THROUGHPUT and (
                         re.search(r"decode[- ]throughput", text, re.I) or (
@@ -261,7 +297,8 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
         s.tok_s += [v for _, v in version_toks]  # one value per version line: compared
         add(Found.THROUGHPUT, version_toks[0][0], "tok/s on one line per version")
     for found, seen in per_line.items():  # "v0.9.1 ... TPOT 20ms" / "v0.11 ... TPOT 27ms"
-        if len({n for n, _ in seen}) >= 2 and len({v for _, v in seen}) >= 2:
+        if len({n for n, _ in seen}) >= 2 and len({v for _, v in seen}) >= 2 and not \
+                _only_better(found, seen, sides or {}):
             add(found, seen[0][0], "one value per line on two lines")
             if found is Found.ITL:
                 s.itl_ms += [v for _, v in seen]
