@@ -175,3 +175,10 @@ def test_values_on_the_good_and_bad_lines_are_compared_by_direction() -> None:
     t = triage(text)
     assert (t.good, t.bad) == ("v0.11.0", "v0.13.0")
     assert t.symptoms == ["ttft"]
+
+
+def test_a_start_that_runs_out_of_memory_is_the_memory_symptom_only() -> None:
+    t = triage("# v0.0.3 太费显存\n\n0.0.3版本无法启动，输入后直接OOM\n")
+    assert t.symptoms == ["memory"]
+    # a crash without an OOM stays a crash
+    assert triage("# v0.0.3 无法启动\n").symptoms == ["crash"]

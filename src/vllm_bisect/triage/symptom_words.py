@@ -23,7 +23,9 @@ import re
 from vllm_bisect.triage.symptoms import CHANGE, METRICS, NEGATED, Found
 from vllm_bisect.triage.versions import title_index
 
-OOM = re.compile(r"(?<![\w-])OOM(?:s|ed|ing|'d)?(?![\w-])|out[- ]of[- ]memory|OutOfMemoryError|"
+# ASCII boundaries: "直接OOM" (glued to Chinese) is still an OOM
+OOM = re.compile(r"(?<![A-Za-z0-9_-])OOM(?:s|ed|ing|'d)?(?![A-Za-z0-9_-])|"
+                 r"out[- ]of[- ]memory|OutOfMemoryError|"
                  r"No available memory for the cache|显存不足|内存不足|"
                  # the same running-out said in words: "not enough memory", "insufficient memory"
                  r"(?:not\s{1,3}enough|insufficient)\s{1,3}(?:GPU\s{1,3}|video\s{1,3})?memory|"
@@ -144,4 +146,9 @@ def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
                     r"decode\s{1,3}(?:is\s{1,3})?unaffected", text, re.I):
                 add(Found.TTFT, n, f"{m.group(0)!r} " + ("in the title" if n == title
                                                        else "with a change"))
+    oom = any(OOM.search(line) for line in lines) and Found.MEMORY in found
+    if oom and found.get(Found.CRASH, (0, ""))[1].endswith("it does not start"):
+        # "无法启动 ... 直接OOM": a start that runs out of memory is the memory symptom's bad
+        # (the memory probe judges an OOM start), not a second symptom
+        del found[Found.CRASH]
     return [(f, n, why) for f, (n, why) in found.items()]
