@@ -182,3 +182,22 @@ def test_a_start_that_runs_out_of_memory_is_the_memory_symptom_only() -> None:
     assert t.symptoms == ["memory"]
     # a crash without an OOM stays a crash
     assert triage("# v0.0.3 无法启动\n").symptoms == ["crash"]
+
+
+# -- a title is a summary: the body's fuller reading wins; "between X and Y" is a range
+
+
+def test_the_bodys_first_bad_beats_the_titles() -> None:
+    text = ("# [Performance] TG Regression since 0.35.0\n\nHere's scores from 0.35.0 (same "
+            "model).\nTG speeds dropped off a cliff from 0.36.0 onwards, below 10 tok/s.\n")
+    assert ends(text) == ("regression", "v0.35.0", "v0.36.0")
+    # with no other bad end in the body the title's reading stands
+    assert ends("# TG Regression since 0.35.0\n\n0.34.0 was fine\n") == (
+        "regression", "v0.34.0", "v0.35.0")
+
+
+def test_a_regression_between_two_versions_names_both_ends() -> None:
+    text = ("# gibberish output regression introduced between v1.5.32 and v1.5.33\n\n"
+            "was working in 1.5.32 and after updating to the latest version 1.5.38 it outputs "
+            "garbage\n")
+    assert ends(text) == ("regression", "v1.5.32", "v1.5.33")

@@ -22,6 +22,7 @@ from vllm_bisect.triage.roles import (
     merge_points,
 )
 from vllm_bisect.triage.rules import (
+    between_range,
     by_date,
     drop_other_columns,
     drop_side_remarks,
@@ -30,6 +31,7 @@ from vllm_bisect.triage.rules import (
     improvement,
     pr_culprit,
     refine,
+    title_yields,
 )
 from vllm_bisect.triage.serving import find_serving
 from vllm_bisect.triage.symptom_words import word_symptoms
@@ -117,6 +119,9 @@ def _range(t: Triage, lines: list[str]) -> None:
     mentions = drop_other_columns(lines, drop_side_remarks(lines, asked))
     points = merge_points(mentions)
     arrows = assign_votes(lines, mentions, points)
+    between_range(lines, mentions, points)
+    title = title_index(lines)
+    t.warnings += title_yields(points, title)
     pairs: list[list[Point]] = []
     for n in sorted({m.line for m in mentions}):
         on_line: list[Point] = []
@@ -124,7 +129,6 @@ def _range(t: Triage, lines: list[str]) -> None:
             if p.key is not None and any(m.line == n for m in p.mentions) and p not in on_line:
                 on_line.append(p)
         pairs.append(on_line)
-    title = title_index(lines)
     roles = refine(choose(points, arrows, pairs), points, title, lines[title - 1] if lines else "")
     roles = as_fix(roles, points, lines, fixed_on(points, lines)) or roles
     roles = by_date(roles, points, lines) or roles

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from itertools import pairwise
 
+from vllm_bisect.triage.markers import Role
 from vllm_bisect.triage.refs import Mention
 from vllm_bisect.triage.roles import Point, Roles, SearchKind
 
@@ -254,3 +256,54 @@ def by_date(roles: Roles, points: list[Point], lines: list[str]) -> Roles | None
     return replace(roles, old=old, new=new, goods=[old], bads=[new],
                    notes=[*roles.notes, f"no good/bad marker: roles from the commits' dates "
                                         f"({old.label} is older than {new.label})"])
+
+
+BETWEEN_GAP = re.compile(r"^[\s`*_]{0,3}(?:and|&|to|和|与|到)[\s`*_]{0,3}(?:v(?=\d))?$", re.IGNORECASE)
+BETWEEN_TAIL = re.compile(r"\bbetween\s{1,3}(?:[\w-]{1,12}\s{1,3}){0,2}[`*_]{0,2}$|在\s{0,2}$",
+                          re.IGNORECASE)
+INTRODUCED = re.compile(r"introduc|\bbroke|\bbreak|引入", re.IGNORECASE)
+
+
+def between_range(lines: list[str], mentions: list[Mention], points: list[Point]) -> None:
+    """"regression introduced between v1.5.32 and v1.5.33": a range with both ends named; the
+    first is the last good, the second the first bad (only beside a problem word)."""
+    own = {id(m): p for p in points for m in p.mentions}
+    for a, b in pairwise(mentions):
+        if a.line != b.line:
+            continue
+        line = lines[a.line - 1]
+        if not (PROBLEM_WORDS.search(line) or INTRODUCED.search(line)):
+            continue
+        p, q = own.get(id(a)), own.get(id(b))
+        if p is None or q is None or p is q or not BETWEEN_TAIL.search(line[:a.start]) \
+                or not BETWEEN_GAP.match(line[a.end:b.start]):
+            continue
+        if p.key is not None and q.key is not None and q.key < p.key:
+            p, q = q, p
+        p.vote(Role.GOOD, 3, f"line {a.line}: 'between' it and {q.label}: the last good", a.line)
+        q.vote(Role.BAD, 3, f"line {a.line}: 'between' {p.label} and it: the first bad", a.line)
+
+
+def _vote_lines(p: Point, role: Role) -> set[int]:
+    return {int(w.split(":")[0][5:]) for r, w in p.marked
+            if r is role and re.match(r"line \d{1,6}:", w)}
+
+
+def title_yields(points: list[Point], title_line: int) -> list[str]:
+    """A title is a summary; the body says it in full. A bad end read only from the title
+    ("TG Regression since 0.35.0") yields when the body names a newer first bad ("from 0.36.0
+    onwards"): the title's ref loses its bad vote and is then an unmarked older ref."""
+    notes = []
+    body_bad = [p for p in points if _vote_lines(p, Role.BAD) - {title_line}]
+    for p in points:
+        lines_bad = _vote_lines(p, Role.BAD)
+        if lines_bad != {title_line} or p.key is None:
+            continue
+        newer = [q for q in body_bad if q is not p and q.key is not None and q.key > p.key]
+        if newer:
+            p.votes.pop(Role.BAD, None)
+            p.marked = [(r, w) for r, w in p.marked if r is not Role.BAD]
+            p.why = [w for w in p.why if not w.startswith(f"line {title_line}:")]
+            notes.append(f"the title reads {p.label} as bad, the body names {newer[0].label} as "
+                         "the first bad: the body's reading is kept")
+    return notes
