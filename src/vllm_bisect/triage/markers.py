@@ -117,7 +117,7 @@ AFTER = (
 # first bad one; in a fix statement ("should not occur in v0.6.3 or above anymore") the first
 # fixed one. A bare "after/之后" is not one ("1.0.0之后加入了 FP8": a feature added after it).
 OPEN_RANGE = re.compile(r"^(?:`|\*\*)?(?:\+(?![\w.])|\s{0,2}(?:(?:and|or)\s{1,3}(?:above|later|newer|"
-                        r"higher|up|after)\b|(?:and\s{1,3})?onwards?\b)|"
+                        r"higher|up)\b|(?:and\s{1,3})?onwards?\b)|"
                         r"\s{0,2}(?:版本)?(?:开始|起|及(?:以)?(?:上|后)|以(?:上|后)的?版本))", re.IGNORECASE)
 # "between vllm 0.14.0 and newer versions": a range with two ends, not one open one
 BETWEEN = re.compile(r"\bbetween\s{1,3}(?:[\w-]{1,12}\s{1,3}){0,2}$", re.IGNORECASE)

@@ -295,6 +295,8 @@ def title_yields(points: list[Point], title_line: int) -> list[str]:
     onwards"): the title's ref loses its bad vote and is then an unmarked older ref."""
     notes = []
     body_bad = [p for p in points if _vote_lines(p, Role.BAD) - {title_line}]
+    if any(title_line in _vote_lines(p, Role.GOOD) for p in points):
+        return notes  # the title names both ends ("between X and Y"): a range, not a summary
     for p in points:
         lines_bad = _vote_lines(p, Role.BAD)
         if lines_bad != {title_line} or p.key is None:
