@@ -293,7 +293,7 @@ def title_yields(points: list[Point], title_line: int) -> list[str]:
     """A title is a summary; the body says it in full. A bad end read only from the title
     ("TG Regression since 0.35.0") yields when the body names a newer first bad ("from 0.36.0
     onwards"): the title's ref loses its bad vote and is then an unmarked older ref."""
-    notes = []
+    notes: list[str] = []
     body_bad = [p for p in points if _vote_lines(p, Role.BAD) - {title_line}]
     if any(title_line in _vote_lines(p, Role.GOOD) for p in points):
         return notes  # the title names both ends ("between X and Y"): a range, not a summary
