@@ -201,3 +201,11 @@ def test_a_regression_between_two_versions_names_both_ends() -> None:
             "was working in 1.5.32 and after updating to the latest version 1.5.38 it outputs "
             "garbage\n")
     assert ends(text) == ("regression", "v1.5.32", "v1.5.33")
+
+
+def test_advice_names_versions_to_try_not_ends() -> None:
+    text = ("# 0.10.2 outputs garbled answers, 0.8.5 works\n\nbot · comment\n0.8.5/0.9.1 正常、"
+            "0.10.2 异常。建议用中间版本（0.9.1→0.10.0→0.10.2）二分定位引入问题的具体版本。\n")
+    assert ends(text) == ("regression", "v0.9.1", "v0.10.2")
+    assert ends("# 0.10.2 is slow, 0.9.1 is fine\n\nI'd suggest bisecting with 0.10.0 too.\n"
+                ) == ("regression", "v0.9.1", "v0.10.2")

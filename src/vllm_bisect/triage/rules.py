@@ -51,6 +51,11 @@ SUGGESTION = re.compile(r"\b(?:can|could|would|will)\s{1,3}you\s{1,3}(?:please\s
                         r"(?:try|test|check|run|use|upgrad|updat|install|verify|confirm|reproduce)|"
                         r"\b(?:have|did)\s{1,3}you\s{1,3}(?:also\s{1,3})?tr(?:y|ied)|\b(?:how|what)\s{1,3}about|"
                         r"能否|可以试|试一下", re.IGNORECASE)
+# advice, said as a statement: "建议用中间版本（0.9.1→0.10.0→0.10.2）二分定位", "I'd suggest
+# bisecting between 0.9.1 and 0.10.0": versions to try next, not ones anybody ran
+ADVICE = re.compile(r"建议|推荐(?:使用|用|尝试)|\bI(?:'d|\s{1,3}would)?\s{1,3}(?:suggest|recommend)|"
+                    r"\bwe\s{1,3}(?:suggest|recommend)|\byou\s{1,3}(?:may|might)\s{1,3}(?:want\s{1,3}to\s{1,3})?"
+                    r"(?:try|test|bisect)|\bconsider\s{1,3}(?:trying|testing|bisecting)", re.IGNORECASE)
 SENTENCE = re.compile(r"(?:[^.!?。！？]|\.(?=\w)){0,2000}?(?:[!?。！？]|\.(?!\w)|$)")
 
 
@@ -60,7 +65,8 @@ def drop_suggestions(lines: list[str], mentions: list[Mention]) -> list[Mention]
     asked: set[tuple[int, int]] = set()
     for n in {m.line for m in mentions}:
         for sm in SENTENCE.finditer(lines[n - 1]):
-            if sm.group(0).rstrip().endswith(("?", "？")) and SUGGESTION.search(sm.group(0)):
+            if (sm.group(0).rstrip().endswith(("?", "？")) and SUGGESTION.search(sm.group(0))
+                    or ADVICE.search(sm.group(0))):
                 asked.update((n, i) for i in range(sm.start(), sm.end()))
     return [m for m in mentions if (m.line, m.start) not in asked]
 
