@@ -65,7 +65,7 @@ def drop_suggestions(lines: list[str], mentions: list[Mention]) -> list[Mention]
     asked: set[tuple[int, int]] = set()
     for n in {m.line for m in mentions}:
         for sm in SENTENCE.finditer(lines[n - 1]):
-            if (sm.group(0).rstrip().endswith(("?", "？")) and SUGGESTION.search(sm.group(0))
+            if ((sm.group(0).rstrip().endswith(("?", "？")) and SUGGESTION.search(sm.group(0)))
                     or ADVICE.search(sm.group(0))):
                 asked.update((n, i) for i in range(sm.start(), sm.end()))
     return [m for m in mentions if (m.line, m.start) not in asked]
