@@ -209,3 +209,14 @@ def test_advice_names_versions_to_try_not_ends() -> None:
     assert ends(text) == ("regression", "v0.9.1", "v0.10.2")
     assert ends("# 0.10.2 is slow, 0.9.1 is fine\n\nI'd suggest bisecting with 0.10.0 too.\n"
                 ) == ("regression", "v0.9.1", "v0.10.2")
+
+
+def test_a_line_opening_with_before_or_after_a_change_labels_its_ref() -> None:
+    text = ("# MTP perf regression\n\nbefore https://github.com/o/r/pull/26766, stay in commit "
+            "27a374ea\nOutput token throughput (tok/s): 513.61\n\nafter "
+            "https://github.com/o/r/pull/26766 in commit bea282ce\nOutput token throughput "
+            "(tok/s): 441.14\n")
+    assert ends(text) == ("regression", "27a374ea", "bea282ce")
+    # "after downgrading to X" is an action, not a change the line is about
+    t = triage("# crash on v0.12.0\n\n* after downgrade vllm to 0.11.0, it starts with success\n")
+    assert (t.good, t.bad) == ("v0.11.0", "v0.12.0")

@@ -29,6 +29,7 @@ from vllm_bisect.triage.rules import (
     drop_suggestions,
     fixed_on,
     improvement,
+    leading_label,
     pr_culprit,
     refine,
     title_yields,
@@ -120,6 +121,7 @@ def _range(t: Triage, lines: list[str]) -> None:
     points = merge_points(mentions)
     arrows = assign_votes(lines, mentions, points)
     between_range(lines, mentions, points)
+    leading_label(lines, points)
     title = title_index(lines)
     t.warnings += title_yields(points, title)
     pairs: list[list[Point]] = []

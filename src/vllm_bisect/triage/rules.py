@@ -315,3 +315,23 @@ def title_yields(points: list[Point], title_line: int) -> list[str]:
             notes.append(f"the title reads {p.label} as bad, the body names {newer[0].label} as "
                          "the first bad: the body's reading is kept")
     return notes
+
+
+# "before/after" and what they refer to: a change (a PR link, #N, "the PR/commit/merge/patch")
+LEADING = re.compile(r"^\W{0,4}(?P<w>before|after)\s{1,3}(?:https?://\S{1,200}/pull/\d|#\d|PR\s{0,2}#?\d|"
+                     r"(?:the|this)\s{1,3}(?:PR|pull\s{1,3}request|commit|merge|patch|change|fix)\b)",
+                     re.IGNORECASE)
+
+
+def leading_label(lines: list[str], points: list[Point]) -> None:
+    """A line that opens with "before"/"after" and names one ref ("before <PR url>, stay in
+    commit 27a374ea" / "after <PR url> in commit bea282ce"): the opening word labels that ref,
+    wherever it stands in the line (a PR link between them is what before/after refers to)."""
+    for n, line in enumerate(lines, 1):
+        m = LEADING.match(line)
+        on_line = [p for p in points if any(x.line == n for x in p.mentions)]
+        if m is None or len(on_line) != 1 or n in (_vote_lines(on_line[0], Role.GOOD)
+                                                   | _vote_lines(on_line[0], Role.BAD)):
+            continue
+        role = Role.GOOD if m.group("w").lower() == "before" else Role.BAD
+        on_line[0].vote(role, 2, f"line {n}: the line opens with {m.group('w')!r}", n)
