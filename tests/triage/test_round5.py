@@ -220,3 +220,8 @@ def test_a_line_opening_with_before_or_after_a_change_labels_its_ref() -> None:
     # "after downgrading to X" is an action, not a change the line is about
     t = triage("# crash on v0.12.0\n\n* after downgrade vllm to 0.11.0, it starts with success\n")
     assert (t.good, t.bad) == ("v0.11.0", "v0.12.0")
+
+
+def test_not_as_good_as_names_the_good_end() -> None:
+    assert ends("# [Bug]: Qwen2.5-72b 性能测试不如0.7.3版本\n\nvLLM 0.13.0rc1\n") == (
+        "regression", "v0.7.3", "v0.13.0rc1")

@@ -40,6 +40,8 @@ BEFORE = (
         r"doesn't\s{1,3}occur\s{1,3}in|not\s{1,3}(?:reproduc\w{0,5}|occur\w{0,3})\s{1,3}(?:on|in|with)|"
         r"\bno\s{1,3}(?:such\s{1,3})?(?:issues?|problems?|errors?)\s{1,3}with\s{1,3}(?:prior|previous)?|"
         r"\bold|\bnormal|baseline|(?:slower|worse|behind)\s{1,3}than|✅|✔|正常|回退到|降级到|"
+        # "性能不如0.7.3版本" (not as good as 0.7.3): the reference is the good one
+        r"不如|比不上|"
         # "(ok in 0.7.2)": a verdict word with a preposition binds forward, to the ref after it
         r"\b(?:ok|okay|fine|normal|correct)\s{1,3}(?:on|with|in|at)|"
         # "when the version is higher than 0.5.3": a bound on the version: X is the last good
