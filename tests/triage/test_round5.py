@@ -225,3 +225,16 @@ def test_a_line_opening_with_before_or_after_a_change_labels_its_ref() -> None:
 def test_not_as_good_as_names_the_good_end() -> None:
     assert ends("# [Bug]: Qwen2.5-72b 性能测试不如0.7.3版本\n\nvLLM 0.13.0rc1\n") == (
         "regression", "v0.7.3", "v0.13.0rc1")
+
+
+# -- a measurement says which version is worse, without a verdict word
+
+
+def test_the_version_with_the_worse_measured_value_is_the_bad_one() -> None:
+    text = ("# Much slower than LMDeploy\n\nI test 0.4.3.post and its gen throughput is 14t/s but "
+            "the gen throughput of 0.4.3.post2 is 5 t/s.\n")
+    assert ends(text) == ("regression", "v0.4.3", "v0.4.3.post2")
+    # fewer ms is better: the newer one measured faster is fixed (version order alone would
+    # read a regression 0.5.0 -> 0.6.0)
+    assert ends("# latency\n\nv0.5.0 takes 900 ms while v0.6.0 takes 300 ms.\n") == (
+        "fix", "v0.5.0", "v0.6.0")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_bisect.triage.fixes import as_fix
+from vllm_bisect.triage.measured import measured_roles
 from vllm_bisect.triage.names import path_name
 from vllm_bisect.triage.refs import MAX_LINE, find_mentions
 from vllm_bisect.triage.roles import (
@@ -122,6 +123,7 @@ def _range(t: Triage, lines: list[str]) -> None:
     arrows = assign_votes(lines, mentions, points)
     between_range(lines, mentions, points)
     leading_label(lines, points)
+    measured_roles(lines, mentions, points)
     title = title_index(lines)
     t.warnings += title_yields(points, title)
     pairs: list[list[Point]] = []
