@@ -238,3 +238,9 @@ def test_the_version_with_the_worse_measured_value_is_the_bad_one() -> None:
     # read a regression 0.5.0 -> 0.6.0)
     assert ends("# latency\n\nv0.5.0 takes 900 ms while v0.6.0 takes 300 ms.\n") == (
         "fix", "v0.5.0", "v0.6.0")
+
+
+def test_a_fix_pr_named_by_its_url_is_read() -> None:
+    t = triage("# Engine crashed\n\ncomment: this is already fixed in "
+               "https://github.com/sgl-project/sglang/pull/4687, and is related to PyTorch.\n")
+    assert t.fixed_by == ["4687"]

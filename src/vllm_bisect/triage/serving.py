@@ -250,7 +250,9 @@ def find_serving(lines: list[str]) -> Serving:
             values.append(m.group("v"))
         s.env.setdefault(m.group("k"), m.group("v"))
     s.env_flips = {k: v for k, v in s.env_flips.items() if len(v) >= 2}
-    for m in FIXED_BY.finditer(text):
+    # the fix PR is read from the text with its URLs ("fixed in https://github.com/o/r/pull/N"):
+    # the URLs were blanked above only for the hardware search
+    for m in FIXED_BY.finditer("\n".join(lines)):
         pr = next(g for g in (m.group(k) for k in ("pr", "zh", "zh2", "pr2", "zh3")) if g)
         if pr not in s.fixed_by:
             s.fixed_by.append(pr)
