@@ -244,3 +244,8 @@ def test_a_fix_pr_named_by_its_url_is_read() -> None:
     t = triage("# Engine crashed\n\ncomment: this is already fixed in "
                "https://github.com/sgl-project/sglang/pull/4687, and is related to PyTorch.\n")
     assert t.fixed_by == ["4687"]
+
+
+def test_a_judgement_of_the_output_is_correctness() -> None:
+    assert triage("# sglang 0.5.9 results in problematic responses\n").symptoms == ["correctness"]
+    assert triage("# v0.9.0 回答异常\n").symptoms == ["correctness"]

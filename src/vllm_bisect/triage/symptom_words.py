@@ -64,7 +64,10 @@ CORRECTNESS = re.compile(
     # meaningless / random output in any wording, and the same input giving different outputs
     r"无意义|random\s{1,3}tokens|"
     # output without order: "semantically chaotic", "incoherent responses", 混乱/错乱
-    r"chaotic|incoherent|(?:输出|回答|答案|内容)\w{0,4}(?:混乱|错乱)|"
+    r"chaotic|incoherent|(?:输出|回答|答案|内容)\w{0,4}(?:混乱|错乱|异常)|"
+    # a judgement of what the model wrote: "problematic responses", "abnormal output"
+    r"(?:problematic|abnormal|broken|weird|strange|corrupted?)\s{1,3}(?:outputs?|responses?|"
+    r"answers?|completions?|generations?|text)\b|"
     r"(?:outputs?|results?|answers?|responses?)\b[^.。]{0,60}\b(?:are|is|were|"
     r"was)\s{1,3}different|输出(?:结果)?不(?:相同|一致|同)",
     re.IGNORECASE)
