@@ -39,9 +39,11 @@ def test_a_family_written_short_is_the_one_full_release_of_it_named() -> None:
 
 def test_short_forms_are_not_read_where_they_are_something_else() -> None:
     lines, _ = respell(["vllm V1 engine on vllm1", "use vllm 2 GPUs", "CANN 8.5 版本",
-                        "torch 2.9 release", "Python 3.12 version"])
+                        "torch 2.9 release", "Python 3.12 version",
+                        "vLLM with the 3.2 release of transformers"])
     assert lines == ["vllm V1 engine on vllm1", "use vllm 2 GPUs", "CANN 8.5 版本",
-                     "torch 2.9 release", "Python 3.12 version"]
+                     "torch 2.9 release", "Python 3.12 version",
+                     "vLLM with the 3.2 release of transformers"]
     # a report about no 0.N.M project keeps its versions as written
     assert respell(["# MLX Studio 1.5 release is slow"])[0] == ["# MLX Studio 1.5 release is slow"]
 

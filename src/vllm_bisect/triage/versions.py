@@ -105,8 +105,9 @@ def _respell_line(n: int, line: str, done: list[Respelled]) -> str:
         text, groups = m.group(0), m.groupdict()
         if "prod" in groups and groups.get("m") is None and not groups.get("pre"):
             return text  # "vllm 2 GPUs": a bare count after the name is no version
-        if "prod" not in groups and _other_package(m.string, m.start()):
-            return text  # "CANN 8.5 版本", "torch 2.9 release": another package's version
+        if "prod" not in groups and (_other_package(m.string, m.start()) or re.match(
+                r"\s{0,2}(?:release|version)\s{1,3}(?:of|for)\b", m.string[m.end():], re.I)):
+            return text  # "CANN 8.5 版本", "torch 2.9 release", "the 3.2 release of X"
         if "prod" not in groups and groups.get("m") is None and not groups.get("pre") and \
                 not re.match(r"\d{1,2}\s{0,2}版本", m.string[m.start():]):
             return text  # a bare number before "release" is a count, not a version
