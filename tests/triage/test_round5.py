@@ -251,3 +251,11 @@ def test_a_fix_pr_named_by_its_url_is_read() -> None:
 def test_a_judgement_of_the_output_is_correctness() -> None:
     assert triage("# sglang 0.5.9 results in problematic responses\n").symptoms == ["correctness"]
     assert triage("# v0.9.0 回答异常\n").symptoms == ["correctness"]
+
+
+def test_direction_is_read_per_metric_and_from_the_values() -> None:
+    t = triage("TTFT went from 51 ms to 80 ms and GSM8K accuracy dropped from 0.94 to 0.89.\n")
+    assert {"ttft", "correctness"} <= set(t.symptoms)
+    # an rc in the title and the same release written short in the body are one bad end
+    assert ends("# [Performance]: 升级 v0.11.0rc1 后，性能变差\n\nv0.9.1 的 TPOT 20ms，v0.11 的 TPOT "
+                "27ms。\n") == ("regression", "v0.9.1", "v0.11.0rc1")

@@ -307,7 +307,9 @@ def title_yields(points: list[Point], title_line: int) -> list[str]:
         lines_bad = _vote_lines(p, Role.BAD)
         if lines_bad != {title_line} or p.key is None:
             continue
-        newer = [q for q in body_bad if q is not p and q.key is not None and q.key > p.key]
+        # a newer *release* (0.11 after the title's 0.11.0rc1 is the same release written short)
+        newer = [q for q in body_bad if q is not p and q.key is not None
+                 and q.key.release > p.key.release]
         if newer:
             p.votes.pop(Role.BAD, None)
             p.marked = [(r, w) for r, w in p.marked if r is not Role.BAD]

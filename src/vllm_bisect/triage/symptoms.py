@@ -56,11 +56,26 @@ UP_WORDS = re.compile(r"\bhigher\b|\bincreas|\brais|\bgrew\b|\bjump|\bsurge|\bup
                       r"\blonger\b", re.IGNORECASE)
 
 
-def improved_only(found: Found, text: str) -> bool:
-    """Whether a clause says ``found`` only got better."""
+FROM_TO = re.compile(rf"\bfrom\s{{1,3}}~?(?P<a>{NUM})[^\d]{{0,20}}?\bto\s{{1,3}}~?(?P<b>{NUM})",
+                     re.IGNORECASE)
+
+
+def improved_only(found: Found, text: str, pos: int = 0) -> bool:
+    """Whether a clause says ``found`` (named at ``pos``) only got better: the values "from A
+    to B" when given, else the direction of its change words; read between the metrics named
+    before and after it ("TTFT went from 51 ms to 80 ms and accuracy dropped": TTFT rose)."""
+    others = [(m.start(), m.end()) for f, pat in METRICS if f is not found
+              for m in pat.finditer(text)]
+    start = max((b for a, b in others if b <= pos), default=0)
+    end = min((a for a, b in others if a > pos), default=len(text))
+    text = text[start:end]
+    lower_better = found in (Found.TTFT, Found.ITL, Found.LATENCY)
+    values = FROM_TO.search(text)
+    if values and found is not Found.CORRECTNESS:
+        a, b = number(values.group("a")), number(values.group("b"))
+        return (b < a) if lower_better else (b > a)
     if WORSE_WORDS.search(text):
         return False
-    lower_better = found in (Found.TTFT, Found.ITL, Found.LATENCY)
     better = BETTER_WORDS.search(text) or (DOWN_WORDS if lower_better else UP_WORDS).search(text)
     worse = (UP_WORDS if lower_better else DOWN_WORDS).search(text)
     return bool(better) and not worse and found is not Found.CORRECTNESS
@@ -267,8 +282,11 @@ def find_symptoms(lines: list[str], bench_throughput: bool,
             changed = bool(CHANGE.search(text))
             for found, pat in METRICS:
                 hit = pat.search(text)
-                if not hit or NEGATED.search(clause(text, hit.start())) or improved_only(
-                        found, clause(text, hit.start())):
+                if not hit:
+                    continue
+                part = clause(text, hit.start())
+                if NEGATED.search(part) or improved_only(found, part,
+                                                         hit.start() - text.find(part)):
                     continue
                 if found is Found.THROUGHPUT and (
                         re.search(r"decode[- ]throughput", text, re.I) or (
