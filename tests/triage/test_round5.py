@@ -77,7 +77,7 @@ def test_the_title_skips_a_provenance_line() -> None:
 
 
 def test_a_negated_improvement_in_the_title_is_a_complaint() -> None:
-    t = triage("# v0.13.0 相较 v0.11.0 提升不明显, TTFT 变慢\n")
+    t = triage("# v0.13.0 相较 v0.11.0 提升不明显\n")
     assert not any(r.what == "not a regression" for r in t.read)
 
 
@@ -225,8 +225,11 @@ def test_a_line_opening_with_before_or_after_a_change_labels_its_ref() -> None:
 
 
 def test_not_as_good_as_names_the_good_end() -> None:
-    assert ends("# [Bug]: Qwen2.5-72b 性能测试不如0.7.3版本\n\nvLLM 0.13.0rc1\n") == (
-        "regression", "v0.7.3", "v0.13.0rc1")
+    # the maintainer's "0.13.1 is fast" does not turn the title's reference into a problem
+    # version (round 4 read a fix 0.7.3 -> 0.13.1 here)
+    t = triage("# [Bug]: Qwen2.5-72b 性能测试不如0.7.3版本\n\nvLLM 0.13.0rc1\n\nmaintainer · "
+               "comment\nWith our test 0.13.1 is fast.\n")
+    assert t.search.value == "regression" and "v0.7.3" in t.candidates["old"]
 
 
 # -- a measurement says which version is worse, without a verdict word
@@ -253,7 +256,9 @@ def test_a_judgement_of_the_output_is_correctness() -> None:
     assert triage("# v0.9.0 回答异常\n").symptoms == ["correctness"]
 
 
-def test_direction_is_read_per_metric_and_from_the_values() -> None:
+def test_guard_direction_is_read_per_metric_and_a_title_rc_is_its_release() -> None:
+    """A guard for two round-5 rules above (passes on round 4 too): the improvement rule reads
+    each metric between the metrics named, and the title-yields rule needs a newer release."""
     t = triage("TTFT went from 51 ms to 80 ms and GSM8K accuracy dropped from 0.94 to 0.89.\n")
     assert {"ttft", "correctness"} <= set(t.symptoms)
     # an rc in the title and the same release written short in the body are one bad end
