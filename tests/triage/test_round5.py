@@ -264,3 +264,11 @@ def test_guard_direction_is_read_per_metric_and_a_title_rc_is_its_release() -> N
     # an rc in the title and the same release written short in the body are one bad end
     assert ends("# [Performance]: 升级 v0.11.0rc1 后，性能变差\n\nv0.9.1 的 TPOT 20ms，v0.11 的 TPOT "
                 "27ms。\n") == ("regression", "v0.9.1", "v0.11.0rc1")
+
+
+def test_guard_a_body_that_repeats_the_title_does_not_correct_it() -> None:
+    """Guards for the title and open-range rules (pass on round 4 too)."""
+    assert ends("# Regression since v0.10.0\n\nv0.10.1 is also slow, v0.9.2 was fine\n") == (
+        "regression", "v0.9.2", "v0.10.0")
+    # "X+ works fine" is a good range, not a first bad one
+    assert ends("# crash on v0.3.0\n\nvllm 0.5.0+ works fine\n")[0] == "fix"

@@ -194,3 +194,17 @@ STILL = re.compile(r"\bstill\b|\bagain\b|came\s{1,3}back|reappear|re-?introduc|\
 def is_question(sentence: str) -> bool:
     s = sentence.strip()
     return s.endswith(("?", "？")) and bool(QUESTION_START.match(s) or ASKING.search(s))
+
+
+def open_range(line: str, around: tuple[int, int, int, int], seg: tuple[int, int],
+                found: tuple[Role, str] | None) -> tuple[Role, str] | None:
+    """"X+", "X or above", "X版本开始": the clause's state holds from X on (first bad, or first
+    fixed in a fix statement); not "between X and newer ones", not "X+ works fine"."""
+    prev_end, start, end, next_start = around
+    opened = OPEN_RANGE.match(line[end:next_start])
+    if opened is None or BETWEEN.search(line[prev_end:start]) or \
+            AFTER[0][1].search(line[end + opened.end():next_start][:60]):
+        return found
+    fixed = bool(FIX_WORDS.search(line[seg[0]:seg[1]])) or (
+        found is not None and found[0] in (Role.GOOD, Role.FIXED))
+    return (Role.FIXED if fixed else Role.BAD, f"{opened.group(0).strip()!r} after it: from it on")

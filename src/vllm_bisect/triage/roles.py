@@ -21,18 +21,15 @@ from vllm_bisect.triage.markers import (
     AFTER_FIXED,
     ARROW,
     BEFORE,
-    BETWEEN,
     CLAUSE_END,
     COMPARE,
     COMPARE_TAIL,
     CURED,
     DOWNGRADE,
     FILLER,
-    FIX_WORDS,
     HEDGE,
     LABEL_LINE,
     LABEL_ROLE,
-    OPEN_RANGE,
     ROW,
     SEGMENT,
     STILL,
@@ -40,6 +37,7 @@ from vllm_bisect.triage.markers import (
     UPGRADE_NOUN,
     Role,
     is_question,
+    open_range,
 )
 from vllm_bisect.triage.refs import Mention, version_key
 
@@ -223,13 +221,7 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                         is_question(line[a:b]) or HEDGE.search(line[a:b]) or STILL.search(line)):
                     found = None  # "Is this fixed in 0.7.0?" asks, "should be fixed" hopes,
                     # "fixed in 0.8.0 but came back" says it is not
-                opened = OPEN_RANGE.match(line[m.end:next_start])
-                if opened is not None and not BETWEEN.search(line[prev_end:m.start]):
-                    # "X+", "X or above": the clause's state holds from X on
-                    fixed = bool(FIX_WORDS.search(line[a:b])) or (
-                        found is not None and found[0] in (Role.GOOD, Role.FIXED))
-                    found = (Role.FIXED if fixed else Role.BAD,
-                             f"{opened.group(0).strip()!r} after it: from it on")
+                found = open_range(line, (prev_end, m.start, m.end, next_start), (a, b), found)
                 if found is not None:
                     p.vote(found[0], 3, f"line {n}: {found[1]!r} before it", n)
                     bound = True

@@ -295,12 +295,19 @@ def _vote_lines(p: Point, role: Role) -> set[int]:
             if r is role and re.match(r"line \d{1,6}:", w)}
 
 
+FIRST_BAD = re.compile(r"from it on|since|starting|first|introduced|onwards|开始", re.IGNORECASE)
+
+
 def title_yields(points: list[Point], title_line: int) -> list[str]:
     """A title is a summary; the body says it in full. A bad end read only from the title
     ("TG Regression since 0.35.0") yields when the body names a newer first bad ("from 0.36.0
     onwards"): the title's ref loses its bad vote and is then an unmarked older ref."""
     notes: list[str] = []
-    body_bad = [p for p in points if _vote_lines(p, Role.BAD) - {title_line}]
+    # only a body that says where it *starts* ("from 0.36.0 onwards", "starting with", "first
+    # bad", "introduced in"): "0.10.1 is also slow" repeats the title, it does not correct it
+    body_bad = [p for p in points if any(
+        r is Role.BAD and FIRST_BAD.search(w) and not w.startswith(f"line {title_line}:")
+        for r, w in p.marked)]
     if any(title_line in _vote_lines(p, Role.GOOD) for p in points):
         return notes  # the title names both ends ("between X and Y"): a range, not a summary
     for p in points:
