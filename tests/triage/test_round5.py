@@ -125,6 +125,15 @@ def test_using_the_latest_main_or_a_dev_image_makes_main_the_fixed_end() -> None
     assert (t.search.value, t.bad) == ("fix", "main")
 
 
+def test_the_reporter_using_the_latest_version_is_no_fix_cue() -> None:
+    # "use the latest" is a cue as advice (please/just/could/an imperative), not as the
+    # reporter's setup
+    assert ends("# Crash with v0.10.1\n\nI use the latest version and it crashes on start\n"
+                )[0] == "regression"
+    assert ends("# Crash on v0.10.1\n\nmaintainer · comment\nUse the latest main, please.\n"
+                ) == ("fix", "v0.10.1", "main")
+
+
 def test_closing_as_solved_names_the_release_that_fixed_it() -> None:
     text = ("# [Bug]: error with the ^0.7.0 upgrade\n\ncomment: I suppose it's fixed by #12750?\n"
             "comment: Closing as solved as `v0.7.2` is now released!\n")

@@ -66,7 +66,11 @@ FIX_CUE = re.compile(
     r"(?:issue|problem|bug|crash|error|regression))\b"
     # a maintainer's "please try the (current) latest version", "use the latest upstream (dev)
     # image", "just use the latest main": the problem is gone there
-    r"|\b(?:try|use|pull|install)\s{1,3}(?:\w{1,10}\s{1,3})?(?:the\s{1,3})?(?:current\s{1,3})?"
+    # (advice, not a report: "please/just/could/you can use ...", or an imperative opening the
+    # sentence; "I use the latest version and it crashes" is the reporter's setup)
+    r"|(?:\b(?:please|just|could|can|should|may|might|recommend(?:ed)?|suggest(?:ed)?)\s{1,3}"
+    r"(?:you\s{1,3})?(?:also\s{1,3})?|^\W{0,3})"
+    r"(?:try|use|pull|install)\s{1,3}(?:\w{1,10}\s{1,3})?(?:the\s{1,3})?(?:current\s{1,3})?"
     r"(?:latest|newest)\s{1,3}(?:[\w()-]{1,20}\s{1,3}){0,2}?(?:version|release|main|nightly|image|build)"
     # a good verdict on the latest ("good in latest version", "fine on the current release");
     # not a negated one ("not working on the latest")
