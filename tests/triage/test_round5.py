@@ -4,7 +4,7 @@ tuning set since round 5), not against its phrases. Every test here fails on the
 
 from __future__ import annotations
 
-from vllm_bisect.triage import triage
+from vllm_bisect.triage import spec_from_triage, triage
 from vllm_bisect.triage.versions import respell, title_index
 
 
@@ -281,3 +281,10 @@ def test_guard_a_body_that_repeats_the_title_does_not_correct_it() -> None:
         "regression", "v0.9.2", "v0.10.0")
     # "X+ works fine" is a good range, not a first bad one
     assert ends("# crash on v0.3.0\n\nvllm 0.5.0+ works fine\n")[0] == "fix"
+
+
+def test_a_performance_complaint_without_a_metric_says_what_the_spec_checks() -> None:
+    t = triage("# [Bug]: Qwen2.5-72b 相同条件下性能测试不如0.7.3版本\n\nvLLM 0.13.0rc1\n")
+    assert t.symptoms == []  # no metric is guessed
+    assert spec_from_triage(t)["verdict"]["symptom"] == "any"
+    assert any("performance complaint" in u and "verdict.symptom" in u for u in t.unknowns)

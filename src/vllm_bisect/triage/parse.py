@@ -8,6 +8,7 @@ Input is capped (MAX_CHARS, MAX_LINE per line) and every pattern is linear-time.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,6 +176,10 @@ def _range(t: Triage, lines: list[str]) -> None:
                               "the commit sha (vllm --version prints it as +g<sha>)")
 
 
+PERF = re.compile(r"性能|\bperf(?:ormance)?\b|\bslow(?:er|down)?\b|\bfaster\b|变慢|不如|"
+                  r"\bspeed\b|速度", re.IGNORECASE)
+
+
 def _symptoms(t: Triage, lines: list[str]) -> None:
     count: dict[int, int] = {}
     for p in t.points:
@@ -222,7 +227,13 @@ def _symptoms(t: Triage, lines: list[str]) -> None:
     if unsupported:
         t.unknowns.append(f"symptom {', '.join(unsupported)}: no probe judges it yet; the spec "
                           f"follows {t.symptom or 'nothing'}")
-    if not s.found:
+    if not s.found and PERF.search("\n".join(lines)):
+        # "性能测试结果不如 0.7.3", "4x slower" with no metric named: which one a bisect checks
+        # is the reporter's call; the spec's default (`any`: output length and ITL) is said
+        t.unknowns.append("symptom: a performance complaint that names no metric; the spec "
+                          "checks `any` (output length and ITL): pass verdict.symptom "
+                          "(throughput, ttft, itl, latency) to check what the report means")
+    elif not s.found:
         t.unknowns.append("symptom: no output cap, ITL, throughput, TTFT or accuracy change "
                           "found (pass verdict.symptom)")
 
