@@ -288,3 +288,23 @@ def test_a_performance_complaint_without_a_metric_says_what_the_spec_checks() ->
     assert t.symptoms == []  # no metric is guessed
     assert spec_from_triage(t)["verdict"]["symptom"] == "any"
     assert any("performance complaint" in u and "verdict.symptom" in u for u in t.unknowns)
+
+
+# -- model names: the more specific spelling, an Ollama tag, --model without an org
+
+
+def test_a_more_specific_spelling_of_the_titles_model_wins() -> None:
+    t = triage("# [Bug]: v0.6.2 accuracy drop serving Qwen2-VL\n\nI was running Qwen2-vl-7b with "
+               "0.6.1 and it worked\n")
+    assert t.model == "Qwen2-vl-7b"
+
+
+def test_an_ollama_tag_is_part_of_the_model_name() -> None:
+    assert triage("# deepseek-r1:8b outputs are chaotic on Ollama 0.12.3\n").model == (
+        "deepseek-r1:8b")
+
+
+def test_a_model_flag_without_an_org_names_the_model() -> None:
+    t = triage("# more GPU memory\n\nThe model is Qwen 2.5 1.5B, launched with --model "
+               "Qwen2.5-1.5B-Instruct --max-model-len 4096\n")
+    assert t.model == "Qwen2.5-1.5B-Instruct"

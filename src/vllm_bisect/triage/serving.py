@@ -205,6 +205,11 @@ def find_serving(lines: list[str]) -> Serving:
                 if hub or local:
                     s.model, s.local_model, s.model_line = hub, local, n
                     break
+                # "--model Qwen2.5-1.5B-Instruct": the served name without its org is the model
+                if m.group(0).startswith("--model") and (named := org_less_model(
+                        [m.group("v").strip("'\"")])) and named[0] == m.group("v").strip("'\""):
+                    s.model, s.model_line, s.model_org_less = named[0], n, True
+                    break
             if s.model_line:
                 break
     if s.model is None and s.local_model is None:
