@@ -308,3 +308,9 @@ def test_a_model_flag_without_an_org_names_the_model() -> None:
     t = triage("# more GPU memory\n\nThe model is Qwen 2.5 1.5B, launched with --model "
                "Qwen2.5-1.5B-Instruct --max-model-len 4096\n")
     assert t.model == "Qwen2.5-1.5B-Instruct"
+
+
+def test_a_fix_named_by_its_commit_url_is_read() -> None:
+    t = triage("# illegal memory access\n\ncomment: It has been fixed by "
+               "https://github.com/sgl-project/sglang/commit/a68cb201dd5f4ae6155b324d22054bbb0de15fba.\n")
+    assert t.fixed_by == ["a68cb201dd5f4ae6155b324d22054bbb0de15fba"]

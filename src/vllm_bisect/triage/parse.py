@@ -79,7 +79,7 @@ class Triage:
     hardware: dict[str, Any] = field(default_factory=dict)
     benchmark: str | None = None
     bench: dict[str, Any] | None = None
-    fixed_by: list[str] = field(default_factory=list)
+    fixed_by: list[str] = field(default_factory=list)  # PR numbers; a sha for a fix commit URL
     read: list[Read] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     unknowns: list[str] = field(default_factory=list)
