@@ -241,6 +241,13 @@ def test_not_as_good_as_names_the_good_end() -> None:
     assert t.search.value == "regression" and "v0.7.3" in t.candidates["old"]
 
 
+def test_the_reporters_environment_version_is_the_bad_end_when_nothing_else_is() -> None:
+    text = ("# [Bug]: Qwen2.5-72b 性能测试不如0.7.3版本\n\n### Your current environment\n\n"
+            "910B vLLM 0.13.0 rc1\n\n### 🐛 Describe the bug\n\n性能测试结果不如0.7.3版本\n\n"
+            "maintainer · comment\nWith our test, 0.13.0 is fast.\n")
+    assert ends(text) == ("regression", "v0.7.3", "v0.13.0rc1")
+
+
 # -- a measurement says which version is worse, without a verdict word
 
 

@@ -29,6 +29,7 @@ from vllm_bisect.triage.rules import (
     drop_other_columns,
     drop_side_remarks,
     drop_suggestions,
+    environment_bad,
     fixed_on,
     improvement,
     leading_label,
@@ -137,6 +138,7 @@ def _range(t: Triage, lines: list[str]) -> None:
     roles = refine(choose(points, arrows, pairs), points, title, lines[title - 1] if lines else "")
     roles = as_fix(roles, points, lines, fixed_on(points, lines)) or roles
     roles = by_date(roles, points, lines) or roles
+    roles = environment_bad(roles, points, lines) or roles
     t.search = roles.search
     role_of = {id(p): "old" for p in roles.goods} | {id(p): "new" for p in roles.bads}
     t.points = [_point_doc(p, role_of.get(id(p))) for p in points]

@@ -344,3 +344,35 @@ def leading_label(lines: list[str], points: list[Point]) -> None:
             continue
         role = Role.GOOD if m.group("w").lower() == "before" else Role.BAD
         on_line[0].vote(role, 2, f"line {n}: the line opens with {m.group('w')!r}", n)
+
+
+ENV_HEAD = re.compile(r"^\s{0,3}(?:#{1,6}|\[)\s{0,3}[^\n]{0,30}?(?:environment|环境|version\s{1,3}"
+                      r"information|版本信息|当前版本)", re.IGNORECASE)
+
+
+def environment_bad(roles: Roles, points: list[Point], lines: list[str]) -> Roles | None:
+    """A regression with good ends and no bad one: the version the reporter's own environment
+    section names ("### Your current environment ... vLLM 0.13.0rc1"), unmarked anywhere else,
+    is the one they run with the problem."""
+    if roles.search is not SearchKind.REGRESSION or roles.new is not None or not roles.goods:
+        return None
+    env: set[int] = set()
+    inside = False
+    for n, line in enumerate(lines, 1):
+        if line.lstrip().startswith("#") or ENV_HEAD.match(line):
+            inside = bool(ENV_HEAD.match(line))
+        elif inside:
+            env.add(n)
+    cands = [p for p in points if not p.votes and p.key is not None and p.mentions
+             and all(m.line in env for m in p.mentions)]
+    if not cands:
+        return None
+    bad = max(cands, key=lambda p: p.key)  # type: ignore[arg-type,return-value]
+    older = [g for g in roles.goods if g.key is not None and g.key < bad.key]  # type: ignore[operator]
+    if not older:
+        return None
+    good = max(older, key=lambda p: p.key)  # type: ignore[arg-type,return-value]
+    bad.why.insert(0, f"line {bad.line}: the version the reporter's environment section names "
+                      "(unmarked elsewhere): the one run with the problem")
+    return replace(roles, old=good, new=bad, bads=[bad],
+                   notes=[*roles.notes, f"bad end {bad.label}: the reporter's environment"])
