@@ -64,8 +64,22 @@ FIX_CUE = re.compile(
     # "0.10.1 fixed it", "the upgrade solved the problem" (a workaround is caught by NOT_FIX)
     r"|\b(?:fixed|solved|resolved|fixes|solves|resolves)\s{1,3}(?:it|this|that|the\s{1,3}"
     r"(?:issue|problem|bug|crash|error|regression))\b"
-    # a maintainer's "please try the (current) latest version": the problem is gone there
-    r"|\btry\s{1,3}(?:the\s{1,3})?(?:current\s{1,3})?(?:latest|newest)\s{1,3}(?:version|release)"
+    # a maintainer's "please try the (current) latest version", "use the latest upstream (dev)
+    # image", "just use the latest main": the problem is gone there
+    # (advice, not a report: "please/just/could/you can use ...", or an imperative opening the
+    # sentence; "I use the latest version and it crashes" is the reporter's setup)
+    r"|(?:\b(?:please|just|could|can|should|may|might|recommend(?:ed)?|suggest(?:ed)?)\s{1,3}"
+    r"(?:you\s{1,3})?(?:also\s{1,3})?|^\W{0,3})"
+    r"(?:try|use|pull|install)\s{1,3}(?:\w{1,10}\s{1,3})?(?:the\s{1,3})?(?:current\s{1,3})?"
+    r"(?:latest|newest)\s{1,3}(?:[\w()-]{1,20}\s{1,3}){0,2}?(?:version|release|main|nightly|image|build)"
+    # a good verdict on the latest ("good in latest version", "fine on the current release");
+    # not a negated one ("not working on the latest")
+    r"|(?<!not\s)(?<!n't\s)\b(?:good|fine|ok|okay|normal|correct|works?|working)\s{1,3}"
+    r"(?:\w{1,8}\s{1,3})?(?:in|on|with)\s{1,3}(?:the\s{1,3})?(?:latest|newest|current)\b"
+    # a maintainer closing the issue as solved ("Closing as solved as v0.7.2 is now released")
+    r"|\bclos\w{0,3}\s{1,3}(?:this\s{1,3}(?:issue\s{1,3})?)?(?:as|since)\s{1,3}"
+    r"(?:solved|resolved|fixed|completed|done)\b"
+    r"|最新版本?(?:中|里)?(?:已经?)?(?:正常|没有?问题)"
     r"|已修复|已经修复|修复了|已解决|已经解决|解决了|问题(?:已经?)?(?:消失|解决)|不再(?:出现|复现|发生)|"
     # "已在 v0.10.0rc1 中修复", "得到解决", "升级到 X 后解决"
     r"已(?:经)?在[^。！？?]{1,40}?(?:修复|解决)|得到(?:了)?(?:修复|解决)|"
@@ -92,6 +106,8 @@ MAIN_WORDS = re.compile(
     r"\b(?:main|master)\s{1,3}branch|主线|主干|main\s?分支|"
     r"\b(?:latest|current|recent|newest|today'?s)\s{1,3}(?:main|master|nightl(?:y|ies))\b|"
     r"\bnightl(?:y|ies)\b|"
+    # a dev image/build is built from main: "the latest upstream sglang(dev) image"
+    r"\bdev\)?\s{0,2}(?:image|build|branch|version)\b|\(dev\)|"
     r"\b(?:on|from|with|at|of)\s{1,3}(?:the\s{1,3})?(?:main|master)(?=\s{0,2}(?:[.,;:!?)]|$|now|too))",
     re.IGNORECASE)
 UPGRADED = re.compile(r"'(?:upgrad|updat|bump|chang|switch|mov)\w{0,6}\s{1,3}to'|'升级", re.IGNORECASE)

@@ -40,6 +40,8 @@ BEFORE = (
         r"doesn't\s{1,3}occur\s{1,3}in|not\s{1,3}(?:reproduc\w{0,5}|occur\w{0,3})\s{1,3}(?:on|in|with)|"
         r"\bno\s{1,3}(?:such\s{1,3})?(?:issues?|problems?|errors?)\s{1,3}with\s{1,3}(?:prior|previous)?|"
         r"\bold|\bnormal|baseline|(?:slower|worse|behind)\s{1,3}than|✅|✔|正常|回退到|降级到|"
+        # "性能不如0.7.3版本" (not as good as 0.7.3): the reference is the good one
+        r"不如|比不上|"
         # "(ok in 0.7.2)": a verdict word with a preposition binds forward, to the ref after it
         r"\b(?:ok|okay|fine|normal|correct)\s{1,3}(?:on|with|in|at)|"
         # "when the version is higher than 0.5.3": a bound on the version: X is the last good
@@ -105,9 +107,27 @@ AFTER = (
                           r"(?<!pre-)(?<!pre)\bregress\w{0,4}\b|劣化|下降|变慢|"
                           r"^\W{0,4}treatment\b|"
                           # "X as the first bad commit", "X is the first bad commit"
-                          r"^\W{0,4}(?:is|as|was)\s{1,3}(?:the\s{1,3})?first\s{1,3}(?:bad|broken)",
+                          r"^\W{0,4}(?:is|as|was)\s{1,3}(?:the\s{1,3})?first\s{1,3}(?:bad|broken)|"
+                          # "our 0.5.9 doesn't include these changes": it lacks the fix
+                          r"^\W{0,4}(?:does\s{1,3}not|doesn't|did\s{1,3}not|didn't)\s{1,3}(?:yet\s{1,3})?"
+                          r"(?:include|contain|have)\s{1,3}(?:the|these|this|that)\s{1,3}(?:fix\w{0,2}|"
+                          r"changes?|commits?|PRs?|patch\w{0,2})\b",
                           re.IGNORECASE)),
 )
+# an open range upward after a ref: "v0.20.0+", "0.6.3 or above", "from 0.36.0 onwards",
+# "0.0.3版本开始", "0.11 及以后": what the clause says holds from X on. In a regression X is the
+# first bad one; in a fix statement ("should not occur in v0.6.3 or above anymore") the first
+# fixed one. A bare "after/之后" is not one ("1.0.0之后加入了 FP8": a feature added after it).
+OPEN_RANGE = re.compile(r"^(?:`|\*\*)?(?:\+(?![\w.])|\s{0,2}(?:(?:and|or)\s{1,3}(?:above|later|newer|"
+                        r"higher|up)\b|(?:and\s{1,3})?onwards?\b)|"
+                        r"\s{0,2}(?:版本)?(?:开始|起|及(?:以)?(?:上|后)|以(?:上|后)的?版本))", re.IGNORECASE)
+# "between vllm 0.14.0 and newer versions": a range with two ends, not one open one
+BETWEEN = re.compile(r"\bbetween\s{1,3}(?:[\w-]{1,12}\s{1,3}){0,2}$", re.IGNORECASE)
+# the words that make an open range a fixed one ("not occur in X or above any more")
+# ("works" is left out: "not working with v2.2 or later" is the negation of it)
+FIX_WORDS = re.compile(r"\b(?:fixed|resolved|solved|no\s{1,3}longer|any\s?more)\b|"
+                       r"(?:n't|\bnot)\s{1,3}(?:occur|happen|appear|reproduce)|修复|解决|不再",
+                       re.IGNORECASE)
 SEGMENT = (
     (Role.GOOD, re.compile(r"✅|✔|✓|正常|没问题|\(good\)")),
     (Role.BAD, re.compile(r"❌|✗|✘|变慢|\(bad\)")),
@@ -174,3 +194,17 @@ STILL = re.compile(r"\bstill\b|\bagain\b|came\s{1,3}back|reappear|re-?introduc|\
 def is_question(sentence: str) -> bool:
     s = sentence.strip()
     return s.endswith(("?", "？")) and bool(QUESTION_START.match(s) or ASKING.search(s))
+
+
+def open_range(line: str, around: tuple[int, int, int, int], seg: tuple[int, int],
+                found: tuple[Role, str] | None) -> tuple[Role, str] | None:
+    """"X+", "X or above", "X版本开始": the clause's state holds from X on (first bad, or first
+    fixed in a fix statement); not "between X and newer ones", not "X+ works fine"."""
+    prev_end, start, end, next_start = around
+    opened = OPEN_RANGE.match(line[end:next_start])
+    if opened is None or BETWEEN.search(line[prev_end:start]) or \
+            AFTER[0][1].search(line[end + opened.end():next_start][:60]):
+        return found
+    fixed = bool(FIX_WORDS.search(line[seg[0]:seg[1]])) or (
+        found is not None and found[0] in (Role.GOOD, Role.FIXED))
+    return (Role.FIXED if fixed else Role.BAD, f"{opened.group(0).strip()!r} after it: from it on")

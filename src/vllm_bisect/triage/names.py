@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from vllm_bisect.triage.versions import title_index
+
 URL = re.compile(r"https?://\S{1,2000}")
 FAMILY = (r"(?:Qwen|QwQ|Meta-Llama|CodeLlama|Llama|Gemma|ChatGLM|GLM|DeepSeek|Mixtral|Mistral|"
           r"Ministral|Kimi|MiniMax|gpt-?oss|Phi|Nemotron|StarCoder|InternVL|InternLM|Baichuan|"
@@ -25,7 +27,10 @@ MODEL = re.compile(rf"(?<![A-Za-z0-9_/.-])(?P<name>{FAMILY}[A-Za-z0-9_.]{{0,40}}
                    r"(?:-[A-Za-z0-9][A-Za-z0-9_.]{0,20}"           # -4.5, -V4, -Pro, -70B, -it
                    r"| (?:\d{1,3}x\d{1,3}[bB]|\d{1,3}(?:\.\d)?[bBmM]?|[A-Za-z]\d{1,2}(?:\.\d{1,2})?"
                    rf"|{VARIANT})"
-                   r"(?![A-Za-z0-9_.]))*)", re.IGNORECASE)        # " 3 4b", " M2.7", " 8x7b"
+                   r"(?![A-Za-z0-9_.]))*"                          # " 3 4b", " M2.7", " 8x7b"
+                   # an Ollama tag names the variant: "deepseek-r1:8b", "qwen3-vl:8b"
+                   r"(?::(?=[A-Za-z0-9_.-]{0,20}\d)[A-Za-z0-9][A-Za-z0-9_.-]{0,20}(?![A-Za-z0-9_.:/-]))?)",
+                   re.IGNORECASE)
 SIZE = re.compile(r"\d(?:\.\d{1,2})?[bBmM](?![a-zA-Z])")
 SEP_VERSION = re.compile(r"[- ][A-Za-z]{0,2}\d{1,2}(?:\.\d{1,2})?(?![\d])")
 # "glm5.2" is GLM-5.2 (a dotted version names a release); "Qwen3" alone names a generation
@@ -55,18 +60,32 @@ HARDWARE = (
 )
 
 
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
 def org_less_model(lines: list[str]) -> tuple[str, int] | None:
-    """The first model named without an org (the title first), and its line."""
-    order = sorted(range(len(lines)), key=lambda i: i != next(
-        (j for j, ln in enumerate(lines) if ln.strip()), 0))
+    """The first model named without an org (the title first), and its line; a later, more
+    specific spelling of it wins ("Qwen2-VL" in the title, "Qwen2-vl-7b" in the body: the size
+    says which model)."""
+    title = title_index(lines) - 1 if any(ln.strip() for ln in lines) else 0
+    order = sorted(range(len(lines)), key=lambda i: i != title)
+    found: list[tuple[str, int]] = []
     for i in order:
         for m in MODEL.finditer(URL.sub(" ", lines[i])):
             name = m.group("name").strip(" -.")
             rest = name[re.match(FAMILY, name, re.IGNORECASE).end():]  # type: ignore[union-attr]
             if (SIZE.search(rest) or SEP_VERSION.match(rest) or DOTTED.match(rest)
                     or VARIANT_WORD.search(rest)):
-                return _trim(name), i + 1
-    return None
+                found.append((_trim(name), i + 1))
+    if not found:
+        return None
+    first = found[0]
+    if not SIZE.search(first[0]):
+        fuller = [f for f in found if _key(f[0]).startswith(_key(first[0])) and SIZE.search(f[0])
+                  and len(_key(f[0])) > len(_key(first[0]))]
+        return fuller[0] if fuller else first
+    return first
 
 
 GENERIC_DIR = re.compile(r"^(?:models?|weights|ckpts?|checkpoints?|hf|data|model_path|path|to|"

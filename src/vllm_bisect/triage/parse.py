@@ -8,10 +8,12 @@ Input is capped (MAX_CHARS, MAX_LINE per line) and every pattern is linear-time.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_bisect.triage.fixes import as_fix
+from vllm_bisect.triage.measured import measured_roles
 from vllm_bisect.triage.names import path_name
 from vllm_bisect.triage.refs import MAX_LINE, find_mentions
 from vllm_bisect.triage.roles import (
@@ -22,18 +24,23 @@ from vllm_bisect.triage.roles import (
     merge_points,
 )
 from vllm_bisect.triage.rules import (
+    between_range,
     by_date,
     drop_other_columns,
     drop_side_remarks,
     drop_suggestions,
+    environment_bad,
     fixed_on,
     improvement,
+    leading_label,
     pr_culprit,
     refine,
+    title_yields,
 )
 from vllm_bisect.triage.serving import find_serving
 from vllm_bisect.triage.symptom_words import word_symptoms
 from vllm_bisect.triage.symptoms import Found, find_symptoms
+from vllm_bisect.triage.versions import respell, title_index
 
 MAX_CHARS = 200_000
 
@@ -73,7 +80,7 @@ class Triage:
     hardware: dict[str, Any] = field(default_factory=dict)
     benchmark: str | None = None
     bench: dict[str, Any] | None = None
-    fixed_by: list[str] = field(default_factory=list)
+    fixed_by: list[str] = field(default_factory=list)  # PR numbers; a sha for a fix commit URL
     read: list[Read] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     unknowns: list[str] = field(default_factory=list)
@@ -116,6 +123,11 @@ def _range(t: Triage, lines: list[str]) -> None:
     mentions = drop_other_columns(lines, drop_side_remarks(lines, asked))
     points = merge_points(mentions)
     arrows = assign_votes(lines, mentions, points)
+    between_range(lines, mentions, points)
+    leading_label(lines, points)
+    measured_roles(lines, mentions, points)
+    title = title_index(lines)
+    t.warnings += title_yields(points, title)
     pairs: list[list[Point]] = []
     for n in sorted({m.line for m in mentions}):
         on_line: list[Point] = []
@@ -123,10 +135,10 @@ def _range(t: Triage, lines: list[str]) -> None:
             if p.key is not None and any(m.line == n for m in p.mentions) and p not in on_line:
                 on_line.append(p)
         pairs.append(on_line)
-    title = next((n for n, ln in enumerate(lines, 1) if ln.strip()), 1)
     roles = refine(choose(points, arrows, pairs), points, title, lines[title - 1] if lines else "")
     roles = as_fix(roles, points, lines, fixed_on(points, lines)) or roles
     roles = by_date(roles, points, lines) or roles
+    roles = environment_bad(roles, points, lines) or roles
     t.search = roles.search
     role_of = {id(p): "old" for p in roles.goods} | {id(p): "new" for p in roles.bads}
     t.points = [_point_doc(p, role_of.get(id(p))) for p in points]
@@ -166,8 +178,18 @@ def _range(t: Triage, lines: list[str]) -> None:
                               "the commit sha (vllm --version prints it as +g<sha>)")
 
 
+PERF = re.compile(r"性能|\bperf(?:ormance)?\b|\bslow(?:er|down)?\b|\bfaster\b|变慢|不如|"
+                  r"\bspeed\b|速度", re.IGNORECASE)
+
+
 def _symptoms(t: Triage, lines: list[str]) -> None:
-    s = find_symptoms(lines, bench_throughput=t.bench is not None and t.bench["kind"] == "throughput")
+    count: dict[int, int] = {}
+    for p in t.points:
+        for n in set(p["lines"]):
+            count[n] = count.get(n, 0) + 1
+    sides = {n: p["role"] for p in t.points if p["role"] for n in p["lines"] if count[n] == 1}
+    s = find_symptoms(lines, bench_throughput=t.bench is not None and t.bench["kind"] == "throughput",
+                      sides=sides)
     for f, n, why in word_symptoms(lines):
         if f not in s.found:
             s.found.append(f)
@@ -207,7 +229,13 @@ def _symptoms(t: Triage, lines: list[str]) -> None:
     if unsupported:
         t.unknowns.append(f"symptom {', '.join(unsupported)}: no probe judges it yet; the spec "
                           f"follows {t.symptom or 'nothing'}")
-    if not s.found:
+    if not s.found and PERF.search("\n".join(lines)):
+        # "性能测试结果不如 0.7.3", "4x slower" with no metric named: which one a bisect checks
+        # is the reporter's call; the spec's default (`any`: output length and ITL) is said
+        t.unknowns.append("symptom: a performance complaint that names no metric; the spec "
+                          "checks `any` (output length and ITL): pass verdict.symptom "
+                          "(throughput, ttft, itl, latency) to check what the report means")
+    elif not s.found:
         t.unknowns.append("symptom: no output cap, ITL, throughput, TTFT or accuracy change "
                           "found (pass verdict.symptom)")
 
@@ -255,7 +283,7 @@ def _serving(t: Triage, lines: list[str]) -> None:
 
 def _improvement(t: Triage, lines: list[str]) -> None:
     """An improvement is not a regression: no range, no symptom (said so)."""
-    title = next((ln for ln in lines if ln.strip()), "")
+    title = lines[title_index(lines) - 1] if lines else ""
     words = improvement(title)
     if words is None:
         return
@@ -271,6 +299,9 @@ def triage(text: str) -> Triage:
     text = text[:MAX_CHARS]
     lines = [ln[:MAX_LINE] for ln in text.splitlines()]
     t = Triage()
+    lines, respelled = respell(lines)
+    for r in respelled:
+        t.read.append(Read("version spelling", f"{r.written!r} -> {r.read!r}", r.line, r.why))
     _range(t, lines)
     _serving(t, lines)
     _symptoms(t, lines)

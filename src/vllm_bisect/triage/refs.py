@@ -49,14 +49,15 @@ DOCKER = re.compile(r"(?P<image>(?:[\w.-]{1,60}/){0,3}(?:vllm-openai(?:-rocm)?|v
 UPGRADE_ARROW = re.compile(r"(?:从|升级到|升级至|→|->|=>)\s{0,2}[vV]?$")
 UPGRADE_ARROW_AFTER = re.compile(r"\s{0,2}(?:升级到|升级至|到|→|->|=>)\s{0,2}[vV]?\d")
 # a version right after one of these words belongs to another package
-OTHER_PACKAGE = re.compile(
-    r"(?:torch|pytorch|transformers|cuda|cudnn|driver|python|triton|flashinfer|cann|lm_eval|"
+OTHER_PACKAGE = re.compile(  # a whole word: "Ollama 0.12.7" is not llama's version
+    r"(?<![A-Za-z])(?:torch|pytorch|transformers|cuda|cudnn|driver|python|triton|flashinfer|cann|lm_eval|"
     r"lm-eval|nccl|gcc|glibc|libc|ubuntu|centos|rocm|hip|aiter|mlx-vlm|mlx|numpy|xformers|"
     r"tokenizers|cmake|clang|nvcc|kernel|firmware|cc|sm|compute capability|jax|tensorrt(?!-llm)|"
     r"ray|pydantic|fastapi|openai|accelerate|deepspeed|megatron|verl|os|debian|rhel|qwen|llama|"
     r"mistral|gemma|glm|deepseek|phi|kimi|minimax|nemotron|torch_npu|torchvision|ascend-cann|"
     r"mooncake|nixl|lmcache|ucx|pyzmq|safetensors|huggingface|hf)"
-    r"(?:\s{0,3}version)?[\s:=_v-]{0,24}$", re.IGNORECASE)
+    # "transformers 版本 4.57.6": 版本 is "version"
+    r"(?:\s{0,3}(?:version|版本))?[\s:=_v-]{0,24}$", re.IGNORECASE)
 OUR_PRODUCT = re.compile(r"(?:vllm|vllm-ascend|vllm-omni|sglang|trtllm|tensorrt-llm|trt-llm|"
                          r"version|release|tag|image|wheel|nightly|rocm)[\s:=/_-]{0,3}(?:==?|-)?$",
                          re.IGNORECASE)

@@ -37,6 +37,7 @@ from vllm_bisect.triage.markers import (
     UPGRADE_NOUN,
     Role,
     is_question,
+    open_range,
 )
 from vllm_bisect.triage.refs import Mention, version_key
 
@@ -220,6 +221,7 @@ def assign_votes(lines: list[str], mentions: list[Mention], points: list[Point]
                         is_question(line[a:b]) or HEDGE.search(line[a:b]) or STILL.search(line)):
                     found = None  # "Is this fixed in 0.7.0?" asks, "should be fixed" hopes,
                     # "fixed in 0.8.0 but came back" says it is not
+                found = open_range(line, (prev_end, m.start, m.end, next_start), (a, b), found)
                 if found is not None:
                     p.vote(found[0], 3, f"line {n}: {found[1]!r} before it", n)
                     bound = True

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from itertools import pairwise
 
+from vllm_bisect.triage.markers import Role
 from vllm_bisect.triage.refs import Mention
 from vllm_bisect.triage.roles import Point, Roles, SearchKind
 
@@ -49,6 +51,11 @@ SUGGESTION = re.compile(r"\b(?:can|could|would|will)\s{1,3}you\s{1,3}(?:please\s
                         r"(?:try|test|check|run|use|upgrad|updat|install|verify|confirm|reproduce)|"
                         r"\b(?:have|did)\s{1,3}you\s{1,3}(?:also\s{1,3})?tr(?:y|ied)|\b(?:how|what)\s{1,3}about|"
                         r"能否|可以试|试一下", re.IGNORECASE)
+# advice, said as a statement: "建议用中间版本（0.9.1→0.10.0→0.10.2）二分定位", "I'd suggest
+# bisecting between 0.9.1 and 0.10.0": versions to try next, not ones anybody ran
+ADVICE = re.compile(r"建议|推荐(?:使用|用|尝试)|\bI(?:'d|\s{1,3}would)?\s{1,3}(?:suggest|recommend)|"
+                    r"\bwe\s{1,3}(?:suggest|recommend)|\byou\s{1,3}(?:may|might)\s{1,3}(?:want\s{1,3}to\s{1,3})?"
+                    r"(?:try|test|bisect)|\bconsider\s{1,3}(?:trying|testing|bisecting)", re.IGNORECASE)
 SENTENCE = re.compile(r"(?:[^.!?。！？]|\.(?=\w)){0,2000}?(?:[!?。！？]|\.(?!\w)|$)")
 
 
@@ -58,7 +65,8 @@ def drop_suggestions(lines: list[str], mentions: list[Mention]) -> list[Mention]
     asked: set[tuple[int, int]] = set()
     for n in {m.line for m in mentions}:
         for sm in SENTENCE.finditer(lines[n - 1]):
-            if sm.group(0).rstrip().endswith(("?", "？")) and SUGGESTION.search(sm.group(0)):
+            if ((sm.group(0).rstrip().endswith(("?", "？")) and SUGGESTION.search(sm.group(0)))
+                    or ADVICE.search(sm.group(0))):
                 asked.update((n, i) for i in range(sm.start(), sm.end()))
     return [m for m in mentions if (m.line, m.start) not in asked]
 
@@ -113,7 +121,8 @@ IMPROVED = re.compile(r"\bimprov\w{0,6}|\bspeed-?up\b|\bgains?\b|\bfaster\b|"
                       re.IGNORECASE)
 WORSE = re.compile(r"regress|degrad|slow|drop|decreas|lower|worse|bug|error|fail|crash|OOM|"
                    r"memory usage|VRAM|larger|higher|\bsize\s{1,3}increase|下降|劣化|变慢|问题|"
-                   r"\bnot\b|n't\b|\?", re.IGNORECASE)
+                   # a negation in any language: "提升不明显" (the gain is not visible) is a complaint
+                   r"\bnot\b|n't\b|\?|不|没|未", re.IGNORECASE)
 
 
 PROBLEM_WORDS = re.compile(r"crash|fail|error|regress|degrad|slow|drop|wrong|garbage|OOM|bug|"
@@ -253,3 +262,117 @@ def by_date(roles: Roles, points: list[Point], lines: list[str]) -> Roles | None
     return replace(roles, old=old, new=new, goods=[old], bads=[new],
                    notes=[*roles.notes, f"no good/bad marker: roles from the commits' dates "
                                         f"({old.label} is older than {new.label})"])
+
+
+BETWEEN_GAP = re.compile(r"^[\s`*_]{0,3}(?:and|&|to|和|与|到)[\s`*_]{0,3}(?:v(?=\d))?$", re.IGNORECASE)
+BETWEEN_TAIL = re.compile(r"\bbetween\s{1,3}(?:[\w-]{1,12}\s{1,3}){0,2}[`*_]{0,2}$|在\s{0,2}$",
+                          re.IGNORECASE)
+INTRODUCED = re.compile(r"introduc|\bbroke|\bbreak|引入", re.IGNORECASE)
+
+
+def between_range(lines: list[str], mentions: list[Mention], points: list[Point]) -> None:
+    """"regression introduced between v1.5.32 and v1.5.33": a range with both ends named; the
+    first is the last good, the second the first bad (only beside a problem word)."""
+    own = {id(m): p for p in points for m in p.mentions}
+    for a, b in pairwise(mentions):
+        if a.line != b.line:
+            continue
+        line = lines[a.line - 1]
+        if not (PROBLEM_WORDS.search(line) or INTRODUCED.search(line)):
+            continue
+        p, q = own.get(id(a)), own.get(id(b))
+        if p is None or q is None or p is q or not BETWEEN_TAIL.search(line[:a.start]) \
+                or not BETWEEN_GAP.match(line[a.end:b.start]):
+            continue
+        if p.key is not None and q.key is not None and q.key < p.key:
+            p, q = q, p
+        p.vote(Role.GOOD, 3, f"line {a.line}: 'between' it and {q.label}: the last good", a.line)
+        q.vote(Role.BAD, 3, f"line {a.line}: 'between' {p.label} and it: the first bad", a.line)
+
+
+def _vote_lines(p: Point, role: Role) -> set[int]:
+    return {int(w.split(":")[0][5:]) for r, w in p.marked
+            if r is role and re.match(r"line \d{1,6}:", w)}
+
+
+FIRST_BAD = re.compile(r"from it on|since|starting|first|introduced|onwards|开始", re.IGNORECASE)
+
+
+def title_yields(points: list[Point], title_line: int) -> list[str]:
+    """A title is a summary; the body says it in full. A bad end read only from the title
+    ("TG Regression since 0.35.0") yields when the body names a newer first bad ("from 0.36.0
+    onwards"): the title's ref loses its bad vote and is then an unmarked older ref."""
+    notes: list[str] = []
+    # only a body that says where it *starts* ("from 0.36.0 onwards", "starting with", "first
+    # bad", "introduced in"): "0.10.1 is also slow" repeats the title, it does not correct it
+    body_bad = [p for p in points if any(
+        r is Role.BAD and FIRST_BAD.search(w) and not w.startswith(f"line {title_line}:")
+        for r, w in p.marked)]
+    if any(title_line in _vote_lines(p, Role.GOOD) for p in points):
+        return notes  # the title names both ends ("between X and Y"): a range, not a summary
+    for p in points:
+        lines_bad = _vote_lines(p, Role.BAD)
+        if lines_bad != {title_line} or p.key is None:
+            continue
+        # a newer *release* (0.11 after the title's 0.11.0rc1 is the same release written short)
+        newer = [q for q in body_bad if q is not p and q.key is not None
+                 and q.key.release > p.key.release]
+        if newer:
+            p.votes.pop(Role.BAD, None)
+            p.marked = [(r, w) for r, w in p.marked if r is not Role.BAD]
+            p.why = [w for w in p.why if not w.startswith(f"line {title_line}:")]
+            notes.append(f"the title reads {p.label} as bad, the body names {newer[0].label} as "
+                         "the first bad: the body's reading is kept")
+    return notes
+
+
+# "before/after" and what they refer to: a change (a PR link, #N, "the PR/commit/merge/patch")
+LEADING = re.compile(r"^\W{0,4}(?P<w>before|after)\s{1,3}(?:https?://\S{1,200}/pull/\d|#\d|PR\s{0,2}#?\d|"
+                     r"(?:the|this)\s{1,3}(?:PR|pull\s{1,3}request|commit|merge|patch|change|fix)\b)",
+                     re.IGNORECASE)
+
+
+def leading_label(lines: list[str], points: list[Point]) -> None:
+    """A line that opens with "before"/"after" and names one ref ("before <PR url>, stay in
+    commit 27a374ea" / "after <PR url> in commit bea282ce"): the opening word labels that ref,
+    wherever it stands in the line (a PR link between them is what before/after refers to)."""
+    for n, line in enumerate(lines, 1):
+        m = LEADING.match(line)
+        on_line = [p for p in points if any(x.line == n for x in p.mentions)]
+        if m is None or len(on_line) != 1 or n in (_vote_lines(on_line[0], Role.GOOD)
+                                                   | _vote_lines(on_line[0], Role.BAD)):
+            continue
+        role = Role.GOOD if m.group("w").lower() == "before" else Role.BAD
+        on_line[0].vote(role, 2, f"line {n}: the line opens with {m.group('w')!r}", n)
+
+
+ENV_HEAD = re.compile(r"^\s{0,3}(?:#{1,6}|\[)\s{0,3}[^\n]{0,30}?(?:environment|环境|version\s{1,3}"
+                      r"information|版本信息|当前版本)", re.IGNORECASE)
+
+
+def environment_bad(roles: Roles, points: list[Point], lines: list[str]) -> Roles | None:
+    """A regression with good ends and no bad one: the version the reporter's own environment
+    section names ("### Your current environment ... vLLM 0.13.0rc1"), unmarked anywhere else,
+    is the one they run with the problem."""
+    if roles.search is not SearchKind.REGRESSION or roles.new is not None or not roles.goods:
+        return None
+    env: set[int] = set()
+    inside = False
+    for n, line in enumerate(lines, 1):
+        if line.lstrip().startswith("#") or ENV_HEAD.match(line):
+            inside = bool(ENV_HEAD.match(line))
+        elif inside:
+            env.add(n)
+    cands = [p for p in points if not p.votes and p.key is not None and p.mentions
+             and all(m.line in env for m in p.mentions)]
+    if not cands:
+        return None
+    bad = max(cands, key=lambda p: p.key)  # type: ignore[arg-type,return-value]
+    older = [g for g in roles.goods if g.key is not None and g.key < bad.key]  # type: ignore[operator]
+    if not older:
+        return None
+    good = max(older, key=lambda p: p.key)  # type: ignore[arg-type,return-value]
+    bad.why.insert(0, f"line {bad.line}: the version the reporter's environment section names "
+                      "(unmarked elsewhere): the one run with the problem")
+    return replace(roles, old=good, new=bad, bads=[bad],
+                   notes=[*roles.notes, f"bad end {bad.label}: the reporter's environment"])

@@ -46,7 +46,10 @@ FIXED_BY = re.compile(r"(?:fixed|resolved|addressed)\s{1,3}(?:by|in|via)\s{1,3}(
                       r"(?:#|https://github\.com/[\w.-]{1,60}/[\w.-]{1,60}/pull/)(?P<pr>\d{1,7})|"
                       r"修复[:：]?\s{0,2}#(?P<zh>\d{1,7})|已由\s{0,2}#(?P<zh2>\d{1,7})\s{0,2}修复|"
                       r"(?:\bPR|pull request)\s{0,2}#(?P<pr2>\d{1,7})\s{1,3}(?:fixes|fixed|resolves)|"
-                      r"修复\S{0,8}\s{0,3}commit\s{0,2}[0-9a-f]{7,40}\s{0,3}[（(]#(?P<zh3>\d{1,7})[)）]",
+                      r"修复\S{0,8}\s{0,3}commit\s{0,2}[0-9a-f]{7,40}\s{0,3}[（(]#(?P<zh3>\d{1,7})[)）]|"
+                      # a fix named by its commit: "It has been fixed by https://github.com/o/r/commit/<sha>"
+                      r"(?:fixed|resolved|addressed)\s{1,3}(?:by|in|via)\s{1,3}(?:commit\s{1,3})?"
+                      r"https://github\.com/[\w.-]{1,60}/[\w.-]{1,60}/commit/(?P<sha>[0-9a-f]{7,40})",
                       re.IGNORECASE)
 TP = re.compile(r"(?:--tensor[-_]parallel[-_]size|-tp|--tp(?:_size)?)[=\s]{1,3}(?P<a>\d{1,2})\b"
                 r"|\bTP\s{0,2}[=:]?\s{0,2}(?P<b>\d{1,2})\b", re.IGNORECASE)
@@ -205,6 +208,11 @@ def find_serving(lines: list[str]) -> Serving:
                 if hub or local:
                     s.model, s.local_model, s.model_line = hub, local, n
                     break
+                # "--model Qwen2.5-1.5B-Instruct": the served name without its org is the model
+                if m.group(0).startswith("--model") and (named := org_less_model(
+                        [m.group("v").strip("'\"")])) and named[0] == m.group("v").strip("'\""):
+                    s.model, s.model_line, s.model_org_less = named[0], n, True
+                    break
             if s.model_line:
                 break
     if s.model is None and s.local_model is None:
@@ -250,8 +258,10 @@ def find_serving(lines: list[str]) -> Serving:
             values.append(m.group("v"))
         s.env.setdefault(m.group("k"), m.group("v"))
     s.env_flips = {k: v for k, v in s.env_flips.items() if len(v) >= 2}
-    for m in FIXED_BY.finditer(text):
-        pr = next(g for g in (m.group(k) for k in ("pr", "zh", "zh2", "pr2", "zh3")) if g)
+    # the fix PR is read from the text with its URLs ("fixed in https://github.com/o/r/pull/N"):
+    # the URLs were blanked above only for the hardware search
+    for m in FIXED_BY.finditer("\n".join(lines)):
+        pr = next(g for g in (m.group(k) for k in ("pr", "zh", "zh2", "pr2", "zh3", "sha")) if g)
         if pr not in s.fixed_by:
             s.fixed_by.append(pr)
     return s

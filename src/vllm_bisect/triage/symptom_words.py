@@ -21,11 +21,17 @@ from __future__ import annotations
 import re
 
 from vllm_bisect.triage.symptoms import CHANGE, METRICS, NEGATED, Found
+from vllm_bisect.triage.versions import title_index
 
-OOM = re.compile(r"(?<![\w-])OOM(?:s|ed|ing|'d)?(?![\w-])|out[- ]of[- ]memory|OutOfMemoryError|"
+# ASCII boundaries: "直接OOM" (glued to Chinese) is still an OOM
+OOM = re.compile(r"(?<![A-Za-z0-9_-])OOM(?:s|ed|ing|'d)?(?![A-Za-z0-9_-])|"
+                 r"out[- ]of[- ]memory|OutOfMemoryError|"
                  r"No available memory for the cache|显存不足|内存不足|"
                  # the same running-out said in words: "not enough memory", "insufficient memory"
-                 r"(?:not\s{1,3}enough|insufficient)\s{1,3}(?:GPU\s{1,3}|video\s{1,3})?memory",
+                 r"(?:not\s{1,3}enough|insufficient)\s{1,3}(?:GPU\s{1,3}|video\s{1,3})?memory|"
+                 # a leak is a change in itself: host memory ("RAM leakage") or GPU memory
+                 r"(?:RAM|memory|内存|显存)\s{0,2}(?:leak\w{0,4}|泄[漏露])|leak\w{0,4}\s{1,3}(?:of\s{1,3})?"
+                 r"(?:host\s{1,3}|CPU\s{1,3}|GPU\s{1,3})?(?:RAM|memory)",
                  re.IGNORECASE)
 # "there is no OOM", "without OOM", "never OOMs": said not to happen
 NO_BEFORE = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|n't|没有|未|无)\s{0,3}(?:\w{1,10}\s{1,3})?"
@@ -56,7 +62,13 @@ CORRECTNESS = re.compile(
     r"(?:empty|blank)\s{1,3}(?:outputs?|responses?|completions?|strings?)|exclamation\s{1,3}marks|"
     r"([!?])\1{9,}|精度(?:出现|存在|有)?问题|精度下降|准确率跳水|"
     # meaningless / random output in any wording, and the same input giving different outputs
-    r"无意义|random\s{1,3}tokens|(?:outputs?|results?|answers?|responses?)\b[^.。]{0,60}\b(?:are|is|were|"
+    r"无意义|random\s{1,3}tokens|"
+    # output without order: "semantically chaotic", "incoherent responses", 混乱/错乱
+    r"chaotic|incoherent|(?:输出|回答|答案|内容)\w{0,4}(?:混乱|错乱|异常)|"
+    # a judgement of what the model wrote: "problematic responses", "abnormal output"
+    r"(?:problematic|abnormal|broken|weird|strange|corrupted?)\s{1,3}(?:outputs?|responses?|"
+    r"answers?|completions?|generations?|text)\b|"
+    r"(?:outputs?|results?|answers?|responses?)\b[^.。]{0,60}\b(?:are|is|were|"
     r"was)\s{1,3}different|输出(?:结果)?不(?:相同|一致|同)",
     re.IGNORECASE)
 CRASH = re.compile(r"fail\w{0,3}\s{1,3}to\s{1,3}(?:start|load|launch|initiali[sz]e)|"
@@ -64,7 +76,8 @@ CRASH = re.compile(r"fail\w{0,3}\s{1,3}to\s{1,3}(?:start|load|launch|initiali[sz
                    r"(?:start|load|launch)|startup\s{1,3}error|无法启动|启动失败|"
                    # a run that stops: it hangs, or it reports an error
                    r"卡住|卡死|(?<![\w-])(?:hangs?|hung)(?![\w-])|"
-                   r"an?\s{1,3}error\s{1,3}(?:is|was)\s{1,3}(?:reported|raised|thrown)|报错",
+                   r"an?\s{1,3}error\s{1,3}(?:is|was)\s{1,3}(?:reported|raised|thrown)|报错|出错|"
+                   r"throw\w{0,3}\s{1,3}(?:an?\s{1,3})?errors?",
                    re.IGNORECASE)
 # a title that says the run errors ("run X error", "Error after model load"): the run stops; not
 # a measured error ("accuracy error", "error rate", "relative error")
@@ -96,7 +109,7 @@ def _prose(lines: list[str]) -> list[tuple[int, str]]:
 def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
     """(symptom, line, why) for every rule above that fires (first line each)."""
     found: dict[Found, tuple[int, str]] = {}
-    title = next((n for n, ln in enumerate(lines, 1) if ln.strip()), 0)
+    title = title_index(lines) if any(ln.strip() for ln in lines) else 0
 
     def add(f: Found, n: int, why: str) -> None:
         found.setdefault(f, (n, why))
@@ -136,4 +149,9 @@ def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
                     r"decode\s{1,3}(?:is\s{1,3})?unaffected", text, re.I):
                 add(Found.TTFT, n, f"{m.group(0)!r} " + ("in the title" if n == title
                                                        else "with a change"))
+    oom = any(OOM.search(line) for line in lines) and Found.MEMORY in found
+    if oom and found.get(Found.CRASH, (0, ""))[1].endswith("it does not start"):
+        # "无法启动 ... 直接OOM": a start that runs out of memory is the memory symptom's bad
+        # (the memory probe judges an OOM start), not a second symptom
+        del found[Found.CRASH]
     return [(f, n, why) for f, (n, why) in found.items()]

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
 
+from vllm_bisect.triage.versions import title_index
+
 
 class Found(StrEnum):
     LENGTH = "length"
@@ -43,6 +45,42 @@ NEGATED = re.compile(r"unaffected|not\s{1,3}affected|no\s{1,3}(?:meaningful\s{1,
 CONTRAST = re.compile(r"\bbut\b|\bwhile\b|\bwhereas\b|\bhowever\b|但是|但|而", re.IGNORECASE)
 
 
+# A change word has a direction, and each metric a good one: lower TTFT/ITL/latency is better,
+# higher throughput is better. A clause that only says the metric got better ("lowered the
+# TTFT from 1,187 ms to 923 ms", "PP speed increased") is an improvement, not the symptom.
+BETTER_WORDS = re.compile(r"improv|\bbetter\b|\bfaster\b|提升|优化|改善", re.IGNORECASE)
+WORSE_WORDS = re.compile(r"regress|degrad|\bworse\b|\bslow|劣化|变慢|变差", re.IGNORECASE)
+DOWN_WORDS = re.compile(r"\blower|\breduc|\bdecreas|\bdrop|\bfell\b|\bfall|\bdown\b|\bcut\b|"
+                        r"降低|下降|减少", re.IGNORECASE)
+UP_WORDS = re.compile(r"\bhigher\b|\bincreas|\brais|\bgrew\b|\bjump|\bsurge|\bup\b|上升|增加|提高|"
+                      r"\blonger\b", re.IGNORECASE)
+
+
+FROM_TO = re.compile(rf"\bfrom\s{{1,3}}~?(?P<a>{NUM})[^\d]{{0,20}}?\bto\s{{1,3}}~?(?P<b>{NUM})",
+                     re.IGNORECASE)
+
+
+def improved_only(found: Found, text: str, pos: int = 0) -> bool:
+    """Whether a clause says ``found`` (named at ``pos``) only got better: the values "from A
+    to B" when given, else the direction of its change words; read between the metrics named
+    before and after it ("TTFT went from 51 ms to 80 ms and accuracy dropped": TTFT rose)."""
+    others = [(m.start(), m.end()) for f, pat in METRICS if f is not found
+              for m in pat.finditer(text)]
+    start = max((b for a, b in others if b <= pos), default=0)
+    end = min((a for a, b in others if a > pos), default=len(text))
+    text = text[start:end]
+    lower_better = found in (Found.TTFT, Found.ITL, Found.LATENCY)
+    values = FROM_TO.search(text)
+    if values and found is not Found.CORRECTNESS:
+        a, b = number(values.group("a")), number(values.group("b"))
+        return (b < a) if lower_better else (b > a)
+    if WORSE_WORDS.search(text):
+        return False
+    better = BETTER_WORDS.search(text) or (DOWN_WORDS if lower_better else UP_WORDS).search(text)
+    worse = (UP_WORDS if lower_better else DOWN_WORDS).search(text)
+    return bool(better) and not worse and found is not Found.CORRECTNESS
+
+
 def clause(text: str, pos: int) -> str:
     """The part of a sentence around ``pos`` between contrast words ("X is the same, but Y
     doubled": a negation in one clause says nothing about the other)."""
@@ -61,11 +99,16 @@ METRICS = (
                            r"decode\s{1,3}time\s{1,3}per\s{1,3}token",
                            re.IGNORECASE)),
     (Found.LATENCY, re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延|延迟|"
-                               r"(?:inference|response|request|wall|e2e|end-to-end)[ -]time\b",
+                               r"(?:inference|response|request|wall|e2e|end-to-end)[ -]time\b|"
+                               # 耗时: the time a request took
+                               r"(?:返回|请求|推理|响应)?耗时",
                                re.IGNORECASE)),
     # a rate unit is the throughput metric whatever its spelling: per second or per minute,
     # tokens, requests or samples, "t/s" and per-user "t/s/u"
-    (Found.THROUGHPUT, re.compile(r"throughput|requests/s|req/s|samples/s|(?<![A-Za-z0-9_])TPS|"
+    # token generation ("TG") is the generation rate of a run, in tok/s: throughput
+    (Found.THROUGHPUT, re.compile(r"throughput|(?<!first )(?<!first-)token\s{1,3}generation|"
+                                  r"text\s{1,3}generation\s{1,3}speed|"
+                                  r"(?<![A-Za-z0-9_])TG(?![A-Za-z0-9_])|requests/s|req/s|samples/s|(?<![A-Za-z0-9_])TPS|"
                                   r"tok(?:en)?s?/s|(?<![A-Za-z])(?:it|items)/s|吞吐|"
                                   r"req(?:uest)?s?/min|(?:samples|requests|tokens)\s{1,3}per\s{1,3}"
                                   r"(?:second|minute)|(?<![A-Za-z0-9_/])t/s(?:/u)?(?![A-Za-z])",
@@ -79,11 +122,12 @@ METRICS = (
 TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|tokens per second|it/s|items/s|"
                   rf"t/s)(?!/)",
                   re.IGNORECASE)
-SECONDS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:s|sec|secs|seconds)\b")
+# "12s左右": a unit glued to Chinese still ends at the next ASCII letter or digit
+SECONDS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:s|sec|secs|seconds)(?![A-Za-z0-9_])")
 VERSIONISH = re.compile(r"(?<![\w.])v?\d{1,3}\.\d{1,4}\.\d{1,4}")
 MS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}ms(?![A-Za-z0-9_])", re.IGNORECASE)  # "21ms左右" too
 # "TPOT 在 27 ms", "Output TPS `647.9`": one value right after the metric's name
-AFTER_METRIC = re.compile(rf"^[\s:=`*_在为是约~～]{{0,6}}(?P<n>{NUM})(?![\d.])")
+AFTER_METRIC = re.compile(rf"^[\s:：=`*_在为是约~～]{{0,6}}(?P<n>{NUM})(?![\d.])")
 CAP = re.compile(
     r"(?:stops?|stopped|capped|cut\s{1,3}off|truncat\w{0,5}|exactly|hard[- ]?limit\w{0,4}|"
     r"limited|硬限制在|截断在|停在|只有|限制在)[^\n\d]{0,25}?(?P<n>\d{2,6})\s{0,2}"
@@ -196,7 +240,21 @@ def _differ(values: list[float]) -> bool:
     return len(set(values)) >= 2 and (len(pos) < len(values) or max(pos) > 1.03 * min(pos))
 
 
-def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
+def _only_better(found: Found, seen: list[tuple[int, float]], sides: dict[int, str]) -> bool:
+    """Values of one metric on the good end's line and on the bad end's line, paired in the
+    order written: True when every pair moved the good way (lower TTFT/ITL/latency, higher
+    throughput): the report shows no regression of this metric."""
+    old = [v for n, v in seen if sides.get(n) == "old"]
+    new = [v for n, v in seen if sides.get(n) == "new"]
+    if not old or len(old) != len(new):
+        return False
+    lower_better = found in (Found.TTFT, Found.ITL, Found.LATENCY)
+    return all((b < a) if lower_better else (b > a) for a, b in zip(old, new, strict=True))
+
+
+def find_symptoms(lines: list[str], bench_throughput: bool,
+                  sides: dict[int, str] | None = None) -> Symptoms:
+    """``sides``: the lines that name only the good ("old") or only the bad ("new") end."""
     s = Symptoms()
 
     def add(f: Found, n: int, why: str) -> None:
@@ -205,7 +263,7 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
             s.where[f.value] = n
             s.why[f.value] = why
 
-    title = next((ln for ln in lines if ln.strip()), "")
+    title = lines[title_index(lines) - 1] if lines else ""
     version_toks: list[tuple[int, float]] = []
     per_line: dict[Found, list[tuple[int, float]]] = {}  # one value of a metric per line
     for n, line in enumerate(lines, 1):
@@ -224,7 +282,11 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
             changed = bool(CHANGE.search(text))
             for found, pat in METRICS:
                 hit = pat.search(text)
-                if not hit or NEGATED.search(clause(text, hit.start())):
+                if not hit:
+                    continue
+                part = clause(text, hit.start())
+                if NEGATED.search(part) or improved_only(found, part,
+                                                         hit.start() - text.find(part)):
                     continue
                 if found is Found.THROUGHPUT and (
                         re.search(r"decode[- ]throughput", text, re.I) or (
@@ -253,7 +315,8 @@ def find_symptoms(lines: list[str], bench_throughput: bool) -> Symptoms:
         s.tok_s += [v for _, v in version_toks]  # one value per version line: compared
         add(Found.THROUGHPUT, version_toks[0][0], "tok/s on one line per version")
     for found, seen in per_line.items():  # "v0.9.1 ... TPOT 20ms" / "v0.11 ... TPOT 27ms"
-        if len({n for n, _ in seen}) >= 2 and len({v for _, v in seen}) >= 2:
+        if len({n for n, _ in seen}) >= 2 and len({v for _, v in seen}) >= 2 and not \
+                _only_better(found, seen, sides or {}):
             add(found, seen[0][0], "one value per line on two lines")
             if found is Found.ITL:
                 s.itl_ms += [v for _, v in seen]
