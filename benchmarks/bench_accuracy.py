@@ -90,6 +90,7 @@ class Trial:
     link: str = "none"   # vllm-bisect arms: "none" (no prefetch), "independent", "shared"
     pool: int = 2        # prefetch threads (the Prefetcher's default: 2)
     recheck: int | None = None  # default arm: verdict.recheck_runs (None: the spec's default)
+    plateau: bool | None = None  # default arm: verdict.plateau (None: the spec's default)
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,8 @@ def make_scenario(t: Trial) -> Scenario:
                     acceptance=t.acceptance)
 
 
-def spec_for(arm: str, s: Scenario, recheck: int | None = None) -> BisectSpec:
+def spec_for(arm: str, s: Scenario, recheck: int | None = None,
+             plateau: bool | None = None) -> BisectSpec:
     """The arm's spec. default: what a new user writes (the symptom, ``itl_factor`` as the
     smallest change that matters: 1.15, or half the planted effect below 1.3x; no strategy,
     no probe.requests)."""
@@ -128,6 +130,8 @@ def spec_for(arm: str, s: Scenario, recheck: int | None = None) -> BisectSpec:
     if arm == "default":
         if recheck is not None:
             verdict["recheck_runs"] = recheck
+        if plateau is not None:
+            verdict["plateau"] = plateau
         if s.symptom == "itl":
             verdict["itl_factor"] = round(min(1.15, 1 + (s.effect - 1) / 2), 4)
     else:
@@ -155,7 +159,7 @@ def run_trial(t: Trial) -> Outcome:
     logging.disable(logging.WARNING)  # the Driver's retry warnings, thousands of them
     s = make_scenario(t)
     rng = commit_range(s.n)
-    sp = spec_for(t.arm, s, t.recheck)
+    sp = spec_for(t.arm, s, t.recheck, t.plateau)
     rs = plain_arms.parse(t.arm)
     # plain `git bisect run` fetches each artifact when git checks the commit out: no link
     link = None if rs is not None or t.link == "none" else Link(t.link == "independent",
@@ -242,24 +246,24 @@ def row_arms(kind: str, arms: tuple[str, ...], repeats: bool) -> list[str]:
 
 def trials(seed: int, n: int, crash: float, rows: str, arms: tuple[str, ...],
            link: str = "none", pool: int = 2, recheck: int | None = None,
-           repeats: bool = False) -> Iterator[tuple[str, Trial]]:
+           repeats: bool = False, plateau: bool | None = None) -> Iterator[tuple[str, Trial]]:
     """Every (row label, trial). A row's seeds include its position (the cap rows and the
     rows added later keep the positions they had: their draws do not move)."""
     for r, (effect, cv, server_cv, acc) in enumerate(ITL_ROWS + NEW_ITL_ROWS):
         if r >= len(ITL_ROWS):
-            if rows not in ("all", "new", "issue30"):
+            if rows not in ("all", "new", "issue30", "issue30itl"):
                 continue
             r = len(ITL_ROWS) + len(CAP_QS) + r - len(ITL_ROWS)
         elif (rows in ("cap", "capgoals") or (rows == "goals" and r not in GOAL_ROWS)
               or (rows == "new" and not server_cv) or (rows == "rest" and r in GOAL_ROWS)
-              or (rows == "issue30" and r != 6)):
+              or (rows in ("issue30", "issue30itl") and r != 6)):
             continue
         label = label_of(effect, cv, server_cv, acc)
         for arm in row_arms("itl", arms, repeats):
             for j in range(n):
                 yield label, Trial(arm, seed * 1_000_003 + r * 10_007 + j, "itl", effect, cv,
                                    max_crash=crash, server_cv=server_cv, acceptance=acc,
-                                   link=link, pool=pool)
+                                   link=link, pool=pool, plateau=plateau)
     qs = {"all": CAP_QS, "cap": CAP_QS, "issue30": CAP_QS, "capgoals": (0.5, 0.7, 1.0)}
     for r, q in enumerate(CAP_QS, start=len(ITL_ROWS)):
         if q not in qs.get(rows, ()):
@@ -285,10 +289,11 @@ def main() -> None:
     ap.add_argument("--max-crash", type=float, default=0.05,
                     help="server crash rates drawn from 0..this per start")
     ap.add_argument("--rows", choices=("all", "goals", "new", "rest", "cap", "capgoals",
-                                       "issue30"), default="all",
+                                       "issue30", "issue30itl"), default="all",
                     help="goals: the rows issue 14 sets goals for; new: the server-CV rows; "
                          "rest: the ITL rows that are not goal rows; capgoals: q 0.5, 0.7, 1; "
-                         "issue30: the rows issue 30 sets goals for")
+                         "issue30: the rows issue 30 sets goals for; issue30itl: its two "
+                         "ITL rows only")
     ap.add_argument("--plain-repeats", action="store_true",
                     help="also plain git bisect run with r requests on each of s servers "
                          "(r 1, 3, 5, 10; s 1, 2, 3) on every row")
@@ -302,10 +307,13 @@ def main() -> None:
                     help="prefetch threads (the Prefetcher's default: 2)")
     ap.add_argument("--recheck-runs", type=int, default=None,
                     help="default arm on caps: verdict.recheck_runs (default: the spec's)")
+    ap.add_argument("--plateau", choices=("on", "off"), default=None,
+                    help="default arm on the ITL rows: verdict.plateau (default: the spec's)")
     a = ap.parse_args()
     arms = tuple(a.arms.split(","))
     items = list(trials(a.seed, a.trials, a.max_crash, a.rows, arms, a.prefetch,
-                        a.prefetch_pool, a.recheck_runs, a.plain_repeats))
+                        a.prefetch_pool, a.recheck_runs, a.plain_repeats,
+                        None if a.plateau is None else a.plateau == "on"))
     with ProcessPoolExecutor(a.jobs) as pool:
         outs = list(pool.map(run_trial, [t for _, t in items], chunksize=4))
     groups: dict[tuple[str, str], list[Outcome]] = {}

@@ -53,6 +53,7 @@ class Trial:
     row: str
     arm: str
     seed: int
+    plateau: bool | None = None   # verdict.plateau (None: the spec's default)
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,12 @@ def make_scenario(t: Trial) -> tuple[StepsScenario, set[int], set[int]]:
             set(), {a, b})
 
 
-def spec_for(arm: str) -> BisectSpec:
+def spec_for(arm: str, plateau: bool | None = None) -> BisectSpec:
     symptoms = ["length", "itl"] if arm == "length+itl" else [arm.split(",")[0]]
     verdict: dict[str, object] = {"symptoms": symptoms, "itl_factor": 1.15,
                                   "verify_samples": 0, "rest_check": "no rest" not in arm}
+    if plateau is not None:
+        verdict["plateau"] = plateau
     # the ITL arms probe as the two-symptom run does (one request first, more on demand)
     return parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
                        "probe": {"max_tokens": 256, "requests": 1}, "verdict": verdict})
@@ -95,7 +98,7 @@ def run_trial(t: Trial) -> Outcome:
     logging.disable(logging.WARNING)
     s, caps, steps = make_scenario(t)
     rng = commit_range(s.n)
-    sp = spec_for(t.arm)
+    sp = spec_for(t.arm, t.plateau)
     cluster = VirtualCluster(s, rng, 1, random.Random(t.seed * 7919 + 1),
                              first_batch=sp.probe.requests)
     want = {"length": caps, "itl": steps}
@@ -126,9 +129,15 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--rows", choices=("all", "steps"), default="all",
+                    help="steps: the ITL step rows only (not the two-symptom row)")
+    ap.add_argument("--plateau", choices=("on", "off"), default=None,
+                    help="verdict.plateau (default: the spec's)")
     a = ap.parse_args()
-    items = [Trial(row, arm, a.seed * 1_000_003 + r * 10_007 + j)
-             for r, row in enumerate(ROWS) for arm in ARMS[row] for j in range(a.trials)]
+    plateau = None if a.plateau is None else a.plateau == "on"
+    items = [Trial(row, arm, a.seed * 1_000_003 + r * 10_007 + j, plateau)
+             for r, row in enumerate(ROWS) if a.rows == "all" or r > 0
+             for arm in ARMS[row] for j in range(a.trials)]
     with ProcessPoolExecutor(a.jobs) as pool:
         outs = list(pool.map(run_trial, items, chunksize=4))
     groups: dict[tuple[str, str], list[Outcome]] = {}
@@ -146,6 +155,8 @@ def main() -> None:
               f"{sum(o.first_exact for o in os_) / len(os_):.1%} | {mean[row, arm]:.1f} | "
               f"{statistics.median(o.starts for o in os_):.0f} | "
               f"{statistics.fmean(o.minutes for o in os_) / 60:.2f} |")
+    if (ROWS[0], "length+itl") not in mean:
+        return
     both, one = mean[ROWS[0], "length+itl"], max(mean[ROWS[0], "length"], mean[ROWS[0], "itl"])
     print(f"\ngoal two symptoms: {both:.1f} server starts vs {one:.1f} for the costlier "
           f"single-symptom bisect = {both / one:.2f}x (<= 1.5x: {both <= 1.5 * one}); vs both "
