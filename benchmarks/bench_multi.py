@@ -25,6 +25,7 @@ import argparse
 import logging
 import os
 import random
+import re
 import statistics
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
@@ -43,9 +44,15 @@ from vllm_bisect.spec import BisectSpec, parse_spec
 
 CV, SERVER_CV, EFFECT = 0.10, 0.05, 1.3
 ROWS = ("two symptoms", "two itl steps, n = 32", "two itl steps, n 50..1000",
-        "one itl step, n 50..1000")
+        "one itl step, n 50..1000", "one 2x itl step, H200-like noise, n = 26")
 ARMS = {ROWS[0]: ("length", "itl", "length+itl"), ROWS[1]: ("itl", "itl, no rest check"),
-        ROWS[2]: ("itl",), ROWS[3]: ("itl", "itl, no rest check")}
+        ROWS[2]: ("itl",), ROWS[3]: ("itl", "itl, no rest check"),
+        ROWS[4]: ("itl", "itl, no rest check")}
+# the H200 source bisect's noise (docs/validation.md (j)): per-request CV ~6%, server-level
+# ~10%, a 2x step, and the default smallest change that matters (min_effect 5%)
+H200_CV, H200_SERVER_CV, H200_EFFECT = 0.06, 0.10, 2.0
+# a rest check's note: "rest check, <question>: <answer> (N server starts)..."
+REST_STARTS = re.compile(r"rest check, [^;]*?\((\d+) server starts?\b")
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,7 @@ class Outcome:
     first_exact: bool   # the first search's culprit is a planted one
     starts: int
     minutes: float
+    rest: int = 0       # server starts of the rest checks that ended without a search
 
 
 def make_scenario(t: Trial) -> tuple[StepsScenario, set[int], set[int]]:
@@ -71,6 +79,10 @@ def make_scenario(t: Trial) -> tuple[StepsScenario, set[int], set[int]]:
         cap, itl = rnd.sample(range(n), 2)
         return steps_scenario(n, ((itl, EFFECT),), cap_at=cap, cv=CV,
                               server_cv=SERVER_CV), {cap}, {itl}
+    if t.row == ROWS[4]:
+        at = rnd.randrange(26)
+        return steps_scenario(26, ((at, H200_EFFECT),), cv=H200_CV,
+                              server_cv=H200_SERVER_CV), set(), {at}
     if t.row == ROWS[3]:
         at = rnd.randrange(n)
         return steps_scenario(n, ((at, EFFECT),), cv=CV, server_cv=SERVER_CV), set(), {at}
@@ -82,10 +94,12 @@ def make_scenario(t: Trial) -> tuple[StepsScenario, set[int], set[int]]:
             set(), {a, b})
 
 
-def spec_for(arm: str) -> BisectSpec:
+def spec_for(arm: str, row: str = "") -> BisectSpec:
     symptoms = ["length", "itl"] if arm == "length+itl" else [arm.split(",")[0]]
-    verdict: dict[str, object] = {"symptoms": symptoms, "itl_factor": 1.15,
-                                  "verify_samples": 0, "rest_check": "no rest" not in arm}
+    verdict: dict[str, object] = {"symptoms": symptoms, "verify_samples": 0,
+                                  "rest_check": "no rest" not in arm}
+    if row != ROWS[4]:   # the H200-like row: the default (min_effect 5%)
+        verdict["itl_factor"] = 1.15
     # the ITL arms probe as the two-symptom run does (one request first, more on demand)
     return parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
                        "probe": {"max_tokens": 256, "requests": 1}, "verdict": verdict})
@@ -95,7 +109,7 @@ def run_trial(t: Trial) -> Outcome:
     logging.disable(logging.WARNING)
     s, caps, steps = make_scenario(t)
     rng = commit_range(s.n)
-    sp = spec_for(t.arm)
+    sp = spec_for(t.arm, t.row)
     cluster = VirtualCluster(s, rng, 1, random.Random(t.seed * 7919 + 1),
                              first_batch=sp.probe.requests)
     want = {"length": caps, "itl": steps}
@@ -118,7 +132,8 @@ def run_trial(t: Trial) -> Outcome:
     exact = all(named.get(sym, set()) == want[sym] for sym in map(str, sp.symptom_list()))
     first = multi.culprits[0].commit if multi.culprits else None
     first_exact = first is not None and rng.index(first) in caps | steps
-    return Outcome(exact, first_exact, cluster.starts, cluster.clock)
+    rest = sum(int(n) for c in multi.culprits for n in REST_STARTS.findall(c.note))
+    return Outcome(exact, first_exact, cluster.starts, cluster.clock, rest)
 
 
 def main() -> None:
@@ -137,14 +152,15 @@ def main() -> None:
     print(f"{a.trials} scenarios per row (seed {a.seed}); ITL {EFFECT}x per step, request CV "
           f"{CV:.0%}, server CV {SERVER_CV:.0%}; itl_factor 1.15\n")
     print("| row | arm | every planted culprit named, no other | first search exact | "
-          "server starts (mean) | server starts (median) | sim. wall (h) |\n"
-          "|---|---|---|---|---|---|---|")
+          "server starts (mean) | server starts (median) | rest-check starts (mean) | "
+          "sim. wall (h) |\n|---|---|---|---|---|---|---|---|")
     mean: dict[tuple[str, str], float] = {}
     for (row, arm), os_ in groups.items():
         mean[row, arm] = statistics.fmean(o.starts for o in os_)
         print(f"| {row} | {arm} | {sum(o.exact for o in os_) / len(os_):.1%} | "
               f"{sum(o.first_exact for o in os_) / len(os_):.1%} | {mean[row, arm]:.1f} | "
               f"{statistics.median(o.starts for o in os_):.0f} | "
+              f"{statistics.fmean(o.rest for o in os_):.1f} | "
               f"{statistics.fmean(o.minutes for o in os_) / 60:.2f} |")
     both, one = mean[ROWS[0], "length+itl"], max(mean[ROWS[0], "length"], mean[ROWS[0], "itl"])
     print(f"\ngoal two symptoms: {both:.1f} server starts vs {one:.1f} for the costlier "

@@ -30,11 +30,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from vllm_bisect.bisect import rest
 from vllm_bisect.bisect.driver import BisectResult, Driver
+from vllm_bisect.bisect.endpoint_doc import EndpointEnvDoc
 from vllm_bisect.bisect.events import EventHandler
 from vllm_bisect.bisect.policies import make_policy, resolve_strategy
 from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitRange
+from vllm_bisect.bisect.rest import RestAnswer
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Evaluation, Verdict
 from vllm_bisect.spec import BisectSpec, Symptom
@@ -75,6 +78,7 @@ class Culprit:
 class MultiResult:
     result: BisectResult            # the first search's, with every search's counts
     culprits: list[Culprit] = field(default_factory=list)
+    endpoint_env: EndpointEnvDoc | None = None   # the endpoints' environments (result.json)
 
     def summary(self) -> str:
         """'a 1.31x itl change at X, and another 1.29x itl change at Y'."""
@@ -155,9 +159,8 @@ class _Loop:
         self.wall = 0.0
         self.rounds = 0
 
-    def search(self, sp: BisectSpec, rng: CommitRange) -> BisectResult:
-        """One Driver over ``rng``; its server starts are counted even when it refuses."""
-        driver = self.make(sp, rng)
+    def search(self, driver: Driver) -> BisectResult:
+        """One Driver's search; its server starts are counted even when it refuses."""
         try:
             r = driver.run()
         finally:
@@ -263,7 +266,7 @@ class _Loop:
             self.events.on_phase("", f"{c.symptom}: {c.commit[:12]} against its parent alone")
             before = self.starts
             try:
-                self.search(pair_sp, pair)
+                self.search(self.make(pair_sp, pair))
             except NotReproduced as err:
                 self.out.culprits[k] = replace(c, confirmed=False)
                 self._note(k, f"not confirmed against its parent alone ({self.starts - before}"
@@ -278,11 +281,14 @@ class _Loop:
                 self._note(by, f"stopped after {MAX_SEARCHES} searches")
                 return
             searches += 1
+            before = self.starts
+            driver = self.make(sp, rng)
             if by >= 0:
                 self.events.on_phase("", f"rest check ({s.value}): is {what}?")
-            before = self.starts
+                if not self._worse(driver, sp, by, what):
+                    continue
             try:
-                r = self.search(sp, rng)
+                r = self.search(driver)
             except NotReproduced as err:
                 if by < 0:
                     raise
@@ -310,6 +316,35 @@ class _Loop:
             if left is not None:
                 todo.append((left, me, f"{sha}'s parent clearly worse than the good end "
                                        f"{rng.good.sha[:12]}"))
+
+    def _worse(self, driver: Driver, sp: BisectSpec, by: int, what: str) -> bool:
+        """The rest check (bisect/rest.py) from the servers so far, at most
+        ``verdict.rest_servers`` more: True when the part is clearly worse (bisect it, on
+        ``driver``), else the answer is noted and nothing more runs. Not the two-level test:
+        True (the search's own calibration answers)."""
+        rng, cap, head = driver.rng, sp.verdict.rest_servers, f"rest check, {what}: "
+        try:
+            found = rest.check(driver.core.policy, driver.tester, cap)
+        except NotReproduced as err:   # an end that could not be tested
+            found, why = None, err.message
+        else:
+            if found is None or found.answer is RestAnswer.WORSE:
+                return True   # the search on this driver counts its starts
+            why = found.reason
+        starts = driver.measurer.server_starts
+        self.starts += starts
+        if found is None:
+            self._note(by, f"{head}untestable ({starts} server starts): {why}")
+        elif found.answer is RestAnswer.EXPLAINED:
+            self._note(by, f"{head}no, the culprit explains the effect ({starts} server "
+                           f"starts): {why}")
+        else:
+            self._note(by, f"{head}undecided after {found.servers[0]} + {found.servers[1]} "
+                           f"servers ({starts} server starts, verdict.rest_servers = {cap}): "
+                           f"{why}; to check further: `vllm-bisect run --spec SESSION/spec.toml "
+                           f"--good {rng.good.sha[:12]} --bad {rng.bad.sha[:12]}` (its cache "
+                           "reuses these measurements), or raise verdict.rest_servers")
+        return False
 
     def _note(self, index: int, text: str) -> None:
         """A culprit's note (the rest checks' conclusions)."""
