@@ -82,5 +82,11 @@ def test_the_line_names_what_moved() -> None:
     # not be listed says why
     assert EndpointEnv(None, None).line("S") is None
     failed = EndpointEnv(None, {"vllm": "1"}, ("image r/v:1: its packages could not be listed",))
-    assert failed.line("S") == ("endpoints' environments not compared: image r/v:1: its "
+    # the subject is the line's own (a lazy good endpoint names the commit judged good)
+    assert failed.line("S") == ("the endpoints' environments not compared: image r/v:1: its "
                                 "packages could not be listed")
+    assert failed.line("S", "abc (judged good)") == (
+        "the environments of abc (judged good) and the bad endpoint not compared: image r/v:1: "
+        "its packages could not be listed")
+    assert str(deps.line("S", "abc (judged good)")).startswith(
+        "the environments of abc (judged good) and the bad endpoint differ in more than vLLM")
