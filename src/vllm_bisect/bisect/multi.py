@@ -275,6 +275,7 @@ class _Loop:
     def _steps(self, s: Symptom, sp: BisectSpec,
                todo: list[tuple[CommitRange, int, str]]) -> None:
         searches = 0
+        verified: dict[str, rest.Servers] = {}   # the culprits' verifications' servers
         while todo:
             rng, by, what = todo.pop(0)
             if searches == MAX_SEARCHES:
@@ -285,10 +286,11 @@ class _Loop:
             driver = self.make(sp, rng)
             if by >= 0:
                 self.events.on_phase("", f"rest check ({s.value}): is {what}?")
-                if not self._worse(driver, sp, by, what):
+                if not self._worse(driver, sp, by, what, verified):
                     continue
             try:
                 r = self.search(driver)
+                verified.update(rest.verified_servers(r.verification, s))
             except NotReproduced as err:
                 if by < 0:
                     raise
@@ -317,14 +319,15 @@ class _Loop:
                 todo.append((left, me, f"{sha}'s parent clearly worse than the good end "
                                        f"{rng.good.sha[:12]}"))
 
-    def _worse(self, driver: Driver, sp: BisectSpec, by: int, what: str) -> bool:
+    def _worse(self, driver: Driver, sp: BisectSpec, by: int, what: str,
+               verified: dict[str, rest.Servers]) -> bool:
         """The rest check (bisect/rest.py) from the servers so far, at most
         ``verdict.rest_servers`` more: True when the part is clearly worse (bisect it, on
         ``driver``), else the answer is noted and nothing more runs. Not the two-level test:
         True (the search's own calibration answers)."""
         rng, cap, head = driver.rng, sp.verdict.rest_servers, f"rest check, {what}: "
         try:
-            found = rest.check(driver.core.policy, driver.tester, cap)
+            found = rest.check(driver.core.policy, driver.tester, cap, verified)
         except NotReproduced as err:   # an end that could not be tested
             found, why = None, err.message
         else:

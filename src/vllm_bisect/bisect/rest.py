@@ -25,17 +25,23 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 from vllm_bisect.bisect.policies.base import ServerRuns, VerdictPolicy
 from vllm_bisect.bisect.policies.twolevel import Calibration, TwoLevelPolicy
-from vllm_bisect.verdict.auto import log_min_change
+from vllm_bisect.models import Measurement, Verification
+from vllm_bisect.spec import Symptom
+from vllm_bisect.verdict.auto import log_min_change, samples_of
 from vllm_bisect.verdict.twolevel import CalStep
 
 logger = logging.getLogger(__name__)
 FUTILITY = 0.05   # P(the rest matters) under which the culprit explains the effect
 MIN_SERVERS = 2   # per end, before the culprit explains it
+
+
+Servers = tuple[list[list[float]], Measurement]   # samples per server, their measurement
 
 
 class RestAnswer(StrEnum):
@@ -52,14 +58,20 @@ class RestCheck:
     started: int         # fresh servers the check itself started
 
 
-def check(policy: VerdictPolicy, runs: ServerRuns, cap: int) -> RestCheck | None:
+def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
+          verified: Mapping[str, Servers] | None = None) -> RestCheck | None:
     """The rest check of ``runs``' range (its endpoints: the two commits compared), at most
-    ``cap`` fresh servers. None: not the two-level test (the search's own calibration then
-    answers, as before)."""
+    ``cap`` fresh servers. ``verified``: servers a culprit's verification ran of either
+    commit (fresh ones, after the search: added to the search's). None: not the two-level
+    test (the search's own calibration then answers, as before)."""
     if not isinstance(policy, TwoLevelPolicy):
         return None
     cal = Calibration(policy, runs, 0)
     ends = (cal.old_sha, cal.new_sha)
+    for sha, (groups, m) in (verified or {}).items():
+        if sha in cal.last and groups:
+            cal.groups[sha] += groups
+            cal.earlier[sha].append(m)
     missing = [sha for sha in ends if not cal.groups[sha]]
     if missing:   # not measured by the search (a part's end it never judged)
         cal.run(missing, 2)
@@ -89,3 +101,15 @@ def _answer(step: CalStep, servers: int, started: int, cap: int) -> RestAnswer |
     if step.p_matters < FUTILITY and servers >= MIN_SERVERS:
         return RestAnswer.EXPLAINED
     return RestAnswer.UNDECIDED if started >= cap else None
+
+
+def verified_servers(v: Verification | None, symptom: Symptom) -> dict[str, Servers]:
+    """The servers a culprit's verification ran of it and its parent (fresh, after the
+    search), for the rest checks of the same symptom."""
+    out: dict[str, Servers] = {}
+    for sha, groups, m in ((v.culprit, v.culprit_servers, v.culprit_measurement),
+                           (v.parent, v.parent_servers, v.parent_measurement)) if v else ():
+        gs = [g for g in groups or [samples_of(m, symptom)] if g] if m is not None else []
+        if m is not None and gs:
+            out[sha] = (gs, m)
+    return out
