@@ -75,7 +75,8 @@ def endpoint_env(artifacts: Mapping[str, Artifact], good: str, bad: str) -> Endp
     if a is None or b is None:
         return None
     if a.kind in (ArtifactKind.COMMAND, ArtifactKind.URL) and a.venv is None:
-        return EndpointEnv(None, None)
+        return EndpointEnv(None, None, (f"a {a.kind.value} artifact: its packages are not "
+                                        "visible",))
     (pa, na), (pb, nb) = artifact_packages(a), artifact_packages(b)
     return EndpointEnv(pa, pb, tuple(n for n in (na, nb) if n))
 

@@ -28,8 +28,8 @@ def env_lines(data: object) -> list[str]:
     if not d.compared:
         out.append("- packages: not compared")
     elif not d.packages:
-        out.append(f"- packages: the same {d.package_counts[0] if d.package_counts else ''} "
-                   "packages".replace("  ", " "))
+        out.append(f"- packages: the same {d.package_counts[0] if d.package_counts else ''} on "
+                   "both sides")
     else:
         more = f", and {len(d.packages) - SHOWN} more" if len(d.packages) > SHOWN else ""
         out.append(f"- packages that differ: {', '.join(map(_change, d.packages[:SHOWN]))}{more}")
@@ -37,9 +37,13 @@ def env_lines(data: object) -> list[str]:
         out.append(f"- more than vLLM differs ({', '.join(d.beyond_vllm)}): the regression may "
                    f"be a dependency's; `{d.deps_command}` swaps the pins")
     if d.vllm_vars:
-        out.append(f"- `VLLM_*` variables that differ: {', '.join(map(_change, d.vllm_vars))}")
+        out.append("- `VLLM_*` variables the servers were given that differ: "
+                   + ", ".join(map(_change, d.vllm_vars)))
     else:
-        out.append(f"- `VLLM_*` variables: the same on both sides ({d.vllm_vars_same})")
+        n = d.vllm_vars_same
+        out.append(f"- `VLLM_*` variables the servers were given: the same on both sides ({n} "
+                   f"variable{'' if n == 1 else 's'})" if n else
+                   "- `VLLM_*` variables the servers were given: none on either side")
     where = ", ".join(f"{k} {v}" for k, v in (("GPU", d.gpu), ("driver", d.driver),
                                              ("CUDA", d.cuda)) if v)
     if d.platform:
