@@ -13,11 +13,11 @@ intermittence check counts the servers that already showed it.
 After a culprit of a noise-aware symptom (itl, throughput, mtp-speedup: a strategy that
 calibrates), the rest checks (``verdict.rest_check``, on by default) ask whether it explains
 the whole effect: the bad endpoint against the culprit, and the culprit's parent against the
-good endpoint (bisect/rest.py: from the servers the search and the verification ran, the
-search's noise as the prior; "explained" once even the 95% upper bound of the rest is under
-the smallest change that matters, else at most ``verdict.rest_servers`` fresh servers, then
-"undecided" with the command that checks further). Whichever side is still clearly worse is
-bisected the same way, with its own checks. With
+good endpoint (bisect/rest.py: from the servers the search and the verification ran;
+"explained" once even the 95% upper bound of the rest is under the smallest change that
+matters, else at most ``verdict.rest_servers`` fresh servers, then "undecided" with the
+command that checks further). Whichever side is still clearly worse is bisected the same
+way, with its own checks. With
 more than one step found, each culprit is tested against its parent alone the same way, and
 one that does not separate is reported as not confirmed. Every step is reported ("a 1.30x
 itl change at X, and another 1.28x itl change at Y"): result.json ``culprits``, report.md and
@@ -44,7 +44,6 @@ from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Evaluation, Verdict
 from vllm_bisect.spec import BisectSpec, Symptom
 from vllm_bisect.verdict.auto import samples_of
-from vllm_bisect.verdict.twolevel import TwoLevel
 
 logger = logging.getLogger(__name__)
 MAX_SEARCHES = 7   # per symptom: the first, and the rest checks (two per culprit found)
@@ -279,7 +278,6 @@ class _Loop:
                todo: list[tuple[CommitRange, int, str]]) -> None:
         searches = 0
         verified: dict[str, rest.Servers] = {}   # the culprits' verifications' servers
-        noise: dict[int, TwoLevel | None] = {}   # culprit -> its search's model (the noise)
         while todo:
             rng, by, what = todo.pop(0)
             if searches == MAX_SEARCHES:
@@ -290,7 +288,7 @@ class _Loop:
             driver = self.make(sp, rng)
             if by >= 0:
                 self.events.on_phase("", f"rest check ({s.value}): is {what}?")
-                if not self._worse(driver, sp, by, what, (verified, noise.get(by))):
+                if not self._worse(driver, sp, by, what, verified):
                     continue
             try:
                 r = self.search(driver)
@@ -314,7 +312,6 @@ class _Loop:
             if r.first_bad is None or not checks_rest(sp):
                 continue
             me = len(self.out.culprits) - 1
-            noise[me] = rest.search_noise(driver.core.policy)
             sha = r.first_bad[:12]
             left, right = parent_range(rng, r.first_bad), rest_range(rng, r.first_bad)
             if right is not None:
@@ -325,16 +322,14 @@ class _Loop:
                                        f"{rng.good.sha[:12]}"))
 
     def _worse(self, driver: Driver, sp: BisectSpec, by: int, what: str,
-               known: tuple[dict[str, rest.Servers], TwoLevel | None]) -> bool:
+               verified: dict[str, rest.Servers]) -> bool:
         """The rest check (bisect/rest.py) from the servers so far, at most
         ``verdict.rest_servers`` more: True when the part is clearly worse (bisect it, on
         ``driver``), else the answer is noted and nothing more runs. Not the two-level test:
         True (the search's own calibration answers)."""
         rng, cap, head = driver.rng, sp.verdict.rest_servers, f"rest check, {what}: "
         try:
-            # a culprit or a parent (not one of the run's endpoints): judged on biased servers
-            judged = {rng.good.sha, rng.bad.sha} - {self.rng.good.sha, self.rng.bad.sha}
-            found = rest.check(driver.core.policy, driver.tester, cap, *known, judged)
+            found = rest.check(driver.core.policy, driver.tester, cap, verified)
         except NotReproduced as err:   # an end that could not be tested
             found, why = None, err.message
         else:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cached_property
 
@@ -120,8 +120,6 @@ class TwoLevel:
 
     good: tuple[Group, ...]
     bad: tuple[Group, ...]
-    # the (sigma, tau) grid's prior, log weights (None: log-uniform; the rest check: noise())
-    prior: Arr | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not any(self.good) or not any(self.bad):
@@ -131,8 +129,7 @@ class TwoLevel:
     def _fit(self) -> tuple[Arr, Arr, Arr, Arr, Arr]:
         llg, mg, pg = _side(self.good)
         llb, mb, pb = _side(self.bad)
-        prior = _PRIOR if self.prior is None else self.prior
-        lw = prior + _within(self.good + self.bad) + llg + llb
+        lw = _PRIOR + _within(self.good + self.bad) + llg + llb
         lw = lw - _lse(lw)
         return lw, mg, pg, mb, pb
 
@@ -148,10 +145,6 @@ class TwoLevel:
     def components(self) -> tuple[float, float]:
         """Posterior mean (sigma^2, tau^2): per-request and server-level variance."""
         return self._components
-
-    def noise(self) -> Arr:
-        """The posterior over the (sigma, tau) grid (log weights): a later model's prior."""
-        return self._fit[0]
 
     def means(self) -> tuple[float, float]:
         """Posterior mean of the good and the bad side's mean (log scale)."""
@@ -210,15 +203,14 @@ class TwoLevel:
     def learn(self, groups: Sequence[Group], bad: bool) -> TwoLevel:
         """The model with a judged commit's servers added to the side it was judged on."""
         gs = tuple(g for g in groups if g)
-        return (TwoLevel(self.good, self.bad + gs, self.prior) if bad
-                else TwoLevel(self.good + gs, self.bad, self.prior))
+        return TwoLevel(self.good, self.bad + gs) if bad else TwoLevel(self.good + gs, self.bad)
 
     def without(self, groups: Sequence[Group]) -> TwoLevel:
         """The model with a commit's servers (learned earlier) taken out again: it is judged
         anew, and its own servers must not count as evidence for the side it was put on."""
         gs = {g for g in groups if g}
         return TwoLevel(tuple(g for g in self.good if g not in gs),
-                        tuple(g for g in self.bad if g not in gs), self.prior)
+                        tuple(g for g in self.bad if g not in gs))
 
 
 def request_gain(s2: float, t2: float, n: int) -> float:
@@ -343,8 +335,9 @@ class CalStep:
     reason: str
     model: TwoLevel | None = None
     requests: int = 0   # MORE: requests on each endpoint's next (fresh) server
-    # (the rest check, bisect/rest.py) the direction sure at p_wrong and the change at least
-    # min_change; P(the change >= min_change) under the posterior
+    # the numbers behind the status (the rest check reads them: bisect/rest.py): the
+    # endpoints separate (right direction at p_wrong, the change at least min_change), and
+    # P(the change >= min_change) under the posterior
     separated: bool = False
     p_matters: float = 1.0
 
@@ -353,8 +346,7 @@ def calibration_step(good: Sequence[Group], bad: Sequence[Group], *, min_change:
                      direction: int = 1, threshold: float = math.log(1000),
                      p_wrong: float = 0.01, max_servers: int = 8, server_cost: float = 3.0,
                      max_requests: int = 8, precision: float = 3.0,
-                     min_servers: int = 2, step_change: float = 0.0,
-                     prior: Arr | None = None) -> CalStep:
+                     min_servers: int = 2, step_change: float = 0.0) -> CalStep:
     """What calibration does next, given each endpoint's servers so far (log samples).
 
     ``min_change``: the smallest change that matters, log scale (log itl_factor);
@@ -366,9 +358,8 @@ def calibration_step(good: Sequence[Group], bad: Sequence[Group], *, min_change:
     settle it. MORE: a fresh server per endpoint with ``requests`` requests.
     ``step_change`` (a fall-back's calibration with the plateau rule): READY also needs the
     plateau evidence able to reach the threshold (the good end's level known well enough).
-    ``prior``: the noise's prior (``TwoLevel.prior``; the rest check passes the search's).
     """
-    model = TwoLevel(tuple(good), tuple(bad), prior)
+    model = TwoLevel(tuple(good), tuple(bad))
     k = min(model.servers)
     mg, mb = model.means()
     change = direction * (mb - mg)
@@ -378,23 +369,24 @@ def calibration_step(good: Sequence[Group], bad: Sequence[Group], *, min_change:
     what = (f"change {math.expm1(change):+.1%} (smallest that matters "
             f"{math.expm1(min_change):+.1%}), per-request CV ~{math.sqrt(s2):.1%}, server-level "
             f"CV ~{math.sqrt(t2):.1%}, {model.servers[0]} + {model.servers[1]} servers")
-    apart = p_dir <= p_wrong and change >= min_change
-    separated = apart and (
+    separated = p_dir <= p_wrong and change >= min_change and (
         not step_change or k >= max_servers or model.ceiling(step=step_change) >= threshold)
-
-    def out(status: CalStatus, reason: str, requests: int = 0) -> CalStep:
-        return CalStep(status, reason, model, requests, apart, p_matters)
+    apart = p_dir <= p_wrong and change >= min_change
     if separated and model.single_request_evidence() >= threshold:
-        return out(CalStatus.READY, f"one request decides: {what}")
+        return CalStep(CalStatus.READY, f"one request decides: {what}", model, 0, apart,
+                       p_matters)
     if k >= min_servers and separated and model.ceiling() >= precision * threshold:
-        return out(CalStatus.READY, f"endpoints separate: {what}")
+        return CalStep(CalStatus.READY, f"endpoints separate: {what}", model, 0, apart,
+                       p_matters)
     if k >= min_servers and p_matters < p_wrong:
-        return out(CalStatus.REFUSE, "the endpoints do not separate by the smallest change "
-                   f"that matters (P = {p_matters:.3g}): {what}")
+        return CalStep(CalStatus.REFUSE, "the endpoints do not separate by the smallest change "
+                       f"that matters (P = {p_matters:.3g}): {what}", model, 0, apart, p_matters)
     if k >= max_servers and separated:  # imprecise: commits will need more servers
-        return out(CalStatus.READY, f"endpoints separate (imprecisely): {what}")
+        return CalStep(CalStatus.READY, f"endpoints separate (imprecisely): {what}", model, 0,
+                       apart, p_matters)
     if k >= max_servers:
-        return out(CalStatus.REFUSE, f"undecided after {k} servers per endpoint "
-                   f"(P(no change or the wrong direction) = {p_dir:.3g}): {what}")
+        return CalStep(CalStatus.REFUSE, f"undecided after {k} servers per endpoint "
+                       f"(P(no change or the wrong direction) = {p_dir:.3g}): {what}", model,
+                       0, apart, p_matters)
     n = requests_per_server(s2, t2, server_cost, max_requests)
-    return out(CalStatus.MORE, f"calibrating: {what}", max(2, n))
+    return CalStep(CalStatus.MORE, f"calibrating: {what}", model, max(2, n), apart, p_matters)

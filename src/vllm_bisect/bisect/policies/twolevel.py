@@ -36,7 +36,6 @@ from vllm_bisect.probes.decode import combine
 from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict.auto import direction, log_min_change, per_request, samples_of
 from vllm_bisect.verdict.twolevel import (
-    Arr,
     CalStatus,
     CalStep,
     CommitTest,
@@ -52,7 +51,9 @@ SAMPLE_CAP = 3            # x verdict.max_samples: a commit's samples over all i
 # pair_bound (issue 14's benchmark chose these; docs/benchmarks.md): a search step's own error,
 # the calibration's precision (x the first bound decision's threshold; 3 without pair_bound),
 # and a lone server's multiple of the threshold in a decision at the bound
-STEP_ALPHA, PAIR_PRECISION, PAIR_LONE_SERVER = 0.05, 1.0, 1.4
+STEP_ALPHA = 0.05
+PAIR_PRECISION = 1.0
+PAIR_LONE_SERVER = 1.4
 More = Callable[[Measurement], int]
 
 
@@ -150,7 +151,8 @@ class TwoLevelPolicy(ThresholdPolicy):
         noise are known well enough to decide, or the endpoints do not differ (refused)."""
         if runs is None:
             raise RuntimeError("the two-level calibration runs servers: pass the Tester")
-        v, tests = self.v, tests + 2
+        v = self.v
+        tests += 2
         # pair_bound: precise enough for the first decision at the bound (alpha / 2)
         threshold = math.log((2 if self.pair_bound else tests) / v.alpha)
         cal = Calibration(self, runs, tests)
@@ -368,18 +370,16 @@ class Calibration:
             self.groups[sha].append(s)
             self.last[sha] = ev
 
-    def step(self, threshold: float, step_change: float = 0.0, prior: Arr | None = None,
-             groups: dict[str, list[list[float]]] | None = None) -> CalStep:
-        """The calibration's next step on the servers so far (``groups``: the rest check's)."""
-        p, v, gs = self.p, self.p.v, groups or self.groups
+    def step(self, threshold: float, step_change: float = 0.0) -> CalStep:
+        """The calibration's next step on the servers so far (verdict/twolevel.py)."""
+        p, v = self.p, self.p.v
         return calibration_step(
-            [to_logs(g) for g in gs[self.old_sha]],
-            [to_logs(g) for g in gs[self.new_sha]], min_change=log_min_change(v),
+            [to_logs(g) for g in self.groups[self.old_sha]],
+            [to_logs(g) for g in self.groups[self.new_sha]], min_change=log_min_change(v),
             # a fix search: the new end is the one without the problem
             direction=direction(p.symptom) * (-1 if p.terms.fix else 1),
             threshold=threshold, max_servers=CALIBRATION_SERVERS, server_cost=v.server_cost,
-            precision=PAIR_PRECISION if p.pair_bound else 3.0, step_change=step_change,
-            prior=prior)
+            precision=PAIR_PRECISION if p.pair_bound else 3.0, step_change=step_change)
 
     def until_decided(self, threshold: float, step_change: float = 0.0) -> CalStep:
         """Servers until the calibration is ready or refuses; its last step."""
