@@ -110,6 +110,13 @@ def test_demo_json(tmp_path: Path) -> None:
     assert doc["n_commits"] >= 60
     session = Path(doc["session"])
     assert (session / "report.html").exists() and str(tmp_path / "demo") in r.stderr
+    # the endpoints' environments (the good endpoint is lazy: the first commit judged good)
+    env = doc["endpoint_env"]
+    assert env["good_judged"] and env["compared"] and env["bad"] == doc["bad"]
+    assert [c["name"] for c in env["packages"]] == ["vllm"] and not env["deps_command"]
+    assert "differ in vLLM only" in env["line"]
+    md = (session / "report.md").read_text()
+    assert "### Environments of the endpoints" in md and "(judged good) against" in md
 
 
 HEAVY = ("scipy", "numpy", "docker", "ray", "starlette", "uvicorn", "git", "jinja2",

@@ -233,6 +233,10 @@ class Verification(_Value):
     parent_reason: str = ""
     culprit_measurement: Measurement | None = None
     parent_measurement: Measurement | None = None
+    # the symptom's samples per server (a two-level test's servers; None: not kept): the rest
+    # check starts from them with the search's (bisect/rest.py)
+    culprit_servers: list[list[float]] | None = None
+    parent_servers: list[list[float]] | None = None
 
     @property
     def confirmed(self) -> bool:

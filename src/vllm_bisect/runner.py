@@ -35,6 +35,7 @@ def write_result_files(session_dir: Path, multi: MultiResult, spec: BisectSpec) 
 
     offers = next_questions(multi.result.first_bad, spec.range.repo, spec.build.kind)
     BisectReport.of(multi.result).model_copy(update={
-        "culprits": culprit_docs(multi), "next_questions": offers}).write(
+        "culprits": culprit_docs(multi), "endpoint_env": multi.endpoint_env,
+        "next_questions": offers}).write(
         session_dir / "result.json")
     write_reports(session_dir)

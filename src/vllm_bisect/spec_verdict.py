@@ -43,6 +43,12 @@ class VerdictSpec(_Model):
     # after a culprit of itl / throughput / mtp-speedup: test the bad end against it with the
     # same noise-aware test and, when still clearly worse, bisect the rest (bisect.multi)
     rest_check: bool = True
+    # the rest check's fresh server starts at most, per check (the bad end against the
+    # culprit, its parent against the good end): it starts from the servers the search and
+    # the verification ran of both commits, says "explained" when even the 95% upper bound
+    # of the rest is under the smallest change that matters, bisects the rest when clearly
+    # worse, and says "undecided" after this many more (bisect/rest.py)
+    rest_servers: int = Field(default=4, ge=0, le=100)
     # two-level: a commit off the good end by the factor is BAD (a plateau between two steps;
     # at the final pair's bound it asks for the fall-back first: verdict/twolevel.py)
     plateau: bool = True

@@ -4,6 +4,7 @@ a synthetic history whose culprit bumps a dependency pin, resolved on a real PEP
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -55,6 +56,18 @@ def test_run_says_the_endpoints_differ_in_torch_before_the_first_step(
     endpoints = [i for i, line in enumerate(lines)
                  if re.search(r"s (good|bad) endpoint [0-9a-f]{12} ", line)]
     assert endpoints and max(endpoints) < told[0]
+    # ... and kept: result.json's typed endpoint_env, and the report's section
+    result = json.loads((session / "result.json").read_text())
+    doc = result["endpoint_env"]
+    assert {"name": "torch", "good": "2.9.0", "bad": "2.10.0"} in doc["packages"]
+    assert doc["beyond_vllm"] == ["torch"] and doc["compared"]
+    assert doc["deps_command"] == f"vllm-bisect deps {session}"
+    assert "differ in more than vLLM (torch 2.9.0 -> 2.10.0)" in doc["line"]
+    assert doc["good_judged"] is (strategy == "auto") and doc["bad"] == result["bad"]
+    md = (session / "report.md").read_text()
+    assert "### Environments of the endpoints" in md
+    assert "`torch` 2.9.0 -> 2.10.0" in md and f"`vllm-bisect deps {session}`" in md
+    assert "Environments of the endpoints" in (session / "report.html").read_text()
     if strategy == "threshold":   # both endpoints run first: told before the first step
         assert told[0] < steps[0], r.stderr
     else:   # auto on a cap: the good endpoint is lazy; told at the first commit judged good
@@ -82,5 +95,11 @@ def test_the_line_names_what_moved() -> None:
     # not be listed says why
     assert EndpointEnv(None, None).line("S") is None
     failed = EndpointEnv(None, {"vllm": "1"}, ("image r/v:1: its packages could not be listed",))
-    assert failed.line("S") == ("endpoints' environments not compared: image r/v:1: its "
+    # the subject is the line's own (a lazy good endpoint names the commit judged good)
+    assert failed.line("S") == ("the endpoints' environments not compared: image r/v:1: its "
                                 "packages could not be listed")
+    assert failed.line("S", "abc (judged good)") == (
+        "the environments of abc (judged good) and the bad endpoint not compared: image r/v:1: "
+        "its packages could not be listed")
+    assert str(deps.line("S", "abc (judged good)")).startswith(
+        "the environments of abc (judged good) and the bad endpoint differ in more than vLLM")

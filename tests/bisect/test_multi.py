@@ -74,7 +74,7 @@ def test_one_step_is_explained_by_its_culprit(tmp_path: Path) -> None:
     m, _ = run(spec(["itl"]), s, tmp_path)
     assert named(m, s, "itl") == {13}
     (c,) = m.culprits
-    assert "rest check" in c.note and ": no (" in c.note
+    assert "rest check" in c.note and ": no, the culprit explains the effect (" in c.note
 
 
 def test_the_rest_check_can_be_turned_off(tmp_path: Path) -> None:

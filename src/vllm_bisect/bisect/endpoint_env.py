@@ -19,11 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_bisect.bisect.endpoint_doc import EndpointEnvDoc, env_doc
 from vllm_bisect.bisect.events import EventHandler
 from vllm_bisect.bisect.forecast_events import SEARCH_ROLES
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.builders.packages import artifact_packages, beyond_vllm, changed
-from vllm_bisect.models import Outcome, Verdict
+from vllm_bisect.models import Evaluation, Outcome, Verdict
 from vllm_bisect.runtime.base import Artifact
 from vllm_bisect.spec_build import ArtifactKind
 
@@ -43,26 +44,28 @@ class EndpointEnv:
     bad: dict[str, str] | None
     notes: tuple[str, ...] = ()
 
-    def line(self, session: Path | str) -> str | None:
-        """What the user is told (None: nothing worth a line)."""
+    def line(self, session: Path | str, good: str = "") -> str | None:
+        """What the user is told (None: nothing worth a line). ``good``: the good side when
+        it is not the good endpoint (a lazy good endpoint: the first commit judged good)."""
+        subject = (f"the environments of {good} and the bad endpoint" if good
+                   else "the endpoints' environments")
         if self.good is None or self.bad is None:
             images = [n for n in self.notes if n.startswith("image ")]
-            return f"endpoints' environments not compared: {'; '.join(images)}" if images \
-                else None
+            return f"{subject} not compared: {'; '.join(images)}" if images else None
         changes = changed(self.good, self.bad)
         beyond = beyond_vllm(changes)
         if beyond:
             named = [_change(*c) for c in changes if c[0] in beyond]
             more = f", and {len(beyond) - SHOWN} more" if len(beyond) > SHOWN else ""
-            return (f"the endpoints' environments differ in more than vLLM "
-                    f"({', '.join(named[:SHOWN])}{more}): see `vllm-bisect deps {session}`")
+            return (f"{subject} differ in more than vLLM ({', '.join(named[:SHOWN])}{more}): "
+                    f"see `vllm-bisect deps {session}`")
         if not changes:
-            return f"the endpoints' environments: the same {len(self.good)} packages"
+            return f"{subject}: the same {len(self.good)} packages"
         others = [_change(*c) for c in changes if c[0] != "vllm"]
         vllm = [_change(*c) for c in changes if c[0] == "vllm"]
         if not others:
-            return f"the endpoints' environments differ in vLLM only ({vllm[0]})"
-        return (f"the endpoints' environments: {vllm[0] if vllm else 'vllm the same'}; also "
+            return f"{subject} differ in vLLM only ({vllm[0]})"
+        return (f"{subject}: {vllm[0] if vllm else 'vllm the same'}; also "
                 f"{', '.join(others[:SHOWN])} (none of torch, flashinfer, triton or the like)")
 
 
@@ -72,7 +75,8 @@ def endpoint_env(artifacts: Mapping[str, Artifact], good: str, bad: str) -> Endp
     if a is None or b is None:
         return None
     if a.kind in (ArtifactKind.COMMAND, ArtifactKind.URL) and a.venv is None:
-        return EndpointEnv(None, None)
+        return EndpointEnv(None, None, (f"a {a.kind.value} artifact: its packages are not "
+                                        "visible",))
     (pa, na), (pb, nb) = artifact_packages(a), artifact_packages(b)
     return EndpointEnv(pa, pb, tuple(n for n in (na, nb) if n))
 
@@ -88,6 +92,8 @@ class EndpointEnvEvents:
         self.told = False
         self.waiting = False   # the good side not known yet (a lazy good endpoint)
         self.env: EndpointEnv | None = None
+        self.good, self.reference = "", ""   # the good side, as told
+        self.line: str | None = None
 
     def on_range(self, rng: CommitRange) -> None:
         if self.rng is None:
@@ -104,14 +110,24 @@ class EndpointEnvEvents:
         self.inner.on_testing(commit, role, steps_left)
 
     def _tell(self, good: str, bad: str, reference: str) -> None:
-        self.told = True
+        self.told, self.good, self.reference = True, good, reference
         self.env = endpoint_env(self.artifacts, good, bad)
-        line = self.env.line(self.session) if self.env is not None else None
-        if line is not None:
-            line = line.replace("the endpoints' environments", "the environments of "
-                                f"{reference} and the bad endpoint", 1) if reference else line
-            logger.info("%s", line)
-            self.inner.on_phase("", line)
+        self.line = self.env.line(self.session, reference) if self.env is not None else None
+        if self.line is not None:
+            logger.info("%s", self.line)
+            self.inner.on_phase("", self.line)
+
+    def doc(self, evaluations: Mapping[str, Evaluation]) -> EndpointEnvDoc | None:
+        """result.json's ``endpoint_env``: what was told, with the VLLM_* variables and the
+        platform of each side's measurement (None: the run never reached a search step)."""
+        if self.rng is None:
+            return None
+        good, bad, env = self.good or self.rng.good.sha, self.rng.bad.sha, self.env
+        packages = (env.good, env.bad) if env is not None else None
+        return env_doc(packages, (evaluations.get(good), evaluations.get(bad)), good=good,
+                       bad=bad, judged_good=bool(self.reference),
+                       notes=env.notes if env is not None else (), line=self.line,
+                       session=self.session)
 
     def on_phase(self, commit: str, phase: str) -> None:
         self.inner.on_phase(commit, phase)

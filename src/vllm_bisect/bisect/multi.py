@@ -13,9 +13,11 @@ intermittence check counts the servers that already showed it.
 After a culprit of a noise-aware symptom (itl, throughput, mtp-speedup: a strategy that
 calibrates), the rest checks (``verdict.rest_check``, on by default) ask whether it explains
 the whole effect: the bad endpoint against the culprit, and the culprit's parent against the
-good endpoint, each with the same calibrating two-level test (the servers so far reused; a
-refusal, "they do not separate by the smallest change that matters", is the answer no).
-Whichever side is still clearly worse is bisected the same way, with its own checks. With
+good endpoint (bisect/rest.py: from the servers the search and the verification ran;
+"explained" once even the 95% upper bound of the rest is under the smallest change that
+matters, else at most ``verdict.rest_servers`` fresh servers, then "undecided" with the
+command that checks further). Whichever side is still clearly worse is bisected the same
+way, with its own checks. With
 more than one step found, each culprit is tested against its parent alone the same way, and
 one that does not separate is reported as not confirmed. Every step is reported ("a 1.30x
 itl change at X, and another 1.28x itl change at Y"): result.json ``culprits``, report.md and
@@ -30,11 +32,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from vllm_bisect.bisect import rest
 from vllm_bisect.bisect.driver import BisectResult, Driver
+from vllm_bisect.bisect.endpoint_doc import EndpointEnvDoc
 from vllm_bisect.bisect.events import EventHandler
 from vllm_bisect.bisect.policies import make_policy, resolve_strategy
 from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitRange
+from vllm_bisect.bisect.rest import RestAnswer
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Evaluation, Verdict
 from vllm_bisect.spec import BisectSpec, Symptom
@@ -75,6 +80,7 @@ class Culprit:
 class MultiResult:
     result: BisectResult            # the first search's, with every search's counts
     culprits: list[Culprit] = field(default_factory=list)
+    endpoint_env: EndpointEnvDoc | None = None   # the endpoints' environments (result.json)
 
     def summary(self) -> str:
         """'a 1.31x itl change at X, and another 1.29x itl change at Y'."""
@@ -155,9 +161,8 @@ class _Loop:
         self.wall = 0.0
         self.rounds = 0
 
-    def search(self, sp: BisectSpec, rng: CommitRange) -> BisectResult:
-        """One Driver over ``rng``; its server starts are counted even when it refuses."""
-        driver = self.make(sp, rng)
+    def search(self, driver: Driver) -> BisectResult:
+        """One Driver's search; its server starts are counted even when it refuses."""
         try:
             r = driver.run()
         finally:
@@ -263,7 +268,7 @@ class _Loop:
             self.events.on_phase("", f"{c.symptom}: {c.commit[:12]} against its parent alone")
             before = self.starts
             try:
-                self.search(pair_sp, pair)
+                self.search(self.make(pair_sp, pair))
             except NotReproduced as err:
                 self.out.culprits[k] = replace(c, confirmed=False)
                 self._note(k, f"not confirmed against its parent alone ({self.starts - before}"
@@ -272,17 +277,22 @@ class _Loop:
     def _steps(self, s: Symptom, sp: BisectSpec,
                todo: list[tuple[CommitRange, int, str]]) -> None:
         searches = 0
+        verified: dict[str, rest.Servers] = {}   # the culprits' verifications' servers
         while todo:
             rng, by, what = todo.pop(0)
             if searches == MAX_SEARCHES:
                 self._note(by, f"stopped after {MAX_SEARCHES} searches")
                 return
             searches += 1
+            before = self.starts
+            driver = self.make(sp, rng)
             if by >= 0:
                 self.events.on_phase("", f"rest check ({s.value}): is {what}?")
-            before = self.starts
+                if not self._worse(driver, sp, by, what, verified):
+                    continue
             try:
-                r = self.search(sp, rng)
+                r = self.search(driver)
+                verified.update(rest.verified_servers(r.verification, s))
             except NotReproduced as err:
                 if by < 0:
                     raise
@@ -310,6 +320,36 @@ class _Loop:
             if left is not None:
                 todo.append((left, me, f"{sha}'s parent clearly worse than the good end "
                                        f"{rng.good.sha[:12]}"))
+
+    def _worse(self, driver: Driver, sp: BisectSpec, by: int, what: str,
+               verified: dict[str, rest.Servers]) -> bool:
+        """The rest check (bisect/rest.py) from the servers so far, at most
+        ``verdict.rest_servers`` more: True when the part is clearly worse (bisect it, on
+        ``driver``), else the answer is noted and nothing more runs. Not the two-level test:
+        True (the search's own calibration answers)."""
+        rng, cap, head = driver.rng, sp.verdict.rest_servers, f"rest check, {what}: "
+        try:
+            found = rest.check(driver.core.policy, driver.tester, cap, verified)
+        except NotReproduced as err:   # an end that could not be tested
+            found, why = None, err.message
+        else:
+            if found is None or found.answer is RestAnswer.WORSE:
+                return True   # the search on this driver counts its starts
+            why = found.reason
+        starts = driver.measurer.server_starts
+        self.starts += starts
+        if found is None:
+            self._note(by, f"{head}untestable ({starts} server starts): {why}")
+        elif found.answer is RestAnswer.EXPLAINED:
+            self._note(by, f"{head}no, the culprit explains the effect ({starts} server "
+                           f"starts): {why}")
+        else:
+            self._note(by, f"{head}undecided after {found.servers[0]} + {found.servers[1]} "
+                           f"servers ({starts} server starts, verdict.rest_servers = {cap}): "
+                           f"{why}; to check further: `vllm-bisect run --spec SESSION/spec.toml "
+                           f"--good {rng.good.sha[:12]} --bad {rng.bad.sha[:12]}` (its cache "
+                           "reuses these measurements), or raise verdict.rest_servers")
+        return False
 
     def _note(self, index: int, text: str) -> None:
         """A culprit's note (the rest checks' conclusions)."""

@@ -95,7 +95,7 @@ def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: E
         evaluator = Evaluator(spec, prefetcher or builder, session.logs, session.journal,
                               session.id, on_phase=events.on_phase)
         # the endpoints' environment diff, told before the first search step (issue 28)
-        events = EndpointEnvEvents(events, evaluator.artifacts, session_dir)
+        events = env_events = EndpointEnvEvents(events, evaluator.artifacts, session_dir)
         cache = ResultCache(cache_dir / "results.sqlite")
         try:
             executor = make_executor(spec, evaluator, session_dir, cache_dir, session.id,
@@ -109,6 +109,7 @@ def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: E
                 with locked_clocks(spec.serve.lock_clocks, spec.serve.lock_clocks_mhz):
                     # one search per symptom, and the rest checks (bisect.multi, issue 28)
                     multi = run_symptoms(spec, rng, driver, events)
+                multi.endpoint_env = env_events.doc(multi.result.evaluations)
                 result = multi.result
             finally:
                 executor.close()

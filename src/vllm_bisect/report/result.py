@@ -19,6 +19,7 @@ from pydantic import (
     model_serializer,
 )
 
+from vllm_bisect.bisect.endpoint_doc import EndpointEnvDoc
 from vllm_bisect.errors import SessionError
 from vllm_bisect.models import FailureKind, Measurement, Verdict
 
@@ -133,6 +134,9 @@ class BisectReport(_Doc):
     # absent when one search found one culprit and nothing more was checked)
     culprits: list[dict[str, Any]] | None = None
     explain: dict[str, Any] | None = None  # vllm_bisect.explain: the culprit's profile diff
+    # the endpoints' environments side by side: packages, VLLM_* variables, GPU / driver /
+    # CUDA (bisect/endpoint_doc.py; absent when the run never reached a search step)
+    endpoint_env: EndpointEnvDoc | None = None
     # study -> the line offering it (vllm_bisect.isolate.offers, worked out when written)
     next_questions: dict[str, str] = Field(default_factory=dict)
 
@@ -140,7 +144,7 @@ class BisectReport(_Doc):
     def _without_unrun_studies(self, handler: SerializerFunctionWrapHandler) -> Any:
         """A study that has not run has no key (its absence is what offers it)."""
         data = handler(self)
-        for key in (*STUDIES, "culprits"):
+        for key in (*STUDIES, "culprits", "endpoint_env"):
             if isinstance(data, dict) and data.get(key) is None:
                 data.pop(key, None)
         return data

@@ -335,6 +335,11 @@ class CalStep:
     reason: str
     model: TwoLevel | None = None
     requests: int = 0   # MORE: requests on each endpoint's next (fresh) server
+    # the numbers behind the status (the rest check reads them: bisect/rest.py): the
+    # endpoints separate (right direction at p_wrong, the change at least min_change), and
+    # P(the change >= min_change) under the posterior
+    separated: bool = False
+    p_matters: float = 1.0
 
 
 def calibration_step(good: Sequence[Group], bad: Sequence[Group], *, min_change: float,
@@ -366,17 +371,22 @@ def calibration_step(good: Sequence[Group], bad: Sequence[Group], *, min_change:
             f"CV ~{math.sqrt(t2):.1%}, {model.servers[0]} + {model.servers[1]} servers")
     separated = p_dir <= p_wrong and change >= min_change and (
         not step_change or k >= max_servers or model.ceiling(step=step_change) >= threshold)
+    apart = p_dir <= p_wrong and change >= min_change
     if separated and model.single_request_evidence() >= threshold:
-        return CalStep(CalStatus.READY, f"one request decides: {what}", model)
+        return CalStep(CalStatus.READY, f"one request decides: {what}", model, 0, apart,
+                       p_matters)
     if k >= min_servers and separated and model.ceiling() >= precision * threshold:
-        return CalStep(CalStatus.READY, f"endpoints separate: {what}", model)
+        return CalStep(CalStatus.READY, f"endpoints separate: {what}", model, 0, apart,
+                       p_matters)
     if k >= min_servers and p_matters < p_wrong:
         return CalStep(CalStatus.REFUSE, "the endpoints do not separate by the smallest change "
-                       f"that matters (P = {p_matters:.3g}): {what}", model)
+                       f"that matters (P = {p_matters:.3g}): {what}", model, 0, apart, p_matters)
     if k >= max_servers and separated:  # imprecise: commits will need more servers
-        return CalStep(CalStatus.READY, f"endpoints separate (imprecisely): {what}", model)
+        return CalStep(CalStatus.READY, f"endpoints separate (imprecisely): {what}", model, 0,
+                       apart, p_matters)
     if k >= max_servers:
         return CalStep(CalStatus.REFUSE, f"undecided after {k} servers per endpoint "
-                       f"(P(no change or the wrong direction) = {p_dir:.3g}): {what}", model)
+                       f"(P(no change or the wrong direction) = {p_dir:.3g}): {what}", model,
+                       0, apart, p_matters)
     n = requests_per_server(s2, t2, server_cost, max_requests)
-    return CalStep(CalStatus.MORE, f"calibrating: {what}", model, max(2, n))
+    return CalStep(CalStatus.MORE, f"calibrating: {what}", model, max(2, n), apart, p_matters)

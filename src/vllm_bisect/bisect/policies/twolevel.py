@@ -155,7 +155,7 @@ class TwoLevelPolicy(ThresholdPolicy):
         tests += 2
         # pair_bound: precise enough for the first decision at the bound (alpha / 2)
         threshold = math.log((2 if self.pair_bound else tests) / v.alpha)
-        cal = _Calibration(self, runs, tests)
+        cal = Calibration(self, runs, tests)
         # a fall-back: the plateau evidence may have to decide (the good end precise for it)
         step = cal.until_decided(threshold, log_min_change(v) if v.plateau and self.recalibrate
                                  else 0.0)
@@ -331,8 +331,8 @@ class TwoLevelTrial(PolicyTrial):
         return self.p.decide(evaluation, self.role, self.test)
 
 
-class _Calibration:
-    """One calibration's servers per endpoint (what :meth:`TwoLevelPolicy.calibrate` runs)."""
+class Calibration:
+    """One calibration's servers per endpoint (:meth:`TwoLevelPolicy.calibrate`, bisect.rest)."""
 
     def __init__(self, policy: TwoLevelPolicy, runs: ServerRuns, tests: int) -> None:
         self.p, self.runs = policy, runs
@@ -370,26 +370,28 @@ class _Calibration:
             self.groups[sha].append(s)
             self.last[sha] = ev
 
+    def step(self, threshold: float, step_change: float = 0.0) -> CalStep:
+        """The calibration's next step on the servers so far (verdict/twolevel.py)."""
+        p, v = self.p, self.p.v
+        return calibration_step(
+            [to_logs(g) for g in self.groups[self.old_sha]],
+            [to_logs(g) for g in self.groups[self.new_sha]], min_change=log_min_change(v),
+            # a fix search: the new end is the one without the problem
+            direction=direction(p.symptom) * (-1 if p.terms.fix else 1),
+            threshold=threshold, max_servers=CALIBRATION_SERVERS, server_cost=v.server_cost,
+            precision=PAIR_PRECISION if p.pair_bound else 3.0, step_change=step_change)
+
     def until_decided(self, threshold: float, step_change: float = 0.0) -> CalStep:
         """Servers until the calibration is ready or refuses; its last step."""
-        p, v = self.p, self.p.v
         todo = [sha for sha in self.roles if not self.groups[sha]]
         if todo:
             self.run(todo, 2)
-        while True:
-            step = calibration_step(
-                [to_logs(g) for g in self.groups[self.old_sha]],
-                [to_logs(g) for g in self.groups[self.new_sha]],
-                min_change=log_min_change(v),
-                # a fix search: the new end is the one without the problem
-                direction=direction(p.symptom) * (-1 if p.terms.fix else 1),
-                threshold=threshold, max_servers=CALIBRATION_SERVERS, server_cost=v.server_cost,
-                precision=PAIR_PRECISION if p.pair_bound else 3.0, step_change=step_change)
+        while (step := self.step(threshold, step_change)).status is CalStatus.MORE:
             logger.info("%s", step.reason)
-            if step.status is not CalStatus.MORE:
-                return step
             # k workers: k / 2 fresh servers per endpoint at once (the wall of one)
             self.run(list(self.roles), step.requests, max(1, self.runs.workers // 2))
+        logger.info("%s", step.reason)
+        return step
 
     def record(self) -> None:
         """Each endpoint's servers merged into one evaluation, judged and journaled."""

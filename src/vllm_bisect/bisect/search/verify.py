@@ -59,7 +59,8 @@ def verify_culprit(t: Tester, culprit: str) -> Verification:
     v = Verification(culprit=culprit, parent=parent.sha, samples=need,
                      culprit_verdict=co.verdict, parent_verdict=po.verdict,
                      culprit_reason=co.reason, parent_reason=po.reason,
-                     culprit_measurement=co.measurement, parent_measurement=po.measurement)
+                     culprit_measurement=co.measurement, parent_measurement=po.measurement,
+                     culprit_servers=evs[culprit].samples, parent_servers=evs[parent.sha].samples)
     if not v.confirmed:
         logger.warning("the culprit %s did not verify: culprit %s, parent %s", culprit[:12],
                        co.verdict.value, po.verdict.value)
