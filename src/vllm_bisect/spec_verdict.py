@@ -48,7 +48,7 @@ class VerdictSpec(_Model):
     # the verification ran of both commits, says "explained" when even the 95% upper bound
     # of the rest is under the smallest change that matters, bisects the rest when clearly
     # worse, and says "undecided" after this many more (bisect/rest.py)
-    rest_servers: int = Field(default=4, ge=0, le=100)
+    rest_servers: int = Field(default=8, ge=0, le=100)
     # two-level: a commit off the good end by the factor is BAD (a plateau between two steps;
     # at the final pair's bound it asks for the fall-back first: verdict/twolevel.py)
     plateau: bool = True
