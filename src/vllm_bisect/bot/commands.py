@@ -70,7 +70,9 @@ def triage_comment(args: str | None, issue_body: str, max_chars: int = 32768,
 
 def job_spec(cfg: BotConfig, args: str | None, issue_body: str) -> JobPlan:
     """The job: the operator's base spec, plus what the command arguments and the issue's
-    triage may set under the operator's allowlist (see policy.py). Raises SpecError."""
+    triage may set under the operator's allowlist (see policy.py); ``triaged`` names the refs
+    read from the issue rather than typed (the handler asks before running those, and then
+    ``read`` holds what triage read). Raises SpecError."""
     given = parse_command(args) if args else {}
     reading = read_issue(issue_body, cfg.triage_max_chars, cfg.triage_timeout_s)
     found = dict(reading.found)

@@ -1,4 +1,5 @@
-"""Handling one validated delivery: authorize, rate-limit, read the issue, queue, reply.
+"""Handling one validated delivery: authorize, rate-limit, read the issue, then queue, or
+ask to confirm a range only read from the issue (`/bisect go`), and reply.
 
 Blocking (GitHub calls, SQLite, triage in a child process): the webhook runs it in a thread
 pool, never on its event loop. Raises on a failed GitHub call, so the delivery is not recorded
@@ -89,7 +90,8 @@ class Handler:
             self._reply_once(f"outsider:{repo}#{number}:{user}", None, repo, number,
                              f"Thanks @{user}! Bisects run on shared GPUs, so only maintainers "
                              "and collaborators can start one. A maintainer can comment "
-                             "`/bisect` to run it. (I reply to this only once per issue.)", user)
+                             "`/bisect` to see what I read here, then `/bisect go` to run it. "
+                             "(I reply to this only once per issue.)", user)
             return Outcome("unauthorized", 202)
         if (self.queue.recent("user", user) >= self.cfg.jobs_per_user_per_hour
                 or self.queue.recent("repo", repo) >= self.cfg.jobs_per_repo_per_hour):
@@ -128,7 +130,7 @@ class Handler:
         text = (f"The {refs} {were} read from the issue text, not given in the command, "
                 "so nothing is queued yet: a wrong range spends GPU hours in the wrong "
                 f"place. Please check it.\n\n{describe(plan)}"
-                + (f"\n\n{plan.read}" if plan.read else "") + f"\n\n{CONFIRM}")
+                + (f"\n\n{plan.read.rstrip()}" if plan.read else "") + f"\n\n{CONFIRM}")
         digest = hashlib.sha256(text.encode()).hexdigest()[:32]   # the reading, not who asked
         self._reply_once(f"confirm:{repo}#{number}:{digest}", self.cfg.replay_window_s, repo,
                          number, f"@{user}: {text}", user)
