@@ -78,6 +78,14 @@ def write_config(path: Path, gh: GitHubStandIn, h: History, state: Path,
     return path
 
 
+def queued_specs(state: Path) -> list[dict[str, Any]]:
+    """The spec of every job in the bot's queue (any status), oldest first."""
+    import sqlite3
+
+    with sqlite3.connect(state / "jobs.sqlite") as db:
+        return [json.loads(r[0]) for r in db.execute("SELECT spec FROM jobs ORDER BY id")]
+
+
 def wait_for(pred: Callable[[], bool], timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -76,11 +76,14 @@ def test_labeled_issue_is_triaged_and_survives_a_restart(tmp_path: Path, gh: Git
     gh.permissions["maintainer"] = "maintain"  # asked through the collaborators API
     state = tmp_path / "state"
     bot = start_bot(write_config(tmp_path / "queue-only.toml", gh, h, state, workers=0))
-    assert bot.send("issues", payload).json()["status"] == "queued"
+    assert bot.send("issues", payload).json()["status"] == "awaiting confirmation"
+    assert f"`{h.bad[:9]}`" in gh.comments[0].body and "`/bisect go`" in gh.comments[0].body
+    go = comment_event("/bisect go", issue=7, issue_body=report)
+    assert bot.send("issue_comment", go).json()["status"] == "queued"
     bot.proc.send_signal(signal.SIGTERM)
     bot.proc.wait(timeout=15)
     start_bot(write_config(tmp_path / "work.toml", gh, h, state, workers=1))
-    ack = gh.comments[0]
+    ack = gh.comments[1]
     wait_for(lambda: final(ack))
     assert h.planted["length"] in ack.body and "finished" in ack.body
 
@@ -111,6 +114,11 @@ def test_bare_bisect_answers_with_what_it_read(tmp_path: Path, gh: GitHubStandIn
     report = (f"Regressed: fine at `{h.good[:9]}` (good), but `{h.bad[:9]}` caps every answer "
               "at 128 tokens (bad).")
     r = bot.send("issue_comment", comment_event("/bisect", issue=2, issue_body=report))
+    assert r.json()["status"] == "awaiting confirmation"   # shown first, run on /bisect go
+    ask = gh.comments[-1].body
+    assert "regression report" in ask and f"`{h.bad[:9]}`" in ask and "| 1 |" in ask
+    assert "Comment `/bisect go` to start this bisect" in ask
+    r = bot.send("issue_comment", comment_event("/bisect go", issue=2, issue_body=report))
     assert r.json()["status"] == "queued"
     ack = gh.comments[-1].body
     assert "regression report" in ack and f"`{h.bad[:9]}`" in ack and "| 1 |" in ack

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_bisect.bot.commands import job_spec, triage_comment
+from vllm_bisect.bot.commands import job_spec, split_go, triage_comment
 from vllm_bisect.bot.config import BotConfig
 from vllm_bisect.errors import SpecError
 
@@ -39,3 +39,16 @@ def test_explicit_refs_skip_the_triage_comment_and_missing_refs_show_it() -> Non
     with pytest.raises(SpecError) as e:
         job_spec(BASE, "", report("founding-mtp-sweep-zh"))
     assert "what I read" in (e.value.hint or "") and "f4517815" not in (e.value.hint or "")
+
+
+def test_the_plan_names_the_refs_it_read_and_go_is_the_first_word_only() -> None:
+    text = report("founding-47297-en")
+    assert job_spec(BASE, None, text).triaged == ("good", "bad")
+    one = job_spec(BASE, "good=abc1234", text)
+    assert one.triaged == ("bad",) and "what I read" in one.read  # shown: bad came from it
+    both = job_spec(BASE, "good=abc1234 bad=def5678", text)
+    assert both.triaged == () and both.read == ""
+    assert split_go("go") == (True, "") and split_go(" go  good=abc1234 ") == (True,
+                                                                              "good=abc1234")
+    assert split_go("good=abc1234 go") == (False, "good=abc1234 go")
+    assert split_go(None) == (False, "") and split_go("gone") == (False, "gone")

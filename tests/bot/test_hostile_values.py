@@ -3,20 +3,12 @@ a model is a hub id, a path-valued flag takes no path, loader variables are list
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.bot.botkit import Bot, comment_event, final, wait_for, write_config
+from tests.bot.botkit import Bot, comment_event, final, queued_specs, wait_for, write_config
 from tests.bot.github_standin import GitHubStandIn
 from tests.helpers import history
-
-
-def _queued_specs(state: Path) -> list[dict[str, object]]:
-    import sqlite3
-
-    with sqlite3.connect(state / "jobs.sqlite") as db:
-        return [json.loads(r[0]) for r in db.execute("SELECT spec FROM jobs")]
 
 
 def test_model_and_path_values_are_refused(tmp_path: Path, gh: GitHubStandIn,
@@ -32,19 +24,24 @@ def test_model_and_path_values_are_refused(tmp_path: Path, gh: GitHubStandIn,
                      comment_event(f"/bisect good={h.good} bad={h.bad} model={model}"))
         assert r.status_code == 422, (model, r.text)
         assert "is not a Hugging Face model id" in gh.comments[-1].body
-    assert _queued_specs(state) == []
+    assert queued_specs(state) == []
     body = (f"Regressed: fine at `{h.good[:9]}` (good), but `{h.bad[:9]}` caps every answer "
             "at 128 tokens (bad).\n\n```\n"
             "LD_PRELOAD=/tmp/evil.so PYTHONPATH=/tmp/x VLLM_ATTENTION_BACKEND=FLASHINFER \\\n"
             "  vllm serve Qwen/Qwen3-8B --generation-config .. --max-model-len 4096\n```\n")
     r = bot.send("issue_comment", comment_event("/bisect", issue=2, issue_body=body))
+    assert r.json()["status"] == "awaiting confirmation", r.text  # the range was read
+    ask = gh.comments[-1].body
+    assert "`/bisect go`" in ask and queued_specs(state) == []
+    assert "`LD_PRELOAD`" in ask.split("Not applied", 1)[1]   # shown before it runs
+    r = bot.send("issue_comment", comment_event("/bisect go", issue=2, issue_body=body))
     assert r.json()["status"] == "queued", r.text
     ack = gh.comments[-1].body
     refused = ack.split("Not applied", 1)[1]
     assert "`--generation-config ..` (its value names a directory)" in refused, ack
     assert "`LD_PRELOAD`" in refused and "`PYTHONPATH`" in refused, ack
     assert "never set from a request" in refused
-    [spec] = _queued_specs(state)
+    [spec] = queued_specs(state)
     serve = spec["serve"]
     assert isinstance(serve, dict)
     assert "--generation-config" not in serve["args"] and "--max-model-len" in serve["args"]

@@ -15,11 +15,20 @@ from vllm_bisect.errors import SpecError
 from vllm_bisect.spec import BisectSpec
 
 COMMAND = re.compile(r"^/bisect\b(?P<args>[^\n]*)$", re.MULTILINE)
+GO = "go"   # `/bisect go [key=value ...]`: run the range triage read (confirm it)
 
 
 def find_command(comment: str) -> str | None:
     m = COMMAND.search(comment)
     return m.group("args").strip() if m else None
+
+
+def split_go(args: str | None) -> tuple[bool, str]:
+    """(go, the rest): ``go`` counts only as the first word of the arguments."""
+    words = (args or "").split()
+    if words[:1] == [GO]:
+        return True, " ".join(words[1:])
+    return False, " ".join(words)
 
 
 def parse_command(args: str) -> dict[str, str]:
@@ -29,7 +38,8 @@ def parse_command(args: str) -> dict[str, str]:
         if not sep or key not in ("good", "bad", "symptom", "model"):
             raise SpecError(f"unknown /bisect argument {word[:80]!r}",
                             hint="use /bisect good=<ref> bad=<ref> [symptom=length|itl|any] "
-                                 "[model=org/name], or a bare /bisect to triage the issue")
+                                 "[model=org/name], a bare /bisect to triage the issue, or "
+                                 "/bisect go to run the range it read")
         if key in ("good", "bad") and not REF.match(value):
             raise SpecError(f"{key}={value[:80]!r} is not a commit, tag or version")
         if key == "symptom" and value not in SYMPTOMS:
@@ -60,15 +70,19 @@ def triage_comment(args: str | None, issue_body: str, max_chars: int = 32768,
 
 def job_spec(cfg: BotConfig, args: str | None, issue_body: str) -> JobPlan:
     """The job: the operator's base spec, plus what the command arguments and the issue's
-    triage may set under the operator's allowlist (see policy.py). Raises SpecError."""
+    triage may set under the operator's allowlist (see policy.py); ``triaged`` names the refs
+    read from the issue rather than typed (the handler asks before running those, and then
+    ``read`` holds what triage read). Raises SpecError."""
     given = parse_command(args) if args else {}
     reading = read_issue(issue_body, cfg.triage_max_chars, cfg.triage_timeout_s)
     found = dict(reading.found)
     found.pop("repo", None)
     plan = effective_spec(cfg.base_spec, given, found, allowlist(cfg))
-    bare = not (args and args.strip())
-    plan = dataclasses.replace(plan, notes=plan.notes + reading.notes,
-                               read=reading.comment if bare else "")
+    rng = plan.spec.get("range", {})
+    triaged = tuple(k for k in ("good", "bad")
+                    if k not in given and found.get(k) and rng.get(k) == found.get(k))
+    plan = dataclasses.replace(plan, notes=plan.notes + reading.notes, triaged=triaged,
+                               read=reading.comment if triaged or not given else "")
     missing = [k for k in ("good", "bad") if not plan.spec.get("range", {}).get(k)]
     if missing:
         raise SpecError(f"could not determine {' and '.join(missing)} from the issue"

@@ -44,6 +44,9 @@ class BotConfig(BaseModel):
     github_api_url: str = "https://api.github.com"   # GitHub Enterprise: https://HOST/api/v3
     token_env: str = "GITHUB_TOKEN"
     label: str = "bisect"                            # `issues` labeled with this start a bisect
+    # a range read from the issue (a label, a bare /bisect) is shown and waits for
+    # `/bisect go`; False: it is queued at once, unconfirmed
+    confirm_triaged_range: bool = True
     allowlist: list[str] = Field(default_factory=list)
     trusted_associations: list[str] = Field(
         default_factory=lambda: ["OWNER", "MEMBER", "COLLABORATOR"])

@@ -1,4 +1,5 @@
-"""Handling one validated delivery: authorize, rate-limit, read the issue, queue, reply.
+"""Handling one validated delivery: authorize, rate-limit, read the issue, then queue, or
+ask to confirm a range only read from the issue (`/bisect go`), and reply.
 
 Blocking (GitHub calls, SQLite, triage in a child process): the webhook runs it in a thread
 pool, never on its event loop. Raises on a failed GitHub call, so the delivery is not recorded
@@ -7,15 +8,16 @@ and GitHub's redelivery of it is handled again.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_bisect.bot.commands import find_command, job_spec
+from vllm_bisect.bot.commands import find_command, job_spec, split_go
 from vllm_bisect.bot.config import BotConfig
 from vllm_bisect.bot.github import GitHub
 from vllm_bisect.bot.payload import Event, IssueCommentEvent, IssuesEvent, PingEvent
-from vllm_bisect.bot.policy import describe
+from vllm_bisect.bot.policy import JobPlan, describe
 from vllm_bisect.bot.queue import JobQueue, QueueFull
 from vllm_bisect.errors import SpecError
 
@@ -39,6 +41,8 @@ class Outcome:
 
 
 IGNORED = Outcome("ignored")
+CONFIRM = ("Comment `/bisect go` to start this bisect, or `/bisect good=<ref> bad=<ref>` to "
+           "correct it.")
 
 
 class Handler:
@@ -86,7 +90,8 @@ class Handler:
             self._reply_once(f"outsider:{repo}#{number}:{user}", None, repo, number,
                              f"Thanks @{user}! Bisects run on shared GPUs, so only maintainers "
                              "and collaborators can start one. A maintainer can comment "
-                             "`/bisect` to run it. (I reply to this only once per issue.)", user)
+                             "`/bisect` to see what I read here, then `/bisect go` to run it. "
+                             "(I reply to this only once per issue.)", user)
             return Outcome("unauthorized", 202)
         if (self.queue.recent("user", user) >= self.cfg.jobs_per_user_per_hour
                 or self.queue.recent("repo", repo) >= self.cfg.jobs_per_repo_per_hour):
@@ -94,12 +99,15 @@ class Handler:
                              repo, number, f"@{user}: the bisect rate limit is reached; "
                              "please try again in an hour.", user)
             return Outcome("rate limited", 429)
+        go, rest = split_go(args)
         try:
-            plan = job_spec(self.cfg, args, issue_body)
+            plan = job_spec(self.cfg, rest or None, issue_body)
         except SpecError as e:
             self.github.comment(repo, number, f"Could not start a bisect: {e.message}"
                                 + (f"\n\n{e.hint}" if e.hint else ""))
             return Outcome("invalid request", 422, error=e.message)
+        if plan.triaged and not go and self.cfg.confirm_triaged_range:
+            return self._ask(repo, number, user, plan)
         try:
             job, created = self.queue.enqueue(repo, number, user, plan.spec)
         except QueueFull:
@@ -112,3 +120,18 @@ class Handler:
                                   + (f"\n\n{plan.read}" if plan.read else ""))
         self.queue.set_comment(job.id, cid)
         return Outcome("queued", 202, job=job.id)
+
+    def _ask(self, repo: str, number: int, user: str, plan: JobPlan) -> Outcome:
+        """A range read from the issue (not typed in the command) runs only once confirmed:
+        show what was read, once per reading (an edited issue that reads differently is
+        shown again; a redelivery or a relabel of the same reading is not)."""
+        refs = " and ".join(plan.triaged)
+        were = "refs were" if len(plan.triaged) > 1 else "ref was"
+        text = (f"The {refs} {were} read from the issue text, not given in the command, "
+                "so nothing is queued yet: a wrong range spends GPU hours in the wrong "
+                f"place. Please check it.\n\n{describe(plan)}"
+                + (f"\n\n{plan.read.rstrip()}" if plan.read else "") + f"\n\n{CONFIRM}")
+        digest = hashlib.sha256(text.encode()).hexdigest()[:32]   # the reading, not who asked
+        self._reply_once(f"confirm:{repo}#{number}:{digest}", self.cfg.replay_window_s, repo,
+                         number, f"@{user}: {text}", user)
+        return Outcome("awaiting confirmation", 202)

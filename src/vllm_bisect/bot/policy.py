@@ -45,7 +45,8 @@ class JobPlan:
     refused: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     requested_env: tuple[str, ...] = ()   # env keys the request set (their values are shown)
-    read: str = ""                         # bare /bisect: what triage read (Markdown)
+    read: str = ""                         # a ref from triage: what it read (Markdown)
+    triaged: tuple[str, ...] = ()          # range keys ("good", "bad") read from the issue
 
 
 def code(text: object, limit: int = 80) -> str:
