@@ -86,13 +86,17 @@ def queued_specs(state: Path) -> list[dict[str, Any]]:
         return [json.loads(r[0]) for r in db.execute("SELECT spec FROM jobs ORDER BY id")]
 
 
-def wait_for(pred: Callable[[], bool], timeout: float = 120.0) -> None:
+def wait_for(pred: Callable[[], bool], timeout: float = 120.0,
+             context: Callable[[], str] | None = None) -> None:
+    """Poll ``pred`` until true; a deadline for a hang, not a speed check. ``context`` (e.g. a
+    bot's log) is put in the failure so a hang seen once under load can be read afterwards."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():
             return
         time.sleep(0.2)
-    raise AssertionError("condition not met in time")
+    tail = context()[-4000:] if context is not None else ""
+    raise AssertionError("condition not met in time" + (f"; context:\n{tail}" if tail else ""))
 
 
 def final(c: Comment) -> bool:

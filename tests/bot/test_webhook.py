@@ -288,7 +288,7 @@ def test_servers_the_bot_starts_get_no_credentials(tmp_path: Path, gh: GitHubSta
                                  base_over={"build": {"kind": "command", "serve": serve}}))
     bot.send("issue_comment", comment_event(f"/bisect good={h.good} bad={h.bad}"))
     ack = gh.comments[0]
-    wait_for(lambda: final(ack))
+    wait_for(lambda: final(ack), context=lambda: f"comment: {ack.body}\nbot log:\n{bot.output()}")
     envs = [dict(e.split(b"=", 1) for e in p.read_bytes().split(b"\0") if b"=" in e)
             for p in dumps.glob("*.env")]
     assert envs, ack.body
