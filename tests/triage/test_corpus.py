@@ -273,47 +273,21 @@ def test_issue31_round3_held_out(capsys: pytest.CaptureFixture[str]) -> None:
     assert sizes["all"] >= 25 and n >= 5
 
 
-ROUND4 = "held-out-34"
+ROUND4, ROUND5 = "held-out-34", "held-out-35"
 
 
 def test_issue31_round4_held_out(capsys: pytest.CaptureFixture[str]) -> None:
     """Round 4's honest number: 34 reports labelled (and committed) before triage ran on them
-    and before any round-4 rule change; held-out-33 is a tuning set since round 4."""
-    rows = {k: score(split=ROUND4, projects=projects) for k, projects in COLUMNS}
-    sizes = {k: len(_selected(None, ROUND4, projects)) for k, projects in COLUMNS}
-    hit, n = fix_detected(ROUND4)
+    and before any round-4 rule change; held-out-33 is a tuning set since round 4, held-out-34
+    since round 5."""
     with capsys.disabled():
-        print(f"\n{ROUND4}: " + ", ".join(f"{k} ({sizes[k]})" for k, _ in COLUMNS))
-        for f in FIELDS:
-            print(f"  {f:12s} " + "  ".join(f"{rows[k][0][f]:6.1%}" for k, _ in COLUMNS))
-        for k, projects in (("all", None), ("ours", OURS)):
-            r, a, w = pair_outcomes(ROUND4, projects)
-            print(f"  pair outcomes ({k}): right {r}, abstained {a}, wrong {w}")
-        for f in FIELDS:
-            for m in rows["all"][1][f]:
-                print(f"      {ROUND4} miss {f}: {m}")
-        print(f"  find-the-fix detected in {ROUND4}: {hit}/{n}")
+        sizes, n = print_split(ROUND4)
     assert sizes["all"] >= 30 and n >= 10
-
-
-ROUND5 = "held-out-35"
 
 
 def test_issue31_round5_held_out(capsys: pytest.CaptureFixture[str]) -> None:
     """Round 5's honest number: 33 reports labelled (and committed) before triage ran on them
-    and before any round-5 rule change; held-out-34 is a tuning set since round 5."""
-    rows = {k: score(split=ROUND5, projects=projects) for k, projects in COLUMNS}
-    sizes = {k: len(_selected(None, ROUND5, projects)) for k, projects in COLUMNS}
-    hit, n = fix_detected(ROUND5)
+    and before any round-5 rule change."""
     with capsys.disabled():
-        print(f"\n{ROUND5}: " + ", ".join(f"{k} ({sizes[k]})" for k, _ in COLUMNS))
-        for f in FIELDS:
-            print(f"  {f:12s} " + "  ".join(f"{rows[k][0][f]:6.1%}" for k, _ in COLUMNS))
-        for k, projects in (("all", None), ("ours", OURS)):
-            r, a, w = pair_outcomes(ROUND5, projects)
-            print(f"  pair outcomes ({k}): right {r}, abstained {a}, wrong {w}")
-        for f in FIELDS:
-            for m in rows["all"][1][f]:
-                print(f"      {ROUND5} miss {f}: {m}")
-        print(f"  find-the-fix detected in {ROUND5}: {hit}/{n}")
+        sizes, n = print_split(ROUND5)
     assert sizes["all"] >= 30 and n >= 10
