@@ -11,7 +11,9 @@ need a change word or two values): each rule says why it counts.
   "outputs ... are wrong", 乱码, 重复, 精度问题 / 精度下降.
 - **crash**: "failed to start / load", "unable to start", "cannot start / load", "startup
   error", 无法启动, 启动失败; "error" in the title ("run X error", "Error after model load"),
-  not a measured error ("accuracy error", "error rate").
+  not a measured error ("accuracy error", "error rate"); a request that times out (超时,
+  "timed out", ``TimeoutError``), not a timeout setting.
+- **mtp-speedup**: an accepted length of a speculative method stuck at 1 ("accept length 1").
 - **ttft**: prefill / prompt processing with a change word, or in the title; not when the
   sentence measures a prefill *rate* (throughput, tok/s) and no time.
 """
@@ -77,7 +79,11 @@ CRASH = re.compile(r"fail\w{0,3}\s{1,3}to\s{1,3}(?:start|load|launch|initiali[sz
                    # a run that stops: it hangs, or it reports an error
                    r"卡住|卡死|(?<![\w-])(?:hangs?|hung)(?![\w-])|"
                    r"an?\s{1,3}error\s{1,3}(?:is|was)\s{1,3}(?:reported|raised|thrown)|报错|出错|"
-                   r"throw\w{0,3}\s{1,3}(?:an?\s{1,3})?errors?",
+                   r"throw\w{0,3}\s{1,3}(?:an?\s{1,3})?errors?|"
+                   # a request that never comes back times out: the run stops answering (not a
+                   # timeout setting: "--timeout", "timeout=600", "timeout of 600 s")
+                   r"超时|timed\s{1,3}out|TimeoutError|(?<![\w-])time-?outs?(?![\w=:-])"
+                   r"(?!\s{0,2}(?:=|of\s{1,3}\d|\d|setting|value|param))",
                    re.IGNORECASE)
 # a title that says the run errors ("run X error", "Error after model load"): the run stops; not
 # a measured error ("accuracy error", "error rate", "relative error")
@@ -91,6 +97,11 @@ TTFT = re.compile(r"(?<![\w-])prefill(?![\w-])|prompt processing|long[- ]prefill
 THROUGHPUT = next(p for f, p in METRICS if f is Found.THROUGHPUT)
 TIME = re.compile(r"\bTTFT\b|\d\s{0,2}(?:ms|s|sec|seconds)\b|\btime\b|latency|时间|耗时", re.IGNORECASE)
 SENTENCE = re.compile(r"(?<=[.!?])\s+|[。！？；;]")
+# a speculative method's accepted length stuck at 1 ("the speculative decoding length is stuck
+# at 1", "accept length 1"): no draft token is accepted, so the speed-up is lost
+ACCEPT_ONE = re.compile(r"(?:accept(?:ance|ed)?[\s_-]{0,2}(?:length|len)|spec\w{0,10}\s{1,3}"
+                        r"(?:decoding\s{1,3})?length|接受长度)[^.。\d]{0,24}?(?<![\d.])1(?![\d.])",
+                        re.IGNORECASE)
 CODE_FENCE = re.compile(r"^\s{0,3}(?:```|~~~)")
 
 
@@ -139,8 +150,12 @@ def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
             m = CRASH.search(text) or (TITLE_ERROR.search(text) if n == title and not (
                 CORRECTNESS.search(text) or OUTPUT_ERROR.search(text)) else None)
             if m and not OOM.search(text):
-                add(Found.CRASH, n, f"{m.group(0)!r}: " + ("the title says the run errors"
-                                                         if n == title else "it does not start"))
+                add(Found.CRASH, n, f"{m.group(0)!r}: " + (
+                    "the title says the run errors" if n == title else "it times out"
+                    if re.search(r"time|超时", m.group(0), re.I) else "it does not start"))
+            m = ACCEPT_ONE.search(text)
+            if m and not NEGATED.search(text):
+                add(Found.MTP_SPEEDUP, n, f"{m.group(0)!r}: no draft token accepted")
             m = TTFT.search(text)
             # "prefill throughput ... tok/s": a rate of prefill is throughput, not time to first
             # token (unless a time is said too)

@@ -30,7 +30,18 @@ NUM = r"\d{1,3}(?:,\d{3}){1,4}(?:\.\d{1,6})?|\d{1,9}(?:\.\d{1,6})?"
 CHANGE = re.compile(
     r"regress|degrad|decreas|increas|\bdrop|\bslow|\bworse|\blower\b|\bhigher\b|\blags?\b|"
     r"\breduc|deteriorat|\bsurge|\bjump|\bfell\b|\bfall|\bloss\b|\bdip|\bcut\b|\bhurt|\blarger\b|"
-    r"劣化|下降|变慢|降低|增加|上升|回退|慢", re.IGNORECASE)
+    r"劣化|下降|变慢|降低|增加|上升|回退|慢|"
+    # a comparison is a change: "lower than" in Chinese (准确率明显低于N卡), and a duration that
+    # got "longer" ("prefill time ... 13ms longer"; not "no longer")
+    r"低于|高于|(?<!no )\blonger\b|更长|变长", re.IGNORECASE)
+# a metric judged bad is a symptom without a change word ("tpot性能非常差", "TTFT is very poor",
+# "poor throughput"): the judgement right after the metric (within a few words) or right before it
+JUDGE = r"(?:poor|bad|weak(?:er)?|terrible|awful|horrible)\b"
+JUDGED_AFTER = re.compile(r"^[^.。,，;；]{0,12}?(?:(?:非常|很|较|特别|极|太)?差(?![异别距值])|不佳)|"
+                          r"^[^.。,，;；]{0,24}?\b(?:is|are|was|were|looks?|seems?|got|gets|became|"
+                          r"becomes)\s{1,3}(?:(?:very|quite|really|so|much|extremely|rather)\s{1,3})?"
+                          + JUDGE, re.IGNORECASE)
+JUDGED_BEFORE = re.compile(r"\b" + JUDGE + r"\s{1,3}$", re.IGNORECASE)
 # "identical outputs" says nothing changed; "under identical topology / the same config" says
 # the two runs were set up alike (a control), not that the metric did not change
 SETUP = (r"(?:\s{1,3}[^\s]{1,12}){0,1}\s{1,3}(?:topolog\w{1,3}|config\w{0,9}|setups?|settings?|"
@@ -41,7 +52,11 @@ NEGATED = re.compile(r"unaffected|not\s{1,3}affected|no\s{1,3}(?:meaningful\s{1,
                      # "throughput is the same, but TTFT doubled": the same is no change
                      r"\b(?:is|are|was|were|stays?|stayed|remains?|remained)\s{1,3}(?:about\s{1,3}|"
                      r"roughly\s{1,3}|basically\s{1,3})?(?:the\s{1,3})?(?:same|similar|comparable|"
-                     r"stable|flat)\b|无变化|一致", re.IGNORECASE)
+                     r"stable|flat)\b|无变化|"
+                     # "使用评估代码、prompt一致": the runs were set up alike (a control), like
+                     # "identical config"; 一致 alone (输出一致) still says nothing changed
+                     r"(?<!prompt)(?<!代码)(?<!配置)(?<!参数)(?<!环境)(?<!条件)(?<!命令)(?<!脚本)一致",
+                     re.IGNORECASE)
 CONTRAST = re.compile(r"\bbut\b|\bwhile\b|\bwhereas\b|\bhowever\b|但是|但|而", re.IGNORECASE)
 
 
@@ -101,12 +116,16 @@ METRICS = (
     (Found.LATENCY, re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延|延迟|"
                                r"(?:inference|response|request|wall|e2e|end-to-end)[ -]time\b|"
                                # 耗时: the time a request took
-                               r"(?:返回|请求|推理|响应)?耗时",
+                               r"(?:返回|请求|推理|响应)?耗时|"
+                               # the time to load something ("the loading times for LoRA adapters")
+                               r"\b(?:loading|load)\s{1,3}times?\b|加载(?:时间|耗时)",
                                re.IGNORECASE)),
     # a rate unit is the throughput metric whatever its spelling: per second or per minute,
     # tokens, requests or samples, "t/s" and per-user "t/s/u"
     # token generation ("TG") is the generation rate of a run, in tok/s: throughput
-    (Found.THROUGHPUT, re.compile(r"throughput|(?<!first )(?<!first-)token\s{1,3}generation|"
+    # QPS (queries per second) is a request rate; "troughput" is how some reporters type it
+    (Found.THROUGHPUT, re.compile(r"t(?:h)?roughput|(?<![A-Za-z0-9_])QPS(?![A-Za-z0-9_])|"
+                                  r"(?<!first )(?<!first-)token\s{1,3}generation|"
                                   r"text\s{1,3}generation\s{1,3}speed|"
                                   r"(?<![A-Za-z0-9_])TG(?![A-Za-z0-9_])|requests/s|req/s|samples/s|(?<![A-Za-z0-9_])TPS|"
                                   r"tok(?:en)?s?/s|(?<![A-Za-z])(?:it|items)/s|吞吐|"
@@ -119,7 +138,7 @@ METRICS = (
                                    r"\bbenchmark\s{1,3}scores?\b|pass@\d|"
                                    r"wrong (?:output|answer)|gibberish|精度|准确率", re.IGNORECASE)),
 )
-TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|tokens per second|it/s|items/s|"
+TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|QPS|tokens per second|it/s|items/s|"
                   rf"t/s)(?!/)",
                   re.IGNORECASE)
 # "12s左右": a unit glued to Chinese still ends at the next ASCII letter or digit
@@ -292,10 +311,13 @@ def find_symptoms(lines: list[str], bench_throughput: bool,
                         re.search(r"decode[- ]throughput", text, re.I) or (
                             PER_REQUEST.search(text) and not re.search(r"throughput|吞吐", text, re.I))):
                     found = Found.ITL  # a per-request decode speed
-                if (changed or line is title or len(MS.findall(text)) >= 2 or len(toks) >= 2
+                judged = bool(JUDGED_AFTER.search(text[hit.end():]) or
+                              JUDGED_BEFORE.search(text[:hit.start()]))
+                if (changed or judged or line is title or len(MS.findall(text)) >= 2 or len(toks) >= 2
                         or len(SECONDS.findall(text)) >= 2):
                     add(found, n, "named in the title" if line is title else (
-                        "named with a change" if changed else "two values compared"))
+                        "named with a change" if changed else
+                        "named with a judgement" if judged else "two values compared"))
                 value = AFTER_METRIC.match(text[hit.end():hit.end() + 24])
                 if value is not None:
                     per_line.setdefault(found, []).append((n, number(value.group("n"))))
