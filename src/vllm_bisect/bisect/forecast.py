@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 STEP_THRESHOLD = math.log(20.0)
@@ -136,6 +137,11 @@ def step_cost(d: float, sigma2: float, tau2: float, threshold: float) -> tuple[f
     per_server = d * d / (2 * max(tau2 + sigma2 / requests, 1e-12))
     servers = max(1.0, math.ceil(threshold / per_server))
     return servers, servers * requests
+
+
+def entropy_bits(post: Sequence[float]) -> float:
+    """A posterior's entropy in bits (what a Bayesian search still has to learn)."""
+    return -sum(p * math.log2(p) for p in post if p > 0)
 
 
 def _h2(p: float) -> float:

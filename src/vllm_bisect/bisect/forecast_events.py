@@ -11,13 +11,12 @@ rate (``bisect/forecast_spread.py``)."""
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import time
 from collections.abc import Callable
 
 from vllm_bisect.bisect.events import EventHandler
-from vllm_bisect.bisect.forecast import Forecast, predict, predict_bayes
+from vllm_bisect.bisect.forecast import Forecast, entropy_bits, predict, predict_bayes
 from vllm_bisect.bisect.forecast_spread import CapPlan, Cost, Spread, bayes_costs, cap_costs, spread
 from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
@@ -123,7 +122,7 @@ class ForecastEvents:
         from the runs at and above the likeliest culprit."""
         runs, _ = journal_runs(t)
         post, model = marginal(self.n, runs)
-        bits = -sum(p * math.log2(p) for p in post if p > 0)
+        bits = entropy_bits(post)
         good = runs.get(-1, [])
         eps = sum(good) / len(good) if good else model.eps
         top = max(range(self.n), key=lambda c: post[c])

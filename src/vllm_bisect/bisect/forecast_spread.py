@@ -32,8 +32,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vllm_bisect.bisect.forecast import predict_bayes
+from vllm_bisect.bisect.forecast import entropy_bits, predict_bayes
 from vllm_bisect.bisect.search.bayes import marginal
+from vllm_bisect.bisect.search.steps import bounds, next_step
+from vllm_bisect.models import Verdict
 
 DRAWS = 200
 P_DETERMINISTIC = 0.5   # prior: auto's two hypotheses, neither favoured
@@ -102,12 +104,12 @@ def cap_costs(n: int, plan: CapPlan, draws: int = DRAWS, seed: int = 0) -> list[
 def _cap_draw(n: int, q: float, plan: CapPlan, rnd: random.Random) -> Cost:
     c = rnd.randrange(n)
     runs: dict[int, list[bool]] = {n - 1: [True]}  # the bad endpoint's first run
-    lo, hi = -1, n - 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        shown = mid >= c and rnd.random() < q
-        runs[mid] = [shown]
-        lo, hi = (lo, mid) if shown else (mid, hi)
+    verdicts = {n - 1: Verdict.BAD}
+    while (step := next_step(n, verdicts)).test is not None:  # the threshold search's steps
+        shown = step.test >= c and rnd.random() < q
+        runs[step.test] = [shown]
+        verdicts[step.test] = Verdict.BAD if shown else Verdict.GOOD
+    lo = bounds(n, verdicts).last_good
     builds = starts = float(len(runs) - 1)
     if lo < 0:  # no commit judged good: the lazy good endpoint runs, no re-check
         return Cost(builds + 1, starts + 1, (starts + 1) * plan.requests)
@@ -122,8 +124,7 @@ def _cap_draw(n: int, q: float, plan: CapPlan, rnd: random.Random) -> Cost:
     if not switched:
         return Cost(builds, starts, starts * plan.requests)
     post, model = marginal(n, runs)
-    bits = -sum(p * math.log2(p) for p in post if p > 0)
-    f = predict_bayes(n, bits, model.q, model.eps, requests=plan.requests,
+    f = predict_bayes(n, entropy_bits(post), model.q, model.eps, requests=plan.requests,
                       confidence=plan.confidence, max_runs=plan.max_runs)
     return Cost(builds + f.builds, starts + f.server_starts,
                 starts * plan.requests + f.requests)
