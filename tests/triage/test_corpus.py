@@ -9,6 +9,7 @@ accuracy per field and fails below the bar (good/bad pair >= 90%, symptom set >=
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,12 @@ from vllm_bisect.triage import Triage, triage
 
 CORPUS = Path(__file__).parent / "corpus"
 BARS = {"pair": 0.90, "symptoms": 0.85}
+
+
+@cache
+def read(case: Path) -> Triage:
+    """Triage of a case's report, once per run: every split's columns and counts read it."""
+    return triage((case / "report.md").read_text())
 
 
 def cases() -> list[Path]:
@@ -123,7 +130,7 @@ def score(held_out: bool | None = None, split: str | None = None,
         return dict.fromkeys(FIELDS, 0.0), misses
     for case in all_cases:
         exp = json.loads((case / "expected.json").read_text())
-        t = triage((case / "report.md").read_text())
+        t = read(case)
         for f in FIELDS:
             if field_ok(f, exp, t):
                 right[f] += 1
@@ -167,7 +174,7 @@ def fix_detected(split: str) -> tuple[int, int]:
     for c in _selected(None, split, None):
         if json.loads((c / "expected.json").read_text())["search"] == "fix":
             n += 1
-            hit += triage((c / "report.md").read_text()).search.value == "fix"
+            hit += read(c).search.value == "fix"
     return hit, n
 
 
@@ -204,21 +211,8 @@ def test_issue31_round2_held_out(capsys: pytest.CaptureFixture[str]) -> None:
     """Round 2's honest number: reports labelled (and committed) before triage ran on them and
     before the round-2 rules saw them, scored per field, for all projects, ours
     (vLLM/vllm-ascend/sglang), each of ours and the other projects."""
-    rows = {k: score(split=ROUND2, projects=projects) for k, projects in COLUMNS}
-    sizes = {k: len(_selected(None, ROUND2, projects)) for k, projects in COLUMNS}
-    hit, n = fix_detected(ROUND2)
-    wrong_fix = sum(1 for c in _selected(None, ROUND2, None)
-                    if json.loads((c / "expected.json").read_text())["search"] == "regression"
-                    and triage((c / "report.md").read_text()).search.value == "fix")
     with capsys.disabled():
-        print(f"\n{ROUND2}: " + ", ".join(f"{k} ({sizes[k]})" for k, _ in COLUMNS))
-        for f in FIELDS:
-            print(f"  {f:12s} " + "  ".join(f"{rows[k][0][f]:6.1%}" for k, _ in COLUMNS))
-        for f in FIELDS:
-            for m in rows["all"][1][f]:
-                print(f"      {ROUND2} miss {f}: {m}")
-        print(f"  find-the-fix detected in {ROUND2}: {hit}/{n}; regression reports read as a "
-              f"fix: {wrong_fix}")
+        sizes, _ = print_split(ROUND2)
     assert sizes["all"] >= 25
 
 
@@ -231,7 +225,7 @@ def pair_outcomes(split: str, projects: tuple[str, ...] | None = None) -> tuple[
     right = abstained = wrong = 0
     for c in _selected(None, split, projects):
         exp = json.loads((c / "expected.json").read_text())
-        t = triage((c / "report.md").read_text())
+        t = read(c)
         if field_ok("pair", exp, t):
             right += 1
         elif t.good is None and t.bad is None:
@@ -249,7 +243,7 @@ def print_split(split: str) -> tuple[dict[str, int], int]:
     hit, n = fix_detected(split)
     wrong_fix = sum(1 for c in _selected(None, split, None)
                     if json.loads((c / "expected.json").read_text())["search"] == "regression"
-                    and triage((c / "report.md").read_text()).search.value == "fix")
+                    and read(c).search.value == "fix")
     print(f"\n{split}: " + ", ".join(f"{k} ({sizes[k]})" for k, _ in COLUMNS))
     for f in FIELDS:
         print(f"  {f:12s} " + "  ".join(f"{rows[k][0][f]:6.1%}" for k, _ in COLUMNS))
