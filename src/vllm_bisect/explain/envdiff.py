@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_bisect.builders.packages import NOTABLE, artifact_packages, venv_packages
+from vllm_bisect.builders.packages import NOTABLE, artifact_packages, changed, venv_packages
 
 __all__ = ["NOTABLE", "SideEnv", "artifact_packages", "env_diff", "gpu_info",
            "logged_vars", "venv_packages"]
@@ -56,8 +56,7 @@ def gpu_info() -> dict[str, str] | None:
 
 
 def _changes(a: dict[str, str], b: dict[str, str]) -> list[dict[str, str | None]]:
-    return [{"name": k, "parent": a.get(k), "culprit": b.get(k)}
-            for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return [{"name": k, "parent": x, "culprit": y} for k, x, y in changed(a, b)]
 
 
 def env_diff(parent: SideEnv, culprit: SideEnv) -> dict[str, Any]:
