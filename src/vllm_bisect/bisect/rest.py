@@ -95,7 +95,7 @@ def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
         cal.record()
     servers = (len(cal.groups[cal.old_sha]), len(cal.groups[cal.new_sha]))
     change = math.expm1(log_min_change(policy.v))
-    why = f"P(a change >= {change:+.1%}) = {step.p_matters:.2g}; {step.reason.split(': ', 1)[-1]}"
+    why = f"P(a change >= {change:+.1%}) = {step.p_matters:.2g}; {step.numbers}"
     logger.info("rest check: %s: %s", answer.value, why)
     return RestCheck(answer, why, servers, started)
 

@@ -340,6 +340,7 @@ class CalStep:
     # P(the change >= min_change) under the posterior
     separated: bool = False
     p_matters: float = 1.0
+    numbers: str = ""   # the change, its spreads and the servers (the reason's data part)
 
 
 def calibration_step(good: Sequence[Group], bad: Sequence[Group], *, min_change: float,
@@ -374,19 +375,21 @@ def calibration_step(good: Sequence[Group], bad: Sequence[Group], *, min_change:
     apart = p_dir <= p_wrong and change >= min_change
     if separated and model.single_request_evidence() >= threshold:
         return CalStep(CalStatus.READY, f"one request decides: {what}", model, 0, apart,
-                       p_matters)
+                       p_matters, what)
     if k >= min_servers and separated and model.ceiling() >= precision * threshold:
         return CalStep(CalStatus.READY, f"endpoints separate: {what}", model, 0, apart,
-                       p_matters)
+                       p_matters, what)
     if k >= min_servers and p_matters < p_wrong:
         return CalStep(CalStatus.REFUSE, "the endpoints do not separate by the smallest change "
-                       f"that matters (P = {p_matters:.3g}): {what}", model, 0, apart, p_matters)
+                       f"that matters (P = {p_matters:.3g}): {what}", model, 0, apart, p_matters,
+                       what)
     if k >= max_servers and separated:  # imprecise: commits will need more servers
         return CalStep(CalStatus.READY, f"endpoints separate (imprecisely): {what}", model, 0,
-                       apart, p_matters)
+                       apart, p_matters, what)
     if k >= max_servers:
         return CalStep(CalStatus.REFUSE, f"undecided after {k} servers per endpoint "
                        f"(P(no change or the wrong direction) = {p_dir:.3g}): {what}", model,
-                       0, apart, p_matters)
+                       0, apart, p_matters, what)
     n = requests_per_server(s2, t2, server_cost, max_requests)
-    return CalStep(CalStatus.MORE, f"calibrating: {what}", model, max(2, n), apart, p_matters)
+    return CalStep(CalStatus.MORE, f"calibrating: {what}", model, max(2, n), apart, p_matters,
+                   what)
