@@ -27,22 +27,23 @@ from vllm_bisect.triage.refs import OTHER_PACKAGE
 
 ZERO_MAJOR = r"vllm-ascend|vllm|sglang|ollama"
 PRODUCT_NAMED = re.compile(rf"(?<![A-Za-z])(?:{ZERO_MAJOR})", re.IGNORECASE)
-# a short form: N, N.M, with an optional rc; N has no leading 0 (0.11 is already full)
-SHORT = r"(?P<n>[1-9]\d?)(?:\.(?P<m>\d{1,2}))?(?P<pre>\s?rc\d{1,2})?"
+# a short form: N or N.M (N has no leading 0: 0.11 is already full), with an optional rc
+NM = r"(?P<n>[1-9]\d?)(?:\.(?P<m>\d{1,2}))?"
+SHORT = NM + r"(?P<pre>\s?rc\d{1,2})?"
 # "vllm11", "vllm-ascend0.10.2rc1", "sglang0.5.9": the product glued to a version
 GLUED = re.compile(rf"(?<![A-Za-z0-9_.])(?P<prod>{ZERO_MAJOR})(?P<sep>[-_]?)(?=\d)(?!0\d\d)"
                    r"(?!\d(?![\d.]))", re.IGNORECASE)
 # "vllm11", "vllm13rc1": a short form glued to the product's name
-GLUED_SHORT = re.compile(rf"(?<![A-Za-z0-9_.])(?P<prod>{ZERO_MAJOR})[-_]?(?P<n>[1-9]\d?)"
-                         r"(?:\.(?P<m>\d{1,2}))?(?P<pre>rc\d{1,2})?(?![A-Za-z0-9_.+-])", re.IGNORECASE)
+GLUED_SHORT = re.compile(rf"(?<![A-Za-z0-9_.])(?P<prod>{ZERO_MAJOR})[-_]?{NM}"
+                         r"(?P<pre>rc\d{1,2})?(?![A-Za-z0-9_.+-])", re.IGNORECASE)
 # "Ollama 12.7", "vllm-ascend 18.0rc1", "vllm 11": a short form right after the product's name
 AFTER_PRODUCT = re.compile(rf"(?<![A-Za-z0-9_.])(?P<prod>{ZERO_MAJOR})\s{{1,2}}{SHORT}(?![A-Za-z0-9_.+-])",
                            re.IGNORECASE)
 # "13rc1版本", "18.0rc1", "11版本", "7.2 release": a short form with an rc or a release word
-WITH_RC = re.compile(r"(?<![A-Za-z0-9_.+-])(?P<n>[1-9]\d?)(?:\.(?P<m>\d{1,2}))?(?P<pre>rc\d{1,2})"
-                     r"(?![A-Za-z0-9_.+-])", re.IGNORECASE)
-WITH_WORD = re.compile(r"(?<![A-Za-z0-9_.+-])(?P<n>[1-9]\d?)(?:\.(?P<m>\d{1,2}))?(?=\s{0,2}版本|"
-                       r"\s{1,2}(?:release|version)\b)", re.IGNORECASE)
+WITH_RC = re.compile(r"(?<![A-Za-z0-9_.+-])" + NM + r"(?P<pre>rc\d{1,2})(?![A-Za-z0-9_.+-])",
+                     re.IGNORECASE)
+WITH_WORD = re.compile(r"(?<![A-Za-z0-9_.+-])" + NM + r"(?=\s{0,2}版本|\s{1,2}(?:release|version)\b)",
+                       re.IGNORECASE)
 # "vLLM 0.13.0 rc1": an rc after a space is the same pre-release
 SPACED_RC = re.compile(r"(?<![A-Za-z0-9_.])(v?\d{1,3}\.\d{1,4}(?:\.\d{1,4})?)\s(rc\d{1,2})(?![\w.])",
                        re.IGNORECASE)
