@@ -83,7 +83,7 @@ def job_spec(cfg: BotConfig, args: str | None, issue_body: str) -> JobPlan:
                     if k not in given and found.get(k) and rng.get(k) == found.get(k))
     plan = dataclasses.replace(plan, notes=plan.notes + reading.notes, triaged=triaged,
                                read=reading.comment if triaged or not given else "")
-    missing = [k for k in ("good", "bad") if not plan.spec.get("range", {}).get(k)]
+    missing = [k for k in ("good", "bad") if not rng.get(k)]
     if missing:
         raise SpecError(f"could not determine {' and '.join(missing)} from the issue"
                         + (f" ({'; '.join(reading.notes)})" if reading.notes else ""),
