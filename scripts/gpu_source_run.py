@@ -168,15 +168,22 @@ class Run:
         if what == "rundef":
             spec = self.work / f"{kind}-default.toml"
         doc: dict[str, object] = {"job": name}
+        planted = json.loads((self.res / f"{kind}.planted.json").read_text())
+        # explain/isolate without a finished bisect of this kind: the planted commit, the
+        # default spec, a session of their own (`--spec FILE --culprit REF`)
+        extra: list[str] = []
+        if what in ("explain", "isolate") and not (session / "result.json").exists():
+            session = self.work / "sessions" / f"{kind}-{what}"
+            extra = ["--culprit", planted["planted"], "--spec",
+                     str(self.work / f"{kind}-default.toml")]
         if what == "explain":
-            planted = json.loads((self.res / f"{kind}.planted.json").read_text())
-            extra: list[str] = []
-            if not (session / "result.json").exists():
-                extra = ["--culprit", planted["planted"]]
             code, wall = self.cmd([*cli, "explain", str(session), "--json", "--cache-dir",
                                    str(self.cache), *extra], repo, timeout, name)
             doc.update(rc=code, wall_s=round(wall, 1), planted=planted["planted"])
             for k in ("report.md", "result.json"):
+                if (session / k).exists():
+                    shutil.copy(session / k, self.res / f"{name}_{k}")
+            for k in ("explain.json",):
                 if (session / k).exists():
                     shutil.copy(session / k, self.res / f"{name}_{k}")
             prof = session / "explain"
@@ -205,8 +212,13 @@ class Run:
             doc.update(self.hook(kind, spec, repo, timeout, name))
         else:
             code, wall = self.cmd([*cli, "isolate", str(session), "--no-hunks", "--no-deps",
-                                   "--json", "--cache-dir", str(self.cache)], repo, timeout, name)
-            doc.update(rc=code, wall_s=round(wall, 1))
+                                   "--json", "--cache-dir", str(self.cache), *extra],
+                                  repo, timeout, name)
+            doc.update(rc=code, wall_s=round(wall, 1), planted=planted["planted"],
+                       planted_file=planted.get("planted_file"))
+            for k in ("result.json", "isolate.json"):
+                if (session / k).exists():
+                    shutil.copy(session / k, self.res / f"{name}_{k}")
         if doc.get("rc") == -15:
             log(f"{name}: cut by the budget after {doc.get('wall_s')} s (resumes next call)")
             self.pack()

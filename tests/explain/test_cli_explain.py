@@ -82,3 +82,23 @@ def test_explain_outside_a_session_is_clear(tmp_path: Path) -> None:
     r = cli("explain", str(tmp_path))
     assert r.returncode == 2
     assert "is not a bisect session" in r.stderr and "vllm-bisect run" in r.stderr
+
+
+def test_explain_a_named_commit_without_a_bisect(tmp_path: Path) -> None:
+    # --spec FILE --culprit REF: no bisect session needed (the GPU script explains planted
+    # commits this way); the traces and explain.json go into the directory it names
+    h = history(tmp_path, n_commits=4, kernel_at=2, kernel_change="new",
+                kernel_name="_rms_norm_gated_kernel", kernel_effect=1.0, step_ms=10.0,
+                profiler_config_from=0)
+    spec = write_spec(tmp_path / "spec.toml", make_spec(h, verdict=ITL,
+                                                        probe={"max_tokens": 60, "requests": 3}))
+    s = tmp_path / "new" / "exp"
+    r = cli("explain", str(s), "--spec", str(spec), "--cache-dir", str(tmp_path / "c"))
+    assert r.returncode == 2 and "--culprit" in r.stderr and not s.exists()
+    r = cli("explain", str(s), "--spec", str(spec), "--culprit", h.planted["kernel"][:10],
+            "--cache-dir", str(tmp_path / "c"), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["culprit"] == h.planted["kernel"] and doc["server_starts"] == 4
+    assert doc["deltas"][0]["key"] == "kernel:_rms_norm_gated_kernel"
+    assert json.loads((s / "explain.json").read_text())["culprit"] == h.planted["kernel"]

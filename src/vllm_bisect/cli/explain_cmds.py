@@ -25,20 +25,30 @@ def _cache_dir(session: Path, given: Path | None) -> Path:
 
 
 def run_explain(session: Path, cache_dir: Path | None, servers_per_side: int | None,
-                culprit: str | None = None) -> dict[str, Any]:
-    """Profile and diff (progress on stderr); the ``explain`` document."""
+                culprit: str | None = None, spec_path: Path | None = None) -> dict[str, Any]:
+    """Profile and diff (progress on stderr); the ``explain`` document. With ``spec_path``
+    and ``culprit`` no bisect is needed: SESSION is made (or reused) to hold the traces."""
     from vllm_bisect.bisect.state.session import stored_spec
     from vllm_bisect.errors import FatalError
     from vllm_bisect.explain.run import explain_session
+    from vllm_bisect.spec import load_spec
 
-    if not (session / "journal.sqlite").exists():
+    spec = load_spec(spec_path) if spec_path is not None else None
+    if spec is None and not (session / "journal.sqlite").exists():
         raise FatalError(f"{session} is not a bisect session (no journal.sqlite)",
-                         hint="explain follows a finished `vllm-bisect run --session DIR`")
-    k = servers_per_side or stored_spec(session).explain.servers_per_side
+                         hint="explain follows a finished `vllm-bisect run --session DIR`; "
+                              "or pass --spec FILE --culprit REF to profile REF against its "
+                              "parent without a bisect")
+    if spec is not None and culprit is None and not (session / "journal.sqlite").exists():
+        raise FatalError(f"{session} holds no bisect, so it names no culprit",
+                         hint="pass --culprit REF (profiled against its first parent)")
+    if spec is not None:
+        session.mkdir(parents=True, exist_ok=True)
+    k = servers_per_side or (spec or stored_spec(session)).explain.servers_per_side
     err().print(f"[bold]explain:[/] profiling the culprit and its parent, {k} server(s) each")
     return explain_session(session, _cache_dir(session, cache_dir), k,
                            on_phase=lambda msg: err().print(f"[dim]  {msg}[/]"),
-                           culprit_ref=culprit)
+                           culprit_ref=culprit, spec=spec)
 
 
 def print_explain(doc: dict[str, Any], session: Path) -> None:
@@ -61,6 +71,9 @@ def explain_cmd(
     culprit: Annotated[str | None, typer.Option(
         help="explain this commit against its parent (default: the session's culprit)")
     ] = None,
+    spec_path: Annotated[Path | None, typer.Option(
+        "--spec", help="spec to build and serve with (default: the session's); with "
+                       "--culprit, SESSION need not hold a bisect")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -69,7 +82,7 @@ def explain_cmd(
     the two endpoints' packages and VLLM_* variables."""
     setup_logging(verbose)
     with user_errors():
-        doc = run_explain(session, cache_dir, servers_per_side, culprit)
+        doc = run_explain(session, cache_dir, servers_per_side, culprit, spec_path)
     if as_json:
         print_json(json.dumps(doc))
     else:

@@ -58,14 +58,15 @@ def tokens_per_step(spec: BisectSpec, ev: Evaluation, steps: int) -> float | Non
 
 
 def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
-                    on_phase: OnPhase | None = None, culprit_ref: str | None = None
-                    ) -> dict[str, Any]:
+                    on_phase: OnPhase | None = None, culprit_ref: str | None = None,
+                    spec: BisectSpec | None = None) -> dict[str, Any]:
     """Profile, diff, save into the session; returns the ``explain`` document.
-    ``culprit_ref``: another commit than the session's culprit (against its parent)."""
+    ``culprit_ref``: another commit than the session's culprit (against its parent);
+    ``spec``: instead of the session's stored one."""
     from vllm_bisect.isolate.runner import target
 
     say = on_phase or (lambda _msg: None)
-    spec, repo, culprit, parent = target(session, None, culprit_ref)
+    spec, repo, culprit, parent = target(session, spec, culprit_ref)
     base = session / "explain"
     builder = make_builder(spec, repo, cache_dir, base / "logs")
     shas = {"parent": parent, "culprit": culprit}
