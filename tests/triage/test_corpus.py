@@ -285,3 +285,15 @@ def test_issue31_round5_held_out(capsys: pytest.CaptureFixture[str]) -> None:
     with capsys.disabled():
         sizes, n = print_split(ROUND5)
     assert sizes["all"] >= 30 and n >= 10
+
+
+ROUND6 = "held-out-36"
+
+
+def test_issue31_round6_held_out(capsys: pytest.CaptureFixture[str]) -> None:
+    """Round 6's honest number: 37 reports (26 of vLLM/vllm-ascend/sglang, 10 find-the-fix)
+    labelled (and committed) before triage ran on them and before the round-6 rules were
+    scored."""
+    with capsys.disabled():
+        sizes, n = print_split(ROUND6)
+    assert sizes["all"] >= 30 and n >= 10
