@@ -297,3 +297,15 @@ def test_issue31_round6_held_out(capsys: pytest.CaptureFixture[str]) -> None:
     with capsys.disabled():
         sizes, n = print_split(ROUND6)
     assert sizes["all"] >= 30 and n >= 10
+
+
+ROUND7 = "held-out-37"
+
+
+def test_issue31_round7_held_out(capsys: pytest.CaptureFixture[str]) -> None:
+    """Round 7's honest number: 39 reports (28 of vLLM/vllm-ascend/sglang, 11 find-the-fix,
+    9 in Chinese) labelled (and committed) before triage ran on them and before the round-7
+    rules were scored."""
+    with capsys.disabled():
+        sizes, n = print_split(ROUND7)
+    assert sizes["all"] >= 30 and n >= 10
