@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_bisect.triage.fixes import as_fix
+from vllm_bisect.triage.fix_words import listed_fix_prs
+from vllm_bisect.triage.fixes import as_fix, fix_cues
 from vllm_bisect.triage.measured import measured_roles
 from vllm_bisect.triage.names import path_name
 from vllm_bisect.triage.refs import MAX_LINE, find_mentions
@@ -278,6 +279,8 @@ def _serving(t: Triage, lines: list[str]) -> None:
                               "kept in the report, the decode probe measures ITL instead")
             t.bench = None
     t.fixed_by = s.fixed_by
+    if not t.fixed_by and t.search is SearchKind.FIX:
+        t.fixed_by = listed_fix_prs(lines, [c.line for c in fix_cues(lines) if not c.advice])
     t.warnings += s.warnings
 
 
