@@ -59,7 +59,9 @@ ADVISED = re.compile(
 # "should be fixed in v0.3.1" is still a statement: the bisect checks it
 FUTURE = re.compile(r"\b(?:(?:will|would|hopefully|going\s{1,3}to)\s{1,3}(?:\w{1,12}\s{1,3})?"
                     r"(?:be|have\s{1,3}been)|(?:could|might|may)\s{1,3}(?:\w{1,12}\s{1,3})?be)"
-                    r"\s{1,3}(?:\w{1,10}\s{1,3})?(?:fixed|resolved|solved|addressed)\b",
+                    r"\s{1,3}(?:\w{1,10}\s{1,3})?(?:fixed|resolved|solved|addressed)\b"
+                    # "should be fixed in the next release": a release that does not exist yet
+                    r"|\b(?:next|upcoming|coming|future|later)\s{1,3}(?:release|version)",
                     re.IGNORECASE)
 
 # a workaround the fix made unnecessary ("so the workaround in #2992 is no longer needed") is

@@ -34,6 +34,7 @@ from itertools import pairwise
 from vllm_bisect.triage.fix_words import ADVISED, FIX_WORDS, FUTURE, WORKAROUND_GONE
 from vllm_bisect.triage.markers import STILL, Role, is_question
 from vllm_bisect.triage.roles import Point, Roles, SearchKind
+from vllm_bisect.triage.versions import title_index
 
 _NOUN = r"(?:issues?|problems?|bugs?|errors?|crash(?:es)?|hangs?|OOMs?|regressions?|failures?)"
 _PRONOUN = r"(?:it|this|that|they|all)"
@@ -202,18 +203,32 @@ def _pick(ps: list[Point], latest: bool) -> Point | None:
     return (ps[-1] if latest else ps[0]) if ps else None
 
 
-def _advised(points: list[Point], cues: list[Cue]) -> tuple[list[Cue], list[Point]] | None:
-    """Advice to move to a ref points at the fix only towards newer refs: the advised refs
-    newer than every other versioned ref of the report, or main ("retry with current main");
-    advice to try an older release is a bisect step, not a fix (None then)."""
-    inside = [p for p in points if _in_cue(p, cues) and not _problem_verdict(p)]
+def _advised(points: list[Point], cues: list[Cue], title: int
+             ) -> tuple[list[Cue], list[Point]] | None:
+    """Advice to move to a ref points at the fix only towards newer refs: the refs the advice
+    names (not the title's: that is the version the problem is reported on), when each is newer
+    than every other versioned ref of the report, or main ("retry with current main"); advice to
+    try an older release is a bisect step, not a fix (None then)."""
+    inside = [p for p in points if _in_cue(p, cues) and not _problem_verdict(p)
+              and not any(m.line == title for m in p.mentions)]
     others = [p for p in points if p not in inside and p.key is not None]
     newer = [p for p in inside if p.key is not None and all(_older(o, p) for o in others)]
     if newer and len(newer) == len([p for p in inside if p.key is not None]):
         return [c for c in cues if any(_in_cue(p, [c]) for p in newer)], newer
-    if not inside and any(c.main for c in cues):
+    if not [p for p in inside if p.key is not None] and any(c.main for c in cues):
         return [c for c in cues if c.main], []
     return None
+
+
+def drop_advised_old(roles: Roles, lines: list[str]) -> Roles:
+    """In a fix search, a ref named only in advice to try it ("Please try v0.3.0", before a
+    maintainer's "fixed in v0.3.1") was not run by anyone: it is no end with the problem."""
+    old = roles.old
+    tried = [c for c in fix_cues(lines) if c.advice]
+    if roles.search is not SearchKind.FIX or old is None or not _only_in(old, tried):
+        return roles
+    return Roles(roles.search, None, roles.new, [p for p in roles.goods if p is not old],
+                 roles.bads, [*roles.notes, f"{old.label} is only advised to try: no end"])
 
 
 def as_fix(roles: Roles, points: list[Point], lines: list[str],
@@ -226,7 +241,7 @@ def as_fix(roles: Roles, points: list[Point], lines: list[str],
     stated = [c for c in cues if not c.advice]
     fixed = [p for p in points if _in_cue(p, stated) and not _problem_verdict(p)]
     if not fixed and not any(c.main for c in stated):
-        advised = _advised(points, [c for c in cues if c.advice])
+        advised = _advised(points, [c for c in cues if c.advice], title_index(lines))
         if advised is not None:
             cues, fixed = advised
         elif not stated:
@@ -236,16 +251,12 @@ def as_fix(roles: Roles, points: list[Point], lines: list[str],
     else:
         cues = stated
     cue = cues[0]
-    tried = [c for c in fix_cues(lines) if c.advice and c not in cues]
     if tested_on is not None and tested_on not in fixed:
         fixed.append(tested_on)
     if not fixed and not any(c.main for c in cues) and roles.old and roles.new:
         return None  # "it has been resolved", nowhere named: the range read stays a regression
-    # a ref only advised to try ("Please try v0.3.0" before "fixed in v0.3.1post1") was not run:
-    # no problem end
     problem = [p for p in points if p not in fixed and (p in roles.bads or not p.votes
-                                                        or _problem_verdict(p))
-               and not _only_in(p, tried)]
+                                                        or _problem_verdict(p))]
     first_fixed = _pick(fixed, latest=False)
     before = [p for p in problem if first_fixed is None or first_fixed.key is None
               or _older(p, first_fixed)]

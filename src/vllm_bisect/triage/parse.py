@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_bisect.triage.fix_words import listed_fix_prs
-from vllm_bisect.triage.fixes import as_fix, fix_cues
+from vllm_bisect.triage.fixes import as_fix, drop_advised_old, fix_cues
 from vllm_bisect.triage.measured import measured_roles
 from vllm_bisect.triage.names import path_name
 from vllm_bisect.triage.refs import MAX_LINE, find_mentions
@@ -138,6 +138,7 @@ def _range(t: Triage, lines: list[str]) -> None:
         pairs.append(on_line)
     roles = refine(choose(points, arrows, pairs), points, title, lines[title - 1] if lines else "")
     roles = as_fix(roles, points, lines, fixed_on(points, lines)) or roles
+    roles = drop_advised_old(roles, lines)
     roles = by_date(roles, points, lines) or roles
     roles = environment_bad(roles, points, lines) or roles
     t.search = roles.search
