@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_bisect.triage.failure_words import failure_symptoms
 from vllm_bisect.triage.fix_words import listed_fix_prs
 from vllm_bisect.triage.fixes import as_fix, drop_advised_old, fix_cues
 from vllm_bisect.triage.measured import measured_roles
@@ -193,6 +194,10 @@ def _symptoms(t: Triage, lines: list[str]) -> None:
     s = find_symptoms(lines, bench_throughput=t.bench is not None and t.bench["kind"] == "throughput",
                       sides=sides)
     for f, n, why in word_symptoms(lines):
+        if f not in s.found:
+            s.found.append(f)
+            s.where[f.value], s.why[f.value] = n, why
+    for f, n, why in failure_symptoms(lines, set(s.found)):  # round 7
         if f not in s.found:
             s.found.append(f)
             s.where[f.value], s.why[f.value] = n, why
