@@ -133,3 +133,76 @@ def test_a_list_of_links_after_a_fix_statement_names_the_fix_pr() -> None:
     text = ("# Garbled output\n\nThe bugs have been tracked and fixed upstream.\n\n"
             "Related:\n- https://github.com/o/r/issues/393\n- https://github.com/o/r/pull/411\n")
     assert triage(text).fixed_by == ["411"]
+
+
+# -- symptoms: accuracy said in English, loops said by repeating, no usable output
+
+
+def test_accuracy_precision_or_quality_worse_is_correctness() -> None:
+    assert symptoms("# Eval issues when upgrading to 2.1.0\n\nThe accuracy test issues show up "
+                    "on every run.\n") == ["correctness"]
+    assert symptoms("# Precision for Foo-7B-FP8 drops a lot on main\n") == ["correctness"]
+    assert symptoms("# Upgrade\n\nThe response quality of the output is degraded since 2.1.\n"
+                    ) == ["correctness"]
+
+
+def test_guard_accuracy_that_did_not_drop_is_no_symptom() -> None:
+    assert symptoms("# Upgrade\n\nThe accuracy test shows no issues on 2.1.\n") == []
+    assert symptoms("# Upgrade\n\nAccuracy is the same, no issues seen.\n") == []
+
+
+def test_a_loop_said_by_repeating_or_no_output_is_correctness() -> None:
+    assert symptoms("# Foo model with 1.3.0 says the same thing again and again\n") == [
+        "correctness"]
+    assert symptoms("# Upgrade\n\nIt fails to generate content after the upgrade to 1.3.\n") == [
+        "correctness"]
+
+
+# -- symptoms: a decode-step time, an acceptance length that fell
+
+
+def test_a_decode_step_or_attention_time_with_a_change_is_itl() -> None:
+    assert symptoms("# Kernel speed\n\nThe attention (kernel.py) computation time increased 2x "
+                    "after the upgrade.\n") == ["itl"]
+    assert symptoms("# Kernel speed\n\nDecode step time increased by 30% on 1.2.\n") == ["itl"]
+
+
+def test_guard_a_prefill_attention_time_is_not_itl() -> None:
+    assert "itl" not in symptoms("# Kernel speed\n\nThe prefill attention time increased on "
+                                 "1.2.\n")
+
+
+def test_an_acceptance_length_that_fell_is_a_lost_speed_up() -> None:
+    assert symptoms("# Spec decode\n\nThe acceptance length of the draft head on main is lower "
+                    "than it used to be.\n") == ["mtp-speedup"]
+
+
+def test_guard_an_acceptance_length_that_did_not_fall_is_no_symptom() -> None:
+    assert symptoms("# Spec decode\n\nThe acceptance length did not drop on main.\n") == []
+
+
+# -- symptoms: a crash said as an exception or a broken component (only when nothing else is)
+
+
+def test_an_exception_or_traceback_is_a_crash_when_nothing_else_is_read() -> None:
+    assert symptoms("# Engine 2.0\n\nImporting fails with `ModuleNotFoundError: No module named "
+                    "'engine.backends.attn'`.\n") == ["crash"]
+    assert symptoms("# Engine 2.0 on import\n\n```\nTraceback (most recent call last):\n  File "
+                    "\"x.py\", line 1\n```\n") == ["crash"]
+
+
+def test_a_broken_component_is_a_crash() -> None:
+    assert symptoms("# Docs: pin 1.0 for the Foo card\n\nSince PR #123 the Foo card has been "
+                    "broken.\n") == ["crash"]
+
+
+def test_guard_a_broken_version_or_an_exception_beside_a_symptom_is_no_crash() -> None:
+    # "1.4 was broken" is a verdict on the end, not how it fails
+    assert symptoms("# Update to 1.5\n\n1.4 was broken, hopefully 1.5 is better.\n") == []
+    # the traceback of another problem beside a measured one adds nothing
+    assert symptoms("# Slow on 2.0\n\nThroughput dropped from 90 tok/s to 60 tok/s.\n\n"
+                    "```\nImportError: cannot import name 'x'\n```\n") == ["throughput"]
+
+
+def test_a_prefill_module_name_is_not_ttft() -> None:
+    assert symptoms("# 2.0 No module named 'engine.backends.mla.prefill'\n") == ["crash"]
