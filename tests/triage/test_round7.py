@@ -5,7 +5,11 @@ their own false readings. The inputs are written for the rule, not copied from r
 
 from __future__ import annotations
 
-from vllm_bisect.triage import triage
+from pathlib import Path
+
+import git
+
+from vllm_bisect.triage import resolve_refs, triage
 
 
 def ends(text: str) -> tuple[str, str | None, str | None]:
@@ -206,3 +210,50 @@ def test_guard_a_broken_version_or_an_exception_beside_a_symptom_is_no_crash() -
 
 def test_a_prefill_module_name_is_not_ttft() -> None:
     assert symptoms("# 2.0 No module named 'engine.backends.mla.prefill'\n") == ["crash"]
+
+
+# -- pair roles: a previous commit, main pinned to a sha, a culprit PR behind a link or a revert
+
+
+def test_a_previous_commit_is_good_and_a_main_commit_pins_main() -> None:
+    good, bad = "1a2b3c4d5e6f70819a2b3c4d5e6f70819a2b3c4d", "9f8e7d6c5b4a30219f8e7d6c5b4a30219f8e7d6c"
+    text = (f"# Score drops a lot on main\n\nearlier commit {good}\n\nscore 0.77\n\nmain commit "
+            f"{bad}\n\nscore 0.70\n")
+    assert ends(text) == ("regression", good, bad)
+
+
+def test_guard_main_without_a_sha_stays_main() -> None:
+    assert ends("# Crash on main\n\nIt works on v0.9.0, main has the crash.\n")[2] == "main"
+
+
+def test_a_culprit_pr_behind_a_link_text_is_the_bad_end() -> None:
+    assert ends("# Scheduler broken\n\nThe scheduler breaks after this "
+                "[PR](https://github.com/o/r/pull/4567).\n") == ("regression", None, "#4567")
+
+
+def test_a_culprit_pr_beats_a_bad_end_read_only_from_version_order() -> None:
+    # the template's version is what the change was tested with; the culprit PR is where it broke
+    text = ("# Pin v0.4.0rc1 for the Foo card\n\nSince PR #2614 the Foo card has been broken.\n\n"
+            "- vLLM version: v0.5.0rc3\n")
+    assert ends(text) == ("regression", "v0.4.0rc1", "#2614")
+
+
+def test_guard_a_bad_end_a_word_marks_keeps_over_a_pr() -> None:
+    text = ("# v1.1.0 crashes at start\n\nv1.0.0 works fine. Since #2614 the logs are longer.\n")
+    assert ends(text) == ("regression", "v1.0.0", "v1.1.0")
+
+
+def test_a_revert_for_a_problem_names_the_end_with_the_problem(tmp_path: Path) -> None:
+    text = ("# Revert \"speed up the builder\"\n\nReverts o/r#2253 as people find it causes a large "
+            "perf regression.\n\ncomment: close as https://github.com/o/r/pull/2380 fixed it.\n")
+    t = triage(text)
+    assert (t.search.value, t.good, t.bad, t.fixed_by) == ("fix", "#2253", None, ["2380"])
+    repo = git.Repo.init(tmp_path, initial_branch="main")
+    with repo.config_writer() as cw:
+        cw.set_value("user", "name", "t").set_value("user", "email", "t@example.com")
+    for subject in ("base", "speed up the builder (#2253)", "other (#2300)"):
+        (tmp_path / "f.txt").write_text(subject)
+        repo.index.add(["f.txt"])
+        repo.index.commit(subject)
+    resolve_refs(t, repo)
+    assert t.good == repo.commit("main~1").hexsha  # the merge commit of #2253 has the problem

@@ -39,7 +39,7 @@ BEFORE = (
         r"roll\w{0,4}\s{1,3}back\s{1,3}to|does\s{1,3}not\s{1,3}occur\s{1,3}in|"
         r"doesn't\s{1,3}occur\s{1,3}in|not\s{1,3}(?:reproduc\w{0,5}|occur\w{0,3})\s{1,3}(?:on|in|with)|"
         r"\bno\s{1,3}(?:such\s{1,3})?(?:issues?|problems?|errors?)\s{1,3}with\s{1,3}(?:prior|previous)?|"
-        r"\bold|\bnormal|baseline|(?:slower|worse|behind)\s{1,3}than|✅|✔|正常|回退到|降级到|"
+        r"\bold|\bnormal|baseline|\b(?:previous|earlier)|(?:slower|worse|behind)\s{1,3}than|✅|✔|正常|回退到|降级到|"
         # "性能不如0.7.3版本" (not as good as 0.7.3): the reference is the good one
         r"不如|比不上|"
         # "(ok in 0.7.2)": a verdict word with a preposition binds forward, to the ref after it

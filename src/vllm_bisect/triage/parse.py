@@ -17,6 +17,7 @@ from vllm_bisect.triage.fix_words import listed_fix_prs
 from vllm_bisect.triage.fixes import as_fix, drop_advised_old, fix_cues
 from vllm_bisect.triage.measured import measured_roles
 from vllm_bisect.triage.names import path_name
+from vllm_bisect.triage.pins import main_pin
 from vllm_bisect.triage.refs import MAX_LINE, find_mentions
 from vllm_bisect.triage.roles import (
     Point,
@@ -162,8 +163,28 @@ def _range(t: Triage, lines: list[str]) -> None:
                            "the report is about a fix: the range runs from a commit with the "
                            "problem to a fixed one, and the bisect looks for the first fixed "
                            "commit"))
-    culprit = pr_culprit(lines) if t.bad is None and t.search is SearchKind.REGRESSION else None
+    pin = main_pin(lines) if "main" in (t.good, t.bad) else None
+    if pin is not None:  # round 7: "main commit <sha>" is the main that was measured
+        attr = "bad" if t.bad == "main" else "good"
+        setattr(t, attr, pin[0])
+        setattr(t, attr + "_label", pin[0])
+        t.read.append(Read(f"range.{attr} ({t.new_term if attr == 'bad' else t.old_term})",
+                           pin[0], pin[1], "the report labels this sha as main's commit: the "
+                           "main that was measured (main's head has moved on since)"))
+    # round 7: a culprit PR beats a bad end read only from version order (no word marks it: a
+    # template's "vLLM version: X" is what the PR was tested with, not where it broke)
+    weak = (roles.new is not None and not roles.new.votes and t.bad == roles.new.ref
+            and any(n.startswith("no good/bad marker") for n in roles.notes))
+    culprit = (pr_culprit(lines) if (t.bad is None or weak) and t.search is SearchKind.REGRESSION
+               else None)
+    if t.search is SearchKind.FIX and t.good is None and (problem := pr_culprit(lines)):
+        # in a fix search the culprit PR is the end that has the problem
+        t.good, t.good_label = problem[0], problem[0]
+        t.read.append(Read("range.good (has the problem)", problem[0], problem[1],
+                           f"{problem[2]!r}: a PR named as the culprit (its merge commit has the "
+                           "problem)"))
     if culprit is not None:
+        t.read = [r for r in t.read if not r.what.startswith("range.bad")]
         t.bad, t.bad_label = culprit[0], culprit[0]
         t.read.append(Read("range.bad (bad)", culprit[0], culprit[1],
                            f"{culprit[2]!r}: a PR named as the culprit (its merge commit, found "
