@@ -257,3 +257,22 @@ def test_a_revert_for_a_problem_names_the_end_with_the_problem(tmp_path: Path) -
         repo.index.commit(subject)
     resolve_refs(t, repo)
     assert t.good == repo.commit("main~1").hexsha  # the merge commit of #2253 has the problem
+
+
+def test_another_packages_version_variable_is_no_ref() -> None:
+    # an environment dump's CUDA_VERSION / PYTORCH_VERSION name those packages' versions
+    text = ("# Slow decode\n\n```\nCUDA_VERSION=12.4.0\nPYTORCH_VERSION=2.4.0\n```\n\n"
+            "Decode got slower on `main`.\n")
+    assert ends(text) == ("regression", None, "main")
+
+
+def test_compared_with_its_own_past_is_the_bad_end() -> None:
+    assert ends("# Spec decode\n\nThe acceptance length on `main` is lower than it used to "
+                "be.\n") == ("regression", None, "main")
+
+
+def test_a_regression_in_the_next_ref_binds_forward() -> None:
+    # "because we noticed a regression in 0.5.0": the regression is 0.5.0's, not 0.5.1's
+    t = triage("# Update to 0.5\n\nWe need to wait for version 0.5.1 because we noticed a "
+               "regression in version 0.5.0.\n")
+    assert (t.search.value, t.bad) == ("fix", "v0.5.1")
