@@ -64,6 +64,9 @@ def test_advice_to_build_from_source_or_the_latest_code_working_makes_main_the_f
 def test_guard_a_reporter_who_built_from_source_is_no_fix() -> None:
     assert search("# Crash on 0.3.1\n\nI built vllm from source at 0.3.1 and it crashes.\n"
                   ) == "regression"
+    # a maintainer's bisect step names a commit to test, not where it is fixed
+    assert search("# Crash on 0.3.1\n\nCould you install from source at commit 1a2b3c4d and "
+                  "rerun it.\n") == "regression"
 
 
 # -- find the fix: a hedge from who knows the fix, coordinated participles, "fixed upstream"

@@ -35,6 +35,8 @@ FROM_SOURCE = (
     r"(?:\b(?:must|need\s{1,3}to|have\s{1,3}to|please|can|could|should|just)\s{1,3}"
     r"(?:either\s{1,3})?|^\W{0,3})(?:re)?(?:build|install|compil)\w{0,3}\s{1,3}"
     r"(?:[\w-]{1,20}\s{1,3}){0,2}?from\s{1,3}(?:the\s{1,3})?(?:source|main|master)\b"
+    # not a bisect step: "install from source at commit abc123 and rerun" names a commit to test
+    r"(?!\s{1,3}(?:at|with|on)\s{1,3}(?:the\s{1,3})?(?:commit|[0-9a-f]{7}|v?\d))"
 )
 # a good verdict on building with the newest code ("Building with the latest lmcache code makes
 # it work"): the fix is on main

@@ -208,9 +208,11 @@ def _advised(points: list[Point], cues: list[Cue], title: int
     """Advice to move to a ref points at the fix only towards newer refs: the refs the advice
     names (not the title's: that is the version the problem is reported on), when each is newer
     than every other versioned ref of the report, or main ("retry with current main"); advice to
-    try an older release is a bisect step, not a fix (None then)."""
+    try an older release, or a commit, is a bisect step, not a fix (None then)."""
     inside = [p for p in points if _in_cue(p, cues) and not _problem_verdict(p)
               and not any(m.line == title for m in p.mentions)]
+    if any(p.key is None and p.name != "main" for p in inside):
+        return None  # a commit named in advice is one to test ("install at commit X and rerun")
     others = [p for p in points if p not in inside and p.key is not None]
     newer = [p for p in inside if p.key is not None and all(_older(o, p) for o in others)]
     if newer and len(newer) == len([p for p in inside if p.key is not None]):
