@@ -39,6 +39,8 @@ def test_guard_a_release_without_the_fix_is_no_fix_statement() -> None:
     assert search("# Crash with 0.6.0\n\nreply: 0.6.2 doesn't include the fix.\n") == "regression"
     assert search("# Crash with 0.6.0\n\nreply: it will be fixed in the next release.\n"
                   ) == "regression"
+    for sentence in ("The fix is in progress.", "Nobody has a fix for this."):
+        assert search(f"# Crash with 0.6.0\n\nreply: {sentence}\n") == "regression", sentence
 
 
 def test_a_wait_for_the_release_with_the_fix_is_a_fix_statement() -> None:
@@ -117,6 +119,11 @@ def test_guard_advice_to_try_an_older_release_is_a_bisect_step() -> None:
     # trying an older release checks for a regression: no fix is pointed at
     assert ends("# v1.2.0 always crashes\n\nmaintainer: you can use v1.1.0 to check whether "
                 "it is new.\n")[0] == "regression"
+
+
+def test_guard_advice_beside_a_pair_of_the_reports_own_is_a_hint() -> None:
+    # the reporter's own two ends stand: a maintainer's "retry with X" is not a fix report yet
+    assert ends("# Slow on 0.9.0 vs 0.8.5\n\nPlease retry with 0.9.1.\n")[0] == "regression"
 
 
 def test_a_stated_fix_beats_earlier_advice() -> None:

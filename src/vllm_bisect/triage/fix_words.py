@@ -18,10 +18,12 @@ _PR = r"(?:#|[\w.-]{1,60}/[\w.-]{1,60}#|https://github\.com/[\w.-]{1,60}/[\w.-]{
 # doesn't include the fix" is a problem verdict on 0.9.0)
 RELEASED_FIX = (
     r"\breleased\s{1,3}with\s{1,3}(?:the\s{1,3}|a\s{1,3})?(?:bug\s?)?fix(?:es)?\b"
-    r"|(?<!n't\s)(?<!not\s)\b(?:includes?|contains?|ships?|carries|has)\s{1,3}(?:the|this|that|a)"
-    r"\s{1,3}(?:bug\s?)?fix(?:es)?\b"
+    r"|(?<!n't\s)(?<!not\s)\b(?:(?:includes?|contains?|ships?|carries)\s{1,3}(?:the|this|that|a)"
+    r"|has\s{1,3}(?:the|this|that))\s{1,3}(?:bug\s?)?fix(?:es)?\b"
+    # "the fix is in 0.6.1", not "the fix is in progress / in review"
     r"|\bthe\s{1,3}(?:bug\s?)?fix\s{1,3}(?:is|was|has\s{1,3}been)\s{1,3}(?:already\s{1,3})?"
-    r"(?:merged|in|included|available|released|landed)\b"
+    r"(?:merged|in(?!\s{1,3}(?:progress|review|the\s{1,3}works))|included|available|released|"
+    r"landed)\b"
 )
 # a wait for the release that has the fix: "we need to wait for version 0.15.1", "wait till
 # the fix gets put into a release" (the fix exists; a release with it is what is awaited)

@@ -243,7 +243,11 @@ def as_fix(roles: Roles, points: list[Point], lines: list[str],
     stated = [c for c in cues if not c.advice]
     fixed = [p for p in points if _in_cue(p, stated) and not _problem_verdict(p)]
     if not fixed and not any(c.main for c in stated):
-        advised = _advised(points, [c for c in cues if c.advice], title_index(lines))
+        advice = [c for c in cues if c.advice]
+        advised = _advised(points, advice, title_index(lines))
+        if advised is not None and roles.old and roles.new and not (
+                _in_cue(roles.old, advice) or _in_cue(roles.new, advice)):
+            advised = None  # the report's own two ends stand: advice is a hint, not a fix report
         if advised is not None:
             cues, fixed = advised
         elif not stated:
