@@ -286,3 +286,13 @@ def test_a_regression_in_the_next_ref_binds_forward() -> None:
     t = triage("# Update to 0.5\n\nWe need to wait for version 0.5.1 because we noticed a "
                "regression in version 0.5.0.\n")
     assert (t.search.value, t.bad) == ("fix", "v0.5.1")
+
+
+def test_a_cuda_error_that_is_out_of_memory_is_memory_only() -> None:
+    assert symptoms("# KV cache grows on 0.25\n\n```\nCUDA Error: out of memory at alloc.cu:12\n"
+                    "```\n") == ["memory"]
+
+
+def test_guard_another_cuda_error_is_still_a_crash() -> None:
+    assert symptoms("# Crash on 0.25\n\n```\nCUDA error: an illegal instruction was encountered\n"
+                    "```\n") == ["crash"]
