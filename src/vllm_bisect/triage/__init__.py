@@ -38,7 +38,16 @@ def _pr_commit(repo: git.Repo, pr: str, main: str | None) -> git.Commit | None:
 
 
 def _resolve_pr(t: Triage, repo: git.Repo, main: str | None) -> None:
-    """A PR named as the culprit: its merge commit is the bad end, its parent the good one."""
+    """A PR named as the culprit: its merge commit is the bad end, its parent the good one; in a
+    fix search (round 7) its merge commit is the end that has the problem."""
+    if (t.good or "").startswith("#"):
+        merged = _pr_commit(repo, t.good or "", main)
+        if merged is None:
+            t.warnings.append(f"PR {t.good} has no merge commit on {main}")
+        else:
+            t.read.append(Read(f"range.good ({t.old_term})", merged.hexsha[:12], None,
+                               f"the merge commit of {t.good} on {main}"))
+            t.good = merged.hexsha
     if not (t.bad or "").startswith("#"):
         return
     c = _pr_commit(repo, t.bad or "", main)

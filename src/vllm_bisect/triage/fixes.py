@@ -31,8 +31,10 @@ import re
 from dataclasses import dataclass
 from itertools import pairwise
 
-from vllm_bisect.triage.markers import HEDGE, STILL, Role, is_question
+from vllm_bisect.triage.fix_words import ADVISED, FIX_WORDS, FUTURE, WORKAROUND_GONE
+from vllm_bisect.triage.markers import STILL, Role, is_question
 from vllm_bisect.triage.roles import Point, Roles, SearchKind
+from vllm_bisect.triage.versions import title_index
 
 _NOUN = r"(?:issues?|problems?|bugs?|errors?|crash(?:es)?|hangs?|OOMs?|regressions?|failures?)"
 _PRONOUN = r"(?:it|this|that|they|all)"
@@ -41,7 +43,8 @@ _AUX = r"(?:is|are|was|were|has\s{1,3}been|have\s{1,3}been|had\s{1,3}been|seems?
 _GONE = r"(?:resolved|fixed|solved|gone|disappeared)"
 FIX_CUE = re.compile(
     # "has been fixed", "have been resolved" (whatever the subject: "the test has been fixed")
-    r"\b(?:has|have|had)\s{1,3}been\s{1,3}(?:\w{1,12}\s{1,3})?(?:resolved|fixed|solved|addressed)\b"
+    r"\b(?:has|have|had)\s{1,3}been\s{1,3}(?:\w{1,12}\s{1,3}(?:and\s{1,3})?)?"
+    r"(?:resolved|fixed|solved|addressed)\b"
     # "the issue (is) resolved", "all the issues were resolved", "it seems to be fixed"
     rf"|\b{_NOUN}\s{{1,3}}(?:{_AUX}\s{{1,3}})?(?:(?:now|already|basically)\s{{1,3}})?{_GONE}\b"
     rf"|\b{_PRONOUN}\s{{1,3}}{_AUX}\s{{1,3}}(?:(?:now|already|basically)\s{{1,3}})?{_GONE}\b"
@@ -56,7 +59,7 @@ FIX_CUE = re.compile(
     r"|(?:n't|\bnot)\s{1,3}(?:occur|happen|appear|reproduce)\w{0,3}\b"
     r"(?=[^.!?。]{0,80}(?:upgrad|updat|newer|latest|nightl|\bmain\b|\bmaster\b))"
     # "fixed in 0.2.9", "fixed by #4660", "resolved on main"
-    r"|\b(?:fixed|resolved|solved)\s{1,3}(?:in|on|by|with|via)\b"
+    r"|\b(?:fixed|resolved|solved)\s{1,3}(?:(?:upstream|already|now)\s{1,3})?(?:in|on|by|with|via)\b"
     r"|\bworks?\s{1,3}(?:\w{1,8}\s{1,3})?(?:on|with|in)\s{1,3}(?:the\s{1,3})?(?:latest|newest|current)\b"
     # "upgrading to 0.5.3 fixed it"
     r"|\bupgrad\w{0,4}\s{1,3}(?:\w{1,12}\s{1,3}){0,3}?to\b(?:[^.!?。]|\.(?=\w)){0,40}?"
@@ -84,7 +87,10 @@ FIX_CUE = re.compile(
     # "已在 v0.10.0rc1 中修复", "得到解决", "升级到 X 后解决"
     r"已(?:经)?在[^。！？?]{1,40}?(?:修复|解决)|得到(?:了)?(?:修复|解决)|"
     r"升级(?:到|至)?[^。！？?]{1,40}?(?:后|之后)?(?:即可)?(?:修复|解决)|"
-    r"没有?(?:这个|该)?问题了|正常了",
+    r"没有?(?:这个|该)?问题了|正常了|"
+    # round 7: a release that carries the fix, a wait for it, a build from source, the latest
+    # code working (`fix_words`)
+    + FIX_WORDS,
     re.IGNORECASE)
 # the fix is an older version, a revert or a setting: a workaround, not a fixed commit
 NOT_FIX = re.compile(r"downgrad|revert|roll\w{0,4}\s{1,3}back|\bback\s{1,3}to\b|\bpinn|"
@@ -108,7 +114,9 @@ MAIN_WORDS = re.compile(
     r"\bnightl(?:y|ies)\b|"
     # a dev image/build is built from main: "the latest upstream sglang(dev) image"
     r"\bdev\)?\s{0,2}(?:image|build|branch|version)\b|\(dev\)|"
-    r"\b(?:on|from|with|at|of)\s{1,3}(?:the\s{1,3})?(?:main|master)(?=\s{0,2}(?:[.,;:!?)]|$|now|too))",
+    r"\b(?:on|from|with|at|of)\s{1,3}(?:the\s{1,3})?(?:main|master)(?=\s{0,2}(?:[.,;:!?)]|$|now|too))"
+    # built from source / the latest code: main, not a release ("build sglang from source")
+    r"|\bfrom\s{1,3}(?:the\s{1,3})?source\b|\b(?:latest|newest)\s{1,3}(?:[\w-]{1,20}\s{1,3})?code\b",
     re.IGNORECASE)
 UPGRADED = re.compile(r"'(?:upgrad|updat|bump|chang|switch|mov)\w{0,6}\s{1,3}to'|'升级", re.IGNORECASE)
 
@@ -122,6 +130,7 @@ class Cue:
     end: int
     words: str
     main: bool   # the clause names main / the main branch / the nightlies
+    advice: bool = False  # advice to move to a ref, not a statement that it is fixed there
 
 
 def _sentences(line: str) -> list[tuple[int, int]]:
@@ -136,15 +145,21 @@ def fix_cues(lines: list[str]) -> list[Cue]:
         for a, b in _sentences(line):
             sentence = line[a:b]
             m = FIX_CUE.search(sentence)
-            if (m is None or NOT_FIX.search(sentence) or STILL.search(sentence)
-                    or HEDGE.search(sentence) or CONDITION.search(sentence[:m.start()])
-                    or is_question(sentence)):
+            advice = m is None
+            if m is None:  # round 7: advice to move to another ref, weaker than a statement
+                m = ADVISED.search(sentence)
+            # a hedge from who knows the fix ("should be fixed in X", "may have been fixed by
+            # bumping to X") still says where to look (the bisect checks it); a future or a hope
+            # does not: nothing fixed exists yet
+            if (m is None or NOT_FIX.search(WORKAROUND_GONE.sub(" ", sentence))
+                    or STILL.search(sentence) or FUTURE.search(sentence)
+                    or CONDITION.search(sentence[:m.start()]) or is_question(sentence)):
                 continue
             cuts = [0] + [x.end() for x in CONTRAST.finditer(sentence)] + [len(sentence)]
             ca, cb = next(((x, y) for x, y in pairwise(cuts)
                            if x <= m.start() < y), (0, len(sentence)))
             out.append(Cue(n, a + ca, a + cb, m.group(0)[:60],
-                           bool(MAIN_WORDS.search(sentence))))
+                           bool(MAIN_WORDS.search(sentence)), advice))
     return out
 
 
@@ -156,6 +171,12 @@ def _problem_verdict(p: Point) -> bool:
 
 def _in_cue(p: Point, cues: list[Cue]) -> bool:
     return any(m.line == c.line and c.start <= m.start < c.end for m in p.mentions for c in cues)
+
+
+def _only_in(p: Point, cues: list[Cue]) -> bool:
+    """Every mention of the point stands in one of the cues' clauses."""
+    return bool(p.mentions and cues) and all(
+        any(m.line == c.line and c.start <= m.start < c.end for c in cues) for m in p.mentions)
 
 
 def named_good(roles: Roles) -> bool:
@@ -182,6 +203,36 @@ def _pick(ps: list[Point], latest: bool) -> Point | None:
     return (ps[-1] if latest else ps[0]) if ps else None
 
 
+def _advised(points: list[Point], cues: list[Cue], title: int
+             ) -> tuple[list[Cue], list[Point]] | None:
+    """Advice to move to a ref points at the fix only towards newer refs: the refs the advice
+    names (not the title's: that is the version the problem is reported on), when each is newer
+    than every other versioned ref of the report, or main ("retry with current main"); advice to
+    try an older release, or a commit, is a bisect step, not a fix (None then)."""
+    inside = [p for p in points if _in_cue(p, cues) and not _problem_verdict(p)
+              and not any(m.line == title for m in p.mentions)]
+    if any(p.key is None and p.name != "main" for p in inside):
+        return None  # a commit named in advice is one to test ("install at commit X and rerun")
+    others = [p for p in points if p not in inside and p.key is not None]
+    newer = [p for p in inside if p.key is not None and all(_older(o, p) for o in others)]
+    if newer and len(newer) == len([p for p in inside if p.key is not None]):
+        return [c for c in cues if any(_in_cue(p, [c]) for p in newer)], newer
+    if not [p for p in inside if p.key is not None] and any(c.main for c in cues):
+        return [c for c in cues if c.main], []
+    return None
+
+
+def drop_advised_old(roles: Roles, lines: list[str]) -> Roles:
+    """In a fix search, a ref named only in advice to try it ("Please try v0.3.0", before a
+    maintainer's "fixed in v0.3.1") was not run by anyone: it is no end with the problem."""
+    old = roles.old
+    tried = [c for c in fix_cues(lines) if c.advice]
+    if roles.search is not SearchKind.FIX or old is None or not _only_in(old, tried):
+        return roles
+    return Roles(roles.search, None, roles.new, [p for p in roles.goods if p is not old],
+                 roles.bads, [*roles.notes, f"{old.label} is only advised to try: no end"])
+
+
 def as_fix(roles: Roles, points: list[Point], lines: list[str],
            tested_on: Point | None = None) -> Roles | None:
     """A regression reading without a named good end turned into a fix search, when the
@@ -189,8 +240,23 @@ def as_fix(roles: Roles, points: list[Point], lines: list[str],
     cues = fix_cues(lines)
     if not cues or roles.search is not SearchKind.REGRESSION or named_good(roles):
         return None
+    stated = [c for c in cues if not c.advice]
+    fixed = [p for p in points if _in_cue(p, stated) and not _problem_verdict(p)]
+    if not fixed and not any(c.main for c in stated):
+        advice = [c for c in cues if c.advice]
+        advised = _advised(points, advice, title_index(lines))
+        if advised is not None and roles.old and roles.new and not (
+                _in_cue(roles.old, advice) or _in_cue(roles.new, advice)):
+            advised = None  # the report's own two ends stand: advice is a hint, not a fix report
+        if advised is not None:
+            cues, fixed = advised
+        elif not stated:
+            return None
+        else:
+            cues = stated
+    else:
+        cues = stated
     cue = cues[0]
-    fixed = [p for p in points if _in_cue(p, cues) and not _problem_verdict(p)]
     if tested_on is not None and tested_on not in fixed:
         fixed.append(tested_on)
     if not fixed and not any(c.main for c in cues) and roles.old and roles.new:

@@ -39,7 +39,7 @@ BEFORE = (
         r"roll\w{0,4}\s{1,3}back\s{1,3}to|does\s{1,3}not\s{1,3}occur\s{1,3}in|"
         r"doesn't\s{1,3}occur\s{1,3}in|not\s{1,3}(?:reproduc\w{0,5}|occur\w{0,3})\s{1,3}(?:on|in|with)|"
         r"\bno\s{1,3}(?:such\s{1,3})?(?:issues?|problems?|errors?)\s{1,3}with\s{1,3}(?:prior|previous)?|"
-        r"\bold|\bnormal|baseline|(?:slower|worse|behind)\s{1,3}than|✅|✔|正常|回退到|降级到|"
+        r"\bold|\bnormal|baseline|\b(?:previous|earlier)|(?:slower|worse|behind)\s{1,3}than|✅|✔|正常|回退到|降级到|"
         # "性能不如0.7.3版本" (not as good as 0.7.3): the reference is the good one
         r"不如|比不上|"
         # "(ok in 0.7.2)": a verdict word with a preposition binds forward, to the ref after it
@@ -104,7 +104,12 @@ AFTER = (
                           r"\b(?:is|are|was|were)\s{1,3}(?:just\s{1,3}as\s{1,3})?(?:slow|slower|broken|"
                           r"bad|worse|regressed)\b|\bslower\s{1,3}than|\bdrops?\b|\blags?\b|"
                           r"\b(?:very|incredibly|extremely|really|significantly)\s{1,3}(?:low|slow)\b|"
-                          r"(?<!pre-)(?<!pre)\bregress\w{0,4}\b|劣化|下降|变慢|"
+                          # "a regression in X" binds forward, to X (round 7)
+                          r"(?<!pre-)(?<!pre)\bregress\w{0,4}\b(?!\s{1,3}(?:at|in|on|with|since)\b)|劣化|下降|变慢|"
+                          # round 7: compared with its own past ("main is lower than it used to
+                          # be", "X is slower than before"): X is the changed, newer end
+                          r"\bthan\s{1,3}(?:it\s{1,3}|they\s{1,3})?used\s{1,3}to\b|"
+                          r"\bthan\s{1,3}(?:before|previously)\b|"
                           r"^\W{0,4}treatment\b|"
                           # "X as the first bad commit", "X is the first bad commit"
                           r"^\W{0,4}(?:is|as|was)\s{1,3}(?:the\s{1,3})?first\s{1,3}(?:bad|broken)|"

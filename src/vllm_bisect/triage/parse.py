@@ -12,9 +12,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_bisect.triage.fixes import as_fix
+from vllm_bisect.triage.failure_words import failure_symptoms
+from vllm_bisect.triage.fix_words import listed_fix_prs
+from vllm_bisect.triage.fixes import as_fix, drop_advised_old, fix_cues
 from vllm_bisect.triage.measured import measured_roles
 from vllm_bisect.triage.names import path_name
+from vllm_bisect.triage.pins import main_pin
 from vllm_bisect.triage.refs import MAX_LINE, find_mentions
 from vllm_bisect.triage.roles import (
     Point,
@@ -137,6 +140,7 @@ def _range(t: Triage, lines: list[str]) -> None:
         pairs.append(on_line)
     roles = refine(choose(points, arrows, pairs), points, title, lines[title - 1] if lines else "")
     roles = as_fix(roles, points, lines, fixed_on(points, lines)) or roles
+    roles = drop_advised_old(roles, lines)
     roles = by_date(roles, points, lines) or roles
     roles = environment_bad(roles, points, lines) or roles
     t.search = roles.search
@@ -159,8 +163,28 @@ def _range(t: Triage, lines: list[str]) -> None:
                            "the report is about a fix: the range runs from a commit with the "
                            "problem to a fixed one, and the bisect looks for the first fixed "
                            "commit"))
-    culprit = pr_culprit(lines) if t.bad is None and t.search is SearchKind.REGRESSION else None
+    pin = main_pin(lines) if "main" in (t.good, t.bad) else None
+    if pin is not None:  # round 7: "main commit <sha>" is the main that was measured
+        attr = "bad" if t.bad == "main" else "good"
+        setattr(t, attr, pin[0])
+        setattr(t, attr + "_label", pin[0])
+        t.read.append(Read(f"range.{attr} ({t.new_term if attr == 'bad' else t.old_term})",
+                           pin[0], pin[1], "the report labels this sha as main's commit: the "
+                           "main that was measured (main's head has moved on since)"))
+    # round 7: a culprit PR beats a bad end read only from version order (no word marks it: a
+    # template's "vLLM version: X" is what the PR was tested with, not where it broke)
+    weak = (roles.new is not None and not roles.new.votes and t.bad == roles.new.ref
+            and any(n.startswith("no good/bad marker") for n in roles.notes))
+    culprit = (pr_culprit(lines) if (t.bad is None or weak) and t.search is SearchKind.REGRESSION
+               else None)
+    if t.search is SearchKind.FIX and t.good is None and (problem := pr_culprit(lines)):
+        # in a fix search the culprit PR is the end that has the problem
+        t.good, t.good_label = problem[0], problem[0]
+        t.read.append(Read("range.good (has the problem)", problem[0], problem[1],
+                           f"{problem[2]!r}: a PR named as the culprit (its merge commit has the "
+                           "problem)"))
     if culprit is not None:
+        t.read = [r for r in t.read if not r.what.startswith("range.bad")]
         t.bad, t.bad_label = culprit[0], culprit[0]
         t.read.append(Read("range.bad (bad)", culprit[0], culprit[1],
                            f"{culprit[2]!r}: a PR named as the culprit (its merge commit, found "
@@ -191,6 +215,10 @@ def _symptoms(t: Triage, lines: list[str]) -> None:
     s = find_symptoms(lines, bench_throughput=t.bench is not None and t.bench["kind"] == "throughput",
                       sides=sides)
     for f, n, why in word_symptoms(lines):
+        if f not in s.found:
+            s.found.append(f)
+            s.where[f.value], s.why[f.value] = n, why
+    for f, n, why in failure_symptoms(lines, set(s.found)):  # round 7
         if f not in s.found:
             s.found.append(f)
             s.where[f.value], s.why[f.value] = n, why
@@ -278,6 +306,8 @@ def _serving(t: Triage, lines: list[str]) -> None:
                               "kept in the report, the decode probe measures ITL instead")
             t.bench = None
     t.fixed_by = s.fixed_by
+    if not t.fixed_by and t.search is SearchKind.FIX:
+        t.fixed_by = listed_fix_prs(lines, [c.line for c in fix_cues(lines) if not c.advice])
     t.warnings += s.warnings
 
 

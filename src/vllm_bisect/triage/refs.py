@@ -57,7 +57,7 @@ OTHER_PACKAGE = re.compile(  # a whole word: "Ollama 0.12.7" is not llama's vers
     r"mistral|gemma|glm|deepseek|phi|kimi|minimax|nemotron|torch_npu|torchvision|ascend-cann|"
     r"mooncake|nixl|lmcache|ucx|pyzmq|safetensors|huggingface|hf)"
     # "transformers 版本 4.57.6": 版本 is "version"
-    r"(?:\s{0,3}(?:version|版本))?[\s:=_v-]{0,24}$", re.IGNORECASE)
+    r"(?:[\s_]{0,3}(?:version|版本))?[\s:=_v-]{0,24}$", re.IGNORECASE)
 OUR_PRODUCT = re.compile(r"(?:vllm|vllm-ascend|vllm-omni|sglang|trtllm|tensorrt-llm|trt-llm|"
                          r"version|release|tag|image|wheel|nightly|rocm)[\s:=/_-]{0,3}(?:==?|-)?$",
                          re.IGNORECASE)

@@ -108,7 +108,13 @@ PR_CULPRIT = re.compile(
     rf"(?:(?:(?<![\w#])#|github\.com/[\w.-]{{1,100}}/[\w.-]{{1,100}}/pull/)(?P<a>\d{{3,7}})"
     r"(?:/[\w#-]{0,120})?\)?\s{1,3}(?:introduc\w{0,3}|caus\w{0,3}|broke|regress\w{0,3})\b"
     r"|(?:since|after|introduced\s{1,3}(?:by|in)|caused\s{1,3}by|regression\s{1,3}(?:from|in))"
-    rf"\s{{1,3}}(?:PR\s{{0,2}})?\[?{_PR}(?P<b>\d{{3,7}})\b(?!\s{{0,3}}(?:fix|was\s{{1,3}}reverted)))",
+    # round 7: "after this [PR](<url>)": a PR behind a link text, after this/the/that
+    rf"\s{{1,3}}(?:(?:this|the|that)\s{{1,3}})?(?:PR\s{{0,2}})?(?:\[[^\]\n]{{0,40}}\]\(|\[)?"
+    rf"{_PR}(?P<b>\d{{3,7}})\b(?!\s{{0,3}}(?:fix|was\s{{1,3}}reverted))"
+    # round 7: a revert whose reason is a problem names the culprit ("Reverts o/r#12253 as people
+    # find it causes large perf regression")
+    r"|\brevert(?:s|ed|ing)?\s{1,3}(?:[\w.-]{1,60}/[\w.-]{1,60}#|#|https?://github\.com/[\w.-]{1,100}/"
+    r"[\w.-]{1,100}/pull/)(?P<c>\d{3,7})\b(?=[^.\n]{0,80}?\b(?:regress|slow|crash|broke|break|bug)))",
     re.IGNORECASE)
 TESTED_ON = re.compile(r"(?:tested|confirmed|verified|works?|checked)\s{1,3}(?:it\s{1,3})?"
                        r"(?:on|with|in)\s{1,3}$|(?:no\s{1,3}longer\s{1,3}\w{1,12}"
@@ -198,7 +204,7 @@ def pr_culprit(lines: list[str]) -> tuple[str, int, str] | None:
     for n, line in enumerate(lines, 1):
         m = PR_CULPRIT.search(line)
         if m:
-            return "#" + (m.group("a") or m.group("b")), n, m.group(0)[:60]
+            return "#" + (m.group("a") or m.group("b") or m.group("c")), n, m.group(0)[:60]
     return None
 
 

@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_bisect.triage.fix_words import fix_prs
 from vllm_bisect.triage.names import URL, hardware, org_less_model
 
 HUB_ID = re.compile(r"(?<![\w./:@~-])(?P<id>[A-Za-z][\w-]{1,60}/[A-Za-z0-9][\w.-]{1,120})"
@@ -264,4 +265,5 @@ def find_serving(lines: list[str]) -> Serving:
         pr = next(g for g in (m.group(k) for k in ("pr", "zh", "zh2", "pr2", "zh3", "sha")) if g)
         if pr not in s.fixed_by:
             s.fixed_by.append(pr)
+    s.fixed_by += [pr for pr in fix_prs("\n".join(lines)) if pr not in s.fixed_by]
     return s

@@ -93,7 +93,9 @@ TITLE_ERROR = re.compile(r"(?<!accuracy )(?<!precision )(?<!numerical )(?<!round
 # an error in what the model wrote ("tool call parser error", "JSON format error") is its output
 OUTPUT_ERROR = re.compile(r"(?:pars\w{0,4}|format|json|schema|template|tool[- ]call\w{0,2})\s{1,3}errors?",
                           re.IGNORECASE)
-TTFT = re.compile(r"(?<![\w-])prefill(?![\w-])|prompt processing|long[- ]prefill", re.IGNORECASE)
+# not a module or file named prefill ("No module named '...backends.mla.prefill'", prefill.py)
+TTFT = re.compile(r"(?<![\w.-])prefill(?![\w-]|\.\w)|prompt processing|long[- ]prefill",
+                  re.IGNORECASE)
 THROUGHPUT = next(p for f, p in METRICS if f is Found.THROUGHPUT)
 TIME = re.compile(r"\bTTFT\b|\d\s{0,2}(?:ms|s|sec|seconds)\b|\btime\b|latency|时间|耗时", re.IGNORECASE)
 SENTENCE = re.compile(r"(?<=[.!?])\s+|[。！？；;]")

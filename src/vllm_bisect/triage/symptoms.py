@@ -155,6 +155,7 @@ CAP = re.compile(
     re.IGNORECASE)
 CRASH = re.compile(r"illegal memory access|\bcrash\w{0,3}|segmentation fault|segfault|core dumped|"
                    r"CUDA error|EngineDeadError|engine (?:core )?died|崩溃", re.IGNORECASE)
+OUT_OF_MEMORY = re.compile(r"out[- ]of[- ]memory", re.IGNORECASE)
 MTP_SPEEDUP = re.compile(r"\b(?:MTP|speculative decoding|spec(?:ulative)? decode|EAGLE)\s{1,3}"
                          r"(?:cut|cuts|hurt|hurts|slowed|reduced|made|helps?)\b|MTP\s{0,2}让|"
                          r"(?:MTP|spec\w{0,10})[- ]speed-?up|speed-?up\s{1,3}(?:of|from)\s{1,3}"
@@ -289,7 +290,11 @@ def find_symptoms(lines: list[str], bench_throughput: bool,
         for m in CAP.finditer(line):
             s.caps.append(int(m.group("n") or m.group("m")))
             add(Found.LENGTH, n, f"output cap: {m.group(0)[:40]!r}")
-        if CRASH.search(line) and not re.search(r"\bno\s{1,3}crash", line, re.I):
+        crash = CRASH.search(line)
+        # round 7: "CUDA error: out of memory" is the memory symptom (read by symptom_words), not
+        # a crash besides it
+        if crash and not re.search(r"\bno\s{1,3}crash", line, re.I) and not (
+                crash.group(0).lower() == "cuda error" and OUT_OF_MEMORY.search(line)):
             add(Found.CRASH, n, "a crash message")
         if line.strip().startswith("|") and line.count("|") >= 2:
             continue  # a table row: its columns are read by _table_columns
