@@ -8,7 +8,7 @@ from pathlib import Path
 import git
 
 from tests.helpers import history
-from vllm_bisect.explain.launch import profiler_switch
+from vllm_bisect.explain.launch import CHEAPER, profiler_switch
 
 
 def test_the_flag_where_the_commit_has_profiler_config_else_the_variable(tmp_path: Path
@@ -22,3 +22,46 @@ def test_the_flag_where_the_commit_has_profiler_config_else_the_variable(tmp_pat
     cfg = json.loads(new.args[1])
     assert cfg["profiler"] == "torch" and Path(cfg["torch_profiler_dir"]).is_absolute()
     assert profiler_switch(None, h.shas[2], tmp_path).env  # no source: the variable
+
+
+def test_the_cheaper_fields_go_only_where_the_commit_declares_them(tmp_path: Path) -> None:
+    # vLLM's configs forbid unknown keys: a field the commit's ProfilerConfig lacks would make
+    # `vllm serve` exit, so each cheaper field is sent only where the commit declares it
+    h = history(tmp_path, n_commits=3, profiler_config_from=1)
+    repo = git.Repo(h.path)
+    full = json.loads(profiler_switch(repo, h.shas[1], tmp_path).args[1])
+    assert {k: full[k] for k in CHEAPER} == CHEAPER
+    path = Path(h.path) / "vllm" / "config" / "profiler.py"
+    path.write_text('"""An early ProfilerConfig."""\n\n\nclass ProfilerConfig:\n'
+                    '    profiler: str | None = None\n    torch_profiler_dir: str = ""\n'
+                    '    torch_profiler_with_stack: bool = True\n\n'
+                    '    def compute_hash(self) -> str:\n        factors: list = []\n'
+                    '        return str(factors)\n')
+    repo.index.add([str(path)])
+    early = repo.index.commit("an early ProfilerConfig").hexsha
+    cfg = json.loads(profiler_switch(repo, early, tmp_path).args[1])
+    assert set(cfg) == {"profiler", "torch_profiler_dir", "torch_profiler_with_stack"}
+    assert cfg["torch_profiler_with_stack"] is False
+
+
+def test_vllm_0_25_1s_profiler_config_gets_every_cheaper_field(tmp_path: Path) -> None:
+    # the field list of vLLM 0.25.1's vllm/config/profiler.py (class body, abridged: the
+    # docstrings between fields are kept in shape)
+    text = ('@config\nclass ProfilerConfig:\n    """Dataclass which contains profiler config."""\n\n'
+            '    profiler: ProfilerKind | None = None\n    """Which profiler to use.\n\n'
+            "    - 'torch': Use PyTorch profiler.\"\"\"\n\n"
+            '    torch_profiler_dir: str = ""\n    torch_profiler_with_stack: bool = True\n'
+            '    torch_profiler_use_gzip: bool = True\n'
+            '    torch_profiler_dump_cuda_time_total: bool = True\n'
+            '    """If `True`, dumps total CUDA time."""\n    ignore_frontend: bool = False\n'
+            '    delay_iterations: int = Field(default=0, ge=0)\n'
+            '    max_iterations: int = Field(default=0, ge=0)\n')
+    repo = git.Repo.init(tmp_path / "r")
+    f = tmp_path / "r" / "vllm" / "config" / "profiler.py"
+    f.parent.mkdir(parents=True)
+    f.write_text(text)
+    repo.index.add([str(f)])
+    sha = repo.index.commit("profiler config").hexsha
+    cfg = json.loads(profiler_switch(repo, sha, tmp_path).args[1])
+    assert cfg == {"profiler": "torch", "torch_profiler_dir": str(tmp_path.absolute()),
+                   **CHEAPER}

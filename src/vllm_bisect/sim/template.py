@@ -191,6 +191,9 @@ def main():
         spec_k = int(json.loads(args.speculative_config).get("num_speculative_tokens", 1))
     use_gen = args.generation_config != "vllm"
     profile = json.loads(getattr(args, "profiler_config", None) or "{}")
+    declared = getattr(getattr(prof, "ProfilerConfig", None), "__annotations__", None)
+    if declared is not None and set(profile) - set(declared):
+        ap.error(f"--profiler-config: extra fields not permitted: {sorted(set(profile) - set(declared))}")
     if profile.get("profiler") == "torch":
         profiler_dir, gz = profile["torch_profiler_dir"], profile.get("torch_profiler_use_gzip", True)
     else:  # before --profiler-config: the VLLM_TORCH_PROFILER_DIR environment variable
@@ -247,6 +250,18 @@ PROFILER_CONFIG = '''\
 "torch_profiler_dir": DIR}\'`` replaces the VLLM_TORCH_PROFILER_DIR variable."""
 
 PROFILERS = ("torch", "cuda")
+
+
+class ProfilerConfig:
+    """The fields of vLLM 0.25.1's ProfilerConfig that the simulator knows (vLLM's configs
+    forbid unknown keys: ``vllm serve`` exits on one, and so does the simulator)."""
+
+    profiler: str | None = None
+    torch_profiler_dir: str = ""
+    torch_profiler_with_stack: bool = True
+    torch_profiler_use_gzip: bool = True
+    torch_profiler_dump_cuda_time_total: bool = True
+    ignore_frontend: bool = False
 '''
 
 KERNEL_SOURCE = """\
