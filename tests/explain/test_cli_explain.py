@@ -102,3 +102,33 @@ def test_explain_a_named_commit_without_a_bisect(tmp_path: Path) -> None:
     assert doc["culprit"] == h.planted["kernel"] and doc["server_starts"] == 4
     assert doc["deltas"][0]["key"] == "kernel:_rms_norm_gated_kernel"
     assert json.loads((s / "explain.json").read_text())["culprit"] == h.planted["kernel"]
+
+
+def test_an_interrupted_explain_keeps_the_servers_it_profiled(tmp_path: Path) -> None:
+    # Ctrl-C after the first profiled server: the next explain starts only the other three
+    import signal
+    import time
+
+    h = history(tmp_path, n_commits=4, kernel_at=2, kernel_change="new",
+                kernel_name="_rms_norm_gated_kernel", kernel_effect=1.0, step_ms=10.0,
+                profiler_config_from=0)
+    spec = write_spec(tmp_path / "spec.toml", make_spec(h, verdict=ITL,
+                                                        probe={"max_tokens": 60, "requests": 3}))
+    s = tmp_path / "exp"
+    argv = [sys.executable, "-m", "vllm_bisect.cli", "explain", str(s), "--spec", str(spec),
+            "--culprit", h.planted["kernel"], "--cache-dir", str(tmp_path / "c"), "--json"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = s / "explain" / "servers" / "parent-1.json"
+    for _ in range(1200):  # a bounded wait for the first server's numbers, not a threshold
+        if first.exists() or p.poll() is not None:
+            break
+        time.sleep(0.25)
+    assert first.exists(), p.communicate(timeout=60)[1]
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=120)
+    r = cli(*argv[3:])
+    assert r.returncode == 0, r.stderr
+    assert "server 1/2: kept from an earlier run" in r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["servers_kept"] >= 1 and doc["server_starts"] == 4 - doc["servers_kept"]
+    assert doc["deltas"][0]["key"] == "kernel:_rms_norm_gated_kernel"

@@ -14,6 +14,7 @@ import logging
 import shutil
 import statistics
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -74,29 +75,39 @@ def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
     per_step: dict[str, list[float | None]] = {s: [] for s in SIDES}
     switches: dict[str, str] = {}
     logs: dict[str, Path] = {}
+    kept_count = 0
     for n in range(1, servers_per_side + 1):
         for side in SIDES:
             sha = shas[side]
             trace_dir = base / "traces" / f"{side}-{n}"
-            shutil.rmtree(trace_dir, ignore_errors=True)
             switch = profiler_switch(repo, sha, trace_dir)
             switches[side] = switch.describe().replace(str(trace_dir.absolute()), "DIR")
-            say(f"{side} {sha[:12]}, server {n}/{servers_per_side}: {switches[side]}")
             log_dir = base / "logs" / f"{side}-{n}"
+            logs.setdefault(side, log_dir / f"serve-{sha[:12]}.log")
+            kept = _kept(base, side, n, sha)
+            if kept is not None:  # profiled by an earlier, interrupted explain: not again
+                say(f"{side} {sha[:12]}, server {n}/{servers_per_side}: kept from an earlier run")
+                summaries[side].append(kept[0])
+                per_step[side].append(kept[1])
+                kept_count += 1
+                continue
+            shutil.rmtree(trace_dir, ignore_errors=True)
+            say(f"{side} {sha[:12]}, server {n}/{servers_per_side}: {switches[side]}")
             ev = profiled_run(spec, builder, sha, switch, log_dir)
             if ev.status is not EvalStatus.MEASURED:
                 raise ProbeError(f"profiling the {side} ({sha[:12]}), server {n}: {ev.reason}",
                                  log_tail=ev.log_tail or "")
-            logs.setdefault(side, log_dir / f"serve-{sha[:12]}.log")
             summaries[side].append(summarize(worker_trace(trace_dir)))
             per_step[side].append(tokens_per_step(spec, ev, summaries[side][-1].steps))
+            _keep(base, side, n, sha, summaries[side][-1], per_step[side][-1])
     diff = profile_diff(summaries["parent"], summaries["culprit"])
     envs = {side: _side_env(spec, builder, shas[side], logs[side]) for side in SIDES}
     svg = base / "deltas.svg"
     svg.write_text(deltas_svg(diff.deltas[:12]))
     doc: dict[str, Any] = {
         "culprit": culprit, "parent": parent, "servers_per_side": servers_per_side,
-        "server_starts": 2 * servers_per_side, "profiler": switches,
+        "server_starts": 2 * servers_per_side - kept_count, "servers_kept": kept_count,
+        "profiler": switches,
         "segmentation": summaries["culprit"][0].segmentation,
         "steps": {s: [x.steps for x in summaries[s]] for s in SIDES},
         "tokens_per_step": per_step,
@@ -110,6 +121,33 @@ def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
     }
     _save(session, doc)
     return doc
+
+
+def _kept_path(base: Path, side: str, n: int) -> Path:
+    return base / "servers" / f"{side}-{n}.json"
+
+
+def _keep(base: Path, side: str, n: int, sha: str, summary: TraceSummary,
+          per_step: float | None) -> None:
+    """One profiled server's numbers, written as soon as its trace is read (an interrupted
+    explain resumes from the next server; the trace itself stays under ``traces/``)."""
+    path = _kept_path(base, side, n)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part")
+    tmp.write_text(json.dumps({"commit": sha, "summary": asdict(summary),
+                               "tokens_per_step": per_step}, indent=2))
+    tmp.replace(path)
+
+
+def _kept(base: Path, side: str, n: int, sha: str) -> tuple[TraceSummary, float | None] | None:
+    path = _kept_path(base, side, n)
+    try:
+        doc = json.loads(path.read_text())
+        if doc["commit"] != sha:
+            return None
+        return TraceSummary(**doc["summary"]), doc["tokens_per_step"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _save(session: Path, doc: dict[str, Any]) -> None:
