@@ -4,9 +4,12 @@ kernel-level change, bisected, then explained."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import history, make_spec, write_spec
 
@@ -19,12 +22,19 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 ITL = {"symptom": "itl", "itl_factor": 1.5, "strategy": "threshold"}
 
 
-def test_bisect_then_explain_names_the_new_kernel(tmp_path: Path) -> None:
-    h = history(tmp_path, n_commits=6, kernel_at=4, kernel_change="new",
+def new_kernel_history(tmp_path: Path, n_commits: int, kernel_at: int) -> tuple[Any, Path]:
+    """A history whose commit ``kernel_at`` adds a decode-step kernel (every commit has
+    --profiler-config), and an ITL spec for it."""
+    h = history(tmp_path, n_commits=n_commits, kernel_at=kernel_at, kernel_change="new",
                 kernel_name="_rms_norm_gated_kernel", kernel_effect=1.0, step_ms=10.0,
                 profiler_config_from=0)
     spec = write_spec(tmp_path / "spec.toml", make_spec(h, verdict=ITL,
                                                         probe={"max_tokens": 60, "requests": 3}))
+    return h, spec
+
+
+def test_bisect_then_explain_names_the_new_kernel(tmp_path: Path) -> None:
+    h, spec = new_kernel_history(tmp_path, n_commits=6, kernel_at=4)
     s, c = str(tmp_path / "s"), str(tmp_path / "c")
     r = cli("run", "--spec", str(spec), "--session", s, "--cache-dir", c)
     assert r.returncode == 0, r.stderr
@@ -87,11 +97,7 @@ def test_explain_outside_a_session_is_clear(tmp_path: Path) -> None:
 def test_explain_a_named_commit_without_a_bisect(tmp_path: Path) -> None:
     # --spec FILE --culprit REF: no bisect session needed (the GPU script explains planted
     # commits this way); the traces and explain.json go into the directory it names
-    h = history(tmp_path, n_commits=4, kernel_at=2, kernel_change="new",
-                kernel_name="_rms_norm_gated_kernel", kernel_effect=1.0, step_ms=10.0,
-                profiler_config_from=0)
-    spec = write_spec(tmp_path / "spec.toml", make_spec(h, verdict=ITL,
-                                                        probe={"max_tokens": 60, "requests": 3}))
+    h, spec = new_kernel_history(tmp_path, n_commits=4, kernel_at=2)
     s = tmp_path / "new" / "exp"
     r = cli("explain", str(s), "--spec", str(spec), "--cache-dir", str(tmp_path / "c"))
     assert r.returncode == 2 and "--culprit" in r.stderr and not s.exists()
@@ -106,14 +112,7 @@ def test_explain_a_named_commit_without_a_bisect(tmp_path: Path) -> None:
 
 def test_an_interrupted_explain_keeps_the_servers_it_profiled(tmp_path: Path) -> None:
     # Ctrl-C after the first profiled server: the next explain starts only the other three
-    import signal
-    import time
-
-    h = history(tmp_path, n_commits=4, kernel_at=2, kernel_change="new",
-                kernel_name="_rms_norm_gated_kernel", kernel_effect=1.0, step_ms=10.0,
-                profiler_config_from=0)
-    spec = write_spec(tmp_path / "spec.toml", make_spec(h, verdict=ITL,
-                                                        probe={"max_tokens": 60, "requests": 3}))
+    h, spec = new_kernel_history(tmp_path, n_commits=4, kernel_at=2)
     s = tmp_path / "exp"
     argv = [sys.executable, "-m", "vllm_bisect.cli", "explain", str(s), "--spec", str(spec),
             "--culprit", h.planted["kernel"], "--cache-dir", str(tmp_path / "c"), "--json"]
