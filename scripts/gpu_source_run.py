@@ -31,8 +31,10 @@ T0 = time.monotonic()
 ROOT = Path(__file__).resolve().parent.parent
 # "a+b": run a and b at the same time (one GPU: the runtime serializes their server start-ups,
 # their builds and probes overlap the other's start-up)
-JOBS = ("csrc-hook", "cap-run+spec-run", "cap-hook", "spec-hook", "csrc-run", "host-run",
-        "cap-isolate", "spec-isolate")
+# (the order of what is left after sessions 12-14: docs/validation.md (i)-(k); jobs whose
+# result exists under WORK/res are skipped, an explain cut by the budget resumes per server)
+JOBS = ("host-explain", "spec-explain", "cap-isolate", "host-rundef", "host-hook",
+        "csrc-run", "spec-isolate")
 # "rundef": `vllm-bisect run` with the default spec (symptom only: no strategy, factor, or
 # verification overrides); "explain": `vllm-bisect explain` on that session's culprit
 # (or, for a kind whose bisect did not run, on the planted commit through --culprit)
