@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 
+from vllm_bisect.triage.symptom_words import SENTENCE, prose_lines
 from vllm_bisect.triage.symptoms import CHANGE, NEGATED, Found
 
 _WORSE = (r"(?:issues?|problems?|drops?|dropped|dropping|degrad\w{0,5}|regress\w{0,5}|"
@@ -53,25 +54,19 @@ _VERSION_BEFORE = re.compile(r"\bv?\d{1,3}(?:\.\d{1,4}){1,3}\w{0,8}[`'\")]{0,2}\
                              re.IGNORECASE)
 BROKEN = re.compile(r"\bbroken\b|\bdoes(?:n't|\s{1,3}not)\s{1,3}work\b|\bnot\s{1,3}working\b|"
                     r"\bfails\b|不能用|不可用|用不了", re.IGNORECASE)
-SENTENCE = re.compile(r"(?<=[.!?])\s+|[。！？；;]")
-FENCE = re.compile(r"^\s{0,3}(?:```|~~~)")
 
 
 def _prose(lines: list[str]) -> list[tuple[int, str]]:
-    out, fenced = [], False
-    for n, line in enumerate(lines, 1):
-        if FENCE.match(line):
-            fenced = not fenced
-        elif not fenced:
-            out += [(n, s) for s in SENTENCE.split(line) if s.strip()]
-    return out
+    """(line, sentence) outside fenced code, split as symptom_words splits them."""
+    return [(n, s) for n, line in prose_lines(lines) for s in SENTENCE.split(line) if s.strip()]
 
 
 def failure_symptoms(lines: list[str], found: set[Found]) -> list[tuple[Found, int, str]]:
     """(symptom, line, why) for every rule of the module doc that fires (first line each);
     ``found``: what the other rules read (the crash fallback asks it)."""
     out: dict[Found, tuple[int, str]] = {}
-    for n, text in _prose(lines):
+    prose = _prose(lines)
+    for n, text in prose:
         m = ACCURACY.search(text)
         if m and not NEGATED.search(text) and not NOT.search(m.group(0)):
             out.setdefault(Found.CORRECTNESS, (n, f"{m.group(0)!r}: accuracy worse"))
@@ -95,7 +90,7 @@ def failure_symptoms(lines: list[str], found: set[Found]) -> list[tuple[Found, i
                 out[Found.CRASH] = (n, f"{m.group(0)!r}: an exception stops the run")
                 break
     if not found and not out:
-        for n, text in _prose(lines):
+        for n, text in prose:
             m = BROKEN.search(text)
             if m and not _VERSION_BEFORE.search(text[:m.start()]) and not NOT.search(
                     text[max(0, m.start() - 12):m.start()]):

@@ -107,7 +107,7 @@ ACCEPT_ONE = re.compile(r"(?:accept(?:ance|ed)?[\s_-]{0,2}(?:length|len)|spec\w{
 CODE_FENCE = re.compile(r"^\s{0,3}(?:```|~~~)")
 
 
-def _prose(lines: list[str]) -> list[tuple[int, str]]:
+def prose_lines(lines: list[str]) -> list[tuple[int, str]]:
     """Lines outside fenced code blocks (commands and configs name flags, not symptoms)."""
     out, fenced = [], False
     for n, line in enumerate(lines, 1):
@@ -138,7 +138,7 @@ def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
     kv = {(m.group(1) is None, m.group(1) or m.group(2)) for line in lines for m in KV_LOG.finditer(line)}
     if any(len({v for k, v in kv if k == kind}) >= 2 for kind in (True, False)):
         add(Found.MEMORY, 0, "KV cache size / maximum concurrency differ between runs")
-    for n, line in _prose(lines):
+    for n, line in prose_lines(lines):
         for text in SENTENCE.split(line):
             changed = (bool(CHANGE.search(text) or MORE_CHANGE.search(text))
                        and not NEGATED.search(text))
