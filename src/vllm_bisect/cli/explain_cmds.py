@@ -34,12 +34,13 @@ def run_explain(session: Path, cache_dir: Path | None, servers_per_side: int | N
     from vllm_bisect.spec import load_spec
 
     spec = load_spec(spec_path) if spec_path is not None else None
-    if spec is None and not (session / "journal.sqlite").exists():
+    bisected = (session / "journal.sqlite").exists()
+    if spec is None and not bisected:
         raise FatalError(f"{session} is not a bisect session (no journal.sqlite)",
                          hint="explain follows a finished `vllm-bisect run --session DIR`; "
                               "or pass --spec FILE --culprit REF to profile REF against its "
                               "parent without a bisect")
-    if spec is not None and culprit is None and not (session / "journal.sqlite").exists():
+    if spec is not None and culprit is None and not bisected:
         raise FatalError(f"{session} holds no bisect, so it names no culprit",
                          hint="pass --culprit REF (profiled against its first parent)")
     if spec is not None:
