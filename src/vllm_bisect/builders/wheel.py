@@ -123,7 +123,9 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file of its own (several writers, a
+    kill mid-write: a reader sees the old file or the new one, never a part)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as fh:
@@ -181,7 +183,7 @@ class WheelBuilder:
                     f"installed vllm {version} does not carry +g{commit[:9]} "
                     f"(asked for {commit[:12]})",
                     hint="the index served another build; this commit is skipped, never judged")
-            _write_atomic(venv / DONE_MARK, f"{commit}\n{entry.filename}\n{version}\n{sha}\n")
+            write_atomic(venv / DONE_MARK, f"{commit}\n{entry.filename}\n{version}\n{sha}\n")
             self.cache.register(key, venv, commit=commit, kind="venv")
         return self._artifact(commit, venv, entry.filename, cached=False)
 
@@ -204,7 +206,7 @@ class WheelBuilder:
             try:
                 folder.mkdir(parents=True, exist_ok=True)
                 sha = self._fetch(entry, folder, target, cancel)
-                _write_atomic(folder / "sha256", sha + "\n")
+                write_atomic(folder / "sha256", sha + "\n")
             except OSError as err:
                 fault = disk_full(err, f"storing the wheel {target}")
                 if fault is not None:  # every later commit would fail too: stop the run

@@ -20,6 +20,7 @@ from typing import Any
 
 from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.base import prepare
+from vllm_bisect.builders.wheel import write_atomic
 from vllm_bisect.errors import ProbeError
 from vllm_bisect.explain.diff import profile_diff
 from vllm_bisect.explain.envdiff import SideEnv, artifact_packages, env_diff, gpu_info, logged_vars
@@ -133,10 +134,8 @@ def _keep(base: Path, side: str, n: int, sha: str, summary: TraceSummary,
     explain resumes from the next server; the trace itself stays under ``traces/``)."""
     path = _kept_path(base, side, n)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".part")
-    tmp.write_text(json.dumps({"commit": sha, "summary": asdict(summary),
-                               "tokens_per_step": per_step}, indent=2))
-    tmp.replace(path)
+    write_atomic(path, json.dumps({"commit": sha, "summary": asdict(summary),
+                                   "tokens_per_step": per_step}, indent=2))
 
 
 def _kept(base: Path, side: str, n: int, sha: str) -> tuple[TraceSummary, float | None] | None:
