@@ -103,6 +103,12 @@ class Run:
         (self.res / name).write_text(json.dumps(doc, indent=2) + "\n")
         self.pack()
 
+    def copy_out(self, session: Path, name: str, *files: str) -> None:
+        """The session's FILES that exist, into res/ as NAME_FILE."""
+        for k in files:
+            if (session / k).exists():
+                shutil.copy(session / k, self.res / f"{name}_{k}")
+
     def cmd(self, argv: list[str], cwd: Path, timeout: float, name: str) -> tuple[int, float]:
         """Run argv with its output in res/NAME.log; SIGTERM at the timeout (resumable)."""
         t = time.monotonic()
@@ -182,12 +188,7 @@ class Run:
             code, wall = self.cmd([*cli, "explain", str(session), "--json", "--cache-dir",
                                    str(self.cache), *extra], repo, timeout, name)
             doc.update(rc=code, wall_s=round(wall, 1), planted=planted["planted"])
-            for k in ("report.md", "result.json"):
-                if (session / k).exists():
-                    shutil.copy(session / k, self.res / f"{name}_{k}")
-            for k in ("explain.json",):
-                if (session / k).exists():
-                    shutil.copy(session / k, self.res / f"{name}_{k}")
+            self.copy_out(session, name, "report.md", "result.json", "explain.json")
             prof = session / "explain"
             if prof.exists():
                 for f in prof.rglob("*.json"):
@@ -200,9 +201,7 @@ class Run:
             result = session / "result.json"
             if result.exists():
                 doc["result"] = json.loads(result.read_text())
-                for k in ("report.md",):
-                    if (session / k).exists():
-                        shutil.copy(session / k, self.res / f"{name}_{k}")
+                self.copy_out(session, name, "report.md")
             try:
                 doc["costs"] = costs(session)
             except Exception as err:
@@ -218,9 +217,7 @@ class Run:
                                   repo, timeout, name)
             doc.update(rc=code, wall_s=round(wall, 1), planted=planted["planted"],
                        planted_file=planted.get("planted_file"))
-            for k in ("result.json", "isolate.json"):
-                if (session / k).exists():
-                    shutil.copy(session / k, self.res / f"{name}_{k}")
+            self.copy_out(session, name, "result.json", "isolate.json")
         if doc.get("rc") == -15:
             log(f"{name}: cut by the budget after {doc.get('wall_s')} s (resumes next call)")
             self.pack()
