@@ -192,9 +192,8 @@ def main():
     use_gen = args.generation_config != "vllm"
     profile = json.loads(getattr(args, "profiler_config", None) or "{}")
     declared = getattr(getattr(prof, "ProfilerConfig", None), "__annotations__", None)
-    extra = sorted(set(profile) - set(declared)) if declared is not None else []
-    if extra:
-        ap.error(f"--profiler-config: extra fields not permitted: {extra}")
+    if declared is not None and set(profile) - set(declared):
+        ap.error(f"--profiler-config: extra fields not permitted: {sorted(set(profile) - set(declared))}")
     if profile.get("profiler") == "torch":
         profiler_dir, gz = profile["torch_profiler_dir"], profile.get("torch_profiler_use_gzip", True)
     else:  # before --profiler-config: the VLLM_TORCH_PROFILER_DIR environment variable
