@@ -215,13 +215,9 @@ def _symptoms(t: Triage, lines: list[str]) -> None:
     s = find_symptoms(lines, bench_throughput=t.bench is not None and t.bench["kind"] == "throughput",
                       sides=sides)
     for f, n, why in word_symptoms(lines):
-        if f not in s.found:
-            s.found.append(f)
-            s.where[f.value], s.why[f.value] = n, why
+        s.add(f, n, why)
     for f, n, why in failure_symptoms(lines, set(s.found)):  # round 7
-        if f not in s.found:
-            s.found.append(f)
-            s.where[f.value], s.why[f.value] = n, why
+        s.add(f, n, why)
     t.symptoms = [f.value for f in s.found]
     t.numbers = {"cap_tokens": [float(c) for c in s.caps], "itl_ms": s.itl_ms, "tok_s": s.tok_s}
     for f in s.found:

@@ -176,6 +176,13 @@ class Symptoms:
     where: dict[str, int] = field(default_factory=dict)  # symptom -> first line it was read on
     why: dict[str, str] = field(default_factory=dict)    # symptom -> how it was read
 
+    def add(self, f: Found, n: int, why: str) -> None:
+        """Record ``f`` read on line ``n`` (the first reading of a symptom is kept)."""
+        if f not in self.found:
+            self.found.append(f)
+            self.where[f.value] = n
+            self.why[f.value] = why
+
 
 def number(text: str) -> float:
     return float(text.replace(",", ""))
@@ -277,11 +284,7 @@ def find_symptoms(lines: list[str], bench_throughput: bool,
     """``sides``: the lines that name only the good ("old") or only the bad ("new") end."""
     s = Symptoms()
 
-    def add(f: Found, n: int, why: str) -> None:
-        if f not in s.found:
-            s.found.append(f)
-            s.where[f.value] = n
-            s.why[f.value] = why
+    add = s.add
 
     title = lines[title_index(lines) - 1] if lines else ""
     version_toks: list[tuple[int, float]] = []
