@@ -56,7 +56,8 @@ def test_bisect_then_explain_names_the_new_kernel(tmp_path: Path) -> None:
     assert launches["culprit"] - launches["parent"] == 1.0
     for side in ("parent", "culprit"):
         assert len(doc["traces"][side]) == 2
-        assert all((tmp_path / "s" / p).name.endswith(".pt.trace.json.gz")
+        # torch_profiler_use_gzip=false (declared by the simulator's ProfilerConfig)
+        assert all((tmp_path / "s" / p).name.endswith(".pt.trace.json")
                    for p in doc["traces"][side])
     assert doc["environment"]["packages"] == [{"name": "vllm", "parent": doc["environment"][
         "packages"][0]["parent"], "culprit": doc["environment"]["packages"][0]["culprit"]}]

@@ -8,7 +8,8 @@ from pathlib import Path
 import git
 
 from tests.helpers import history
-from vllm_bisect.explain.launch import CHEAPER, profiler_switch
+from vllm_bisect.explain.launch import CHEAPER, profiled_probe, profiler_switch
+from vllm_bisect.spec import BisectSpec
 
 
 def test_the_flag_where_the_commit_has_profiler_config_else_the_variable(tmp_path: Path
@@ -65,3 +66,20 @@ def test_vllm_0_25_1s_profiler_config_gets_every_cheaper_field(tmp_path: Path) -
     cfg = json.loads(profiler_switch(repo, sha, tmp_path).args[1])
     assert cfg == {"profiler": "torch", "torch_profiler_dir": str(tmp_path.absolute()),
                    **CHEAPER}
+
+
+def test_the_profiled_probe_is_the_sessions_cut_to_the_explain_window() -> None:
+    # vLLM's /stop_profile time grows with the events recorded: the profiled window is at
+    # most explain.profile_requests requests of explain.profile_max_tokens tokens
+    spec = BisectSpec.model_validate({"probe": {"requests": 3, "max_tokens": 256,
+                                                "min_tokens": 200, "warmup": 1}})
+    p = profiled_probe(spec)
+    assert (p.requests, p.max_tokens, p.min_tokens, p.warmup) == (1, 128, 128, 1)
+    assert p.prompt == spec.probe.prompt and p.mtp_speedup is None
+    wide = spec.model_copy(update={"explain": spec.explain.model_copy(
+        update={"profile_requests": 5, "profile_max_tokens": 1024})})
+    p = profiled_probe(wide)
+    assert (p.requests, p.max_tokens, p.min_tokens) == (3, 256, 200)  # never more than asked
+    uncapped = BisectSpec.model_validate({"probe": {"max_tokens": None,
+                                                    "send_max_tokens": False}})
+    assert profiled_probe(uncapped).max_tokens is None

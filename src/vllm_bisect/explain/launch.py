@@ -31,7 +31,7 @@ from vllm_bisect.builders import Builder
 from vllm_bisect.errors import ProbeError
 from vllm_bisect.models import Evaluation, Measurement
 from vllm_bisect.runtime.base import ServerHandle
-from vllm_bisect.spec import BisectSpec
+from vllm_bisect.spec import BisectSpec, ProbeSpec
 
 # where vLLM's ProfilerConfig lives (the later layout keeps the first as a compat shim)
 PROFILER_CONFIG_FILES = ("vllm/config/profiler.py", "vllm/foundation/config/profiler.py")
@@ -58,6 +58,7 @@ CHEAPER: dict[str, object] = {
     "torch_profiler_with_stack": False,            # no Python stacks per op
     "torch_profiler_dump_cuda_time_total": False,  # no key-averages table at stop
     "ignore_frontend": True,                       # no trace of the API server process
+    "torch_profiler_use_gzip": False,              # no gzip pass over the trace at stop
 }
 FIELD_RE = re.compile(r"^    ([a-z_][a-z0-9_]*)\s*:", re.MULTILINE)
 
@@ -125,14 +126,29 @@ class Profiled:
         return m
 
 
+def profiled_probe(spec: BisectSpec) -> ProbeSpec:
+    """The probe a profiled server runs: the session's, with at most
+    ``explain.profile_requests`` requests of at most ``explain.profile_max_tokens`` tokens
+    (the diff is per decode step, so a short window reads the same kernels; vLLM's stop
+    time grows with the events recorded), and without the MTP speed-up's second,
+    non-speculative server (the profile is of the server the probe measures)."""
+    probe, ex = spec.probe, spec.explain
+    update: dict[str, object] = {"mtp_speedup": None,
+                                 "requests": min(probe.requests, ex.profile_requests)}
+    if probe.max_tokens is not None:
+        update["max_tokens"] = min(probe.max_tokens, ex.profile_max_tokens)
+        if probe.min_tokens is not None:
+            update["min_tokens"] = min(probe.min_tokens, ex.profile_max_tokens)
+    return probe.model_copy(update=update)
+
+
 def profiled_run(spec: BisectSpec, builder: Builder, commit: str, switch: ProfilerSwitch,
                  log_dir: Path) -> Evaluation:
-    """Start one server of ``commit`` with ``switch`` and probe it under the profiler (the
-    MTP speed-up's second, non-speculative server is left out: the profile is of the
-    server the probe measures)."""
+    """Start one server of ``commit`` with ``switch`` and run :func:`profiled_probe` on it
+    under the profiler."""
     serve = spec.serve.model_copy(update={"args": [*spec.serve.args, *switch.args],
                                           "env": {**spec.serve.env, **switch.env}})
-    probe = spec.probe.model_copy(update={"mtp_speedup": None})
+    probe = profiled_probe(spec)
     ev = Evaluator(spec.model_copy(update={"serve": serve, "probe": probe}), builder, log_dir)
     ev.steps = [Profiled(ev.steps)]
     slots = local_slots(spec)  # the bisect's first worker's GPUs (explain runs alone)
