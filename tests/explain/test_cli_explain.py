@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import history, make_spec, write_spec
+from vllm_bisect.report.explain_section import explain_lines
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -132,3 +133,41 @@ def test_an_interrupted_explain_keeps_the_servers_it_profiled(tmp_path: Path) ->
     doc = json.loads(r.stdout)
     assert doc["servers_kept"] >= 1 and doc["server_starts"] == 4 - doc["servers_kept"]
     assert doc["deltas"][0]["key"] == "kernel:_rms_norm_gated_kernel"
+
+
+def test_two_setups_of_one_commit_mtp_on_against_off(tmp_path: Path) -> None:
+    # --against: the same commit under two specs (here MTP on, then off), not against its
+    # parent; the report says which setup each column is
+    h = history(tmp_path, n_commits=3, step_ms=10.0, profiler_config_from=0)
+    probe = {"max_tokens": 60, "requests": 2}
+    on = write_spec(tmp_path / "on.toml", make_spec(h, verdict=ITL, probe=probe))
+    off_spec = make_spec(h, verdict=ITL, probe=probe)
+    off_spec = off_spec.model_copy(update={"serve": off_spec.serve.model_copy(
+        update={"speculative": None})})
+    off = write_spec(tmp_path / "off.toml", off_spec)
+    s = tmp_path / "exp"
+    argv = ["explain", str(s), "--spec", str(on), "--against", str(off), "--culprit", h.bad,
+            "--cache-dir", str(tmp_path / "c"), "--json"]
+    r = cli(*argv)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["culprit"] == doc["parent"] == h.bad and doc["server_starts"] == 4
+    assert doc["setups"]["parent"]["speculative"]["method"] == "mtp"
+    assert doc["setups"]["culprit"]["speculative"] is None
+    on_tps, off_tps = (doc["tokens_per_step"][side] for side in ("parent", "culprit"))
+    assert all(t > 1.0 for t in on_tps) and all(t == 1.0 for t in off_tps)  # drafts accepted
+    lines = "\n".join(explain_lines(doc))
+    assert "### Why: one commit's profile under two setups" in lines
+    assert "- culprit: `vllm serve" in lines and "no speculative decoding" in lines
+    # kept servers belong to their setup: run again, all four are kept, none mixed up
+    r = cli(*argv)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["servers_kept"] == 4
+    # the same directory for a commit-against-parent explain keeps nothing of the above
+    r = cli(*argv[:4], *argv[6:])
+    assert r.returncode == 0, r.stderr
+    again = json.loads(r.stdout)
+    # (its culprit side is this commit under the first setup; the kept one was the second)
+    assert again["parent"] != again["culprit"] and again["servers_kept"] == 0
+    text = (s / "explain.json").read_text()
+    assert json.loads(text)["setups"] is None

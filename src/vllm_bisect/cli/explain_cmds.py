@@ -25,9 +25,11 @@ def _cache_dir(session: Path, given: Path | None) -> Path:
 
 
 def run_explain(session: Path, cache_dir: Path | None, servers_per_side: int | None,
-                culprit: str | None = None, spec_path: Path | None = None) -> dict[str, Any]:
+                culprit: str | None = None, spec_path: Path | None = None,
+                against_path: Path | None = None) -> dict[str, Any]:
     """Profile and diff (progress on stderr); the ``explain`` document. With ``spec_path``
-    and ``culprit`` no bisect is needed: SESSION is made (or reused) to hold the traces."""
+    and ``culprit`` no bisect is needed: SESSION is made (or reused) to hold the traces.
+    With ``against_path``: the culprit under the spec against the culprit under that one."""
     from vllm_bisect.bisect.state.session import stored_spec
     from vllm_bisect.errors import FatalError
     from vllm_bisect.explain.run import explain_session
@@ -45,11 +47,14 @@ def run_explain(session: Path, cache_dir: Path | None, servers_per_side: int | N
                          hint="pass --culprit REF (profiled against its first parent)")
     if spec is not None:
         session.mkdir(parents=True, exist_ok=True)
+    against = load_spec(against_path) if against_path is not None else None
     k = servers_per_side or (spec or stored_spec(session)).explain.servers_per_side
-    err().print(f"[bold]explain:[/] profiling the culprit and its parent, {k} server(s) each")
+    what = f"the commit under {spec_path or 'the session spec'} and under {against_path}" \
+        if against is not None else "the culprit and its parent"
+    err().print(f"[bold]explain:[/] profiling {what}, {k} server(s) each", soft_wrap=True)
     return explain_session(session, _cache_dir(session, cache_dir), k,
                            on_phase=lambda msg: err().print(f"[dim]  {msg}[/]"),
-                           culprit_ref=culprit, spec=spec)
+                           culprit_ref=culprit, spec=spec, against=against)
 
 
 def print_explain(doc: dict[str, Any], session: Path) -> None:
@@ -75,6 +80,10 @@ def explain_cmd(
     spec_path: Annotated[Path | None, typer.Option(
         "--spec", help="spec to build and serve with (default: the session's); with "
                        "--culprit, SESSION need not hold a bisect")] = None,
+    against: Annotated[Path | None, typer.Option(
+        help="a second spec: profile the culprit under --spec (or the session's) against "
+             "the same commit under this one (two setups, e.g. eager against CUDA graphs), "
+             "instead of against its parent")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -83,7 +92,7 @@ def explain_cmd(
     the two endpoints' packages and VLLM_* variables."""
     setup_logging(verbose)
     with user_errors():
-        doc = run_explain(session, cache_dir, servers_per_side, culprit, spec_path)
+        doc = run_explain(session, cache_dir, servers_per_side, culprit, spec_path, against)
     if as_json:
         print_json(json.dumps(doc))
     else:

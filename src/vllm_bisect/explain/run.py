@@ -9,6 +9,7 @@ in https://ui.perfetto.dev), server logs under ``explain/logs/``, the plot
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
@@ -59,19 +60,36 @@ def tokens_per_step(spec: BisectSpec, ev: Evaluation, steps: int) -> float | Non
     return round(per * (len(m.requests) + spec.probe.warmup) / steps, 3)
 
 
+def setup_key(spec: BisectSpec) -> str:
+    """What a profiled server's numbers depend on beyond the commit: the build, the serve
+    line and the probe (a kept server is reused only under the same setup)."""
+    doc = spec.model_dump(mode="json", include={"build", "serve", "probe", "explain"})
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
                     on_phase: OnPhase | None = None, culprit_ref: str | None = None,
-                    spec: BisectSpec | None = None) -> dict[str, Any]:
+                    spec: BisectSpec | None = None, against: BisectSpec | None = None
+                    ) -> dict[str, Any]:
     """Profile, diff, save into the session; returns the ``explain`` document.
     ``culprit_ref``: another commit than the session's culprit (against its parent);
-    ``spec``: instead of the session's stored one."""
+    ``spec``: instead of the session's stored one; ``against``: profile the culprit under
+    ``spec`` (the "parent" side) and under ``against`` (the "culprit" side) instead of
+    against its parent: two setups of one commit (eager against CUDA graphs, MTP on
+    against off)."""
     from vllm_bisect.isolate.runner import target
 
     say = on_phase or (lambda _msg: None)
     spec, repo, culprit, parent = target(session, spec, culprit_ref)
+    if against is not None:
+        parent = culprit
     base = session / "explain"
-    builder = make_builder(spec, repo, cache_dir, base / "logs")
+    specs = {"parent": spec, "culprit": against or spec}
+    builders = {"parent": make_builder(spec, repo, cache_dir, base / "logs")}
+    builders["culprit"] = builders["parent"] if against is None or \
+        against.build == spec.build else make_builder(against, repo, cache_dir, base / "logs")
     shas = {"parent": parent, "culprit": culprit}
+    keys = {side: f"{shas[side]}:{setup_key(specs[side])}" for side in SIDES}
     summaries: dict[str, list[TraceSummary]] = {s: [] for s in SIDES}
     per_step: dict[str, list[float | None]] = {s: [] for s in SIDES}
     switches: dict[str, str] = {}
@@ -85,7 +103,7 @@ def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
             switches[side] = switch.describe().replace(str(trace_dir.absolute()), "DIR")
             log_dir = base / "logs" / f"{side}-{n}"
             logs.setdefault(side, log_dir / f"serve-{sha[:12]}.log")
-            kept = _kept(base, side, n, sha)
+            kept = _kept(base, side, n, keys[side])
             if kept is not None:  # profiled by an earlier, interrupted explain: not again
                 say(f"{side} {sha[:12]}, server {n}/{servers_per_side}: kept from an earlier run")
                 summaries[side].append(kept[0])
@@ -94,19 +112,25 @@ def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
                 continue
             shutil.rmtree(trace_dir, ignore_errors=True)
             say(f"{side} {sha[:12]}, server {n}/{servers_per_side}: {switches[side]}")
-            ev = profiled_run(spec, builder, sha, switch, log_dir)
+            ev = profiled_run(specs[side], builders[side], sha, switch, log_dir)
             if ev.status is not EvalStatus.MEASURED:
                 raise ProbeError(f"profiling the {side} ({sha[:12]}), server {n}: {ev.reason}",
                                  log_tail=ev.log_tail or "")
             summaries[side].append(summarize(worker_trace(trace_dir)))
-            per_step[side].append(tokens_per_step(spec, ev, summaries[side][-1].steps))
-            _keep(base, side, n, sha, summaries[side][-1], per_step[side][-1])
+            per_step[side].append(tokens_per_step(specs[side], ev,
+                                                  summaries[side][-1].steps))
+            _keep(base, side, n, keys[side], summaries[side][-1], per_step[side][-1])
     diff = profile_diff(summaries["parent"], summaries["culprit"])
-    envs = {side: _side_env(spec, builder, shas[side], logs[side]) for side in SIDES}
+    envs = {side: _side_env(specs[side], builders[side], shas[side], logs[side])
+            for side in SIDES}
     svg = base / "deltas.svg"
     svg.write_text(deltas_svg(diff.deltas[:12]))
     doc: dict[str, Any] = {
         "culprit": culprit, "parent": parent, "servers_per_side": servers_per_side,
+        "setups": None if against is None else {
+            side: specs[side].serve.model_dump(mode="json",
+                                               include={"args", "env", "speculative"})
+            for side in SIDES},
         "server_starts": 2 * servers_per_side - kept_count, "servers_kept": kept_count,
         "profiler": switches,
         "segmentation": summaries["culprit"][0].segmentation,
@@ -128,21 +152,21 @@ def _kept_path(base: Path, side: str, n: int) -> Path:
     return base / "servers" / f"{side}-{n}.json"
 
 
-def _keep(base: Path, side: str, n: int, sha: str, summary: TraceSummary,
+def _keep(base: Path, side: str, n: int, key: str, summary: TraceSummary,
           per_step: float | None) -> None:
     """One profiled server's numbers, written as soon as its trace is read (an interrupted
     explain resumes from the next server; the trace itself stays under ``traces/``)."""
     path = _kept_path(base, side, n)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps({"commit": sha, "summary": asdict(summary),
+    write_atomic(path, json.dumps({"commit": key, "summary": asdict(summary),
                                    "tokens_per_step": per_step}, indent=2))
 
 
-def _kept(base: Path, side: str, n: int, sha: str) -> tuple[TraceSummary, float | None] | None:
+def _kept(base: Path, side: str, n: int, key: str) -> tuple[TraceSummary, float | None] | None:
     path = _kept_path(base, side, n)
     try:
         doc = json.loads(path.read_text())
-        if doc["commit"] != sha:
+        if doc["commit"] != key:  # another commit, or the same under another setup
             return None
         return TraceSummary(**doc["summary"]), doc["tokens_per_step"]
     except (OSError, ValueError, KeyError, TypeError):

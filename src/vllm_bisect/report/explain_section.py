@@ -54,9 +54,27 @@ def _per_token(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def _setups(doc: dict[str, Any]) -> list[str]:
+    """Two setups of one commit (``explain --against``): what each side served with."""
+    setups = doc.get("setups")
+    if not setups:
+        return []
+    out = [f"One commit, `{doc['culprit'][:12]}`, under two setups: the \"parent\" column is "
+           "the first, the \"culprit\" column the second.", ""]
+    for side in ("parent", "culprit"):
+        s = setups[side]
+        spec = s.get("speculative")
+        out.append(f"- {side}: `vllm serve {' '.join(s.get('args') or [])}`"
+                   + (f", speculative {spec}" if spec else ", no speculative decoding")
+                   + (f", env {s['env']}" if s.get("env") else ""))
+    return [*out, ""]
+
+
 def explain_lines(doc: dict[str, Any]) -> list[str]:
     k = doc["servers_per_side"]
-    out = ["", "### Why: the culprit's profile against its parent's", "",
+    title = "### Why: the culprit's profile against its parent's" if not doc.get("setups") \
+        else "### Why: one commit's profile under two setups"
+    out = ["", title, "", *_setups(doc),
            f"vLLM's torch profiler on {k} server{'s' if k > 1 else ''} per side "
            f"(`{doc['profiler'].get('culprit', '')}`), the session's probe between "
            f"`POST /start_profile` and `/stop_profile`; {doc['segmentation']}. "
