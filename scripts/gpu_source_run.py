@@ -25,19 +25,25 @@ import sys
 import tarfile
 import threading
 import time
+import tomllib
 from pathlib import Path
 
 T0 = time.monotonic()
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+from vllm_bisect.spec import dump_spec, parse_spec  # noqa: E402
+
 # "a+b": run a and b at the same time (one GPU: the runtime serializes their server start-ups,
 # their builds and probes overlap the other's start-up)
 # (the order of what is left after sessions 12-14: docs/validation.md (i)-(k); jobs whose
 # result exists under WORK/res are skipped, an explain cut by the budget resumes per server)
-JOBS = ("host-explain", "spec-explain", "cap-isolate", "host-rundef", "host-hook",
-        "csrc-run", "spec-isolate")
+JOBS = ("host-explain", "spec-explain", "cap-isolate", "host-mtpoff", "host-rundef",
+        "host-hook", "host-graphs", "csrc-run", "spec-isolate")
 # "rundef": `vllm-bisect run` with the default spec (symptom only: no strategy, factor, or
 # verification overrides); "explain": `vllm-bisect explain` on that session's culprit
-# (or, for a kind whose bisect did not run, on the planted commit through --culprit)
+# (or, for a kind whose bisect did not run, on the planted commit through --culprit);
+# "mtpoff" / "graphs": `explain --against`, the planted commit's parent under the default
+# spec against the same commit without MTP / without --enforce-eager (two known setups)
 MIN_JOB_S = 120.0
 
 
@@ -137,7 +143,6 @@ class Run:
 
     def stage_histories(self) -> None:
         from vllm_bisect.sim.source_history import PlantKind, make_source_history, source_spec_data
-        from vllm_bisect.spec import dump_spec, parse_spec
         for kind in PlantKind:
             spec = self.work / f"{kind}.toml"
             if spec.exists():
@@ -184,7 +189,28 @@ class Run:
             session = self.work / "sessions" / f"{kind}-{what}"
             extra = ["--culprit", planted["planted"], "--spec",
                      str(self.work / f"{kind}-default.toml")]
-        if what == "explain":
+        if what in ("mtpoff", "graphs"):
+            session = self.work / "sessions" / f"{kind}-{what}"
+            base = self.work / f"{kind}-default.toml"
+            other = self.work / f"{kind}-{what}.toml"
+            data = tomllib.loads(base.read_text())
+            if what == "mtpoff":
+                data["serve"].pop("speculative", None)
+            else:
+                data["serve"]["args"] = [a for a in data["serve"]["args"]
+                                         if a != "--enforce-eager"]
+            other.write_text(dump_spec(parse_spec(data, source=other.stem)))
+            shutil.copy(other, self.res / other.name)
+            parent = subprocess.run(["git", "rev-parse", f"{planted['planted']}^"], cwd=repo,
+                                    capture_output=True, text=True, check=True).stdout.strip()
+            code, wall = self.cmd([*cli, "explain", str(session), "--json", "--cache-dir",
+                                   str(self.cache), "--spec", str(base), "--against",
+                                   str(other), "--culprit", parent], repo, timeout, name)
+            doc.update(rc=code, wall_s=round(wall, 1), commit=parent)
+            self.copy_out(session, name, "explain.json")
+            for f in (session / "explain" / "servers").glob("*.json"):
+                shutil.copy(f, self.res / f"{name}_{f.name}")
+        elif what == "explain":
             code, wall = self.cmd([*cli, "explain", str(session), "--json", "--cache-dir",
                                    str(self.cache), *extra], repo, timeout, name)
             doc.update(rc=code, wall_s=round(wall, 1), planted=planted["planted"])
@@ -280,7 +306,6 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=540.0)
     ap.add_argument("--only", default=",".join(JOBS))
     a = ap.parse_args()
-    sys.path.insert(0, str(ROOT / "src"))
     Run(a).main([j for j in a.only.split(",") if j])
 
 
