@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.bot.botkit import REPO, Bot, comment_event, final, wait_for, write_config
 from tests.bot.github_standin import GitHubStandIn
-from tests.helpers import history
+from tests.helpers import abbrev, history
 
 
 def test_signatures_bodies_and_ping(tmp_path: Path, gh: GitHubStandIn,
@@ -50,11 +50,11 @@ def test_bisect_request_end_to_end(tmp_path: Path, gh: GitHubStandIn,
     h = history(tmp_path, n_commits=10, cap_at=6)
     bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, tmp_path / "state"))
     d = str(uuid.uuid4())
-    cmd = comment_event(f"/bisect good={h.good[:10]} bad={h.bad[:10]} symptom=length")
+    cmd = comment_event(f"/bisect good={abbrev(h.good, 10)} bad={abbrev(h.bad, 10)} symptom=length")
     assert bot.send("issue_comment", cmd, delivery=d).json()["status"] == "queued"
     assert bot.send("issue_comment", cmd, delivery=d).json()["status"] == "duplicate delivery"
     ack = gh.comments[0]
-    assert "queued" in ack.body and f"`{h.good[:10]}`" in ack.body
+    assert "queued" in ack.body and f"`{abbrev(h.good, 10)}`" in ack.body
     wait_for(lambda: final(ack))
     assert f"https://github.com/vllm-project/vllm/commit/{h.planted['length']}" in ack.body
     assert "https://github.com/vllm-project/vllm/pull/" in ack.body and "finished" in ack.body
@@ -68,7 +68,7 @@ def test_bisect_request_end_to_end(tmp_path: Path, gh: GitHubStandIn,
 def test_labeled_issue_is_triaged_and_survives_a_restart(tmp_path: Path, gh: GitHubStandIn,
                                                          start_bot: Callable[[Path], Bot]) -> None:
     h = history(tmp_path, n_commits=8, cap_at=5)
-    report = (f"MTP decode regressed: works at `{h.good[:9]}` (good), but at `{h.bad[:9]}` "
+    report = (f"MTP decode regressed: works at `{abbrev(h.good)}` (good), but at `{abbrev(h.bad)}` "
               "every answer is capped at 128 tokens (bad).")
     payload = {"action": "labeled", "label": {"name": "bisect"},
                "issue": {"number": 7, "body": report}, "repository": {"full_name": REPO},
@@ -77,7 +77,7 @@ def test_labeled_issue_is_triaged_and_survives_a_restart(tmp_path: Path, gh: Git
     state = tmp_path / "state"
     bot = start_bot(write_config(tmp_path / "queue-only.toml", gh, h, state, workers=0))
     assert bot.send("issues", payload).json()["status"] == "awaiting confirmation"
-    assert f"`{h.bad[:9]}`" in gh.comments[0].body and "`/bisect go`" in gh.comments[0].body
+    assert f"`{abbrev(h.bad)}`" in gh.comments[0].body and "`/bisect go`" in gh.comments[0].body
     go = comment_event("/bisect go", issue=7, issue_body=report)
     assert bot.send("issue_comment", go).json()["status"] == "queued"
     bot.proc.send_signal(signal.SIGTERM)
@@ -111,14 +111,14 @@ def test_bare_bisect_answers_with_what_it_read(tmp_path: Path, gh: GitHubStandIn
     assert "could not determine good and bad" in body and "what I read from this issue" in body
     assert "| model | `/path/to/Qwen3.6-27B-NVFP4` | 6 |" in body
     assert "good: no ref named as good" in body and "f4517815" not in body
-    report = (f"Regressed: fine at `{h.good[:9]}` (good), but `{h.bad[:9]}` caps every answer "
+    report = (f"Regressed: fine at `{abbrev(h.good)}` (good), but `{abbrev(h.bad)}` caps every answer "
               "at 128 tokens (bad).")
     r = bot.send("issue_comment", comment_event("/bisect", issue=2, issue_body=report))
     assert r.json()["status"] == "awaiting confirmation"   # shown first, run on /bisect go
     ask = gh.comments[-1].body
-    assert "regression report" in ask and f"`{h.bad[:9]}`" in ask and "| 1 |" in ask
+    assert "regression report" in ask and f"`{abbrev(h.bad)}`" in ask and "| 1 |" in ask
     assert "Comment `/bisect go` to start this bisect" in ask
     r = bot.send("issue_comment", comment_event("/bisect go", issue=2, issue_body=report))
     assert r.json()["status"] == "queued"
     ack = gh.comments[-1].body
-    assert "regression report" in ack and f"`{h.bad[:9]}`" in ack and "| 1 |" in ack
+    assert "regression report" in ack and f"`{abbrev(h.bad)}`" in ack and "| 1 |" in ack

@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.bot.botkit import REPO, Bot, comment_event, queued_specs, write_config
 from tests.bot.github_standin import GitHubStandIn
-from tests.helpers import history
+from tests.helpers import abbrev, history
 
 StartBot = Callable[[Path], Bot]
 
@@ -32,12 +32,12 @@ def test_a_read_range_is_shown_and_runs_only_on_go(tmp_path: Path, gh: GitHubSta
     bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, state, workers=0,
                                  jobs_per_user_per_hour=10))
     gh.permissions["maintainer"] = "maintain"
-    body = report(h.good[:9], h.bad[:9])
+    body = report(abbrev(h.good), abbrev(h.bad))
     # a label: what was read (with the lines it came from) and the next step; no job
     assert bot.send("issues", labeled(body)).json() == {"status": "awaiting confirmation"}
     [ask] = gh.comments
     assert ask.issue == 7 and ask.body.startswith("@maintainer: The good and bad refs were read")
-    assert f"range: good `{h.good[:9]}`, bad `{h.bad[:9]}`" in ask.body   # describe(plan)
+    assert f"range: good `{abbrev(h.good)}`, bad `{abbrev(h.bad)}`" in ask.body   # describe(plan)
     assert "what I read from this issue" in ask.body and "| 1 |" in ask.body  # plan.read
     assert ask.body.endswith("Comment `/bisect go` to start this bisect, or "
                              "`/bisect good=<ref> bad=<ref>` to correct it.")
@@ -52,12 +52,12 @@ def test_a_read_range_is_shown_and_runs_only_on_go(tmp_path: Path, gh: GitHubSta
                     ).json()["status"] == "awaiting confirmation"
     assert len(gh.comments) == 1 and queued_specs(state) == []
     # the issue was edited and reads differently: shown again
-    edited = report(h.shas[1][:9], h.bad[:9])
+    edited = report(abbrev(h.shas[1]), abbrev(h.bad))
     assert bot.send("issues", labeled(edited, edited=True)).json()["status"] == \
         "awaiting confirmation"
-    assert len(gh.comments) == 2 and f"good `{h.shas[1][:9]}`" in gh.comments[-1].body
+    assert len(gh.comments) == 2 and f"good `{abbrev(h.shas[1])}`" in gh.comments[-1].body
     # only one ref typed: the other was read, so it is shown too
-    r = bot.send("issue_comment", comment_event(f"/bisect good={h.good[:9]}", issue=7,
+    r = bot.send("issue_comment", comment_event(f"/bisect good={abbrev(h.good)}", issue=7,
                                                 issue_body=edited))
     assert r.json()["status"] == "awaiting confirmation"
     assert "The bad ref was read" in gh.comments[-1].body and queued_specs(state) == []
@@ -72,13 +72,13 @@ def test_a_read_range_is_shown_and_runs_only_on_go(tmp_path: Path, gh: GitHubSta
     ack = gh.comments[-1].body
     assert ack.startswith(f"Bisect job #{r.json()['job']} queued") and "| 1 |" in ack
     assert [s["range"] for s in queued_specs(state)] == [
-        {"repo": str(h.path), "good": h.shas[1][:9], "bad": h.bad[:9]}]
+        {"repo": str(h.path), "good": abbrev(h.shas[1]), "bad": abbrev(h.bad)}]
     # go with arguments: they override what was read
-    r = bot.send("issue_comment", comment_event(f"/bisect go good={h.good[:10]} symptom=itl",
+    r = bot.send("issue_comment", comment_event(f"/bisect go good={abbrev(h.good, 10)} symptom=itl",
                                                 issue=7, issue_body=edited))
     assert r.json()["status"] == "queued", r.text
     spec = queued_specs(state)[-1]
-    assert spec["range"]["good"] == h.good[:10] and spec["range"]["bad"] == h.bad[:9]
+    assert spec["range"]["good"] == abbrev(h.good, 10) and spec["range"]["bad"] == abbrev(h.bad)
     assert spec["verdict"]["symptom"] == "itl"
     # both refs typed: queued at once, with nothing to confirm
     n = len(gh.comments)
@@ -98,8 +98,8 @@ def test_the_switch_off_queues_a_read_range_at_once(tmp_path: Path, gh: GitHubSt
     bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, state, workers=0,
                                  confirm_triaged_range=False))
     gh.permissions["maintainer"] = "maintain"
-    r = bot.send("issues", labeled(report(h.good[:9], h.bad[:9])))
+    r = bot.send("issues", labeled(report(abbrev(h.good), abbrev(h.bad))))
     assert r.json()["status"] == "queued", r.text
     [ack] = gh.comments
     assert "queued" in ack.body and "`/bisect go`" not in ack.body
-    assert [s["range"]["good"] for s in queued_specs(state)] == [h.good[:9]]
+    assert [s["range"]["good"] for s in queued_specs(state)] == [abbrev(h.good)]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.bot.botkit import Bot, comment_event, final, queued_specs, wait_for, write_config
 from tests.bot.github_standin import GitHubStandIn
-from tests.helpers import history
+from tests.helpers import abbrev, history
 
 
 def test_model_and_path_values_are_refused(tmp_path: Path, gh: GitHubStandIn,
@@ -25,7 +25,7 @@ def test_model_and_path_values_are_refused(tmp_path: Path, gh: GitHubStandIn,
         assert r.status_code == 422, (model, r.text)
         assert "is not a Hugging Face model id" in gh.comments[-1].body
     assert queued_specs(state) == []
-    body = (f"Regressed: fine at `{h.good[:9]}` (good), but `{h.bad[:9]}` caps every answer "
+    body = (f"Regressed: fine at `{abbrev(h.good)}` (good), but `{abbrev(h.bad)}` caps every answer "
             "at 128 tokens (bad).\n\n```\n"
             "LD_PRELOAD=/tmp/evil.so PYTHONPATH=/tmp/x VLLM_ATTENTION_BACKEND=FLASHINFER \\\n"
             "  vllm serve Qwen/Qwen3-8B --generation-config .. --max-model-len 4096\n```\n")
@@ -57,12 +57,13 @@ def test_comments_ping_nobody_and_load_no_image(tmp_path: Path, gh: GitHubStandI
                                                 start_bot: Callable[[Path], Bot]) -> None:
     h = history(tmp_path, n_commits=6, cap_at=3, subjects=((3, HOSTILE_SUBJECT),))
     bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, tmp_path / "state"))
-    cmd = comment_event(f"/bisect good={h.good[:10]} bad={h.bad[:10]} symptom=length",
+    cmd = comment_event(f"/bisect good={abbrev(h.good, 10)} bad={abbrev(h.bad, 10)} symptom=length",
                         association="NONE", login="drive-by")
     bot.send("issue_comment", cmd)   # an outsider: the reply still pings its author
     assert "Thanks @drive-by!" in gh.comments[-1].body
     assert bot.send("issue_comment", comment_event(
-        f"/bisect good={h.good[:10]} bad={h.bad[:10]} symptom=length")).json()["status"] == "queued"
+        f"/bisect good={abbrev(h.good, 10)} bad={abbrev(h.bad, 10)} symptom=length"
+    )).json()["status"] == "queued"
     ack = gh.comments[-1]
     wait_for(lambda: final(ack))
     assert h.planted["length"] in ack.body

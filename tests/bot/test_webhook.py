@@ -19,7 +19,7 @@ import httpx
 
 from tests.bot.botkit import REPO, Bot, comment_event, final, wait_for, write_config
 from tests.bot.github_standin import GitHubStandIn
-from tests.helpers import history
+from tests.helpers import abbrev, history
 
 StartBot = Callable[[Path], Bot]
 
@@ -126,7 +126,7 @@ def test_labels_are_authorized_by_the_collaborators_api(tmp_path: Path, gh: GitH
     h = history(tmp_path, n_commits=3)
     bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, tmp_path / "state", workers=0))
     gh.permissions.update({"triager": "triage", "maintainer": "maintain"})
-    report = f"works at `{h.good[:9]}` (good), but at `{h.bad[:9]}` capped at 128 tokens (bad)."
+    report = f"works at `{abbrev(h.good)}` (good), but at `{abbrev(h.bad)}` capped at 128 tokens (bad)."
 
     def labeled(login: str, **extra: Any) -> dict[str, Any]:
         return {"action": "labeled", "label": {"name": "bisect"},

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import git
 
-from tests.helpers import history
+from tests.helpers import abbrev, history
 from vllm_bisect.spec import load_spec
 from vllm_bisect.triage import compare_command, resolve_refs, triage, triage_json, validated_spec
 from vllm_bisect.triage.refs import version_key
@@ -158,8 +158,8 @@ def test_refs_resolve_against_a_repo_by_ancestry(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=6)
     repo = git.Repo(h.path)
     repo.create_tag("v0.22.1", ref=h.shas[1])
-    text = (f"- v0.22.1: fine\n- nightly `{h.shas[5][:9]}`: regressed, capped at 128 tokens\n"
-            f"- and the older nightly `{h.shas[3][:9]}` is just as slow\n")
+    text = (f"- v0.22.1: fine\n- nightly `{abbrev(h.shas[5])}`: regressed, capped at 128 tokens\n"
+            f"- and the older nightly `{abbrev(h.shas[3])}` is just as slow\n")
     t = triage(text)
     resolve_refs(t, repo)
     assert (t.good, t.bad) == (h.shas[1], h.shas[3])  # the earliest bad by ancestry
