@@ -115,6 +115,20 @@ class Run:
             if (session / k).exists():
                 shutil.copy(session / k, self.res / f"{name}_{k}")
 
+    def trace_out(self, session: Path, name: str) -> None:
+        """The first raw trace of an explain, gzipped into OUT (a real vLLM trace to read
+        here, beside the numbers), when it fits what comes back (16 MiB a file)."""
+        import gzip
+        traces = sorted((session / "explain" / "traces").rglob("*.pt.trace.json*"))
+        if not traces:
+            return
+        raw = traces[0].read_bytes()
+        packed = raw if traces[0].name.endswith(".gz") else gzip.compress(raw, 6)
+        if len(packed) < 15_000_000:
+            (self.out / f"trace_{name}.json.gz").write_bytes(packed)
+        log(f"{name}: first trace {traces[0].name}, {len(raw) / 1e6:.1f} MB "
+            f"({len(packed) / 1e6:.1f} MB gzipped)")
+
     def cmd(self, argv: list[str], cwd: Path, timeout: float, name: str) -> tuple[int, float]:
         """Run argv with its output in res/NAME.log; SIGTERM at the timeout (resumable)."""
         t = time.monotonic()
@@ -207,6 +221,7 @@ class Run:
                                    str(self.cache), "--spec", str(base), "--against",
                                    str(other), "--culprit", parent], repo, timeout, name)
             doc.update(rc=code, wall_s=round(wall, 1), commit=parent)
+            self.trace_out(session, name)
             self.copy_out(session, name, "explain.json")
             for f in (session / "explain" / "servers").glob("*.json"):
                 shutil.copy(f, self.res / f"{name}_{f.name}")
@@ -214,6 +229,7 @@ class Run:
             code, wall = self.cmd([*cli, "explain", str(session), "--json", "--cache-dir",
                                    str(self.cache), *extra], repo, timeout, name)
             doc.update(rc=code, wall_s=round(wall, 1), planted=planted["planted"])
+            self.trace_out(session, name)
             self.copy_out(session, name, "report.md", "result.json", "explain.json")
             prof = session / "explain"
             if prof.exists():
