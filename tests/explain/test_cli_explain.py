@@ -139,7 +139,9 @@ def test_two_setups_of_one_commit_mtp_on_against_off(tmp_path: Path) -> None:
     # --against: the same commit under two specs (here MTP on, then off), not against its
     # parent; the report says which setup each column is
     h = history(tmp_path, n_commits=3, step_ms=10.0, profiler_config_from=0)
-    probe = {"max_tokens": 60, "requests": 2}
+    # a warm-up request: it runs before /start_profile, so the window holds the measured
+    # requests only and MTP off reads exactly 1 token per decode step
+    probe = {"max_tokens": 60, "requests": 2, "warmup": 1}
     on = write_spec(tmp_path / "on.toml", make_spec(h, verdict=ITL, probe=probe))
     off_spec = make_spec(h, verdict=ITL, probe=probe)
     off_spec = off_spec.model_copy(update={"serve": off_spec.serve.model_copy(

@@ -7,6 +7,8 @@ from pathlib import Path
 from vllm_bisect.explain.envdiff import SideEnv, env_diff, logged_vars, venv_packages
 from vllm_bisect.report.explain_section import env_lines
 
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "vllm-0.25.1"
+
 
 def fake_venv(root: Path, pkgs: dict[str, str]) -> Path:
     sp = root / "lib" / "python3.11" / "site-packages"
@@ -27,6 +29,20 @@ def test_logged_variables_over_the_given_ones() -> None:
            "non-default env: {'VLLM_GDN_DECODE_KERNEL': 'triton', 'OTHER': 'x'}\n")
     got = logged_vars(log, {"VLLM_USE_V1": "0", "VLLM_BISECT_SESSION": "s", "HOME": "/"})
     assert got == {"VLLM_USE_V1": "1", "VLLM_GDN_DECODE_KERNEL": "triton"}
+
+
+def test_variables_in_vllm_0_25_1s_prose_lines() -> None:
+    # the real log (tests/fixtures/vllm-0.25.1/server_logs_last200.txt): a sentence's period
+    # is not part of the value; advice to set or unset a variable is not a setting
+    real = (FIXTURES / "server_logs_last200.txt").read_text()
+    assert "VLLM_USE_FLASHINFER_SAMPLER=0." in real
+    assert logged_vars(real, {}) == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    advice = ("WARNING FlashInfer top-p/top-k sampling unavailable: sm_121; falling back. "
+              "Set VLLM_USE_FLASHINFER_SAMPLER=0 to silence.\n"
+              "RuntimeError: unavailable. Unset VLLM_USE_FLASHINFER_SAMPLER=1.\n"
+              "INFO (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0), VLLM_X=a.b.\n")
+    assert logged_vars(advice, {"VLLM_Y": "2"}) == {
+        "VLLM_Y": "2", "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0", "VLLM_X": "a.b"}
 
 
 def test_a_dependency_change_points_to_deps() -> None:

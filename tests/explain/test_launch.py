@@ -74,7 +74,7 @@ def test_the_profiled_probe_is_the_sessions_cut_to_the_explain_window() -> None:
     spec = BisectSpec.model_validate({"probe": {"requests": 3, "max_tokens": 256,
                                                 "min_tokens": 200, "warmup": 1}})
     p = profiled_probe(spec)
-    assert (p.requests, p.max_tokens, p.min_tokens, p.warmup) == (1, 128, 128, 1)
+    assert (p.requests, p.max_tokens, p.min_tokens, p.warmup) == (1, 128, 128, 0)
     assert p.prompt == spec.probe.prompt and p.mtp_speedup is None
     wide = spec.model_copy(update={"explain": spec.explain.model_copy(
         update={"profile_requests": 5, "profile_max_tokens": 1024})})

@@ -19,7 +19,12 @@ from vllm_bisect.builders.packages import NOTABLE, artifact_packages, changed, v
 __all__ = ["NOTABLE", "SideEnv", "artifact_packages", "env_diff", "gpu_info",
            "logged_vars", "venv_packages"]
 
-LOGGED_VAR = re.compile(r"\b(VLLM_[A-Z0-9_]+)=(\S+)")
+# NAME=VALUE in a log line; vLLM writes these in prose too (0.25.1's sampler: "disabled via
+# VLLM_USE_FLASHINFER_SAMPLER=0."; advice: "Set VLLM_USE_FLASHINFER_SAMPLER=0 to silence."),
+# so a sentence's closing mark is not part of the value, and advice (Set/Unset/export
+# before the name) is not a setting
+LOGGED_VAR = re.compile(r"(?:\b(set|unset|export)\s+)?\b(VLLM_[A-Z0-9_]+)=(\S+)", re.IGNORECASE)
+SENTENCE_END = ".,;:)\"'"
 LOGGED_ITEM = re.compile(r"'(VLLM_[A-Z0-9_]+)':\s*'([^']*)'")
 SMI_FIELDS = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm"
 
@@ -35,8 +40,11 @@ class SideEnv:
 def logged_vars(log_text: str, given: dict[str, str]) -> dict[str, str]:
     """``VLLM_*`` variables the server logged, over those it was given."""
     out = {k: v for k, v in given.items() if k.startswith("VLLM_")}
-    for rx in (LOGGED_VAR, LOGGED_ITEM):
-        out.update({m.group(1): m.group(2) for m in rx.finditer(log_text)})
+    for m in LOGGED_VAR.finditer(log_text):
+        value = m.group(3).rstrip(SENTENCE_END)
+        if m.group(1) is None and m.group(2).isupper() and value:
+            out[m.group(2)] = value
+    out.update({m.group(1): m.group(2) for m in LOGGED_ITEM.finditer(log_text)})
     out.pop("VLLM_BISECT_SESSION", None)
     return out
 

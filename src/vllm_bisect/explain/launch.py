@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from vllm_bisect.bisect.measurement.probe_steps import EvalCall, ProbeStep
 from vllm_bisect.builders import Builder
 from vllm_bisect.errors import ProbeError
 from vllm_bisect.models import Evaluation, Measurement
+from vllm_bisect.probes.decode import DecodeProbe
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.spec import BisectSpec, ProbeSpec
 
@@ -94,10 +96,15 @@ def _profiler_source(repo: git.Repo, commit: str) -> str | None:
 
 
 class Profiled:
-    """The probe's steps between start and stop of the profiler."""
+    """The probe's steps between start and stop of the profiler, after ``warm`` (the
+    probe's warm-up requests, run before ``/start_profile``: on real vLLM 0.25.1 a warm-up
+    inside the window added 32-token requests and first-use costs to the steps profiled,
+    docs/validation.md (l))."""
 
-    def __init__(self, inner: list[ProbeStep]) -> None:
+    def __init__(self, inner: list[ProbeStep], warm: Callable[[ServerHandle], object] | None
+                 = None) -> None:
         self.inner = inner
+        self.warm = warm
 
     def _post(self, server: ServerHandle, route: str, timeout: float) -> None:
         try:
@@ -111,6 +118,9 @@ class Profiled:
             raise ProbeError(f"POST {route} answered {r.status_code}: {r.text[:200]}")
 
     def run(self, call: EvalCall, server: ServerHandle, m: Measurement | None) -> Measurement:
+        if self.warm is not None:
+            call.say("warm-up before the profiler")
+            self.warm(server)
         call.say("profiler on (POST /start_profile)")
         self._post(server, "/start_profile", 120.0)
         try:
@@ -130,16 +140,31 @@ def profiled_probe(spec: BisectSpec) -> ProbeSpec:
     """The probe a profiled server runs: the session's, with at most
     ``explain.profile_requests`` requests of at most ``explain.profile_max_tokens`` tokens
     (the diff is per decode step, so a short window reads the same kernels; vLLM's stop
-    time grows with the events recorded), and without the MTP speed-up's second,
+    time grows with the events recorded), with no warm-up inside the window (:func:`warm_up`
+    runs it before ``/start_profile``), and without the MTP speed-up's second,
     non-speculative server (the profile is of the server the probe measures)."""
     probe, ex = spec.probe, spec.explain
-    update: dict[str, object] = {"mtp_speedup": None,
+    update: dict[str, object] = {"mtp_speedup": None, "warmup": 0,
                                  "requests": min(probe.requests, ex.profile_requests)}
     if probe.max_tokens is not None:
         update["max_tokens"] = min(probe.max_tokens, ex.profile_max_tokens)
         if probe.min_tokens is not None:
             update["min_tokens"] = min(probe.min_tokens, ex.profile_max_tokens)
     return probe.model_copy(update=update)
+
+
+def warm_up(spec: BisectSpec) -> Callable[[ServerHandle], object] | None:
+    """The session probe's warm-up (``probe.warmup`` requests of at most 32 tokens, as the
+    decode probe warms up) as a call on a server; None without one."""
+    probe = spec.probe
+    if probe.warmup == 0:
+        return None
+    update: dict[str, object] = {"warmup": 0, "requests": probe.warmup, "min_tokens": None,
+                                 "load": None, "mtp_speedup": None, "bench": None}
+    if probe.max_tokens is not None:
+        update["max_tokens"] = min(probe.max_tokens, 32)
+    warm = DecodeProbe(probe.model_copy(update=update), None, ops=spec.ops)
+    return warm.measure
 
 
 def profiled_run(spec: BisectSpec, builder: Builder, commit: str, switch: ProfilerSwitch,
@@ -150,6 +175,6 @@ def profiled_run(spec: BisectSpec, builder: Builder, commit: str, switch: Profil
                                           "env": {**spec.serve.env, **switch.env}})
     probe = profiled_probe(spec)
     ev = Evaluator(spec.model_copy(update={"serve": serve, "probe": probe}), builder, log_dir)
-    ev.steps = [Profiled(ev.steps)]
+    ev.steps = [Profiled(ev.steps, warm=warm_up(spec))]
     slots = local_slots(spec)  # the bisect's first worker's GPUs (explain runs alone)
     return ev.evaluate(commit, devices=slots[0].devices if slots and slots[0].devices else None)

@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import shutil
-import statistics
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -49,15 +48,14 @@ def _side_env(spec: BisectSpec, builder: Any, sha: str, log: Path) -> SideEnv:
 
 
 def tokens_per_step(spec: BisectSpec, ev: Evaluation, steps: int) -> float | None:
-    """Output tokens per decode step in the profiled window (about: the warmup requests are
-    taken to be like the measured ones); None when the probe ran more than the decode
-    requests (a load grid, a benchmark)."""
+    """Output tokens per decode step in the profiled window (the measured requests only:
+    their warm-up runs before the profiler starts); None when the probe ran more than the
+    decode requests (a load grid, a benchmark)."""
     m = ev.measurement
     if m is None or not m.requests or steps <= 0 or spec.probe.load is not None \
             or spec.probe.bench is not None:
         return None
-    per = statistics.fmean(max(0, r.output_tokens - 1) for r in m.requests)
-    return round(per * (len(m.requests) + spec.probe.warmup) / steps, 3)
+    return round(sum(max(0, r.output_tokens - 1) for r in m.requests) / steps, 3)
 
 
 def setup_key(spec: BisectSpec) -> str:
