@@ -59,3 +59,23 @@ def test_a_dependency_change_points_to_deps() -> None:
     assert only_vllm["beyond_vllm"] == [] and "more than" not in "\n".join(env_lines(only_vllm))
     unknown = env_diff(SideEnv(None, {}, None, ["an image"]), SideEnv(None, {}, None))
     assert unknown["packages"] is None and "not compared (an image)" in env_lines(unknown)[0]
+
+
+def test_a_venv_that_reuses_the_installed_torch_lists_it(tmp_path: Path) -> None:
+    # a reuse_installed source build: vllm in the venv, torch seen through a .pth link to
+    # the interpreter's packages (the GPU machine's /opt/torch/.venv); a name in both places
+    # is the venv's own, as an import would find it
+    import subprocess
+    import sys
+
+    parent = fake_venv(tmp_path / "parent", {"torch": "2.11.0+cu130", "vllm": "0.1"})
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    [own] = venv.glob("lib/python*/site-packages")
+    d = own / "vllm-0.25.1.dist-info"
+    d.mkdir()
+    (d / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.25.1\n")
+    [linked] = parent.glob("lib/python*/site-packages")
+    (own / "_parent.pth").write_text(f"import site; site.addsitedir({str(linked)!r})\n")
+    got = venv_packages(venv)
+    assert got["torch"] == "2.11.0+cu130" and got["vllm"] == "0.25.1"

@@ -1,7 +1,11 @@
 """The installed packages of an artifact's environment (issue 28's environment diff).
 
-A venv is read in place (each distribution's ``*.dist-info`` metadata in its site-packages,
-nothing is run). An image is asked once: a short container of the image's own Python lists
+A venv is asked through its own interpreter (``importlib.metadata`` over its ``sys.path``,
+in order, the first of a name winning as an import would): a source build with
+``reuse_installed`` sees the interpreter's torch through ``--system-site-packages`` and a
+``.pth`` link, which its own site-packages does not hold (on the H200, the environment diff
+read torch as missing on both sides). Where the interpreter cannot run, its site-packages is
+read in place. An image is asked once: a short container of the image's own Python lists
 its distributions with ``importlib.metadata`` (no pip needed, no network, no GPU). A command
 or URL artifact has no environment vllm-bisect can see.
 """
@@ -33,8 +37,35 @@ LIST_SCRIPT = ("import importlib.metadata as m, json; print(json.dumps(sorted("
 PYTHONS = ("python3", "python")
 
 
+# run by a venv's own python: [[name, version], ...] in sys.path order (first one wins)
+PATH_LIST_SCRIPT = ("import importlib.metadata as m, json; print(json.dumps("
+                    "[[d.metadata['Name'] or '', d.version] for d in m.distributions()]))")
+
+
 def venv_packages(venv: Path) -> dict[str, str]:
-    """name -> version of every distribution in the venv's site-packages."""
+    """name -> version of every distribution the venv's python sees (see the module doc)."""
+    import subprocess
+
+    from vllm_bisect.runtime.childenv import child_env
+
+    python = venv / "bin" / "python"
+    if python.exists():
+        try:
+            r = subprocess.run([str(python), "-c", PATH_LIST_SCRIPT], capture_output=True,
+                               text=True, timeout=60, env=child_env(), check=True)
+            seen: dict[str, str] = {}
+            for name, version in json.loads(r.stdout):
+                if name:
+                    seen.setdefault(canonicalize_name(str(name)), str(version))
+            return seen
+        except (OSError, subprocess.SubprocessError, ValueError) as err:
+            logger.info("listing %s through its python failed (%s): reading it in place",
+                        venv, err)
+    return site_packages(venv)
+
+
+def site_packages(venv: Path) -> dict[str, str]:
+    """name -> version of every distribution in the venv's own site-packages."""
     out: dict[str, str] = {}
     for sp in sorted(venv.glob("lib/python*/site-packages")):
         for dist in importlib.metadata.distributions(path=[str(sp)]):
