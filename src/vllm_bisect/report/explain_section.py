@@ -5,6 +5,7 @@ only the step totals' names from here."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # the step table's totals: always shown, never ranked as deltas (explain.diff computes them)
@@ -14,6 +15,45 @@ LABELS = {"step:gpu_busy": "GPU busy (all kernels)", "step:gpu_idle": "GPU idle 
           "step:host": "host time of the step", "step:launches": "kernel launches",
           "step:gpu_level": "every kernel alike (GPU clocks, or a GPU-wide change)"}
 WHAT = {"kernel": "GPU kernel", "cpu_op": "CPU op", "step": "step"}
+
+
+# template arguments that name no operation (skipped when a kernel's name is shortened)
+GENERIC = frozenset({"gpu_kernel_impl", "gpu_kernel_impl_nocast", "BinaryFunctor",
+                     "UnaryFunctor", "TensorIteratorBase", "OffsetCalculator",
+                     "TrivialOffsetCalculator", "LoadWithCast", "StoreWithCast",
+                     "LoadWithoutCast", "StoreWithoutCast", "array", "enable_sm90_or_later"})
+OPERATION = re.compile(r"[A-Za-z_]\w*(?:Functor\w*|_kernel\w*|_cuda\w*|Op)\b")
+CLASS_NAME = re.compile(r"\b[A-Z][A-Za-z0-9]{5,}\w*\b")
+
+
+def short_kernel(name: str) -> str:
+    """A CUDA kernel's name as a reader scans it: real vLLM traces carry whole C++
+    signatures (``void at::native::unrolled_elementwise_kernel<at::native::
+    direct_copy_kernel_cuda(...)::{lambda...}, ...>(int, ...)``, 700 characters) ->
+    ``unrolled_elementwise_kernel<direct_copy_kernel_cuda>``. Short names are kept."""
+    n = name.removeprefix("void ").strip()
+    if len(n) <= 60:
+        return n
+    n = n.replace("(anonymous namespace)::", "")
+    if n.startswith("std::enable_if<") and "::type " in n:  # a return type before the name
+        n = n.split("::type ", 1)[1]
+    cut = [i for i in (n.find("<"), n.find("(")) if i > 0]
+    if not cut:
+        return n[:57] + "..."
+    parts, args = n[:min(cut)].split("::"), n[min(cut):]
+    base = "::".join(parts[-2:]) if parts[-1] == "kernel" else parts[-1]  # gemvx::kernel
+    for rx in (OPERATION, CLASS_NAME):
+        for m in rx.finditer(args):
+            if m.group(0) not in GENERIC and m.group(0) != base:
+                return f"{base}<{m.group(0)}>"
+    return f"{base}<...>"
+
+
+def _label(key: str) -> str:
+    what, _, name = key.partition(":")
+    if what == "step":
+        return LABELS.get(key, name)
+    return short_kernel(name) if what == "kernel" else name
 
 
 def _num(key: str, v: float | None) -> str:
@@ -91,14 +131,13 @@ def explain_lines(doc: dict[str, Any]) -> list[str]:
         out += ["", "Changes beyond the run-to-run spread (largest first):", "",
                 "| | name | parent | culprit | change | spread |", "|---|---|---|---|---|---|"]
         for d in deltas[:15]:
-            what, _, name = d["key"].partition(":")
-            label = name if what != "step" else LABELS.get(d["key"], name)
-            out.append(f"| {WHAT.get(what, what)} | `{label}` | "
+            what = d["key"].partition(":")[0]
+            out.append(f"| {WHAT.get(what, what)} | `{_label(d['key'])}` | "
                        f"{_num(d['key'], d['parent'])} | {_num(d['key'], d['culprit'])} | "
                        f"{_kind_change(d)} | {_num(d['key'], d['spread'])} |")
         top = deltas[0]
-        what, _, name = top["key"].partition(":")
-        out += ["", f"Largest: {WHAT.get(what, what)} `{LABELS.get(top['key'], name)}`, "
+        what = top["key"].partition(":")[0]
+        out += ["", f"Largest: {WHAT.get(what, what)} `{_label(top['key'])}`, "
                     f"{_kind_change(top)} per decode step."]
     else:
         out += ["", "No kernel, host op or idle gap moved beyond the run-to-run spread."]
