@@ -31,7 +31,7 @@ from vllm_bisect.bisect.measurement.probe_steps import EvalCall, ProbeStep
 from vllm_bisect.builders import Builder
 from vllm_bisect.errors import ProbeError
 from vllm_bisect.models import Evaluation, Measurement
-from vllm_bisect.probes.decode import DecodeProbe
+from vllm_bisect.probes.decode import WARMUP_MAX_TOKENS, DecodeProbe
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.spec import BisectSpec, ProbeSpec
 
@@ -154,15 +154,16 @@ def profiled_probe(spec: BisectSpec) -> ProbeSpec:
 
 
 def warm_up(spec: BisectSpec) -> Callable[[ServerHandle], object] | None:
-    """The session probe's warm-up (``probe.warmup`` requests of at most 32 tokens, as the
-    decode probe warms up) as a call on a server; None without one."""
+    """The session probe's warm-up (``probe.warmup`` requests of at most
+    ``WARMUP_MAX_TOKENS`` tokens, as the decode probe warms up) as a call on a server; None
+    without one."""
     probe = spec.probe
     if probe.warmup == 0:
         return None
     update: dict[str, object] = {"warmup": 0, "requests": probe.warmup, "min_tokens": None,
                                  "load": None, "mtp_speedup": None, "bench": None}
     if probe.max_tokens is not None:
-        update["max_tokens"] = min(probe.max_tokens, 32)
+        update["max_tokens"] = min(probe.max_tokens, WARMUP_MAX_TOKENS)
     warm = DecodeProbe(probe.model_copy(update=update), None, ops=spec.ops)
     return warm.measure
 

@@ -42,6 +42,8 @@ from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.spec import Endpoint, OpsSpec, ProbeSpec, output_token_floor
 
 logger = logging.getLogger(__name__)
+# a warm-up request's length (it only has to run the server's first-use paths)
+WARMUP_MAX_TOKENS = 32
 
 UNBOUNDED_TOKENS = 1 << 24  # the count bound when no max_tokens is sent
 VERSION_DEADLINE_S = 10.0   # /version: a few bytes of JSON
@@ -246,7 +248,7 @@ class DecodeProbe:
             for _ in range(s.warmup):
                 warm = dict(body)
                 if max_tokens is not None:
-                    warm["max_tokens"] = min(max_tokens, 32)
+                    warm["max_tokens"] = min(max_tokens, WARMUP_MAX_TOKENS)
                     warm.pop("min_tokens", None)
                 self.run_one(client, server, warm)
             before = metrics.scrape(client, server.url)
