@@ -25,6 +25,7 @@ def test_new_gone_slower_are_named_largest_first() -> None:
     assert got == [("step:gpu_idle", DeltaKind.SLOWER), ("kernel:moe", DeltaKind.SLOWER),
                    ("kernel:norm", DeltaKind.GONE), ("kernel:new_kernel", DeltaKind.NEW)]
     assert {t.key for t in d.totals} == {"step:gpu_busy", "step:host", "step:launches",
+                                         "step:launch_calls",
                                          "step:gpu_idle"}
 
 

@@ -31,6 +31,8 @@ def test_real_mtp_on_against_off_per_step() -> None:
     # launches and GPU time of a plain step (the full traces: 575 and 256 launches, 881 and
     # 373 us GPU busy per step)
     assert 2.0 < on.launches / off.launches < 2.3
+    # eager: one host launch call (cudaLaunchKernel or cuLaunchKernelEx) per kernel run
+    assert on.launch_calls == on.launches and off.launch_calls == off.launches
     assert 1.8 < on.gpu_busy_us / off.gpu_busy_us < 2.5
     # the host-cost culprit (MTP on) idles the GPU ~6 ms more between steps
     assert on.gpu_idle_us - off.gpu_idle_us > 4000

@@ -31,6 +31,12 @@ from vllm_bisect.errors import ProbeError
 STEP_RE = re.compile(r"^execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)$")
 PROFILER_STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+# the host's launch calls (runtime and driver API): one per kernel in eager mode, one per
+# graph under CUDA graphs (as named in real vLLM 0.25.1 traces: cudaLaunchKernel,
+# cuLaunchKernelEx)
+LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
+                          "cuLaunchKernelEx", "cudaLaunchCooperativeKernel", "cudaGraphLaunch",
+                          "cuGraphLaunch"})
 
 
 @dataclass(frozen=True)
@@ -59,16 +65,18 @@ class TraceSummary:
     gpu_busy_us: float                   # all kernels of a step
     gpu_idle_us: float                   # GPU idle between consecutive decode steps
     host_us: float                       # the step annotation's host time
-    launches: float                      # kernel launches per decode step
+    launches: float                      # kernels run per decode step
     segmentation: str                    # how steps were found
     notes: list[str] = field(default_factory=list)
+    launch_calls: float = 0.0            # host launch calls per step (kernels or graphs)
 
     def metrics(self) -> dict[str, float]:
         """Every number compared across servers, by a stable key."""
         out = {f"kernel:{k}": v for k, v in self.kernel_us.items()}
         out.update({f"cpu_op:{k}": v for k, v in self.cpu_op_us.items()})
         out.update({"step:gpu_busy": self.gpu_busy_us, "step:gpu_idle": self.gpu_idle_us,
-                    "step:host": self.host_us, "step:launches": self.launches})
+                    "step:host": self.host_us, "step:launches": self.launches,
+                    "step:launch_calls": self.launch_calls})
         return out
 
 
@@ -137,9 +145,12 @@ def _top_level(ops: list[_Event]) -> list[_Event]:
     return out
 
 
-def _assign(windows: list[_Event], items: list[_Event], launch_ts: dict[int, float]
-            ) -> list[list[_Event]]:
-    """Each item (kernel or op) into the window it belongs to (see the module docstring)."""
+def _assign(windows: list[_Event], items: list[_Event], launch_ts: dict[int, float],
+            until_next: bool = False) -> list[list[_Event]]:
+    """Each item (kernel, op or launch call) into the window it belongs to (see the module
+    docstring). ``until_next``: an item launched after its window's host span but before
+    the next window's is the step's too (kernels and their launches: MTP's drafter launches
+    after vLLM's step annotation ends)."""
     import bisect
 
     starts = [w.ts for w in windows]
@@ -151,7 +162,7 @@ def _assign(windows: list[_Event], items: list[_Event], launch_ts: dict[int, flo
             continue
         w = windows[i]
         nxt = windows[i + 1].ts if i + 1 < len(windows) else float("inf")
-        if t <= w.end or (it.cat == "kernel" and t < nxt):
+        if t <= w.end or (until_next and t < nxt):
             out[i].append(it)
     return out
 
@@ -175,8 +186,10 @@ def summarize(path: Path) -> TraceSummary:
         notes.append("no step annotations: the whole trace is one window")
     if not any(decode):
         raise ProbeError(f"{path} has no decode step (only prefill steps were profiled)")
-    all_k = _assign(windows, kernels, launch_ts)
+    all_k = _assign(windows, kernels, launch_ts, until_next=True)
     all_op = _assign(windows, _top_level([e for e in ev if e.cat == "cpu_op"]), {})
+    all_calls = _assign(windows, [e for e in ev if e.cat in ("cuda_runtime", "cuda_driver")
+                                  and e.name in LAUNCH_CALLS], {}, until_next=True)
     idle = []
     for i in range(len(windows) - 1):
         a, b = all_k[i], all_k[i + 1]
@@ -184,6 +197,7 @@ def summarize(path: Path) -> TraceSummary:
             idle.append(max(0.0, min(k.ts for k in b) - max(k.end for k in a)))
     per_k = [ks for ks, d in zip(all_k, decode, strict=True) if d]
     per_op = [ops for ops, d in zip(all_op, decode, strict=True) if d]
+    calls = sum(len(c) for c, d in zip(all_calls, decode, strict=True) if d)
     windows = [w for w, d in zip(windows, decode, strict=True) if d]
     n = len(windows)
     k_us: dict[str, float] = defaultdict(float)
@@ -198,7 +212,8 @@ def summarize(path: Path) -> TraceSummary:
         path=str(path), steps=n, kernel_us=dict(k_us), cpu_op_us=dict(op_us),
         gpu_busy_us=sum(k_us.values()), gpu_idle_us=sum(idle) / len(idle) if idle else 0.0,
         host_us=sum(w.dur for w in windows) / n,
-        launches=sum(len(ks) for ks in per_k) / n, segmentation=how, notes=notes)
+        launches=sum(len(ks) for ks in per_k) / n, segmentation=how, notes=notes,
+        launch_calls=calls / n)
 
 
 def worker_trace(directory: Path) -> Path:

@@ -9,10 +9,12 @@ import re
 from typing import Any
 
 # the step table's totals: always shown, never ranked as deltas (explain.diff computes them)
-TOTALS = ("step:gpu_busy", "step:host", "step:launches")
+TOTALS = ("step:gpu_busy", "step:host", "step:launches", "step:launch_calls")
+COUNTS = ("step:launches", "step:launch_calls")  # numbers per step, not times
 
 LABELS = {"step:gpu_busy": "GPU busy (all kernels)", "step:gpu_idle": "GPU idle between steps",
-          "step:host": "host time of the step", "step:launches": "kernel launches",
+          "step:host": "host time of the step", "step:launches": "kernels run",
+          "step:launch_calls": "host launch calls (a CUDA graph is one)",
           "step:gpu_level": "every kernel alike (GPU clocks, or a GPU-wide change)"}
 WHAT = {"kernel": "GPU kernel", "cpu_op": "CPU op", "step": "step"}
 
@@ -59,7 +61,7 @@ def _label(key: str) -> str:
 def _num(key: str, v: float | None) -> str:
     if v is None:
         return "-"
-    return f"{v:.1f}" if key == "step:launches" else f"{v / 1000:.3f} ms"
+    return f"{v:.1f}" if key in COUNTS else f"{v / 1000:.3f} ms"
 
 
 def _change(d: dict[str, Any]) -> str:
