@@ -148,6 +148,10 @@ def test_two_setups_of_one_commit_mtp_on_against_off(tmp_path: Path) -> None:
         update={"speculative": None})})
     off = write_spec(tmp_path / "off.toml", off_spec)
     s = tmp_path / "exp"
+    r = cli("explain", str(s), "--spec", str(on), "--against", str(tmp_path / "typo.toml"),
+            "--culprit", h.bad)
+    assert r.returncode == 2 and "--against spec" in r.stderr and "Traceback" not in r.stderr
+    assert not s.exists()  # a usage error leaves nothing behind
     argv = ["explain", str(s), "--spec", str(on), "--against", str(off), "--culprit", h.bad,
             "--cache-dir", str(tmp_path / "c"), "--json"]
     r = cli(*argv)

@@ -36,6 +36,11 @@ def run_explain(session: Path, cache_dir: Path | None, servers_per_side: int | N
     from vllm_bisect.spec import load_spec
 
     spec = load_spec(spec_path) if spec_path is not None else None
+    if against_path is not None and not against_path.is_file():
+        raise FatalError(f"the --against spec {against_path} does not exist",
+                         hint="pass the spec of the second setup (the same commit served "
+                              "another way) as an existing TOML file")
+    against = load_spec(against_path) if against_path is not None else None
     bisected = (session / "journal.sqlite").exists()
     if spec is None and not bisected:
         raise FatalError(f"{session} is not a bisect session (no journal.sqlite)",
@@ -47,7 +52,6 @@ def run_explain(session: Path, cache_dir: Path | None, servers_per_side: int | N
                          hint="pass --culprit REF (profiled against its first parent)")
     if spec is not None:
         session.mkdir(parents=True, exist_ok=True)
-    against = load_spec(against_path) if against_path is not None else None
     k = servers_per_side or (spec or stored_spec(session)).explain.servers_per_side
     what = f"the commit under {spec_path or 'the session spec'} and under {against_path}" \
         if against is not None else "the culprit and its parent"
