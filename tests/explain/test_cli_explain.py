@@ -164,7 +164,8 @@ def test_two_setups_of_one_commit_mtp_on_against_off(tmp_path: Path) -> None:
     assert all(t > 1.0 for t in on_tps) and all(t == 1.0 for t in off_tps)  # drafts accepted
     lines = "\n".join(explain_lines(doc))
     assert "### Why: one commit's profile under two setups" in lines
-    assert "- culprit: `vllm serve" in lines and "no speculative decoding" in lines
+    assert "- setup B: `vllm serve" in lines and "no speculative decoding" in lines
+    assert "| per decode step | setup A | setup B | change |" in lines
     # kept servers belong to their setup: run again, all four are kept, none mixed up
     r = cli(*argv)
     assert r.returncode == 0, r.stderr

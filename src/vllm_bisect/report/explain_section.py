@@ -101,12 +101,12 @@ def _setups(doc: dict[str, Any]) -> list[str]:
     setups = doc.get("setups")
     if not setups:
         return []
-    out = [f"One commit, `{doc['culprit'][:12]}`, under two setups: the \"parent\" column is "
-           "the first, the \"culprit\" column the second.", ""]
-    for side in ("parent", "culprit"):
+    out = [f"One commit, `{doc['culprit'][:12]}`, under two setups (setup A: the spec's; "
+           "setup B: `--against`'s):", ""]
+    for side, name in zip(("parent", "culprit"), ("setup A", "setup B"), strict=True):
         s = setups[side]
         spec = s.get("speculative")
-        out.append(f"- {side}: `vllm serve {' '.join(s.get('args') or [])}`"
+        out.append(f"- {name}: `vllm serve {' '.join(s.get('args') or [])}`"
                    + (f", speculative {spec}" if spec else ", no speculative decoding")
                    + (f", env {s['env']}" if s.get("env") else ""))
     return [*out, ""]
@@ -116,12 +116,13 @@ def explain_lines(doc: dict[str, Any]) -> list[str]:
     k = doc["servers_per_side"]
     title = "### Why: the culprit's profile against its parent's" if not doc.get("setups") \
         else "### Why: one commit's profile under two setups"
+    a, b = ("setup A", "setup B") if doc.get("setups") else ("parent", "culprit")
     out = ["", title, "", *_setups(doc),
            f"vLLM's torch profiler on {k} server{'s' if k > 1 else ''} per side "
            f"(`{doc['profiler'].get('culprit', '')}`), the session's probe between "
            f"`POST /start_profile` and `/stop_profile`; {doc['segmentation']}. "
            "Numbers are per decode step, averaged over each server's steps, then over servers.",
-           "", "| per decode step | parent | culprit | change |", "|---|---|---|---|"]
+           "", f"| per decode step | {a} | {b} | change |", "|---|---|---|---|"]
     reported = {d["key"] for d in doc["deltas"]}
     for d in doc["totals"]:
         mark = "" if d["key"] in reported or d["key"] in TOTALS else " (within the spread)"
@@ -131,7 +132,7 @@ def explain_lines(doc: dict[str, Any]) -> list[str]:
     deltas = doc["deltas"]
     if deltas:
         out += ["", "Changes beyond the run-to-run spread (largest first):", "",
-                "| | name | parent | culprit | change | spread |", "|---|---|---|---|---|---|"]
+                f"| | name | {a} | {b} | change | spread |", "|---|---|---|---|---|---|"]
         for d in deltas[:15]:
             what = d["key"].partition(":")[0]
             out.append(f"| {WHAT.get(what, what)} | `{_label(d['key'])}` | "
