@@ -31,7 +31,7 @@ from vllm_bisect.bisect.measurement.probe_steps import EvalCall, ProbeStep
 from vllm_bisect.builders import Builder
 from vllm_bisect.errors import ProbeError
 from vllm_bisect.models import Evaluation, Measurement
-from vllm_bisect.probes.decode import WARMUP_MAX_TOKENS, DecodeProbe
+from vllm_bisect.probes.decode import DecodeProbe
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.spec import BisectSpec, ProbeSpec
 
@@ -101,7 +101,7 @@ class Profiled:
     inside the window added 32-token requests and first-use costs to the steps profiled,
     docs/validation.md (l))."""
 
-    def __init__(self, inner: list[ProbeStep], warm: Callable[[ServerHandle], object] | None
+    def __init__(self, inner: list[ProbeStep], warm: Callable[[ServerHandle], None] | None
                  = None) -> None:
         self.inner = inner
         self.warm = warm
@@ -140,8 +140,8 @@ def profiled_probe(spec: BisectSpec) -> ProbeSpec:
     """The probe a profiled server runs: the session's, with at most
     ``explain.profile_requests`` requests of at most ``explain.profile_max_tokens`` tokens
     (the diff is per decode step, so a short window reads the same kernels; vLLM's stop
-    time grows with the events recorded), with no warm-up inside the window (:func:`warm_up`
-    runs it before ``/start_profile``), and without the MTP speed-up's second,
+    time grows with the events recorded), with no warm-up inside the window (the probe's
+    ``warm_up`` runs before ``/start_profile``), and without the MTP speed-up's second,
     non-speculative server (the profile is of the server the probe measures)."""
     probe, ex = spec.probe, spec.explain
     update: dict[str, object] = {"mtp_speedup": None, "warmup": 0,
@@ -153,21 +153,6 @@ def profiled_probe(spec: BisectSpec) -> ProbeSpec:
     return probe.model_copy(update=update)
 
 
-def warm_up(spec: BisectSpec) -> Callable[[ServerHandle], object] | None:
-    """The session probe's warm-up (``probe.warmup`` requests of at most
-    ``WARMUP_MAX_TOKENS`` tokens, as the decode probe warms up) as a call on a server; None
-    without one."""
-    probe = spec.probe
-    if probe.warmup == 0:
-        return None
-    update: dict[str, object] = {"warmup": 0, "requests": probe.warmup, "min_tokens": None,
-                                 "load": None, "mtp_speedup": None, "bench": None}
-    if probe.max_tokens is not None:
-        update["max_tokens"] = min(probe.max_tokens, WARMUP_MAX_TOKENS)
-    warm = DecodeProbe(probe.model_copy(update=update), None, ops=spec.ops)
-    return warm.measure
-
-
 def profiled_run(spec: BisectSpec, builder: Builder, commit: str, switch: ProfilerSwitch,
                  log_dir: Path) -> Evaluation:
     """Start one server of ``commit`` with ``switch`` and run :func:`profiled_probe` on it
@@ -176,6 +161,7 @@ def profiled_run(spec: BisectSpec, builder: Builder, commit: str, switch: Profil
                                           "env": {**spec.serve.env, **switch.env}})
     probe = profiled_probe(spec)
     ev = Evaluator(spec.model_copy(update={"serve": serve, "probe": probe}), builder, log_dir)
-    ev.steps = [Profiled(ev.steps, warm=warm_up(spec))]
+    warm = DecodeProbe(spec.probe, None, ops=spec.ops).warm_up if spec.probe.warmup else None
+    ev.steps = [Profiled(ev.steps, warm=warm)]
     slots = local_slots(spec)  # the bisect's first worker's GPUs (explain runs alone)
     return ev.evaluate(commit, devices=slots[0].devices if slots and slots[0].devices else None)

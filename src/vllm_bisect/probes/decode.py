@@ -229,6 +229,27 @@ class DecodeProbe:
                              chunk_tokens=chunk_tokens, tokens_source=source)
 
     # -- measurement -------------------------------------------------------------------
+    def _warm(self, client: httpx.Client, server: ServerHandle, body: dict[str, Any],
+              max_tokens: int | None, n: int) -> None:
+        """``n`` warm-up requests: the probe's body, at most ``WARMUP_MAX_TOKENS`` long."""
+        for _ in range(n):
+            warm = dict(body)
+            if max_tokens is not None:
+                warm["max_tokens"] = min(max_tokens, WARMUP_MAX_TOKENS)
+                warm.pop("min_tokens", None)
+            self.run_one(client, server, warm)
+
+    def warm_up(self, server: ServerHandle) -> None:
+        """The spec's warm-up requests alone, as :meth:`measure` runs them (``explain`` runs
+        them before the profiler starts)."""
+        s = self.spec
+        max_tokens = s.max_tokens if s.send_max_tokens else None
+        with net.client(timeout=httpx.Timeout(30.0, read=self.ops.request_timeout_s)) as client:
+            sized = self.sized_prompt(client, server, s.prompt_tokens)
+            body = self.request_body(server.model, max_tokens,
+                                     sized.text if sized is not None else None)
+            self._warm(client, server, body, max_tokens, s.warmup)
+
     def measure(self, server: ServerHandle, requests: int | None = None,
                 warmup: int | None = None) -> Measurement:
         """One probe run; ``requests``/``warmup`` override the spec (for more samples)."""
@@ -245,12 +266,7 @@ class DecodeProbe:
             body = self.request_body(server.model, max_tokens,
                                      sized.text if sized is not None else None)
             version = self._version(client, server)
-            for _ in range(s.warmup):
-                warm = dict(body)
-                if max_tokens is not None:
-                    warm["max_tokens"] = min(max_tokens, WARMUP_MAX_TOKENS)
-                    warm.pop("min_tokens", None)
-                self.run_one(client, server, warm)
+            self._warm(client, server, body, max_tokens, s.warmup)
             before = metrics.scrape(client, server.url)
             results = self._run_all(client, server, body, s.requests)
             after = metrics.scrape(client, server.url)
