@@ -23,7 +23,7 @@ __all__ = ["NOTABLE", "SideEnv", "artifact_packages", "env_diff", "gpu_info",
 # VLLM_USE_FLASHINFER_SAMPLER=0."; advice: "Set VLLM_USE_FLASHINFER_SAMPLER=0 to silence."),
 # so a sentence's closing mark is not part of the value, and advice (Set/Unset/export
 # before the name) is not a setting
-LOGGED_VAR = re.compile(r"(?:\b(set|unset|export)\s+)?\b(VLLM_[A-Z0-9_]+)=(\S+)", re.IGNORECASE)
+LOGGED_VAR = re.compile(r"(?:\b(?i:(set|unset|export))\s+)?\b(VLLM_[A-Z0-9_]+)=(\S+)")
 SENTENCE_END = ".,;:)\"'"
 LOGGED_ITEM = re.compile(r"'(VLLM_[A-Z0-9_]+)':\s*'([^']*)'")
 SMI_FIELDS = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm"
@@ -42,7 +42,7 @@ def logged_vars(log_text: str, given: dict[str, str]) -> dict[str, str]:
     out = {k: v for k, v in given.items() if k.startswith("VLLM_")}
     for m in LOGGED_VAR.finditer(log_text):
         value = m.group(3).rstrip(SENTENCE_END)
-        if m.group(1) is None and m.group(2).isupper() and value:
+        if m.group(1) is None and value:
             out[m.group(2)] = value
     out.update({m.group(1): m.group(2) for m in LOGGED_ITEM.finditer(log_text)})
     out.pop("VLLM_BISECT_SESSION", None)
