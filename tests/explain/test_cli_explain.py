@@ -178,3 +178,21 @@ def test_two_setups_of_one_commit_mtp_on_against_off(tmp_path: Path) -> None:
     assert again["parent"] != again["culprit"] and again["servers_kept"] == 0
     text = (s / "explain.json").read_text()
     assert json.loads(text)["setups"] is None
+
+
+def test_rejected_drafts_are_the_answer_when_no_kernel_moved(tmp_path: Path) -> None:
+    # the culprit keeps every kernel of a decode step but its drafts are mostly rejected
+    # (acceptance 0.8 -> 0.1): per step nothing moves, per output token everything does.
+    # Real vLLM showed exactly this (docs/validation.md (m), the spec history's plant).
+    h = history(tmp_path, n_commits=3, low_acceptance_at=3, step_ms=10.0,
+                profiler_config_from=0)
+    probe = {"max_tokens": 60, "requests": 2, "warmup": 1}
+    spec = write_spec(tmp_path / "spec.toml", make_spec(h, verdict=ITL, probe=probe))
+    r = cli("explain", str(tmp_path / "s"), "--spec", str(spec), "--culprit", h.bad,
+            "--cache-dir", str(tmp_path / "c"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "s" / "explain.json").read_text())
+    out = next(d for d in doc["totals"] if d["key"] == "step:output_tokens")
+    assert out["beyond"] and out["kind"] == "fewer" and out["culprit"] < 1.5 < out["parent"]
+    assert not any(d["key"].startswith("kernel:") for d in doc["deltas"])
+    assert "Largest: **fewer output tokens per decode step**" in r.stdout

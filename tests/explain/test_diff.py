@@ -49,3 +49,29 @@ def test_noise_within_the_spread_is_counted_not_reported() -> None:
     culprit = [summary({**BASE, "attn": 720.0}), summary({**BASE, "attn": 730.0})]
     d = profile_diff(parent, culprit)
     assert d.deltas == [] and d.within_spread >= 1
+
+
+def test_tokens_per_step_and_the_per_token_costs() -> None:
+    parent = [summary(BASE, scale=s) for s in (1.0, 1.01)]
+    culprit = [summary(BASE, scale=s) for s in (1.0, 1.005)]
+    # the same kernels per step, but 1 token a step instead of ~2.4: drafts rejected
+    d = profile_diff(parent, culprit, ([2.4, 2.38], [1.0, 1.0]))
+    out = d.output
+    assert out is not None and out.beyond and out.kind is DeltaKind.FEWER
+    busy = next(x for x in d.totals if x.key == "token:gpu_busy")
+    assert busy.beyond and busy.ratio is not None and 2.3 < busy.ratio < 2.5
+    assert d.deltas == []  # nothing moved per step: the answer is the output per step
+    # within the servers' own spread: shown, not beyond
+    d = profile_diff(parent, culprit, ([2.4, 2.0], [2.1, 2.3]))
+    assert d.output is not None and not d.output.beyond
+    # a server whose tokens are unknown (a load grid, a benchmark): no per-token rows
+    for tokens in (([2.4, None], [1.0, 1.0]), ([2.4], [1.0, 1.0]), None):
+        d = profile_diff(parent, culprit, tokens)  # type: ignore[arg-type]
+        assert d.output is None and not any(x.key.startswith("token:") for x in d.totals)
+
+
+def test_counts_per_step_are_more_or_fewer_not_slower() -> None:
+    parent = [summary(BASE) for _ in range(2)]
+    culprit = [summary({**BASE, "a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}) for _ in range(2)]
+    launches = next(x for x in profile_diff(parent, culprit).totals if x.key == "step:launches")
+    assert launches.kind is DeltaKind.MORE and launches.beyond

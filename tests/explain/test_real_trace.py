@@ -1,13 +1,15 @@
-"""The trace reader on real vLLM 0.25.1 traces (tests/fixtures/vllm-0.25.1-trace, captured
-on an H200 and trimmed to six decode steps; its README says how)."""
+"""The trace reader and the diff on real vLLM 0.25.1 traces (tests/fixtures/vllm-0.25.1-trace,
+captured on an H200 and an H100 and trimmed to six decode steps, and the numbers explain kept
+of four profiled servers; its README says how)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from vllm_bisect.explain.diff import profile_diff
-from vllm_bisect.explain.trace import STEP_RE, load_events, summarize
-from vllm_bisect.report.explain_section import short_kernel
+from vllm_bisect.explain.diff import DeltaKind, profile_diff
+from vllm_bisect.explain.trace import STEP_RE, TraceSummary, load_events, summarize
+from vllm_bisect.report.explain_section import explain_lines, short_kernel
 
 HERE = Path(__file__).parent.parent / "fixtures" / "vllm-0.25.1-trace"
 MTP_ON = HERE / "host_cost_mtp_on.pt.trace.json.gz"
@@ -53,3 +55,68 @@ def test_real_kernel_names_read_short_in_the_report() -> None:
             "act_and_mul_kernel<silu_kernel>", "gemvx::kernel<...>", "fused_moe_kernel",
             "rejection_greedy_sample_kernel"} <= short
     assert short_kernel("fused_moe_kernel") == "fused_moe_kernel"
+
+
+GRAPHS = HERE / "cuda_graphs.pt.trace.json.gz"
+
+
+def test_real_cuda_graphs_one_launch_call_runs_many_kernels() -> None:
+    # the host-cost history's parent served without --enforce-eager (CUDA graphs and
+    # torch.compile), captured on an H100 (docs/validation.md (m)); against the eager trace
+    # of the same history's culprit (the host cost moves no kernel)
+    graphs, eager = summarize(GRAPHS), summarize(MTP_ON)
+    assert graphs.steps == 6 and graphs.notes == []
+    calls = [e for e in load_events(GRAPHS) if e.get("name") == "cudaGraphLaunch"]
+    assert len(calls) >= 6 * graphs.steps  # the pieces of the model and the drafter
+    # a graph launch is one host call for all of its kernels: ~3x fewer calls than kernels
+    assert graphs.launch_calls < graphs.launches / 2.5
+    assert eager.launch_calls == eager.launches
+    # and torch.compile fused kernels: fewer kernels run per step too (the full traces:
+    # 281 against 576), less GPU time, half the host time of a step
+    assert graphs.launches < 0.6 * eager.launches
+    assert graphs.gpu_busy_us < 0.8 * eager.gpu_busy_us
+    assert graphs.host_us < 0.7 * eager.host_us
+    d = profile_diff([eager], [graphs])
+    calls_delta = next(x for x in d.totals if x.key == "step:launch_calls")
+    assert calls_delta.kind is DeltaKind.FEWER
+
+
+def kind2() -> tuple[dict[str, list[TraceSummary]], tuple[list[float | None], list[float | None]]]:
+    """The spec-decoding history's planted commit (its proposer's drafts are no longer
+    accepted) and its parent, two profiled servers each, as explain kept them (H100)."""
+    docs = {side: [json.loads((HERE / f"kind2_{side}-{n}.json").read_text()) for n in (1, 2)]
+            for side in ("parent", "culprit")}
+    sums = {side: [TraceSummary(**d["summary"]) for d in ds] for side, ds in docs.items()}
+    return sums, ([d["tokens_per_step"] for d in docs["parent"]],
+                  [d["tokens_per_step"] for d in docs["culprit"]])
+
+
+def test_real_rejected_drafts_show_as_fewer_tokens_per_step_not_as_a_kernel() -> None:
+    sums, tokens = kind2()
+    d = profile_diff(sums["parent"], sums["culprit"], tokens)
+    totals = {x.key: x for x in d.totals}
+    # per decode step the same work: the drafter still runs, its drafts are thrown away
+    assert not totals["step:gpu_busy"].beyond
+    assert abs(totals["step:launches"].diff) < 5
+    out = d.output
+    assert out is not None and out.beyond and out.kind is DeltaKind.FEWER
+    assert round(out.parent, 2) == 2.40 and out.culprit == 1.0
+    # so each output token costs ~2.4x the GPU time
+    busy = totals["token:gpu_busy"]
+    assert busy.beyond and busy.ratio is not None and 2.2 < busy.ratio < 2.6
+    # the report leads with it, before any per-step delta
+    doc = json.loads((HERE / "kind2_explain.json").read_text())
+    doc.update(totals=[x.to_dict() for x in d.totals], deltas=[x.to_dict() for x in d.deltas],
+               within_spread=d.within_spread)
+    lines = explain_lines(doc)
+    first = next(i for i, line in enumerate(lines) if "Largest" in line)
+    assert lines[first].startswith("Largest: **fewer output tokens per decode step**, "
+                                   "2.40 -> 1.00 (-58.3%)")
+    assert "GPU busy per output token +1" in lines[first]
+    assert any(line.startswith("| output tokens per decode step (1 + accepted drafts) | 2.40 | "
+                               "1.00 | -58.3% |") for line in lines)
+    # the planted edit dropped an input write in the proposer: one index_put kernel less
+    # time per step is the one GPU kernel beyond the spread that the edit explains
+    assert any(x.key.startswith("kernel:") and "index_put_kernel" in x.key
+               and x.kind is DeltaKind.FASTER for x in d.deltas)
+    assert all(not line.startswith("Largest") for line in lines[first + 1:])

@@ -16,6 +16,11 @@ from vllm_bisect.report.explain_section import TOTALS
 SHOWN = (*TOTALS, "step:gpu_idle")
 LEVEL = "step:gpu_level"  # every kernel alike (clocks, or a GPU-wide change)
 MIN_COMMON = 3  # the step table (the idle gap is ranked as well)
+# what a decode step yields: output tokens (1 + accepted drafts under speculative decoding),
+# and the step's costs per output token; shown beside the per-step totals, never ranked
+OUTPUT = "step:output_tokens"
+PER_TOKEN = {"token:gpu_busy": "step:gpu_busy", "token:host": "step:host"}
+TOKENS_FLOOR = 0.05  # tokens per step: a change under 0.05 tokens is never reported
 
 
 class DeltaKind(StrEnum):
@@ -23,6 +28,8 @@ class DeltaKind(StrEnum):
     GONE = "gone"
     SLOWER = "slower"
     FASTER = "faster"
+    MORE = "more"      # a count per step (kernels run, launch calls, output tokens) rose
+    FEWER = "fewer"
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,7 @@ class Delta:
     diff: float
     ratio: float | None
     spread: float        # run-to-run spread (largest range within a side)
+    beyond: bool = False  # every server of one side beyond every server of the other
 
     @property
     def what(self) -> str:
@@ -55,13 +63,51 @@ class ProfileDiff:
     totals: list[Delta]       # the step totals, whether or not outside the spread
     within_spread: int        # metrics that moved, but not beyond the spread
 
+    @property
+    def output(self) -> Delta | None:
+        """Output tokens per decode step, where the probe's tokens are known."""
+        return next((d for d in self.totals if d.key == OUTPUT), None)
 
-def _kind(parent: Sequence[float], culprit: Sequence[float], diff: float) -> DeltaKind:
+
+COUNTS = frozenset({"step:launches", "step:launch_calls", OUTPUT})
+
+
+def _kind(key: str, parent: Sequence[float], culprit: Sequence[float],
+          diff: float) -> DeltaKind:
+    if key in COUNTS:
+        return DeltaKind.MORE if diff > 0 else DeltaKind.FEWER
     if max(parent) == 0.0:
         return DeltaKind.NEW
     if max(culprit) == 0.0:
         return DeltaKind.GONE
     return DeltaKind.SLOWER if diff > 0 else DeltaKind.FASTER
+
+
+def _delta(key: str, a: Sequence[float], b: Sequence[float], **floors: float) -> Delta:
+    s = compare_sides(a, b, **floors)
+    return Delta(key=key, kind=_kind(key, a, b, s.diff), parent=s.a_mean, culprit=s.b_mean,
+                 diff=s.diff, ratio=s.ratio, spread=s.spread, beyond=s.outside)
+
+
+def output_totals(pm: Sequence[dict[str, float]], cm: Sequence[dict[str, float]],
+                  tokens: tuple[Sequence[float | None], Sequence[float | None]]
+                  ) -> list[Delta]:
+    """Output tokens per decode step and the step's costs per output token, each server
+    against its own tokens (so the spread is the per-token one); none unless every server
+    of both sides knows its tokens. Tokens per step multiply every per-step cost: under
+    speculative decoding, a drafter whose drafts stop being accepted leaves each step's
+    kernels as they were and makes every output token cost ~2x (docs/validation.md (m))."""
+    tp, tc = tokens
+    if not tp or not tc or len(tp) != len(pm) or len(tc) != len(cm) or \
+            any(t is None or t <= 0 for t in (*tp, *tc)):
+        return []
+    a = [float(t) for t in tp if t is not None]
+    b = [float(t) for t in tc if t is not None]
+    out = [_delta(OUTPUT, a, b, abs_floor=TOKENS_FLOOR)]
+    for key, step_key in PER_TOKEN.items():
+        out.append(_delta(key, [m.get(step_key, 0.0) / t for m, t in zip(pm, a, strict=True)],
+                          [m.get(step_key, 0.0) / t for m, t in zip(cm, b, strict=True)]))
+    return out
 
 
 def gpu_levels(servers: Sequence[dict[str, float]]) -> list[float]:
@@ -87,27 +133,27 @@ def _normalized(servers: list[dict[str, float]], levels: list[float]) -> None:
         m[LEVEL] = lv * busy
 
 
-def profile_diff(parent: Sequence[TraceSummary], culprit: Sequence[TraceSummary]) -> ProfileDiff:
+def profile_diff(parent: Sequence[TraceSummary], culprit: Sequence[TraceSummary],
+                 tokens: tuple[Sequence[float | None], Sequence[float | None]] | None = None
+                 ) -> ProfileDiff:
     """Every metric of every server, compared side against side; kernels after taking out
-    each server's GPU-wide level (compared on its own, as ``step:gpu_level``)."""
+    each server's GPU-wide level (compared on its own, as ``step:gpu_level``). ``tokens``:
+    each server's output tokens per decode step, per side (the per-token totals)."""
     pm = [s.metrics() for s in parent]
     cm = [s.metrics() for s in culprit]
+    per_token = output_totals(pm, cm, tokens) if tokens is not None else []
     _normalized([*pm, *cm], gpu_levels([*pm, *cm]))
     keys = sorted({k for m in (*pm, *cm) for k in m})
     deltas, totals, within = [], [], 0
     for key in keys:
-        a = [m.get(key, 0.0) for m in pm]
-        b = [m.get(key, 0.0) for m in cm]
-        s = compare_sides(a, b)
-        d = Delta(key=key, kind=_kind(a, b, s.diff), parent=s.a_mean, culprit=s.b_mean,
-                  diff=s.diff, ratio=s.ratio, spread=s.spread)
+        d = _delta(key, [m.get(key, 0.0) for m in pm], [m.get(key, 0.0) for m in cm])
         if key in SHOWN:
             totals.append(d)
         if key in TOTALS:
             continue
-        if s.outside:
+        if d.beyond:
             deltas.append(d)
-        elif s.diff != 0.0:
+        elif d.diff != 0.0:
             within += 1
     deltas.sort(key=lambda d: -abs(d.diff))
-    return ProfileDiff(deltas=deltas, totals=totals, within_spread=within)
+    return ProfileDiff(deltas=deltas, totals=totals + per_token, within_spread=within)

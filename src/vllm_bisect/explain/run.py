@@ -118,7 +118,8 @@ def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
             per_step[side].append(tokens_per_step(specs[side], ev,
                                                   summaries[side][-1].steps))
             _keep(base, side, n, keys[side], summaries[side][-1], per_step[side][-1])
-    diff = profile_diff(summaries["parent"], summaries["culprit"])
+    diff = profile_diff(summaries["parent"], summaries["culprit"],
+                        (per_step["parent"], per_step["culprit"]))
     envs = {side: _side_env(specs[side], builders[side], shas[side], logs[side])
             for side in SIDES}
     svg = base / "deltas.svg"

@@ -10,12 +10,16 @@ from typing import Any
 
 # the step table's totals: always shown, never ranked as deltas (explain.diff computes them)
 TOTALS = ("step:gpu_busy", "step:host", "step:launches", "step:launch_calls")
-COUNTS = ("step:launches", "step:launch_calls")  # numbers per step, not times
+OUTPUT = "step:output_tokens"
+COUNTS = ("step:launches", "step:launch_calls", OUTPUT)  # numbers per step, not times
 
 LABELS = {"step:gpu_busy": "GPU busy (all kernels)", "step:gpu_idle": "GPU idle between steps",
           "step:host": "host time of the step", "step:launches": "kernels run",
           "step:launch_calls": "host launch calls (a CUDA graph is one)",
-          "step:gpu_level": "every kernel alike (GPU clocks, or a GPU-wide change)"}
+          "step:gpu_level": "every kernel alike (GPU clocks, or a GPU-wide change)",
+          OUTPUT: "output tokens per decode step (1 + accepted drafts)",
+          "token:gpu_busy": "GPU busy per output token",
+          "token:host": "host time of the steps per output token"}
 WHAT = {"kernel": "GPU kernel", "cpu_op": "CPU op", "step": "step"}
 
 
@@ -61,6 +65,8 @@ def _label(key: str) -> str:
 def _num(key: str, v: float | None) -> str:
     if v is None:
         return "-"
+    if key == OUTPUT:
+        return f"{v:.2f}"
     return f"{v:.1f}" if key in COUNTS else f"{v / 1000:.3f} ms"
 
 
@@ -76,24 +82,25 @@ def _kind_change(d: dict[str, Any]) -> str:
         f"**{d['kind']}** {_change(d)}"
 
 
-def _per_token(doc: dict[str, Any]) -> list[str]:
-    """Output tokens per decode step (1 + accepted drafts under MTP), and the GPU busy time
-    per output token, where the probe's tokens are known."""
-    tps = doc.get("tokens_per_step") or {}
-    means = {}
-    for side in ("parent", "culprit"):
-        vals = [v for v in tps.get(side, []) if v]
-        if not vals:
-            return []
-        means[side] = sum(vals) / len(vals)
-    busy = next((d for d in doc["totals"] if d["key"] == "step:gpu_busy"), None)
-    out = [f"| output tokens per decode step (about) | {means['parent']:.2f} | "
-           f"{means['culprit']:.2f} | {(means['culprit'] / means['parent'] - 1) * 100:+.1f}% |"]
+def _output_headline(doc: dict[str, Any]) -> list[str]:
+    """When the output tokens per decode step moved beyond the spread, that is the first
+    answer: every per-step cost is then paid for fewer (or more) tokens, even where no
+    kernel moved (a drafter whose drafts stop being accepted: docs/validation.md (m))."""
+    totals = {d["key"]: d for d in doc["totals"]}
+    out = totals.get(OUTPUT)
+    if not out or not out.get("beyond"):
+        return []
+    busy = totals.get("token:gpu_busy")
+    fewer = out["diff"] < 0
+    line = (f"Largest: **{'fewer' if fewer else 'more'} output tokens per decode step**, "
+            f"{out['parent']:.2f} -> {out['culprit']:.2f} ({_change(out)}), beyond the "
+            "run-to-run spread")
     if busy:
-        a, b = busy["parent"] / means["parent"], busy["culprit"] / means["culprit"]
-        out.append(f"| GPU busy per output token | {a / 1000:.3f} ms | {b / 1000:.3f} ms | "
-                   f"{(b / a - 1) * 100:+.1f}% |")
-    return out
+        line += f"; GPU busy per output token {_change(busy)}"
+    line += (". Under speculative decoding a step yields 1 + its accepted drafts: "
+             + ("fewer drafts are accepted (or proposed)." if fewer else
+                "more drafts are accepted (or proposed)."))
+    return ["", line]
 
 
 def _setups(doc: dict[str, Any]) -> list[str]:
@@ -125,10 +132,12 @@ def explain_lines(doc: dict[str, Any]) -> list[str]:
            "", f"| per decode step | {a} | {b} | change |", "|---|---|---|---|"]
     reported = {d["key"] for d in doc["deltas"]}
     for d in doc["totals"]:
-        mark = "" if d["key"] in reported or d["key"] in TOTALS else " (within the spread)"
+        beyond = d.get("beyond", d["key"] in reported or d["key"] in TOTALS)
+        mark = "" if beyond else " (within the spread)"
         out.append(f"| {LABELS.get(d['key'], d['key'])} | {_num(d['key'], d['parent'])} | "
                    f"{_num(d['key'], d['culprit'])} | {_change(d)}{mark} |")
-    out += _per_token(doc)
+    headline = _output_headline(doc)
+    out += headline
     deltas = doc["deltas"]
     if deltas:
         out += ["", "Changes beyond the run-to-run spread (largest first):", "",
@@ -140,10 +149,12 @@ def explain_lines(doc: dict[str, Any]) -> list[str]:
                        f"{_kind_change(d)} | {_num(d['key'], d['spread'])} |")
         top = deltas[0]
         what = top["key"].partition(":")[0]
-        out += ["", f"Largest: {WHAT.get(what, what)} `{_label(top['key'])}`, "
+        out += ["", f"{'Per decode step, the largest' if headline else 'Largest'}: "
+                    f"{WHAT.get(what, what)} `{_label(top['key'])}`, "
                     f"{_kind_change(top)} per decode step."]
     else:
-        out += ["", "No kernel, host op or idle gap moved beyond the run-to-run spread."]
+        out += ["", ("Per decode step, no" if headline else "No") +
+                " kernel, host op or idle gap moved beyond the run-to-run spread."]
     out += [f"({doc['within_spread']} other numbers moved within the spread; not shown.)", "",
             f"![change per decode step]({doc['plot']})", "",
             "Raw traces (open in https://ui.perfetto.dev): " +
