@@ -75,9 +75,11 @@ def test_make_builder_takes_the_wheel_commit_from_the_range(tmp_path: Path) -> N
     assert plan is not None and plan.base == h.good and plan.mode.value == "precompiled"
 
 
-def test_slim_wheel_made_by_several_bisects_at_once(tmp_path: Path) -> None:
+def test_slim_wheel_made_by_several_bisects_at_once(tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
     """Two bisects sharing a cache made the slim copy at once on the H200 and raced on one
-    ``.part`` file (one build failed). Four writers at once: each gets the whole copy, and no
+    ``.part`` file (one build failed); three on an H100 each made their own copy (~6 min to
+    the first server). Four writers at once: one copy is made, each gets it whole, and no
     temporary file is left."""
     import os
     import threading
@@ -89,6 +91,7 @@ def test_slim_wheel_made_by_several_bisects_at_once(tmp_path: Path) -> None:
             z.writestr(f"vllm/_ext{i}.abi3.so", os.urandom(1 << 20))
         z.writestr("vllm/__init__.py", "")
         z.writestr("vllm-0.25.1.dist-info/METADATA", "Name: vllm\nVersion: 0.25.1\n")
+    caplog.set_level("INFO", logger="vllm_bisect.builders.local_wheel")
     start = threading.Barrier(4)
     got: list[Path] = []
     errors: list[BaseException] = []
@@ -111,3 +114,5 @@ def test_slim_wheel_made_by_several_bisects_at_once(tmp_path: Path) -> None:
         assert sorted(z.namelist()) == sorted(
             [f"vllm/_ext{i}.abi3.so" for i in range(6)] + ["vllm-0.25.1.dist-info/METADATA"])
     assert not list(got[0].parent.glob("*.part"))
+    made = [r for r in caplog.records if r.getMessage().startswith("slim precompiled wheel")]
+    assert len(made) == 1  # the other three waited for it
