@@ -143,18 +143,23 @@ def network_reason(reason: str | None, transient: bool = False) -> bool:
     return transient or bool(reason and NETWORK_REASON.search(reason))
 
 
-def untestable_hint(log: Path | None, reason: str | None = None, transient: bool = False) -> str:
+def untestable_hint(log: Path | None, reason: str | None = None, transient: bool = False,
+                    advice: str = "", role: str = "good") -> str:
     """The hint when an endpoint could not be tested. A network failure is not the commit's
-    fault: other endpoints would fail the same way, so say network and what to do; otherwise
-    its server log when it has one (a serve command that fails at every commit is wrong
-    itself, not the commit)."""
+    fault: other endpoints would fail the same way, so say network and what to do; then the
+    builder's own advice when it gave one (``advice``: "set build.full_build = true to
+    compile" for a compiled change under a precompiled build); otherwise its server log when
+    it has one (a serve command that fails at every commit is wrong itself, not the commit).
+    ``role``: which endpoint ("good" or "bad"; the other commit to pick is of that kind)."""
+    other = f"pick {'a bad' if 'bad' in role else 'a good'} commit that builds and serves"
     if network_reason(reason, transient):
         return ("it failed for a network reason, not because of the commit: check the network "
                 "(build.index_url, a proxy, DNS) and run the same command again (a network "
                 "failure is not cached as the commit's result); other endpoints would fail "
                 "the same way")
+    if advice:
+        return f"{advice}; or {other}"
     if log is not None:
         return (f"read its log {log}: if the serve command fails at every commit, "
-                "fix the command or serve arguments; otherwise pick a good commit that "
-                "builds and serves")
-    return "pick a good commit that builds and serves"
+                f"fix the command or serve arguments; otherwise {other}")
+    return other

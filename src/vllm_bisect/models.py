@@ -200,6 +200,7 @@ class Evaluation(_Value):
     failure: FailureKind | None = None
     log: Path | None = None
     samples: list[list[float]] | None = None
+    hint: str = ""   # UNAVAILABLE: the builder's advice ("set build.full_build = true ...")
 
     @model_validator(mode="before")
     @classmethod

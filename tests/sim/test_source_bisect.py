@@ -41,3 +41,27 @@ def test_run_and_hook_find_the_planted_commit(tmp_path: Path, kind: PlantKind) -
                            "--cache-dir", str(cache)], capture_output=True, text=True,
                           timeout=900)
     assert f"{h.planted} is the first bad commit" in hook.stdout, hook.stdout[-3000:]
+
+
+def test_a_compiled_change_at_the_bad_end_is_a_clear_error_with_the_builders_advice(
+        tmp_path: Path) -> None:
+    # real vLLM (docs/validation.md (m)): the bad end changed csrc/ since the wheel's commit,
+    # so a precompiled build of it is a skip; the run must stop with that reason and the
+    # builder's advice, not "pick a good commit" (it is the bad end)
+    h = make_source_history(write_fake_vllm_tree(tmp_path / "src"), tmp_path / "hist",
+                            PlantKind.CSRC, seed=5, n_commits=8)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}\n")
+    data = source_spec_data(h, str(model), str(build_fake_wheel(tmp_path / "w")), 60.0)
+    spec = tmp_path / "spec.toml"
+    spec.write_text(dump_spec(parse_spec(data)))
+    run = subprocess.run([*CLI, "run", "--spec", str(spec), "--session", str(tmp_path / "s"),
+                          "--cache-dir", str(tmp_path / "cache")], cwd=h.path,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 3, run.stderr[-3000:]
+    assert f"the bad endpoint {h.bad[:12]} could not be tested: compiled sources changed" \
+        in run.stderr and "(csrc/ops.h) and full_build = false" in run.stderr
+    assert "hint: set build.full_build = true to compile; or pick a bad commit that builds " \
+        "and serves" in run.stderr
+    assert "Traceback" not in run.stderr

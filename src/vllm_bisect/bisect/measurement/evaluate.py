@@ -112,7 +112,7 @@ class Evaluator:
         except ArtifactUnavailable as err:
             return Evaluation(commit=commit, status=EvalStatus.UNAVAILABLE, reason=err.message,
                               log_tail=err.log_tail, log=err.log, environment=env,
-                              transient=not err.final)
+                              transient=not err.final, hint=err.hint)
         except FatalError:
             raise
         except Exception as err:  # a bug or an unforeseen input: skip this commit only

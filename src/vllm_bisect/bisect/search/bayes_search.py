@@ -86,7 +86,8 @@ class BayesSearch:
                 raise NotReproduced(f"the {role} could not be run {need} times" + (
                     f": {ev.reason}" if ev is not None and ev.reason else ""),
                     hint=untestable_hint(ev.log if ev else None, ev.reason if ev else None,
-                                         bool(ev and ev.transient)))
+                                         bool(ev and ev.transient), ev.hint if ev else "",
+                                         str(role)))
             self._run(i, role)
             tries += 1
 

@@ -48,7 +48,8 @@ def check_endpoints(t: Tester, good: Outcome | None, bad: Outcome | None) -> Non
     for end, name, sha in ((good, "good", rng.good.sha), (bad, "bad", rng.bad.sha)):
         if end is not None and end.verdict is Verdict.SKIP:
             ev = t.evaluations.get(end.commit)
-            hint = untestable_hint(ev.log if ev else None, end.reason, bool(ev and ev.transient))
+            hint = untestable_hint(ev.log if ev else None, end.reason, bool(ev and ev.transient),
+                                   ev.hint if ev else "", name)
             raise NotReproduced(f"the {name} endpoint {sha[:12]} could not be tested: "
                                 f"{end.reason}", hint=hint)
     problems = []
