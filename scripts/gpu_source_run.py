@@ -35,11 +35,11 @@ from vllm_bisect.spec import dump_spec, parse_spec  # noqa: E402
 
 # "a+b": run a and b at the same time (one GPU: the runtime serializes their server start-ups,
 # their builds and probes overlap the other's start-up)
-# (the order of what is left after sessions 12-15: docs/validation.md (i)-(l); jobs whose
+# (the order of what is left after sessions 12-16: docs/validation.md (i)-(m); jobs whose
 # result exists under WORK/res are skipped, an explain cut by the budget resumes per server;
-# host-explain again at the end: its spread with the warm-up outside the window)
-JOBS = ("spec-explain", "cap-isolate", "host-graphs", "host-rundef", "host-hook", "csrc-run",
-        "spec-isolate", "host-explain")
+# done on real vLLM: cap/spec run and hook, spec-explain, cap-isolate, csrc-run, host-explain,
+# host-mtpoff; host-graphs got 3 of its 4 servers in session 16)
+JOBS = ("host-graphs", "host-rundef", "host-hook", "spec-isolate", "host-explain")
 # "rundef": `vllm-bisect run` with the default spec (symptom only: no strategy, factor, or
 # verification overrides); "explain": `vllm-bisect explain` on that session's culprit
 # (or, for a kind whose bisect did not run, on the planted commit through --culprit);
