@@ -65,3 +65,7 @@ def test_a_compiled_change_at_the_bad_end_is_a_clear_error_with_the_builders_adv
     assert "hint: set build.full_build = true to compile; or pick a bad commit that builds " \
         "and serves" in run.stderr
     assert "Traceback" not in run.stderr
+    # before anything was built: the plan of the bad end is a git diff (on real vLLM the
+    # good end's build and server came first, 7.6 min)
+    assert not list((tmp_path / "s" / "logs").glob("build-*.log"))
+    assert "starting server" not in run.stderr

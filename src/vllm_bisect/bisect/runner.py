@@ -26,8 +26,9 @@ from vllm_bisect.bisect.range import CommitRange, commit_range, open_repo
 from vllm_bisect.bisect.state.journal import ResultCache
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders import make_builder
+from vllm_bisect.builders.base import Builder, known_unavailable
 from vllm_bisect.builders.prefetch import Prefetcher
-from vllm_bisect.errors import SessionError, disk_full
+from vllm_bisect.errors import NotReproduced, SessionError, disk_full, untestable_hint
 from vllm_bisect.runtime.gpustate import locked_clocks
 from vllm_bisect.spec import BisectSpec, ExecutorKind, dump_spec
 
@@ -76,6 +77,17 @@ def run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: Ev
                            hint="check the permissions of the session and cache dirs") from None
 
 
+def refuse_unbuildable_ends(builder: Builder, rng: CommitRange) -> None:
+    """Before anything is built: an endpoint the builder already knows it cannot build (a
+    compiled change under a precompiled build) ends the run with the builder's reason."""
+    for end, name in ((rng.good, "good"), (rng.bad, "bad")):
+        err = known_unavailable(builder, end.sha)
+        if err is not None:
+            raise NotReproduced(f"the {name} endpoint {end.sha[:12]} could not be tested: "
+                                f"{err.message}",
+                                hint=untestable_hint(None, err.message, False, err.hint, name))
+
+
 def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: EventHandler,
                  finish: Finish) -> BisectResult:
     repo = open_repo(spec.range.repo)
@@ -86,6 +98,7 @@ def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: E
         session.journal.set_meta("cache_dir", str(cache_dir.absolute()))
         (session_dir / "spec.toml").write_text(dump_spec(spec))
         builder = make_builder(spec, repo, cache_dir, session.logs)
+        refuse_unbuildable_ends(builder, rng)
         ray = spec.parallel.executor is ExecutorKind.RAY
         slots = None if ray else local_slots(spec)
         # prefetch the next commits' artifacts beside one local worker (k workers each fetch

@@ -13,6 +13,7 @@ import inspect
 import threading
 from typing import Protocol
 
+from vllm_bisect.errors import ArtifactUnavailable
 from vllm_bisect.runtime.base import Artifact
 from vllm_bisect.spec import ArtifactKind
 
@@ -29,3 +30,14 @@ def prepare(builder: Builder, commit: str, cancel: threading.Event | None = None
     if cancel is not None and "cancel" in inspect.signature(builder.prepare).parameters:
         return builder.prepare(commit, cancel=cancel)  # type: ignore[call-arg]
     return builder.prepare(commit)
+
+
+def known_unavailable(builder: Builder, commit: str) -> ArtifactUnavailable | None:
+    """Why ``builder`` cannot make an artifact of ``commit``, when it can tell without
+    building (a builder with an ``unbuildable(commit)`` method: the source builder's
+    precompiled plan, a ``git diff``); None when it can or cannot tell. The run asks it of
+    both endpoints before it builds anything: on real vLLM a csrc/ change at the bad end was
+    found only after the good end's build and server (7.6 min, docs/validation.md (m))."""
+    check = getattr(builder, "unbuildable", None)
+    result = check(commit) if check is not None else None
+    return result if isinstance(result, ArtifactUnavailable) else None

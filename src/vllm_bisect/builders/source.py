@@ -29,13 +29,14 @@ from vllm_bisect.builders.base import Artifact, ArtifactKind
 from vllm_bisect.builders.checkout import Checkouts
 from vllm_bisect.builders.local_wheel import PRETEND_ENV, pretend_version, slim_wheel, wheel_release
 from vllm_bisect.builders.precompiled import BuildMode, SourcePlan, plan_source_build
-from vllm_bisect.errors import ArtifactUnavailable, BuildError, ToolMissing
+from vllm_bisect.errors import ArtifactUnavailable, BuildError, RecoverableError, ToolMissing
 from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.process import tail
 from vllm_bisect.spec import SourceBuild
 
 logger = logging.getLogger(__name__)
 DONE_MARK = ".vllm-bisect-complete"
+SKIP_HINT = "set build.full_build = true to compile"
 
 
 def find_uv() -> str | None:
@@ -112,6 +113,19 @@ class SourceBuilder:
             return SourcePlan(BuildMode.PRECOMPILED, commit, (), "precompiled from itself")
         return plan_source_build(self.checkouts.repo, commit, self.has_wheel, self.spec.full_build)
 
+    def unbuildable(self, commit: str) -> ArtifactUnavailable | None:
+        """The skip :meth:`prepare` would raise for its plan, without building (none once
+        the commit is built)."""
+        if (self.venv_root / commit / DONE_MARK).exists():
+            return None
+        try:
+            plan = self.plan(commit)
+        except RecoverableError:  # the index did not answer: prepare will ask (and say) again
+            return None
+        if plan is not None and plan.mode is BuildMode.SKIP:
+            return ArtifactUnavailable(plan.reason, hint=SKIP_HINT)
+        return None
+
     def prepare(self, commit: str) -> Artifact:
         start = time.monotonic()
         checkout = self.checkouts.get(commit)
@@ -121,7 +135,7 @@ class SourceBuilder:
             return self._artifact(commit, checkout, venv, cached=True)
         plan = self.plan(commit)
         if plan is not None and plan.mode is BuildMode.SKIP:
-            raise ArtifactUnavailable(plan.reason, hint="set build.full_build = true to compile")
+            raise ArtifactUnavailable(plan.reason, hint=SKIP_HINT)
         shutil.rmtree(venv, ignore_errors=True)
         log = self.log_dir / f"build-{commit[:12]}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
