@@ -362,9 +362,8 @@ class Calibration:
             s = p.samples(ev)
             if ev.measurement is None or not s:
                 raise NotReproduced(f"the {self.roles[sha]} could not be tested: "
-                                    f"{ev.reason or 'no samples'}",
-                                    hint=untestable_hint(ev.log, ev.reason, ev.transient,
-                                                         ev.hint, str(self.roles[sha])))
+                                    f"{ev.reason or 'no samples'}", hint=untestable_hint(
+                                        ev.log, ev.reason, ev.transient, ev.hint, self.roles[sha]))
             prev = self.last.get(sha)
             if prev is not None and prev.measurement is not None:
                 self.earlier[sha].append(prev.measurement)
