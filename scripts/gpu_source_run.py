@@ -11,6 +11,13 @@ jobs in order: ``vllm-bisect run`` and ``git bisect run vllm-bisect hook`` per k
 shares the run's result cache: a commit the run measured is not measured again), ``isolate``
 on the culprits. A job is started only when the budget leaves at least ``MIN_JOB_S``; a job
 cut by the budget is resumed by the next call (`run --session`, the cached results).
+
+Across machines (a machine is held 30 min at most, a session's device time ends): every
+pack also writes OUT/state.tgz (res/, each session's journal, spec, result and kept explain
+servers, the result cache; ~1 MB). Carried back in and passed as ``--state FILE`` on a fresh
+machine, it is unpacked into WORK before the stages: the histories are regenerated with the
+same shas (their commit dates are fixed), so `run --session` resumes from the journal and
+`explain` from its kept servers; only builds are made again.
 """
 
 from __future__ import annotations
@@ -98,13 +105,53 @@ class Run:
         self.sdist, self.wheel = a.sdist, a.wheel
         self.env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}",
                     "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+        if a.state is not None and a.state.is_file():
+            self.restore(a.state)
 
     def left(self) -> float:
         return self.budget - (time.monotonic() - T0)
 
     def pack(self) -> None:
-        with self.lock, tarfile.open(self.out / "results.tgz", "w:gz") as tar:
+        with self.lock:
+            with tarfile.open(self.out / "results.tgz", "w:gz") as tar:
+                tar.add(self.res, arcname="res")
+            self.pack_state()
+
+    # what a fresh machine needs to resume (no builds, no traces, no logs)
+    STATE = ("spec.toml", "result.json", "explain.json", "explain/servers/*.json")
+
+    def pack_state(self) -> None:
+        """OUT/state.tgz: res/, the sessions' journals and kept numbers, the result cache;
+        the SQLite files through the backup API (a job may be writing them)."""
+        import sqlite3
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp, \
+                tarfile.open(self.out / "state.tgz.part", "w:gz") as tar:
             tar.add(self.res, arcname="res")
+            dbs = [self.cache / "results.sqlite",
+                   *sorted((self.work / "sessions").glob("*/journal.sqlite"))]
+            for i, db in enumerate(d for d in dbs if d.is_file()):
+                copy = Path(tmp) / f"{i}.sqlite"
+                src, dst = sqlite3.connect(db), sqlite3.connect(copy)
+                try:
+                    src.backup(dst)
+                finally:
+                    src.close()
+                    dst.close()
+                tar.add(copy, arcname=str(db.relative_to(self.work)))
+            for pattern in self.STATE:
+                for f in sorted((self.work / "sessions").glob(f"*/{pattern}")):
+                    tar.add(f, arcname=str(f.relative_to(self.work)))
+        os.replace(self.out / "state.tgz.part", self.out / "state.tgz")
+
+    def restore(self, state: Path) -> None:
+        """Unpack an earlier machine's state.tgz into WORK (a fresh machine only)."""
+        if (self.work / "sessions").exists():
+            log(f"state: {self.work / 'sessions'} exists, {state} not unpacked")
+            return
+        with tarfile.open(state) as tar:
+            tar.extractall(self.work, filter="data")
+        log(f"state: unpacked {state} ({len(list(self.res.iterdir()))} results)")
 
     def save(self, name: str, doc: object) -> None:
         (self.res / name).write_text(json.dumps(doc, indent=2) + "\n")
@@ -322,6 +369,8 @@ def main() -> None:
     ap.add_argument("--wheel", type=Path, required=True)
     ap.add_argument("--budget-s", type=float, default=540.0)
     ap.add_argument("--only", default=",".join(JOBS))
+    ap.add_argument("--state", type=Path, default=None,
+                    help="an earlier machine's OUT/state.tgz to resume from")
     a = ap.parse_args()
     Run(a).main([j for j in a.only.split(",") if j])
 

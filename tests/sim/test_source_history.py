@@ -39,11 +39,16 @@ def test_one_regression_planted_among_neutral_edits(tmp_path: Path, kind: PlantK
     assert record["expect"] == ("skip" if kind is PlantKind.CSRC else "first-bad")
 
 
-def test_same_seed_same_position_and_text_not_found_refused(tmp_path: Path) -> None:
+def test_same_seed_same_position_and_text_not_found_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = write_fake_vllm_tree(tmp_path / "src")
     a = make_source_history(src, tmp_path / "a", PlantKind.CAP, seed=7)
+    # another day (the clock git would read): the same commits, so a GPU run's journal
+    # carried to a fresh machine names the commits it regenerates there
+    monkeypatch.setenv("GIT_COMMITTER_DATE", "2001-02-03T04:05:06 +0000")
+    monkeypatch.setenv("GIT_AUTHOR_DATE", "2001-02-03T04:05:06 +0000")
     b = make_source_history(src, tmp_path / "b", PlantKind.CAP, seed=7)
-    assert a.planted_index == b.planted_index
+    assert a.planted_index == b.planted_index and a.shas == b.shas
     (src / PLANTS[PlantKind.HOST][0].path).write_text("class Scheduler: ...\n")
     with pytest.raises(ValueError, match="not there exactly once"):
         make_source_history(src, tmp_path / "c", PlantKind.HOST, seed=7)

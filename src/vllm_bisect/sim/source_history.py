@@ -143,9 +143,18 @@ def _apply(tree: Path, edit: Edit) -> None:
     path.write_text(text.replace(edit.old, edit.new))
 
 
-def _commit(repo: git.Repo, message: str, paths: list[str]) -> str:
-    repo.git.add("--", *paths)
-    repo.git.commit("-q", "--no-verify", "-m", message)
+# commit i is dated BASE_DATE + i hours: the same sdist, kind and seed give the same shas on
+# any machine and day, so a GPU run's journal and result cache carried to a fresh machine
+# (scripts/gpu_source_run.py --state) name the commits it regenerates
+BASE_DATE = 1764547200  # 2025-12-01T00:00:00Z
+
+
+def _commit(repo: git.Repo, message: str, paths: list[str], i: int) -> str:
+    if paths:
+        repo.git.add("--", *paths)
+    when = f"{BASE_DATE + 3600 * i} +0000"
+    with repo.git.custom_environment(GIT_AUTHOR_DATE=when, GIT_COMMITTER_DATE=when):
+        repo.git.commit("-q", "--no-verify", "-m", message)
     return repo.head.commit.hexsha
 
 
@@ -163,8 +172,7 @@ def make_source_history(src: Path, out: Path, kind: PlantKind, seed: int = 0,
         cw.set_value("user", "name", "vLLM Dev")
         cw.set_value("user", "email", "dev@example.com")
     repo.git.add("-A", "-f", ".")
-    repo.git.commit("-q", "--no-verify", "-m", "Import vLLM source tree")
-    shas = [repo.head.commit.hexsha]
+    shas = [_commit(repo, "Import vLLM source tree", [], 0)]
     py = sorted(str(p.relative_to(out)) for p in (out / "vllm").rglob("*.py")
                 if p.stat().st_size > 0)
     planted_at = rng.randrange(2, n_commits)  # never the first or the last commit
@@ -183,7 +191,7 @@ def make_source_history(src: Path, out: Path, kind: PlantKind, seed: int = 0,
             message = title
         else:
             message = rng.choice(TITLES).format(m=Path(files[0]).stem)
-        shas.append(_commit(repo, message, files))
+        shas.append(_commit(repo, message, files, i))
     record = out.parent / (out.name + ".planted.json")
     h = SourceHistory(out, shas, kind, planted_at, edit.path, record)
     doc = {**asdict(h), "path": str(out), "record": str(record), "planted": h.planted,
