@@ -196,3 +196,23 @@ def test_rejected_drafts_are_the_answer_when_no_kernel_moved(tmp_path: Path) -> 
     assert out["beyond"] and out["kind"] == "fewer" and out["culprit"] < 1.5 < out["parent"]
     assert not any(d["key"].startswith("kernel:") for d in doc["deltas"])
     assert "Largest: **fewer output tokens per decode step**" in r.stdout
+
+
+def test_eager_against_cuda_graphs_fewer_launch_calls_same_kernels(tmp_path: Path) -> None:
+    # the simulator, like vLLM, captures CUDA graphs unless --enforce-eager: the same
+    # kernels, one launch call for the captured ones (real vLLM also fused kernels under
+    # torch.compile, docs/validation.md (m); the simulator keeps its kernel table)
+    h = history(tmp_path, n_commits=2, step_ms=10.0, profiler_config_from=0)
+    probe = {"max_tokens": 40, "requests": 1, "warmup": 1}
+    graphs = make_spec(h, verdict=ITL, probe=probe)
+    eager = graphs.model_copy(update={"serve": graphs.serve.model_copy(
+        update={"args": [*graphs.serve.args, "--enforce-eager"]})})
+    r = cli("explain", str(tmp_path / "s"), "--spec", str(write_spec(tmp_path / "e.toml", eager)),
+            "--against", str(write_spec(tmp_path / "g.toml", graphs)), "--culprit", h.bad,
+            "--cache-dir", str(tmp_path / "c"), "--json")
+    assert r.returncode == 0, r.stderr
+    totals = {d["key"]: d for d in json.loads(r.stdout)["totals"]}
+    calls, kernels = totals["step:launch_calls"], totals["step:launches"]
+    assert calls["beyond"] and calls["kind"] == "fewer" and calls["culprit"] == 2.0
+    assert kernels["parent"] == kernels["culprit"] == calls["parent"]  # eager: one call each
+    assert totals["step:host"]["culprit"] < totals["step:host"]["parent"]

@@ -34,3 +34,17 @@ def test_a_profiled_request_writes_a_torch_shaped_trace(sim_server: ServerFactor
     httpx.post(url + "/v1/completions", json={**body, "stream": False})
     assert httpx.post(url + "/stop_profile").status_code == 200
     assert len(trace_files(tmp_path)) == 1
+
+
+def test_cuda_graphs_launch_a_steps_kernels_with_one_call(sim_server: ServerFactory,
+                                                          tmp_path: Path) -> None:
+    # real vLLM without --enforce-eager (docs/validation.md (m)): one cudaGraphLaunch runs
+    # the captured kernels; here the sampler's kernel stays an eager launch
+    url = sim_server("--step-ms", "2", "--profiler-dir", str(tmp_path), "--spec-k", "3",
+                     "--cuda-graphs")
+    httpx.post(url + "/start_profile")
+    body = {"model": "sim-model", "prompt": "a b c", "max_tokens": 40}
+    httpx.post(url + "/v1/completions", json=body, timeout=60)
+    httpx.post(url + "/stop_profile", timeout=60)
+    s = summarize(trace_files(tmp_path)[0])
+    assert s.launches == 19.0 and s.launch_calls == 2.0  # the same kernels, two calls

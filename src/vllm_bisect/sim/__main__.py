@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="this server start's own speed level: step time x N(1, CV), drawn "
                         "once at start-up (server-level noise)")
     s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--cuda-graphs", action="store_true",
+                   help="profiled decode steps launch their kernels as one CUDA graph")
     s.add_argument("--profiler-dir", default=os.environ.get("VLLM_TORCH_PROFILER_DIR") or None,
                    help="serve /start_profile and /stop_profile; traces go here "
                         "(default: $VLLM_TORCH_PROFILER_DIR)")
@@ -78,6 +80,7 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         noise_cv=a.noise_cv, server_cv=a.server_cv, seed=a.seed,
         prompt_seeded_acceptance=a.prompt_seeded_acceptance,
         merge_lagging_outputs=a.merge_lagging_outputs, profiler_dir=a.profiler_dir,
+        cuda_graphs=a.cuda_graphs,
     )
 
 

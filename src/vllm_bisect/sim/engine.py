@@ -85,6 +85,9 @@ class SimConfig:
     host_gap_us: float | None = None
     profiler_dir: str | None = None
     profiler_gzip: bool = True
+    # vLLM captures CUDA graphs unless --enforce-eager: a profiled decode step then launches
+    # its captured kernels with one cudaGraphLaunch (the sampler's stay eager)
+    cuda_graphs: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

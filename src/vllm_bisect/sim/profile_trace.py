@@ -62,9 +62,13 @@ def annotation(step: StepRecord) -> str:
 
 def trace_events(steps: list[StepRecord], kernels: tuple[tuple[str, float, int], ...],
                  host_gap_us: float, noise_cv: float, rng: random.Random,
-                 pid: int = 1000) -> list[dict[str, Any]]:
+                 pid: int = 1000, graphs: bool = False) -> list[dict[str, Any]]:
     """The Chrome-trace events of ``steps``: per step an annotation, its cpu ops, its
-    launches and their kernels (back to back on one stream), then the host gap."""
+    launches and their kernels (back to back on one stream), then the host gap.
+    ``graphs``: a decode step's kernels but the last table entry's (the sampler) run from
+    one ``cudaGraphLaunch``, all under its correlation id, as real vLLM's CUDA-graph traces
+    show (docs/validation.md (m); real vLLM also fuses kernels under torch.compile, which
+    is not modelled: the kernels stay those of the table)."""
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": DEVICE_PID, "args": {"name": "GPU 0"}},
         {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": "VllmWorker"}}]
@@ -86,17 +90,22 @@ def trace_events(steps: list[StepRecord], kernels: tuple[tuple[str, float, int],
                            "ts": h, "dur": dur * 0.999, "args": {}})
             h += dur
         gpu = h
-        for name, dur in launches:
-            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
-                           "pid": pid, "tid": pid, "ts": h, "dur": LAUNCH_US * 0.9,
-                           "args": {"correlation": corr}})
-            gpu = max(gpu, h + LAUNCH_US)
+        captured = len(launches) - kernels[-1][2] if graphs and kernels and not step.prefill \
+            else 0
+        for j, (name, dur) in enumerate(launches):
+            if j == 0 or j >= captured:  # a launch call: the graph's (once), or the kernel's
+                call = "cudaGraphLaunch" if j < captured else "cudaLaunchKernel"
+                corr += j > 0
+                events.append({"ph": "X", "cat": "cuda_runtime", "name": call,
+                               "pid": pid, "tid": pid, "ts": h, "dur": LAUNCH_US * 0.9,
+                               "args": {"correlation": corr}})
+                gpu = max(gpu, h + LAUNCH_US)
+                h += LAUNCH_US
             events.append({"ph": "X", "cat": "kernel", "name": name, "pid": DEVICE_PID,
                            "tid": STREAM_TID, "ts": gpu, "dur": dur,
                            "args": {"correlation": corr, "device": 0, "stream": STREAM_TID}})
             gpu += dur
-            h += LAUNCH_US
-            corr += 1
+        corr += 1
         ann["dur"] = h - t
         t = max(h, gpu) + jit(host_gap_us)
     return events

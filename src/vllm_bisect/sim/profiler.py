@@ -53,6 +53,7 @@ class SimProfiler:
         """Stop recording and write the trace of the steps recorded since start."""
         self.active = False
         events = trace_events(self.steps, self.kernels, self.gap,
-                              max(self.cfg.noise_cv, 0.02), self.rng)
+                              max(self.cfg.noise_cv, 0.02), self.rng,
+                              graphs=self.cfg.cuda_graphs)
         return write_trace(self.dir, WORKER_NAME, events, self.cfg.version,
                            self.cfg.profiler_gzip)

@@ -166,6 +166,7 @@ def main():
     s.add_argument("--generation-config", default="auto")
     s.add_argument("--max-model-len", type=int, default=8192)
     s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--enforce-eager", action="store_true")
     try:  # vLLM's ProfilerConfig (vllm/config/profiler.py): where the commit has it
         from vllm.config import profiler as prof
     except ImportError:
@@ -225,6 +226,7 @@ def main():
         host_gap_us=gap,
         profiler_dir=profiler_dir,
         profiler_gzip=bool(gz),
+        cuda_graphs=not args.enforce_eager,
         # (only when set: a simulator package from before server_cv still runs the rest)
         **({"server_cv": server_cv} if (server_cv := getattr(engine, "SERVER_LEVEL_CV", 0.0))
            else {}),

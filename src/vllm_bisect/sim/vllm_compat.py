@@ -38,6 +38,7 @@ def parse(argv: list[str]) -> SimConfig:
     s.add_argument("--generation-config", default="auto")
     s.add_argument("--max-model-len", type=int, default=4096)
     s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--enforce-eager", action="store_true")
     args, _unknown = ap.parse_known_args(argv)
     spec_k = 0
     if args.speculative_config:
@@ -64,6 +65,7 @@ def parse(argv: list[str]) -> SimConfig:
         merge_lagging_outputs=env.get("VLLM_SIM_MERGE_LAGGING", "0") == "1",
         drift_amplitude=float(drift_a), drift_period_s=float(drift_p or 20),
         cold_stalls=int(stalls_n or 0), cold_stall_s=float(stall_s or 0),
+        cuda_graphs=not args.enforce_eager,
         extra={"host": args.host, "port": args.port},
     )
 
