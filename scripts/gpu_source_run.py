@@ -45,8 +45,10 @@ from vllm_bisect.spec import dump_spec, parse_spec  # noqa: E402
 # (the order of what is left after sessions 12-16: docs/validation.md (i)-(m); jobs whose
 # result exists under WORK/res are skipped, an explain cut by the budget resumes per server;
 # done on real vLLM: cap/spec run and hook, spec-explain, cap-isolate, csrc-run, host-explain,
-# host-mtpoff; host-graphs got 3 of its 4 servers in session 16)
-JOBS = ("host-graphs", "host-rundef", "host-hook", "spec-isolate", "host-explain")
+# host-mtpoff; host-graphs got 3 of its 4 servers in session 16). Kind 3's run first: with
+# its rest checks it needs ~20+ server starts, more than one fresh machine's time beside
+# anything else; it goes on across machines through --state
+JOBS = ("host-rundef", "host-hook", "host-graphs", "spec-isolate", "host-explain")
 # "rundef": `vllm-bisect run` with the default spec (symptom only: no strategy, factor, or
 # verification overrides); "explain": `vllm-bisect explain` on that session's culprit
 # (or, for a kind whose bisect did not run, on the planted commit through --culprit);
