@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from vllm_bisect.errors import ArtifactUnavailable
 from vllm_bisect.runtime.base import Artifact
@@ -24,6 +24,13 @@ class Builder(Protocol):
     def prepare(self, commit: str) -> Artifact: ...
 
 
+@runtime_checkable
+class KnowsUnbuildable(Protocol):
+    """A builder that can tell, without building, that a commit cannot be built."""
+
+    def unbuildable(self, commit: str) -> ArtifactUnavailable | None: ...
+
+
 def prepare(builder: Builder, commit: str, cancel: threading.Event | None = None) -> Artifact:
     """``builder.prepare(commit)``, passing ``cancel`` to builders whose prepare takes one
     (wheel downloads and image pulls check it between chunks)."""
@@ -34,10 +41,8 @@ def prepare(builder: Builder, commit: str, cancel: threading.Event | None = None
 
 def known_unavailable(builder: Builder, commit: str) -> ArtifactUnavailable | None:
     """Why ``builder`` cannot make an artifact of ``commit``, when it can tell without
-    building (a builder with an ``unbuildable(commit)`` method: the source builder's
+    building (a :class:`KnowsUnbuildable` builder: the source builder's
     precompiled plan, a ``git diff``); None when it can or cannot tell. The run asks it of
     both endpoints before it builds anything: on real vLLM a csrc/ change at the bad end was
     found only after the good end's build and server (7.6 min, docs/validation.md (m))."""
-    check = getattr(builder, "unbuildable", None)
-    result = check(commit) if check is not None else None
-    return result if isinstance(result, ArtifactUnavailable) else None
+    return builder.unbuildable(commit) if isinstance(builder, KnowsUnbuildable) else None
