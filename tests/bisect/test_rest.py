@@ -69,3 +69,18 @@ def test_the_culprits_verification_servers_count_in_the_check(tmp_path: Path) ->
     servers = re.search(r"(\d+) \+ (\d+) servers$", bad_end)
     assert servers is not None, bad_end
     assert int(servers[1]) == len(searched) + len(v.culprit_servers), bad_end
+
+
+def test_a_rest_the_cap_cannot_settle_starts_no_more_servers(tmp_path: Path) -> None:
+    """At the H200's spread (server-level CV ~10%) "explained" needs ~20 servers an end at
+    the default smallest change (5%): with no sign of a rest that matters, the check says
+    so as soon as its numbers show it, instead of running its 8 starts to "undecided"
+    (before: ~13 rest-check starts a run; docs/benchmarks.md "The rest check's cost")."""
+    m, with_ = run(spec(["itl"], itl_factor=1.05), H200_LIKE, tmp_path / "a")
+    _, without = run(spec(["itl"], itl_factor=1.05, rest_check=False), H200_LIKE,
+                     tmp_path / "b")
+    assert named(m, H200_LIKE, "itl") == {13}
+    (c,) = m.culprits
+    assert "servers an end would tell it, more than verdict.rest_servers (8) allows: " \
+        "stopped here" in c.note, c.note
+    assert with_.starts - without.starts < 2 * 8, (with_.starts, without.starts)

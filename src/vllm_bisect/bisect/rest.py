@@ -17,7 +17,14 @@ while it is open:
   with two servers an end at least. Nothing more runs.
 - otherwise one fresh server for the end with fewer servers (the lower end on a tie), up to
   ``verdict.rest_servers`` server starts a check; then **undecided**, said so with the
-  command that checks further. Before, the check was a whole calibration (to its 1% refusal,
+  command that checks further.
+- **undecided at once** (no server started) when the cap cannot settle it: the change so
+  far is under the smallest change that matters (no sign of a step that matters), and even
+  a change estimated at exactly 0 after every server the cap allows would leave the upper
+  bound above it (:func:`servers_to_explain`). On the H200 (docs/validation.md (j), server-level
+  CV ~10%, the default smallest change 5%) "explained" needs ~20 servers an end: the two
+  checks of a culprit ran their 8 starts each to say "undecided" (bench_multi's H200-like
+  row: 12.8 rest-check starts a run). Before, the check was a whole calibration (to its 1% refusal,
   or 12 servers an end): on a real H200 at a 10% server-level spread it ran 4+ servers and
   stayed undecided (docs/validation.md (j)).
 
@@ -83,9 +90,14 @@ def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
     if missing:   # not measured by the search (a part's end it never judged)
         cal.run(missing, 2)
     started = len(missing)
+    min_change = log_min_change(policy.v)
     while True:
         step = cal.step(math.log(2 / policy.v.alpha))
         answer = _answer(step, min(len(cal.groups[sha]) for sha in ends), started, cap)
+        need = _cannot_settle(step, [cal.groups[sha] for sha in ends], cap - started,
+                              min_change) if answer is None else 0
+        if need:
+            answer = RestAnswer.UNDECIDED
         if answer is not None:
             break
         old, new = (len(cal.groups[sha]) for sha in ends)
@@ -96,8 +108,35 @@ def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
     servers = (len(cal.groups[cal.old_sha]), len(cal.groups[cal.new_sha]))
     change = math.expm1(log_min_change(policy.v))
     why = f"P(a change >= {change:+.1%}) = {step.p_matters:.2g}; {step.numbers}"
+    if need:
+        why += (f"; at this spread ~{need} servers an end would tell it, more than "
+                f"verdict.rest_servers ({cap}) allows: stopped here")
     logger.info("rest check: %s: %s", answer.value, why)
     return RestCheck(answer, why, servers, started)
+
+
+def servers_to_explain(s2: float, t2: float, requests: float, min_change: float) -> int:
+    """Servers an end before a change estimated at 0 is "explained": the one-sided 95%
+    upper bound, z * sqrt((t2 + s2 / requests) * 2 / n), under ``min_change`` (log scale)."""
+    z = 1.6449  # P(the rest matters) < FUTILITY = 0.05
+    return math.ceil(2 * (t2 + s2 / max(requests, 1.0)) * (z / min_change) ** 2)
+
+
+def _cannot_settle(step: CalStep, groups: list[list[list[float]]], left: int,
+                   min_change: float) -> int:
+    """The servers an end "explained" needs (0: go on) when there is no sign of a rest
+    that matters (the ends apart by less than ``min_change``) and that is out of reach of
+    the ``left`` server starts the cap allows."""
+    model = step.model
+    if model is None or left <= 0 or min(len(g) for g in groups) < MIN_SERVERS:
+        return 0
+    lo, hi = model.means()
+    if abs(hi - lo) >= min_change:
+        return 0
+    s2, t2 = model.components()
+    requests = sum(len(x) for g in groups for x in g) / sum(len(g) for g in groups)
+    need = servers_to_explain(s2, t2, requests, min_change)
+    return need if min(len(g) for g in groups) + left // 2 < need else 0
 
 
 def _answer(step: CalStep, servers: int, started: int, cap: int) -> RestAnswer | None:
