@@ -18,13 +18,13 @@ while it is open:
 - otherwise one fresh server for the end with fewer servers (the lower end on a tie), up to
   ``verdict.rest_servers`` server starts a check; then **undecided**, said so with the
   command that checks further.
-- **undecided at once** (no server started) when the cap cannot settle it: the change so
-  far is under the smallest change that matters (no sign of a step that matters), and even
-  a change estimated at exactly 0 after every server the cap allows would leave the upper
-  bound above it (:func:`servers_to_explain`). On the H200 (docs/validation.md (j), server-level
-  CV ~10%, the default smallest change 5%) "explained" needs ~20 servers an end: the two
-  checks of a culprit ran their 8 starts each to say "undecided" (bench_multi's H200-like
-  row: 12.8 rest-check starts a run). Before, the check was a whole calibration (to its 1% refusal,
+- **undecided early**, as soon as the cap cannot settle it: the ends are apart by less than
+  the smallest change that matters (no sign of a rest that matters), and even a change
+  estimated at exactly 0 after every start the cap still allows would leave the upper bound
+  above it (:func:`servers_to_explain`). At the H200's spread (docs/validation.md (j),
+  server-level CV ~10%, the default smallest change 5%) that takes ~20 servers an end: the
+  two checks of a culprit had run their 8 starts each to "undecided" (bench_multi's
+  H200-like row: 12.4 rest-check starts a run, 5.1 with this rule, docs/benchmarks.md). Before, the check was a whole calibration (to its 1% refusal,
   or 12 servers an end): on a real H200 at a 10% server-level spread it ran 4+ servers and
   stayed undecided (docs/validation.md (j)).
 
