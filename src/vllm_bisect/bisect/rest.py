@@ -24,9 +24,11 @@ while it is open:
   above it (:func:`servers_to_explain`). At the H200's spread (docs/validation.md (j),
   server-level CV ~10%, the default smallest change 5%) that takes ~20 servers an end: the
   two checks of a culprit had run their 8 starts each to "undecided" (bench_multi's
-  H200-like row: 12.4 rest-check starts a run, 5.1 with this rule, docs/benchmarks.md). Before, the check was a whole calibration (to its 1% refusal,
-  or 12 servers an end): on a real H200 at a 10% server-level spread it ran 4+ servers and
-  stayed undecided (docs/validation.md (j)).
+  H200-like row: 12.4 rest-check starts a run, 5.1 with this rule, docs/benchmarks.md).
+
+Before the cap, the check was a whole calibration (to its 1% refusal, or 12 servers an end):
+on a real H200 at a 10% server-level spread it ran 4+ servers and stayed undecided
+(docs/validation.md (j)).
 
 Tried and dropped (docs/benchmarks.md, bench_multi.py, 100 scenarios a row): the search's
 noise posterior as the prior of the check's (a two-step range's search learns plateau
