@@ -108,7 +108,7 @@ def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
     if cal.fresh:   # the next calibration (a bisect of this part) goes on from them
         cal.record()
     servers = (len(cal.groups[cal.old_sha]), len(cal.groups[cal.new_sha]))
-    change = math.expm1(log_min_change(policy.v))
+    change = math.expm1(min_change)
     why = f"P(a change >= {change:+.1%}) = {step.p_matters:.2g}; {step.numbers}"
     if need:
         why += (f"; at this spread ~{need} servers an end would tell it, more than "

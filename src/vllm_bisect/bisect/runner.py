@@ -23,12 +23,13 @@ from vllm_bisect.bisect.measurement.executor import (
 )
 from vllm_bisect.bisect.multi import MultiResult, run_symptoms
 from vllm_bisect.bisect.range import CommitRange, commit_range, open_repo
+from vllm_bisect.bisect.search.endpoints import untestable_end
 from vllm_bisect.bisect.state.journal import ResultCache
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.base import Builder, known_unavailable
 from vllm_bisect.builders.prefetch import Prefetcher
-from vllm_bisect.errors import NotReproduced, SessionError, disk_full, untestable_hint
+from vllm_bisect.errors import SessionError, disk_full
 from vllm_bisect.runtime.gpustate import locked_clocks
 from vllm_bisect.spec import BisectSpec, ExecutorKind, dump_spec
 
@@ -83,9 +84,7 @@ def refuse_unbuildable_ends(builder: Builder, rng: CommitRange) -> None:
     for end, name in ((rng.good, "good"), (rng.bad, "bad")):
         err = known_unavailable(builder, end.sha)
         if err is not None:
-            raise NotReproduced(f"the {name} endpoint {end.sha[:12]} could not be tested: "
-                                f"{err.message}",
-                                hint=untestable_hint(None, err.message, False, err.hint, name))
+            raise untestable_end(name, end.sha, err.message, advice=err.hint)
 
 
 def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: EventHandler,

@@ -39,6 +39,13 @@ DONE_MARK = ".vllm-bisect-complete"
 SKIP_HINT = "set build.full_build = true to compile"
 
 
+def _skip(plan: SourcePlan | None) -> ArtifactUnavailable | None:
+    """The skip a build plan means (a compiled change and no full build), or None."""
+    if plan is not None and plan.mode is BuildMode.SKIP:
+        return ArtifactUnavailable(plan.reason, hint=SKIP_HINT)
+    return None
+
+
 def find_uv() -> str | None:
     try:
         from uv import find_uv_bin
@@ -119,12 +126,9 @@ class SourceBuilder:
         if (self.venv_root / commit / DONE_MARK).exists():
             return None
         try:
-            plan = self.plan(commit)
+            return _skip(self.plan(commit))
         except RecoverableError:  # the index did not answer: prepare will ask (and say) again
             return None
-        if plan is not None and plan.mode is BuildMode.SKIP:
-            return ArtifactUnavailable(plan.reason, hint=SKIP_HINT)
-        return None
 
     def prepare(self, commit: str) -> Artifact:
         start = time.monotonic()
@@ -134,8 +138,8 @@ class SourceBuilder:
         if (venv / DONE_MARK).exists():
             return self._artifact(commit, checkout, venv, cached=True)
         plan = self.plan(commit)
-        if plan is not None and plan.mode is BuildMode.SKIP:
-            raise ArtifactUnavailable(plan.reason, hint=SKIP_HINT)
+        if (skip := _skip(plan)) is not None:
+            raise skip
         shutil.rmtree(venv, ignore_errors=True)
         log = self.log_dir / f"build-{commit[:12]}.log"
         log.parent.mkdir(parents=True, exist_ok=True)

@@ -10,15 +10,15 @@ from typing import Any
 
 from vllm_bisect.explain.stats import compare_sides
 from vllm_bisect.explain.trace import TraceSummary
-from vllm_bisect.report.explain_section import TOTALS
+from vllm_bisect.report.explain_section import COUNTS, OUTPUT, TOTALS
 
 # the totals are shown, never ranked: a kernel that slows moves the busy total too
 SHOWN = (*TOTALS, "step:gpu_idle")
 LEVEL = "step:gpu_level"  # every kernel alike (clocks, or a GPU-wide change)
 MIN_COMMON = 3  # the step table (the idle gap is ranked as well)
-# what a decode step yields: output tokens (1 + accepted drafts under speculative decoding),
-# and the step's costs per output token; shown beside the per-step totals, never ranked
-OUTPUT = "step:output_tokens"
+# what a decode step yields: output tokens (OUTPUT: 1 + accepted drafts under speculative
+# decoding), and the step's costs per output token; shown beside the per-step totals, never
+# ranked
 PER_TOKEN = {"token:gpu_busy": "step:gpu_busy", "token:host": "step:host"}
 TOKENS_FLOOR = 0.05  # tokens per step: a change under 0.05 tokens is never reported
 
@@ -68,8 +68,6 @@ class ProfileDiff:
         """Output tokens per decode step, where the probe's tokens are known."""
         return next((d for d in self.totals if d.key == OUTPUT), None)
 
-
-COUNTS = frozenset({"step:launches", "step:launch_calls", OUTPUT})
 
 
 def _kind(key: str, parent: Sequence[float], culprit: Sequence[float],

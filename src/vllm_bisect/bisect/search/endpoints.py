@@ -4,6 +4,7 @@ the search; the bisect is refused (``NotReproduced``) unless good judges good an
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from vllm_bisect.bisect.policies.base import MoreSamples, Role
 from vllm_bisect.bisect.reruns import Runs
@@ -41,6 +42,14 @@ def verify_endpoints(t: Tester) -> None:
     check_endpoints(t, *((one, two) if ref_end is rng.good else (two, one)))
 
 
+def untestable_end(name: str, sha: str, reason: str, *, log: Path | None = None,
+                   transient: bool = False, advice: str = "") -> NotReproduced:
+    """The error for an endpoint that could not be tested, in the same words wherever it is
+    found (its measurement, or the builder's plan before anything is built)."""
+    return NotReproduced(f"the {name} endpoint {sha[:12]} could not be tested: {reason}",
+                         hint=untestable_hint(log, reason, transient, advice, name))
+
+
 def check_endpoints(t: Tester, good: Outcome | None, bad: Outcome | None) -> None:
     """Raise NotReproduced unless the old end judged old (good) and the new end new (bad)."""
     rng, terms = t.rng, t.terms
@@ -48,10 +57,9 @@ def check_endpoints(t: Tester, good: Outcome | None, bad: Outcome | None) -> Non
     for end, name, sha in ((good, "good", rng.good.sha), (bad, "bad", rng.bad.sha)):
         if end is not None and end.verdict is Verdict.SKIP:
             ev = t.evaluations.get(end.commit)
-            hint = untestable_hint(ev.log if ev else None, end.reason, bool(ev and ev.transient),
-                                   ev.hint if ev else "", name)
-            raise NotReproduced(f"the {name} endpoint {sha[:12]} could not be tested: "
-                                f"{end.reason}", hint=hint)
+            raise untestable_end(name, sha, end.reason, log=ev.log if ev else None,
+                                 transient=bool(ev and ev.transient),
+                                 advice=ev.hint if ev else "")
     problems = []
     if good is not None and good.verdict is not Verdict.GOOD:
         problems.append(f"{terms.old} endpoint {rng.good.sha[:12]} judged {good.verdict} "
