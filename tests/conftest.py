@@ -11,11 +11,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from vllm_bisect.runtime.process import free_port
+from vllm_bisect.errors import PortTaken
+from vllm_bisect.runtime.ports import Ownership, check_port, free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.25.1"
 
@@ -39,16 +41,44 @@ def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def wait_port(url: str, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    """Wait until ``proc`` serves ``url``: a 200 (or 404) from another program that holds the
+    port counts for nothing (``proc`` must lead its own session: start_new_session=True).
+    PortTaken when ``proc`` exits while another process holds its port."""
+    port = int(url.rsplit(":", 1)[1])
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            if check_port(port, proc.pid).ownership is Ownership.OTHER:
+                raise PortTaken(f"port {port} was taken by another process")
             raise RuntimeError(f"server exited: {proc.stdout.read() if proc.stdout else ''!r}")
         try:
-            if httpx.get(url + "/health", timeout=1.0).status_code in (200, 404):
+            if httpx.get(url + "/health", timeout=1.0).status_code in (200, 404) and \
+                    check_port(port, proc.pid).ownership is not Ownership.OTHER:
                 return
         except httpx.HTTPError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
     raise RuntimeError(f"{url} did not come up")
+
+
+def start_on_free_port(argv: Callable[[int], list[str]], **popen: Any
+                       ) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``argv(port)`` on a free port and wait for it; on another port when a server
+    of another test took that one first (free_port() hands the same port to two askers)."""
+    for attempt in range(3):
+        port = free_port()
+        proc = subprocess.Popen(argv(port), start_new_session=True, **popen)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_port(url, proc)
+            return proc, url
+        except PortTaken:
+            if attempt == 2:
+                raise
+        except BaseException:
+            stop(proc)
+            raise
+    raise AssertionError("unreachable")
 
 
 ServerFactory = Callable[..., str]
@@ -78,14 +108,12 @@ def _servers(prefix: list[str]) -> Iterator[Callable[[list[str]], str]]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(args: list[str]) -> str:
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "vllm_bisect.sim", *prefix, "--port",
-                                 str(port), *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, preexec_fn=restore_sigint,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc, url = start_on_free_port(
+            lambda port: [sys.executable, "-m", "vllm_bisect.sim", *prefix, "--port", str(port),
+                          *args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=restore_sigint,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
         procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        wait_port(url, proc)
         return url
 
     try:

@@ -11,6 +11,7 @@ what the driver does::
     │   │   ├── BuildError        a build from source failed (log tail attached)
     │   │   └── Cancelled         a prefetch the last verdict made useless was stopped
     │   ├── ServeError            the server exited early, hung, or never became healthy
+    │   │   └── PortTaken         another process answered on the server's port (retried)
     │   └── ProbeError            the probe could not finish (stream broke, HTTP error, timeout)
     │       └── StreamFormatError the server's SSE stream was malformed
     └── FatalError                the bisect cannot go on: stop and tell the user
@@ -74,6 +75,11 @@ class Cancelled(ArtifactUnavailable):
 
 class ServeError(RecoverableError):
     """The server for a commit died, hung or never answered /health."""
+
+
+class PortTaken(ServeError):
+    """The server could not have its port: another process listens on it (two servers picked
+    the same free port at once). Not the commit's fault: the launcher tries another port."""
 
 
 class ProbeError(RecoverableError):

@@ -18,6 +18,7 @@ from tests.isolate.helpers import source_spec
 from vllm_bisect.bisect.endpoint_env import EndpointEnv
 from vllm_bisect.isolate.synth import dependency_history
 from vllm_bisect.sim.package_index import PackageIndex, build_package
+from vllm_bisect.spec_verdict import Strategy
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def test_run_says_the_endpoints_differ_in_torch_before_the_first_step(
     h = dependency_history(tmp_path / "vllm", "torch", "2.9.0", "2.10.0", before=2, after=1)
     base = source_spec(h, index.url)
     data = base.model_copy(update={"verdict": base.verdict.model_copy(
-        update={"strategy": strategy})})
+        update={"strategy": Strategy(strategy)})})
     spec = write_spec(tmp_path / "spec.toml", data)
     session = tmp_path / "s"
     r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec),

@@ -17,8 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import restore_sigint, stop, wait_port
-from vllm_bisect.runtime.process import free_port
+from tests.conftest import restore_sigint, start_on_free_port, stop
 from vllm_bisect.sim.vllm_compat import parse
 
 STALL_S = 0.6
@@ -29,16 +28,14 @@ MARK = "simulated first-use stall"
 def vllm_serve(log: Path, env: dict[str, str]) -> Iterator[str]:
     """``python -m vllm_bisect.sim vllm serve sim-model`` (the entry that reads VLLM_SIM_*),
     its log in ``log``; stopped after."""
-    port = free_port()
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm_bisect.sim", "vllm", "serve", "sim-model", "--port",
-             str(port)], stdout=out, stderr=subprocess.STDOUT, preexec_fn=restore_sigint,
+        proc, url = start_on_free_port(
+            lambda port: [sys.executable, "-m", "vllm_bisect.sim", "vllm", "serve", "sim-model",
+                          "--port", str(port)], stdout=out, stderr=subprocess.STDOUT,
+            preexec_fn=restore_sigint,
             env={**os.environ, "PYTHONUNBUFFERED": "1", "VLLM_SIM_STEP_MS": "10",
                  "VLLM_SIM_STARTUP_S": "0", **env})
         try:
-            url = f"http://127.0.0.1:{port}"
-            wait_port(url, proc)
             yield url
         finally:
             stop(proc)

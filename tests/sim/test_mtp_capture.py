@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,12 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ServerFactory
+from tests.conftest import ServerFactory, start_on_free_port
 from vllm_bisect.probes import metrics
 from vllm_bisect.probes.decode import DecodeProbe
 from vllm_bisect.probes.vllm_bench import parse_serve
 from vllm_bisect.runtime.base import ServerHandle
-from vllm_bisect.runtime.process import free_port
 from vllm_bisect.spec import Endpoint, ProbeSpec
 
 MTP = Path(__file__).parents[1] / "fixtures" / "vllm-0.25.1-mtp"
@@ -118,20 +116,10 @@ def test_bench_serve_result_on_real_mtp_parses() -> None:
 
 
 def _sim(*args: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    p = subprocess.Popen([sys.executable, "-m", "vllm_bisect.sim", "serve", "--port", str(port),
-                          "--model", MODEL, *args], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return p, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    p.kill()
-    raise RuntimeError("simulator did not start")
+    return start_on_free_port(
+        lambda port: [sys.executable, "-m", "vllm_bisect.sim", "serve", "--port", str(port),
+                      "--model", MODEL, *args], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
 
 
 def test_simulator_mtp_mode_matches_the_real_capture() -> None:

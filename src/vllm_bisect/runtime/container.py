@@ -25,6 +25,7 @@ from docker.types import DeviceRequest
 from vllm_bisect.errors import ServeError
 from vllm_bisect.runtime.base import Artifact, ServerHandle, server_env
 from vllm_bisect.runtime.childenv import child_env
+from vllm_bisect.runtime.ports import check_port_in_container
 from vllm_bisect.runtime.process import startup_lock, startup_lock_path, wait_healthy
 from vllm_bisect.spec import ImageBuild, ServeSpec
 
@@ -116,8 +117,13 @@ def run_container(client: docker.DockerClient, artifact: Artifact, serve: ServeS
                              hint="is the NVIDIA container runtime installed? (build.gpus)") from None
         threading.Thread(target=_stream_logs, args=(container, log_path), daemon=True).start()
         try:
+            # host networking: another server may hold the port; with a bridge, docker's
+            # own publishing refuses a taken port when the container starts
+            check = ((lambda: check_port_in_container(port, container.id))
+                     if build.network == "host" else None)
             startup = wait_healthy(url, lambda: _exit_code(container), timeout_s, log_path,
-                                   interval_s=0.2, what="container", cancel=cancel)
+                                   interval_s=0.2, what="container", cancel=cancel,
+                                   port_check=check)
         except BaseException:
             _remove(container)
             raise

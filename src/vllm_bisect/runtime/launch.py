@@ -23,6 +23,7 @@ A url artifact cannot take either (it is not ours to start): :class:`UrlLauncher
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shlex
 import threading
@@ -32,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from vllm_bisect.errors import FatalError
+from vllm_bisect.errors import FatalError, PortTaken
 from vllm_bisect.runtime.base import Artifact, ServerHandle, server_env
-from vllm_bisect.runtime.process import LaunchPlan, free_port, run_server
+from vllm_bisect.runtime.ports import free_port
+from vllm_bisect.runtime.process import LaunchPlan, run_server
 from vllm_bisect.spec import ArtifactKind, ImageBuild, ServeSpec
 
 if TYPE_CHECKING:
@@ -42,6 +44,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ContainerLauncher", "Launcher", "ProcessLauncher", "ServerSpec", "UrlLauncher",
            "launch_plan", "launcher_for"]
+
+logger = logging.getLogger(__name__)
+
+PORT_TRIES = 3  # a port another server took between free_port() and our bind: try another
 
 
 @dataclass(frozen=True)
@@ -100,12 +106,34 @@ def launch_plan(artifact: Artifact, serve: ServeSpec, port: int,
                       cwd=artifact.checkout, pass_env=tuple(serve.pass_env))
 
 
+@contextlib.contextmanager
+def on_a_free_port(start: Callable[[int], AbstractContextManager[ServerHandle]]
+                   ) -> Iterator[ServerHandle]:
+    """``start(port)`` on a free port; when another process took that port first (PortTaken),
+    again on another one, up to PORT_TRIES times."""
+    with contextlib.ExitStack() as stack:
+        for attempt in range(1, PORT_TRIES + 1):
+            try:
+                handle = stack.enter_context(start(free_port()))
+                break
+            except PortTaken as err:
+                if attempt == PORT_TRIES:
+                    raise
+                logger.warning("%s; starting it again on another port", err)
+        yield handle
+
+
 class ProcessLauncher:
     """Source, wheel and command artifacts: a process group on this host."""
 
-    @contextlib.contextmanager
-    def serve(self, artifact: Artifact, spec: ServerSpec) -> Iterator[ServerHandle]:
-        plan = launch_plan(artifact, spec.serve, port := free_port(), spec.extra_args)
+    def serve(self, artifact: Artifact, spec: ServerSpec
+              ) -> AbstractContextManager[ServerHandle]:
+        return on_a_free_port(lambda port: self._start(artifact, spec, port))
+
+    @staticmethod
+    def _start(artifact: Artifact, spec: ServerSpec, port: int
+               ) -> contextlib.AbstractContextManager[ServerHandle]:
+        plan = launch_plan(artifact, spec.serve, port, spec.extra_args)
         if plan is None:
             raise FatalError(f"a {artifact.kind.value} artifact is not started as a process")
         env = {**(plan.env or {}), **spec.extra_env}
@@ -113,13 +141,12 @@ class ProcessLauncher:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.devices))
         if spec.session_id is not None:
             env["VLLM_BISECT_SESSION"] = spec.session_id
-        with run_server(LaunchPlan(argv=plan.argv, shell=plan.shell, env=env, cwd=plan.cwd,
-                                   pass_env=plan.pass_env),
-                        url=f"http://127.0.0.1:{port}", model=spec.serve.model,
-                        log_path=spec.log_path, timeout_s=spec.timeout_s,
-                        on_start=spec.on_start, on_stop=spec.on_stop,
-                        serialize_startup=spec.serialize_startup, cancel=spec.cancel) as handle:
-            yield handle
+        return run_server(LaunchPlan(argv=plan.argv, shell=plan.shell, env=env, cwd=plan.cwd,
+                                     pass_env=plan.pass_env),
+                          url=f"http://127.0.0.1:{port}", model=spec.serve.model,
+                          log_path=spec.log_path, timeout_s=spec.timeout_s,
+                          on_start=spec.on_start, on_stop=spec.on_stop,
+                          serialize_startup=spec.serialize_startup, cancel=spec.cancel)
 
 
 class ContainerLauncher:
@@ -129,18 +156,17 @@ class ContainerLauncher:
         self.client = client
         self.build = build
 
-    @contextlib.contextmanager
-    def serve(self, artifact: Artifact, spec: ServerSpec) -> Iterator[ServerHandle]:
+    def serve(self, artifact: Artifact, spec: ServerSpec
+              ) -> AbstractContextManager[ServerHandle]:
         from vllm_bisect.runtime.container import run_container
 
         build = self.build if spec.devices is None else self.build.model_copy(
             update={"gpus": list(spec.devices)})
-        with run_container(self.client(), artifact, spec.serve, build, port=free_port(),
-                           log_path=spec.log_path, session_id=spec.session_id or "",
-                           timeout_s=spec.timeout_s, hf_cache=spec.hf_cache,
-                           serialize_startup=spec.serialize_startup, cancel=spec.cancel,
-                           extra_args=spec.extra_args, extra_env=spec.extra_env) as handle:
-            yield handle
+        return on_a_free_port(lambda port: run_container(
+            self.client(), artifact, spec.serve, build, port=port, log_path=spec.log_path,
+            session_id=spec.session_id or "", timeout_s=spec.timeout_s, hf_cache=spec.hf_cache,
+            serialize_startup=spec.serialize_startup, cancel=spec.cancel,
+            extra_args=spec.extra_args, extra_env=spec.extra_env))
 
 
 class UrlLauncher:

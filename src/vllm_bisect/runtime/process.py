@@ -15,7 +15,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,22 +26,20 @@ from pathlib import Path
 import httpx
 
 from vllm_bisect import net
-from vllm_bisect.errors import Cancelled, ServeError
+from vllm_bisect.errors import Cancelled, PortTaken, ServeError
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.gpulock import lock_dir
+from vllm_bisect.runtime.ports import Ownership, PortCheck, check_port, free_port
+
+__all__ = ["LaunchPlan", "free_port", "kill_group", "run_server", "startup_lock",
+           "startup_lock_path", "tail", "wait_healthy"]
 
 logger = logging.getLogger(__name__)
 
 GRACE_S = 10.0
 HEALTH_POLL_S = 5.0  # one /health request, all of it
 PR_SET_PDEATHSIG = 1
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _child_setup() -> None:  # runs in the child between fork and exec
@@ -102,19 +99,31 @@ def kill_group(pid: int, grace_s: float = GRACE_S) -> None:
 
 def wait_healthy(url: str, exit_code: Callable[[], int | None], timeout_s: float,
                  log_path: Path, interval_s: float = 0.1, what: str = "server",
-                 cancel: threading.Event | None = None) -> float:
+                 cancel: threading.Event | None = None,
+                 port_check: Callable[[], PortCheck] | None = None) -> float:
     """Poll GET /health until 200; raise ServeError when ``exit_code()`` reports an exit
     (a process's poll, a container's state) or on timeout, Cancelled when ``cancel`` is set.
     Each poll has a total deadline (a server dripping its headers cannot hold start-up past
-    ``timeout_s``); the status decides, the body is never read."""
+    ``timeout_s``); the status decides, the body is never read.
+
+    With ``port_check``, a 200 counts only when the port's listener is the server's own (see
+    :mod:`vllm_bisect.runtime.ports`); a server that exits while another process holds its
+    port raises PortTaken, which the launcher answers with another port."""
     started = time.monotonic()
     deadline = started + timeout_s
+    other = ""  # who answered /health on the port instead of the server
     with net.client(timeout=HEALTH_POLL_S) as client:
         while True:
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"{what} start-up cancelled")
             code = exit_code()
             if code is not None:
+                check = port_check() if port_check is not None else None
+                if check is not None and check.ownership is Ownership.OTHER:
+                    raise PortTaken(
+                        f"{what} exited with code {code}: its port is held by {check.holder}",
+                        hint="two servers were given the same free port; another port is tried",
+                        log_tail=tail(log_path), log=log_path)
                 raise ServeError(
                     f"{what} exited with code {code} before it was healthy",
                     hint=f"see the server log: {log_path}", log_tail=tail(log_path),
@@ -123,10 +132,24 @@ def wait_healthy(url: str, exit_code: Callable[[], int | None], timeout_s: float
             try:
                 with net.stream(client, "GET", f"{url}/health", deadline_s=poll_s) as (r, _):
                     if r.status_code == 200:
-                        return time.monotonic() - started
+                        check = port_check() if port_check is not None else None
+                        if check is None or check.ownership is not Ownership.OTHER:
+                            return time.monotonic() - started
+                        if not other:
+                            logger.warning("%s/health answered by %s, not the %s; waiting",
+                                           url, check.holder, what)
+                        other = check.holder
             except (httpx.HTTPError, net.NetLimitError):
                 pass  # vLLM binds its port only once the engine is up
             if time.monotonic() > deadline:
+                if other:
+                    raise ServeError(
+                        f"{what} not healthy after {timeout_s:.0f} s: its port answers from "
+                        f"{other}, outside the server's process group",
+                        hint="a command that starts its server in another process group "
+                             "(docker run -p) is served as an image artifact or a --url; "
+                             f"see the server log: {log_path}",
+                        log_tail=tail(log_path), log=log_path)
                 raise ServeError(
                     f"{what} not healthy after {timeout_s:.0f} s",
                     hint="raise ops.startup_timeout_s if loading is slow; "
@@ -198,6 +221,15 @@ def _teardown(proc: subprocess.Popen[bytes], on_stop: Callable[[int], None] | No
         on_stop(proc.pid)
 
 
+def _port_check(url: str, session: int) -> Callable[[], PortCheck] | None:
+    """Whose listener serves ``url``, for a server on this host started as session leader."""
+    parsed = httpx.URL(url)
+    if parsed.host not in ("127.0.0.1", "localhost", "::1") or parsed.port is None:
+        return None
+    port = parsed.port
+    return lambda: check_port(port, session)
+
+
 @contextlib.contextmanager
 def run_server(plan: LaunchPlan, *, url: str, model: str, log_path: Path, timeout_s: float,
                on_start: Callable[[int], None] | None = None,
@@ -216,7 +248,8 @@ def run_server(plan: LaunchPlan, *, url: str, model: str, log_path: Path, timeou
         if on_start is not None:
             on_start(proc.pid)
         try:
-            startup = wait_healthy(url, proc.poll, timeout_s, log_path, cancel=cancel)
+            startup = wait_healthy(url, proc.poll, timeout_s, log_path, cancel=cancel,
+                                   port_check=_port_check(url, proc.pid))
         except BaseException:
             _teardown(proc, on_stop)
             raise
