@@ -74,3 +74,25 @@ def test_source_build_pins_the_wheel_commit(tmp_path: Path) -> None:
         assert info == f"PRECOMPILED_WHEEL_COMMIT = {h.shas[i]!r}\n"
         with pytest.raises(ArtifactUnavailable, match="no wheel within"):
             b.prepare(h.shas[0])  # nothing at or before the base has a wheel
+
+
+def test_the_early_check_and_the_build_ask_the_index_once(tmp_path: Path) -> None:
+    """`run` asks `unbuildable` of its endpoints before building them: the walk back to a
+    commit with a wheel (one index request per commit it passes) is made once, not twice."""
+    shas = small_repo(tmp_path / "r")
+    asked: list[str] = []
+
+    def has_wheel(sha: str) -> bool:
+        asked.append(sha)
+        return sha == shas[0]
+
+    co = Checkouts(open_repo(tmp_path / "r"), tmp_path / "cache")
+    b = SourceBuilder(co, SourceBuild(precompiled=True, full_build=False), tmp_path / "cache",
+                      tmp_path / "logs", has_wheel=has_wheel)
+    skip = b.unbuildable(shas[3])
+    assert skip is not None and "csrc/k.cu" in str(skip)
+    walked = list(asked)
+    assert walked == [shas[3], shas[2], shas[1], shas[0]]
+    with pytest.raises(ArtifactUnavailable, match=r"csrc/k\.cu"):
+        b.prepare(shas[3])
+    assert asked == walked

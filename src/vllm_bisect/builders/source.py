@@ -106,6 +106,7 @@ class SourceBuilder:
         self.timeout_s = timeout_s
         self.cache_dir = cache_dir
         self._slim: Path | None = None
+        self._plans: dict[str, SourcePlan | None] = {}  # per commit, once the index answered
         key = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:10]
         self.venv_root = cache_dir / "venvs" / key
         self.uv = find_uv() if use_uv in (None, True) else None
@@ -113,12 +114,17 @@ class SourceBuilder:
             raise ToolMissing("uv is not installed", hint="pip install uv, or let it fall back to pip")
 
     def plan(self, commit: str) -> SourcePlan | None:
-        """How a precompiled build of commit would go (None when precompiled is off)."""
+        """How a precompiled build of commit would go (None when precompiled is off). Asked
+        once per commit: the run's early check of its endpoints and their build share it (an
+        index that did not answer raises, and is asked again next time)."""
         if not self.spec.precompiled:
             return None
         if self.has_wheel is None:  # no index to ask: trust the commit's own wheel
             return SourcePlan(BuildMode.PRECOMPILED, commit, (), "precompiled from itself")
-        return plan_source_build(self.checkouts.repo, commit, self.has_wheel, self.spec.full_build)
+        if commit not in self._plans:
+            self._plans[commit] = plan_source_build(self.checkouts.repo, commit, self.has_wheel,
+                                                    self.spec.full_build)
+        return self._plans[commit]
 
     def unbuildable(self, commit: str) -> ArtifactUnavailable | None:
         """The skip :meth:`prepare` would raise for its plan, without building (none once
