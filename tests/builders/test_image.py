@@ -296,3 +296,27 @@ def test_containers_get_no_credentials(tmp_path: Path, published: Published,
             env = dict(e.split("=", 1) for e in c[0].attrs["Config"]["Env"])
         assert "GITHUB_TOKEN" not in env and "VLLM_BISECT_WEBHOOK_SECRET" not in env
         assert ("HF_TOKEN" in env) == bool(pass_env) and env["VLLM_USE_V1"] == "1"
+
+
+def test_a_host_network_container_owns_its_port(tmp_path: Path, published: Published,
+                                                client: docker.DockerClient) -> None:
+    """The health check's port test for containers: the listener runs in the container
+    (its cgroup names it, or the daemon lists its pid), not in another process."""
+    from vllm_bisect.runtime.container import _pids, run_container
+    from vllm_bisect.runtime.ports import Ownership, check_port_in_container, free_port
+
+    h = published.history
+    artifact = image_builder(tmp_path, published.tags).prepare(h.shas[0])
+    build = ImageBuild(tags=published.tags, gpus="none")
+    serve = make_spec(h, serve={"env": {}}).serve
+    port = free_port()
+    with run_container(client, artifact, serve, build, port=port, log_path=tmp_path / "log",
+                       session_id="ports", timeout_s=30):
+        c = client.containers.list(filters={"label": f"{SESSION_LABEL}=ports"})[0]
+        assert check_port_in_container(port, c.id).ownership is Ownership.OURS
+        other = check_port_in_container(port, "f" * 64)  # another container's id
+        assert other.ownership is (Ownership.OTHER if os.geteuid() == 0 else Ownership.UNKNOWN)
+        # where the cgroup path does not name it, the daemon's process list does
+        assert _pids(c)
+        assert check_port_in_container(port, "f" * 64, lambda: _pids(c)).ownership \
+            is Ownership.OURS

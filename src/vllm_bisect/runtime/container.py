@@ -119,7 +119,8 @@ def run_container(client: docker.DockerClient, artifact: Artifact, serve: ServeS
         try:
             # host networking: another server may hold the port; with a bridge, docker's
             # own publishing refuses a taken port when the container starts
-            check = ((lambda: check_port_in_container(port, container.id))
+            check = ((lambda: check_port_in_container(port, container.id,
+                                                      lambda: _pids(container)))
                      if build.network == "host" else None)
             startup = wait_healthy(url, lambda: _exit_code(container), timeout_s, log_path,
                                    interval_s=0.2, what="container", cancel=cancel,
@@ -132,6 +133,24 @@ def run_container(client: docker.DockerClient, artifact: Artifact, serve: ServeS
                            stop=lambda: _remove(container))
     finally:
         _remove(container)
+
+
+def _pids(container: Any) -> set[int]:
+    """The host pids of the container's processes, as the daemon lists them (empty when it
+    cannot)."""
+    try:
+        top = container.top(ps_args="-eo pid")
+    except docker.errors.APIError:
+        return set()
+    titles = [t.upper() for t in top.get("Titles") or []]
+    col = titles.index("PID") if "PID" in titles else 0
+    out: set[int] = set()
+    for row in top.get("Processes") or []:
+        try:
+            out.add(int(row[col]))
+        except (IndexError, ValueError):
+            continue
+    return out
 
 
 def _exit_code(container: Any) -> int | None:

@@ -112,15 +112,27 @@ def check_port(port: int, session: int, proc: Path = PROC) -> PortCheck:
     return _check(port, lambda pid: _session(pid) == session, Ownership.OTHER, proc)
 
 
-def check_port_in_container(port: int, container_id: str, proc: Path = PROC) -> PortCheck:
-    """The same for a host-network container: the listener must run in the container's cgroup.
-    A holder this user cannot read (a root container, run by a user in the docker group)
-    is unknown, not another's."""
+def check_port_in_container(port: int, container_id: str,
+                            container_pids: Callable[[], set[int]] | None = None,
+                            proc: Path = PROC) -> PortCheck:
+    """The same for a host-network container: the listener must run in the container, which
+    its cgroup path names (or, where cgroup paths are another namespace's, the daemon's list
+    of the container's processes, ``container_pids``). A holder this user cannot read (a root
+    container, run by a user in the docker group) is unknown, not another's."""
+    listed: set[int] | None = None
+
     def in_container(pid: int) -> bool:
+        nonlocal listed
         try:
-            return container_id in (proc / str(pid) / "cgroup").read_text()
+            if container_id in (proc / str(pid) / "cgroup").read_text():
+                return True
         except OSError:
+            pass
+        if container_pids is None:
             return False
+        if listed is None:
+            listed = container_pids()
+        return pid in listed
     return _check(port, in_container, Ownership.UNKNOWN, proc)
 
 
