@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -79,6 +80,15 @@ def start_on_free_port(argv: Callable[[int], list[str]], **popen: Any
             stop(proc)
             raise
     raise AssertionError("unreachable")
+
+
+@contextmanager
+def closed_port() -> Iterator[int]:
+    """A port that refuses connections for as long as the block runs: bound, never listening,
+    so no other test's server can take it (a free_port() may be taken once it is handed out)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        yield int(s.getsockname()[1])
 
 
 ServerFactory = Callable[..., str]

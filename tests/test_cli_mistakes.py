@@ -16,13 +16,13 @@ import pytest
 
 from tests.builders.test_command import sim_env
 from tests.config_specs import config_spec
+from tests.conftest import closed_port
 from tests.helpers import history, make_spec, write_spec
 from tests.test_cli import cli
 from vllm_bisect.bisect.state.journal import ResultCache
 from vllm_bisect.errors import SessionError
 from vllm_bisect.models import EvalStatus, Evaluation
 from vllm_bisect.report.render import load
-from vllm_bisect.runtime.process import free_port
 from vllm_bisect.sim.config_history import generate_config_history
 
 
@@ -41,7 +41,8 @@ def test_triage_of_a_file_that_is_not_utf8(tmp_path: Path) -> None:
 
 
 def test_probe_on_a_closed_port_says_nothing_listens() -> None:
-    r = cli("probe", "--url", f"http://127.0.0.1:{free_port()}", "--model", "m")
+    with closed_port() as port:
+        r = cli("probe", "--url", f"http://127.0.0.1:{port}", "--model", "m")
     assert r.returncode == 1
     clean(r)
     assert "nothing accepts connections" in r.stderr

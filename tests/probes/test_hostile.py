@@ -83,8 +83,9 @@ def test_huge_metrics_are_ignored_not_read_whole() -> None:
 
 
 def test_closed_port_says_nothing_listens() -> None:
-    from vllm_bisect.runtime.process import free_port
+    from tests.conftest import closed_port
 
-    with pytest.raises(ProbeError, match="nothing accepts connections") as e:
-        probe(f"http://127.0.0.1:{free_port()}")
+    with closed_port() as port, \
+            pytest.raises(ProbeError, match="nothing accepts connections") as e:
+        probe(f"http://127.0.0.1:{port}")
     assert "log" not in e.value.hint
