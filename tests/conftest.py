@@ -41,10 +41,12 @@ def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VLLM_BISECT_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def wait_port(url: str, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
-    """Wait until ``proc`` serves ``url``: a 200 (or 404) from another program that holds the
-    port counts for nothing (``proc`` must lead its own session: start_new_session=True).
-    PortTaken when ``proc`` exits while another process holds its port."""
+def wait_port(url: str, proc: subprocess.Popen[bytes], timeout: float = 15.0,
+              path: str = "/health", ok: tuple[int, ...] = (200, 404)) -> None:
+    """Wait until ``proc`` answers ``url + path`` with a status in ``ok``: an answer from
+    another program that holds the port counts for nothing (``proc`` must lead its own
+    session: start_new_session=True). PortTaken when ``proc`` exits while another process
+    holds its port."""
     port = int(url.rsplit(":", 1)[1])
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -53,7 +55,7 @@ def wait_port(url: str, proc: subprocess.Popen[bytes], timeout: float = 15.0) ->
                 raise PortTaken(f"port {port} was taken by another process")
             raise RuntimeError(f"server exited: {proc.stdout.read() if proc.stdout else ''!r}")
         try:
-            if httpx.get(url + "/health", timeout=1.0).status_code in (200, 404) and \
+            if httpx.get(url + path, timeout=1.0).status_code in ok and \
                     check_port(port, proc.pid).ownership is not Ownership.OTHER:
                 return
         except httpx.HTTPError:
@@ -62,16 +64,18 @@ def wait_port(url: str, proc: subprocess.Popen[bytes], timeout: float = 15.0) ->
     raise RuntimeError(f"{url} did not come up")
 
 
-def start_on_free_port(argv: Callable[[int], list[str]], **popen: Any
+def start_on_free_port(argv: Callable[[int], list[str]], *, timeout: float = 15.0,
+                       path: str = "/health", ok: tuple[int, ...] = (200, 404), **popen: Any
                        ) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``argv(port)`` on a free port and wait for it; on another port when a server
-    of another test took that one first (free_port() hands the same port to two askers)."""
+    """Start ``argv(port)`` on a free port and wait for it (:func:`wait_port`); on another
+    port when a server of another test took that one first (free_port() hands the same port
+    to two askers)."""
     for attempt in range(3):
         port = free_port()
         proc = subprocess.Popen(argv(port), start_new_session=True, **popen)
         url = f"http://127.0.0.1:{port}"
         try:
-            wait_port(url, proc)
+            wait_port(url, proc, timeout, path, ok)
             return proc, url
         except PortTaken:
             if attempt == 2:

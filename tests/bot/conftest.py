@@ -7,16 +7,14 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.bot.botkit import SECRET, Bot
 from tests.bot.github_standin import GitHubStandIn
-from vllm_bisect.runtime.ports import Ownership, check_port, free_port
+from tests.conftest import start_on_free_port
 
 
 @pytest.fixture
@@ -30,43 +28,22 @@ def start_bot(env: dict[str, str]) -> Iterator[Callable[[Path], Bot]]:
     bots: list[Bot] = []
 
     def start(config: Path) -> Bot:
-        for _ in range(3):
-            bot = launch(config)
-            bots.append(bot)
-            if wait_up(bot):
-                return bot
-            # another test's server took the port first: the bot could not bind it
-            text = config.read_text()
-            config.write_text(re.sub(r"(?m)^port = \d+$", f"port = {free_port()}", text))
-        raise RuntimeError("the bot's port was taken three times")
-
-    def launch(config: Path) -> Bot:
-        port = int(next(ln for ln in config.read_text().splitlines()
-                        if ln.startswith("port")).split("=")[1])
         log = config.with_suffix(".log")
-        with open(log, "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "vllm_bisect.cli", "bot", "serve",
-                                     "--config", str(config)], env=env, start_new_session=True,
-                                    stdout=out, stderr=subprocess.STDOUT)
-        return Bot(f"http://127.0.0.1:{port}", proc, config, log)
 
-    def wait_up(bot: Bot) -> bool:
-        """True once the bot answers /healthz from its own port; False when it exited while
-        another process held that port."""
-        port = int(bot.url.rsplit(":", 1)[1])
-        for _ in range(300):
-            if bot.proc.poll() is not None:
-                if check_port(port, bot.proc.pid).ownership is Ownership.OTHER:
-                    return False
-                break
+        def argv(port: int) -> list[str]:  # the bot reads its port from its config
+            config.write_text(re.sub(r"(?m)^port = \d+$", f"port = {port}", config.read_text()))
+            return [sys.executable, "-m", "vllm_bisect.cli", "bot", "serve", "--config",
+                    str(config)]
+
+        with open(log, "ab") as out:
             try:
-                if httpx.get(bot.url + "/healthz", timeout=1).status_code == 200 and \
-                        check_port(port, bot.proc.pid).ownership is not Ownership.OTHER:
-                    return True
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(bot.output() or "bot did not start")
+                proc, url = start_on_free_port(argv, timeout=60.0, path="/healthz", ok=(200,),
+                                               env=env, stdout=out, stderr=subprocess.STDOUT)
+            except RuntimeError as err:
+                raise RuntimeError(f"{err}\n{log.read_text(errors='replace')}") from None
+        bot = Bot(url, proc, config, log)
+        bots.append(bot)
+        return bot
 
     yield start
     for b in bots:

@@ -15,12 +15,14 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import logging
+import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
 
 from vllm_bisect.runtime.base import Artifact
+from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.spec_build import ArtifactKind
 
 if TYPE_CHECKING:
@@ -44,10 +46,6 @@ PATH_LIST_SCRIPT = ("import importlib.metadata as m, json; print(json.dumps("
 
 def venv_packages(venv: Path) -> dict[str, str]:
     """name -> version of every distribution the venv's python sees (see the module doc)."""
-    import subprocess
-
-    from vllm_bisect.runtime.childenv import child_env
-
     python = venv / "bin" / "python"
     if python.exists():
         try:

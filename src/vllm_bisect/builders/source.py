@@ -106,7 +106,7 @@ class SourceBuilder:
         self.timeout_s = timeout_s
         self.cache_dir = cache_dir
         self._slim: Path | None = None
-        self._plans: dict[str, SourcePlan | None] = {}  # per commit, once the index answered
+        self._plans: dict[str, SourcePlan] = {}  # per commit, once the index answered
         key = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:10]
         self.venv_root = cache_dir / "venvs" / key
         self.uv = find_uv() if use_uv in (None, True) else None

@@ -69,7 +69,6 @@ class ProfileDiff:
         return next((d for d in self.totals if d.key == OUTPUT), None)
 
 
-
 def _kind(key: str, parent: Sequence[float], culprit: Sequence[float],
           diff: float) -> DeltaKind:
     if key in COUNTS:

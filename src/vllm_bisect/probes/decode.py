@@ -239,16 +239,22 @@ class DecodeProbe:
                 warm.pop("min_tokens", None)
             self.run_one(client, server, warm)
 
+    def _body(self, client: httpx.Client, server: ServerHandle, s: ProbeSpec
+              ) -> tuple[dict[str, Any], int | None, SizedPrompt | None]:
+        """The request body of spec ``s`` on this server, the max_tokens it sends, and the
+        sized prompt it carries (None: probe.prompt as is)."""
+        max_tokens = s.max_tokens if s.send_max_tokens else None
+        sized = self.sized_prompt(client, server, s.prompt_tokens)
+        body = self.request_body(server.model, max_tokens,
+                                 sized.text if sized is not None else None)
+        return body, max_tokens, sized
+
     def warm_up(self, server: ServerHandle) -> None:
         """The spec's warm-up requests alone, as :meth:`measure` runs them (``explain`` runs
         them before the profiler starts)."""
-        s = self.spec
-        max_tokens = s.max_tokens if s.send_max_tokens else None
         with net.client(timeout=httpx.Timeout(30.0, read=self.ops.request_timeout_s)) as client:
-            sized = self.sized_prompt(client, server, s.prompt_tokens)
-            body = self.request_body(server.model, max_tokens,
-                                     sized.text if sized is not None else None)
-            self._warm(client, server, body, max_tokens, s.warmup)
+            body, max_tokens, _ = self._body(client, server, self.spec)
+            self._warm(client, server, body, max_tokens, self.spec.warmup)
 
     def measure(self, server: ServerHandle, requests: int | None = None,
                 warmup: int | None = None) -> Measurement:
@@ -257,14 +263,11 @@ class DecodeProbe:
         if requests is not None or warmup is not None:
             s = s.model_copy(update={k: v for k, v in (("requests", requests), ("warmup", warmup))
                                      if v is not None})
-        max_tokens = s.max_tokens if s.send_max_tokens else None
         started = time.perf_counter()
         limits = httpx.Limits(max_connections=s.concurrency + 2)
         timeout = httpx.Timeout(30.0, read=self.ops.request_timeout_s)
         with net.client(limits=limits, timeout=timeout) as client:
-            sized = self.sized_prompt(client, server, s.prompt_tokens)
-            body = self.request_body(server.model, max_tokens,
-                                     sized.text if sized is not None else None)
+            body, max_tokens, sized = self._body(client, server, s)
             version = self._version(client, server)
             self._warm(client, server, body, max_tokens, s.warmup)
             before = metrics.scrape(client, server.url)

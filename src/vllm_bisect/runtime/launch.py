@@ -132,7 +132,7 @@ class ProcessLauncher:
 
     @staticmethod
     def _start(artifact: Artifact, spec: ServerSpec, port: int
-               ) -> contextlib.AbstractContextManager[ServerHandle]:
+               ) -> AbstractContextManager[ServerHandle]:
         plan = launch_plan(artifact, spec.serve, port, spec.extra_args)
         if plan is None:
             raise FatalError(f"a {artifact.kind.value} artifact is not started as a process")

@@ -112,16 +112,21 @@ def wait_healthy(url: str, exit_code: Callable[[], int | None], timeout_s: float
     started = time.monotonic()
     deadline = started + timeout_s
     other = ""  # who answered /health on the port instead of the server
+
+    def foreign() -> str:
+        """Who holds the port when it is not the server ("": the server, or cannot tell)."""
+        check = port_check() if port_check is not None else None
+        return check.holder if check is not None and check.ownership is Ownership.OTHER else ""
+
     with net.client(timeout=HEALTH_POLL_S) as client:
         while True:
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"{what} start-up cancelled")
             code = exit_code()
             if code is not None:
-                check = port_check() if port_check is not None else None
-                if check is not None and check.ownership is Ownership.OTHER:
+                if holder := foreign():
                     raise PortTaken(
-                        f"{what} exited with code {code}: its port is held by {check.holder}",
+                        f"{what} exited with code {code}: its port is held by {holder}",
                         hint="two servers were given the same free port; another port is tried",
                         log_tail=tail(log_path), log=log_path)
                 raise ServeError(
@@ -132,13 +137,13 @@ def wait_healthy(url: str, exit_code: Callable[[], int | None], timeout_s: float
             try:
                 with net.stream(client, "GET", f"{url}/health", deadline_s=poll_s) as (r, _):
                     if r.status_code == 200:
-                        check = port_check() if port_check is not None else None
-                        if check is None or check.ownership is not Ownership.OTHER:
+                        holder = foreign()
+                        if not holder:
                             return time.monotonic() - started
                         if not other:
                             logger.warning("%s/health answered by %s, not the %s; waiting",
-                                           url, check.holder, what)
-                        other = check.holder
+                                           url, holder, what)
+                        other = holder
             except (httpx.HTTPError, net.NetLimitError):
                 pass  # vLLM binds its port only once the engine is up
             if time.monotonic() > deadline:
