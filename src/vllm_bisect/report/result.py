@@ -7,6 +7,7 @@ Built once from the driver's :class:`~vllm_bisect.bisect.driver.BisectResult`
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -119,8 +120,13 @@ class BisectReport(_Doc):
     # verdict.strategy = "auto": the strategy it chose for the symptom, and why
     strategy_chosen: str | None = None
     strategy_reason: str | None = None
-    server_starts: int = 0           # the search's (verification's: verify_server_starts)
+    server_starts: int = 0           # all but the verification's (verify_server_starts)
     verify_server_starts: int = 0
+    # every start of the session (every call: a resume too), by phase (models.Phase), and
+    # what plain `git bisect run` would have started: one server per step, ceil(log2 n)
+    starts_by_phase: dict[str, int] = Field(default_factory=dict)
+    plain_bisect_starts: int = 0
+    calls: int = 1                   # the calls that worked on the session (1 + resumes)
     rounds: int = 0
     workers: int = 1
     wall_s: float = 0.0
@@ -175,7 +181,10 @@ class BisectReport(_Doc):
                    confidence=result.confidence, strategy_chosen=result.strategy_chosen,
                    strategy_reason=result.strategy_reason, server_starts=result.server_starts,
                    verify_server_starts=result.verify_server_starts,
-                   rounds=result.rounds, workers=result.workers, wall_s=round(result.wall_s, 3),
+                   starts_by_phase=result.starts_by_phase,
+                   plain_bisect_starts=plain_starts(len(result.range.commits)),
+                   calls=result.calls, rounds=result.rounds, workers=result.workers,
+                   wall_s=round(result.wall_s, 3),
                    forecast=_forecast(result))
 
     def culprit_lines(self) -> list[str]:
@@ -212,6 +221,11 @@ class BisectReport(_Doc):
             raise SessionError(f"{path} cannot be read: {str(err).splitlines()[0]}",
                                hint=f"write it again with: vllm-bisect run --session "
                                     f"{path.parent}") from None
+
+
+def plain_starts(n: int) -> int:
+    """Server starts of a plain ``git bisect run`` over ``n`` commits: one a step."""
+    return math.ceil(math.log2(max(2, n)))
 
 
 def _skip_cause(ev: Evaluation) -> dict[str, Any]:
