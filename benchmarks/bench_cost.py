@@ -53,6 +53,7 @@ class Trial:
     lo: float = 0.02   # request and server CV drawn in [lo, hi]
     hi: float = 0.05
     spec: tuple[tuple[str, object], ...] = ()   # verdict keys over the default
+    requests: int | None = None   # probe.requests (None: the default)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,8 @@ class Outcome:
 
 
 def spec_for(t: Trial) -> BisectSpec:
-    return parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
+    probe = {} if t.requests is None else {"requests": t.requests}
+    return parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"}, "probe": probe,
                        "verdict": {"symptom": "itl", **dict(t.spec)}})
 
 
@@ -118,6 +120,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--effects", default=",".join(map(str, EFFECTS)))
     ap.add_argument("--noise", default="0.02,0.05", help="request and server CV range lo,hi")
+    ap.add_argument("--requests", type=int, default=None, help="probe.requests")
     ap.add_argument("--set", action="append", default=[],
                     help="a verdict key over the default, KEY=VALUE (int/float/bool/str)")
     a = ap.parse_args()
@@ -136,7 +139,7 @@ def main() -> None:
                     pass
         extra.append((key, v))
     effects = [float(x) for x in a.effects.split(",")]
-    items = [Trial(e, a.seed * 1_000_003 + r * 10_007 + j, lo, hi, tuple(extra))
+    items = [Trial(e, a.seed * 1_000_003 + r * 10_007 + j, lo, hi, tuple(extra), a.requests)
              for r, e in enumerate(effects) for j in range(a.trials)]
     with ProcessPoolExecutor(a.jobs) as pool:
         outs = list(pool.map(run_trial, items, chunksize=4))
