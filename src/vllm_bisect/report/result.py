@@ -74,12 +74,17 @@ class JudgedCommit(_Doc):
 
 
 class VerificationDoc(_Doc):
-    """The culprit and its parent re-measured on fresh servers once the search was over."""
+    """The culprit and its parent judged again once the search was over: on fresh servers
+    (``source = "fresh"``, ``samples`` requests asked for each), or from the servers the
+    search's confirmation judged them on at the whole-bisect bound (``"confirmation"``)."""
 
     culprit: str
     parent: str
     samples: int
     confirmed: bool
+    source: str = "fresh"
+    culprit_servers: int = 0   # the servers each verdict rests on
+    parent_servers: int = 0
     culprit_verdict: Verdict
     culprit_reason: str
     parent_verdict: Verdict
@@ -92,7 +97,10 @@ class VerificationDoc(_Doc):
         if v is None:
             return None
         return cls(culprit=v.culprit, parent=v.parent, samples=v.samples,
-                   confirmed=v.confirmed, culprit_verdict=v.culprit_verdict,
+                   confirmed=v.confirmed, source=v.source,
+                   culprit_servers=len(v.culprit_servers or []) or 1,
+                   parent_servers=len(v.parent_servers or []) or 1,
+                   culprit_verdict=v.culprit_verdict,
                    culprit_reason=v.culprit_reason, parent_verdict=v.parent_verdict,
                    parent_reason=v.parent_reason,
                    culprit_per_request=PerRequest.of(v.culprit_measurement),

@@ -235,7 +235,9 @@ def effects(r: SessionReport) -> list[str]:
     after: PerRequest | None
     if v and v.culprit_per_request and v.parent_per_request:
         before, after = v.parent_per_request, v.culprit_per_request
-        source = f"re-measured with {requests_text(v)}"
+        source = (f"re-measured with {requests_text(v)}" if v.source == "fresh" else
+                  f"the final pair's servers ({servers_text(v.parent_servers)} of the parent,"
+                  f" {servers_text(v.culprit_servers)} of the culprit)")
     else:
         if culprit.index is None:
             return []
@@ -283,10 +285,20 @@ def starts_text(res: BisectReport) -> str:
                                        else "")
 
 
+def servers_text(n: int) -> str:
+    return f"{n} server" + ("" if n == 1 else "s")
+
+
 def verification_text(res: BisectReport) -> str | None:
     v = res.verification
     if v is None:
         return None
+    if v.source == "confirmation":
+        return (f"Verified at the whole-bisect bound by the search's confirmation of the final "
+                f"pair, with no fresh server: the culprit bad on "
+                f"{servers_text(v.culprit_servers)} ({v.culprit_reason}) and its parent "
+                f"{v.parent[:12]} good on {servers_text(v.parent_servers)} "
+                f"({v.parent_reason}).")
     if v.confirmed:
         return (f"Verified: re-measured on fresh servers ({requests_text(v)}), the "
                 f"culprit again judged bad ({v.culprit_reason}) and its parent "

@@ -44,8 +44,9 @@ class Measurer:
         default = 0 if spec.verdict.symptom is Symptom.CRASH else spec.ops.retries
         self.retries = default if retries is None else retries
         self._next = 0
-        # own task id -> (executor task, commit, more, retries left, account, phase)
-        self._tasks: dict[int, tuple[int, str, MoreSamples | None, int, bool, Phase]] = {}
+        # own task id -> (executor task, commit, more, retries left, account, phase, the
+        # journal's row of this attempt)
+        self._tasks: dict[int, tuple[int, str, MoreSamples | None, int, bool, Phase, int]] = {}
         self._by_exec: dict[int, int] = {}
 
     @contextmanager
@@ -57,9 +58,10 @@ class Measurer:
         finally:
             self.phase = before
 
-    def _counted(self, commit: str, phase: Phase) -> None:
-        self.by_phase[phase] += 1
-        self.store.journal.start_recorded(commit, phase.value)
+    def _counted(self, row: int, phase: Phase, started: bool) -> None:
+        if started:
+            self.by_phase[phase] += 1
+        self.store.journal.start_done(row, started)
 
     @property
     def workers(self) -> int:
@@ -81,8 +83,9 @@ class Measurer:
 
     def _start(self, task: int, commit: str, more: MoreSamples | None, left: int,
                account: bool, phase: Phase) -> None:
+        row = self.store.journal.start_pending(commit, phase.value)
         ex_task = self.executor.submit(commit, more)
-        self._tasks[task] = (ex_task, commit, more, left, account, phase)
+        self._tasks[task] = (ex_task, commit, more, left, account, phase, row)
         self._by_exec[ex_task] = task
 
     def cancel(self, task: int) -> None:
@@ -96,18 +99,17 @@ class Measurer:
             while not out and self._tasks:
                 for done in self.executor.wait(timeout):
                     task = self._by_exec.pop(done.task)
-                    _, commit, more, left, account, phase = self._tasks.pop(task)
+                    _, commit, more, left, account, phase, row = self._tasks.pop(task)
                     ev = done.evaluation
                     if ev.status is EvalStatus.FAILED and left > 0:
                         self.server_starts += 1  # the failed attempt's (it is not cached)
-                        self._counted(commit, phase)
+                        self._counted(row, phase, True)
                         logger.warning("%s failed (%s); trying again on a fresh server",
                                        commit[:12], ev.reason)
                         self._start(task, commit, more, left - 1, account, phase)
                         continue
                     started = ev.status not in (EvalStatus.CANCELLED, EvalStatus.UNAVAILABLE)
-                    if started:
-                        self._counted(commit, phase)
+                    self._counted(row, phase, started)
                     if account and ev.status is not EvalStatus.CANCELLED:
                         self._account(ev)
                     elif started:

@@ -138,7 +138,7 @@ class SessionJournal:
                 stopped REAL);
             CREATE TABLE IF NOT EXISTS starts (
                 seq INTEGER PRIMARY KEY AUTOINCREMENT, commit_sha TEXT NOT NULL,
-                phase TEXT NOT NULL, created REAL NOT NULL);
+                phase TEXT NOT NULL, created REAL NOT NULL, done INTEGER NOT NULL);
             CREATE TABLE IF NOT EXISTS runs (
                 seq INTEGER PRIMARY KEY AUTOINCREMENT, started REAL NOT NULL,
                 seen REAL NOT NULL);
@@ -224,21 +224,40 @@ class SessionJournal:
     def runs(self) -> int:
         return int(self.con.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
 
-    def start_recorded(self, commit: str, phase: str) -> None:  # (worker threads too)
-        """A server was started for ``commit`` (counted whether it came up or not)."""
+    def start_pending(self, commit: str, phase: str) -> int:  # (worker threads too)
+        """A server is about to be started for ``commit``: counted once :meth:`start_done`
+        says it was, or, if this call is killed first, when a server process of that commit
+        was recorded after it (``servers``)."""
         with self._lock:
-            self.con.execute("INSERT INTO starts (commit_sha, phase, created) VALUES (?, ?, ?)",
-                             (commit, phase, time.time()))
+            cur = self.con.execute(
+                "INSERT INTO starts (commit_sha, phase, created, done) VALUES (?, ?, ?, 0)",
+                (commit, phase, time.time()))
+        self.touch_run()
+        return int(cur.lastrowid or 0)
+
+    def start_done(self, row: int, started: bool) -> None:
+        """The attempt ended: a server was started (kept), or none was (no artifact,
+        cancelled before it ran: forgotten)."""
+        with self._lock:
+            if started:
+                self.con.execute("UPDATE starts SET done = 1 WHERE seq = ?", (row,))
+            else:
+                self.con.execute("DELETE FROM starts WHERE seq = ?", (row,))
         self.touch_run()
 
     def starts_by_phase(self) -> dict[str, int]:
-        """Server starts of the whole session, per phase."""
-        rows = self.con.execute("SELECT phase, COUNT(*) FROM starts GROUP BY phase").fetchall()
+        """Server starts of the whole session, per phase (an attempt a killed call left
+        pending counts when its server process was started)."""
+        rows = self.con.execute(
+            "SELECT phase, COUNT(*) FROM starts WHERE done = 1 OR EXISTS (SELECT 1 FROM "
+            "servers WHERE servers.commit_sha = starts.commit_sha AND servers.started >= "
+            "starts.created) GROUP BY phase").fetchall()
         return {str(p): int(n) for p, n in rows}
 
     def starts_by_commit(self) -> dict[str, int]:
         rows = self.con.execute(
-            "SELECT commit_sha, COUNT(*) FROM starts GROUP BY commit_sha").fetchall()
+            "SELECT commit_sha, COUNT(*) FROM starts WHERE done = 1 GROUP BY commit_sha"
+            ).fetchall()
         return {str(c): int(n) for c, n in rows}
 
     def close(self) -> None:
