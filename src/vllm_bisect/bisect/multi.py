@@ -15,8 +15,9 @@ calibrates), the rest checks (``verdict.rest_check``, on by default) ask whether
 the whole effect: the bad endpoint against the culprit, and the culprit's parent against the
 good endpoint (bisect/rest.py: from the servers the search and the verification ran;
 "explained" once even the 95% upper bound of the rest is under the smallest change that
-matters, else at most ``verdict.rest_servers`` fresh servers, then "undecided" with the
-command that checks further). Whichever side is still clearly worse is bisected the same
+matters; "no sign of a rest" with no fresh server when those servers show none, with what
+ruling one out would take; on a sign, at most ``verdict.rest_servers`` fresh servers, then
+"undecided" with the command that checks further). Whichever side is still clearly worse is bisected the same
 way, with its own checks. With
 more than one step found, each culprit is tested against its parent alone the same way, and
 one that does not separate is reported as not confirmed. Every step is reported ("a 1.30x
@@ -40,7 +41,7 @@ from vllm_bisect.bisect.events import EventHandler
 from vllm_bisect.bisect.policies import make_policy, resolve_strategy
 from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitRange
-from vllm_bisect.bisect.rest import RestAnswer, RestCheck
+from vllm_bisect.bisect.rest import RestAnswer
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Evaluation, Phase, Verdict
 from vllm_bisect.spec import BisectSpec, Symptom
@@ -300,7 +301,7 @@ class _Loop:
             except NotReproduced as err:
                 if by < 0:
                     raise
-                self._note(by, f"rest check, {what}: no ({_starts(self.starts - before)}): "
+                self._note(by, f"rest check, {what}: no ({rest.starts_text(self.starts - before)}): "
                                f"{err.message}")
                 continue
             assert self.out is not None
@@ -344,7 +345,7 @@ class _Loop:
         starts = driver.measurer.server_starts
         self.starts += starts
         self.phases.update(driver.measurer.by_phase)
-        self._note(by, rest_note(what, found, why, starts, cap, rng, self.spec_path))
+        self._note(by, rest.note(what, found, why, starts, cap, rng, self.spec_path))
         return False
 
     def _note(self, index: int, text: str) -> None:
@@ -390,26 +391,3 @@ def culprit_docs(multi: MultiResult) -> list[dict[str, Any]] | None:
     return [{**asdict(c), "candidates": list(c.candidates), "summary": c.describe()}
             for c in multi.culprits]
 
-
-def _starts(k: int) -> str:
-    return f"{k} server start" + ("" if k == 1 else "s")
-
-
-def rest_note(what: str, found: RestCheck | None, why: str, starts: int, cap: int,
-              rng: CommitRange, spec_path: str) -> str:
-    """One line: a rest check's answer, what it cost, and how to check further."""
-    head = f"rest check, {what}: "
-    if found is None:
-        return f"{head}untestable ({_starts(starts)}): {why}"
-    numbers = (f"change {found.change:+.1%}, P(it matters) = {found.p_matters:.2f}, "
-               f"{found.servers[0]} + {found.servers[1]} servers")
-    command = (f"`vllm-bisect run --spec {spec_path} --good {rng.good.sha[:12]} --bad "
-               f"{rng.bad.sha[:12]}`")
-    if found.answer is RestAnswer.EXPLAINED:
-        return f"{head}no, the culprit explains the effect ({numbers}; {_starts(starts)})"
-    if found.answer is RestAnswer.NO_SIGN:
-        return (f"{head}no sign of a rest ({numbers}; {_starts(starts)}); ruling one out "
-                f"would need ~{found.need} servers an end: {command}")
-    return (f"{head}undecided ({numbers}; {_starts(starts)}, verdict.rest_servers = {cap}"
-            + (f"; ~{found.need} servers an end would settle it" if found.need else "")
-            + f"): {command}")

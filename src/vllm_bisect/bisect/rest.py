@@ -41,6 +41,7 @@ from enum import StrEnum
 from vllm_bisect.bisect.policies.base import ServerRuns, VerdictPolicy
 from vllm_bisect.bisect.policies.calibration import Calibration
 from vllm_bisect.bisect.policies.twolevel import TwoLevelPolicy
+from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.models import Measurement, Verification
 from vllm_bisect.spec import Symptom
 from vllm_bisect.verdict.auto import log_min_change, samples_of
@@ -181,3 +182,27 @@ def verified_servers(v: Verification | None, symptom: Symptom) -> dict[str, Serv
         if m is not None and gs:
             out[sha] = (gs, m)
     return out
+
+
+def starts_text(k: int) -> str:
+    return f"{k} server start" + ("" if k == 1 else "s")
+
+
+def note(what: str, found: RestCheck | None, why: str, starts: int, cap: int,
+              rng: CommitRange, spec_path: str) -> str:
+    """One line: a rest check's answer, what it cost, and how to check further."""
+    head = f"rest check, {what}: "
+    if found is None:
+        return f"{head}untestable ({starts_text(starts)}): {why}"
+    numbers = (f"change {found.change:+.1%}, P(it matters) = {found.p_matters:.2f}, "
+               f"{found.servers[0]} + {found.servers[1]} servers")
+    command = (f"`vllm-bisect run --spec {spec_path} --good {rng.good.sha[:12]} --bad "
+               f"{rng.bad.sha[:12]}`")
+    if found.answer is RestAnswer.EXPLAINED:
+        return f"{head}no, the culprit explains the effect ({numbers}; {starts_text(starts)})"
+    if found.answer is RestAnswer.NO_SIGN:
+        return (f"{head}no sign of a rest ({numbers}; {starts_text(starts)}); ruling one out "
+                f"would need ~{found.need} servers an end: {command}")
+    return (f"{head}undecided ({numbers}; {starts_text(starts)}, verdict.rest_servers = {cap}"
+            + (f"; ~{found.need} servers an end would settle it" if found.need else "")
+            + f"): {command}")
