@@ -95,7 +95,8 @@ def run_trial(t: Trial) -> Outcome:
         finally:
             journal.close()
     named = {rng.index(c.commit) for c in multi.culprits if c.commit is not None and c.confirmed}
-    return Outcome(named == {at}, False, n, cluster.starts, multi.result.starts_by_phase)
+    return Outcome(named == {at}, False, n, cluster.starts,
+                   getattr(multi.result, "starts_by_phase", {}))   # (none before issue 40)
 
 
 def summarize(effect: float, outs: list[Outcome]) -> str:

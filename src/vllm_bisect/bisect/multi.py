@@ -335,7 +335,8 @@ class _Loop:
         rng, cap = driver.rng, sp.verdict.rest_servers
         try:
             with driver.measurer.during(Phase.REST):
-                found = rest.check(driver.core.policy, driver.tester, cap, verified)
+                found = rest.check(driver.core.policy, driver.tester, cap, verified,
+                                   (self.rng.good.sha, self.rng.bad.sha))
         except NotReproduced as err:   # an end that could not be tested
             found, why = None, err.message
         else:

@@ -15,9 +15,14 @@ confirmations; a fresh verification's servers). Fresh servers are paid only for 
 - **explained** (futility): P(the change >= the smallest change that matters) < ``FUTILITY``
   under the posterior, i.e. even the one-sided 95% upper bound of the change is under it,
   with two servers an end at least. Nothing more runs.
-- **no sign** of a rest that matters in the servers at hand (P(it matters) < ``SIGN``): no
-  (more) servers are started for it; the answer says what ruling it out would take
-  (:func:`servers_to_explain`) and the command that checks it.
+- **no sign** of a rest that matters (P(it matters) < ``SIGN``) on two servers an end at
+  least, one of them started after the search's verdict on an end the search judged: no
+  more servers are started for it; the answer says what ruling it out would take
+  (:func:`servers_to_explain`) and the command that checks it. The fresh server because the
+  search's servers of the culprit and of its parent are a biased sample: each was judged on
+  them (a plateau commit measured low looked good, a culprit measured high looked like the
+  whole step): judged on those alone, bench_multi's two-step rows missed the second step in
+  37% of runs.
 - otherwise (a sign of a rest) one fresh server for the end with fewer servers (the lower
   end on a tie), up to ``verdict.rest_servers`` server starts a check; then **undecided**,
   said so with the command that checks further (also as soon as the cap cannot settle it).
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -50,7 +55,8 @@ from vllm_bisect.verdict.twolevel import CalStep
 logger = logging.getLogger(__name__)
 FUTILITY = 0.05   # P(the rest matters) under which the culprit explains the effect
 MIN_SERVERS = 2   # per end, before the culprit explains it (one server's level is a guess)
-SIGN = 0.8        # P(the rest matters) from which fresh servers are worth starting
+SIGN = 0.5        # P(the rest matters) from which fresh servers are worth starting: the
+#                   estimate at the smallest change that matters, or beyond
 
 
 Servers = tuple[list[list[float]], Measurement]   # samples per server, their measurement
@@ -75,11 +81,13 @@ class RestCheck:
 
 
 def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
-          verified: Mapping[str, Servers] | None = None) -> RestCheck | None:
+          verified: Mapping[str, Servers] | None = None,
+          calibrated: Collection[str] = ()) -> RestCheck | None:
     """The rest check of ``runs``' range (its endpoints: the two commits compared), at most
     ``cap`` fresh servers. ``verified``: servers a culprit's verification ran of either
-    commit (fresh ones, after the search: added to the search's). None: not the two-level
-    test (the search's own calibration then answers, as before)."""
+    commit (fresh ones, after the search: added to the search's). ``calibrated``: the
+    commits whose servers no verdict chose (the run's endpoints); the others were judged by
+    a search. None: not the two-level test (the search's own calibration then answers)."""
     if not isinstance(policy, TwoLevelPolicy):
         return None
     cal = Calibration(policy, runs, 0, announce=False)
@@ -92,20 +100,30 @@ def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
     if missing:   # not measured by the search (a part's end it never judged)
         cal.run(missing, 2)
     started = len(missing)
+    # the ends a search verdict chose servers of (the culprit, its parent): their servers are
+    # a biased sample until one was started after the verdict (this check's or a verification's)
+    judged = {sha for sha in ends if sha not in calibrated
+              and sha not in (verified or {}) and sha not in missing}
+    biased = {sha: len(cal.groups[sha]) for sha in judged}   # their search servers
     min_change = log_min_change(policy.v)
+    threshold = math.log(2 / policy.v.alpha)
     while True:
-        step = cal.step(math.log(2 / policy.v.alpha))
+        step = cal.step(threshold)
         answer = _answer(step, min(len(cal.groups[sha]) for sha in ends), started, cap)
         need = _cannot_settle(step, [cal.groups[sha] for sha in ends], cap - started,
                               min_change) if answer is None else 0
         if need:
             answer = RestAnswer.UNDECIDED
-        elif answer is None and step.p_matters < SIGN:
+        elif (answer is None and not judged
+              and min(len(cal.groups[sha]) for sha in ends) >= MIN_SERVERS
+              and _unbiased(cal, biased, threshold).p_matters < SIGN):
             answer, need = RestAnswer.NO_SIGN, _to_explain(step, cal, min_change)
         if answer is not None:
             break
         old, new = (len(cal.groups[sha]) for sha in ends)
-        cal.run([cal.new_sha if new < old else cal.old_sha], max(2, step.requests))
+        nxt = (min(judged) if judged else cal.new_sha if new < old else cal.old_sha)
+        judged.discard(nxt)
+        cal.run([nxt], max(2, step.requests))
         started += 1
     if cal.fresh:   # the next calibration (a bisect of this part) goes on from them
         cal.record()
@@ -115,6 +133,13 @@ def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
     logger.info("rest check: %s: %s", answer.value, why)
     return RestCheck(answer, why, servers, started, change=_change(step),
                      p_matters=step.p_matters, need=need)
+
+
+def _unbiased(cal: Calibration, biased: Mapping[str, int], threshold: float) -> CalStep:
+    """The check's numbers without the servers a search verdict chose (the first
+    ``biased[sha]`` of an end's): is there a sign of a rest in what no verdict selected?"""
+    groups = {sha: gs[biased.get(sha, 0):] for sha, gs in cal.groups.items()}
+    return cal.step(threshold, groups=groups)
 
 
 def _change(step: CalStep) -> float:

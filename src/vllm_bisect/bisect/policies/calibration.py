@@ -66,12 +66,15 @@ class Calibration:
             self.groups[sha].append(s)
             self.last[sha] = ev
 
-    def step(self, threshold: float, step_change: float = 0.0) -> CalStep:
-        """The calibration's next step on the servers so far (verdict/twolevel.py)."""
+    def step(self, threshold: float, step_change: float = 0.0,
+             groups: dict[str, list[list[float]]] | None = None) -> CalStep:
+        """The calibration's next step on the servers so far (verdict/twolevel.py), or on
+        ``groups`` (a subset of them)."""
         p, v = self.p, self.p.v
+        gs = groups or self.groups
         return calibration_step(
-            [to_logs(g) for g in self.groups[self.old_sha]],
-            [to_logs(g) for g in self.groups[self.new_sha]], min_change=log_min_change(v),
+            [to_logs(g) for g in gs[self.old_sha]],
+            [to_logs(g) for g in gs[self.new_sha]], min_change=log_min_change(v),
             # a fix search: the new end is the one without the problem
             direction=direction(p.symptom) * (-1 if p.terms.fix else 1),
             threshold=threshold, max_servers=CALIBRATION_SERVERS, server_cost=v.server_cost,
