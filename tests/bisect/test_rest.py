@@ -35,21 +35,24 @@ def test_no_fresh_server_decides_from_the_searchs_servers_alone(tmp_path: Path) 
     assert "rest check" in m.culprits[0].note
 
 
-def test_no_sign_of_a_rest_starts_no_server_and_says_how_to_check(tmp_path: Path) -> None:
-    """issue 40: at the H200's spread ruling a 5% rest out takes ~20 servers an end; the
-    servers at hand show no sign of one, so no server is started for either check (before:
-    up to 8 a check, "undecided"), and the note says what checking would take, in one line
-    with the session's spec path."""
+def test_a_rest_the_cap_cannot_settle_says_so_in_one_line(tmp_path: Path) -> None:
+    """At the H200's spread (server-level CV ~10%) "explained" needs ~20 servers an end at
+    the default smallest change (5%): the check stops as soon as its numbers show that, and
+    its note is one short line with the servers it would take and the command (issue 42:
+    ~900 characters with a placeholder path; issue 40: the session's own spec path)."""
     m, with_ = run(spec(["itl"], itl_factor=1.05), H200_LIKE, tmp_path / "a")
     _, without = run(spec(["itl"], itl_factor=1.05, rest_check=False), H200_LIKE,
                      tmp_path / "b")
     assert named(m, H200_LIKE, "itl") == {13}
     (c,) = m.culprits
     notes = c.note.split("; rest check")
-    assert len(notes) == 2 and all("no sign of a rest" in n for n in notes), c.note
-    assert all("servers an end: `vllm-bisect run --spec SPEC --good " in n for n in notes)
-    assert with_.starts == without.starts, (with_.starts, without.starts)
-    assert m.result.starts_by_phase.get("rest", 0) == 0
+    assert len(notes) == 2, c.note
+    for n in notes:
+        assert len(n) < 330, n
+        assert "`vllm-bisect run --spec SPEC --good " in n, n
+        assert "SESSION/spec.toml" not in n
+    assert any("servers an end would settle it" in n for n in notes), c.note
+    assert with_.starts - without.starts < 2 * 8, (with_.starts, without.starts)
 
 
 def test_the_calibration_step_tells_the_rest_check_its_numbers() -> None:

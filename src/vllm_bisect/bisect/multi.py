@@ -15,9 +15,8 @@ calibrates), the rest checks (``verdict.rest_check``, on by default) ask whether
 the whole effect: the bad endpoint against the culprit, and the culprit's parent against the
 good endpoint (bisect/rest.py: from the servers the search and the verification ran;
 "explained" once even the 95% upper bound of the rest is under the smallest change that
-matters; "no sign of a rest" with no fresh server when those servers show none, with what
-ruling one out would take; on a sign, at most ``verdict.rest_servers`` fresh servers, then
-"undecided" with the command that checks further). Whichever side is still clearly worse is bisected the same
+matters, else at most ``verdict.rest_servers`` fresh servers, then "undecided" with the
+command that checks further). Whichever side is still clearly worse is bisected the same
 way, with its own checks. With
 more than one step found, each culprit is tested against its parent alone the same way, and
 one that does not separate is reported as not confirmed. Every step is reported ("a 1.30x
@@ -335,8 +334,7 @@ class _Loop:
         rng, cap = driver.rng, sp.verdict.rest_servers
         try:
             with driver.measurer.during(Phase.REST):
-                found = rest.check(driver.core.policy, driver.tester, cap, verified,
-                                   (self.rng.good.sha, self.rng.bad.sha))
+                found = rest.check(driver.core.policy, driver.tester, cap, verified)
         except NotReproduced as err:   # an end that could not be tested
             found, why = None, err.message
         else:

@@ -6,8 +6,7 @@ is asked of the two commits as the endpoints of that part of the range, with the
 calibration's numbers (:func:`~vllm_bisect.verdict.twolevel.calibration_step`, through
 :class:`~vllm_bisect.bisect.policies.twolevel.Calibration`), from every server already run of
 them (the session's measurement store: the endpoints' calibration, the search's steps and
-confirmations; a fresh verification's servers). Fresh servers are paid only for doubt
-(issue 40):
+confirmations; a fresh verification's servers):
 
 - **worse**: they separate by the smallest change that matters (the direction sure at the
   calibration's ``p_wrong``, the estimate at least the change): that part is bisected, and
@@ -15,31 +14,25 @@ confirmations; a fresh verification's servers). Fresh servers are paid only for 
 - **explained** (futility): P(the change >= the smallest change that matters) < ``FUTILITY``
   under the posterior, i.e. even the one-sided 95% upper bound of the change is under it,
   with two servers an end at least. Nothing more runs.
-- **no sign** of a rest that matters (P(it matters) < ``SIGN``) on two servers an end at
-  least, one of them started after the search's verdict on an end the search judged: no
-  more servers are started for it; the answer says what ruling it out would take
-  (:func:`servers_to_explain`) and the command that checks it. The fresh server because the
-  search's servers of the culprit and of its parent are a biased sample: each was judged on
-  them (a plateau commit measured low looked good, a culprit measured high looked like the
-  whole step): judged on those alone, bench_multi's two-step rows missed the second step in
-  37% of runs.
 - otherwise (a sign of a rest) one fresh server for the end with fewer servers (the lower
   end on a tie), up to ``verdict.rest_servers`` server starts a check; then **undecided**,
   said so with the command that checks further (also as soon as the cap cannot settle it).
   "worse", like "explained", needs two servers an end.
 
-Why ``SIGN``: on a clean single step the check's two questions are asked of ends a server
-or two apart in level; ruling a 5% rest out at a 5% server-level spread takes ~10 servers an
-end, which is the whole cost of plain bisect again (issue 40: 8 starts on real vLLM for
-"undecided"). A second step of the size searched for shows at once (benchmarks/bench_multi.py:
-two 1.3x steps are both named as before; docs/benchmarks.md).
+Fresh servers are what the servers at hand cannot settle: the search's servers of the culprit
+and of its parent are a biased sample (each was judged on them: a plateau commit measured low
+looked good, a culprit measured high looked like the whole step), so "explained" needs two
+servers an end, and a "no sign of a rest" judged on those alone missed the second of two
+1.3x steps in 7% of runs (bench_multi, issue 40: tried and dropped). Under the two-level
+default the verification is the confirmation's own servers (no fresh ones), so the servers
+this check starts are the only fresh ones of the final pair.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -55,8 +48,6 @@ from vllm_bisect.verdict.twolevel import CalStep
 logger = logging.getLogger(__name__)
 FUTILITY = 0.05   # P(the rest matters) under which the culprit explains the effect
 MIN_SERVERS = 2   # per end, before the culprit explains it (one server's level is a guess)
-SIGN = 0.5        # P(the rest matters) from which fresh servers are worth starting: the
-#                   estimate at the smallest change that matters, or beyond
 
 
 Servers = tuple[list[list[float]], Measurement]   # samples per server, their measurement
@@ -66,7 +57,6 @@ class RestAnswer(StrEnum):
     WORSE = "yes"              # clearly worse: bisected
     EXPLAINED = "no"           # the culprit explains the effect
     UNDECIDED = "undecided"    # the server cap came first
-    NO_SIGN = "no sign"        # no sign of a rest that matters: no (more) servers for it
 
 
 @dataclass(frozen=True)
@@ -81,13 +71,11 @@ class RestCheck:
 
 
 def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
-          verified: Mapping[str, Servers] | None = None,
-          calibrated: Collection[str] = ()) -> RestCheck | None:
+          verified: Mapping[str, Servers] | None = None) -> RestCheck | None:
     """The rest check of ``runs``' range (its endpoints: the two commits compared), at most
     ``cap`` fresh servers. ``verified``: servers a culprit's verification ran of either
-    commit (fresh ones, after the search: added to the search's). ``calibrated``: the
-    commits whose servers no verdict chose (the run's endpoints); the others were judged by
-    a search. None: not the two-level test (the search's own calibration then answers)."""
+    commit (fresh ones, after the search: added to the search's). None: not the two-level
+    test (the search's own calibration then answers, as before)."""
     if not isinstance(policy, TwoLevelPolicy):
         return None
     cal = Calibration(policy, runs, 0, announce=False)
@@ -100,30 +88,18 @@ def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
     if missing:   # not measured by the search (a part's end it never judged)
         cal.run(missing, 2)
     started = len(missing)
-    # the ends a search verdict chose servers of (the culprit, its parent): their servers are
-    # a biased sample until one was started after the verdict (this check's or a verification's)
-    judged = {sha for sha in ends if sha not in calibrated
-              and sha not in (verified or {}) and sha not in missing}
-    biased = {sha: len(cal.groups[sha]) for sha in judged}   # their search servers
     min_change = log_min_change(policy.v)
-    threshold = math.log(2 / policy.v.alpha)
     while True:
-        step = cal.step(threshold)
+        step = cal.step(math.log(2 / policy.v.alpha))
         answer = _answer(step, min(len(cal.groups[sha]) for sha in ends), started, cap)
         need = _cannot_settle(step, [cal.groups[sha] for sha in ends], cap - started,
                               min_change) if answer is None else 0
         if need:
             answer = RestAnswer.UNDECIDED
-        elif (answer is None and not judged
-              and min(len(cal.groups[sha]) for sha in ends) >= MIN_SERVERS
-              and _unbiased(cal, biased, threshold).p_matters < SIGN):
-            answer, need = RestAnswer.NO_SIGN, _to_explain(step, cal, min_change)
         if answer is not None:
             break
         old, new = (len(cal.groups[sha]) for sha in ends)
-        nxt = (min(judged) if judged else cal.new_sha if new < old else cal.old_sha)
-        judged.discard(nxt)
-        cal.run([nxt], max(2, step.requests))
+        cal.run([cal.new_sha if new < old else cal.old_sha], max(2, step.requests))
         started += 1
     if cal.fresh:   # the next calibration (a bisect of this part) goes on from them
         cal.record()
@@ -135,28 +111,11 @@ def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
                      p_matters=step.p_matters, need=need)
 
 
-def _unbiased(cal: Calibration, biased: Mapping[str, int], threshold: float) -> CalStep:
-    """The check's numbers without the servers a search verdict chose (the first
-    ``biased[sha]`` of an end's): is there a sign of a rest in what no verdict selected?"""
-    groups = {sha: gs[biased.get(sha, 0):] for sha, gs in cal.groups.items()}
-    return cal.step(threshold, groups=groups)
-
-
 def _change(step: CalStep) -> float:
     if step.model is None:
         return 0.0
     lo, hi = step.model.means()
     return math.expm1(hi - lo)
-
-
-def _to_explain(step: CalStep, cal: Calibration, min_change: float) -> int:
-    """Servers an end that would rule a rest that matters out, at the spread seen."""
-    if step.model is None:
-        return 0
-    s2, t2 = step.model.components()
-    groups = [g for sha in (cal.old_sha, cal.new_sha) for g in cal.groups[sha]]
-    requests = sum(len(x) for x in groups) / max(1, len(groups))
-    return max(MIN_SERVERS, servers_to_explain(s2, t2, requests, min_change))
 
 
 def servers_to_explain(s2: float, t2: float, requests: float, min_change: float) -> int:
@@ -225,9 +184,6 @@ def note(what: str, found: RestCheck | None, why: str, starts: int, cap: int,
                f"{rng.bad.sha[:12]}`")
     if found.answer is RestAnswer.EXPLAINED:
         return f"{head}no, the culprit explains the effect ({numbers}; {starts_text(starts)})"
-    if found.answer is RestAnswer.NO_SIGN:
-        return (f"{head}no sign of a rest ({numbers}; {starts_text(starts)}); ruling one out "
-                f"would need ~{found.need} servers an end: {command}")
     return (f"{head}undecided ({numbers}; {starts_text(starts)}, verdict.rest_servers = {cap}"
             + (f"; ~{found.need} servers an end would settle it" if found.need else "")
             + f"): {command}")
