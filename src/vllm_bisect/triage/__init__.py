@@ -11,11 +11,13 @@ import git
 from vllm_bisect.bisect.release import candidates, main_branch, map_ref
 from vllm_bisect.spec import BisectSpec, parse_spec
 from vllm_bisect.triage.comment import comment_markdown
-from vllm_bisect.triage.parse import Read, Triage, triage
+from vllm_bisect.triage.nightly import resolve_nightlies
+from vllm_bisect.triage.reading import triage
 from vllm_bisect.triage.roles import SearchKind
+from vllm_bisect.triage.values import Read, Source, Triage
 
-__all__ = ["Triage", "comment_markdown", "compare_command", "resolve_refs", "spec_from_triage",
-           "triage", "triage_json", "validated_spec"]
+__all__ = ["Read", "Source", "Triage", "comment_markdown", "compare_command", "resolve_refs",
+           "spec_from_triage", "triage", "triage_json", "validated_spec"]
 
 
 def _commit(repo: git.Repo, ref: str) -> git.Commit | None:
@@ -69,6 +71,7 @@ def resolve_refs(t: Triage, repo: git.Repo) -> None:
     git ancestry (the earliest new end, the latest old end before it); a PR named as the
     culprit becomes its merge commit."""
     main = main_branch(repo)
+    resolve_nightlies(t, repo, main)
     _resolve_pr(t, repo, main)
     resolved: dict[str, git.Commit] = {}
     for role in ("old", "new"):
