@@ -10,14 +10,14 @@ import git
 
 from vllm_bisect.bisect.release import candidates, main_branch, map_ref
 from vllm_bisect.spec import BisectSpec, parse_spec
-from vllm_bisect.triage.comment import comment_markdown
+from vllm_bisect.triage.comment import comment_markdown, without_form_reply
 from vllm_bisect.triage.nightly import resolve_nightlies
 from vllm_bisect.triage.reading import triage
 from vllm_bisect.triage.roles import SearchKind
 from vllm_bisect.triage.values import Read, Source, Triage
 
 __all__ = ["Read", "Source", "Triage", "comment_markdown", "compare_command", "resolve_refs",
-           "spec_from_triage", "triage", "triage_json", "validated_spec"]
+           "spec_from_triage", "triage", "triage_json", "validated_spec", "without_form_reply"]
 
 
 def _commit(repo: git.Repo, ref: str) -> git.Commit | None:

@@ -23,8 +23,15 @@ EDIT = ("**To correct it**, paste this at the end of the issue (or in place of i
         "(`vllm-bisect triage --form`).")
 
 
-def _cell(text: str, n: int = 160) -> str:
-    return text.replace("|", "\\|").replace("\n", " ").replace("`", "'")[:n]
+def without_form_reply(comment: str) -> str:
+    """``comment`` without its ready-to-edit reply (for the acknowledgement of a queued job)."""
+    return comment.split(f"\n\n{EDIT}", 1)[0].rstrip() + "\n"
+
+
+def _cell(text: str, n: int = 160, code: bool = False) -> str:
+    """Text for a table cell (``code``: inside a code span, where a backtick would end it)."""
+    text = text.replace("|", "\\|").replace("\n", " ")[:n]
+    return text.replace("`", "'") if code else text
 
 
 def comment_markdown(t: Triage, compare: str | None = None, started: bool = True) -> str:
@@ -45,14 +52,14 @@ def comment_markdown(t: Triage, compare: str | None = None, started: bool = True
     for r in t.read:
         how = "**read**" if r.source is Source.READ else "guessed"
         quote = f"“{_cell(r.quote, 200)}”" if r.quote else "-"
-        lines.append(f"| {_cell(r.what)} | `{_cell(r.value)}` | {how} | {r.line or '-'} | "
+        lines.append(f"| {_cell(r.what)} | `{_cell(r.value, code=True)}` | {how} | {r.line or '-'} | "
                      f"{quote} | {_cell(r.why)} |")
     if not any(r.what == "hardware" for r in t.read):
         gpu = t.hardware.get("gpu")
         lines.append(f"| hardware | `{gpu or '?'}` TP={t.hardware.get('tensor_parallel', 1)} | "
                      f"guessed | - | - | {'named in the report' if gpu else 'not named'} |")
     if t.images:
-        lines.append(f"| images | `{_cell(', '.join(t.images))}` | guessed | - | - | docker "
+        lines.append(f"| images | `{_cell(', '.join(t.images), code=True)}` | guessed | - | - | docker "
                      "tags in the report |")
     if t.warnings:
         lines += ["", "**Warnings**", ""] + [f"- {w}" for w in t.warnings]
