@@ -156,6 +156,13 @@ def test_an_answer_that_is_not_one_value_is_guessed_and_said() -> None:
         r.source is Source.GUESSED for r in t.read
         if r.what == "symptom")
     assert any("nothing ticked" in w for w in t.warnings)
+    # the form's own words are not the reporter's: a ticked "Speculative decoding: the MTP /
+    # draft speed-up is gone" is a symptom, not a speculative config read from the text
+    body = (FORMS / "vllm-09527-attention-time-060-063-opt125m" / "report.md").read_text()
+    t = triage(body.replace("- [ ] Speculative decoding", "- [X] Speculative decoding"))
+    assert sorted(t.symptoms) == ["itl", "mtp-speedup"] and t.speculative is None
+    t = triage(body.replace("- [X] ITL", "- [ ] ITL"))
+    assert t.symptoms == [] and any("nothing ticked" in w for w in t.warnings)
 
 
 def test_free_text_is_not_a_form() -> None:

@@ -37,14 +37,16 @@ class Answer:
 class FormBody:
     answers: dict[Field, Answer]
     scaffold: frozenset[int]   # lines that are the form's frame: headings, empty answers,
-    #                            unticked boxes (blanked for the free-text reader)
+    #                            checkboxes, the dropdown (blanked for the free-text reader)
 
 
 def _answer(f: Field, heading: int, body: list[tuple[int, str]]) -> tuple[Answer, set[int]]:
     frame: set[int] = {heading}
     checked = tuple((m.group("label").strip(), n) for n, ln in body
                     if (m := CHECKBOX.match(ln)) and m.group("x") in "xX")
-    frame |= {n for n, ln in body if (m := CHECKBOX.match(ln)) and m.group("x") == " "}
+    frame |= {n for n, ln in body if CHECKBOX.match(ln)}  # the form's words, not the reporter's
+    if f is Field.SEARCH:
+        frame |= {n for n, _ in body}   # the dropdown's option text ("fix: find the first...")
     rows = [(n, ln) for n, ln in body if ln.strip()]
     if rows and rows[0][1].strip() == NO_RESPONSE:
         frame.add(rows[0][0])
