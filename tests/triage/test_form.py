@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jsonschema
@@ -191,6 +192,27 @@ def test_the_bot_reply_reads_back_exactly() -> None:
             t.speculative), name
         assert all(r.source is Source.READ for r in back.read if r.what.split(" ")[0] in (
             "range.good", "range.bad", "search", "symptom", "model")), name
+
+
+def test_the_form_reader_is_linear_on_adversarial_input() -> None:
+    from vllm_bisect.triage.form import read_form, split_form
+    from vllm_bisect.triage.reading import sentence
+    from vllm_bisect.triage.values import Triage
+
+    head = "\n\n".join(f"### {label}\n\nx" for label in LABELS.values())
+    nasty = [("### a" + " " * 3990 + "b\n") * 50, head + "\n" + ("- [X] " + "a:" * 1990 + "\n") * 50,
+             head.replace("\nx", "\n" + "v0." * 1300), head.replace("\nx", "\n/" + "a/" * 1900),
+             head + "\n" + "```\n" * 5000, head.replace("\nx", "\n" + "#1" * 2000)]
+    answers = ["vllm " * 800, "v0." * 1300, "#" * 4000, "nightly-" * 500, "a/" * 2000,
+               "https://github.com/" + "a/" * 1000, "0.1.2 (" * 500, "+g" * 2000]
+    t0 = time.monotonic()
+    for text in nasty:
+        form = split_form([ln[:4000] for ln in text.splitlines()])
+        if form is not None:
+            read_form(Triage(), form)
+    for a in answers:
+        form_ref(a), form_model(a), sentence(a * 2, a[:20])
+    assert time.monotonic() - t0 < 10  # catastrophic backtracking takes minutes, not seconds
 
 
 def git(repo: Path, *args: str, date: str | None = None) -> str:

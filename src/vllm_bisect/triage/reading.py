@@ -5,25 +5,29 @@ by the rules (triage/parse.py). Every value keeps the sentence of the line it ca
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from vllm_bisect.triage.form import free_text_view, read_form, split_form
-from vllm_bisect.triage.measured import SENTENCE
 from vllm_bisect.triage.parse import MAX_CHARS
 from vllm_bisect.triage.parse import triage as free_text_triage
 from vllm_bisect.triage.refs import MAX_LINE
 from vllm_bisect.triage.values import Read, Triage
 
 QUOTE_CHARS = 200
+SENTENCE_END = re.compile(r"[!?。！？]|\.(?=\s|$)")
 
 
 def sentence(line: str, value: str) -> str:
-    """The sentence of ``line`` that holds ``value`` (else the line), at most QUOTE_CHARS."""
+    """The sentence of ``line`` that holds ``value`` (else the line), at most QUOTE_CHARS. A
+    sentence ends at "." before a space or the end (never inside "0.4.3.post"), or at ! ? 。"""
     text = line.strip()
     needle = value.split(" (")[0].lower()
-    for m in SENTENCE.finditer(text):
-        if needle and needle in m.group(0).lower():
-            text = m.group(0).strip()
+    start = 0
+    for end in [m.end() for m in SENTENCE_END.finditer(text)] + [len(text)]:
+        if needle and needle in text[start:end].lower():
+            text = text[start:end].strip()
             break
+        start = end
     return text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS - 3] + "..."
 
 

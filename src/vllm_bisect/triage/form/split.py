@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from vllm_bisect.triage.form.fields import NO_RESPONSE, Field, field_of
 
-HEADING = re.compile(r"^#{3}\s{1,4}(?P<label>\S[^\n]{0,200}?)\s*$")
+HEADING = re.compile(r"^###\s{1,4}(?P<label>\S[^\n]*)$")   # the label .strip()ped after
 OTHER_HEADING = re.compile(r"^#{1,3}\s")
 CHECKBOX = re.compile(r"^\s{0,3}[-*]\s{1,2}\[(?P<x>[ xX])\]\s{1,2}(?P<label>\S[^\n]{0,300})$")
 FENCE = re.compile(r"^\s{0,3}(?:```|~~~)")
@@ -68,7 +68,8 @@ def split_form(lines: list[str]) -> FormBody | None:
             fence = not fence
         m = HEADING.match(line) if not fence else None
         if m or (not fence and OTHER_HEADING.match(line)):
-            sections.append((field_of(m.group("label")) if m else None, n, []))
+            label = m.group("label").strip() if m else ""
+            sections.append((field_of(label) if len(label) <= 200 else None, n, []))
         elif sections:
             sections[-1][2].append((n, line))
     ours = [(f, n, body) for f, n, body in sections if f is not None]
