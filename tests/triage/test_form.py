@@ -123,6 +123,7 @@ def test_form_reports_are_read_exactly(capsys: pytest.CaptureFixture[str]) -> No
     # not one ref: not read (the reader falls back to the text and says so)
     ("0.9.2 or maybe 0.9.1", None), ("2026-02-30", None), ("vllm/vllm-openai:latest", None),
     ("1234567", None), ("v0.10.2)", None), ("the latest one", None), ("", None),
+    ("N/A", None), ("unknown", None), ("latest", None), ("nightly", None), ("?", None),
 ])
 def test_a_range_end_is_one_ref_or_nothing(answer: str, ref: str | None) -> None:
     got = form_ref(answer)
@@ -135,7 +136,7 @@ def test_a_range_end_is_one_ref_or_nothing(answer: str, ref: str | None) -> None
     ("/home/llm/Qwen3-8B", "Qwen3-8B", "/home/llm/Qwen3-8B"),
     ("./Qwen2.5-32B-Instruct/", "Qwen2.5-32B-Instruct", "./Qwen2.5-32B-Instruct/"),
     ("glm-5.2-w4afp8", "glm-5.2-w4afp8", None),
-    ("Qwen3 8B, or the 14B", None, None),
+    ("Qwen3 8B, or the 14B", None, None), ("unknown", None, None), ("N/A", None, None),
 ])
 def test_a_model_is_one_id_path_or_name(answer: str, model: str | None, local: str | None) -> None:
     got = form_model(answer)

@@ -29,6 +29,9 @@ NAME = re.compile(r"[A-Za-z0-9][\w./+-]{0,100}")
 HF_URL = re.compile(r"https://huggingface\.co/(?P<id>[\w.-]{1,100}/[\w.-]{1,120})/?")
 LOCAL = re.compile(r"(?:/|\./|\.\./|~/|[A-Za-z]:\\)\S{0,500}")
 MODEL_NAME = re.compile(r"[A-Za-z0-9][\w.:+-]{0,120}")
+# answers that say there is no answer (or name a moving target): not a value
+NON_ANSWERS = frozenset({"n/a", "na", "none", "no", "unknown", "not sure", "idk", "tbd", "?", "-",
+                         "latest", "nightly", "the latest", "current", "newest", "all"})
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,8 @@ class ModelAnswer:
 
 
 def _clean(text: str) -> str:
-    return text.strip().strip("`'\"").strip()
+    text = text.strip().strip("`'\"").strip()
+    return "" if text.lower().rstrip(".") in NON_ANSWERS else text
 
 
 def form_ref(answer: str) -> RefAnswer | None:
