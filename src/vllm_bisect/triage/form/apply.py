@@ -87,7 +87,9 @@ def _range(t: Triage, form: FormBody) -> None:
                               "could have been built from")
     if t.search is SearchKind.REGRESSION and t.bad and t.bad.startswith("#") \
             and not (form.answers.get(Field.GOOD) and form.answers[Field.GOOD].text):
-        t.good = None  # a culprit PR alone: its parent is the good end (resolve_refs)
+        t.good = t.good_label = None  # a culprit PR alone: its parent is the good end
+        t.candidates["old"] = []
+        _drop(t, "range.good")
     range_unknowns(t)
 
 
