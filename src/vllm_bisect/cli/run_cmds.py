@@ -14,7 +14,6 @@ import typer
 from vllm_bisect.cli.app import (
     EXIT_INTERRUPTED,
     EXIT_NOT_REPRODUCED,
-    AbortOnUsageCommand,
     VerboseOpt,
     command,
     err,
@@ -25,7 +24,7 @@ from vllm_bisect.cli.app import (
     setup_logging,
     user_errors,
 )
-from vllm_bisect.errors import BisectError, FatalError, NotReproduced, RecoverableError, SpecError
+from vllm_bisect.errors import BisectError, FatalError, NotReproduced, SpecError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -288,34 +287,6 @@ def report(
         print_json(r.result.model_dump_json())
     else:
         sys.stdout.write(markdown(r) if fmt is ReportFormat.MD else html_report(r))
-
-
-@command(cls=AbortOnUsageCommand)
-def hook(
-    spec_path: Annotated[Path, typer.Option("--spec", help="bisect spec (TOML)")],
-    cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
-    verbose: VerboseOpt = False,
-) -> None:
-    """For `git bisect run`: judge HEAD. Exit 0 good, 1 bad, 125 skip, 128 abort."""
-    from vllm_bisect.bisect.hook import EXIT_FOR, HookExit, run_hook
-    from vllm_bisect.bisect.state.session import default_cache_dir
-    from vllm_bisect.report.table import STYLE
-    from vllm_bisect.spec import load_spec
-
-    setup_logging(verbose)
-    try:
-        spec = load_spec(spec_path)
-        outcome = run_hook(spec, Path.cwd(), cache_dir or default_cache_dir())
-    except KeyboardInterrupt:
-        raise typer.Exit(HookExit.ABORT) from None
-    except RecoverableError as e:  # should not escape run_hook; never let it look "bad"
-        err().print(f"skip: {esc(e.message)}")
-        raise typer.Exit(HookExit.SKIP) from None
-    except BisectError as e:
-        fail(e, HookExit.ABORT)
-    err().print(f"vllm-bisect: {outcome.commit[:12]} [{STYLE[outcome.verdict]}]"
-                f"{outcome.verdict.value}[/]: {esc(outcome.reason)}")
-    raise typer.Exit(EXIT_FOR[outcome.verdict])
 
 
 @command()

@@ -29,6 +29,22 @@ def default_cache_dir() -> Path:
     return Path(base) / "vllm-bisect"
 
 
+def usable_cache_dir(path: Path) -> Path:
+    """``path``, created if need be, as a writable directory; else a :class:`SessionError`
+    that names it (a file there, a file above it, no permission)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SessionError(f"--cache-dir {path} cannot be a directory: {err.strerror}",
+                           hint="pass a directory, or a path where one can be created, to "
+                                "--cache-dir (or leave it out: the default is "
+                                f"{default_cache_dir()})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise SessionError(f"--cache-dir {path} is not writable",
+                           hint="pass a directory you can write to --cache-dir")
+    return path
+
+
 def stored_meta(session_dir: Path, key: str) -> str | None:
     """A value an earlier run of this session recorded (its spec, its cache dir)."""
     try:
