@@ -17,6 +17,11 @@ headers-drip the completion's response headers, one byte every 0.5 s (for minute
 version-drip /version's body, one byte every 0.5 s (the completions are valid)
 version-huge /version declares and sends 1 GiB (the completions are valid)
 health-drip  /health's status line and headers, one byte every 0.5 s (for minutes)
+usage-below-chunks / usage-below-running   10 text chunks and a final count of 3 (no running
+             counts) / 4 text chunks, running counts 3, 6, 9, 12 and a final count of 5
+usage-inflated / usage-inflated-running    4 text chunks (no running counts / running 1..4),
+             a final count of the request's max_tokens
+choice-empty ``"choices": [{}]``, then a final count of 0
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from typing import ClassVar
 MODES = ("endless", "keepalive", "slowloris", "hugeline", "text-int", "finish-dict", "deep",
          "usage-neg", "usage-huge", "usage-bool", "metrics-huge", "valid", "choices-dict",
          "choices-str", "done-only", "headers-drip", "version-drip", "version-huge",
-         "health-drip", "health-body-drip")
+         "health-drip", "health-body-drip", "usage-below-chunks", "usage-below-running",
+         "usage-inflated", "usage-inflated-running", "choice-empty")
 DRIP_S = 0.5
 HUGE = 1 << 30
 
@@ -114,7 +120,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        self.max_tokens = int(body.get("max_tokens") or 16)
         if self.mode == "headers-drip":
             self._drip(b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 2000 + b"\r\n\r\n")
             return
@@ -150,11 +157,25 @@ class Handler(BaseHTTPRequestHandler):
             w.write(b'data: {"choices": "aaaa"}\n\ndata: [DONE]\n\n')
         elif m == "done-only":
             w.write(b"data: [DONE]\n\n")
+        elif m.startswith(("usage-below", "usage-inflated")) or m == "choice-empty":
+            w.write(self._contradicting(m) + b"data: [DONE]\n\n")
         elif m.startswith("usage-"):
             bad = {"usage-neg": -5, "usage-huge": 10**30, "usage-bool": True}[m]
             w.write(_chunk(usage={"completion_tokens": bad}) + b"data: [DONE]\n\n")
         else:
             w.write(_valid())
+
+    def _contradicting(self, m: str) -> bytes:
+        """A stream whose token counts disagree with each other (mode ``m``)."""
+        if m == "choice-empty":
+            return b'data: {"choices": [{}]}\n\ndata: {"choices": [], "usage": {"completion_tokens": 0}}\n\n'
+        n = 10 if m == "usage-below-chunks" else 4
+        step = 3 if m == "usage-below-running" else 1   # (3 tokens a chunk, as under MTP)
+        running = m.endswith("-running")
+        out = b"".join(_chunk(usage={"completion_tokens": (i + 1) * step} if running else None)
+                       for i in range(n))
+        final = {"usage-below-chunks": 3, "usage-below-running": 5}.get(m, self.max_tokens)
+        return out + b'data: {"choices": [], "usage": {"completion_tokens": %d}}\n\n' % final
 
 
 class HostileServer:
