@@ -5,6 +5,7 @@ would read as "bad" and git would name a wrong first bad commit with exit 0."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -124,3 +125,27 @@ def test_a_measured_verdict_still_exits_0_or_1(tmp_path: Path) -> None:
     r, _ = bisect_run(h, [*HOOK, "--spec", str(spec)])
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"{h.planted['length']} is the first bad commit" in r.stdout
+
+
+def test_a_journal_row_with_nan_written_as_null_reads_as_unavailable(tmp_path: Path) -> None:
+    """An earlier version wrote a NaN acceptance per position into the journal (pydantic
+    writes it as null): every later hook call crashed on it (exit 1 = bad). Read now as
+    "not available", and the bisect ends on the planted cap."""
+    h = history(tmp_path, n_commits=6, cap_at=3)
+    spec = write_spec(tmp_path / "spec.toml", spec_for(h, sim_serve()))
+    git(h.path, "bisect", "start", h.bad, h.good)
+    try:
+        first = subprocess.run([*HOOK, "--spec", str(spec)], cwd=h.path, capture_output=True,
+                               text=True, timeout=120)
+        assert first.returncode in (0, 1), first.stderr
+    finally:
+        git(h.path, "bisect", "reset")
+    with sqlite3.connect(_hook_journal(h)) as con:
+        (seq, text), = con.execute("SELECT seq, evaluation FROM outcomes").fetchall()
+        ev = json.loads(text)
+        ev["measurement"].update(acceptance_length=None, acceptance_per_position=[None, 0.5])
+        con.execute("UPDATE outcomes SET evaluation = ? WHERE seq = ?", (json.dumps(ev), seq))
+    r, _ = bisect_run(h, [*HOOK, "--spec", str(spec)])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"{h.planted['length']} is the first bad commit" in r.stdout
+    assert "Traceback" not in r.stderr

@@ -22,6 +22,9 @@ usage-below-chunks / usage-below-running   10 text chunks and a final count of 3
 usage-inflated / usage-inflated-running    4 text chunks (no running counts / running 1..4),
              a final count of the request's max_tokens
 choice-empty ``"choices": [{}]``, then a final count of 0
+metrics-nan / metrics-inf / metrics-down / metrics-overaccept   the spec-decode counters of
+             /metrics are NaN / +Inf / go down from one scrape to the next / grow by 500
+             accepted tokens per draft over 3 positions (the completions are valid)
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ MODES = ("endless", "keepalive", "slowloris", "hugeline", "text-int", "finish-di
          "usage-neg", "usage-huge", "usage-bool", "metrics-huge", "valid", "choices-dict",
          "choices-str", "done-only", "headers-drip", "version-drip", "version-huge",
          "health-drip", "health-body-drip", "usage-below-chunks", "usage-below-running",
-         "usage-inflated", "usage-inflated-running", "choice-empty")
+         "usage-inflated", "usage-inflated-running", "choice-empty", "metrics-nan",
+         "metrics-inf", "metrics-down", "metrics-overaccept")
 DRIP_S = 0.5
 HUGE = 1 << 30
 
@@ -62,6 +66,7 @@ class Handler(BaseHTTPRequestHandler):
     mode = "valid"
     stop = threading.Event()
     sent: ClassVar[list[int]] = [0]   # body bytes written by the drip and huge modes (shared by the class)
+    scrapes: ClassVar[list[int]] = [0]  # /metrics answers so far
 
     def log_message(self, *args: object) -> None:
         pass
@@ -112,6 +117,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/metrics":
             line = b'vllm:generation_tokens_total{model_name="m"} 1.0\n'
             body = line * (5_000_000 // len(line)) if self.mode == "metrics-huge" else line
+            body += self._spec_counters()
             self._head("text/plain", len(body))
             self.wfile.write(body)
             return
@@ -165,6 +171,23 @@ class Handler(BaseHTTPRequestHandler):
         else:
             w.write(_valid())
 
+    def _spec_counters(self) -> bytes:
+        """The spec-decode counters of the ``metrics-*`` modes, at this scrape."""
+        self.scrapes[0] += 1
+        n, m = self.scrapes[0], self.mode
+        values = {"metrics-nan": (10 * n, "NaN", ["NaN"]),
+                  "metrics-inf": (10 * n, "+Inf", ["+Inf"]),
+                  "metrics-down": (1000 - 100 * n, 2000 - 200 * n, [500 - 50 * n]),
+                  "metrics-overaccept": (n, 500 * n, [n, n, n])}.get(m)
+        if values is None:
+            return b""
+        drafts, accepted, per_pos = values
+        lines = [f'vllm:spec_decode_num_drafts_total{{model_name="m"}} {drafts}',
+                 f'vllm:spec_decode_num_accepted_tokens_total{{model_name="m"}} {accepted}']
+        lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name="m",'
+                  f'position="{i}"}} {v}' for i, v in enumerate(per_pos)]
+        return ("\n".join(lines) + "\n").encode()
+
     def _contradicting(self, m: str) -> bytes:
         """A stream whose token counts disagree with each other (mode ``m``)."""
         if m == "choice-empty":
@@ -183,7 +206,8 @@ class HostileServer:
 
     def __init__(self, mode: str, port: int = 0) -> None:
         assert mode in MODES, mode
-        handler: type[Handler] = type("H", (Handler,), {"mode": mode, "stop": threading.Event(), "sent": [0]})
+        handler: type[Handler] = type("H", (Handler,), {"mode": mode, "stop": threading.Event(), "sent": [0],
+                                                       "scrapes": [0]})
         self.handler = handler
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.httpd.daemon_threads = True

@@ -16,6 +16,7 @@ from vllm_bisect.cli.app import (
     EXIT_USER,
     app,
     command,
+    esc,
     fail,
     one_commit,
     out,
@@ -166,7 +167,7 @@ def probe(
     o.print(f"acceptance length {_f(m.acceptance_length)}; server ITL "
             f"{_f(m.server_itl_ms)} ms/step; tokens from {m.tokens_source.value}")
     for note in m.notes:
-        o.print(f"[yellow]note:[/] {note}", markup=False)
+        o.print(f"[yellow]note:[/] {esc(note)}")
 
 
 def _f(x: float | None) -> str:

@@ -348,7 +348,8 @@ class DecodeProbe:
             acceptance_per_position=delta.acceptance_per_position if delta else None,
             server_itl_ms=delta.server_itl_ms if delta else None,
             generation_tokens_delta=delta.generation_tokens if delta else None,
-            tokens_source=source, notes=log_notes(server.read_log()), requests=results,
+            tokens_source=source, requests=results,
+            notes=[*log_notes(server.read_log()), *(delta.unavailable if delta else ())],
             wall_s=wall_s,
             prompt_tokens=_median_int([r.prompt_tokens for r in results]),
         )
