@@ -20,6 +20,7 @@ from tests.conftest import closed_port
 from tests.helpers import history, make_spec, write_spec
 from tests.test_cli import cli
 from vllm_bisect.bisect.state.journal import ResultCache
+from vllm_bisect.bisect.state.session import MARKER
 from vllm_bisect.errors import SessionError
 from vllm_bisect.models import EvalStatus, Evaluation
 from vllm_bisect.report.render import load
@@ -132,6 +133,7 @@ def test_a_full_disk_is_the_disk_full_error(tmp_path: Path) -> None:
     for name in ("spec.toml", f"logs/serve-{h.good[:12]}.log"):  # the session dir, a log
         session = tmp_path / name.replace("/", "-")
         (session / "logs").mkdir(parents=True)
+        (session / MARKER).write_text('{"tool": "vllm-bisect"}')   # a session of ours
         (session / name).symlink_to("/dev/full")  # every write: ENOSPC
         r = cli("run", "--spec", str(spec), "--session", str(session), "--cache-dir",
                 str(tmp_path / "c"))

@@ -198,16 +198,21 @@ def run(
     ray_resource: Annotated[list[str] | None, typer.Option(
         help="custom Ray resource per probe, NAME=AMOUNT (e.g. arch_aarch64=1); repeatable")
     ] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="start --session over when it was started with another spec (the "
+                        "earlier run is moved into replaced-<time>/ inside it)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Bisect a range: verify both endpoints, then binary (or, with several workers,
     multi-way) search to the first bad commit."""
     from vllm_bisect.bisect.state.session import (
+        claim,
         default_cache_dir,
         new_session_dir,
         stored_meta,
         stored_spec,
+        usable_cache_dir,
     )
     from vllm_bisect.runner import run_bisect
     from vllm_bisect.spec import load_spec
@@ -235,8 +240,10 @@ def run(
                                              "gpus_per_probe": gpus_per_probe,
                                              "executor": executor, "ray_address": ray_address,
                                              "ray_resources": _resources(ray_resource)})
+        # never another directory, nor another bisect (a new one is made by the run)
+        claim(session_dir, spec, force=force, create=False)
         line = f"session {session_dir}  (resume: {_resume_command(session_dir, cache_dir)})"
-        run_bisect(spec, session_dir, cache_dir or default_cache_dir(),
+        run_bisect(spec, session_dir, usable_cache_dir(cache_dir or default_cache_dir()),
                    RichEvents(err(), spec.range.search.value, session_line=line,
                               session=session_dir))
     except KeyboardInterrupt:
