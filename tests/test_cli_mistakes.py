@@ -196,3 +196,10 @@ def test_ctrl_c_works_when_started_with_sigint_ignored(tmp_path: Path) -> None:
     assert b"resume with" in err
     with sqlite3.connect(session / "journal.sqlite") as con:
         assert con.execute("SELECT count(*) FROM servers WHERE stopped IS NULL").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e308"])
+def test_probe_timeout_must_be_finite_and_bounded(value: str) -> None:
+    r = cli("probe", "--url", "http://127.0.0.1:9", "--model", "m", "--timeout", value)
+    assert r.returncode == 2, r.stderr
+    assert "--timeout" in r.stderr and "Traceback" not in r.stderr

@@ -6,10 +6,13 @@ would read as "bad" and git would name a wrong first bad commit with exit 0."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.bisect.test_hook_parity import HOOK, git, sim_serve, spec_for
 from tests.helpers import history, write_spec
@@ -105,6 +108,8 @@ def test_unreadable_journal_row_aborts(tmp_path: Path) -> None:
 BROKEN_ENTRY = """
 import sys
 from pathlib import Path
+
+import pytest
 from vllm_bisect.cli.hook_cmds import judge_head
 # a cache dir that is not a path: whatever breaks inside the guard must stop the bisect
 sys.exit(judge_head(spec_path=Path(sys.argv[1]), cache_dir=12345, verbose=False))
@@ -149,3 +154,26 @@ def test_a_journal_row_with_nan_written_as_null_reads_as_unavailable(tmp_path: P
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"{h.planted['length']} is the first bad commit" in r.stdout
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(("key", "value", "said"), [
+    ("request_deadline_s", "inf", "finite number"),
+    ("startup_timeout_s", "1e308", "less than or equal to 604800"),
+    ("download_deadline_s", "nan", "finite number"),
+    ("index_deadline_s", "-inf", "finite number"),
+])
+def test_a_duration_that_is_not_finite_and_bounded_aborts_at_load(
+        tmp_path: Path, key: str, value: str, said: str) -> None:
+    """inf or 1e308 in a deadline killed the watchdog thread (OverflowError) and the hook
+    hung on a server that hangs: every duration is validated finite and bounded at load."""
+    h = history(tmp_path, n_commits=4)
+    text = dump_spec(spec_for(h, sim_serve()))
+    ops = text.index("[ops]\n")
+    body = text[ops:]
+    body = (re.sub(rf"^{key} = .*$", f"{key} = {value}", body, count=1, flags=re.M)
+            if re.search(rf"^{key} = ", body, re.M) else
+            body.replace("[ops]\n", f"[ops]\n{key} = {value}\n", 1))
+    path = tmp_path / "spec.toml"
+    path.write_text(text[:ops] + body)
+    r, judged = bisect_run(h, [*HOOK, "--spec", str(path)])
+    assert_aborted(r, judged, f"ops.{key}", said)

@@ -122,9 +122,11 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def make_wheel(out: Path, version: str, pth_marker: Path | None = None) -> Path:
+def make_wheel(out: Path, version: str, pth_marker: Path | None = None,
+               pth_code: str | None = None) -> Path:
     """An installable pure-Python 'vllm' wheel; with ``pth_marker``, a .pth file that writes
-    that marker whenever Python starts in an environment where it is installed."""
+    that marker whenever Python starts in an environment where it is installed; with
+    ``pth_code``, a .pth file that runs that line (``import time; time.sleep(3600)``)."""
     files = {
         "vllm/__init__.py": b"",
         f"vllm-{version}.dist-info/METADATA":
@@ -135,6 +137,8 @@ def make_wheel(out: Path, version: str, pth_marker: Path | None = None) -> Path:
     if pth_marker is not None:
         files["vllm_hook.pth"] = (f"import pathlib; pathlib.Path({str(pth_marker)!r})"
                                   ".write_text('ran')\n").encode()
+    if pth_code is not None:
+        files["vllm_slow.pth"] = (pth_code + "\n").encode()
     record = f"vllm-{version}.dist-info/RECORD"
     lines = [f"{p},sha256={_b64(d)},{len(d)}" for p, d in files.items()] + [f"{record},,"]
     files[record] = ("\n".join(lines) + "\n").encode()
