@@ -22,6 +22,7 @@ usage-below-chunks / usage-below-running   10 text chunks and a final count of 3
 usage-inflated / usage-inflated-running    4 text chunks (no running counts / running 1..4),
              a final count of the request's max_tokens
 choice-empty ``"choices": [{}]``, then a final count of 0
+error-escape the completion answers HTTP 500 with terminal escape sequences in its body
 metrics-nan / metrics-inf / metrics-down / metrics-overaccept   the spec-decode counters of
              /metrics are NaN / +Inf / go down from one scrape to the next / grow by 500
              accepted tokens per draft over 3 positions (the completions are valid)
@@ -43,8 +44,10 @@ MODES = ("endless", "keepalive", "slowloris", "hugeline", "text-int", "finish-di
          "choices-str", "done-only", "headers-drip", "version-drip", "version-huge",
          "health-drip", "health-body-drip", "usage-below-chunks", "usage-below-running",
          "usage-inflated", "usage-inflated-running", "choice-empty", "metrics-nan",
-         "metrics-inf", "metrics-down", "metrics-overaccept")
+         "metrics-inf", "metrics-down", "metrics-overaccept", "error-escape")
 DRIP_S = 0.5
+# a title change (OSC), a screen clear and a colour (CSI), an 8-bit CSI, a bidi override
+ESCAPES = "boom \x1b]0;pwned\x07\x1b[2J\x1b[31mred\x1b[0m \x9b1m\u202eevil"
 HUGE = 1 << 30
 
 
@@ -130,6 +133,13 @@ class Handler(BaseHTTPRequestHandler):
         self.max_tokens = int(body.get("max_tokens") or 16)
         if self.mode == "headers-drip":
             self._drip(b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 2000 + b"\r\n\r\n")
+            return
+        if self.mode == "error-escape":
+            body = ESCAPES.encode()
+            self.send_response(500)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
             return
         self._head("text/event-stream")
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):

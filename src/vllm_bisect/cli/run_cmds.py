@@ -128,10 +128,8 @@ def summary(session_dir: Path, console: Console) -> None:
                       f"{esc(result.first_bad_subject or '')}")
         console.print(f"  https://github.com/vllm-project/vllm/commit/{result.first_bad}")
     if result.culprits:  # one culprit per symptom and step (verdict.symptoms, rest check)
-        from rich.markup import escape
-
         for line in result.culprit_lines():
-            console.print(escape(line), highlight=False)
+            console.print(esc(line), highlight=False)
     if not result.first_bad:
         console.print("[yellow]no single culprit: only skipped commits separate good from bad."
                       "[/] candidates:")

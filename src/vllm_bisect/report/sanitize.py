@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from vllm_bisect.errors import printable
+
 MENTION = re.compile(r"(?<![\w`@/.-])@(?P<who>[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})"
                      r"(?:/[A-Za-z0-9_.-]{1,100})?)")
 IMAGE = re.compile(r"!\[")
@@ -45,7 +47,7 @@ def neutralise(markdown: str, keep_mentions: Iterable[str] = ()) -> str:
     neutralised outside code; code spans and fenced blocks are left as they are."""
     keep = frozenset(keep_mentions)
     lines, fence = [], None
-    for line in markdown.split("\n"):
+    for line in printable(markdown).split("\n"):  # (no terminal control, in code or not)
         m = FENCE.match(line)
         if fence is not None:
             if m and m.group(1) == fence:
