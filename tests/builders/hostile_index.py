@@ -159,14 +159,19 @@ def make_bomb(out: Path, version: str, member_bytes: int, name: str = "vllm/zero
     """A valid 'vllm' wheel plus one member of ``member_bytes`` zeros, deflated (2 GiB packs
     to about 2 MB): written in 1 MiB blocks, never held in memory."""
     path = make_wheel(out, version)
+    add_zeros(path, name, member_bytes)
+    return path
+
+
+def add_zeros(wheel: Path, name: str, member_bytes: int) -> None:
+    """Add a member of ``member_bytes`` zeros, deflated, to ``wheel``."""
     block = bytes(1 << 20)
     info = zipfile.ZipInfo(name)
     info.compress_type = zipfile.ZIP_DEFLATED
-    with zipfile.ZipFile(path, "a", compresslevel=9) as z, \
+    with zipfile.ZipFile(wheel, "a", compresslevel=9) as z, \
             z.open(info, "w", force_zip64=True) as fh:
         for _ in range(member_bytes // len(block)):
             fh.write(block)
-    return path
 
 
 def with_member(wheel: Path, name: str, data: bytes = b"x") -> Path:

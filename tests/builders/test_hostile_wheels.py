@@ -5,6 +5,7 @@ a skip (exit 125) with its reason within a bounded time (the deadlines are the s
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests.bisect.test_hook_parity import HOOK, git
 from tests.builders.hostile_index import (
     Route,
     RouteServer,
+    add_zeros,
     entry,
     make_bomb,
     make_wheel,
@@ -147,3 +149,22 @@ def _cmdline(p: Path) -> bytes:
         return (p / "cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_many_members_each_under_the_member_check_are_refused(tmp_path: Path) -> None:
+    """Members of 62 MiB of zeros each pass the per-member check (over 64 MiB and 100:1);
+    together they unpack 100s of MiB from a few hundred KB: the total ratio refuses them."""
+    h, sha = at_head(tmp_path)
+    wheel = make_bomb(tmp_path / "w", version_of(sha), 62 << 20, name="vllm/z0.bin")
+    for i in range(1, 5):
+        add_zeros(wheel, f"vllm/z{i}.bin", 62 << 20)
+    assert wheel.stat().st_size < 2 << 20
+    with RouteServer() as srv:
+        publish(srv, wheel, sha, version_of(sha))
+        r, _ = hook(tmp_path, h, srv.url)
+    assert r.returncode == 125, r.stderr[-2000:]
+    said = " ".join(r.stderr.split())
+    m = re.search(r"unpacks to (\d+) bytes from (\d+) packed \(\d+:1 over its \d+ members: a "
+                  r"zip bomb\)", said)
+    assert m and int(m.group(1)) >= 5 * (62 << 20), r.stderr[-2000:]
+    assert not list((tmp_path / "cache" / "artifacts").glob("venv-*/bin"))

@@ -65,10 +65,11 @@ INSTALL_S = 3600.0  # creating the venv, installing the wheel and its dependenci
 
 def check_members(wheel: Path, z: zipfile.ZipFile, max_unpacked: int) -> None:
     """Refuse a wheel that would unpack to more than ``max_unpacked`` bytes (a zip bomb fills
-    the venv and the installer's cache), or that names a member outside its root (``../``,
+    the venv and the installer's cache), that packs over ``MAX_MEMBER_RATIO``:1 in one member
+    or over all of them (past ``BOMB_MIN_BYTES``), or that names a member outside its root (``../``,
     an absolute path): installers drop such members silently, so what ran would not be
     what the wheel holds."""
-    total = 0
+    total = packed = 0
     for info in z.infolist():
         name = info.filename.replace("\\", "/")
         if name.startswith("/") or re.match(r"^[A-Za-z]:", name) or ".." in name.split("/"):
@@ -83,12 +84,19 @@ def check_members(wheel: Path, z: zipfile.ZipFile, max_unpacked: int) -> None:
                 f"{info.file_size // max(1, info.compress_size)}:1 (a zip bomb): refused",
                 hint="this commit is skipped (nothing of it was installed)")
         total += info.file_size
+        packed += info.compress_size
         if total > max_unpacked:
             raise ArtifactUnavailable(
                 f"{wheel.name} unpacks to more than {max_unpacked} bytes "
                 f"({wheel.stat().st_size} packed): refused",
                 hint="raise ops.max_unpacked_size if the wheel is genuine; this commit is "
                      "skipped (nothing of it was installed)")
+    if total > BOMB_MIN_BYTES and total > MAX_MEMBER_RATIO * max(1, packed):
+        # many members, each under the member check (33 x 62 MiB of zeros from 2 MB)
+        raise ArtifactUnavailable(
+            f"{wheel.name} unpacks to {total} bytes from {packed} packed "
+            f"({total // max(1, packed)}:1 over its {len(z.infolist())} members: a zip bomb): "
+            "refused", hint="this commit is skipped (nothing of it was installed)")
 
 
 def wheel_version(wheel: Path, max_unpacked: int = 1 << 62) -> str:
