@@ -16,6 +16,7 @@ from vllm_bisect.cli.app import (
     EXIT_USER,
     app,
     command,
+    esc,
     fail,
     one_commit,
     out,
@@ -181,13 +182,18 @@ def probe(
         if prompt is not None:
             fields["prompt"] = prompt
         try:
+            ops = OpsSpec(request_timeout_s=timeout)
+        except ValidationError as e:
+            raise FatalError(f"invalid probe option: --timeout: {e.errors()[0]['msg']}",
+                             hint="seconds, a finite number up to a week") from None
+        try:
             spec = ProbeSpec(**fields)
         except ValidationError as e:
             bad = "; ".join(f"--{'-'.join(map(str, x['loc'])).replace('_', '-')}: {x['msg']}"
                             for x in e.errors())
             raise FatalError(f"invalid probe option: {bad}") from None
         handle = ServerHandle(url=url.rstrip("/"), model=model, log_path=log)
-        m = DecodeProbe(spec, ops=OpsSpec(request_timeout_s=timeout)).measure(handle)
+        m = DecodeProbe(spec, ops=ops).measure(handle)
     except BisectError as e:
         fail(e, EXIT_USER if isinstance(e, FatalError) else 1)
     if as_json:
@@ -202,7 +208,7 @@ def probe(
     o.print(f"acceptance length {_f(m.acceptance_length)}; server ITL "
             f"{_f(m.server_itl_ms)} ms/step; tokens from {m.tokens_source.value}")
     for note in m.notes:
-        o.print(f"[yellow]note:[/] {note}", markup=False)
+        o.print(f"[yellow]note:[/] {esc(note)}")
 
 
 def _f(x: float | None) -> str:
