@@ -6,35 +6,52 @@ noise are known well enough (:func:`~vllm_bisect.verdict.twolevel.calibration_st
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from vllm_bisect.bisect.policies import twolevel
-from vllm_bisect.bisect.policies.base import ServerRuns
+from vllm_bisect.bisect.policies.base import Role, ServerRuns
+from vllm_bisect.bisect.terms import Terms
 from vllm_bisect.errors import NotReproduced, untestable_hint
 from vllm_bisect.models import Evaluation, Measurement
+from vllm_bisect.spec import Symptom, VerdictSpec
 from vllm_bisect.verdict.auto import direction, log_min_change, per_request, samples_of
 from vllm_bisect.verdict.twolevel import CalStatus, CalStep, calibration_step, to_logs
-
-if TYPE_CHECKING:
-    from vllm_bisect.bisect.policies.twolevel import TwoLevelPolicy
 
 logger = logging.getLogger(__name__)
 
 CALIBRATION_SERVERS = 12  # per endpoint, at most (8 left 1.1x at 5% + 3% refused: issue 30)
+# pair_bound: the calibration's precision, x the first bound decision's threshold (3 without;
+# issue 14's benchmark chose it: docs/benchmarks.md)
+PAIR_PRECISION = 1.0
+OLD_ROLES = frozenset({Role.GOOD_ENDPOINT, Role.PROBLEM_ENDPOINT})   # the old end's roles
+
+
+class CalibratedPolicy(Protocol):
+    """What a calibration reads of its policy (:class:`~vllm_bisect.bisect.policies.twolevel.
+    TwoLevelPolicy`; a protocol, so that this module needs nothing from that one)."""
+
+    v: VerdictSpec
+    symptom: Symptom
+    terms: Terms
+    pair_bound: bool
+
+    def samples(self, ev: Evaluation | None) -> list[float]: ...
+    def groups_of(self, ev: Evaluation) -> list[list[float]]: ...
+    def merged(self, ev: Evaluation, groups: list[list[float]],
+               earlier: list[Measurement]) -> Evaluation: ...
 
 
 class Calibration:
     """One calibration's servers per endpoint (:meth:`TwoLevelPolicy.calibrate`, bisect.rest)."""
 
-    def __init__(self, policy: TwoLevelPolicy, runs: ServerRuns, tests: int,
+    def __init__(self, policy: CalibratedPolicy, runs: ServerRuns, tests: int,
                  announce: bool = True) -> None:
         """``announce``: tell the event handler the endpoints are being tested (a rest check
         compares two commits that are not the run's endpoints: it does not)."""
         self.p, self.runs = policy, runs
         rng_ends = runs.endpoints()
         self.roles = dict(rng_ends)  # sha -> role, the reference end first
-        self.old_sha = next(sha for sha, role in rng_ends if role in twolevel.OLD_ROLES)
-        self.new_sha = next(sha for sha, role in rng_ends if role not in twolevel.OLD_ROLES)
+        self.old_sha = next(sha for sha, role in rng_ends if role in OLD_ROLES)
+        self.new_sha = next(sha for sha, role in rng_ends if role not in OLD_ROLES)
         self.groups: dict[str, list[list[float]]] = {s: [] for s in self.roles}
         self.last: dict[str, Evaluation] = {}
         self.earlier: dict[str, list[Measurement]] = {s: [] for s in self.roles}
@@ -78,7 +95,7 @@ class Calibration:
             # a fix search: the new end is the one without the problem
             direction=direction(p.symptom) * (-1 if p.terms.fix else 1),
             threshold=threshold, max_servers=CALIBRATION_SERVERS, server_cost=v.server_cost,
-            precision=twolevel.PAIR_PRECISION if p.pair_bound else 3.0, step_change=step_change)
+            precision=PAIR_PRECISION if p.pair_bound else 3.0, step_change=step_change)
 
     def until_decided(self, threshold: float, step_change: float = 0.0) -> CalStep:
         """Servers until the calibration is ready or refuses; its last step."""

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from vllm_bisect.bisect.policies.base import Again, EndpointMeasure, MoreSamples, Role, ServerRuns
+from vllm_bisect.bisect.policies.calibration import OLD_ROLES, Calibration
 from vllm_bisect.bisect.policies.threshold import PolicyTrial, ThresholdPolicy
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Evaluation, Measurement, Outcome, Verdict
@@ -49,7 +50,6 @@ SAMPLE_CAP = 3            # x verdict.max_samples: a commit's samples over all i
 # the calibration's precision (x the first bound decision's threshold; 3 without pair_bound),
 # and a lone server's multiple of the threshold in a decision at the bound
 STEP_ALPHA = 0.05
-PAIR_PRECISION = 1.0
 PAIR_LONE_SERVER = 1.4
 More = Callable[[Measurement], int]
 
@@ -152,8 +152,6 @@ class TwoLevelPolicy(ThresholdPolicy):
         tests += 2
         # pair_bound: precise enough for the first decision at the bound (alpha / 2)
         threshold = math.log((2 if self.pair_bound else tests) / v.alpha)
-        from vllm_bisect.bisect.policies.calibration import Calibration
-
         cal = Calibration(self, runs, tests)
         # a fall-back: the plateau evidence may have to decide (the good end precise for it)
         step = cal.until_decided(threshold, log_min_change(v) if v.plateau and self.recalibrate
@@ -266,7 +264,6 @@ def _off_good(test: CommitTest, logs: list[Group]) -> str:
     return f", off the good end {test.model.log_bf_step(logs, test.step_change):+.1f}"
 
 
-OLD_ROLES = frozenset({Role.GOOD_ENDPOINT, Role.PROBLEM_ENDPOINT})
 
 
 class TwoLevelTrial(PolicyTrial):
