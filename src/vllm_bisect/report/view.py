@@ -36,15 +36,21 @@ class SkipView:
     reason: str
     cause: str | None
     log: str | None
+    log_href: str | None = None   # the log as a link from report.html (in the session dir)
 
 
 def skip_view(p: JudgedCommit, session: Path) -> SkipView:
+    from urllib.parse import quote
+
     from vllm_bisect.report.cause import session_path
 
     reason = p.reason
     if p.log and reason.endswith(f" (log: {p.log})"):  # the log is shown on its own
         reason = reason[:-len(f" (log: {p.log})")]
-    return SkipView(p.commit, reason, p.cause, session_path(p.log, session))
+    log = session_path(p.log, session)
+    href = None if log is None else (Path(log).as_uri() if Path(log).is_absolute()
+                                     else quote(log))
+    return SkipView(p.commit, reason, p.cause, log, href)
 
 
 @dataclass(frozen=True)
