@@ -300,15 +300,18 @@ def hook(
     verbose: VerboseOpt = False,
 ) -> None:
     """For `git bisect run`: judge HEAD. Exit 0 good, 1 bad, 125 skip, 128 abort."""
+    import shlex
+
     from vllm_bisect.bisect.hook import EXIT_FOR, HookExit, run_hook
     from vllm_bisect.bisect.state.session import default_cache_dir
     from vllm_bisect.report.table import STYLE
     from vllm_bisect.spec import load_spec
+    from vllm_bisect.text import plural
 
     setup_logging(verbose)
     try:
         spec = load_spec(spec_path)
-        outcome = run_hook(spec, Path.cwd(), cache_dir or default_cache_dir())
+        result = run_hook(spec, Path.cwd(), cache_dir or default_cache_dir())
     except KeyboardInterrupt:
         raise typer.Exit(HookExit.ABORT) from None
     except RecoverableError as e:  # should not escape run_hook; never let it look "bad"
@@ -316,6 +319,17 @@ def hook(
         raise typer.Exit(HookExit.SKIP) from None
     except BisectError as e:
         fail(e, HookExit.ABORT)
+    outcome = result.outcome
+    if result.reused:   # the journal, not --cache-dir, holds these: say so (issue 42)
+        head = ", HEAD's among them" if result.head_reused else ""
+        err().print(f"vllm-bisect: reused {plural(result.reused, 'verdict')} from "
+                    f"{esc(str(result.journal))} (this bisect's earlier hook calls{head}; "
+                    f"to start clean: rm -r {esc(shlex.quote(str(result.journal)))})",
+                    highlight=False, soft_wrap=True)
+    elif outcome.from_cache:
+        err().print(f"vllm-bisect: {outcome.commit[:12]} measured before: reused from the "
+                    f"result cache {esc(str(cache_dir or default_cache_dir()))}",
+                    highlight=False, soft_wrap=True)
     err().print(f"vllm-bisect: {outcome.commit[:12]} [{STYLE[outcome.verdict]}]"
                 f"{outcome.verdict.value}[/]: {esc(outcome.reason)}")
     raise typer.Exit(EXIT_FOR[outcome.verdict])
