@@ -36,8 +36,7 @@ def triage_cmd(
 ) -> None:
     """Read a regression report; print the bisect spec it implies and what is still unknown."""
     from vllm_bisect.bisect.range import open_repo
-    from vllm_bisect.spec import dump_spec
-    from vllm_bisect.triage import resolve_refs, triage, triage_json, validated_spec
+    from vllm_bisect.triage import resolve_refs, spec_toml, triage, triage_json
 
     try:
         text = report_file.read_text(encoding="utf-8")
@@ -56,7 +55,7 @@ def triage_cmd(
         repo_path = str(repo) if repo is not None else "."
         doc = triage_json(t, repo_path)
         if write is not None:
-            write.write_text(dump_spec(validated_spec(t, repo_path)))
+            write.write_text(spec_toml(t, repo_path, shlex.quote(str(report_file))))
     except BisectError as e:
         fail(e)
     doc["next_command"] = next_command(doc["spec"], report_file, write)
@@ -75,8 +74,9 @@ def triage_cmd(
             f"{doc['spec']['verdict']['symptom']})", markup=False)
     o.print(f"model: {t.model or t.local_model or '?'}   speculative: "
             f"{t.speculative or 'none'}   hardware: {t.hardware}", markup=False)
-    if t.serve_args or t.env:
-        o.print(f"serve args: {t.serve_args}   env: {t.env}", markup=False)
+    written = doc["spec"]["serve"]
+    if written["args"] or written["env"]:   # what the spec holds (chosen values below)
+        o.print(f"serve args: {written['args']}   env: {written['env']}", markup=False)
     bench = doc["spec"]["probe"].get("bench")
     if bench:  # what the spec holds, so the two agree
         o.print(f"probe.bench: {bench['kind']} {' '.join(bench['args'])}", markup=False)
@@ -87,6 +87,9 @@ def triage_cmd(
     for r in t.read:
         o.print(f"  read {r.what}: {r.value}" + (f" (line {r.line})" if r.line else "")
                 + f": {r.why}", markup=False, highlight=False)
+    for c in doc["chose"]:   # in the spec, not said by the report (issue 42)
+        o.print(f"  chose {c['what']} = {c['value']}: {c['why']}", markup=False,
+                highlight=False)
     for w in t.warnings:
         o.print(f"[yellow]warning:[/] {escape(w)}")
     for u in t.unknowns:

@@ -77,6 +77,7 @@ class Triage:
     model: str | None = None
     local_model: str | None = None
     speculative: dict[str, Any] | None = None
+    speculative_method_said: str | None = None  # the method as written (before -> 'mtp')
     serve_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     env_flips: dict[str, list[str]] = field(default_factory=dict)
@@ -286,7 +287,7 @@ def _serving(t: Triage, lines: list[str]) -> None:
     if s.serve_line:
         t.read.append(Read("serve args", " ".join(s.serve_args) or "(none)", s.serve_line,
                            "`vllm serve` line (--port, --host, --model and unsafe values dropped)"))
-    t.speculative = s.speculative
+    t.speculative, t.speculative_method_said = s.speculative, s.speculative_said
     if s.speculative_why:
         t.read.append(Read("speculative", str(s.speculative or "none"), None, s.speculative_why))
     t.hardware = s.hardware
