@@ -68,7 +68,7 @@ def test_every_value_the_report_did_not_say_is_listed_with_why(tmp_path: Path) -
     assert "3.3 and 5.2" in chose["verdict.itl_factor"]["why"]
     # the file says why next to each value chosen
     lines = spec.read_text().splitlines()
-    for what, c in chose.items():
+    for what in chose:
         key = what.split(".")[1]
         at = next(i for i, ln in enumerate(lines) if ln.startswith(f"{key} = "))
         assert any(ln.startswith(f"# chose {what} = ") for ln in lines[:at]), what
