@@ -1,5 +1,5 @@
 """Commands around a bisect: ``triage``, ``probe``, ``compare``, ``cache ls|prune``, ``env``,
-``bot serve``, ``version``."""
+``version`` (the bot's: ``cli/bot_cmds.py``)."""
 
 from __future__ import annotations
 
@@ -334,23 +334,3 @@ def env_cmd(
             f"{p.variant}, TORCH_CUDA_ARCH_LIST {p.torch_cuda_arch_list or '-'}")
     for k, v in env.items():
         o.print(f"  {k}={v}")
-
-
-bot_app = typer_app("The GitHub bot that runs bisects on request.")
-app.add_typer(bot_app, name="bot")
-
-
-@command("serve", on=bot_app)
-def bot_serve(
-    config: Annotated[Path, typer.Option(help="bot config (TOML)")],
-) -> None:
-    """Serve the webhook (X-Hub-Signature-256 verified) and run queued bisects."""
-    from vllm_bisect.bot import load_config, serve
-
-    setup_logging(False)
-    try:
-        cfg = load_config(config)
-        cfg.secret()
-        serve(cfg)
-    except BisectError as e:
-        fail(e)
