@@ -15,6 +15,19 @@ class Verdict(StrEnum):
     SKIP = "skip"
 
 
+class Phase(StrEnum):
+    """What a server start was for (result.json ``starts_by_phase``, the report's cost line).
+    Plain ``git bisect run`` pays only for ``search``: one server per commit it tests."""
+
+    ENDPOINTS = "endpoints"   # the endpoints verified or calibrated on
+    SEARCH = "search"         # the search's steps (a commit's first server, and the further
+    #                           servers its own test asks for)
+    CONFIRM = "confirm"       # the final pair at the whole-bisect bound, beyond its search
+    #                           servers
+    VERIFY = "verify"         # the culprit and its parent on fresh servers
+    REST = "rest"             # the rest checks, and the searches of a part they found worse
+
+
 class TokensSource(StrEnum):
     USAGE = "usage"              # final include_usage chunk (server-counted)
     CONTINUOUS = "continuous"    # continuous_usage_stats on each chunk (server-counted)
@@ -222,8 +235,9 @@ class Evaluation(_Value):
 
 
 class Verification(_Value):
-    """The culprit and its last good parent, re-measured on fresh servers with more samples
-    once the search is over (their verdicts should repeat: bad and good)."""
+    """The culprit and its last good parent judged again once the search is over (their
+    verdicts should repeat: bad and good): on fresh servers with more samples, or, when the
+    search already judged both at the whole-bisect bound, from those servers (``source``)."""
 
     culprit: str
     parent: str
@@ -238,6 +252,10 @@ class Verification(_Value):
     # check starts from them with the search's (bisect/rest.py)
     culprit_servers: list[list[float]] | None = None
     parent_servers: list[list[float]] | None = None
+    # "fresh": measured again on fresh servers (``samples`` requests asked for each);
+    # "confirmation": no fresh server: both verdicts were already reached at the whole-bisect
+    # bound by the search's confirmation of the final pair, on the servers above
+    source: str = "fresh"
 
     @property
     def confirmed(self) -> bool:

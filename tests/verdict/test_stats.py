@@ -27,13 +27,21 @@ def test_no_change_ci_contains_zero() -> None:
 
 def test_too_few_samples_has_no_ci() -> None:
     e = bootstrap_change([1000.0], [128.0], "output tokens")
-    assert e is not None and e.ci_low is None and "too few samples" in e.describe()
+    assert e is not None and e.ci_low is None and "no CI from 1 vs 1 requests" in e.describe()
     assert bootstrap_change([], [1.0], "x") is None
+
+
+def test_no_ci_is_printed_from_two_values_a_side() -> None:
+    """issue 42: "95% bootstrap CI over 2 vs 2 requests" was printed; now none below 5."""
+    e = bootstrap_change([10.0, 10.4], [13.0, 13.5], "ITL")
+    assert e is not None and e.ci_low is None and e.ci_high is None
+    text = e.describe(" ms")
+    assert "bootstrap CI" not in text and "no CI from 2 vs 2 requests" in text, text
 
 
 def test_samples_without_spread_have_a_point_ci() -> None:
     e = bootstrap_change([512.0] * 5, [128.0] * 5, "output tokens")
     assert e is not None and e.ci_low == e.ci_high == e.change == -0.75
-    one_side = bootstrap_change([10.0, 10.5, 9.5, 10.2], [20.0] * 4, "ITL")
+    one_side = bootstrap_change([10.0, 10.5, 9.5, 10.2, 9.9], [20.0] * 5, "ITL")
     assert one_side is not None and one_side.ci_low is not None and one_side.ci_high is not None
     assert one_side.ci_low <= one_side.change <= one_side.ci_high and one_side.ci_low > 0.8

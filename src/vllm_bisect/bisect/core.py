@@ -25,6 +25,7 @@ from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.state.store import MeasurementStore
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.builders.prefetch import PrefetchSink
+from vllm_bisect.models import Phase
 from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict.auto import Choice
 
@@ -107,6 +108,12 @@ def settle(tester: Tester, mode: Settle, tests: int | None = None) -> Settling:
     many commits will be judged after it, for a calibrating policy's budget); what it did."""
     t = tester
     how = settling(t.policy, mode)
+    with t.measurer.during(Phase.ENDPOINTS):
+        _settle(t, how, tests)
+    return how
+
+
+def _settle(t: Tester, how: Settling, tests: int | None) -> None:
     if how is Settling.CALIBRATE:
         calibrate_endpoints(t, tests)
     elif how is Settling.VERIFY:
@@ -117,4 +124,3 @@ def settle(tester: Tester, mode: Settle, tests: int | None = None) -> Settling:
     elif how is Settling.REFERENCE:
         end, role = t.terms.endpoints(t.rng)[0]
         t.test(end, role, tests or 0)
-    return how

@@ -69,6 +69,10 @@ class BisectResult:
     search: str = "regression"  # "fix": first_bad is the first fixed commit (terms inverted)
     forecast: Forecast | None = None  # what the search would take, predicted before it ran
     first_forecast: Forecast | None = None  # the first one (``forecast``: the latest)
+    # every server start by what it was for (models.Phase values); a session's result: the
+    # whole session's, every call that worked on it (bisect/runner.py)
+    starts_by_phase: dict[str, int] = field(default_factory=dict)
+    calls: int = 1      # the calls (a first run, and each resume) that worked on the session
 
 
 def inline(evaluator: CommitEvaluator) -> EvaluateFn:
@@ -149,7 +153,9 @@ class Driver:
                             strategy_chosen=self.choice.strategy.value,
                             strategy_reason=self.choice.reason,
                             forecast=self.forecaster.forecast,
-                            first_forecast=self.forecaster.first)
+                            first_forecast=self.forecaster.first,
+                            starts_by_phase={p.value: k for p, k
+                                             in self.measurer.by_phase.items()})
 
     def _to_bayes(self) -> Search:
         """The Bayesian search over this core, from now on judged by the bayes policy (auto

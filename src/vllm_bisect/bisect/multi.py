@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -41,7 +42,7 @@ from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.rest import RestAnswer
 from vllm_bisect.errors import NotReproduced
-from vllm_bisect.models import Evaluation, Verdict
+from vllm_bisect.models import Evaluation, Phase, Verdict
 from vllm_bisect.spec import BisectSpec, Symptom
 from vllm_bisect.verdict.auto import samples_of
 
@@ -154,10 +155,12 @@ def checks_rest(spec: BisectSpec) -> bool:
 
 class _Loop:
     def __init__(self, spec: BisectSpec, rng: CommitRange, make: MakeDriver,
-                 events: EventHandler) -> None:
+                 events: EventHandler, spec_path: str = "SPEC") -> None:
         self.spec, self.rng, self.make, self.events = spec, rng, make, events
+        self.spec_path = spec_path
         self.out: MultiResult | None = None
         self.starts = 0
+        self.phases: Counter[Phase] = Counter()   # every search's and check's starts
         self.wall = 0.0
         self.rounds = 0
 
@@ -167,6 +170,7 @@ class _Loop:
             r = driver.run()
         finally:
             self.starts += driver.measurer.server_starts
+            self.phases.update(driver.measurer.by_phase)
         self.wall += r.wall_s
         self.rounds += r.rounds
         if self.out is None:
@@ -296,8 +300,8 @@ class _Loop:
             except NotReproduced as err:
                 if by < 0:
                     raise
-                self._note(by, f"rest check, {what}: no ({self.starts - before} server "
-                               f"starts): {err.message}")
+                self._note(by, f"rest check, {what}: no ({rest.starts_text(self.starts - before)}): "
+                               f"{err.message}")
                 continue
             assert self.out is not None
             subjects = {c.sha: c.subject for c in rng.commits}
@@ -327,9 +331,10 @@ class _Loop:
         ``verdict.rest_servers`` more: True when the part is clearly worse (bisect it, on
         ``driver``), else the answer is noted and nothing more runs. Not the two-level test:
         True (the search's own calibration answers)."""
-        rng, cap, head = driver.rng, sp.verdict.rest_servers, f"rest check, {what}: "
+        rng, cap = driver.rng, sp.verdict.rest_servers
         try:
-            found = rest.check(driver.core.policy, driver.tester, cap, verified)
+            with driver.measurer.during(Phase.REST):
+                found = rest.check(driver.core.policy, driver.tester, cap, verified)
         except NotReproduced as err:   # an end that could not be tested
             found, why = None, err.message
         else:
@@ -338,17 +343,8 @@ class _Loop:
             why = found.reason
         starts = driver.measurer.server_starts
         self.starts += starts
-        if found is None:
-            self._note(by, f"{head}untestable ({starts} server starts): {why}")
-        elif found.answer is RestAnswer.EXPLAINED:
-            self._note(by, f"{head}no, the culprit explains the effect ({starts} server "
-                           f"starts): {why}")
-        else:
-            self._note(by, f"{head}undecided after {found.servers[0]} + {found.servers[1]} "
-                           f"servers ({starts} server starts, verdict.rest_servers = {cap}): "
-                           f"{why}; to check further: `vllm-bisect run --spec SESSION/spec.toml "
-                           f"--good {rng.good.sha[:12]} --bad {rng.bad.sha[:12]}` (its cache "
-                           "reuses these measurements), or raise verdict.rest_servers")
+        self.phases.update(driver.measurer.by_phase)
+        self._note(by, rest.note(what, found, why, starts, cap, rng, self.spec_path))
         return False
 
     def _note(self, index: int, text: str) -> None:
@@ -361,10 +357,11 @@ class _Loop:
 
 
 def run_symptoms(spec: BisectSpec, rng: CommitRange, make: MakeDriver,
-                 events: EventHandler) -> MultiResult:
+                 events: EventHandler, spec_path: str = "SPEC") -> MultiResult:
     """Every symptom of ``spec.symptom_list()``, each with its rest checks. A symptom that
-    does not reproduce is a note when another one did (else the error stands)."""
-    loop = _Loop(spec, rng, make, events)
+    does not reproduce is a note when another one did (else the error stands).
+    ``spec_path``: the session's spec file, for the commands the notes give."""
+    loop = _Loop(spec, rng, make, events, spec_path)
     refused: list[tuple[Symptom, NotReproduced]] = []
     # noise-aware symptoms first: a threshold symptom then judges their measurements free
     for s in sorted(spec.symptom_list(), key=lambda x: not checks_rest(spec.for_symptom(x))):
@@ -380,7 +377,8 @@ def run_symptoms(spec: BisectSpec, rng: CommitRange, make: MakeDriver,
             bad=rng.bad.sha, effect=None, server_starts=0,
             note=f"did not reproduce: {why.message}"))
     loop.out.result = replace(loop.out.result, server_starts=loop.starts, wall_s=loop.wall,
-                              rounds=loop.rounds)
+                              rounds=loop.rounds,
+                              starts_by_phase={p.value: k for p, k in loop.phases.items()})
     return loop.out
 
 
@@ -391,3 +389,4 @@ def culprit_docs(multi: MultiResult) -> list[dict[str, Any]] | None:
         return None
     return [{**asdict(c), "candidates": list(c.candidates), "summary": c.describe()}
             for c in multi.culprits]
+

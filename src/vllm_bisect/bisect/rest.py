@@ -4,10 +4,9 @@ After a culprit X of a noise-aware symptom, two questions (bisect.multi asks the
 bad end still clearly worse than X, and is X's parent clearly worse than the good end? Each
 is asked of the two commits as the endpoints of that part of the range, with the two-level
 calibration's numbers (:func:`~vllm_bisect.verdict.twolevel.calibration_step`, through
-:class:`~vllm_bisect.bisect.policies.twolevel.Calibration`), starting from every server
-already run of them (the session's measurement store: the endpoints' calibration, the
-search's steps and confirmations; the culprit's verification), and adding fresh servers only
-while it is open:
+:class:`~vllm_bisect.bisect.policies.twolevel.Calibration`), from every server already run of
+them (the session's measurement store: the endpoints' calibration, the search's steps and
+confirmations; a fresh verification's servers):
 
 - **worse**: they separate by the smallest change that matters (the direction sure at the
   calibration's ``p_wrong``, the estimate at least the change): that part is bisected, and
@@ -15,26 +14,18 @@ while it is open:
 - **explained** (futility): P(the change >= the smallest change that matters) < ``FUTILITY``
   under the posterior, i.e. even the one-sided 95% upper bound of the change is under it,
   with two servers an end at least. Nothing more runs.
-- otherwise one fresh server for the end with fewer servers (the lower end on a tie), up to
-  ``verdict.rest_servers`` server starts a check; then **undecided**, said so with the
-  command that checks further.
-- **undecided early**, as soon as the cap cannot settle it: the ends are apart by less than
-  the smallest change that matters (no sign of a rest that matters), and even a change
-  estimated at exactly 0 after every start the cap still allows would leave the upper bound
-  above it (:func:`servers_to_explain`). At the H200's spread (docs/validation.md (j),
-  server-level CV ~10%, the default smallest change 5%) that takes ~20 servers an end: the
-  two checks of a culprit had run their 8 starts each to "undecided" (bench_multi's
-  H200-like row: 12.4 rest-check starts a run, 5.1 with this rule, docs/benchmarks.md).
+- otherwise (a sign of a rest) one fresh server for the end with fewer servers (the lower
+  end on a tie), up to ``verdict.rest_servers`` server starts a check; then **undecided**,
+  said so with the command that checks further (also as soon as the cap cannot settle it).
+  "worse", like "explained", needs two servers an end.
 
-Before the cap, the check was a whole calibration (to its 1% refusal, or 12 servers an end):
-on a real H200 at a 10% server-level spread it ran 4+ servers and stayed undecided
-(docs/validation.md (j)).
-
-Tried and dropped (docs/benchmarks.md, bench_multi.py, 100 scenarios a row): the search's
-noise posterior as the prior of the check's (a two-step range's search learns plateau
-commits into its sides: the server level it teaches is too wide where the check matters),
-and "explained" asked only of servers no verdict chose (a culprit's search servers are a
-biased sample): neither named both steps more often, the second cost ~5 more starts a run.
+Fresh servers are what the servers at hand cannot settle: the search's servers of the culprit
+and of its parent are a biased sample (each was judged on them: a plateau commit measured low
+looked good, a culprit measured high looked like the whole step), so "explained" needs two
+servers an end, and a "no sign of a rest" judged on those alone missed the second of two
+1.3x steps in 7% of runs (bench_multi, issue 40: tried and dropped). Under the two-level
+default the verification is the confirmation's own servers (no fresh ones), so the servers
+this check starts are the only fresh ones of the final pair.
 """
 
 from __future__ import annotations
@@ -46,7 +37,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from vllm_bisect.bisect.policies.base import ServerRuns, VerdictPolicy
-from vllm_bisect.bisect.policies.twolevel import Calibration, TwoLevelPolicy
+from vllm_bisect.bisect.policies.calibration import Calibration
+from vllm_bisect.bisect.policies.twolevel import TwoLevelPolicy
+from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.models import Measurement, Verification
 from vllm_bisect.spec import Symptom
 from vllm_bisect.verdict.auto import log_min_change, samples_of
@@ -72,6 +65,9 @@ class RestCheck:
     reason: str          # the numbers: change, P(it matters), servers per end
     servers: tuple[int, int]   # servers behind the answer: the lower end's, the upper end's
     started: int         # fresh servers the check itself started
+    change: float = 0.0  # the estimated change (relative), the lower end to the upper
+    p_matters: float = 1.0   # P(the change >= the smallest change that matters)
+    need: int = 0        # not checked / undecided: servers an end that would rule it out
 
 
 def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
@@ -82,7 +78,7 @@ def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
     test (the search's own calibration then answers, as before)."""
     if not isinstance(policy, TwoLevelPolicy):
         return None
-    cal = Calibration(policy, runs, 0)
+    cal = Calibration(policy, runs, 0, announce=False)
     ends = (cal.old_sha, cal.new_sha)
     for sha, (groups, m) in (verified or {}).items():
         if sha in cal.last and groups:
@@ -108,13 +104,18 @@ def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
     if cal.fresh:   # the next calibration (a bisect of this part) goes on from them
         cal.record()
     servers = (len(cal.groups[cal.old_sha]), len(cal.groups[cal.new_sha]))
-    change = math.expm1(min_change)
-    why = f"P(a change >= {change:+.1%}) = {step.p_matters:.2g}; {step.numbers}"
-    if need:
-        why += (f"; at this spread ~{need} servers an end would tell it, more than "
-                f"verdict.rest_servers ({cap}) allows: stopped here")
+    matters = math.expm1(min_change)
+    why = f"P(a change >= {matters:+.1%}) = {step.p_matters:.2g}; {step.numbers}"
     logger.info("rest check: %s: %s", answer.value, why)
-    return RestCheck(answer, why, servers, started)
+    return RestCheck(answer, why, servers, started, change=_change(step),
+                     p_matters=step.p_matters, need=need)
+
+
+def _change(step: CalStep) -> float:
+    if step.model is None:
+        return 0.0
+    lo, hi = step.model.means()
+    return math.expm1(hi - lo)
 
 
 def servers_to_explain(s2: float, t2: float, requests: float, min_change: float) -> int:
@@ -142,7 +143,9 @@ def _cannot_settle(step: CalStep, groups: list[list[list[float]]], left: int,
 
 
 def _answer(step: CalStep, servers: int, started: int, cap: int) -> RestAnswer | None:
-    if step.separated:
+    # two servers an end either way: one server's level is a guess (a lone server at +12%
+    # from its level, 3 server-level sd, was bisected as a second step: 61 starts)
+    if step.separated and servers >= MIN_SERVERS:
         return RestAnswer.WORSE
     # two servers an end at least: the search's servers of a commit are a biased sample (it
     # judged the culprit's parent good on them: a plateau commit measured low looked good)
@@ -155,9 +158,32 @@ def verified_servers(v: Verification | None, symptom: Symptom) -> dict[str, Serv
     """The servers a culprit's verification ran of it and its parent (fresh, after the
     search), for the rest checks of the same symptom."""
     out: dict[str, Servers] = {}
+    if v is None or v.source != "fresh":   # the search's own servers: counted already
+        return out
     for sha, groups, m in ((v.culprit, v.culprit_servers, v.culprit_measurement),
-                           (v.parent, v.parent_servers, v.parent_measurement)) if v else ():
+                           (v.parent, v.parent_servers, v.parent_measurement)):
         gs = [g for g in groups or [samples_of(m, symptom)] if g] if m is not None else []
         if m is not None and gs:
             out[sha] = (gs, m)
     return out
+
+
+def starts_text(k: int) -> str:
+    return f"{k} server start" + ("" if k == 1 else "s")
+
+
+def note(what: str, found: RestCheck | None, why: str, starts: int, cap: int,
+              rng: CommitRange, spec_path: str) -> str:
+    """One line: a rest check's answer, what it cost, and how to check further."""
+    head = f"rest check, {what}: "
+    if found is None:
+        return f"{head}untestable ({starts_text(starts)}): {why}"
+    numbers = (f"change {found.change:+.1%}, P(it matters) = {found.p_matters:.2f}, "
+               f"{found.servers[0]} + {found.servers[1]} servers")
+    command = (f"`vllm-bisect run --spec {spec_path} --good {rng.good.sha[:12]} --bad "
+               f"{rng.bad.sha[:12]}`")
+    if found.answer is RestAnswer.EXPLAINED:
+        return f"{head}no, the culprit explains the effect ({numbers}; {starts_text(starts)})"
+    return (f"{head}undecided ({numbers}; {starts_text(starts)}, verdict.rest_servers = {cap}"
+            + (f"; ~{found.need} servers an end would settle it" if found.need else "")
+            + f"): {command}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from vllm_bisect.bisect.driver import BisectResult, Driver, EventHandler
@@ -24,12 +25,13 @@ from vllm_bisect.bisect.measurement.executor import (
 from vllm_bisect.bisect.multi import MultiResult, run_symptoms
 from vllm_bisect.bisect.range import CommitRange, commit_range, open_repo
 from vllm_bisect.bisect.search.endpoints import untestable_end
-from vllm_bisect.bisect.state.journal import ResultCache
+from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.base import Builder, known_unavailable
 from vllm_bisect.builders.prefetch import Prefetcher
 from vllm_bisect.errors import SessionError, disk_full
+from vllm_bisect.models import Phase
 from vllm_bisect.runtime.gpustate import locked_clocks
 from vllm_bisect.spec import BisectSpec, ExecutorKind, dump_spec
 
@@ -78,6 +80,16 @@ def run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: Ev
                            hint="check the permissions of the session and cache dirs") from None
 
 
+def whole_session(result: BisectResult, journal: SessionJournal) -> BisectResult:
+    """The counts of every call that worked on the session (a resumed one forgets nothing):
+    server starts per phase and the time worked, from the journal."""
+    journal.touch_run()
+    phases = journal.starts_by_phase()
+    verify = phases.get(Phase.VERIFY.value, 0)
+    return replace(result, starts_by_phase=phases, server_starts=sum(phases.values()) - verify,
+                   verify_server_starts=verify, wall_s=journal.wall_s(), calls=journal.runs())
+
+
 def refuse_unbuildable_ends(builder: Builder, rng: CommitRange) -> None:
     """Before anything is built: an endpoint the builder already knows it cannot build (a
     compiled change under a precompiled build) ends the run with the builder's reason."""
@@ -95,6 +107,7 @@ def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: E
         assert session.journal is not None
         session.journal.set_meta("spec", spec.model_dump_json())  # exact (None kept)
         session.journal.set_meta("cache_dir", str(cache_dir.absolute()))
+        session.journal.begin_run()
         (session_dir / "spec.toml").write_text(dump_spec(spec))
         builder = make_builder(spec, repo, cache_dir, session.logs)
         refuse_unbuildable_ends(builder, rng)
@@ -120,9 +133,10 @@ def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: E
 
                 with locked_clocks(spec.serve.lock_clocks, spec.serve.lock_clocks_mhz):
                     # one search per symptom, and the rest checks (bisect.multi, issue 28)
-                    multi = run_symptoms(spec, rng, driver, events)
+                    multi = run_symptoms(spec, rng, driver, events,
+                                         str((session_dir / "spec.toml").absolute()))
                 multi.endpoint_env = env_events.doc(multi.result.evaluations)
-                result = multi.result
+                multi.result = result = whole_session(multi.result, session.journal)
             finally:
                 executor.close()
         finally:

@@ -15,7 +15,7 @@ from vllm_bisect.bisect.policies.base import Again, CommitTrial, MoreSamples, Ro
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.state.store import MeasurementStore
 from vllm_bisect.bisect.terms import Terms
-from vllm_bisect.models import Evaluation, Outcome, Verdict
+from vllm_bisect.models import Evaluation, Outcome, Phase, Verdict
 
 Item = tuple[CommitInfo, Role, int]  # (commit, role, steps left)
 
@@ -33,12 +33,14 @@ class Tester:
         self.evaluations: dict[str, Evaluation] = {}
         # the commits under test: opened (the policy's trial), not yet judged or dropped
         self.trials: dict[str, CommitTrial] = {}
+        # the latest verdict of each commit judged at the whole-bisect bound (Role.CONFIRM)
+        self.at_bound: dict[str, Verdict] = {}
 
     def with_policy(self, policy: VerdictPolicy, measurer: Measurer | None = None) -> Tester:
         """A tester judging by ``policy`` from now on (measuring through ``measurer``, default
         the same), with the commits judged so far."""
         new = Tester(self.rng, self.store, measurer or self.measurer, policy, self.events)
-        new.probed, new.evaluations = self.probed, self.evaluations
+        new.probed, new.evaluations, new.at_bound = self.probed, self.evaluations, self.at_bound
         return new
 
     def test(self, info: CommitInfo, role: Role, steps_left: int,
@@ -105,7 +107,8 @@ class Tester:
         at the whole-bisect bound (``Role.CONFIRM``), at once on free workers; their new
         verdicts go into ``verdicts`` (a changed one moves the search on). True when any was
         measured (a search round), not all known."""
-        outs = self.test_batch([(self.rng.commits[i], Role.CONFIRM, 0) for i in indices])
+        with self.measurer.during(Phase.CONFIRM):
+            outs = self.test_batch([(self.rng.commits[i], Role.CONFIRM, 0) for i in indices])
         for i, o in zip(indices, outs, strict=True):
             confirmed.add(i)
             verdicts[i] = o.verdict
@@ -125,11 +128,16 @@ class Tester:
         """A commit's further servers while its trial asks for a fresh one (the two-level
         test); its evaluation to judge (merged over them), cached."""
         nxt = self.next_probe(commit, ev)
+        trial = self.trials.get(commit)
+        # a step's further servers that only its decision at the bound asks for: confirmation
+        phase = (Phase.CONFIRM if trial is not None and trial.role is Role.CONFIRM
+                 and self.measurer.phase is Phase.SEARCH else self.measurer.phase)
         n = 1
         while nxt is not None:
             n += 1
             self.events.on_phase(commit, f"a fresh server (server {n})")
-            ev = self.measurer.measure_all({commit: nxt.more}, account)[commit]
+            with self.measurer.during(phase):
+                ev = self.measurer.measure_all({commit: nxt.more}, account)[commit]
             nxt = self.next_probe(commit, ev)
         merged = self.decided(commit, ev)
         if account and merged is not ev:
@@ -168,6 +176,8 @@ class Tester:
         outcome = _with_log(self.verdict(info.sha, role, ev), ev).model_copy(
             update={"from_cache": cached})
         self.store.record(outcome, ev, cached)
+        if role is Role.CONFIRM:
+            self.at_bound[info.sha] = outcome.verdict
         self.probed.append(outcome)
         self.evaluations[info.sha] = ev
         self.events.on_outcome(info, outcome)

@@ -7,6 +7,7 @@ Built once from the driver's :class:`~vllm_bisect.bisect.driver.BisectResult`
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,12 +74,17 @@ class JudgedCommit(_Doc):
 
 
 class VerificationDoc(_Doc):
-    """The culprit and its parent re-measured on fresh servers once the search was over."""
+    """The culprit and its parent judged again once the search was over: on fresh servers
+    (``source = "fresh"``, ``samples`` requests asked for each), or from the servers the
+    search's confirmation judged them on at the whole-bisect bound (``"confirmation"``)."""
 
     culprit: str
     parent: str
     samples: int
     confirmed: bool
+    source: str = "fresh"
+    culprit_servers: int = 0   # the servers each verdict rests on
+    parent_servers: int = 0
     culprit_verdict: Verdict
     culprit_reason: str
     parent_verdict: Verdict
@@ -91,7 +97,10 @@ class VerificationDoc(_Doc):
         if v is None:
             return None
         return cls(culprit=v.culprit, parent=v.parent, samples=v.samples,
-                   confirmed=v.confirmed, culprit_verdict=v.culprit_verdict,
+                   confirmed=v.confirmed, source=v.source,
+                   culprit_servers=len(v.culprit_servers or []) or 1,
+                   parent_servers=len(v.parent_servers or []) or 1,
+                   culprit_verdict=v.culprit_verdict,
                    culprit_reason=v.culprit_reason, parent_verdict=v.parent_verdict,
                    parent_reason=v.parent_reason,
                    culprit_per_request=PerRequest.of(v.culprit_measurement),
@@ -119,8 +128,13 @@ class BisectReport(_Doc):
     # verdict.strategy = "auto": the strategy it chose for the symptom, and why
     strategy_chosen: str | None = None
     strategy_reason: str | None = None
-    server_starts: int = 0           # the search's (verification's: verify_server_starts)
+    server_starts: int = 0           # all but the verification's (verify_server_starts)
     verify_server_starts: int = 0
+    # every start of the session (every call: a resume too), by phase (models.Phase), and
+    # what plain `git bisect run` would have started: one server per step, ceil(log2 n)
+    starts_by_phase: dict[str, int] = Field(default_factory=dict)
+    plain_bisect_starts: int = 0
+    calls: int = 1                   # the calls that worked on the session (1 + resumes)
     rounds: int = 0
     workers: int = 1
     wall_s: float = 0.0
@@ -175,7 +189,10 @@ class BisectReport(_Doc):
                    confidence=result.confidence, strategy_chosen=result.strategy_chosen,
                    strategy_reason=result.strategy_reason, server_starts=result.server_starts,
                    verify_server_starts=result.verify_server_starts,
-                   rounds=result.rounds, workers=result.workers, wall_s=round(result.wall_s, 3),
+                   starts_by_phase=result.starts_by_phase,
+                   plain_bisect_starts=plain_starts(len(result.range.commits)),
+                   calls=result.calls, rounds=result.rounds, workers=result.workers,
+                   wall_s=round(result.wall_s, 3),
                    forecast=_forecast(result))
 
     def culprit_lines(self) -> list[str]:
@@ -212,6 +229,11 @@ class BisectReport(_Doc):
             raise SessionError(f"{path} cannot be read: {str(err).splitlines()[0]}",
                                hint=f"write it again with: vllm-bisect run --session "
                                     f"{path.parent}") from None
+
+
+def plain_starts(n: int) -> int:
+    """Server starts of a plain ``git bisect run`` over ``n`` commits: one a step."""
+    return math.ceil(math.log2(max(2, n)))
 
 
 def _skip_cause(ev: Evaluation) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_bisect.errors import SessionError
-from vllm_bisect.models import Measurement, Verdict
+from vllm_bisect.models import Measurement, Phase, Verdict
 from vllm_bisect.report.isolate_section import section_lines
 from vllm_bisect.report.result import (
     BisectReport,
@@ -180,7 +180,9 @@ def effects(r: SessionReport) -> list[str]:
     after: PerRequest | None
     if v and v.culprit_per_request and v.parent_per_request:
         before, after = v.parent_per_request, v.culprit_per_request
-        source = f"re-measured with {requests_text(v)}"
+        source = (f"re-measured with {requests_text(v)}" if v.source == "fresh" else
+                  f"the final pair's servers ({servers_text(v.parent_servers)} of the parent,"
+                  f" {servers_text(v.culprit_servers)} of the culprit)")
     else:
         if culprit.index is None:
             return []
@@ -237,23 +239,32 @@ def requests_text(v: VerificationDoc) -> str:
 
 
 def starts_text(res: BisectReport) -> str:
-    """Every server start of the run (search and verification), and what was reused."""
+    """Every server start of the session by phase, beside plain ``git bisect run``'s."""
     total = res.server_starts + res.verify_server_starts
-    parts = []
-    if res.verify_server_starts:
-        parts.append(f"{res.verify_server_starts} to verify the culprit")
-    reused = sum(p.from_cache for p in res.probed)
-    if reused:
-        parts.append(f"{reused} commit results reused from the cache")
-    if res.verification is not None and not res.verify_server_starts:
-        parts.append("the verification reused from the session")
-    return f"{total} server starts" + (f" ({'; '.join(parts)})" if parts else "")
+    by = res.starts_by_phase
+    parts = [f"{p.value} {by[p.value]}" for p in Phase if by.get(p.value)]
+    plain = (f"; plain git bisect run: ~{res.plain_bisect_starts}, one a step"
+             if res.plain_bisect_starts else "")
+    calls = f" over {res.calls} calls" if res.calls > 1 else ""
+    word = "server start" if total == 1 else "server starts"
+    return f"{total} {word}{calls}" + (f" ({', '.join(parts)}{plain})" if parts or plain
+                                       else "")
+
+
+def servers_text(n: int) -> str:
+    return f"{n} server" + ("" if n == 1 else "s")
 
 
 def verification_text(res: BisectReport) -> str | None:
     v = res.verification
     if v is None:
         return None
+    if v.source == "confirmation":
+        return (f"Verified at the whole-bisect bound by the search's confirmation of the final "
+                f"pair, with no fresh server: the culprit bad on "
+                f"{servers_text(v.culprit_servers)} ({v.culprit_reason}) and its parent "
+                f"{v.parent[:12]} good on {servers_text(v.parent_servers)} "
+                f"({v.parent_reason}).")
     if v.confirmed:
         return (f"Verified: re-measured on fresh servers ({requests_text(v)}), the "
                 f"culprit again judged bad ({v.culprit_reason}) and its parent "

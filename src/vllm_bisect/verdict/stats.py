@@ -8,6 +8,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+MIN_CI = 5   # requests a side before a bootstrap interval means anything (issue 42: none from 2)
+
 
 @dataclass(frozen=True)
 class Effect:
@@ -15,16 +17,18 @@ class Effect:
     before: float
     after: float
     change: float            # relative: +6.12 means +612%
-    ci_low: float | None     # None when either side has fewer than 2 samples
+    ci_low: float | None     # None when either side has fewer than MIN_CI samples
     ci_high: float | None
     n_before: int
     n_after: int
 
     def describe(self, unit: str = "") -> str:
         pct = f"{self.change * 100:+.0f}%"
-        ci = (f" [{self.ci_low * 100:+.0f}%, {self.ci_high * 100:+.0f}%]"
-              if self.ci_low is not None and self.ci_high is not None else " (no CI: too few samples)")
-        return (f"{self.metric} {self.before:.3g} -> {self.after:.3g}{unit} ({pct}{ci}, "
+        if self.ci_low is None or self.ci_high is None:
+            return (f"{self.metric} {self.before:.3g} -> {self.after:.3g}{unit} ({pct}; no CI "
+                    f"from {self.n_before} vs {self.n_after} requests: {MIN_CI} a side at least)")
+        return (f"{self.metric} {self.before:.3g} -> {self.after:.3g}{unit} ({pct} "
+                f"[{self.ci_low * 100:+.0f}%, {self.ci_high * 100:+.0f}%], "
                 f"95% bootstrap CI over {self.n_before} vs {self.n_after} requests)")
 
 
@@ -37,7 +41,7 @@ def bootstrap_change(before: list[float], after: list[float], metric: str,
     b, a = statistics.fmean(before), statistics.fmean(after)
     change = a / b - 1.0
     lo = hi = None
-    if len(before) >= 2 and len(after) >= 2:
+    if len(before) >= MIN_CI and len(after) >= MIN_CI:
         lo, hi = _ci(before, after, change, resamples, seed)
     return Effect(metric, b, a, change, lo, hi, len(before), len(after))
 

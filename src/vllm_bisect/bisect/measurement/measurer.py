@@ -12,14 +12,16 @@ cache; a cancelled one is neither. Ctrl-C or a fatal error tears every worker do
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 
 from vllm_bisect.bisect.measurement.executor import Done, Executor
 from vllm_bisect.bisect.policies.base import MoreSamples
 from vllm_bisect.bisect.state.store import MeasurementStore
 from vllm_bisect.builders.prefetch import PrefetchSink
-from vllm_bisect.models import EvalStatus, Evaluation
+from vllm_bisect.models import EvalStatus, Evaluation, Phase
 from vllm_bisect.spec import Symptom
 
 logger = logging.getLogger(__name__)
@@ -35,13 +37,31 @@ class Measurer:
         self.prefetcher = prefetcher
         self.server_starts = 0
         self.unaccounted_starts = 0   # servers of account=False work (the verification)
+        # every start, by what it was for (also journaled: a resumed session counts them all)
+        self.by_phase: Counter[Phase] = Counter()
+        self.phase = Phase.SEARCH
         spec = store.spec
         default = 0 if spec.verdict.symptom is Symptom.CRASH else spec.ops.retries
         self.retries = default if retries is None else retries
         self._next = 0
-        # own task id -> (executor task, commit, more, retries left, account)
-        self._tasks: dict[int, tuple[int, str, MoreSamples | None, int, bool]] = {}
+        # own task id -> (executor task, commit, more, retries left, account, phase, the
+        # journal's row of this attempt)
+        self._tasks: dict[int, tuple[int, str, MoreSamples | None, int, bool, Phase, int]] = {}
         self._by_exec: dict[int, int] = {}
+
+    @contextmanager
+    def during(self, phase: Phase) -> Iterator[None]:
+        """Servers started in this block count as ``phase``."""
+        before, self.phase = self.phase, phase
+        try:
+            yield
+        finally:
+            self.phase = before
+
+    def _counted(self, row: int, phase: Phase, started: bool) -> None:
+        if started:
+            self.by_phase[phase] += 1
+        self.store.journal.start_done(row, started)
 
     @property
     def workers(self) -> int:
@@ -58,13 +78,14 @@ class Measurer:
         """``account``: count and cache it (culprit verification does not: it is kept in
         the journal, and the search's server starts are what the report compares)."""
         task, self._next = self._next, self._next + 1
-        self._start(task, commit, more, self.retries, account)
+        self._start(task, commit, more, self.retries, account, self.phase)
         return task
 
     def _start(self, task: int, commit: str, more: MoreSamples | None, left: int,
-               account: bool) -> None:
+               account: bool, phase: Phase) -> None:
+        row = self.store.journal.start_pending(commit, phase.value)
         ex_task = self.executor.submit(commit, more)
-        self._tasks[task] = (ex_task, commit, more, left, account)
+        self._tasks[task] = (ex_task, commit, more, left, account, phase, row)
         self._by_exec[ex_task] = task
 
     def cancel(self, task: int) -> None:
@@ -78,17 +99,20 @@ class Measurer:
             while not out and self._tasks:
                 for done in self.executor.wait(timeout):
                     task = self._by_exec.pop(done.task)
-                    _, commit, more, left, account = self._tasks.pop(task)
+                    _, commit, more, left, account, phase, row = self._tasks.pop(task)
                     ev = done.evaluation
                     if ev.status is EvalStatus.FAILED and left > 0:
                         self.server_starts += 1  # the failed attempt's (it is not cached)
+                        self._counted(row, phase, True)
                         logger.warning("%s failed (%s); trying again on a fresh server",
                                        commit[:12], ev.reason)
-                        self._start(task, commit, more, left - 1, account)
+                        self._start(task, commit, more, left - 1, account, phase)
                         continue
+                    started = ev.status not in (EvalStatus.CANCELLED, EvalStatus.UNAVAILABLE)
+                    self._counted(row, phase, started)
                     if account and ev.status is not EvalStatus.CANCELLED:
                         self._account(ev)
-                    elif ev.status not in (EvalStatus.CANCELLED, EvalStatus.UNAVAILABLE):
+                    elif started:
                         self.unaccounted_starts += 1
                     out.append(replace(done, task=task))
                 if timeout is not None:

@@ -30,23 +30,20 @@ from dataclasses import replace
 
 from vllm_bisect.bisect.policies.base import Again, EndpointMeasure, MoreSamples, Role, ServerRuns
 from vllm_bisect.bisect.policies.threshold import PolicyTrial, ThresholdPolicy
-from vllm_bisect.errors import NotReproduced, untestable_hint
+from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Evaluation, Measurement, Outcome, Verdict
 from vllm_bisect.probes.decode import combine
 from vllm_bisect.spec import BisectSpec
-from vllm_bisect.verdict.auto import direction, log_min_change, per_request, samples_of
+from vllm_bisect.verdict.auto import log_min_change, per_request, samples_of
 from vllm_bisect.verdict.twolevel import (
     CalStatus,
-    CalStep,
     CommitTest,
     Decision,
     Group,
-    calibration_step,
     to_logs,
 )
 
 logger = logging.getLogger(__name__)
-CALIBRATION_SERVERS = 12  # per endpoint, at most (8 left 1.1x at 5% + 3% refused: issue 30)
 SAMPLE_CAP = 3            # x verdict.max_samples: a commit's samples over all its servers
 # pair_bound (issue 14's benchmark chose these; docs/benchmarks.md): a search step's own error,
 # the calibration's precision (x the first bound decision's threshold; 3 without pair_bound),
@@ -155,6 +152,8 @@ class TwoLevelPolicy(ThresholdPolicy):
         tests += 2
         # pair_bound: precise enough for the first decision at the bound (alpha / 2)
         threshold = math.log((2 if self.pair_bound else tests) / v.alpha)
+        from vllm_bisect.bisect.policies.calibration import Calibration
+
         cal = Calibration(self, runs, tests)
         # a fall-back: the plateau evidence may have to decide (the good end precise for it)
         step = cal.until_decided(threshold, log_min_change(v) if v.plateau and self.recalibrate
@@ -228,7 +227,7 @@ class TwoLevelPolicy(ThresholdPolicy):
         if role.endpoint:
             # an endpoint: old ("good") or new ("bad") by definition, once calibrated
             return Outcome(commit=evaluation.commit, verdict=Verdict.GOOD
-                           if role in _OLD_ROLES else Verdict.BAD, reason=self.reason,
+                           if role in OLD_ROLES else Verdict.BAD, reason=self.reason,
                            measurement=m)
         if self.test_ is None:
             return super().judge(evaluation, role)
@@ -267,7 +266,7 @@ def _off_good(test: CommitTest, logs: list[Group]) -> str:
     return f", off the good end {test.model.log_bf_step(logs, test.step_change):+.1f}"
 
 
-_OLD_ROLES = frozenset({Role.GOOD_ENDPOINT, Role.PROBLEM_ENDPOINT})
+OLD_ROLES = frozenset({Role.GOOD_ENDPOINT, Role.PROBLEM_ENDPOINT})
 
 
 class TwoLevelTrial(PolicyTrial):
@@ -329,72 +328,3 @@ class TwoLevelTrial(PolicyTrial):
 
     def verdict(self, evaluation: Evaluation) -> Outcome:
         return self.p.decide(evaluation, self.role, self.test)
-
-
-class Calibration:
-    """One calibration's servers per endpoint (:meth:`TwoLevelPolicy.calibrate`, bisect.rest)."""
-
-    def __init__(self, policy: TwoLevelPolicy, runs: ServerRuns, tests: int) -> None:
-        self.p, self.runs = policy, runs
-        rng_ends = runs.endpoints()
-        self.roles = dict(rng_ends)  # sha -> role, the reference end first
-        self.old_sha = next(sha for sha, role in rng_ends if role in _OLD_ROLES)
-        self.new_sha = next(sha for sha, role in rng_ends if role not in _OLD_ROLES)
-        self.groups: dict[str, list[list[float]]] = {s: [] for s in self.roles}
-        self.last: dict[str, Evaluation] = {}
-        self.earlier: dict[str, list[Measurement]] = {s: [] for s in self.roles}
-        self.fresh: set[str] = set()   # endpoints that needed a server this session
-        for sha, role in self.roles.items():
-            runs.testing(sha, role, tests)
-            found = runs.known(sha)
-            if found is not None and found.measurement is not None and policy.groups_of(found):
-                self.groups[sha], self.last[sha] = policy.groups_of(found), found
-
-    def run(self, todo: list[str], k: int, reps: int = 1) -> None:
-        p = self.p
-
-        def more(m: Measurement) -> int:
-            return max(0, k - len(samples_of(m, p.symptom)))
-        shas = [sha for sha in todo for _ in range(reps)]
-        evs = self.runs.fresh(shas, more if per_request(p.symptom) else None)
-        for sha, ev in zip(shas, evs, strict=True):
-            self.fresh.add(sha)
-            s = p.samples(ev)
-            if ev.measurement is None or not s:
-                raise NotReproduced(f"the {self.roles[sha]} could not be tested: "
-                                    f"{ev.reason or 'no samples'}", hint=untestable_hint(
-                                        ev.log, ev.reason, ev.transient, ev.hint, self.roles[sha]))
-            prev = self.last.get(sha)
-            if prev is not None and prev.measurement is not None:
-                self.earlier[sha].append(prev.measurement)
-            self.groups[sha].append(s)
-            self.last[sha] = ev
-
-    def step(self, threshold: float, step_change: float = 0.0) -> CalStep:
-        """The calibration's next step on the servers so far (verdict/twolevel.py)."""
-        p, v = self.p, self.p.v
-        return calibration_step(
-            [to_logs(g) for g in self.groups[self.old_sha]],
-            [to_logs(g) for g in self.groups[self.new_sha]], min_change=log_min_change(v),
-            # a fix search: the new end is the one without the problem
-            direction=direction(p.symptom) * (-1 if p.terms.fix else 1),
-            threshold=threshold, max_servers=CALIBRATION_SERVERS, server_cost=v.server_cost,
-            precision=PAIR_PRECISION if p.pair_bound else 3.0, step_change=step_change)
-
-    def until_decided(self, threshold: float, step_change: float = 0.0) -> CalStep:
-        """Servers until the calibration is ready or refuses; its last step."""
-        todo = [sha for sha in self.roles if not self.groups[sha]]
-        if todo:
-            self.run(todo, 2)
-        while (step := self.step(threshold, step_change)).status is CalStatus.MORE:
-            logger.info("%s", step.reason)
-            # k workers: k / 2 fresh servers per endpoint at once (the wall of one)
-            self.run(list(self.roles), step.requests, max(1, self.runs.workers // 2))
-        logger.info("%s", step.reason)
-        return step
-
-    def record(self) -> None:
-        """Each endpoint's servers merged into one evaluation, judged and journaled."""
-        for sha, role in self.roles.items():
-            ev = self.p.merged(self.last[sha], self.groups[sha], self.earlier[sha])
-            self.runs.record_as(sha, role, ev, cached=sha not in self.fresh)

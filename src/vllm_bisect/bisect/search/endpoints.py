@@ -7,13 +7,14 @@ import math
 from pathlib import Path
 
 from vllm_bisect.bisect.policies.base import MoreSamples, Role
+from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.reruns import Runs
 from vllm_bisect.bisect.search.multisection import ideal_rounds
 from vllm_bisect.bisect.search.steps import next_step
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.errors import NotReproduced, untestable_hint
-from vllm_bisect.models import Evaluation, Outcome, Verdict
-from vllm_bisect.spec import BisectSpec, SearchKind, Symptom
+from vllm_bisect.models import Evaluation, Outcome, Phase, Verdict
+from vllm_bisect.spec import BisectSpec, SearchKind, Symptom, VerdictSpec
 from vllm_bisect.verdict.auto import Choice, Strategy
 
 
@@ -92,7 +93,8 @@ def calibrate_endpoints(t: Tester, tests: int | None = None) -> None:
                       for i, (info, role) in enumerate(t.terms.endpoints(rng))], more)
         return t.evaluations[rng.good.sha], t.evaluations[rng.bad.sha]
 
-    t.policy.calibrate(endpoints, tests or search_tests(n, t.measurer.workers), t)
+    with t.measurer.during(Phase.ENDPOINTS):
+        t.policy.calibrate(endpoints, tests or search_tests(n, t.measurer.workers), t)
 
 
 def intermittence_applies(spec: BisectSpec, choice: Choice) -> bool:
@@ -115,6 +117,11 @@ def intermittence(t: Tester, spec: BisectSpec, choice: Choice) -> Choice | None:
     v, rng = spec.verdict, t.rng
     if not intermittence_applies(spec, choice):
         return None
+    with t.measurer.during(Phase.ENDPOINTS):
+        return _intermittence(t, v, rng)
+
+
+def _intermittence(t: Tester, v: VerdictSpec, rng: CommitRange) -> Choice | None:
     k = steps(len(rng.commits))
     prefetch_first(t)
     if Runs(t, rng.good, Role.GOOD_ENDPOINT, k + 1).next() is not Verdict.GOOD:

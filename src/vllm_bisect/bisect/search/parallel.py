@@ -20,7 +20,7 @@ from vllm_bisect.bisect.search.endpoints import calibrate_endpoints, check_endpo
 from vllm_bisect.bisect.search.multisection import choose, ideal_rounds, useless
 from vllm_bisect.bisect.search.steps import Step, next_step, unconfirmed_pair
 from vllm_bisect.bisect.tester import Tester
-from vllm_bisect.models import Evaluation, Verdict
+from vllm_bisect.models import Evaluation, Phase, Verdict
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +105,8 @@ class MultisectionSearch:
             if found is not None:
                 results[info.sha] = (found, True)
             else:
-                tasks[self.m.submit(info.sha)] = info.sha
+                with self.m.during(Phase.ENDPOINTS):
+                    tasks[self.m.submit(info.sha)] = info.sha
         self._dispatch(speculative=True)
         held: list[Done] = []
         while tasks:

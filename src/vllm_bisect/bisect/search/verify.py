@@ -1,10 +1,14 @@
-"""Culprit verification: re-measure the first bad commit and its last good parent.
+"""Culprit verification: the first bad commit and its last good parent, judged again.
 
-Once the search is over, both are measured again on fresh servers (at once when there are
-workers) with ``verdict.verify_samples`` requests each and judged again; the report's effect
-and its 95% bootstrap CI come from these samples. A culprit that no longer judges bad, or a
-parent that no longer judges good, is reported (a flaky symptom), not hidden. The result is
-kept in the journal, so a resumed session does not measure them again.
+Paid only for doubt (issue 40). When the search already judged both at the whole-bisect
+bound (the final pair's confirmation, ``Role.CONFIRM``; the good endpoint is good by its
+calibration), that is the verification: the same evidence, pooled over the servers it ran,
+is not collected again to say the same thing (``Verification.source = "confirmation"``, with
+the servers it rests on). Otherwise (a policy without that bound: threshold, sequential,
+bayes) both are measured again on fresh servers (at once when there are workers) with
+``verdict.verify_samples`` requests each and judged again. A culprit that no longer judges
+bad, or a parent that no longer judges good, is reported (a flaky symptom), not hidden. The
+result is kept in the journal, so a resumed session does not measure them again.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import logging
 from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitInfo
 from vllm_bisect.bisect.tester import Tester
-from vllm_bisect.models import Measurement, Verdict, Verification
+from vllm_bisect.models import Measurement, Outcome, Phase, Verdict, Verification
 
 logger = logging.getLogger(__name__)
 META_KEY = "verification"
@@ -32,14 +36,41 @@ def parent_of(t: Tester, culprit: str) -> CommitInfo:
     return t.rng.good if best == -1 else t.rng.commits[best]
 
 
+def at_the_bound(t: Tester, culprit: str, parent: CommitInfo) -> Verification | None:
+    """The verification the search's confirmation already is: the culprit judged bad and its
+    parent good at the whole-bisect bound (the good endpoint: good by calibration); None
+    when either was not (then fresh servers decide)."""
+    ends = ({t.rng.good.sha: Verdict.GOOD, t.rng.bad.sha: Verdict.BAD}
+            if t.policy.needs_calibration else {})
+    verdicts = {**ends, **t.at_bound}
+    if verdicts.get(culprit) is not Verdict.BAD or verdicts.get(parent.sha) is not Verdict.GOOD:
+        return None
+    found = {o.commit: o for o in t.probed}   # the latest outcome of each
+    c_ev, p_ev = t.evaluations.get(culprit), t.evaluations.get(parent.sha)
+    if c_ev is None or p_ev is None or c_ev.measurement is None or p_ev.measurement is None:
+        return None
+    return Verification(
+        culprit=culprit, parent=parent.sha, samples=0, source="confirmation",
+        culprit_verdict=Verdict.BAD, parent_verdict=Verdict.GOOD,
+        culprit_reason=_reason(found.get(culprit)), parent_reason=_reason(found.get(parent.sha)),
+        culprit_measurement=c_ev.measurement, parent_measurement=p_ev.measurement,
+        culprit_servers=c_ev.samples, parent_servers=p_ev.samples)
+
+
 def verify_culprit(t: Tester, culprit: str) -> Verification:
     journal, need = t.store.journal, t.store.spec.verdict.verify_samples
     stored = journal.get_meta(META_KEY)
+    parent = parent_of(t, culprit)
+    pooled = at_the_bound(t, culprit, parent)
     if stored:
         v = Verification.model_validate_json(stored)
-        if v.culprit == culprit and v.samples == need:
+        if v.culprit == culprit and (v.samples == need if v.source == "fresh" else pooled):
             return v
-    parent = parent_of(t, culprit)
+    if pooled is not None:
+        logger.info("the culprit %s and its parent were judged at the whole-bisect bound: "
+                    "that is the verification (no fresh servers)", culprit[:12])
+        journal.set_meta(META_KEY, pooled.model_dump_json())
+        return pooled
     info = t.rng.commits[t.rng.index(culprit)]
     for c, role in ((info, Role.VERIFY_CULPRIT), (parent, Role.VERIFY_PARENT)):
         t.events.on_testing(c, role, 0)
@@ -48,12 +79,13 @@ def verify_culprit(t: Tester, culprit: str) -> Verification:
         return max(0, need - len(m.requests))
 
     ends = ((culprit, Role.VERIFY_CULPRIT), (parent.sha, Role.VERIFY_PARENT))
-    evs = t.measurer.measure_all(
-        {sha: (t.open(sha, role).more if t.policy.multi_server else more)
-         for sha, role in ends}, account=False)
-    # the two-level test: fresh servers until it decides again (one server's requests
-    # cannot outweigh the server level)
-    evs = {sha: t.servers(sha, ev, account=False) for sha, ev in evs.items()}
+    with t.measurer.during(Phase.VERIFY):
+        evs = t.measurer.measure_all(
+            {sha: (t.open(sha, role).more if t.policy.multi_server else more)
+             for sha, role in ends}, account=False)
+        # the two-level test: fresh servers until it decides again (one server's requests
+        # cannot outweigh the server level)
+        evs = {sha: t.servers(sha, ev, account=False) for sha, ev in evs.items()}
     co = t.judge_only(info, Role.VERIFY_CULPRIT, evs[culprit])
     po = t.judge_only(parent, Role.VERIFY_PARENT, evs[parent.sha])
     v = Verification(culprit=culprit, parent=parent.sha, samples=need,
@@ -66,3 +98,7 @@ def verify_culprit(t: Tester, culprit: str) -> Verification:
                        co.verdict.value, po.verdict.value)
     journal.set_meta(META_KEY, v.model_dump_json())
     return v
+
+
+def _reason(o: Outcome | None) -> str:
+    return o.reason if o is not None else ""

@@ -136,7 +136,14 @@ class SessionJournal:
             CREATE TABLE IF NOT EXISTS servers (
                 pid INTEGER NOT NULL, commit_sha TEXT NOT NULL, started REAL NOT NULL,
                 stopped REAL);
+            CREATE TABLE IF NOT EXISTS starts (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT, commit_sha TEXT NOT NULL,
+                phase TEXT NOT NULL, created REAL NOT NULL, done INTEGER NOT NULL);
+            CREATE TABLE IF NOT EXISTS runs (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT, started REAL NOT NULL,
+                seen REAL NOT NULL);
         """)
+        self._run: int | None = None
         have = self.get_meta("schema")
         if have is None:
             self.set_meta("schema", str(SCHEMA_VERSION))
@@ -193,6 +200,65 @@ class SessionJournal:
     def unstopped_servers(self) -> list[int]:
         return [int(r[0]) for r in self.con.execute(
             "SELECT pid FROM servers WHERE stopped IS NULL")]
+
+    # -- what the session cost, over every call that worked on it (a resume included) -----
+    def begin_run(self) -> None:
+        """This call works on the session from now (its wall time counts from here)."""
+        now = time.time()
+        with self._lock:
+            cur = self.con.execute("INSERT INTO runs (started, seen) VALUES (?, ?)", (now, now))
+            self._run = cur.lastrowid
+
+    def touch_run(self) -> None:
+        """This call is still working (a kill -9 loses at most the time since)."""
+        if self._run is None:
+            return
+        with self._lock:
+            self.con.execute("UPDATE runs SET seen = ? WHERE seq = ?", (time.time(), self._run))
+
+    def wall_s(self) -> float:
+        """Seconds worked on the session, every call together."""
+        row = self.con.execute("SELECT SUM(seen - started) FROM runs").fetchone()
+        return float(row[0] or 0.0)
+
+    def runs(self) -> int:
+        return int(self.con.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+
+    def start_pending(self, commit: str, phase: str) -> int:  # (worker threads too)
+        """A server is about to be started for ``commit``: counted once :meth:`start_done`
+        says it was, or, if this call is killed first, when a server process of that commit
+        was recorded after it (``servers``)."""
+        with self._lock:
+            cur = self.con.execute(
+                "INSERT INTO starts (commit_sha, phase, created, done) VALUES (?, ?, ?, 0)",
+                (commit, phase, time.time()))
+        self.touch_run()
+        return int(cur.lastrowid or 0)
+
+    def start_done(self, row: int, started: bool) -> None:
+        """The attempt ended: a server was started (kept), or none was (no artifact,
+        cancelled before it ran: forgotten)."""
+        with self._lock:
+            if started:
+                self.con.execute("UPDATE starts SET done = 1 WHERE seq = ?", (row,))
+            else:
+                self.con.execute("DELETE FROM starts WHERE seq = ?", (row,))
+        self.touch_run()
+
+    def starts_by_phase(self) -> dict[str, int]:
+        """Server starts of the whole session, per phase (an attempt a killed call left
+        pending counts when its server process was started)."""
+        rows = self.con.execute(
+            "SELECT phase, COUNT(*) FROM starts WHERE done = 1 OR EXISTS (SELECT 1 FROM "
+            "servers WHERE servers.commit_sha = starts.commit_sha AND servers.started >= "
+            "starts.created) GROUP BY phase").fetchall()
+        return {str(p): int(n) for p, n in rows}
+
+    def starts_by_commit(self) -> dict[str, int]:
+        rows = self.con.execute(
+            "SELECT commit_sha, COUNT(*) FROM starts WHERE done = 1 GROUP BY commit_sha"
+            ).fetchall()
+        return {str(c): int(n) for c, n in rows}
 
     def close(self) -> None:
         self.con.close()

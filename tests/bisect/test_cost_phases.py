@@ -1,0 +1,88 @@
+"""What a bisect costs, phase by phase, for the whole session (issue 40), through the real
+CLI on a generated history served by the simulator: a clean step pays no fresh servers for
+the verification and the rest checks (the confirmation's servers are the verification), and a
+session resumed after kill -9 counts every start and every judged commit of both calls."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.helpers import history, make_spec, write_spec
+from vllm_bisect.report.result import plain_starts
+
+
+def run_cmd(spec: Path, session: Path, cache: Path) -> list[str]:
+    return [sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec), "--session",
+            str(session), "--cache-dir", str(cache)]
+
+
+def clean_step(tmp: Path) -> tuple[Path, str]:
+    h = history(tmp, n_commits=24, slow_at=13, slow_factor=2.0, noise_cv=0.02,
+                server_cv=0.02, step_ms=5.0)
+    spec = write_spec(tmp / "s.toml", make_spec(h, verdict={"symptom": "itl"},
+                                                probe={"requests": 2}))
+    return spec, h.planted["itl"]
+
+
+def test_a_clean_step_pays_no_fresh_server_to_verify_or_check_the_rest(tmp_path: Path) -> None:
+    spec, planted = clean_step(tmp_path)
+    session = tmp_path / "sess"
+    r = subprocess.run(run_cmd(spec, session, tmp_path / "cache"), capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((session / "result.json").read_text())
+    assert doc["first_bad"] == planted
+    phases = doc["starts_by_phase"]
+    started = r.stderr.count("starting server")
+    assert sum(phases.values()) == started == doc["server_starts"] + doc["verify_server_starts"]
+    assert phases.get("verify", 0) == 0 and doc["verify_server_starts"] == 0, phases
+    assert phases.get("rest", 0) == 0, phases
+    assert doc["verification"]["source"] == "confirmation"
+    assert doc["verification"]["confirmed"]
+    plain = plain_starts(doc["n_commits"])
+    assert doc["plain_bisect_starts"] == plain
+    md = (session / "report.md").read_text()
+    assert f"plain git bisect run: ~{plain}, one a step" in md, md
+    # the rest notes are one short line each, with the session's own spec path
+    for c in doc.get("culprits") or []:
+        for note in c["note"].split("; rest check")[1:]:
+            assert len(note) < 400, note
+    assert "SESSION/spec.toml" not in md
+
+
+def test_a_resumed_session_counts_every_start_and_commit_of_both_calls(tmp_path: Path) -> None:
+    """kill -9 in the middle of the search, then the same command: result.json counts the
+    first call's starts too (before: only the resumed call's), and both endpoints' rows."""
+    spec, planted = clean_step(tmp_path)
+    session, cache = tmp_path / "sess", tmp_path / "cache"
+    log = tmp_path / "first.log"
+    with log.open("w") as err:
+        p = subprocess.Popen(run_cmd(spec, session, cache), stdout=subprocess.DEVNULL,
+                             stderr=err, text=True, start_new_session=True)
+        deadline = time.monotonic() + 600
+        while log.read_text().count("probing") < 4 and p.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.2)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    first = log.read_text().count("starting server")
+    assert first >= 4
+    r = subprocess.run(run_cmd(spec, session, cache), capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((session / "result.json").read_text())
+    assert doc["first_bad"] == planted
+    total = first + r.stderr.count("starting server")
+    assert doc["server_starts"] + doc["verify_server_starts"] == total
+    assert sum(doc["starts_by_phase"].values()) == total
+    assert doc["calls"] == 2
+    judged = {p["commit"] for p in doc["probed"]}
+    assert {doc["good"], doc["bad"], planted} <= judged
+    md = (session / "report.md").read_text()
+    assert f"{total} server starts over 2 calls" in md, md
