@@ -84,8 +84,8 @@ def test_a_length_report_leads_with_the_length_and_drops_itl_noise(tmp_path: Pat
     assert effects and effects[0].startswith("output tokens 160 -> 128"), effects
     assert not any(e.startswith("ITL") for e in effects), effects
     # a clear ITL change next to it is shown, after the bisected symptom
-    v2 = verification(5, 6, ([160, 160, 160], [3.28, 3.30, 3.32]),
-                      ([128, 128, 128], [6.5, 6.6, 6.7]))
+    v2 = verification(5, 6, ([160] * 5, [3.28, 3.30, 3.32, 3.29, 3.31]),
+                      ([128] * 5, [6.5, 6.6, 6.7, 6.55, 6.65]))   # (a CI needs 5 a side)
     s2 = write_session(tmp_path / "s2", probed, 6, 8, LENGTH_SPEC, verification=v2)
     effects2 = re.findall(r"Effect at the first bad commit vs its parent: (.*)", report(s2))
     assert [e.split(" ")[0] for e in effects2] == ["output", "ITL"], effects2
