@@ -114,6 +114,18 @@ def summarize(effect: float, outs: list[Outcome]) -> str:
             f"{within / k:.1%} | {over[int(0.95 * (k - 1))]:+d} | {over[-1]:+d} |")
 
 
+def parse_value(val: str) -> object:
+    """A --set value: true/false, an int, a float, else the string."""
+    if val.lower() in ("true", "false"):
+        return val.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(val)
+        except ValueError:
+            continue
+    return val
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=300)
@@ -129,16 +141,7 @@ def main() -> None:
     extra: list[tuple[str, object]] = []
     for kv in a.set:
         key, val = kv.split("=", 1)
-        v: object = {"true": True, "false": False}.get(val.lower(), val)
-        if isinstance(v, str):
-            try:
-                v = int(v)
-            except ValueError:
-                try:
-                    v = float(v)
-                except ValueError:
-                    pass
-        extra.append((key, v))
+        extra.append((key, parse_value(val)))
     effects = [float(x) for x in a.effects.split(",")]
     items = [Trial(e, a.seed * 1_000_003 + r * 10_007 + j, lo, hi, tuple(extra), a.requests)
              for r, e in enumerate(effects) for j in range(a.trials)]

@@ -34,6 +34,7 @@ import threading
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 T0 = time.monotonic()
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,9 +49,14 @@ from vllm_bisect.spec import dump_spec, parse_spec  # noqa: E402
 # host-mtpoff; host-graphs got 3 of its 4 servers in session 16). Kind 3's run first: with
 # its rest checks it needs ~20+ server starts, more than one fresh machine's time beside
 # anything else; it goes on across machines through --state
-JOBS = ("host-rundef", "host-hook", "host-graphs", "spec-isolate", "host-explain")
+# issue 45's order: kind 3 through run and the hook (the default spec, one cache), kind 2 again
+# for its per-phase starts, isolate on kind 2's culprit, explain on kind 3, eager vs graphs
+JOBS = ("host-rundef", "host-hookdef", "spec-rundef", "spec-isolate", "host-explain",
+        "host-graphs")
 # "rundef": `vllm-bisect run` with the default spec (symptom only: no strategy, factor, or
-# verification overrides); "explain": `vllm-bisect explain` on that session's culprit
+# verification overrides); "hook" / "hookdef": `git bisect run vllm-bisect hook` with the
+# kind's spec / its default spec (the same result cache as the run); "explain":
+# `vllm-bisect explain` on that session's culprit
 # (or, for a kind whose bisect did not run, on the planted commit through --culprit);
 # "mtpoff" / "graphs": `explain --against`, the planted commit's parent under the default
 # spec against the same commit without MTP / without --enforce-eager (two known setups)
@@ -84,6 +90,16 @@ def costs(session: Path) -> dict[str, object]:
             servers.append({"commit": sha[:12], "lifetime_s":
                             None if stopped is None else round(stopped - started, 1)})
         con.close()
+    starts: list[dict[str, object]] = []
+    if journal.exists():
+        con = sqlite3.connect(journal)
+        try:
+            for sha, phase, created in con.execute(
+                    "select commit_sha, phase, created from starts order by seq"):
+                starts.append({"commit": sha[:12], "phase": phase, "at": round(created, 1)})
+        except sqlite3.OperationalError:  # a journal from before the starts table
+            pass
+        con.close()
     probes = []
     result = session / "result.json"
     if result.exists():
@@ -94,7 +110,61 @@ def costs(session: Path) -> dict[str, object]:
                            "output_tokens": m.get("output_tokens"), "itl_ms": m.get("itl_ms"),
                            "tokens_per_chunk": m.get("tokens_per_chunk"),
                            "acceptance_length": m.get("acceptance_length")})
-    return {"builds": builds, "servers": servers, "probes": probes}
+    return {"builds": builds, "servers": servers, "starts": starts, "probes": probes}
+
+
+def starts_summary(result: dict[str, Any] | None, starts: list[dict[str, object]],
+                   planted: str) -> dict[str, object]:
+    """The numbers issue 45 asks for per run, at the top of the job's summary: found against
+    planted, server starts per phase (result.json's, else counted from the journal: a cut
+    run) beside plain git bisect's, wall and calls."""
+    by: dict[str, int] = {}
+    for s in starts:
+        by[str(s["phase"])] = by.get(str(s["phase"]), 0) + 1
+    out: dict[str, object] = {"planted": planted}
+    if result is None:
+        out.update(finished=False, starts_by_phase=by, starts_total=sum(by.values()))
+        return out
+    phases: dict[str, int] = result.get("starts_by_phase") or by
+    out.update(finished=True, first_bad=result.get("first_bad"),
+               right=result.get("first_bad") == planted, starts_by_phase=phases,
+               starts_total=sum(phases.values()),
+               plain_bisect_starts=result.get("plain_bisect_starts"),
+               server_starts=result.get("server_starts"),
+               verify_server_starts=result.get("verify_server_starts"),
+               strategy_chosen=result.get("strategy_chosen"), forecast=result.get("forecast"),
+               wall_s_session=result.get("wall_s"), calls=result.get("calls"))
+    return out
+
+
+def explain_counts(session: Path) -> dict[str, object]:
+    """An explain's server starts in this call, the servers kept from earlier calls, and the
+    servers profiled so far (explain/servers/*.json: a cut explain resumes from them)."""
+    out: dict[str, object] = {"servers_done": sorted(
+        f.stem for f in (session / "explain" / "servers").glob("*.json"))}
+    doc = session / "explain.json"
+    if doc.exists():
+        d = json.loads(doc.read_text())
+        out.update(server_starts=d.get("server_starts"), servers_kept=d.get("servers_kept"),
+                   culprit=d.get("culprit"), parent=d.get("parent"))
+    return out
+
+
+def hook_starts(repo: Path) -> dict[str, int]:
+    """Server starts of the hook's own journals (.git/vllm-bisect-hook/*/journal.sqlite), by
+    phase: the measurements it took from the run's cache are not among them."""
+    import sqlite3
+
+    by: dict[str, int] = {}
+    for journal in sorted((repo / ".git" / "vllm-bisect-hook").glob("*/journal.sqlite")):
+        con = sqlite3.connect(journal)
+        try:
+            for phase, n in con.execute("select phase, count(*) from starts group by phase"):
+                by[str(phase)] = by.get(str(phase), 0) + int(n)
+        except sqlite3.OperationalError:
+            pass
+        con.close()
+    return by
 
 
 class Run:
@@ -205,9 +275,11 @@ class Run:
         subprocess.run([sys.executable, str(ROOT / "scripts" / "make_tiny_mtp_model.py"),
                         str(model)], check=True, env=self.env)
 
-    def stage_histories(self) -> None:
+    def stage_histories(self, kinds: set[str] | None = None) -> None:
         from vllm_bisect.sim.source_history import PlantKind, make_source_history, source_spec_data
         for kind in PlantKind:
+            if kinds is not None and kind.value not in kinds:
+                continue
             spec = self.work / f"{kind}.toml"
             if spec.exists():
                 continue
@@ -242,7 +314,7 @@ class Run:
         if what in ("rundef", "explain") or (
                 what == "isolate" and (self.work / "sessions" / f"{kind}-def").exists()):
             session = self.work / "sessions" / f"{kind}-def"
-        if what == "rundef":
+        if what in ("rundef", "hookdef"):
             spec = self.work / f"{kind}-default.toml"
         doc: dict[str, object] = {"job": name}
         planted = json.loads((self.res / f"{kind}.planted.json").read_text())
@@ -273,6 +345,7 @@ class Run:
             doc.update(rc=code, wall_s=round(wall, 1), commit=parent)
             self.trace_out(session, name)
             self.copy_out(session, name, "explain.json")
+            doc.update(explain_counts(session))
             for f in (session / "explain" / "servers").glob("*.json"):
                 shutil.copy(f, self.res / f"{name}_{f.name}")
         elif what == "explain":
@@ -281,6 +354,7 @@ class Run:
             doc.update(rc=code, wall_s=round(wall, 1), planted=planted["planted"])
             self.trace_out(session, name)
             self.copy_out(session, name, "report.md", "result.json", "explain.json")
+            doc.update(explain_counts(session))
             prof = session / "explain"
             if prof.exists():
                 for f in prof.rglob("*.json"):
@@ -298,11 +372,24 @@ class Run:
                 doc["costs"] = costs(session)
             except Exception as err:
                 doc["costs"] = {"error": repr(err)}
+            try:
+                c = doc["costs"]
+                r = doc.get("result")
+                doc["summary"] = starts_summary(
+                    r if isinstance(r, dict) else None,
+                    c.get("starts", []) if isinstance(c, dict) else [], planted["planted"])
+            except Exception as err:
+                doc["summary"] = {"error": repr(err)}
             serve_logs = sorted((session / "logs").glob("serve-*.log"))
             if serve_logs and not (self.res / "serve_startup_full.log").exists():
                 shutil.copy(serve_logs[0], self.res / "serve_startup_full.log")
-        elif what == "hook":
+        elif what in ("hook", "hookdef"):
             doc.update(self.hook(kind, spec, repo, timeout, name))
+            doc["spec"] = spec.name
+            doc["starts_by_phase"] = hook_starts(repo)
+            first = doc.get("first_bad")
+            doc["right"] = first[:12] == planted["planted"][:12] if isinstance(first, str) else None
+            doc["planted"] = planted["planted"]
         else:
             code, wall = self.cmd([*cli, "isolate", str(session), "--no-hunks", "--no-deps",
                                    "--json", "--cache-dir", str(self.cache), *extra],
@@ -310,10 +397,29 @@ class Run:
             doc.update(rc=code, wall_s=round(wall, 1), planted=planted["planted"],
                        planted_file=planted.get("planted_file"))
             self.copy_out(session, name, "result.json", "isolate.json")
+            # named the planted file, and only it? (isolate.json of a --culprit session, else
+            # the study in the bisect session's result.json)
+            study = None
+            if (session / "isolate.json").exists():
+                study = json.loads((session / "isolate.json").read_text())
+            elif (session / "result.json").exists():
+                study = json.loads((session / "result.json").read_text()).get("isolate")
+            if isinstance(study, dict):
+                found = study.get("minimal_files")
+                doc.update(culprit=study.get("culprit"), minimal_files=found,
+                           right=found == [planted.get("planted_file")],
+                           tests=study.get("tests"), fresh_builds=study.get("fresh_builds"))
         if doc.get("rc") == -15:
             log(f"{name}: cut by the budget after {doc.get('wall_s')} s (resumes next call)")
+            cut = self.res / f"{name}.cut.json"
+            walls = json.loads(cut.read_text()).get("walls_s", []) if cut.exists() else []
+            doc["walls_s"] = [*walls, doc.get("wall_s")]
+            cut.write_text(json.dumps(doc, indent=2) + "\n")
             self.pack()
             return
+        cut = self.res / f"{name}.cut.json"
+        if cut.exists():  # the calls before this one that it resumed from
+            doc["earlier_calls_wall_s"] = json.loads(cut.read_text()).get("walls_s", [])
         self.save(f"{name}.json", doc)
         log(f"{name}: rc {doc.get('rc')} in {doc.get('wall_s')} s")
 
@@ -349,7 +455,7 @@ class Run:
 
     def main(self, only: list[str]) -> None:
         self.stage_model()
-        self.stage_histories()
+        self.stage_histories({j.split("-")[0] for group in only for j in group.split("+")})
         for name in only:
             if self.left() < MIN_JOB_S:
                 log(f"budget: {self.left():.0f} s left, stopping before {name}")
@@ -373,7 +479,14 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(JOBS))
     ap.add_argument("--state", type=Path, default=None,
                     help="an earlier machine's OUT/state.tgz to resume from")
+    ap.add_argument("--pack-only", action="store_true",
+                    help="write OUT/results.tgz and OUT/state.tgz from WORK as it is now (while "
+                         "another driver works on it: a snapshot to resume from) and stop")
     a = ap.parse_args()
+    if a.pack_only:
+        a.state = None
+        Run(a).pack()
+        return
     Run(a).main([j for j in a.only.split(",") if j])
 
 

@@ -20,6 +20,7 @@ from tests.conftest import closed_port
 from tests.helpers import history, make_spec, write_spec
 from tests.test_cli import cli
 from vllm_bisect.bisect.state.journal import ResultCache
+from vllm_bisect.bisect.state.session import MARKER
 from vllm_bisect.errors import SessionError
 from vllm_bisect.models import EvalStatus, Evaluation
 from vllm_bisect.report.render import load
@@ -132,6 +133,7 @@ def test_a_full_disk_is_the_disk_full_error(tmp_path: Path) -> None:
     for name in ("spec.toml", f"logs/serve-{h.good[:12]}.log"):  # the session dir, a log
         session = tmp_path / name.replace("/", "-")
         (session / "logs").mkdir(parents=True)
+        (session / MARKER).write_text('{"tool": "vllm-bisect"}')   # a session of ours
         (session / name).symlink_to("/dev/full")  # every write: ENOSPC
         r = cli("run", "--spec", str(spec), "--session", str(session), "--cache-dir",
                 str(tmp_path / "c"))
@@ -194,3 +196,10 @@ def test_ctrl_c_works_when_started_with_sigint_ignored(tmp_path: Path) -> None:
     assert b"resume with" in err
     with sqlite3.connect(session / "journal.sqlite") as con:
         assert con.execute("SELECT count(*) FROM servers WHERE stopped IS NULL").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e308"])
+def test_probe_timeout_must_be_finite_and_bounded(value: str) -> None:
+    r = cli("probe", "--url", "http://127.0.0.1:9", "--model", "m", "--timeout", value)
+    assert r.returncode == 2, r.stderr
+    assert "--timeout" in r.stderr and "Traceback" not in r.stderr

@@ -30,12 +30,27 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+# terminal control in text that came from elsewhere (a commit subject, a server's body or
+# log): CSI and OSC escape sequences whole, other escapes, C0 and C1 controls but tab and
+# newline, and the bidi overrides that reorder what a terminal or a page shows
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]?|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|"
+                      r"\x9b[0-?]*[ -/]*[@-~]?|\x9d[^\x07\x1b\x9c]*[\x07\x9c]?|"
+                      r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every terminal control sequence and control character removed (tab and
+    newline kept): what the tool prints or writes into a report never drives a terminal."""
+    return _CONTROL.sub("", text)
+
 
 class BisectError(Exception):
-    """Base of every error vllm-bisect raises deliberately."""
+    """Base of every error vllm-bisect raises deliberately. Its message, hint and log tail
+    are :func:`printable` (they carry server bodies, log lines and commit subjects)."""
 
     def __init__(self, message: str, *, hint: str = "", log_tail: str = "",
                  log: Path | None = None) -> None:
+        message, hint, log_tail = printable(message), printable(hint), printable(log_tail)
         super().__init__(message)
         self.message = message
         self.hint = hint

@@ -38,6 +38,16 @@ class _Value(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def _nulls_unavailable(data: Any, *fields: str) -> Any:
+    """A journal row written before /metrics deltas were checked may hold a list with
+    ``null`` in it (pydantic writes NaN and Inf as null): that value is "not available"
+    (None), never a crash on reading the journal."""
+    if not isinstance(data, dict):
+        return data
+    bad = [f for f in fields if isinstance(data.get(f), list) and None in data[f]]
+    return {**data, **dict.fromkeys(bad)} if bad else data
+
+
 class RequestResult(_Value):
     output_tokens: int
     finish_reason: str | None
@@ -81,6 +91,11 @@ class LoadResult(_Value):
     prompt_tokens: int | None = None           # server-counted prompt tokens (median)
     acceptance_length: float | None = None     # from the /metrics deltas over this load
     acceptance_per_position: list[float] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unavailable(cls, data: Any) -> Any:
+        return _nulls_unavailable(data, "acceptance_per_position")
 
 
 class MtpCell(_Value):
@@ -145,6 +160,11 @@ class Measurement(_Value):
     prompt_tokens: int | None = None        # server-counted prompt tokens (median)
     bench: BenchResult | None = None        # probe.bench: vLLM's own benchmark
     memory: MemoryResult | None = None      # verdict.symptom = "memory": the start-up's memory
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unavailable(cls, data: Any) -> Any:
+        return _nulls_unavailable(data, "acceptance_per_position")
 
 
 class Outcome(_Value):

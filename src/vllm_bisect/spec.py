@@ -324,13 +324,40 @@ def parse_spec(data: dict[str, Any], *, source: str = "spec") -> BisectSpec:
         raise SpecError(_format_validation_error(err, source), hint=_HINT) from None
 
 
+MAX_SPEC_BYTES = 4 << 20   # a spec is a few KiB; /dev/zero or a core file is not one
+_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+         (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+
+
+def _spec_text(path: Path, raw: bytes) -> str:
+    """``raw`` as UTF-8 text (a UTF-8 byte-order mark is dropped, as TOML allows); a file in
+    another encoding or not text at all is a :class:`SpecError` that says which."""
+    saved_as = next((name for bom, name in _BOMS if raw.startswith(bom)), None)
+    if saved_as:
+        raise SpecError(f"spec file {path} is {saved_as} text (it starts with a {saved_as} "
+                        "byte-order mark); TOML is UTF-8",
+                        hint="save it as UTF-8 (most editors: 'Save with encoding')")
+    try:
+        return raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as err:
+        raise SpecError(f"spec file {path} is not UTF-8 text (byte 0x{raw[err.start]:02x} at "
+                        f"offset {err.start})",
+                        hint="pass the TOML spec file, saved as UTF-8") from None
+
+
 def load_spec(path: Path) -> BisectSpec:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            raw = f.read(MAX_SPEC_BYTES + 1)
     except FileNotFoundError:
         raise SpecError(f"spec file not found: {path}", hint="pass an existing TOML file to --spec") from None
     except OSError as err:
-        raise SpecError(f"cannot read spec file {path}: {err.strerror}") from None
+        raise SpecError(f"cannot read spec file {path}: {err.strerror}",
+                        hint="pass a readable TOML file to --spec") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError(f"spec file {path} is larger than {MAX_SPEC_BYTES >> 20} MiB: not a "
+                        "spec", hint="pass the TOML spec file to --spec")
+    text = _spec_text(path, raw)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:

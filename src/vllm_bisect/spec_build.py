@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no inf or nan anywhere in a spec (TOML allows both): a deadline of inf killed the
+    # watchdog thread (OverflowError) and the run hung
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ArtifactKind(StrEnum):

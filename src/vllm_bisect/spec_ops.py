@@ -10,9 +10,13 @@ from pydantic import Field
 
 from vllm_bisect.spec_build import _Model
 
-__all__ = ["SIZE_PATTERN", "ExecutorKind", "ExplainSpec", "OpsSpec", "ParallelSpec"]
+__all__ = ["MAX_DURATION_S", "SIZE_PATTERN", "ExecutorKind", "ExplainSpec", "OpsSpec",
+           "ParallelSpec"]
 
 
+# the longest any one deadline of the spec may be (a week): a duration is finite and bounded
+# at load (1e308 overflowed the watchdog's timer)
+MAX_DURATION_S = 7 * 24 * 3600.0
 SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*[KkMmGgTt]?[Bb]?\s*$"  # "4G", "500M", "1024"
 
 
@@ -35,16 +39,16 @@ class OpsSpec(_Model):
     is in the measurement key: change any of it and cached measurements are reused."""
 
     # seconds until a started server must answer /health
-    startup_timeout_s: float = Field(default=900.0, gt=0)
+    startup_timeout_s: float = Field(default=900.0, gt=0, le=MAX_DURATION_S)
     # seconds a probe request may wait for its next bytes before it counts as hung
-    request_timeout_s: float = Field(default=600.0, gt=0)
+    request_timeout_s: float = Field(default=600.0, gt=0, le=MAX_DURATION_S)
     # the total time one request may take: request_deadline_s if set, else
     # request_timeout_s + (max_tokens or 16384) / min_tokens_per_s (a stream slower than
     # that pace, or one that never ends, is a probe error: the commit is skipped)
-    request_deadline_s: float | None = Field(default=None, gt=0)
-    min_tokens_per_s: float = Field(default=1.0, gt=0)
+    request_deadline_s: float | None = Field(default=None, gt=0, le=MAX_DURATION_S)
+    min_tokens_per_s: float = Field(default=1.0, ge=0.001)
     # seconds `vllm bench` may run ([probe.bench])
-    bench_timeout_s: float = Field(default=1800.0, gt=0)
+    bench_timeout_s: float = Field(default=1800.0, gt=0, le=MAX_DURATION_S)
     # one server start-up at a time per GPU set on this host (vLLM's memory profiling
     # counts another starting server's memory against itself)
     serialize_startup: bool = True
@@ -64,8 +68,8 @@ class OpsSpec(_Model):
     # server that drips bytes or sends gigabytes is a skip, never a hang): seconds one wheel
     # download may take in all (a 500 MB wheel at 150 KB/s), one index page (metadata.json,
     # a PEP 503 page) in all
-    download_deadline_s: float = Field(default=3600.0, gt=0)
-    index_deadline_s: float = Field(default=120.0, gt=0)
+    download_deadline_s: float = Field(default=3600.0, gt=0, le=MAX_DURATION_S)
+    index_deadline_s: float = Field(default=120.0, gt=0, le=MAX_DURATION_S)
     # the largest wheel downloaded, and what it may unpack to (vLLM's wheels are well under
     # both): a larger one is refused before anything of it is installed
     max_wheel_size: str = Field(default="4G", pattern=SIZE_PATTERN)
@@ -76,7 +80,8 @@ class OpsSpec(_Model):
         """The total deadline of one request that asks for ``max_tokens`` (None: unbounded)."""
         if self.request_deadline_s is not None:
             return self.request_deadline_s
-        return self.request_timeout_s + (max_tokens or 16384) / self.min_tokens_per_s
+        return min(MAX_DURATION_S,
+                   self.request_timeout_s + (max_tokens or 16384) / self.min_tokens_per_s)
 
 
 class ExecutorKind(StrEnum):

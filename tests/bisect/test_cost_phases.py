@@ -1,7 +1,8 @@
 """What a bisect costs, phase by phase, for the whole session (issue 40), through the real
-CLI on a generated history served by the simulator: a clean step pays no fresh servers for
-the verification and the rest checks (the confirmation's servers are the verification), and a
-session resumed after kill -9 counts every start and every judged commit of both calls."""
+CLI on a generated history served by the simulator: every start counted by phase beside plain
+bisect's figure; without rest checks a clean step pays no fresh server to verify (the
+confirmation's servers are the verification); a session resumed after kill -9 counts every
+start and every judged commit of both calls."""
 
 from __future__ import annotations
 
@@ -22,15 +23,16 @@ def run_cmd(spec: Path, session: Path, cache: Path) -> list[str]:
             str(session), "--cache-dir", str(cache)]
 
 
-def clean_step(tmp: Path) -> tuple[Path, str]:
+def clean_step(tmp: Path, rest_check: bool = True) -> tuple[Path, str]:
     h = history(tmp, n_commits=24, slow_at=13, slow_factor=2.0, noise_cv=0.02,
                 server_cv=0.02, step_ms=5.0)
-    spec = write_spec(tmp / "s.toml", make_spec(h, verdict={"symptom": "itl"},
+    spec = write_spec(tmp / "s.toml", make_spec(h, verdict={"symptom": "itl",
+                                                            "rest_check": rest_check},
                                                 probe={"requests": 2}))
     return spec, h.planted["itl"]
 
 
-def test_a_clean_step_pays_no_fresh_server_to_verify_or_check_the_rest(tmp_path: Path) -> None:
+def test_every_start_is_counted_by_phase_beside_plain_bisects(tmp_path: Path) -> None:
     spec, planted = clean_step(tmp_path)
     session = tmp_path / "sess"
     r = subprocess.run(run_cmd(spec, session, tmp_path / "cache"), capture_output=True,
@@ -41,10 +43,8 @@ def test_a_clean_step_pays_no_fresh_server_to_verify_or_check_the_rest(tmp_path:
     phases = doc["starts_by_phase"]
     started = r.stderr.count("starting server")
     assert sum(phases.values()) == started == doc["server_starts"] + doc["verify_server_starts"]
-    assert phases.get("verify", 0) == 0 and doc["verify_server_starts"] == 0, phases
-    assert phases.get("rest", 0) == 0, phases
-    assert doc["verification"]["source"] == "confirmation"
-    assert doc["verification"]["confirmed"]
+    assert phases["verify"] == doc["verify_server_starts"] == 2, phases  # the rest checks'
+    assert doc["verification"]["source"] == "fresh"
     plain = plain_starts(doc["n_commits"])
     assert doc["plain_bisect_starts"] == plain
     md = (session / "report.md").read_text()
@@ -54,6 +54,22 @@ def test_a_clean_step_pays_no_fresh_server_to_verify_or_check_the_rest(tmp_path:
         for note in c["note"].split("; rest check")[1:]:
             assert len(note) < 400, note
     assert "SESSION/spec.toml" not in md
+
+
+def test_without_rest_checks_a_clean_step_pays_no_fresh_server_to_verify(
+        tmp_path: Path) -> None:
+    spec, planted = clean_step(tmp_path, rest_check=False)
+    session = tmp_path / "sess"
+    r = subprocess.run(run_cmd(spec, session, tmp_path / "cache"), capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((session / "result.json").read_text())
+    assert doc["first_bad"] == planted
+    assert doc["starts_by_phase"].get("verify", 0) == 0 == doc["verify_server_starts"]
+    assert doc["verification"]["source"] == "confirmation"
+    assert doc["verification"]["confirmed"]
+    md = (session / "report.md").read_text()
+    assert "Verified at the whole-bisect bound by the search's confirmation" in md, md
 
 
 def test_a_resumed_session_counts_every_start_and_commit_of_both_calls(tmp_path: Path) -> None:

@@ -64,18 +64,30 @@ def test_the_calibration_step_tells_the_rest_check_its_numbers() -> None:
     assert apart.separated and apart.p_matters > 0.99
 
 
-def test_the_verification_from_the_confirmation_is_counted_once(tmp_path: Path) -> None:
-    """Under the two-level default the verification is the confirmation's own servers (no
-    fresh server): the bad end's check counts the culprit's servers once, not twice."""
+def test_the_culprits_verification_servers_count_in_the_check(tmp_path: Path) -> None:
+    """verify_samples re-measures the culprit on fresh servers after the search (the rest
+    checks follow: those are the pair's only servers no verdict chose): the bad end's check
+    starts from them beside the search's."""
     m, _ = run(spec(["itl"], verify_samples=10, rest_servers=0), ONE_STEP, tmp_path)
     (c,) = m.culprits
     v = m.result.verification
     assert c.commit is not None and v is not None and v.culprit == c.commit
-    assert v.source == "confirmation" and v.samples == 0
+    assert v.source == "fresh" and v.culprit_servers
     searched = m.result.evaluations[c.commit].samples
-    assert searched and v.culprit_servers == searched
-    assert m.result.starts_by_phase.get("verify", 0) == 0
+    assert searched
     bad_end = c.note.split("; rest check")[0]
     servers = re.search(r"(\d+) \+ (\d+) servers", bad_end)
     assert servers is not None, bad_end
-    assert int(servers[1]) == len(searched), bad_end   # not twice
+    assert int(servers[1]) == len(searched) + len(v.culprit_servers), bad_end
+
+
+def test_without_rest_checks_the_confirmation_is_the_verification(tmp_path: Path) -> None:
+    """issue 40: no rest check follows, and the search judged the pair at the whole-bisect
+    bound: no fresh server re-measures it (before: 2 starts, the same verdicts)."""
+    m, _ = run(spec(["itl"], verify_samples=10, rest_check=False), ONE_STEP, tmp_path)
+    (c,) = m.culprits
+    v = m.result.verification
+    assert v is not None and v.culprit == c.commit and v.confirmed
+    assert v.source == "confirmation" and v.samples == 0
+    assert v.culprit_servers == m.result.evaluations[v.culprit].samples
+    assert m.result.starts_by_phase.get("verify", 0) == 0

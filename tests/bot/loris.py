@@ -1,6 +1,7 @@
 """A slow-loris attacker on real sockets: N connections that send nothing or drip a request
-head that never ends, each reopened as soon as the server closes it (bounded by ``stop()`` and
-``max_s``). Source addresses from 127.0.0.0/8, so one client or many can be played."""
+head that never ends (or, ``body``: send a complete head and drip the body), each reopened as
+soon as the server closes it (bounded by ``stop()`` and ``max_s``). Source addresses from
+127.0.0.0/8, so one client or many can be played."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import time
 
 class SlowLoris:
     def __init__(self, host: str, port: int, n: int, sources: list[str],
-                 drip_s: float = 0.5, reconnect_s: float = 0.05, max_s: float = 300.0) -> None:
+                 drip_s: float = 0.5, reconnect_s: float = 0.05, max_s: float = 300.0,
+                 body: bool = False) -> None:
         self.host, self.port, self.n, self.sources = host, port, n, sources
+        self.body = body   # every socket: a complete signed head, then a dripped body
         self.drip_s, self.reconnect_s, self.max_s = drip_s, reconnect_s, max_s
         self.sel = selectors.DefaultSelector()
         self.socks: dict[int, socket.socket] = {}
@@ -30,7 +33,12 @@ class SlowLoris:
             s.bind((self.sources[i % len(self.sources)], 0))
             s.settimeout(2.0)
             s.connect((self.host, self.port))
-            if i % 2:   # odd: a head that never ends; even: idle, says nothing
+            if self.body:
+                s.sendall(b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n"
+                          b"Content-Type: application/json\r\nX-GitHub-Event: ping\r\n"
+                          b"X-GitHub-Delivery: loris\r\nX-Hub-Signature-256: sha256=" +
+                          b"0" * 64 + b"\r\n\r\n{")
+            elif i % 2:   # odd: a head that never ends; even: idle, says nothing
                 s.sendall(b"POST /webhook HTTP/1.1\r\nHost: x\r\n")
             s.setblocking(False)
         except OSError:
@@ -68,7 +76,10 @@ class SlowLoris:
             if time.monotonic() - last_drip >= self.drip_s:
                 last_drip = time.monotonic()
                 for i, s in list(self.socks.items()):
-                    if i % 2:
+                    if self.body:
+                        with contextlib.suppress(OSError):
+                            s.send(b" ")
+                    elif i % 2:
                         with contextlib.suppress(OSError):
                             s.send(b"X-a: b\r\n")
         for i in list(self.socks):

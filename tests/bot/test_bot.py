@@ -109,7 +109,9 @@ def test_bare_bisect_answers_with_what_it_read(tmp_path: Path, gh: GitHubStandIn
     assert r.status_code == 422
     body = gh.comments[-1].body
     assert "could not determine good and bad" in body and "what I read from this issue" in body
-    assert "| model | `/path/to/Qwen3.6-27B-NVFP4` | 6 |" in body
+    assert "| model | `/path/to/Qwen3.6-27B-NVFP4` | guessed | 6 |" in body
+    # the ends it could not find are for the reporter to fill, in the form's shape
+    assert "### Last good (fix search: last broken)\n\n_No response_" in body
     assert "good: no ref named as good" in body and "f4517815" not in body
     report = (f"Regressed: fine at `{abbrev(h.good)}` (good), but `{abbrev(h.bad)}` caps every answer "
               "at 128 tokens (bad).")

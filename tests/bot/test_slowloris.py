@@ -46,3 +46,64 @@ def test_healthz_and_deliveries_survive_slowloris(tmp_path: Path, gh: GitHubStan
               f"{attack.reconnects} attacker reconnects")
         assert attack.opened >= 80
     assert "Traceback" not in bot.output()
+
+
+def test_healthz_and_deliveries_survive_slow_body_loris(tmp_path: Path, gh: GitHubStandIn,
+                                                        start_bot: Callable[[Path], Bot]) -> None:
+    """80 sockets that send a complete signed head, then drip the body (each reopened when
+    closed): from 80 addresses every /healthz was 503 (40 of 40) and signed pings too."""
+    h = history(tmp_path, n_commits=3)
+    bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, tmp_path / "state", workers=0))
+    port = int(bot.url.rsplit(":", 1)[1])
+    for name, sources in (("one client", ["127.0.0.2"]),
+                          ("80 clients", [f"127.0.0.{i}" for i in range(2, 82)])):
+        with SlowLoris("127.0.0.1", port, 80, sources, body=True) as attack:
+            lat = _probe(bot, 40)   # from the attack's first second on
+            for i in range(3):
+                assert bot.send("ping", {"zen": f"body {name} {i}"}).json() == {"status": "pong"}
+        print(f"\nslow-body loris from {name}: /healthz median "
+              f"{statistics.median(lat) * 1000:.0f} ms, max {max(lat) * 1000:.0f} ms over "
+              f"{len(lat)}; {attack.reconnects} attacker reconnects")
+        assert attack.opened >= 80
+    assert "Traceback" not in bot.output()
+
+
+def test_a_burst_of_deliveries_all_get_an_http_answer(tmp_path: Path, gh: GitHubStandIn,
+                                                      start_bot: Callable[[Path], Bot]) -> None:
+    """300 signed deliveries at once: each is answered (handled, or 503 with Retry-After when
+    the bot is full), none is left with a reset or a closed socket and no answer."""
+    import json
+    import threading
+    import uuid
+    from collections import Counter
+
+    from tests.bot.botkit import sign
+
+    h = history(tmp_path, n_commits=3)
+    bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, tmp_path / "state", workers=0))
+    n = 300
+    got: Counter[object] = Counter()
+    barrier = threading.Barrier(n)
+
+    def deliver(i: int) -> None:
+        body = json.dumps({"zen": f"burst {i}"}).encode()
+        headers = {"X-GitHub-Event": "ping", "X-GitHub-Delivery": str(uuid.uuid4()),
+                   "X-Hub-Signature-256": sign(body), "Content-Type": "application/json"}
+        barrier.wait()
+        try:
+            r = httpx.post(bot.url + "/webhook", content=body, headers=headers, timeout=120)
+        except httpx.HTTPError as err:
+            got[type(err).__name__] += 1
+            return
+        got[r.status_code if r.status_code != 503 else ("503", r.headers.get("retry-after"))] += 1
+
+    threads = [threading.Thread(target=deliver, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(f"\nburst of {n}: {dict(got)}")
+    assert set(got) <= {200, 202, ("503", "5")}, dict(got)
+    assert sum(got.values()) == n and got[200] > 0
+    assert httpx.get(bot.url + "/healthz", timeout=30).status_code == 200
+    assert "Traceback" not in bot.output()

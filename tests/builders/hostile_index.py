@@ -122,9 +122,11 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def make_wheel(out: Path, version: str, pth_marker: Path | None = None) -> Path:
+def make_wheel(out: Path, version: str, pth_marker: Path | None = None,
+               pth_code: str | None = None) -> Path:
     """An installable pure-Python 'vllm' wheel; with ``pth_marker``, a .pth file that writes
-    that marker whenever Python starts in an environment where it is installed."""
+    that marker whenever Python starts in an environment where it is installed; with
+    ``pth_code``, a .pth file that runs that line (``import time; time.sleep(3600)``)."""
     files = {
         "vllm/__init__.py": b"",
         f"vllm-{version}.dist-info/METADATA":
@@ -135,6 +137,8 @@ def make_wheel(out: Path, version: str, pth_marker: Path | None = None) -> Path:
     if pth_marker is not None:
         files["vllm_hook.pth"] = (f"import pathlib; pathlib.Path({str(pth_marker)!r})"
                                   ".write_text('ran')\n").encode()
+    if pth_code is not None:
+        files["vllm_slow.pth"] = (pth_code + "\n").encode()
     record = f"vllm-{version}.dist-info/RECORD"
     lines = [f"{p},sha256={_b64(d)},{len(d)}" for p, d in files.items()] + [f"{record},,"]
     files[record] = ("\n".join(lines) + "\n").encode()
@@ -155,14 +159,19 @@ def make_bomb(out: Path, version: str, member_bytes: int, name: str = "vllm/zero
     """A valid 'vllm' wheel plus one member of ``member_bytes`` zeros, deflated (2 GiB packs
     to about 2 MB): written in 1 MiB blocks, never held in memory."""
     path = make_wheel(out, version)
+    add_zeros(path, name, member_bytes)
+    return path
+
+
+def add_zeros(wheel: Path, name: str, member_bytes: int) -> None:
+    """Add a member of ``member_bytes`` zeros, deflated, to ``wheel``."""
     block = bytes(1 << 20)
     info = zipfile.ZipInfo(name)
     info.compress_type = zipfile.ZIP_DEFLATED
-    with zipfile.ZipFile(path, "a", compresslevel=9) as z, \
+    with zipfile.ZipFile(wheel, "a", compresslevel=9) as z, \
             z.open(info, "w", force_zip64=True) as fh:
         for _ in range(member_bytes // len(block)):
             fh.write(block)
-    return path
 
 
 def with_member(wheel: Path, name: str, data: bytes = b"x") -> Path:

@@ -5,6 +5,7 @@ a skip (exit 125) with its reason within a bounded time (the deadlines are the s
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests.bisect.test_hook_parity import HOOK, git
 from tests.builders.hostile_index import (
     Route,
     RouteServer,
+    add_zeros,
     entry,
     make_bomb,
     make_wheel,
@@ -118,4 +120,51 @@ def test_a_zip_bomb_under_the_total_cap_is_refused_by_its_ratio(tmp_path: Path) 
         r, _ = hook(tmp_path, h, srv.url)
     assert r.returncode == 125, r.stderr[-2000:]
     assert "(a zip bomb): refused" in r.stderr
+    assert not list((tmp_path / "cache" / "artifacts").glob("venv-*/bin"))
+
+
+def test_a_wheel_whose_pth_hangs_is_a_skip_within_the_deadline(tmp_path: Path) -> None:
+    """The installed-version check starts the venv's Python, which runs the wheel's .pth
+    files: one that sleeps (here after starting a sleeping child, -S: no .pth of its own)
+    held the hook for ever. It has a deadline now (at most
+    ops.startup_timeout_s), and the whole process group is killed at it."""
+    h, sha = at_head(tmp_path)
+    wheel = make_wheel(tmp_path / "w", version_of(sha),
+                       pth_code="import time, subprocess, sys; "
+                                "subprocess.Popen([sys.executable, '-S', '-c', "
+                                "'import time; time.sleep(3601.25)']); time.sleep(3601.25)")
+    with RouteServer() as srv:
+        publish(srv, wheel, sha, version_of(sha))
+        r, took = hook(tmp_path, h, srv.url, startup_timeout_s=3.0)
+    assert r.returncode == 125, r.stderr[-2000:]
+    said = " ".join(r.stderr.split())
+    assert "did not start within 3 s" in said and ".pth" in said, r.stderr[-2000:]
+    assert took < 120
+    left = [p for p in Path("/proc").glob("[0-9]*") if b"3601.25" in _cmdline(p)]
+    assert not left, "the .pth's processes outlived the check"
+
+
+def _cmdline(p: Path) -> bytes:
+    try:
+        return (p / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_many_members_each_under_the_member_check_are_refused(tmp_path: Path) -> None:
+    """Members of 62 MiB of zeros each pass the per-member check (over 64 MiB and 100:1);
+    together they unpack 100s of MiB from a few hundred KB: the total ratio refuses them."""
+    h, sha = at_head(tmp_path)
+    wheel = make_bomb(tmp_path / "w", version_of(sha), 62 << 20, name="vllm/z0.bin")
+    for i in range(1, 5):
+        add_zeros(wheel, f"vllm/z{i}.bin", 62 << 20)
+    assert wheel.stat().st_size < 2 << 20
+    with RouteServer() as srv:
+        publish(srv, wheel, sha, version_of(sha))
+        r, _ = hook(tmp_path, h, srv.url)
+    assert r.returncode == 125, r.stderr[-2000:]
+    said = " ".join(r.stderr.split())
+    m = re.search(r"unpacks to (\d+) bytes from (\d+) packed \(\d+:1 over its \d+ members: a "
+                  r"zip bomb\)", said)
+    assert m and int(m.group(1)) >= 5 * (62 << 20), r.stderr[-2000:]
     assert not list((tmp_path / "cache" / "artifacts").glob("venv-*/bin"))

@@ -17,6 +17,15 @@ headers-drip the completion's response headers, one byte every 0.5 s (for minute
 version-drip /version's body, one byte every 0.5 s (the completions are valid)
 version-huge /version declares and sends 1 GiB (the completions are valid)
 health-drip  /health's status line and headers, one byte every 0.5 s (for minutes)
+usage-below-chunks / usage-below-running   10 text chunks and a final count of 3 (no running
+             counts) / 4 text chunks, running counts 3, 6, 9, 12 and a final count of 5
+usage-inflated / usage-inflated-running    4 text chunks (no running counts / running 1..4),
+             a final count of the request's max_tokens
+choice-empty ``"choices": [{}]``, then a final count of 0
+error-escape the completion answers HTTP 500 with terminal escape sequences in its body
+metrics-nan / metrics-inf / metrics-down / metrics-overaccept   the spec-decode counters of
+             /metrics are NaN / +Inf / go down from one scrape to the next / grow by 500
+             accepted tokens per draft over 3 positions (the completions are valid)
 """
 
 from __future__ import annotations
@@ -33,8 +42,12 @@ from typing import ClassVar
 MODES = ("endless", "keepalive", "slowloris", "hugeline", "text-int", "finish-dict", "deep",
          "usage-neg", "usage-huge", "usage-bool", "metrics-huge", "valid", "choices-dict",
          "choices-str", "done-only", "headers-drip", "version-drip", "version-huge",
-         "health-drip", "health-body-drip")
+         "health-drip", "health-body-drip", "usage-below-chunks", "usage-below-running",
+         "usage-inflated", "usage-inflated-running", "choice-empty", "metrics-nan",
+         "metrics-inf", "metrics-down", "metrics-overaccept", "error-escape")
 DRIP_S = 0.5
+# a title change (OSC), a screen clear and a colour (CSI), an 8-bit CSI, a bidi override
+ESCAPES = "boom \x1b]0;pwned\x07\x1b[2J\x1b[31mred\x1b[0m \x9b1m\u202eevil"
 HUGE = 1 << 30
 
 
@@ -56,6 +69,7 @@ class Handler(BaseHTTPRequestHandler):
     mode = "valid"
     stop = threading.Event()
     sent: ClassVar[list[int]] = [0]   # body bytes written by the drip and huge modes (shared by the class)
+    scrapes: ClassVar[list[int]] = [0]  # /metrics answers so far
 
     def log_message(self, *args: object) -> None:
         pass
@@ -106,6 +120,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/metrics":
             line = b'vllm:generation_tokens_total{model_name="m"} 1.0\n'
             body = line * (5_000_000 // len(line)) if self.mode == "metrics-huge" else line
+            body += self._spec_counters()
             self._head("text/plain", len(body))
             self.wfile.write(body)
             return
@@ -114,9 +129,17 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        self.max_tokens = int(body.get("max_tokens") or 16)
         if self.mode == "headers-drip":
             self._drip(b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 2000 + b"\r\n\r\n")
+            return
+        if self.mode == "error-escape":
+            body = ESCAPES.encode()
+            self.send_response(500)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
             return
         self._head("text/event-stream")
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -150,11 +173,42 @@ class Handler(BaseHTTPRequestHandler):
             w.write(b'data: {"choices": "aaaa"}\n\ndata: [DONE]\n\n')
         elif m == "done-only":
             w.write(b"data: [DONE]\n\n")
+        elif m.startswith(("usage-below", "usage-inflated")) or m == "choice-empty":
+            w.write(self._contradicting(m) + b"data: [DONE]\n\n")
         elif m.startswith("usage-"):
             bad = {"usage-neg": -5, "usage-huge": 10**30, "usage-bool": True}[m]
             w.write(_chunk(usage={"completion_tokens": bad}) + b"data: [DONE]\n\n")
         else:
             w.write(_valid())
+
+    def _spec_counters(self) -> bytes:
+        """The spec-decode counters of the ``metrics-*`` modes, at this scrape."""
+        self.scrapes[0] += 1
+        n, m = self.scrapes[0], self.mode
+        values = {"metrics-nan": (10 * n, "NaN", ["NaN"]),
+                  "metrics-inf": (10 * n, "+Inf", ["+Inf"]),
+                  "metrics-down": (1000 - 100 * n, 2000 - 200 * n, [500 - 50 * n]),
+                  "metrics-overaccept": (n, 500 * n, [n, n, n])}.get(m)
+        if values is None:
+            return b""
+        drafts, accepted, per_pos = values
+        lines = [f'vllm:spec_decode_num_drafts_total{{model_name="m"}} {drafts}',
+                 f'vllm:spec_decode_num_accepted_tokens_total{{model_name="m"}} {accepted}']
+        lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name="m",'
+                  f'position="{i}"}} {v}' for i, v in enumerate(per_pos)]
+        return ("\n".join(lines) + "\n").encode()
+
+    def _contradicting(self, m: str) -> bytes:
+        """A stream whose token counts disagree with each other (mode ``m``)."""
+        if m == "choice-empty":
+            return b'data: {"choices": [{}]}\n\ndata: {"choices": [], "usage": {"completion_tokens": 0}}\n\n'
+        n = 10 if m == "usage-below-chunks" else 4
+        step = 3 if m == "usage-below-running" else 1   # (3 tokens a chunk, as under MTP)
+        running = m.endswith("-running")
+        out = b"".join(_chunk(usage={"completion_tokens": (i + 1) * step} if running else None)
+                       for i in range(n))
+        final = {"usage-below-chunks": 3, "usage-below-running": 5}.get(m, self.max_tokens)
+        return out + b'data: {"choices": [], "usage": {"completion_tokens": %d}}\n\n' % final
 
 
 class HostileServer:
@@ -162,7 +216,8 @@ class HostileServer:
 
     def __init__(self, mode: str, port: int = 0) -> None:
         assert mode in MODES, mode
-        handler: type[Handler] = type("H", (Handler,), {"mode": mode, "stop": threading.Event(), "sent": [0]})
+        handler: type[Handler] = type("H", (Handler,), {"mode": mode, "stop": threading.Event(), "sent": [0],
+                                                       "scrapes": [0]})
         self.handler = handler
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.httpd.daemon_threads = True

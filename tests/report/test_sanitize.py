@@ -43,3 +43,24 @@ def test_neutralise_keeps_code_and_is_idempotent() -> None:
     assert neutralise(once) == once
     assert "`@team/x`" in once and "`@kept`" in once and "!\\[a]" in once
     assert "@inside <img>" in once and "<details><summary>E</summary>" in once
+
+
+ESCAPED = (r"[Core] fix \`@vllm-project/maintainers\` \`![x](https://evil.invalid/p.png)\` "
+           "```x` @org/team")
+
+
+def test_report_md_of_a_subject_with_escaped_backticks(tmp_path: Path) -> None:
+    """The issue's way through: backslash-escaped backticks around a mention and an image
+    (a regex took them for a code span; CommonMark renders them live)."""
+    from tests.report.test_sanitize_renderer import live
+
+    h = history(tmp_path, n_commits=6, cap_at=3, subjects=((3, ESCAPED),))
+    spec = write_spec(tmp_path / "s.toml", make_spec(h))
+    session = tmp_path / "sess"
+    r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec),
+                        "--session", str(session), "--cache-dir", str(tmp_path / "c")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    md = (session / "report.md").read_text()
+    assert "vllm-project/maintainers" in md and "evil.invalid" in md
+    assert live(md) == ([], 0), md

@@ -141,7 +141,10 @@ class Driver:
         first_bad = rng.sha(found.step.culprit) if found.step.culprit is not None else None
         verification = None
         if first_bad is not None and self.spec.verdict.verify_samples > 0:
-            verification = verify_culprit(t, first_bad)
+            # the rest checks that follow need servers of the final pair that no verdict
+            # chose: the verification's fresh ones are those (issue 40)
+            rest = self.spec.verdict.rest_check and self.core.policy.needs_calibration
+            verification = verify_culprit(t, first_bad, fresh=rest)
         return BisectResult(range=rng, first_bad=first_bad,
                             candidates=[rng.sha(i) for i in found.step.candidates],
                             probed=t.probed, evaluations=t.evaluations,

@@ -8,7 +8,7 @@ from pathlib import Path
 import git
 
 from vllm_bisect.bisect.release import candidates, main_branch, map_ref
-from vllm_bisect.errors import RangeError
+from vllm_bisect.errors import RangeError, printable
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,8 @@ def open_repo(path: str | Path) -> git.Repo:
 
 
 def info(c: git.Commit) -> CommitInfo:
-    subject = str(c.message).strip().splitlines()[0] if c.message else ""
+    # (a subject is shown on terminals and in reports: no control sequences)
+    subject = printable(str(c.message).strip().splitlines()[0]) if c.message else ""
     return CommitInfo(sha=c.hexsha, subject=subject, author=str(c.author.name),
                       date=c.committed_datetime.isoformat())
 
@@ -59,8 +60,13 @@ def resolve(repo: git.Repo, ref: str, what: str) -> git.Commit:
     for candidate in candidates(ref):  # 0.10.2 names the tag v0.10.2
         try:
             return repo.commit(candidate)
-        except (git.BadName, ValueError, git.GitCommandError):
-            continue
+        except (git.BadName, ValueError, git.GitCommandError, IndexError, KeyError):
+            continue  # (GitPython's own parser: IndexError for '@{-1}' with no reflog)
+    try:  # git's own parser, for what GitPython's does not know ('@{-1}', 'main@{1}')
+        return repo.commit(repo.git.rev_parse("--verify", "--quiet", "--end-of-options",
+                                              f"{ref}^{{commit}}").strip())
+    except (git.BadName, ValueError, git.GitCommandError, IndexError, KeyError):
+        pass
     raise RangeError(f"unknown {what} ref: {ref!r}",
                      hint="use a commit sha, tag or branch that exists in the repository "
                           "(try `git fetch` if it is a newer commit)")

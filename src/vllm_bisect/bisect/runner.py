@@ -103,7 +103,7 @@ def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: E
                  finish: Finish) -> BisectResult:
     repo = open_repo(spec.range.repo)
     rng = commit_range(repo, spec.range.good, spec.range.bad, spec.range.first_parent)
-    with Session(session_dir) as session:
+    with Session(session_dir, spec) as session:
         assert session.journal is not None
         session.journal.set_meta("spec", spec.model_dump_json())  # exact (None kept)
         session.journal.set_meta("cache_dir", str(cache_dir.absolute()))

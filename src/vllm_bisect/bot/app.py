@@ -119,7 +119,8 @@ class BotApp:
         if self.inflight.intersection(keys):
             return duplicate
         if self.pending >= self.cfg.max_pending:
-            return JSONResponse({"error": "busy; redeliver later"}, status_code=503)
+            return JSONResponse({"error": "busy; redeliver later"}, status_code=503,
+                                headers={"Retry-After": "5"})
         self.inflight.update(keys)
         self.pending += 1
         loop = asyncio.get_running_loop()

@@ -20,6 +20,7 @@ from vllm_bisect.bot.payload import Event, IssueCommentEvent, IssuesEvent, PingE
 from vllm_bisect.bot.policy import JobPlan, describe
 from vllm_bisect.bot.queue import JobQueue, QueueFull
 from vllm_bisect.errors import SpecError
+from vllm_bisect.triage.comment import without_form_reply
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ class Handler:
             return Outcome("already queued", job=job.id)
         cid = self.github.comment(repo, number, f"Bisect job #{job.id} queued; I will edit "
                                   f"this comment with progress.\n\n{describe(plan)}"
-                                  + (f"\n\n{plan.read}" if plan.read else ""))
+                                  + (f"\n\n{without_form_reply(plan.read)}" if plan.read else ""))
         self.queue.set_comment(job.id, cid)
         return Outcome("queued", 202, job=job.id)
 

@@ -32,6 +32,7 @@ from vllm_bisect.builders.checkout import Checkouts
 from vllm_bisect.builders.local_wheel import PRETEND_ENV, pretend_version, slim_wheel, wheel_release
 from vllm_bisect.builders.precompiled import BuildMode, SourcePlan, plan_source_build
 from vllm_bisect.errors import ArtifactUnavailable, BuildError, RecoverableError, ToolMissing
+from vllm_bisect.runtime.bounded import PROBE_S, run_bounded
 from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.process import tail
 from vllm_bisect.spec import SourceBuild
@@ -69,9 +70,12 @@ def find_python(version: str | None) -> str:
 
 
 def _version_of(python: str) -> str:
-    out = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                         capture_output=True, text=True, check=False, env=child_env())
-    return out.stdout.strip()
+    try:
+        out = run_bounded([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                          PROBE_S, env=child_env())
+    except (OSError, subprocess.TimeoutExpired):
+        return ""   # (not the version asked for)
+    return out.stdout.decode(errors="replace").strip()
 
 
 HasWheel = Callable[[str], bool]
@@ -85,11 +89,10 @@ def link_parent_site(python: str, venv: Path) -> None:
     is itself a venv (the GPU machine's torch lives in /opt/torch/.venv), its packages
     would be invisible. A .pth file in the new venv adds them after the venv's own."""
     code = "import site, json; print(json.dumps(site.getsitepackages()))"
-    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False,
-                         env=child_env())
     try:
+        out = run_bounded([python, "-c", code], PROBE_S, env=child_env())
         dirs = [d for d in json.loads(out.stdout) if Path(d).is_dir()]
-    except ValueError:
+    except (OSError, subprocess.TimeoutExpired, ValueError):
         return
     # an "import" line: addsitedir also runs the .pth files there (editable installs, ...)
     line = f"import site; list(map(site.addsitedir, {dirs!r}))\n"

@@ -40,6 +40,7 @@ from vllm_bisect.errors import (
     IndexUnavailable,
     disk_full,
 )
+from vllm_bisect.runtime.bounded import PROBE_S, run_bounded
 from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.process import tail
 from vllm_bisect.spec import OpsSpec, WheelBuild
@@ -59,14 +60,16 @@ MAX_METADATA_BYTES = 1 << 20
 # pack 2-5:1; a run of zeros packs about 1000:1)
 BOMB_MIN_BYTES = 64 << 20
 MAX_MEMBER_RATIO = 100
+INSTALL_S = 3600.0  # creating the venv, installing the wheel and its dependencies
 
 
 def check_members(wheel: Path, z: zipfile.ZipFile, max_unpacked: int) -> None:
     """Refuse a wheel that would unpack to more than ``max_unpacked`` bytes (a zip bomb fills
-    the venv and the installer's cache), or that names a member outside its root (``../``,
+    the venv and the installer's cache), that packs over ``MAX_MEMBER_RATIO``:1 in one member
+    or over all of them (past ``BOMB_MIN_BYTES``), or that names a member outside its root (``../``,
     an absolute path): installers drop such members silently, so what ran would not be
     what the wheel holds."""
-    total = 0
+    total = packed = 0
     for info in z.infolist():
         name = info.filename.replace("\\", "/")
         if name.startswith("/") or re.match(r"^[A-Za-z]:", name) or ".." in name.split("/"):
@@ -81,12 +84,19 @@ def check_members(wheel: Path, z: zipfile.ZipFile, max_unpacked: int) -> None:
                 f"{info.file_size // max(1, info.compress_size)}:1 (a zip bomb): refused",
                 hint="this commit is skipped (nothing of it was installed)")
         total += info.file_size
+        packed += info.compress_size
         if total > max_unpacked:
             raise ArtifactUnavailable(
                 f"{wheel.name} unpacks to more than {max_unpacked} bytes "
                 f"({wheel.stat().st_size} packed): refused",
                 hint="raise ops.max_unpacked_size if the wheel is genuine; this commit is "
                      "skipped (nothing of it was installed)")
+    if total > BOMB_MIN_BYTES and total > MAX_MEMBER_RATIO * max(1, packed):
+        # many members, each under the member check (33 x 62 MiB of zeros from 2 MB)
+        raise ArtifactUnavailable(
+            f"{wheel.name} unpacks to {total} bytes from {packed} packed "
+            f"({total // max(1, packed)}:1 over its {len(z.infolist())} members: a zip bomb): "
+            "refused", hint="this commit is skipped (nothing of it was installed)")
 
 
 def wheel_version(wheel: Path, max_unpacked: int = 1 << 62) -> str:
@@ -176,7 +186,7 @@ class WheelBuilder:
             log.parent.mkdir(parents=True, exist_ok=True)
             with open(log, "wb") as out:
                 self._install(venv, wheel, out, log, commit)
-            version = self._installed_version(venv)
+            version = self._installed_version(venv, commit)
             if not version_matches(version, commit):
                 shutil.rmtree(venv, ignore_errors=True)
                 raise ArtifactUnavailable(
@@ -271,19 +281,35 @@ class WheelBuilder:
         for cmd in cmds:
             out.write(f"$ {' '.join(cmd)}\n".encode())
             out.flush()
-            code = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, check=False).returncode
+            try:
+                code = run_bounded(cmd, INSTALL_S, env=env, stdout=out,
+                                   stderr=subprocess.STDOUT).returncode
+            except subprocess.TimeoutExpired:
+                shutil.rmtree(venv, ignore_errors=True)
+                raise BuildError(f"installing the wheel for {commit[:12]} did not finish "
+                                 f"within {INSTALL_S:.0f} s: stopped", hint=f"see {log}",
+                                 log_tail=tail(log, 20)) from None
             if code != 0:
                 shutil.rmtree(venv, ignore_errors=True)
                 raise BuildError(f"installing the wheel for {commit[:12]} failed (exit {code})",
                                  hint=f"see {log}", log_tail=tail(log, 20))
 
-    @staticmethod
-    def _installed_version(venv: Path) -> str:
-        out = subprocess.run([str(venv / "bin" / "python"), "-c",
-                              "import importlib.metadata as m; print(m.version('vllm'))"],
-                             capture_output=True, text=True, check=False, env=child_env())
-        return out.stdout.strip() or "(not installed)"
+    def _installed_version(self, venv: Path, commit: str) -> str:
+        """The vllm version the venv's Python reports, within a deadline (a ``.pth`` file of
+        the wheel runs at every start of that Python: one that hangs is a skip)."""
+        limit = min(PROBE_S, self.ops.startup_timeout_s)
+        try:
+            out = run_bounded([str(venv / "bin" / "python"), "-c",
+                               "import importlib.metadata as m; print(m.version('vllm'))"],
+                              limit, env=child_env())
+        except subprocess.TimeoutExpired:
+            shutil.rmtree(venv, ignore_errors=True)
+            raise BuildError(
+                f"the installed wheel's Python did not start within {limit:.0f} s (asked for "
+                f"vllm's version at {commit[:12]}; a .pth file or sitecustomize of the wheel "
+                "that hangs?): stopped",
+                hint="this commit is skipped; ops.startup_timeout_s bounds this check too") from None
+        return out.stdout.decode(errors="replace").strip() or "(not installed)"
 
     def _artifact(self, commit: str, venv: Path, filename: str, cached: bool) -> Artifact:
         lines = (venv / DONE_MARK).read_text().split("\n") if (venv / DONE_MARK).exists() else []

@@ -1,6 +1,6 @@
 """The ``vllm-bisect`` command line (the only package that prints or picks exit codes).
 
-``app`` (the typer app, consoles, errors), ``run_cmds`` (run, hook, demo, report),
+``app`` (the typer app, consoles, errors), ``run_cmds`` (run, demo, report), ``hook_cmds`` (hook),
 ``operator_cmds`` (triage, probe, compare, cache, env, version), ``bot_cmds`` (bot serve,
 bot try), ``study_cmds``
 (isolate, deps, knobs), ``sweep_cmds`` (sweep), ``main`` (the entry point that registers

@@ -145,10 +145,14 @@ def out() -> Console:
 
 
 def esc(text: object) -> str:
-    """``text`` with rich markup escaped: "[ops]" prints as "[ops]", not as nothing."""
+    """``text`` with rich markup escaped ("[ops]" prints as "[ops]", not as nothing) and
+    terminal control sequences removed (a commit subject or a server body never drives the
+    terminal)."""
     from rich.markup import escape
 
-    return escape(str(text))
+    from vllm_bisect.errors import printable
+
+    return escape(printable(str(text)))
 
 
 def fail(e: BisectError, code: int = EXIT_USER) -> NoReturn:

@@ -16,6 +16,7 @@ from vllm_bisect.cli.app import (
     EXIT_USER,
     app,
     command,
+    esc,
     fail,
     one_commit,
     out,
@@ -29,12 +30,23 @@ from vllm_bisect.errors import BisectError, FatalError
 
 @command("triage")
 def triage_cmd(
-    report_file: Annotated[Path, typer.Argument(help="the regression report (Markdown)")],
+    report_file: Annotated[Path | None, typer.Argument(
+        help="the regression report (Markdown: the issue body)")] = None,
     repo: Annotated[Path | None, typer.Option(help="vLLM checkout to resolve refs")] = None,
-    write: Annotated[Path | None, typer.Option(help="write the spec here (TOML)")] = None,
+    write: Annotated[Path | None, typer.Option(
+        help="write the spec here (TOML); with --form, the form (YAML)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    form: Annotated[bool, typer.Option(
+        "--form", help="print the regression issue form (GitHub issue-forms YAML)")] = False,
 ) -> None:
-    """Read a regression report; print the bisect spec it implies and what is still unknown."""
+    """Read a regression report; print the bisect spec it implies and what is still unknown.
+    A body filed with the regression form (--form) is read field by field, exactly."""
+    if form:
+        form_cmd(report_file, write)
+        return
+    if report_file is None:
+        fail(FatalError("no report given", hint="pass the issue body as a file: `vllm-bisect "
+                        "triage REPORT.md`; `vllm-bisect triage --form` prints the issue form"))
     from vllm_bisect.bisect.range import open_repo
     from vllm_bisect.triage import resolve_refs, spec_toml, triage, triage_json
 
@@ -84,8 +96,11 @@ def triage_cmd(
         o.print(f"the report's `vllm bench {t.bench['kind']}` is not in the spec: probe.bench "
                 f"serves only the throughput symptom (this spec judges "
                 f"{doc['spec']['verdict']['symptom']})", markup=False)
+    if t.form:
+        o.print("the report is the regression form: 'read' values are its answers as written, "
+                "'guessed' ones come from its free text", markup=False)
     for r in t.read:
-        o.print(f"  read {r.what}: {r.value}" + (f" (line {r.line})" if r.line else "")
+        o.print(f"  {r.source.value} {r.what}: {r.value}" + (f" (line {r.line})" if r.line else "")
                 + f": {r.why}", markup=False, highlight=False)
     for c in doc["chose"]:   # in the spec, not said by the report (issue 42)
         o.print(f"  chose {c['what']} = {c['value']}: {c['why']}", markup=False,
@@ -99,6 +114,28 @@ def triage_cmd(
     if write is not None:
         o.print(f"spec written to {write}")
     o.print(f"next: {doc['next_command']}", markup=False, highlight=False, soft_wrap=True)
+
+
+def form_cmd(stray: Path | None, write: Path | None) -> None:
+    """``triage --form``: the form's YAML on stdout, or written to ``write``."""
+    from vllm_bisect.triage.form import form_yaml
+
+    if stray is not None:
+        fail(FatalError(f"--form takes no report ({stray} was given)",
+                        hint="`vllm-bisect triage --form` prints the form; add `--write "
+                             ".github/ISSUE_TEMPLATE/regression.yml` to write it"))
+    text = form_yaml()
+    if write is None:
+        out().print(text, markup=False, highlight=False, emoji=False, soft_wrap=True, end="")
+        return
+    try:
+        write.parent.mkdir(parents=True, exist_ok=True)
+        write.write_text(text, encoding="utf-8")
+    except OSError as e:
+        fail(FatalError(f"cannot write {write}: {e.strerror}",
+                        hint="pass a writable path, e.g. .github/ISSUE_TEMPLATE/regression.yml"))
+    out().print(f"form written to {write} (GitHub reads it from .github/ISSUE_TEMPLATE/)",
+                markup=False, highlight=False)
 
 
 def next_command(spec_doc: dict[str, Any], report_file: Path, write: Path | None) -> str:
@@ -148,13 +185,18 @@ def probe(
         if prompt is not None:
             fields["prompt"] = prompt
         try:
+            ops = OpsSpec(request_timeout_s=timeout)
+        except ValidationError as e:
+            raise FatalError(f"invalid probe option: --timeout: {e.errors()[0]['msg']}",
+                             hint="seconds, a finite number up to a week") from None
+        try:
             spec = ProbeSpec(**fields)
         except ValidationError as e:
             bad = "; ".join(f"--{'-'.join(map(str, x['loc'])).replace('_', '-')}: {x['msg']}"
                             for x in e.errors())
             raise FatalError(f"invalid probe option: {bad}") from None
         handle = ServerHandle(url=url.rstrip("/"), model=model, log_path=log)
-        m = DecodeProbe(spec, ops=OpsSpec(request_timeout_s=timeout)).measure(handle)
+        m = DecodeProbe(spec, ops=ops).measure(handle)
     except BisectError as e:
         fail(e, EXIT_USER if isinstance(e, FatalError) else 1)
     if as_json:
@@ -169,7 +211,7 @@ def probe(
     o.print(f"acceptance length {_f(m.acceptance_length)}; server ITL "
             f"{_f(m.server_itl_ms)} ms/step; tokens from {m.tokens_source.value}")
     for note in m.notes:
-        o.print(f"[yellow]note:[/] {note}", markup=False)
+        o.print(f"[yellow]note:[/] {esc(note)}")
 
 
 def _f(x: float | None) -> str:

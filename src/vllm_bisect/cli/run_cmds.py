@@ -14,7 +14,6 @@ import typer
 from vllm_bisect.cli.app import (
     EXIT_INTERRUPTED,
     EXIT_NOT_REPRODUCED,
-    AbortOnUsageCommand,
     VerboseOpt,
     command,
     err,
@@ -25,7 +24,7 @@ from vllm_bisect.cli.app import (
     setup_logging,
     user_errors,
 )
-from vllm_bisect.errors import BisectError, FatalError, NotReproduced, RecoverableError, SpecError
+from vllm_bisect.errors import BisectError, FatalError, NotReproduced, SpecError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -132,10 +131,8 @@ def summary(session_dir: Path, console: Console) -> None:
                       f"{esc(result.first_bad_subject or '')}")
         console.print(f"  https://github.com/vllm-project/vllm/commit/{result.first_bad}")
     if result.culprits:  # one culprit per symptom and step (verdict.symptoms, rest check)
-        from rich.markup import escape
-
         for line in result.culprit_lines():
-            console.print(escape(line), highlight=False)
+            console.print(esc(line), highlight=False)
     if not result.first_bad:
         console.print("[yellow]no single culprit: only skipped commits separate good from bad."
                       "[/] candidates:")
@@ -202,16 +199,21 @@ def run(
     ray_resource: Annotated[list[str] | None, typer.Option(
         help="custom Ray resource per probe, NAME=AMOUNT (e.g. arch_aarch64=1); repeatable")
     ] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="start --session over when it was started with another spec (the "
+                        "earlier run is moved into replaced-<time>/ inside it)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Bisect a range: verify both endpoints, then binary (or, with several workers,
     multi-way) search to the first bad commit."""
     from vllm_bisect.bisect.state.session import (
+        claim,
         default_cache_dir,
         new_session_dir,
         stored_meta,
         stored_spec,
+        usable_cache_dir,
     )
     from vllm_bisect.runner import run_bisect
     from vllm_bisect.spec import load_spec
@@ -239,8 +241,10 @@ def run(
                                              "gpus_per_probe": gpus_per_probe,
                                              "executor": executor, "ray_address": ray_address,
                                              "ray_resources": _resources(ray_resource)})
+        # never another directory, nor another bisect (a new one is made by the run)
+        claim(session_dir, spec, force=force, create=False)
         line = f"session {session_dir}  (resume: {_resume_command(session_dir, cache_dir)})"
-        run_bisect(spec, session_dir, cache_dir or default_cache_dir(),
+        run_bisect(spec, session_dir, usable_cache_dir(cache_dir or default_cache_dir()),
                    RichEvents(err(), spec.range.search.value, session_line=line,
                               session=session_dir))
     except KeyboardInterrupt:
@@ -291,48 +295,6 @@ def report(
         print_json(r.result.model_dump_json())
     else:
         sys.stdout.write(markdown(r) if fmt is ReportFormat.MD else html_report(r))
-
-
-@command(cls=AbortOnUsageCommand)
-def hook(
-    spec_path: Annotated[Path, typer.Option("--spec", help="bisect spec (TOML)")],
-    cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
-    verbose: VerboseOpt = False,
-) -> None:
-    """For `git bisect run`: judge HEAD. Exit 0 good, 1 bad, 125 skip, 128 abort."""
-    import shlex
-
-    from vllm_bisect.bisect.hook import EXIT_FOR, HookExit, run_hook
-    from vllm_bisect.bisect.state.session import default_cache_dir
-    from vllm_bisect.report.table import STYLE
-    from vllm_bisect.spec import load_spec
-    from vllm_bisect.text import plural
-
-    setup_logging(verbose)
-    try:
-        spec = load_spec(spec_path)
-        result = run_hook(spec, Path.cwd(), cache_dir or default_cache_dir())
-    except KeyboardInterrupt:
-        raise typer.Exit(HookExit.ABORT) from None
-    except RecoverableError as e:  # should not escape run_hook; never let it look "bad"
-        err().print(f"skip: {esc(e.message)}")
-        raise typer.Exit(HookExit.SKIP) from None
-    except BisectError as e:
-        fail(e, HookExit.ABORT)
-    outcome = result.outcome
-    if result.reused:   # the journal, not --cache-dir, holds these: say so (issue 42)
-        head = ", HEAD's among them" if result.head_reused else ""
-        err().print(f"vllm-bisect: reused {plural(result.reused, 'verdict')} from "
-                    f"{esc(str(result.journal))} (this bisect's earlier hook calls{head}; "
-                    f"to start clean: rm -r {esc(shlex.quote(str(result.journal)))})",
-                    highlight=False, soft_wrap=True)
-    elif outcome.from_cache:
-        err().print(f"vllm-bisect: {outcome.commit[:12]} measured before: reused from the "
-                    f"result cache {esc(str(cache_dir or default_cache_dir()))}",
-                    highlight=False, soft_wrap=True)
-    err().print(f"vllm-bisect: {outcome.commit[:12]} [{STYLE[outcome.verdict]}]"
-                f"{outcome.verdict.value}[/]: {esc(outcome.reason)}")
-    raise typer.Exit(EXIT_FOR[outcome.verdict])
 
 
 @command()

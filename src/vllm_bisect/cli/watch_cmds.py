@@ -101,11 +101,13 @@ def watch(
     """Find change points in a benchmark series (Apache Otava's E-divisive method), report
     those outside the series' run-to-run spread, and write (with --bisect: run) a bisect spec
     for each window: improvements get a find-the-fix search."""
+    from rich.markup import escape
+
     from vllm_bisect.errors import BisectError, FatalError
     from vllm_bisect.spec import dump_spec, load_spec, parse_spec
     from vllm_bisect.watch.detect import DetectOptions
     from vllm_bisect.watch.plan import find, resolve_points, window_commits, window_spec
-    from vllm_bisect.watch.render import WindowResult, html_page, markdown, row
+    from vllm_bisect.watch.render import WindowResult, html_page, markdown, nonfinite_lines, row
     from vllm_bisect.watch.series import load_series
 
     setup_logging(verbose)
@@ -120,6 +122,8 @@ def watch(
         if repo:
             base = base.with_overrides(range={"repo": repo})
         series = load_series(series_path)
+        for line in nonfinite_lines(series):
+            err().print(f"[yellow]warning:[/] {escape(line)}")
         git_repo = None
         if repo or spec_path:
             from vllm_bisect.bisect.range import open_repo
@@ -155,10 +159,10 @@ def watch(
                                "bisect": (results[f.name].__dict__ if f.name in results else None)}
                               for f in findings],
             "spec_note": None if spec_path else NO_SPEC,
+            "nonfinite": {m: [{"point": ref, "value": str(v)} for ref, v in bad]
+                          for m, bad in series.nonfinite().items()},
             "report": str(root / "watch.md")}))
         return
-    from rich.markup import escape
-
     _table(series, findings, commits)
     for f in findings:
         r = results.get(f.name)

@@ -25,6 +25,7 @@ from pathlib import Path
 import git
 import httpx
 
+from vllm_bisect import net
 from vllm_bisect.bisect.measurement.evaluate import Evaluator
 from vllm_bisect.bisect.measurement.executor import local_slots
 from vllm_bisect.bisect.measurement.probe_steps import EvalCall, ProbeStep
@@ -37,7 +38,11 @@ from vllm_bisect.spec import BisectSpec, ProbeSpec
 
 # where vLLM's ProfilerConfig lives (the later layout keeps the first as a compat shim)
 PROFILER_CONFIG_FILES = ("vllm/config/profiler.py", "vllm/foundation/config/profiler.py")
-STOP_TIMEOUT_S = 1800.0  # vLLM flushes (and gzips) the trace before /stop_profile answers
+# the total time of one /stop_profile, headers and body (a drip cannot stretch it): vLLM
+# flushes (and gzips) the trace before it answers
+STOP_TIMEOUT_S = 1800.0
+START_TIMEOUT_S = 120.0
+ERROR_BODY_BYTES = 4096  # of an error's body, what is read (a 1 GiB body is not read whole)
 
 
 @dataclass(frozen=True)
@@ -106,23 +111,38 @@ class Profiled:
         self.inner = inner
         self.warm = warm
 
-    def _post(self, server: ServerHandle, route: str, timeout: float) -> None:
+    @staticmethod
+    def _post(server: ServerHandle, route: str, deadline_s: float) -> None:
+        """POST ``route``, all of it (headers and body, however they drip) within
+        ``deadline_s``; of an error's body only the first ``ERROR_BODY_BYTES`` are read."""
+        url = server.url.rstrip("/") + route
         try:
-            r = httpx.post(server.url.rstrip("/") + route, timeout=timeout)
-        except httpx.HTTPError as err:
+            with net.client(timeout=httpx.Timeout(30.0, read=deadline_s)) as http, \
+                    net.stream(http, "POST", url, deadline_s=deadline_s) as (r, dog):
+                status, body = r.status_code, bytearray()
+                if status != 200:
+                    for piece in net.iter_bytes(r, dog):
+                        body += piece
+                        if len(body) >= ERROR_BODY_BYTES:
+                            break
+        except net.DeadlineExceeded:
+            raise ProbeError(f"POST {route} did not answer within {deadline_s:.0f} s",
+                             hint="the server hangs or drips its answer; see its log") from None
+        except (httpx.HTTPError, net.NetLimitError) as err:
             raise ProbeError(f"POST {route}: {err}") from None
-        if r.status_code == 404:
+        if status == 404:
             raise ProbeError(f"POST {route} answered 404: the server runs without a profiler",
                              hint="the server ignored the profiler switch (see its log)")
-        if r.status_code != 200:
-            raise ProbeError(f"POST {route} answered {r.status_code}: {r.text[:200]}")
+        if status != 200:
+            text = bytes(body[:200]).decode(errors="replace")
+            raise ProbeError(f"POST {route} answered {status}: {text}")
 
     def run(self, call: EvalCall, server: ServerHandle, m: Measurement | None) -> Measurement:
         if self.warm is not None:
             call.say("warm-up before the profiler")
             self.warm(server)
         call.say("profiler on (POST /start_profile)")
-        self._post(server, "/start_profile", 120.0)
+        self._post(server, "/start_profile", START_TIMEOUT_S)
         try:
             for step in self.inner:
                 m = step.run(call, server, m)

@@ -29,6 +29,8 @@ from vllm_bisect.errors import FatalError
 REF_PREFIX = "refs/vllm-bisect/isolate/"
 BOT = "vllm-bisect <isolate@vllm-bisect.invalid>"
 
+GIT_S = 300.0  # one git plumbing command (a blob, a tree, a commit object)
+
 
 @dataclass(frozen=True)
 class Hunk:
@@ -82,8 +84,12 @@ def _blob(repo: git.Repo, commit: str, path: str) -> tuple[bytes | None, str]:
     if not out:
         return None, "100644"
     mode, _type, sha = out.split("\t", 1)[0].split()
-    data = subprocess.run(["git", "cat-file", "blob", sha], cwd=repo.working_dir,
-                          capture_output=True, check=True).stdout
+    try:
+        data = subprocess.run(["git", "cat-file", "blob", sha], cwd=repo.working_dir,
+                              capture_output=True, check=True, timeout=GIT_S).stdout
+    except subprocess.TimeoutExpired:
+        raise FatalError(f"git cat-file of {path} did not finish within {GIT_S:.0f} s",
+                         hint="is the repository on a hung disk?") from None
     return data, mode
 
 
@@ -181,11 +187,14 @@ class Scratch:
         try:
             return subprocess.run(["git", *args], cwd=self.repo.working_dir, input=data,
                                   env={**os.environ, **(env or {})}, capture_output=True,
-                                  check=True).stdout.decode().strip()
+                                  check=True, timeout=GIT_S).stdout.decode().strip()
         except subprocess.CalledProcessError as err:
             raise FatalError(f"git {args[0]} failed writing a scratch commit: "
                              f"{err.stderr.decode(errors='replace').strip()}",
                              hint="is the repository writable?") from None
+        except subprocess.TimeoutExpired:
+            raise FatalError(f"git {args[0]} did not finish within {GIT_S:.0f} s writing a "
+                             "scratch commit", hint="is the repository on a hung disk?") from None
 
     def commit(self, base: str, selection: Selection, message: str,
                files: Mapping[str, bytes | None] | None = None) -> str:

@@ -26,6 +26,7 @@ from vllm_bisect import net
 from vllm_bisect.errors import ProbeError, StreamFormatError
 from vllm_bisect.models import Measurement, RequestResult, TokensSource
 from vllm_bisect.probes import metrics
+from vllm_bisect.probes.counts import StreamCounts, check_counts
 from vllm_bisect.probes.limits import split_lines
 from vllm_bisect.probes.prompt import PromptSizer, SizedPrompt, check_prompt_tokens
 from vllm_bisect.probes.sse import (
@@ -119,6 +120,7 @@ class DecodeProbe:
         prompt_tokens: int | None = None
         finish: str | None = None
         saw_done = saw_choice = False
+        counts = StreamCounts()
         max_tokens = body.get("max_tokens")
         bound = max_tokens if isinstance(max_tokens, int) else UNBOUNDED_TOKENS
         deadline_s = self.ops.deadline_s(max_tokens if isinstance(max_tokens, int) else None)
@@ -142,7 +144,8 @@ class DecodeProbe:
                     if ev.data is None:
                         saw_done = True
                         break
-                    saw_choice = has_choice(ev.data) or saw_choice
+                    choice = has_choice(ev.data)
+                    saw_choice = choice or saw_choice
                     out_text = chunk_text(ev.data)
                     finish = finish_reason(ev.data) or finish
                     cum = completion_tokens(ev.data, bound)
@@ -150,8 +153,11 @@ class DecodeProbe:
                     if not ev.data.get("choices") and cum is not None:
                         final_usage = cum
                         continue
+                    if choice:
+                        counts.on_choice(cum)
                     if out_text is None:
                         continue
+                    counts.text_chunks += 1
                     text.update(out_text.encode())
                     n = None
                     if cum is not None:
@@ -182,6 +188,7 @@ class DecodeProbe:
         if not saw_choice:  # never "0 output tokens": that would judge a length bisect
             raise StreamFormatError(f"stream from {url} carried no well-formed choice",
                                     hint="the server is not speaking vLLM's streaming format")
+        check_counts(url, final_usage, counts)  # (a stream that contradicts itself)
         try:
             result = self._summarize(chunks, final_usage, finish, t0)
         except ValidationError as err:
@@ -341,7 +348,8 @@ class DecodeProbe:
             acceptance_per_position=delta.acceptance_per_position if delta else None,
             server_itl_ms=delta.server_itl_ms if delta else None,
             generation_tokens_delta=delta.generation_tokens if delta else None,
-            tokens_source=source, notes=log_notes(server.read_log()), requests=results,
+            tokens_source=source, requests=results,
+            notes=[*log_notes(server.read_log()), *(delta.unavailable if delta else ())],
             wall_s=wall_s,
             prompt_tokens=_median_int([r.prompt_tokens for r in results]),
         )

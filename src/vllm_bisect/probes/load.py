@@ -15,6 +15,7 @@ deltas over that cell alone.
 
 from __future__ import annotations
 
+import logging
 import statistics
 import threading
 import time
@@ -30,6 +31,8 @@ from vllm_bisect.probes.decode import DecodeProbe
 from vllm_bisect.probes.prompt import check_prompt_tokens
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.spec import LoadSpec, OpsSpec, ProbeSpec
+
+logger = logging.getLogger(__name__)
 
 
 class LoadProbe:
@@ -95,6 +98,8 @@ class LoadProbe:
         if sized is not None:
             check_prompt_tokens(sized, [r.prompt_tokens for r in results])
         delta = metrics.diff(before, after) if before is not None and after is not None else None
+        for why in delta.unavailable if delta else ():
+            logger.warning("load at concurrency %d: %s", c, why)
         tokens = sum(r.output_tokens for r in results)
         tpots = [r.tpot_ms for r in results if r.tpot_ms is not None]
         counted = [r.prompt_tokens for r in results if r.prompt_tokens is not None]

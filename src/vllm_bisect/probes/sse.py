@@ -62,8 +62,9 @@ def iter_events(lines: Iterable[str]) -> Iterator[Event]:
 
 def has_choice(obj: dict[str, Any]) -> bool:
     """Does a chunk carry a well-formed choice (``choices`` a list whose first item is an
-    object)? ``choices`` of another type is malformed; an empty list (the usage-only chunk)
-    or none at all carries no choice."""
+    object with ``text``, ``delta`` or ``finish_reason``)? ``choices`` of another type, or a
+    choice with none of these, is malformed; an empty list (the usage-only chunk) or none at
+    all carries no choice."""
     choices = obj.get("choices")
     if choices is None:
         return False
@@ -72,6 +73,9 @@ def has_choice(obj: dict[str, Any]) -> bool:
                                 f"{choices!r:.80}", hint="the server is not vLLM-compatible")
     if choices and not isinstance(choices[0], dict):
         raise StreamFormatError(f"malformed choice in chunk: {choices[0]!r:.120}")
+    if choices and not any(k in choices[0] for k in ("text", "delta", "finish_reason")):
+        raise StreamFormatError(f"a choice carries no text, delta or finish_reason: "
+                                f"{choices[0]!r:.120}", hint="the server is not vLLM-compatible")
     return bool(choices)
 
 

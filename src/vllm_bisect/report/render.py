@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from vllm_bisect.errors import printable
 from vllm_bisect.report.plot import COLOURS, make_plot
 from vllm_bisect.report.sanitize import neutralise
 from vllm_bisect.report.view import (
@@ -99,9 +100,9 @@ def html_report(r: SessionReport) -> str:
                        series(r, "itl_ms")),
              make_plot("Decode speed", "tok/s", series(r, "tok_s"))]
     v = view(r)
-    return env.get_template("report.html.j2").render(
+    return printable(env.get_template("report.html.j2").render(  # (no terminal control)
         v=v, plots=plots, colours=COLOURS, columns=COMMIT_COLUMNS,
-        commit_url=COMMIT_URL, pr_url=PR_URL, studies=_studies_html(v.studies))
+        commit_url=COMMIT_URL, pr_url=PR_URL, studies=_studies_html(v.studies)))
 
 
 def _studies_html(lines: list[str]) -> str:

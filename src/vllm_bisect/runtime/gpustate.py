@@ -30,6 +30,17 @@ logger = logging.getLogger(__name__)
 GPU_QUERY = "index,uuid,clocks.sm,clocks.mem,temperature.gpu,power.draw"
 APPS_QUERY = "gpu_uuid,pid,process_name,used_memory"
 CSV = "--format=csv,noheader,nounits"
+SMI_SET_S = 60.0  # nvidia-smi -lgc / -rgc
+
+
+def _smi_set(*args: str) -> tuple[int, str]:
+    """``nvidia-smi ARGS`` within ``SMI_SET_S``: its exit code and what it said."""
+    try:
+        r = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, check=False,
+                           timeout=SMI_SET_S)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return -1, str(err)
+    return r.returncode, (r.stdout + r.stderr).strip()
 
 
 @dataclass(frozen=True)
@@ -236,19 +247,16 @@ def locked_clocks(enabled: bool, mhz: int | None = None) -> Iterator[int | None]
         logger.warning("serve.lock_clocks: no clock to lock to (set serve.lock_clocks_mhz)")
         yield None
         return
-    r = subprocess.run(["nvidia-smi", "-lgc", f"{target},{target}"], capture_output=True,
-                       text=True, check=False)
-    if r.returncode != 0:
+    code, said = _smi_set("-lgc", f"{target},{target}")
+    if code != 0:
         logger.warning("serve.lock_clocks: nvidia-smi -lgc failed (%s); clocks are not locked",
-                       (r.stdout + r.stderr).strip() or r.returncode)
+                       said or code)
         yield None
         return
     logger.info("SM clocks locked at %d MHz for this session", target)
     try:
         yield target
     finally:
-        rr = subprocess.run(["nvidia-smi", "-rgc"], capture_output=True, text=True,
-                            check=False)
-        if rr.returncode != 0:
-            logger.warning("nvidia-smi -rgc failed (%s): reset the clocks by hand",
-                           (rr.stdout + rr.stderr).strip())
+        code, said = _smi_set("-rgc")
+        if code != 0:
+            logger.warning("nvidia-smi -rgc failed (%s): reset the clocks by hand", said)

@@ -40,8 +40,8 @@ def _version():
         raise RuntimeError("no version in pyproject.toml")
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=9", "HEAD"], capture_output=True,
-                             text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+                             text=True, check=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
         return base
     local = "g" + sha
     if os.environ.get("SYNTH_WHEEL_VARIANT"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import asdict
 from typing import Any
@@ -10,12 +11,15 @@ import git
 
 from vllm_bisect.bisect.release import candidates, main_branch, map_ref
 from vllm_bisect.spec import BisectSpec, parse_spec
-from vllm_bisect.triage.comment import comment_markdown
-from vllm_bisect.triage.parse import Read, Triage, triage
+from vllm_bisect.triage.comment import comment_markdown, without_form_reply
+from vllm_bisect.triage.nightly import resolve_nightlies
+from vllm_bisect.triage.reading import triage
 from vllm_bisect.triage.roles import SearchKind
+from vllm_bisect.triage.values import Read, Source, Triage
 
-__all__ = ["Triage", "comment_markdown", "compare_command", "resolve_refs", "spec_and_choices",
-           "spec_from_triage", "spec_toml", "triage", "triage_json", "validated_spec"]
+__all__ = ["Read", "Source", "Triage", "comment_markdown", "compare_command", "resolve_refs",
+           "spec_and_choices", "spec_from_triage", "spec_toml", "triage", "triage_json",
+           "validated_spec", "without_form_reply"]
 
 
 def _commit(repo: git.Repo, ref: str) -> git.Commit | None:
@@ -54,12 +58,16 @@ def _resolve_pr(t: Triage, repo: git.Repo, main: str | None) -> None:
     if c is None:
         t.warnings.append(f"PR {t.bad} has no merge commit on {main} (git log --grep '({t.bad})')")
         return
-    t.read.append(Read("range.bad (bad)", c.hexsha[:12], None,
-                       f"the merge commit of {t.bad} on {main} (its subject ends in '({t.bad})')"))
+    pr = next((r for r in reversed(t.read) if r.what.startswith("range.bad")), None)
+    line, source, quote = (pr.line, pr.source, pr.quote) if pr else (None, Source.GUESSED, "")
+    t.read.append(Read("range.bad (bad)", c.hexsha[:12], line,
+                       f"the merge commit of {t.bad} on {main} (its subject ends in '({t.bad})')",
+                       source, quote))
     if t.good is None and c.parents:
         t.good = c.parents[0].hexsha
-        t.read.append(Read("range.good (good)", t.good[:12], None,
-                           f"the parent of {t.bad}'s merge commit: the culprit alone is checked"))
+        t.read.append(Read("range.good (good)", t.good[:12], line,
+                           f"the parent of {t.bad}'s merge commit: the culprit alone is checked",
+                           source, quote))
     t.bad = c.hexsha
 
 
@@ -69,6 +77,18 @@ def resolve_refs(t: Triage, repo: git.Repo) -> None:
     git ancestry (the earliest new end, the latest old end before it); a PR named as the
     culprit becomes its merge commit."""
     main = main_branch(repo)
+    before = len(t.read)
+    given = {attr: r for r in t.read for attr in ("good", "bad") if r.what.startswith(f"range.{attr}")}
+    _resolve(t, repo, main)
+    for i, r in enumerate(t.read[before:], before):  # a commit found for an end: as sure as the end
+        end = next((given[a] for a in given if r.what.startswith(f"range.{a}")), None)
+        if end is not None:
+            t.read[i] = dataclasses.replace(r, source=end.source, quote=end.quote,
+                                            line=r.line or end.line)
+
+
+def _resolve(t: Triage, repo: git.Repo, main: str | None) -> None:
+    resolve_nightlies(t, repo, main)
     _resolve_pr(t, repo, main)
     resolved: dict[str, git.Commit] = {}
     for role in ("old", "new"):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_bisect.triage.failure_words import failure_symptoms
@@ -17,6 +16,7 @@ from vllm_bisect.triage.fix_words import listed_fix_prs
 from vllm_bisect.triage.fixes import as_fix, drop_advised_old, fix_cues
 from vllm_bisect.triage.measured import measured_roles
 from vllm_bisect.triage.names import path_name
+from vllm_bisect.triage.nightly import NIGHTLY_REF, nightly_unknown
 from vllm_bisect.triage.pins import main_pin
 from vllm_bisect.triage.refs import MAX_LINE, find_mentions
 from vllm_bisect.triage.roles import (
@@ -43,59 +43,10 @@ from vllm_bisect.triage.rules import (
 from vllm_bisect.triage.serving import find_serving
 from vllm_bisect.triage.symptom_words import word_symptoms
 from vllm_bisect.triage.symptoms import Found, find_symptoms
+from vllm_bisect.triage.values import Read, Triage
 from vllm_bisect.triage.versions import respell, title_index
 
 MAX_CHARS = 200_000
-
-
-@dataclass(frozen=True)
-class Read:
-    """One thing read from the report: what, its value, the line, and why."""
-
-    what: str
-    value: str
-    line: int | None
-    why: str
-
-
-@dataclass
-class Triage:
-    search: SearchKind = SearchKind.REGRESSION
-    good: str | None = None     # the range's old end: good (regression) / has the problem (fix)
-    bad: str | None = None      # the range's new end: bad (regression) / fixed (fix)
-    good_label: str | None = None
-    bad_label: str | None = None
-    candidates: dict[str, list[str]] = field(default_factory=dict)  # role -> refs, oldest first
-    points: list[dict[str, Any]] = field(default_factory=list)
-    images: list[str] = field(default_factory=list)
-    symptoms: list[str] = field(default_factory=list)
-    symptom: str | None = None  # the one the spec follows
-    min_output_tokens: int | None = None
-    itl_factor: float | None = None
-    throughput_factor: float | None = None
-    numbers: dict[str, list[float]] = field(default_factory=dict)
-    model: str | None = None
-    local_model: str | None = None
-    speculative: dict[str, Any] | None = None
-    speculative_method_said: str | None = None  # the method as written (before -> 'mtp')
-    serve_args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    env_flips: dict[str, list[str]] = field(default_factory=dict)
-    hardware: dict[str, Any] = field(default_factory=dict)
-    benchmark: str | None = None
-    bench: dict[str, Any] | None = None
-    fixed_by: list[str] = field(default_factory=list)  # PR numbers; a sha for a fix commit URL
-    read: list[Read] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    unknowns: list[str] = field(default_factory=list)
-
-    @property
-    def old_term(self) -> str:
-        return "good" if self.search is SearchKind.REGRESSION else "has the problem"
-
-    @property
-    def new_term(self) -> str:
-        return "bad" if self.search is SearchKind.REGRESSION else "fixed"
 
 
 def _point_doc(p: Point, role: str | None) -> dict[str, Any]:
@@ -190,6 +141,15 @@ def _range(t: Triage, lines: list[str]) -> None:
         t.read.append(Read("range.bad (bad)", culprit[0], culprit[1],
                            f"{culprit[2]!r}: a PR named as the culprit (its merge commit, found "
                            "with git log --grep; its parent is the good end)"))
+    range_unknowns(t)
+
+
+RANGE_UNKNOWN = ("good", "bad", "the commit with the problem", "the fixed commit")
+
+
+def range_unknowns(t: Triage) -> None:
+    """What the range still lacks (an end, a dev version's commit), said again from scratch."""
+    t.unknowns = [u for u in t.unknowns if not u.startswith(RANGE_UNKNOWN)]
     what = "the commit with the problem" if t.search is SearchKind.FIX else "good"
     if t.good is None and not (t.bad or "").startswith("#"):
         t.unknowns.append(f"{what}: no ref named as {t.old_term} (pass --good)")
@@ -198,13 +158,39 @@ def _range(t: Triage, lines: list[str]) -> None:
                           f"named as {t.new_term} (pass --bad)")
     for label in ("good", "bad"):
         ref = getattr(t, label)
-        if ref and not ref.startswith("v") and any(c == "." for c in ref):
+        if ref and NIGHTLY_REF.fullmatch(ref):
+            t.unknowns.append(nightly_unknown(label, ref))
+        elif ref and not ref.startswith("v") and any(c == "." for c in ref):
             t.unknowns.append(f"{label} {ref} is a dev/nightly version without its commit: pass "
                               "the commit sha (vllm --version prints it as +g<sha>)")
 
 
 PERF = re.compile(r"性能|\bperf(?:ormance)?\b|\bslow(?:er|down)?\b|\bfaster\b|变慢|不如|"
                   r"\bspeed\b|速度", re.IGNORECASE)
+
+
+SPEC_ORDER = (Found.LENGTH, Found.ITL, Found.TTFT, Found.THROUGHPUT, Found.CORRECTNESS,
+              Found.MEMORY, Found.MTP_SPEEDUP, Found.CRASH)
+
+
+def settle_symptoms(t: Triage) -> None:
+    """From ``t.symptoms`` (and the numbers read): the one the spec follows, the factors to
+    size it, and an unknown for a symptom no probe judges."""
+    found = {Found(f) for f in t.symptoms}
+    t.unknowns = [u for u in t.unknowns if not u.startswith("symptom ")]
+    if Found.LENGTH in found and Found.ITL in found:
+        t.symptom = "any"
+    else:
+        t.symptom = next((f.value for f in SPEC_ORDER if f in found), None)
+    itl_ms, tok_s = t.numbers.get("itl_ms", []), t.numbers.get("tok_s", [])
+    t.itl_factor = _ratio(itl_ms) if Found.ITL in found else None
+    if t.itl_factor is None and Found.ITL in found:
+        t.itl_factor = _ratio(tok_s)
+    t.throughput_factor = (_ratio(tok_s) or 1.1) if Found.THROUGHPUT in found else None
+    unsupported = [f.value for f in Found if f is Found.LATENCY and f in found]
+    if unsupported:
+        t.unknowns.append(f"symptom {', '.join(unsupported)}: no probe judges it yet; the spec "
+                          f"follows {t.symptom or 'nothing'}")
 
 
 def _symptoms(t: Triage, lines: list[str]) -> None:
@@ -226,34 +212,7 @@ def _symptoms(t: Triage, lines: list[str]) -> None:
         t.read.append(Read("symptom", f.value, line, s.why.get(f.value, "")))
     if s.caps:
         t.min_output_tokens = max(s.caps) + 1  # a run reaching past the cap is good
-    found = set(s.found)
-    if Found.LENGTH in found and Found.ITL in found:
-        t.symptom = "any"
-    elif Found.LENGTH in found:
-        t.symptom = "length"
-    elif Found.ITL in found:
-        t.symptom = "itl"
-    elif Found.TTFT in found:
-        t.symptom = "ttft"
-    elif Found.THROUGHPUT in found:
-        t.symptom = "throughput"
-    elif Found.CORRECTNESS in found:
-        t.symptom = "correctness"
-    elif Found.MEMORY in found:
-        t.symptom = "memory"
-    elif Found.MTP_SPEEDUP in found:
-        t.symptom = "mtp-speedup"
-    elif Found.CRASH in found:
-        t.symptom = "crash"
-    t.itl_factor = _ratio(s.itl_ms) if Found.ITL in found else None
-    if t.itl_factor is None and Found.ITL in found:
-        t.itl_factor = _ratio(s.tok_s)
-    if Found.THROUGHPUT in found:
-        t.throughput_factor = _ratio(s.tok_s) or 1.1
-    unsupported = [f.value for f in s.found if f is Found.LATENCY]
-    if unsupported:
-        t.unknowns.append(f"symptom {', '.join(unsupported)}: no probe judges it yet; the spec "
-                          f"follows {t.symptom or 'nothing'}")
+    settle_symptoms(t)
     if not s.found and PERF.search("\n".join(lines)):
         # "性能测试结果不如 0.7.3", "4x slower" with no metric named: which one a bisect checks
         # is the reporter's call; the spec's default (`any`: output length and ITL) is said

@@ -292,12 +292,6 @@ class CommitTest:
             return Decision.GOOD
         if off_good:
             return Decision.UNKNOWN
-        lone = self.threshold * (self.lone_server if len(gs) == 1 else 1.0)
-        if (self.requests_help and sum(len(g) for g in gs) == 1 and abs(score) >= lone
-                and len(gs[-1]) < self.max_per_server):
-            # only the single-sample rule stands in the way: a second request on this server
-            # settles it at the cost of one request, not a server start (issue 40)
-            return Decision.MORE_REQUESTS
         if sum(len(g) for g in gs) >= self.max_samples:
             return Decision.UNKNOWN
         if not self.requests_help:

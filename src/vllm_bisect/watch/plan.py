@@ -11,7 +11,7 @@ import git
 
 from vllm_bisect.errors import BisectError, RangeError
 from vllm_bisect.watch.detect import ChangePoint, DetectOptions, Direction, detect
-from vllm_bisect.watch.series import Point, Series, higher_is_better, sha_in
+from vllm_bisect.watch.series import Point, Series, grouped, higher_is_better, sha_in
 
 if TYPE_CHECKING:
     from vllm_bisect.spec import BisectSpec
@@ -64,9 +64,32 @@ def resolve_ref(repo: git.Repo, ref: str) -> str:
 
 
 def resolve_points(series: Series, repo: git.Repo) -> Series:
+    """The series with each point's full sha, in history order (stable: the series' own
+    order among the measurements of one commit, and where history cannot tell)."""
     pts = tuple(p if p.commit else replace(p, commit=resolve_ref(repo, p.ref))
                 for p in series.points)
-    return replace(series, points=pts)
+    rank = history_rank(repo, [p.commit for p in pts if p.commit])
+    if rank:
+        pts = tuple(p for _, p in sorted(enumerate(pts), key=lambda ip: (
+            rank.get(ip[1].commit or "", -1), ip[0])))
+    return replace(series, points=grouped(pts))
+
+
+def history_rank(repo: git.Repo, shas: list[str]) -> dict[str, int]:
+    """Each commit's position in a topological order of the history they span (ancestors
+    first); {} where they share no ancestor or git cannot say."""
+    import git as gitlib
+
+    uniq = list(dict.fromkeys(shas))
+    if len(uniq) < 2:
+        return {}
+    try:
+        base = repo.git.merge_base("--octopus", *uniq).split()[0]
+        order = repo.git.rev_list("--topo-order", "--reverse", *uniq, f"^{base}").split()
+    except (gitlib.GitCommandError, IndexError):
+        return {}
+    pos = {sha: i for i, sha in enumerate([base, *order])}
+    return {s: pos[s] for s in uniq if s in pos}
 
 
 def window_commits(repo: git.Repo, f: Finding) -> int | None:
@@ -107,6 +130,11 @@ def window_spec(base: BisectSpec, series: Series, f: Finding) -> BisectSpec:
     measures, with the factor that matters set halfway (geometrically) into the step."""
     from vllm_bisect.spec import Symptom, parse_spec
 
+    if f.before.key == f.after.key:
+        raise BisectError(f"the step lies between two measurements of one commit "
+                          f"({f.before.key[:12]}): no commit made it (noise, or the machine or "
+                          "the setup changed between the runs)",
+                          hint="measure that commit again, next to its neighbours")
     symptom = _symptom(f.metric)
     if symptom is None or symptom not in {s.value for s in Symptom}:
         raise BisectError(f"no bisect symptom measures {f.metric!r}",

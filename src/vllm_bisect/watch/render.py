@@ -58,7 +58,20 @@ def markdown(series: Series, findings: list[Finding], results: dict[str, WindowR
         lines += [f"- {f.metric} at point {f.cp.index}: {f.cp.why}" for f in quiet]
     if not any(f.cp.reported for f in findings):
         lines += ["", "No change point outside the series' run-to-run spread."]
+    lines += [f"\n{line}" for line in nonfinite_lines(series)]
     return "\n".join(lines) + "\n"
+
+
+def nonfinite_lines(series: Series) -> list[str]:
+    """One line per metric with inf or nan values: those points are left out of its series
+    (a step to inf is not judged), and said so."""
+    out = []
+    for metric, bad in series.nonfinite().items():
+        shown = ", ".join(f"{_short(ref)}: {v}" for ref, v in bad[:5])
+        out.append(f"Not finite, left out of {metric}: {len(bad)} point(s) ({shown}"
+                   f"{', ...' if len(bad) > 5 else ''}); a change to inf or nan is not judged "
+                   "here: look at those runs")
+    return out
 
 
 def svg_plot(series: Series, metric: str, findings: list[Finding]) -> str:

@@ -16,8 +16,11 @@ Points are ordered by time when every point has one, else as given (a session: r
 from __future__ import annotations
 
 import csv
+import itertools
 import json
+import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +43,8 @@ SESSION_METRICS = ("itl_ms", "chunk_itl_ms", "tpot_ms", "ttft_ms", "tokens_per_c
 SHA_IN_TEXT = re.compile(r"(?:\+g|nightly-|-g|^|[^0-9a-f])([0-9a-f]{7,40})(?=$|[^0-9a-f])")
 MAX_FILES = 10_000
 MAX_FILE_BYTES = 64 << 20
+# a CSV / JSON-lines series: a million rows took 130 s and 2.6 GB (issue 41)
+MAX_POINTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,12 @@ class Point:
     values: dict[str, float]
     time: datetime | None = None
     commit: str | None = None         # the full sha, once resolved in a repository
+    # metrics whose value here is inf or nan: left out of the metric's series, and reported
+    nonfinite: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.commit or self.ref
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,15 @@ class Series:
             for k in p.values:
                 seen[k] = seen.get(k, 0) + 1
         return [k for k, n in seen.items() if n >= 4]
+
+    def nonfinite(self) -> dict[str, list[tuple[str, float]]]:
+        """Per metric, the points (ref, value) whose value is inf or nan: never dropped
+        silently (a step to inf would otherwise read as "no change point")."""
+        out: dict[str, list[tuple[str, float]]] = {}
+        for p in self.points:
+            for k, v in p.nonfinite.items():
+                out.setdefault(k, []).append((p.key, v))
+        return out
 
     def column(self, metric: str) -> tuple[list[Point], list[float]]:
         """The points that have ``metric``, and their values."""
@@ -101,14 +121,24 @@ def parse_time(value: Any) -> datetime | None:
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
-def _number(value: Any) -> float | None:
+def _float(value: Any) -> float | None:
+    """``value`` as a number (inf and nan included), None when it is not one."""
     if isinstance(value, bool) or value is None:
         return None
     try:
-        f = float(value)
+        return float(value)
     except (TypeError, ValueError):
         return None
-    return f if f == f and abs(f) != float("inf") else None
+
+
+def _split(items: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """The numeric ``items``: finite ones, and those that are inf or nan."""
+    values: dict[str, float] = {}
+    bad: dict[str, float] = {}
+    for k, v in items.items():
+        if (f := _float(v)) is not None:
+            (values if math.isfinite(f) else bad)[k] = f
+    return values, bad
 
 
 def _ref(record: dict[str, Any], fallback: str) -> str:
@@ -129,8 +159,18 @@ def _time(record: dict[str, Any]) -> datetime | None:
 
 def _ordered(points: list[Point]) -> tuple[Point, ...]:
     if points and all(p.time is not None for p in points):
-        return tuple(sorted(points, key=lambda p: p.time or datetime.min.replace(tzinfo=UTC)))
-    return tuple(points)
+        points = sorted(points, key=lambda p: p.time or datetime.min.replace(tzinfo=UTC))
+    return grouped(points)
+
+
+def grouped(points: Sequence[Point]) -> tuple[Point, ...]:
+    """``points`` with each commit's later measurements moved next to its first: a commit
+    measured again later must not stand after its descendants (a window between them would
+    run backwards in history)."""
+    first: dict[str, int] = {}
+    for i, p in enumerate(points):
+        first.setdefault(p.key, i)
+    return tuple(p for _, p in sorted(enumerate(points), key=lambda ip: (first[ip[1].key], ip[0])))
 
 
 def _read_json(path: Path) -> Any:
@@ -149,9 +189,8 @@ def bench_point(path: Path, record: dict[str, Any]) -> Point:
     ref = _ref(record, "")
     if not ref or (ref == record.get("label") and not sha_in(ref)):
         ref = sha_in(path.stem) or ref or path.stem
-    values = {k: f for k, v in record.items()
-              if BENCH_METRIC.match(k) and (f := _number(v)) is not None}
-    return Point(ref=ref, values=values, time=_time(record))
+    values, bad = _split({k: v for k, v in record.items() if BENCH_METRIC.match(k)})
+    return Point(ref=ref, values=values, time=_time(record), nonfinite=bad)
 
 
 def load_bench_dir(path: Path) -> Series:
@@ -176,25 +215,44 @@ def load_bench_dir(path: Path) -> Series:
 def _record_point(record: dict[str, Any], i: int) -> Point:
     ref = _ref(record, f"#{i}")
     skip = set(REF_KEYS) | set(TIME_KEYS)
-    values = {k: f for k, v in record.items() if k not in skip and (f := _number(v)) is not None}
-    return Point(ref=ref, values=values, time=_time(record))
+    values, bad = _split({k: v for k, v in record.items() if k not in skip})
+    return Point(ref=ref, values=values, time=_time(record), nonfinite=bad)
+
+
+def _capped(path: Path) -> None:
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise SpecError(f"{path} is larger than {MAX_FILE_BYTES >> 20} MiB",
+                        hint=f"watch reads at most {MAX_POINTS} points: pass the range of the "
+                             "series to look at (one row per benchmark run)")
+
+
+def _too_many(path: Path) -> SpecError:
+    return SpecError(f"{path} holds more than {MAX_POINTS} points",
+                     hint="pass a shorter stretch of the series (change points need tens to "
+                          "thousands of points, not millions)")
 
 
 def load_csv(path: Path) -> Series:
+    _capped(path)
     try:
         with path.open(newline="", encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
+            rows = list(itertools.islice(csv.DictReader(fh), MAX_POINTS + 1))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise SpecError(f"{path} is not a readable CSV file: {e}") from None
+    if len(rows) > MAX_POINTS:
+        raise _too_many(path)
     return Series("csv", _ordered([_record_point(r, i) for i, r in enumerate(rows)]))
 
 
 def load_jsonl(path: Path) -> Series:
     points = []
+    _capped(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"{path} is not a readable JSON-lines file: {e}") from None
+    if sum(1 for line in lines if line.strip()) > MAX_POINTS:
+        raise _too_many(path)
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -218,9 +276,9 @@ def load_session(path: Path) -> Series:
         m = j.measurement
         if m is None:
             continue
-        values = {k: f for k in SESSION_METRICS if (f := _number(getattr(m, k, None))) is not None}
-        points.append(Point(ref=j.commit, values=values, commit=j.commit))
-    return Series("session", tuple(points), {"session": str(path)})
+        values, bad = _split({k: getattr(m, k, None) for k in SESSION_METRICS})
+        points.append(Point(ref=j.commit, values=values, commit=j.commit, nonfinite=bad))
+    return Series("session", grouped(points), {"session": str(path)})
 
 
 def load_series(path: Path) -> Series:

@@ -2,11 +2,15 @@
 
 Paid only for doubt (issue 40). When the search already judged both at the whole-bisect
 bound (the final pair's confirmation, ``Role.CONFIRM``; the good endpoint is good by its
-calibration), that is the verification: the same evidence, pooled over the servers it ran,
-is not collected again to say the same thing (``Verification.source = "confirmation"``, with
-the servers it rests on). Otherwise (a policy without that bound: threshold, sequential,
-bayes) both are measured again on fresh servers (at once when there are workers) with
-``verdict.verify_samples`` requests each and judged again. A culprit that no longer judges
+calibration) and no rest check follows, that is the verification: the same evidence, pooled
+over the servers it ran, is not collected again to say the same thing
+(``Verification.source = "confirmation"``, with the servers it rests on). Otherwise both are
+measured again on fresh servers (at once when there are workers) with
+``verdict.verify_samples`` requests each and judged again: a policy without that bound
+(threshold, sequential, bayes), or the two-level default with its rest checks, which start
+from these servers, the only ones of the pair no verdict chose (without them the checks,
+judging on the search's biased servers, bisected noise: one run of bench_cost's 2x row took
+1635 server starts, two named a wrong second culprit). A culprit that no longer judges
 bad, or a parent that no longer judges good, is reported (a flaky symptom), not hidden. The
 result is kept in the journal, so a resumed session does not measure them again.
 """
@@ -57,11 +61,13 @@ def at_the_bound(t: Tester, culprit: str, parent: CommitInfo) -> Verification | 
         culprit_servers=c_ev.samples, parent_servers=p_ev.samples)
 
 
-def verify_culprit(t: Tester, culprit: str) -> Verification:
+def verify_culprit(t: Tester, culprit: str, fresh: bool = False) -> Verification:
+    """``fresh``: on fresh servers even when the search judged both at the bound (the rest
+    checks start from them: the search's own servers of the pair are a biased sample)."""
     journal, need = t.store.journal, t.store.spec.verdict.verify_samples
     stored = journal.get_meta(META_KEY)
     parent = parent_of(t, culprit)
-    pooled = at_the_bound(t, culprit, parent)
+    pooled = None if fresh else at_the_bound(t, culprit, parent)
     if stored:
         v = Verification.model_validate_json(stored)
         if v.culprit == culprit and (v.samples == need if v.source == "fresh" else pooled):

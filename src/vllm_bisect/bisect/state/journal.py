@@ -177,15 +177,34 @@ class SessionJournal:
         with self._lock:
             rows = self.con.execute(
                 "SELECT key, verdict, evaluation FROM outcomes ORDER BY seq").fetchall()
-        for key, verdict, ev in rows:
-            status = str(json.loads(ev).get("status", ""))
-            out.setdefault(key, []).append((Verdict(verdict), status))
+        for n, (key, verdict, ev) in enumerate(rows, 1):
+            try:
+                out.setdefault(key, []).append((Verdict(verdict),
+                                                str(json.loads(ev).get("status", ""))))
+            except (ValueError, AttributeError) as err:
+                raise self._damaged(n, err) from None
         return out
 
     def evaluations(self) -> dict[str, Evaluation]:
-        """The latest evaluation per measurement key recorded in this session."""
+        """The latest evaluation per measurement key recorded in this session. A row that
+        cannot be read is a :class:`SessionError` (never a crash, never skipped: a learning
+        policy replays every verdict)."""
         rows = self.con.execute("SELECT key, evaluation FROM outcomes ORDER BY seq").fetchall()
-        return {k: Evaluation.model_validate_json(e) for k, e in rows}
+        out: dict[str, Evaluation] = {}
+        for n, (k, e) in enumerate(rows, 1):
+            try:
+                out[k] = Evaluation.model_validate_json(e)
+            except (ValidationError, ValueError) as err:
+                raise self._damaged(n, err) from None
+        return out
+
+    def _damaged(self, n: int, err: Exception) -> SessionError:
+        why = str(err).splitlines()
+        return SessionError(
+            f"the journal {self.dir / 'journal.sqlite'} is damaged: its outcome #{n} cannot be "
+            f"read ({why[0] if why else type(err).__name__})",
+            hint=f"move {self.dir} away and start again (under `git bisect run`: rerun the "
+                 "hook, it starts a new journal); measured results stay in the cache dir")
 
     def server_started(self, pid: int, commit: str) -> None:  # (called from worker threads)
         with self._lock:

@@ -1,0 +1,90 @@
+"""The regression form's fields as the reader knows them: the label GitHub renders as each
+answer's ``### Label`` heading, the dropdown's and the checkboxes' keys (the words before
+":"). ``regression.yml`` is the form itself; tests/triage/test_form.py checks the two agree."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from importlib.resources import files
+
+from vllm_bisect.triage.roles import SearchKind
+from vllm_bisect.triage.symptoms import Found
+
+FORM_FILE = "regression.yml"
+NO_RESPONSE = "_No response_"   # GitHub's rendering of an empty answer
+
+
+class Field(StrEnum):
+    """The form's fields by their ids in regression.yml."""
+
+    GOOD = "last-good"
+    BAD = "first-bad"
+    SEARCH = "search"
+    SYMPTOMS = "symptoms"
+    MODEL = "model"
+    SERVE = "serve-command"
+    HARDWARE = "hardware"
+    PROBE = "probe-command"
+    DETAILS = "details"
+
+
+LABELS: dict[Field, str] = {
+    Field.GOOD: "Last good (fix search: last broken)",
+    Field.BAD: "First bad (fix search: first fixed)",
+    Field.SEARCH: "Search",
+    Field.SYMPTOMS: "Symptoms",
+    Field.MODEL: "Model",
+    Field.SERVE: "Serve command",
+    Field.HARDWARE: "Hardware",
+    Field.PROBE: "Probe or benchmark command",
+    Field.DETAILS: "What you saw",
+}
+SHELL_FIELDS = (Field.SERVE, Field.PROBE)   # rendered in a ```shell block
+# the dropdown's options and the symptom checkboxes, by the word(s) before ":"
+SEARCH_OPTIONS: dict[str, SearchKind] = {"regression": SearchKind.REGRESSION,
+                                         "fix": SearchKind.FIX}
+SEARCH_TEXT: dict[SearchKind, str] = {SearchKind.REGRESSION: "regression: find the first bad commit",
+                                      SearchKind.FIX: "fix: find the first fixed commit"}
+SYMPTOM_OPTIONS: dict[str, Found] = {
+    "itl": Found.ITL, "throughput": Found.THROUGHPUT, "output length": Found.LENGTH,
+    "ttft": Found.TTFT, "memory": Found.MEMORY, "crash": Found.CRASH,
+    "correctness": Found.CORRECTNESS, "latency": Found.LATENCY,
+    "speculative decoding": Found.MTP_SPEEDUP,
+}
+SYMPTOM_TEXT: dict[Found, str] = {
+    Found.ITL: "ITL: decoding is slower per output token (ITL / TPOT)",
+    Found.THROUGHPUT: "Throughput: fewer tokens or requests per second under load",
+    Found.LENGTH: "Output length: generations stop early or at a fixed token count",
+    Found.TTFT: "TTFT: the first token takes longer",
+    Found.MEMORY: "Memory: more GPU memory, fewer KV-cache blocks, out of memory",
+    Found.CRASH: "Crash: the server or a request fails",
+    Found.CORRECTNESS: "Correctness: wrong, garbled or repeated output, lower accuracy",
+    Found.LATENCY: "Latency: end-to-end request time",
+    Found.MTP_SPEEDUP: "Speculative decoding: the MTP / draft speed-up is gone",
+}
+
+
+def _key(label: str) -> str:
+    return re.sub(r"\s+", " ", label).strip().lower()
+
+
+# a heading names a field by its whole label or by the words before " (" ("### Last good")
+HEADINGS: dict[str, Field] = {}
+for _f, _label in LABELS.items():
+    HEADINGS[_key(_label)] = _f
+    HEADINGS.setdefault(_key(_label.split(" (")[0]), _f)
+
+
+def field_of(heading: str) -> Field | None:
+    return HEADINGS.get(_key(heading))
+
+
+def option_key(text: str) -> str:
+    """The key of a dropdown answer or a checkbox label: its words before ":"."""
+    return _key(text.split(":", 1)[0])
+
+
+def form_yaml() -> str:
+    """The form, as GitHub reads it from .github/ISSUE_TEMPLATE/."""
+    return files(__package__).joinpath(FORM_FILE).read_text(encoding="utf-8")
