@@ -14,7 +14,8 @@ ROOT = Path(__file__).parents[1]
 # the import names of each distribution of the dev extra that the base install lacks
 IMPORTS = {"pytest": ("pytest", "_pytest"), "pytest-xdist": ("xdist",), "ruff": ("ruff",),
            "mypy": ("mypy",), "types-docker": (), "ray": ("ray",),
-           "setuptools": ("setuptools", "pkg_resources"), "wheel": ("wheel",)}
+           "setuptools": ("setuptools", "pkg_resources"), "wheel": ("wheel",),
+           "jsonschema": ("jsonschema",), "pyyaml": ("yaml",)}
 
 SITECUSTOMIZE = """\
 import importlib.abc
