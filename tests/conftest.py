@@ -23,6 +23,15 @@ from vllm_bisect.runtime.ports import Ownership, check_port, free_port
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.25.1"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A test marked exclusive_cpu runs alone within the test run (tests/cpu_share.py)."""
+    from tests.cpu_share import MARKER, cpu_share
+
+    with cpu_share(item.get_closest_marker(MARKER) is not None):
+        yield
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _locks_per_xdist_worker() -> None:
     """Server start-ups are serialized host-wide (one lock per set of GPUs, meant for real

@@ -44,6 +44,11 @@ def test_without_packages_it_says_why_and_keeps_the_platform() -> None:
     assert any("result cache" in n for n in doc.notes)
     text = "\n".join(env_lines(doc.model_dump(mode="json")))
     assert "(judged good)" in text and "packages: not compared" in text
+    # a commit judged good is not passed off as the good endpoint (issue 42)
+    assert "Environments of the endpoints" not in text
+    named = "\n".join(env_lines(doc.model_dump(mode="json"), "e" * 40))
+    assert f"### Environments of `{'a' * 12}` (judged good) and the bad endpoint" in named
+    assert f"the good endpoint `{'e' * 12}` was not run" in named
     assert "GPU NVIDIA H200, driver 570.1, CUDA 12.8 (the same on both sides)" in text
     assert EndpointEnvDoc.model_validate_json(doc.model_dump_json()) == doc
     assert env_doc(None, (None, None), good="a", bad="b", judged_good=False, notes=(),

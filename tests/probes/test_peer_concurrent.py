@@ -166,18 +166,21 @@ def test_real_h200_round_and_rounds_replayed() -> None:
     assert max(r["bench_max_ttft_s"] for r in doc["rounds"]) < 0.2
 
 
+@pytest.mark.exclusive_cpu   # two clients' timings must agree: no other test beside it
 def test_peer_concurrent_stage_on_a_drifting_simulator(tmp_path: Path) -> None:
     """The stage as the GPU session runs it, with the simulator behind --vllm, its speed
     drifting ±25% with a period of 8 s and every new server stalling 0.3 s on its first three
     prefills that land while another request decodes (a cold CUDA-graphs server, session 8):
-    the discarded warm round per C on each server takes the stalls (a 0.3 s stall in a 0.2 s
+    the discarded warm round per C on each server takes the stalls (a 0.3 s stall in a 0.3 s
     request: a first measured round without it would be off by tens of percent), every
     measured round's bench and probe agree, while the rounds themselves ran at different
     speeds; a cut-short run resumes on a new server (a finished one is "already done", as
-    test_peer_interleaved checks for the same mechanism)."""
+    test_peer_interleaved checks for the same mechanism). It judges two clients' timings, so
+    it runs alone in the test run (exclusive_cpu) on 12 ms steps: a client waiting ~35 ms
+    for a core moved a round's diff to 0.177 on 8 ms steps beside other tests (issue 42)."""
     stall_s = 0.3
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "VLLM_SIM_PROMPT_SEEDED": "1",
-           "VLLM_SIM_ACCEPTANCE": "0.7", "VLLM_SIM_SPEC_STEP_MS": "8",
+           "VLLM_SIM_ACCEPTANCE": "0.7", "VLLM_SIM_SPEC_STEP_MS": "12",
            "VLLM_SIM_DRIFT": "0.25:8", "VLLM_SIM_COLD_STALLS": f"3:{stall_s}"}
     base = [sys.executable, str(ROOT / "scripts" / "gpu_mtp_run.py"), str(tmp_path / "w"),
             str(tmp_path / "o"), "--only", "peer_concurrent", "--no-eager",

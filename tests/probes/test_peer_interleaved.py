@@ -90,6 +90,7 @@ def test_bench_block_from_real_detailed_file() -> None:
     assert sum(b.per_request_ms) / 24 == pytest.approx(doc["mean_tpot_ms"], rel=1e-6)
 
 
+@pytest.mark.exclusive_cpu   # bench's and the probe's timings must agree: no test beside it
 def test_peer_interleaved_stage_on_the_simulator(tmp_path: Path) -> None:
     """The stage as the GPU session runs it, with the simulator behind --vllm: bench and probe
     blocks alternate on one server; the simulator has no drift, so the pairs agree."""

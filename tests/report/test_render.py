@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pytest
 
 from tests.helpers import history, make_spec, write_spec
+from tests.report import browser
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -68,7 +71,7 @@ def test_html_has_a_plot_per_symptom_with_culprit(sessions: dict[str, Path]) -> 
     assert page.count("<svg") == 3 and "http" not in page.split("<body>")[0].replace(
         "http://www.w3.org", "")  # self-contained: no external resources in the head
     assert 'class="point good"' in page and 'class="point bad"' in page
-    assert 'class="point skip"' in page and page.count('class="culprit"') == 3
+    assert 'class="no-value skip"' in page and page.count('class="culprit"') == 3
 
 
 def test_report_of_unfinished_session_is_clear(tmp_path: Path) -> None:
@@ -80,17 +83,49 @@ def test_report_of_unfinished_session_is_clear(tmp_path: Path) -> None:
 
 
 def test_html_renders_in_headless_chromium(sessions: dict[str, Path], tmp_path: Path) -> None:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("chromium not installed (.ci/run installs it)")
     shot = tmp_path / "report.png"
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
-                    f"--screenshot={shot}", "--window-size=900,1100",
-                    (sessions["found"] / "report.html").as_uri()],
-                   capture_output=True, timeout=120, check=False)
+    browser.run(f"--screenshot={shot}", "--window-size=900,1100",
+                (sessions["found"] / "report.html").as_uri(), profile=tmp_path / "profile")
     assert shot.exists() and shot.stat().st_size > 20_000
     keep = Path("/tmp/vllm-bisect-report.png")
     shutil.copy(shot, keep)  # for a person to look at
+
+
+def test_in_a_browser_skips_are_no_values_and_logs_are_links(sessions: dict[str, Path],
+                                                               tmp_path: Path) -> None:
+    # issue 42: a skipped commit was a cross on the x axis (it read as a measurement of 0),
+    # and a skip's log path was text
+    session = sessions["found"]
+    doc = json.loads((session / "result.json").read_text())
+    skipped = {p["index"] for p in doc["probed"] if p["verdict"] == "skip"}
+    measured = {p["index"] for p in doc["probed"] if p["verdict"] != "skip"}
+    assert skipped and measured
+    found = browser.probe(session / "report.html", browser.LAYOUT, tmp_path / "profile")
+    assert len(found["plots"]) == 3
+    for plot in found["plots"]:
+        assert plot["width"] > 500, plot["title"]   # laid out at the page's width
+        height = plot["y0"] - plot["top"]
+        assert not plot["skipmarks"] or all(m["tag"] == "rect" for m in plot["skipmarks"])
+        drawn = {pt["i"] for pt in plot["points"]}
+        assert not drawn & skipped, (plot["title"], drawn & skipped)
+        for pt in plot["points"]:   # a measurement sits inside the plot area
+            assert plot["top"] <= pt["cy"] <= plot["y0"], (plot["title"], pt)
+        bands = {m["i"]: m for m in plot["novalue"]}
+        assert skipped <= set(bands), (plot["title"], bands)
+        for m in bands.values():   # a band over the whole height: no value, not a 0
+            assert m["tag"] == "rect" and m["box"]["h"] >= 0.99 * height, m
+    logs = found["links"]
+    assert logs and all(ln["w"] > 0 for ln in logs)
+    for ln in logs:
+        assert ln["href"].startswith("file://"), ln
+        target = Path(unquote(urlparse(ln["href"]).path))
+        assert target.is_file() and target.resolve().is_relative_to(session.resolve()), ln
+        assert ln["text"] == str(target.relative_to(session.resolve()))
+    # the browser opens the link: the log's own text
+    page = browser.dump_dom(logs[0]["href"], tmp_path / "profile")
+    target = Path(unquote(urlparse(logs[0]["href"]).path))
+    words = re.findall(r"[A-Za-z0-9_]{4,}", target.read_text())[-5:]
+    assert words and all(w in page for w in words), (words, page[-500:])
 
 
 def test_html_tables_are_html_and_nothing_is_markdown(sessions: dict[str, Path]) -> None:

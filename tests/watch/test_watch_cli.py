@@ -38,13 +38,16 @@ def test_seeded_series_table_json_and_report(tmp_path: Path) -> None:
     assert c["direction"] == "regression" and 0.04 < c["change"] < 0.08
     idx = {f"n{i}": i for i in range(50)}
     assert idx[c["last_before"]] < 30 <= idx[c["first_after"]]
-    spec = Path(c["spec"]).read_text()
-    assert 'symptom = "itl"' in spec and "itl_factor" in spec
+    # no base spec: no window spec (it would serve no real model from no checkout), said so
+    assert c["spec"] is None and "--spec BASE.toml" in doc["spec_note"]
+    assert not list((tmp_path / "watch").glob("*.toml"))
     assert (tmp_path / "watch" / "watch.html").read_text().count("<svg") == 1
     md = (tmp_path / "watch" / "watch.md").read_text()
     assert "mean_itl_ms" in md and "regression" in md
     plain = cli("watch", "s.jsonl", cwd=tmp_path)
     assert plain.returncode == 0 and "mean_itl_ms" in plain.stdout and "report" in plain.stdout
+    assert "vllm-bisect run --spec" not in plain.stdout   # no command that cannot run
+    assert "no bisect specs written" in " ".join(plain.stdout.split())
 
 
 def test_two_steps_a_recovery_and_noise_through_the_cli(tmp_path: Path) -> None:
@@ -78,17 +81,41 @@ def test_two_steps_a_recovery_and_noise_through_the_cli(tmp_path: Path) -> None:
 
 
 def test_an_improvement_is_a_fix_search(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=39)
     rng = np.random.default_rng(8)
     itl = 10 * (1 + 0.02 * rng.standard_normal(40))
     itl[22:] /= 1.10
-    (tmp_path / "s.jsonl").write_text("".join(json.dumps({"commit": f"n{i}", "itl_ms": v}) + "\n"
-                                              for i, v in enumerate(itl)))
-    doc = json.loads(cli("watch", "s.jsonl", "--json", cwd=tmp_path).stdout)
-    idx = {f"n{i}": i for i in range(40)}
-    c = next(c for c in doc["change_points"]
-             if c["reported"] and idx[c["last_before"]] < 22 <= idx[c["first_after"]])
-    assert c["direction"] == "improvement"
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps({"commit": h.shas[i], "itl_ms": v})
+                                              + "\n" for i, v in enumerate(itl)))
+    base = write_spec(tmp_path / "base.toml", make_spec(h))
+    r = cli("watch", "s.jsonl", "--spec", str(base), "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    c = next(c for c in doc["change_points"] if c["reported"]
+             and h.shas.index(c["last_before"]) < 22 <= h.shas.index(c["first_after"]))
+    assert c["direction"] == "improvement" and doc["spec_note"] is None
     assert 'search = "fix"' in Path(c["spec"]).read_text()
+
+
+def test_the_window_column_counts_its_commits(tmp_path: Path) -> None:
+    # nightlies every 4 commits: a step between two adjacent nightlies has no series point
+    # inside its window ("in window 0" hid that) but 4 commits to bisect
+    h = history(tmp_path, n_commits=40)
+    nightly = list(range(0, 41, 4))
+    itl = [4.0 * (1.5 if i >= 22 else 1.0) for i in nightly]
+    results = bench_dir(tmp_path, [h.shas[i] for i in nightly], itl)
+    r = cli("watch", str(results), "--metric", "mean_itl_ms", "--repo", str(h.path), "--json",
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    c = next(c for c in json.loads(r.stdout)["change_points"] if c["reported"])
+    assert (c["last_before"], c["first_after"]) == (h.shas[20], h.shas[24])
+    assert c["points_in_window"] == 0 and c["commits_in_window"] == 4
+    plain = cli("watch", str(results), "--metric", "mean_itl_ms", "--repo", str(h.path),
+                cwd=tmp_path)
+    assert "points between" in plain.stdout and "commits" in plain.stdout
+    row = next(ln for ln in plain.stdout.splitlines() if h.shas[20][:12] in ln)
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells[4:6] == ["0", "4"], cells
 
 
 def test_bisect_without_a_spec_is_a_clear_error(tmp_path: Path) -> None:

@@ -28,6 +28,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from vllm_bisect.text import duration_h, plural
+
 STEP_THRESHOLD = math.log(20.0)
 
 
@@ -71,18 +73,21 @@ class Forecast:
         return (self.elapsed_s + s * rounds / max(1, self.steps)) / 3600
 
     def line(self, n: int) -> str:
-        base = (f"forecast: {self.steps} search steps, {self.builds:.0f} builds, "
-                f"{self.server_starts:.0f} server starts, {self.requests:.0f} requests")
+        base = (f"forecast: {plural(self.steps, 'search step')}, "
+                f"{plural(round(self.builds), 'build')}, "
+                f"{plural(round(self.server_starts), 'server start')}, "
+                f"{plural(round(self.requests), 'request')}")
         if self.low and self.high and self.high[1] > self.low[1]:
             base += f" (likely; 90% range {self.low[1]:.0f}..{self.high[1]:.0f} server starts)"
         h = self.hours()
         if h is None:
             return base
-        more = ", ".join(f"{k} GPUs {self.hours_with(k, n):.1f} h" for k in (2, 4, 8))
+        more = ", ".join(f"{k} GPUs {duration_h(self.hours_with(k, n) or 0.0)}"
+                         for k in (2, 4, 8))
         span = self.hours_range()
-        if span is not None and f"{span[0]:.1f}" != f"{span[1]:.1f}":
-            more = f"90% range {span[0]:.1f}..{span[1]:.1f} h; {more}"
-        return (f"{base}: about {h:.1f} h in all at {self.build_s or 0:.0f} s a build, "
+        if span is not None and duration_h(span[0]) != duration_h(span[1]):
+            more = f"90% range {duration_h(span[0])}..{duration_h(span[1])}; {more}"
+        return (f"{base}: about {duration_h(h)} in all at {self.build_s or 0:.0f} s a build, "
                 f"{self.start_s or 0:.0f} s a server start, {self.request_s or 0:.1f} s a "
                 f"request ({more})")
 

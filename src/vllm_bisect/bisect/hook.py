@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
@@ -49,6 +50,18 @@ class HookExit(IntEnum):
 
 
 EXIT_FOR = {Verdict.GOOD: HookExit.GOOD, Verdict.BAD: HookExit.BAD, Verdict.SKIP: HookExit.SKIP}
+
+
+@dataclass(frozen=True)
+class HookResult:
+    """HEAD's outcome, and what this call read back from the bisect's journal (``journal``:
+    its directory under ``.git/vllm-bisect-hook/``): ``reused`` verdicts judged by earlier
+    hook calls (``head_reused``: HEAD's own among them, so HEAD was not measured again)."""
+
+    outcome: Outcome
+    journal: Path
+    reused: int
+    head_reused: bool
 
 
 def _terms(git_dir: Path) -> tuple[str, str]:
@@ -85,7 +98,7 @@ def _hook_dir(repo: git.Repo, spec: BisectSpec, good: str | None, bad: str | Non
     return Path(repo.git_dir) / "vllm-bisect-hook" / hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
+def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> HookResult:
     plan = resolve(spec)
     choice = plan.choice
     if not plan.hook_ok:
@@ -130,12 +143,15 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> Outcome:
                              InlineExecutor(evaluator.evaluate, slot, session=session.id),
                              choice=choice)
             t = core.tester
+            journaled = set(t.store.session)   # verdicts of this bisect's earlier hook calls
             if check_runs:
                 _refuse_if_intermittent(t, spec, choice, session_dir)
             if rng is not None and plan.needs_reference:
                 settle(t, Settle.HOOK)
             _replay(t, head.sha)
-            return t.test(head, Role.BISECT, 0)
+            outcome = t.test(head, Role.BISECT, 0)
+            return HookResult(outcome, session_dir, len(journaled),
+                              t.store.key(head.sha) in journaled)
     finally:
         cache.close()
 

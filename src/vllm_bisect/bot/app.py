@@ -54,6 +54,10 @@ def signature_ok(secret: bytes, body: bytes, header: str | None) -> bool:
     return hmac.compare_digest(expected, header)
 
 
+WEBHOOK_PATH = "/webhook"   # GitHub's webhook "Payload URL": http(s)://HOST:PORT/webhook
+HEALTH_PATH = "/healthz"
+
+
 class BotApp:
     def __init__(self, cfg: BotConfig, queue: JobQueue, github: GitHub) -> None:
         self.cfg = cfg
@@ -63,8 +67,8 @@ class BotApp:
         self.pool = ThreadPoolExecutor(cfg.handler_threads, thread_name_prefix="bot-hook")
         self.inflight: set[str] = set()   # keys being handled (event loop only)
         self.pending = 0
-        self.app = Starlette(routes=[Route("/webhook", self.webhook, methods=["POST"]),
-                                     Route("/healthz", self.health, methods=["GET"])])
+        self.app = Starlette(routes=[Route(WEBHOOK_PATH, self.webhook, methods=["POST"]),
+                                     Route(HEALTH_PATH, self.health, methods=["GET"])])
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"ok": True, "pending": self.pending})

@@ -21,6 +21,7 @@ from vllm_bisect.report.render import load, markdown
 from vllm_bisect.runner import run_bisect
 from vllm_bisect.runtime.childenv import is_secret_name
 from vllm_bisect.spec import parse_spec
+from vllm_bisect.text import short_subject
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,8 @@ class CommentProgress:
         pass
 
     def on_outcome(self, commit: CommitInfo, outcome: Outcome) -> None:
-        self.lines.append(f"`{commit.sha[:12]}` {commit.subject[:60]}: **{outcome.verdict.value}**"
+        self.lines.append(f"`{commit.sha[:12]}` {short_subject(commit.subject, 60)}: "
+                          f"**{outcome.verdict.value}**"
                           f" ({outcome.reason})")
         self._flush()
 

@@ -173,29 +173,34 @@ class ArtifactCache:
                 break
             if e.commit is not None and e.commit in protected:
                 continue
-            if e.kind == "image":
-                if remove_image is None:
-                    continue
-                try:
-                    remove_image(e.location)
-                except Exception as err:  # docker may be down: leave the record
-                    logger.warning("cannot remove image %s: %s", e.location, err)
-                    continue
-            elif not self.inside(e.location):
-                logger.warning("cache record %s points outside %s (%s): record dropped, "
-                               "nothing deleted", e.key, self.artifacts, e.location)
-            else:
-                lock = (self.key_lock(e.key, blocking=False) if KEY.match(e.key)
-                        else contextlib.nullcontext(True))
-                with lock as free:
-                    if not free:  # another run is making or using it right now
-                        continue
-                    shutil.rmtree(e.location, ignore_errors=True)
-            with self.lock:
-                self.con.execute("DELETE FROM artifacts WHERE key = ?", (e.key,))
-            total -= e.size
-            evicted.append(e)
+            if self.evict(e, remove_image):
+                total -= e.size
+                evicted.append(e)
         return evicted
+
+    def evict(self, e: CacheEntry, remove_image: Callable[[str], None] | None = None) -> bool:
+        """Remove one entry and its record (False: left alone, in use or not removable)."""
+        if e.kind == "image":
+            if remove_image is None:
+                return False
+            try:
+                remove_image(e.location)
+            except Exception as err:  # docker may be down: leave the record
+                logger.warning("cannot remove image %s: %s", e.location, err)
+                return False
+        elif not self.inside(e.location):
+            logger.warning("cache record %s points outside %s (%s): record dropped, "
+                           "nothing deleted", e.key, self.artifacts, e.location)
+        else:
+            lock = (self.key_lock(e.key, blocking=False) if KEY.match(e.key)
+                    else contextlib.nullcontext(True))
+            with lock as free:
+                if not free:  # another run is making or using it right now
+                    return False
+                shutil.rmtree(e.location, ignore_errors=True)
+        with self.lock:
+            self.con.execute("DELETE FROM artifacts WHERE key = ?", (e.key,))
+        return True
 
     def close(self) -> None:
         self.con.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import logging
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,6 +45,7 @@ class Checkouts:
         if (path / ".git").exists():
             try:
                 if git.Repo(path).head.commit.hexsha == commit:
+                    os.utime(path)   # its last use (`cache ls` / `cache prune` read it)
                     return path
             except (git.GitError, ValueError):
                 pass

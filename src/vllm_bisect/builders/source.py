@@ -14,9 +14,11 @@ so an interrupted build is redone, and a complete one is reused.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -145,6 +147,8 @@ class SourceBuilder:
         checkout_s = time.monotonic() - start
         venv = self.venv_root / commit
         if (venv / DONE_MARK).exists():
+            with contextlib.suppress(OSError):   # its last use (`cache ls` / `cache prune`)
+                os.utime(venv / DONE_MARK)
             return self._artifact(commit, checkout, venv, cached=True)
         plan = self.plan(commit)
         if (skip := _skip(plan)) is not None:

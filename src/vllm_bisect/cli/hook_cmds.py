@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import traceback
 from pathlib import Path
 from typing import Annotated
@@ -52,12 +53,22 @@ def _judge(spec_path: Path, cache_dir: Path | None, verbose: bool) -> int:
     from vllm_bisect.cli.app import setup_logging
     from vllm_bisect.report.table import STYLE
     from vllm_bisect.spec import load_spec
+    from vllm_bisect.text import plural
 
     setup_logging(verbose)
     spec = load_spec(spec_path)
     cache = usable_cache_dir(cache_dir if cache_dir is not None else default_cache_dir())
-    outcome = run_hook(spec, Path.cwd(), cache)
+    result = run_hook(spec, Path.cwd(), cache)
+    outcome = result.outcome
     code = int(EXIT_FOR[outcome.verdict])
+    if result.reused:   # the journal, not --cache-dir, holds these: say so (issue 42)
+        head = ", HEAD's among them" if result.head_reused else ""
+        _say(f"vllm-bisect: reused {plural(result.reused, 'verdict')} from "
+             f"{esc(str(result.journal))} (this bisect's earlier hook calls{head}; to start "
+             f"clean: rm -r {esc(shlex.quote(str(result.journal)))})")
+    elif outcome.from_cache:
+        _say(f"vllm-bisect: {outcome.commit[:12]} measured before: reused from the result "
+             f"cache {esc(str(cache))}")
     _say(f"vllm-bisect: {outcome.commit[:12]} [{STYLE[outcome.verdict]}]"
          f"{outcome.verdict.value}[/]: {esc(outcome.reason)}")
     return code

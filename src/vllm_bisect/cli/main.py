@@ -7,6 +7,7 @@ import signal
 from types import FrameType
 
 from vllm_bisect.cli.app import app
+from vllm_bisect.cli.bot_cmds import bot_try
 from vllm_bisect.cli.explain_cmds import explain_cmd
 from vllm_bisect.cli.hook_cmds import hook
 from vllm_bisect.cli.operator_cmds import version  # importing a module registers its commands
@@ -16,7 +17,8 @@ from vllm_bisect.cli.study_cmds import isolate_cmd
 from vllm_bisect.cli.sweep_cmds import sweep_cmd
 from vllm_bisect.cli.watch_cmds import watch
 
-__all__ = ["app", "explain_cmd", "hook", "isolate_cmd", "main", "run", "sim_history", "spec_cmd",
+__all__ = ["app", "bot_try", "explain_cmd", "hook", "isolate_cmd", "main", "run", "sim_history",
+           "spec_cmd",
            "sweep_cmd", "version", "watch"]
 
 

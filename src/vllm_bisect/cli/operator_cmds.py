@@ -1,5 +1,5 @@
 """Commands around a bisect: ``triage``, ``probe``, ``compare``, ``cache ls|prune``, ``env``,
-``bot serve``, ``version``."""
+``version`` (the bot's: ``cli/bot_cmds.py``)."""
 
 from __future__ import annotations
 
@@ -48,8 +48,7 @@ def triage_cmd(
         fail(FatalError("no report given", hint="pass the issue body as a file: `vllm-bisect "
                         "triage REPORT.md`; `vllm-bisect triage --form` prints the issue form"))
     from vllm_bisect.bisect.range import open_repo
-    from vllm_bisect.spec import dump_spec
-    from vllm_bisect.triage import resolve_refs, triage, triage_json, validated_spec
+    from vllm_bisect.triage import resolve_refs, spec_toml, triage, triage_json
 
     try:
         text = report_file.read_text(encoding="utf-8")
@@ -68,7 +67,7 @@ def triage_cmd(
         repo_path = str(repo) if repo is not None else "."
         doc = triage_json(t, repo_path)
         if write is not None:
-            write.write_text(dump_spec(validated_spec(t, repo_path)))
+            write.write_text(spec_toml(t, repo_path, shlex.quote(str(report_file))))
     except BisectError as e:
         fail(e)
     doc["next_command"] = next_command(doc["spec"], report_file, write)
@@ -87,8 +86,9 @@ def triage_cmd(
             f"{doc['spec']['verdict']['symptom']})", markup=False)
     o.print(f"model: {t.model or t.local_model or '?'}   speculative: "
             f"{t.speculative or 'none'}   hardware: {t.hardware}", markup=False)
-    if t.serve_args or t.env:
-        o.print(f"serve args: {t.serve_args}   env: {t.env}", markup=False)
+    written = doc["spec"]["serve"]
+    if written["args"] or written["env"]:   # what the spec holds (chosen values below)
+        o.print(f"serve args: {written['args']}   env: {written['env']}", markup=False)
     bench = doc["spec"]["probe"].get("bench")
     if bench:  # what the spec holds, so the two agree
         o.print(f"probe.bench: {bench['kind']} {' '.join(bench['args'])}", markup=False)
@@ -102,6 +102,9 @@ def triage_cmd(
     for r in t.read:
         o.print(f"  {r.source.value} {r.what}: {r.value}" + (f" (line {r.line})" if r.line else "")
                 + f": {r.why}", markup=False, highlight=False)
+    for c in doc["chose"]:   # in the spec, not said by the report (issue 42)
+        o.print(f"  chose {c['what']} = {c['value']}: {c['why']}", markup=False,
+                highlight=False)
     for w in t.warnings:
         o.print(f"[yellow]warning:[/] {escape(w)}")
     for u in t.unknowns:
@@ -265,7 +268,8 @@ def version() -> None:
     typer.echo(__version__)  # (plain: no console needed)
 
 
-cache_app = typer_app("Inspect and prune the artifact cache (venvs, wheels, images).")
+cache_app = typer_app("Inspect and prune the cache (artifacts, source-build venvs, worktrees, "
+                      "uv downloads, measurements).")
 app.add_typer(cache_app, name="cache")
 
 
@@ -282,26 +286,37 @@ def cache_ls(
     cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """List cached artifacts, least recently used first."""
+    """List everything the cache holds (artifacts, source-build venvs, worktrees, uv's
+    downloads, the measurements), least recently used first."""
     from vllm_bisect.bisect.state.session import default_cache_dir
     from vllm_bisect.builders.cache import ArtifactCache
+    from vllm_bisect.builders.cache_contents import holdings
 
     cache = ArtifactCache(cache_dir or default_cache_dir())
-    entries = cache.entries()
+    found = holdings(cache)
+    total = sum(h.size for h in found)
     if as_json:
-        print_json(json.dumps({"total_bytes": sum(e.size for e in entries),
-                               "entries": [e.__dict__ for e in entries]}))
+        print_json(json.dumps({"root": str(cache.root), "total_bytes": total, "entries": [
+            {"kind": h.kind, "commit": h.commit, "size": h.size, "last_used": h.last_used,
+             "location": h.location, "prunable": h.prunable} for h in found]}))
         return
     from rich.table import Table
 
-    t = Table(title=f"artifact cache {cache.root}")
+    t = Table(title=f"cache {cache.root}")
     for col in ("kind", "commit", "size", "last used", "location"):
-        t.add_column(col)
-    for e in entries:
-        t.add_row(e.kind, (e.commit or "-")[:12], _human(e.size),
-                  time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used)), e.location)
+        t.add_column(col, overflow="fold")
+    for h in found:
+        t.add_row(h.kind + ("" if h.prunable else " (kept)"), (h.commit or "-")[:12],
+                  _human(h.size), time.strftime("%Y-%m-%d %H:%M", time.localtime(h.last_used)),
+                  h.location)
     out().print(t)
-    out().print(f"total {_human(sum(e.size for e in entries))} in {len(entries)} entries")
+    kinds: dict[str, int] = {}
+    for h in found:
+        kinds[h.kind] = kinds.get(h.kind, 0) + h.size
+    by_kind = ", ".join(f"{k} {_human(v)}" for k, v in sorted(kinds.items()))
+    out().print(f"total {_human(total)} in {len(found)} entries" + (f" ({by_kind})"
+                                                                   if by_kind else ""),
+                markup=False)
 
 
 @command("prune", on=cache_app)
@@ -310,19 +325,27 @@ def cache_prune(
     keep: Annotated[list[str] | None, typer.Option(help="commits never evicted")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
 ) -> None:
-    """Evict least-recently-used artifacts until the cache fits --max-size."""
+    """Evict least-recently-used holdings (artifacts, source-build venvs, worktrees, uv's
+    downloads) until the cache fits --max-size; the measurements are kept."""
     from vllm_bisect.bisect.state.session import default_cache_dir
     from vllm_bisect.builders.cache import ArtifactCache, parse_size
+    from vllm_bisect.builders.cache_contents import holdings, prune_all
 
     try:
         limit = parse_size(max_size)
     except ValueError:
         fail(FatalError(f"invalid --max-size {max_size!r}", hint="use e.g. 500M, 50G, 1T"))
     cache = ArtifactCache(cache_dir or default_cache_dir())
-    evicted = cache.prune(limit, keep=keep or [], remove_image=cache.remove_image)
+    evicted = prune_all(cache, limit, keep=keep or [], remove_image=cache.remove_image)
     for e in evicted:
-        out().print(f"evicted {e.kind} {(e.commit or '-')[:12]} {_human(e.size)} {e.location}")
-    out().print(f"{len(evicted)} evicted; {_human(cache.total_size())} left (limit {max_size})")
+        out().print(f"evicted {e.kind} {(e.commit or '-')[:12]} {_human(e.size)} {e.location}",
+                    markup=False, soft_wrap=True)
+    left = holdings(cache)
+    kept = [h for h in left if not h.prunable]
+    note = (f"; the measurements ({_human(sum(h.size for h in kept))}, {kept[0].location}) "
+            "are never pruned" if kept else "")
+    out().print(f"{len(evicted)} evicted; {_human(sum(h.size for h in left))} left "
+                f"(limit {max_size}){note}", markup=False, soft_wrap=True)
 
 
 @command("env")
@@ -353,23 +376,3 @@ def env_cmd(
             f"{p.variant}, TORCH_CUDA_ARCH_LIST {p.torch_cuda_arch_list or '-'}")
     for k, v in env.items():
         o.print(f"  {k}={v}")
-
-
-bot_app = typer_app("The GitHub bot that runs bisects on request.")
-app.add_typer(bot_app, name="bot")
-
-
-@command("serve", on=bot_app)
-def bot_serve(
-    config: Annotated[Path, typer.Option(help="bot config (TOML)")],
-) -> None:
-    """Serve the webhook (X-Hub-Signature-256 verified) and run queued bisects."""
-    from vllm_bisect.bot import load_config, serve
-
-    setup_logging(False)
-    try:
-        cfg = load_config(config)
-        cfg.secret()
-        serve(cfg)
-    except BisectError as e:
-        fail(e)

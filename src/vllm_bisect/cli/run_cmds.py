@@ -58,9 +58,12 @@ class RichEvents:
             self.c.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
 
     def on_testing(self, commit: CommitInfo, role: str, steps_left: int) -> None:
+        from vllm_bisect.text import plural, short_subject
+
         t = time.monotonic() - self.started
         self.c.print(f"[dim]{t:7.1f}s[/] [cyan]{esc(role)}[/] {commit.sha[:12]} "
-                     f"{esc(commit.subject[:70])} [dim](~{steps_left} steps left)[/]")
+                     f"{esc(short_subject(commit.subject, 70))} "
+                     f"[dim](~{plural(steps_left, 'step')} left)[/]")
 
     def on_phase(self, commit: str, phase: str) -> None:
         # (parallel workers interleave: name the commit)

@@ -53,26 +53,62 @@ def sim_history(
     unbuildable: Annotated[list[int] | None, typer.Option(
         help="a commit that fails to build (repeat the option for more)")] = None,
     seed: Annotated[int, typer.Option(help="random seed of the filler commits")] = 0,
+    study: Annotated[str | None, typer.Option(
+        help="instead, the history of a study after the bisect: isolate (a 20-file culprit), "
+             "deps (a commit bumping pins; a local package index beside it) or knobs (a "
+             "serve flag that caps outputs)")] = None,
 ) -> None:
-    """Make a synthetic vLLM git history with planted regressions, and print a spec for it."""
+    """Make a synthetic vLLM git history with planted regressions, write a spec for it to
+    PATH-spec.toml, and print the commands that bisect it."""
     from vllm_bisect.errors import FatalError
-    from vllm_bisect.sim.history import HistoryPlan, generate_history, sim_path
 
     with user_errors():
         if path.exists() and any(path.iterdir()):
             raise FatalError(f"{path} exists and is not empty", hint="pick a new directory")
-        for name, at in (("--cap-at", cap_at), ("--slow-at", slow_at)):
-            if at is not None and not 1 <= at <= commits:
-                raise FatalError(f"{name} {at} is outside 1..{commits}")
-        if cap_at is None and slow_at is None:
-            cap_at = max(1, commits * 2 // 3)
-        h = generate_history(path, HistoryPlan(
-            n_commits=commits, cap_at=cap_at, slow_at=slow_at, slow_factor=slow_factor,
-            unbuildable=tuple(unbuildable or ()), seed=seed))
+        spec = path.parent / f"{path.name}-spec.toml"
+        session = path.parent / f"{path.name}-session"
+        if study is not None:
+            commands = _study(study, path, spec)
+        else:
+            commands = _planted(path, spec, commits, cap_at, slow_at, slow_factor,
+                                tuple(unbuildable or ()), seed)
+    out().print(f"spec written to {spec}", markup=False)
+    for i, cmd in enumerate(commands):
+        out().print(f"{'next' if i == 0 else 'then'}: "
+                    + cmd.format(spec=spec, session=session), markup=False, soft_wrap=True)
+
+
+def _study(study: str, path: Path, spec: Path) -> tuple[str, ...]:
+    from vllm_bisect.errors import FatalError
+    from vllm_bisect.sim.study_history import STUDIES, study_history
+    from vllm_bisect.spec import dump_spec, parse_spec
+
+    if study not in STUDIES:
+        raise FatalError(f"--study {study!r} is not a study history",
+                         hint=f"use one of: {', '.join(STUDIES)}")
+    s = study_history(study, path)
+    for what, sha in s.history.planted.items():
+        out().print(f"planted {what} at {sha}", markup=False)
+    spec.write_text(dump_spec(parse_spec(s.spec, source=f"sim history --study {study}")))
+    return s.commands
+
+
+def _planted(path: Path, spec: Path, commits: int, cap_at: int | None, slow_at: int | None,
+             slow_factor: float, unbuildable: tuple[int, ...], seed: int) -> tuple[str, ...]:
+    from vllm_bisect.errors import FatalError
+    from vllm_bisect.sim.history import HistoryPlan, generate_history, sim_path
+
+    for name, at in (("--cap-at", cap_at), ("--slow-at", slow_at)):
+        if at is not None and not 1 <= at <= commits:
+            raise FatalError(f"{name} {at} is outside 1..{commits}")
+    if cap_at is None and slow_at is None:
+        cap_at = max(1, commits * 2 // 3)
+    h = generate_history(path, HistoryPlan(
+        n_commits=commits, cap_at=cap_at, slow_at=slow_at, slow_factor=slow_factor,
+        unbuildable=unbuildable, seed=seed))
     symptom = "length" if cap_at is not None else "itl"
     for what, sha in h.planted.items():
         out().print(f"planted {what} at {sha}", markup=False)
-    spec = path.parent / f"{path.name}-spec.toml"
     spec.write_text(
         f'[range]\nrepo = "{path.resolve()}"\ngood = "{h.good}"\nbad = "{h.bad}"\n\n'
         '[build]\nkind = "source"\n\n'
@@ -80,5 +116,4 @@ def sim_history(
         'speculative = { method = "mtp", num_speculative_tokens = 3 }\n\n'
         '[probe]\nmax_tokens = 160\nrequests = 2\n\n'
         f'[verdict]\nsymptom = "{symptom}"\n')
-    out().print(f"spec written to {spec}\nnext: vllm-bisect run --spec {spec} --session "
-                f"{path.parent / (path.name + '-session')}", markup=False)
+    return ("vllm-bisect run --spec {spec} --session {session}",)

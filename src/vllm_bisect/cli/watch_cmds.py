@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from vllm_bisect.watch.series import Series
 
 
+NO_SPEC = ("no bisect specs written: a window's spec needs what to build and serve. Pass "
+           "--spec BASE.toml (build, serve.model, range.repo: your vLLM checkout) to get one "
+           "per window, and --bisect to run them")
+
+
 def _bisect_window(spec: BisectSpec, f: Finding, root: Path, cache_dir: Path | None
                    ) -> WindowResult:
     from vllm_bisect.bisect.state.session import default_cache_dir
@@ -42,19 +47,21 @@ def _bisect_window(spec: BisectSpec, f: Finding, root: Path, cache_dir: Path | N
                         "culprit" if result.first_bad else "no single culprit", str(session))
 
 
-def _table(series: Series, findings: list[Finding]) -> None:
+def _table(series: Series, findings: list[Finding], commits: dict[str, int | None]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=f"change points: {len(series.points)} points ({series.source})")
-    for col in ("metric", "change", "last before", "first after", "in window", "size",
-                "confidence"):
+    for col in ("metric", "change", "last before", "first after", "points between",
+                "commits", "size", "confidence"):
         t.add_column(col)
     for f in findings:
         if f.cp.reported:
+            n = commits.get(f.name)
             t.add_row(escape(f.metric), f.direction.value,
                       (f.before.commit or f.before.ref)[:12], (f.after.commit or f.after.ref)[:12],
-                      str(f.points), f"{f.cp.change:+.1%}", f"{f.cp.confidence:.4f}")
+                      str(f.points), "?" if n is None else str(n), f"{f.cp.change:+.1%}",
+                      f"{f.cp.confidence:.4f}")
     out().print(t)
     for f in findings:
         if not f.cp.reported:
@@ -62,6 +69,9 @@ def _table(series: Series, findings: list[Finding]) -> None:
                         f"{escape(f.cp.why)}[/]")
     if not any(f.cp.reported for f in findings):
         out().print("no change point outside the series' run-to-run spread")
+    elif not any(n is not None for n in commits.values()):
+        out().print("[dim]commits: the commits in each window, counted in the vLLM checkout "
+                    "(--repo or the spec's range.repo); ? without one[/]")
 
 
 @command()
@@ -96,7 +106,7 @@ def watch(
     from vllm_bisect.errors import BisectError, FatalError
     from vllm_bisect.spec import dump_spec, load_spec, parse_spec
     from vllm_bisect.watch.detect import DetectOptions
-    from vllm_bisect.watch.plan import find, resolve_points, window_spec
+    from vllm_bisect.watch.plan import find, resolve_points, window_commits, window_spec
     from vllm_bisect.watch.render import WindowResult, html_page, markdown, nonfinite_lines, row
     from vllm_bisect.watch.series import load_series
 
@@ -114,15 +124,20 @@ def watch(
         series = load_series(series_path)
         for line in nonfinite_lines(series):
             err().print(f"[yellow]warning:[/] {escape(line)}")
-        if series.source != "session" and (repo or spec_path):
+        git_repo = None
+        if repo or spec_path:
             from vllm_bisect.bisect.range import open_repo
 
-            series = resolve_points(series, open_repo(base.range.repo))
+            git_repo = open_repo(base.range.repo)
+            if series.source != "session":
+                series = resolve_points(series, git_repo)
         findings = find(series, metric, DetectOptions(max_pvalue=max_pvalue, min_change=min_change))
+        commits = {f.name: window_commits(git_repo, f) if git_repo is not None else None
+                   for f in findings if f.cp.reported}
         root.mkdir(parents=True, exist_ok=True)
         for f in findings:
-            if not f.cp.reported:
-                continue
+            if not f.cp.reported or spec_path is None:
+                continue   # (no base spec: a window's spec would serve no real model)
             try:
                 spec = window_spec(base, series, f)
             except BisectError as e:  # e.g. a metric no probe measures: said, not raised
@@ -140,14 +155,15 @@ def watch(
     if as_json:
         print_json(json.dumps({
             "source": series.source, "points": len(series.points),
-            "change_points": [{**row(f), "spec": specs.get(f.name),
+            "change_points": [{**row(f, commits.get(f.name)), "spec": specs.get(f.name),
                                "bisect": (results[f.name].__dict__ if f.name in results else None)}
                               for f in findings],
+            "spec_note": None if spec_path else NO_SPEC,
             "nonfinite": {m: [{"point": ref, "value": str(v)} for ref, v in bad]
                           for m, bad in series.nonfinite().items()},
             "report": str(root / "watch.md")}))
         return
-    _table(series, findings)
+    _table(series, findings, commits)
     for f in findings:
         r = results.get(f.name)
         if r is None:
@@ -159,4 +175,6 @@ def watch(
         if name not in results:
             out().print(f"[dim]spec for {name}: {spec_file}  (bisect it: vllm-bisect run --spec "
                         f"{spec_file})[/]")
+    if spec_path is None and commits:
+        out().print(NO_SPEC, markup=False)
     out().print(f"report   {root / 'watch.md'}  {root / 'watch.html'}")

@@ -50,6 +50,8 @@ def page(index_url: str, name: str, timeout_s: float = 30.0, deadline_s: float =
     only within the index's origin (the wheel builder's rules)."""
     url = f"{index_url.rstrip('/')}/{canonicalize_name(name)}/"
     hint = "pass --index-url (a PEP 503 simple index this host can reach)"
+    if url.startswith("file://"):   # a static tree (`vllm-bisect sim history --study deps`)
+        return _file_page(url, max_bytes)
     try:
         with net.client(timeout=timeout_s) as http:
             status, body = net.get(http, url, deadline_s=deadline_s, max_bytes=max_bytes,
@@ -69,6 +71,23 @@ def page(index_url: str, name: str, timeout_s: float = 30.0, deadline_s: float =
         raise FatalError(f"the package index answered {status} for {url}",
                          hint="pass --index-url (a PEP 503 simple index)")
     return body.decode("utf-8", errors="replace")
+
+
+def _file_page(url: str, max_bytes: int) -> str | None:
+    """A ``file://`` index's project page: ``<dir>/index.html`` (None: no such project)."""
+    from pathlib import Path
+    from urllib.parse import unquote, urlparse
+
+    f = Path(unquote(urlparse(url).path)) / "index.html"
+    try:
+        if f.stat().st_size > max_bytes:
+            raise FatalError(f"the package index's page {f} is over {max_bytes} bytes: refused")
+        return f.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise FatalError(f"cannot read the package index's page {f}: {err.strerror}",
+                         hint="pass --index-url (a PEP 503 simple index)") from None
 
 
 def versions(index_url: str, name: str, timeout_s: float = 30.0, deadline_s: float = 120.0,

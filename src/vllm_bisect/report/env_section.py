@@ -16,15 +16,24 @@ def _change(c: Change) -> str:
     return f"`{c.name}` {c.good or '(absent)'} -> {c.bad or '(absent)'}"
 
 
-def env_lines(data: object) -> list[str]:
-    """Markdown lines (none when there is no document or it cannot be read)."""
+def env_lines(data: object, good_endpoint: str | None = None) -> list[str]:
+    """Markdown lines (none when there is no document or it cannot be read). The section
+    named for the endpoints compares the endpoints only: when the good endpoint never ran
+    (a lazy good endpoint: bisect/recheck.py), the commit judged good that stood in for it
+    is named in the heading, not passed off as an endpoint."""
     try:
         d = EndpointEnvDoc.model_validate(data)
     except ValidationError:
         return []
-    good = f"`{d.good[:12]}` (judged good)" if d.good_judged else f"`{d.good[:12]}` (good)"
-    out = ["", "### Environments of the endpoints", "", f"{good} against `{d.bad[:12]}` (bad):",
-           ""]
+    if d.good_judged:
+        endpoint = (f" the good endpoint `{good_endpoint[:12]}` was not run, so its "
+                    "environment was not read;" if good_endpoint else "")
+        out = ["", f"### Environments of `{d.good[:12]}` (judged good) and the bad endpoint",
+               "", f"Not the endpoints:{endpoint} `{d.good[:12]}`, the first commit judged "
+               f"good, against `{d.bad[:12]}` (the bad endpoint):", ""]
+    else:
+        out = ["", "### Environments of the endpoints", "",
+               f"`{d.good[:12]}` (good) against `{d.bad[:12]}` (bad):", ""]
     if not d.compared:
         out.append("- packages: not compared")
     elif not d.packages:

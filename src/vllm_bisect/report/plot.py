@@ -46,7 +46,7 @@ class Tick:
 @dataclass(frozen=True)
 class Point:
     x: float
-    y: float | None         # None: skipped or not measured (drawn on the x axis as a cross)
+    y: float | None         # None: skipped or not measured (a shaded band, never a 0)
     verdict: str
     colour: str
     title: str              # the tooltip

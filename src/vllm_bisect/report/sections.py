@@ -15,7 +15,7 @@ from vllm_bisect.report.explain_section import explain_lines
 def extra_sections(result: dict[str, Any]) -> list[str]:
     out: list[str] = []
     if result.get("endpoint_env"):   # the endpoints' environments (bisect/endpoint_doc.py)
-        out += env_lines(result["endpoint_env"])
+        out += env_lines(result["endpoint_env"], result.get("good"))
     if result.get("explain"):
         out += explain_lines(result["explain"])
     return out

@@ -18,7 +18,7 @@ from vllm_bisect.report.result import (
     VerificationDoc,
 )
 from vllm_bisect.report.sections import extra_sections
-from vllm_bisect.verdict import symptoms
+from vllm_bisect.report.symptom_view import SymptomView, session_spec, symptom_view
 
 COMMIT_URL = "https://github.com/vllm-project/vllm/commit/{sha}"
 PR_URL = "https://github.com/vllm-project/vllm/pull/{pr}"
@@ -36,15 +36,21 @@ class SkipView:
     reason: str
     cause: str | None
     log: str | None
+    log_href: str | None = None   # the log as a link from report.html (in the session dir)
 
 
 def skip_view(p: JudgedCommit, session: Path) -> SkipView:
+    from urllib.parse import quote
+
     from vllm_bisect.report.cause import session_path
 
     reason = p.reason
     if p.log and reason.endswith(f" (log: {p.log})"):  # the log is shown on its own
         reason = reason[:-len(f" (log: {p.log})")]
-    return SkipView(p.commit, reason, p.cause, session_path(p.log, session))
+    log = session_path(p.log, session)
+    href = None if log is None else (Path(log).as_uri() if Path(log).is_absolute()
+                                     else quote(log))
+    return SkipView(p.commit, reason, p.cause, log, href)
 
 
 @dataclass(frozen=True)
@@ -100,16 +106,6 @@ class CommitRow:
 
 
 @dataclass(frozen=True)
-class SymptomView:
-    caption: str
-    columns: tuple[str, ...]
-    rows: list[tuple[str, ...]]     # index, then yes/no/- per symptom
-    flips: list[tuple[str, str]]    # (symptom, where it flips)
-    conclusion: str
-    follow_ups: list[tuple[str, str]]   # (symptom, the command that follows it)
-
-
-@dataclass(frozen=True)
 class ReportView:
     first_bad: str | None
     first_label: str         # "First bad commit", or "First fixed commit" (a fix search)
@@ -154,7 +150,7 @@ def view(r: SessionReport) -> ReportView:
         summary=(f"Range {res.good[:12]} (good) .. {res.bad[:12]} (bad), {res.n_commits} "
                  f"commits; {len(judged)} judged, {starts_text(res)}, "
                  f"{res.wall_s:.0f} s."),
-        rows=rows, symptoms=symptom_view(r),
+        rows=rows, symptoms=symptom_view(res, r.spec_text),
         skips=[skip_view(p, r.session) for p in judged if p.verdict is Verdict.SKIP],
         environment=next((p.environment for p in judged if p.environment), None),
         reproduce=f"vllm-bisect run --spec spec.toml --good {res.good[:12]} --bad {res.bad[:12]}",
@@ -168,57 +164,6 @@ def _cells(m: Measurement | None) -> tuple[str, ...]:
         return (tokens(m), "-", "-", "-", "-")
     return (tokens(m), fmt(m.itl_ms), fmt(m.chunk_itl_ms), fmt(m.tokens_per_chunk),
             fmt(m.acceptance_length))
-
-
-def _spec_values(r: SessionReport) -> tuple[str, int | None, float | None]:
-    """The followed symptom, the minimum output tokens and itl_factor of the session's spec."""
-    import tomllib
-
-    from vllm_bisect.errors import BisectError
-    from vllm_bisect.spec import parse_spec
-
-    try:
-        spec = parse_spec(tomllib.loads(r.spec_text)) if r.spec_text else parse_spec({})
-    except (tomllib.TOMLDecodeError, BisectError):
-        spec = parse_spec({})
-    return spec.verdict.symptom.value, spec.min_output_tokens(), spec.verdict.itl_factor
-
-
-def symptom_view(r: SessionReport) -> SymptomView | None:
-    """Every symptom per judged commit, where each flips, and the follow-up bisects."""
-    followed, min_tokens, factor = _spec_values(r)
-    probed = [p.model_dump(mode="json") for p in r.result.judged()]
-    rows = symptoms.table(probed, r.result.good, min_tokens, factor)
-    fl = symptoms.flips(rows)
-    if not fl:
-        return None
-    mark = {True: "yes", False: "no", None: "-"}
-    flips = []
-    for f in fl:
-        where = (f"at commit #{f.first_with}" if f.exact else
-                 f"between #{f.last_without} and #{f.first_with}" if f.last_without is not None
-                 else f"at or before #{f.first_with}")
-        flips.append((f.symptom, where))
-    covered = {"any": {"length", "itl"}}.get(followed, {followed})
-    follow = []
-    for f in fl:
-        if f.symptom in ("length", "itl", "correctness") and f.symptom not in covered:
-            extra = " --itl-factor 1.5" if f.symptom == "itl" and not factor else ""
-            follow.append((f.symptom,
-                           f"vllm-bisect run --spec spec.toml --symptom {f.symptom}{extra}"))
-    return SymptomView(
-        caption=("Symptoms at each judged commit (length: output below the minimum; itl: "
-                 f"per-token ITL above {factor or 1.5}x the good endpoint's; acceptance: "
-                 "acceptance length more than 10% lower; crash: the server or the probe "
-                 "failed)"),
-        columns=("#", *symptoms.SYMPTOMS),
-        rows=[(str(i), *(mark[row[s]] for s in symptoms.SYMPTOMS))
-              for i, row in sorted(rows.items())],
-        flips=flips,
-        conclusion=("the symptoms flip at the same commit (one root cause is likely)"
-                    if symptoms.same_root(fl) else
-                    "the symptoms flip at different commits: separate causes"),
-        follow_ups=follow)
 
 
 def effects(r: SessionReport) -> list[str]:
@@ -250,14 +195,35 @@ def effects(r: SessionReport) -> list[str]:
         source = "samples taken during the search"
     if before is None or after is None:
         return []
+    led, small = _bisected_metrics(r, culprit.reason)
+    series_: dict[str, tuple[str, list[float | None], list[float | None]]] = {
+        "ITL": (" ms/token", list(before.itl_ms), list(after.itl_ms)),
+        "output tokens": ("", list(map(float, before.output_tokens)),
+                          list(map(float, after.output_tokens)))}
     out = []
-    for name, unit, b, a in (("ITL", " ms/token", before.itl_ms, after.itl_ms),
-                             ("output tokens", "", before.output_tokens, after.output_tokens)):
+    for name in sorted(series_, key=lambda n: n not in led):   # the bisected symptom first
+        unit, b, a = series_[name]
         e = bootstrap_change([float(x) for x in b if x is not None],
                              [float(x) for x in a if x is not None], name)
-        if e is not None and abs(e.change) >= 0.05:
+        if e is None:
+            continue
+        # another metric only when its interval is off zero by more than what matters
+        if name in led or (e.ci_low is not None and e.ci_high is not None
+                           and (e.ci_low > small[name] or e.ci_high < -small[name])):
             out.append(f"{e.describe(unit)}; {source}")
     return out
+
+
+def _bisected_metrics(r: SessionReport, reason: str) -> tuple[set[str], dict[str, float]]:
+    """The metrics the bisected symptom is judged on, and per metric the smallest relative
+    change that matters (the spec's itl_factor, else 1 + min_effect)."""
+    v = session_spec(r.spec_text).verdict
+    small = {"ITL": (v.itl_factor or 1.0 + v.min_effect) - 1.0, "output tokens": v.min_effect}
+    led = {"length": {"output tokens"}, "itl": {"ITL"}}.get(v.symptom.value, set())
+    if v.symptom.value == "any":   # the culprit's own reason says which was bad
+        led = ({"output tokens"} if "tokens" in reason else set()) | (
+            {"ITL"} if "ITL" in reason else set()) or {"output tokens", "ITL"}
+    return led, small
 
 
 def requests_text(v: VerificationDoc) -> str:

@@ -3,17 +3,16 @@
 ``PackageIndex(dist_dir)`` serves every wheel and sdist in ``dist_dir`` on 127.0.0.1 from a
 real threaded HTTP server: ``/simple/`` lists the projects, ``/simple/<name>/`` links each
 file as ``/files/<file>#sha256=<digest>``. ``build_package(name, version, source, out)``
-builds a one-module package with setuptools (PEP 517 ``build_wheel`` in a subprocess).
+writes a one-module pure-Python wheel (no build backend needed).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import html
-import subprocess
-import sys
-import tempfile
 import threading
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -22,23 +21,34 @@ from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel
 
 
 def build_package(name: str, version: str, source: str, out_dir: Path) -> Path:
-    """A wheel of package ``name`` (one module, ``source``) at ``version``."""
+    """A wheel of package ``name`` (one module, ``source``) at ``version``, written directly
+    (a pure-Python wheel is a zip with its metadata and RECORD): no setuptools needed, so
+    `vllm-bisect sim history --study deps` runs on the user's install (``pip install -e .``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f"build-{name}-") as tmp:
-        src = Path(tmp)
-        (src / f"{name}.py").write_text(source)
-        (src / "pyproject.toml").write_text(
-            '[build-system]\nrequires = ["setuptools", "wheel"]\n'
-            'build-backend = "setuptools.build_meta"\n\n'
-            f'[project]\nname = "{name}"\nversion = "{version}"\n\n'
-            f'[tool.setuptools]\npy-modules = ["{name}"]\n')
-        code = ("from setuptools import build_meta; "
-                f"print(build_meta.build_wheel({str(out_dir)!r}))")
-        done = subprocess.run([sys.executable, "-c", code], cwd=src, capture_output=True,
-                              text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"building {name} {version} failed:\n{done.stderr[-2000:]}")
-        return out_dir / done.stdout.strip().splitlines()[-1]
+    dist_name = canonicalize_name(name).replace("-", "_")
+    info = f"{dist_name}-{version}.dist-info"
+    files = {
+        f"{name}.py": source.encode(),
+        f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                             "Summary: a package built by vllm-bisect's simulator\n").encode(),
+        f"{info}/WHEEL": (b"Wheel-Version: 1.0\nGenerator: vllm-bisect\n"
+                          b"Root-Is-Purelib: true\nTag: py3-none-any\n"),
+        f"{info}/top_level.txt": f"{name}\n".encode(),
+    }
+
+    def digest(data: bytes) -> str:
+        raw = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        return f"sha256={raw},{len(data)}"
+
+    record = "".join(f"{path},{digest(data)}\n" for path, data in files.items())
+    files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
+    wheel = out_dir / f"{dist_name}-{version}-py3-none-any.whl"
+    part = wheel.with_name(wheel.name + ".part")
+    with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path, data in files.items():
+            zf.writestr(zipfile.ZipInfo(path, date_time=(2026, 1, 1, 0, 0, 0)), data)
+    part.replace(wheel)
+    return wheel
 
 
 def _project(filename: str) -> str | None:

@@ -18,7 +18,8 @@ from vllm_bisect.triage.roles import SearchKind
 from vllm_bisect.triage.values import Read, Source, Triage
 
 __all__ = ["Read", "Source", "Triage", "comment_markdown", "compare_command", "resolve_refs",
-           "spec_from_triage", "triage", "triage_json", "validated_spec", "without_form_reply"]
+           "spec_and_choices", "spec_from_triage", "spec_toml", "triage", "triage_json",
+           "validated_spec", "without_form_reply"]
 
 
 def _commit(repo: git.Repo, ref: str) -> git.Commit | None:
@@ -142,46 +143,105 @@ def compare_command(t: Triage) -> str | None:
 
 
 def spec_from_triage(t: Triage, repo_path: str = ".") -> dict[str, Any]:
+    return spec_and_choices(t, repo_path)[0]
+
+
+def _ratio_why(values: list[float], unit: str) -> str:
+    pos = sorted(v for v in values if v > 0)
+    return (f"the reported {unit} {pos[0]:g} and {pos[-1]:g} ({pos[-1] / pos[0]:.2f}x): a "
+            "commit counts as bad past the geometric midpoint of the step (sqrt of the ratio)"
+            if len(pos) >= 2 else "the reported values' ratio")
+
+
+def _verdict_choices(t: Triage, symptom: str, probe: dict[str, Any], verdict: dict[str, Any],
+                     chose: list[Read]) -> None:
+    """The probe and verdict keys a symptom needs (each listed in ``chose`` with why)."""
+    def put(section: dict[str, Any], key: str, value: Any, why: str) -> None:
+        section[key] = value
+        chose.append(Read(f"{'probe' if section is probe else 'verdict'}.{key}", str(value),
+                          None, why))
+
+    if t.itl_factor and symptom in ("itl", "any"):
+        put(verdict, "itl_factor", t.itl_factor, _ratio_why(
+            t.numbers.get("itl_ms") or t.numbers.get("tok_s") or [],
+            "ITL (ms)" if t.numbers.get("itl_ms") else "speeds (tok/s)"))
+    if symptom == "itl" and "itl_factor" not in verdict:
+        put(verdict, "itl_factor", 1.5, "the report gives no two values to size the step: a "
+            "1.5x slowdown")
+    if symptom == "throughput":
+        put(verdict, "throughput_factor", t.throughput_factor or 1.1, _ratio_why(
+            t.numbers.get("tok_s") or [], "speeds (tok/s)") if t.throughput_factor else
+            "no two speeds reported: a 10% drop")
+        if t.bench is not None:
+            probe["bench"] = {"kind": t.bench["kind"], "args": t.bench["args"]}
+        else:
+            put(probe, "load", {"concurrency": 8, "requests": 32}, "no `vllm bench` line: the "
+                "probe's own closed-loop load measures throughput")
+    if symptom == "mtp-speedup":
+        put(probe, "mtp_speedup", {"concurrency": 16, "requests": 32}, "the tool's default: 16 "
+            "requests at once (where the founding MTP benchmark saw MTP lose 22-37%)")
+        put(verdict, "min_mtp_speedup", 1.0, "bad when MTP is slower than plain decoding")
+    if symptom == "correctness":
+        put(probe, "temperature", 0.0, "greedy decoding: outputs are comparable across commits")
+    if symptom == "ttft":  # a long prefill, judged by the two-level test like ITL
+        put(probe, "prompt_tokens", 2048, "a long prefill, where TTFT shows")
+        put(probe, "max_tokens", 16, "TTFT needs few output tokens")
+        put(verdict, "ttft_factor", 1.5, "no two values to size it: a 1.5x rise")
+    if symptom == "memory":  # read at start-up; one short request checks the server serves
+        put(probe, "requests", 1, "memory is read at start-up; one request checks it serves")
+        put(probe, "max_tokens", 16, "one short request")
+        put(verdict, "memory_factor", 1.1, "a 10% change in start-up memory")
+
+
+def spec_and_choices(t: Triage, repo_path: str = ".") -> tuple[dict[str, Any], list[Read]]:
+    """The spec triage writes, and every value in it the report did not literally say, each
+    with why (issue 42): defaults the tool chose, values derived from the report's numbers,
+    and values rewritten from what it wrote."""
+    chose: list[Read] = [
+        Read("probe.endpoint", "completions", None, "the tool's probe: a streaming completion"),
+        Read("probe.requests", "3", None, "the tool's default: 3 requests per commit")]
     probe: dict[str, Any] = {"endpoint": "completions", "requests": 3}
     symptom = t.symptom if t.symptom in ("length", "itl", "any", "throughput", "correctness",
                                          "crash", "mtp-speedup", "ttft", "memory") else "any"
     if symptom == "mtp-speedup" and not t.speculative:
         symptom = "any"
+    if symptom != t.symptom or len(t.symptoms) > 1:
+        chose.append(Read("verdict.symptom", symptom, None,
+                          f"the report names {', '.join(t.symptoms) or 'no metric'}; one "
+                          "search follows one symptom (`any`: output length or ITL)"))
     verdict: dict[str, Any] = {"symptom": symptom}
     if t.min_output_tokens:
         probe["max_tokens"] = max(1024, 4 * t.min_output_tokens)
-    if t.itl_factor and symptom in ("itl", "any"):
-        verdict["itl_factor"] = t.itl_factor
-    if symptom == "itl" and "itl_factor" not in verdict:
-        verdict["itl_factor"] = 1.5  # no numbers to size it: a 1.5x slowdown
-    if symptom == "throughput":
-        verdict["throughput_factor"] = t.throughput_factor or 1.1
-        if t.bench is not None:
-            probe["bench"] = {"kind": t.bench["kind"], "args": t.bench["args"]}
-        else:
-            probe["load"] = {"concurrency": 8, "requests": 32}
-    if symptom == "mtp-speedup":
-        probe["mtp_speedup"] = {"concurrency": 16, "requests": 32}
-        verdict["min_mtp_speedup"] = 1.0  # bad when MTP is slower than plain decoding
-    if symptom == "correctness":
-        probe["temperature"] = 0.0
-    if symptom == "ttft":  # a long prefill, judged by the two-level test like ITL
-        probe.update(prompt_tokens=2048, max_tokens=16)
-        verdict["ttft_factor"] = 1.5
-    if symptom == "memory":  # read at start-up; one short request checks the server serves
-        probe.update(requests=1, max_tokens=16)
-        verdict["memory_factor"] = 1.1
+        chose.append(Read("probe.max_tokens", str(probe["max_tokens"]), None,
+                          f"room past the reported cap of {t.min_output_tokens} tokens "
+                          "(4x it, at least 1024)"))
+    _verdict_choices(t, symptom, probe, verdict, chose)
     args = list(t.serve_args)
     tp = t.hardware.get("tensor_parallel", 1)
     if tp > 1 and "--tensor-parallel-size" not in args and "-tp" not in args:
         args += ["--tensor-parallel-size", str(tp)]
+        chose.append(Read("serve.args", f"--tensor-parallel-size {tp}", None,
+                          f"the report ran tensor parallel {tp} (not on its `vllm serve` "
+                          "line)"))
+    parallel: dict[str, Any] = {}
+    if tp > 1:   # the servers need as many GPUs as the tensor parallelism
+        parallel["gpus_per_probe"] = tp
+        chose.append(Read("parallel.gpus_per_probe", str(tp), None,
+                          f"tensor parallel {tp}: each server needs {tp} GPUs"))
     images = [i for i in t.images if "vllm-openai" in i or "vllm-release-repo" in i]
     kind = "image" if t.hardware.get("arch") == "aarch64" or images else "wheel"
+    chose.append(Read("build.kind", kind, None, "the report runs a vLLM image" if images else
+                      "aarch64: per-commit images exist for it, wheels not for every commit"
+                      if kind == "image" else "per-commit wheels (wheels.vllm.ai): no build"))
     build: dict[str, Any] = {"kind": kind}
     if t.hardware.get("variant"):
         build["variant"] = t.hardware["variant"]
+        chose.append(Read("build.variant", build["variant"], None,
+                          "the report runs CUDA 13 (the cu130 build)"))
     if t.hardware.get("docker_platform") and kind == "image":
         build["platform"] = t.hardware["docker_platform"]
+        chose.append(Read("build.platform", build["platform"], None,
+                          f"{t.hardware.get('gpu') or 'the GPU'} is an aarch64 machine"))
     serve: dict[str, Any] = {"args": args, "env": t.env}
     if t.local_model:  # the path the reporter served (t.model is then only its folder's name)
         serve["model"] = t.local_model
@@ -189,23 +249,59 @@ def spec_from_triage(t: Triage, repo_path: str = ".") -> dict[str, Any]:
         serve["model"] = t.model
     if t.speculative:
         serve["speculative"] = t.speculative
+        if t.speculative_method_said and t.speculative_method_said != t.speculative["method"]:
+            chose.append(Read("serve.speculative.method", str(t.speculative["method"]), None,
+                              f"the report says {t.speculative_method_said!r}; vLLM runs every "
+                              "*_mtp method as 'mtp'"))
     rng: dict[str, Any] = {"repo": repo_path}
+    if repo_path == ".":
+        chose.append(Read("range.repo", ".", None, "no --repo given: the vLLM checkout `run` "
+                          "is started in (pass --repo to resolve the refs now)"))
     if t.search is SearchKind.FIX:
         rng["search"] = "fix"
     if t.good:
         rng["good"] = t.good
     if t.bad:
         rng["bad"] = t.bad
-    return {"range": rng, "build": build, "serve": serve, "probe": probe, "verdict": verdict}
+    doc = {"range": rng, "build": build, "serve": serve, "probe": probe, "verdict": verdict}
+    if parallel:
+        doc["parallel"] = parallel
+    return doc, chose
 
 
 def validated_spec(t: Triage, repo_path: str = ".") -> BisectSpec:
     return parse_spec(spec_from_triage(t, repo_path), source="triage")
 
 
+def spec_toml(t: Triage, repo_path: str = ".", report: str = "the report") -> str:
+    """The spec file ``triage --write`` writes: only the keys triage set (validated first),
+    each value the report did not say under a ``# chose`` comment with why; every other key
+    takes its default."""
+    from vllm_bisect.spec_load import _toml_value
+
+    validated_spec(t, repo_path)   # a spec `run` refuses is never written
+    doc, chose = spec_and_choices(t, repo_path)
+    why: dict[str, list[str]] = {}
+    for c in chose:
+        section, _, key = c.what.partition(".")
+        why.setdefault(f"{section}.{key.split('.')[0]}", []).append(
+            f"# chose {c.what} = {c.value}: {c.why}")
+    out = [f"# Written by `vllm-bisect triage {report}`. A key not written here takes its "
+           "default", "# (`vllm-bisect spec --keys`); a value the report did not say is "
+           "marked `# chose`, with why.", ""]
+    for section, values in doc.items():
+        out.append(f"[{section}]")
+        for key, value in values.items():
+            out += why.get(f"{section}.{key}", [])
+            out.append(f"{key} = {_toml_value(value)}")
+        out.append("")
+    return "\n".join(out)
+
+
 def triage_json(t: Triage, repo_path: str = ".") -> dict[str, Any]:
     doc = asdict(t)
     doc["search"] = t.search.value
-    doc["spec"] = spec_from_triage(t, repo_path)
+    doc["spec"], chose = spec_and_choices(t, repo_path)
+    doc["chose"] = [asdict(c) for c in chose]
     doc["compare_command"] = compare_command(t)
     return doc

@@ -246,7 +246,7 @@ def _serving(t: Triage, lines: list[str]) -> None:
     if s.serve_line:
         t.read.append(Read("serve args", " ".join(s.serve_args) or "(none)", s.serve_line,
                            "`vllm serve` line (--port, --host, --model and unsafe values dropped)"))
-    t.speculative = s.speculative
+    t.speculative, t.speculative_method_said = s.speculative, s.speculative_said
     if s.speculative_why:
         t.read.append(Read("speculative", str(s.speculative or "none"), None, s.speculative_why))
     t.hardware = s.hardware

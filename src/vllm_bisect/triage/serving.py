@@ -80,6 +80,7 @@ class Serving:
     bench_line: int | None = None
     speculative: dict[str, Any] | None = None
     speculative_why: str | None = None
+    speculative_said: str | None = None   # the method as the report wrote it
     hardware: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     env_flips: dict[str, list[str]] = field(default_factory=dict)
@@ -161,6 +162,7 @@ def _speculative(text: str, s: Serving) -> None:
         s.speculative_why = (f"{SPEC_WORD.search(text).group(0)!r} in the text"  # type: ignore[union-attr]
                              + ("" if value else "; K not stated, assumed 3"))
     if s.speculative and str(s.speculative.get("method", "")).lower().endswith("mtp"):
+        s.speculative_said = str(s.speculative.get("method"))
         s.speculative["method"] = "mtp"  # vLLM rewrites qwen3_5_mtp, deepseek_mtp, ... to mtp
 
 

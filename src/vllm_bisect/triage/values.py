@@ -49,6 +49,7 @@ class Triage:
     model: str | None = None
     local_model: str | None = None
     speculative: dict[str, Any] | None = None
+    speculative_method_said: str | None = None  # the method as written (before -> 'mtp')
     serve_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     env_flips: dict[str, list[str]] = field(default_factory=dict)

@@ -1,9 +1,13 @@
 """Every symptom at every judged commit, and where each one flips (pure).
 
-``length``: some output fell short of the minimum; ``itl``: per-token ITL above
-``itl_factor`` (default 1.5) times the good endpoint's; ``acceptance``: acceptance length
-more than 10% below the good endpoint's; ``correctness``: a greedy output differs from the
-good endpoint's output of the same length (text digests); ``crash``: the server died or the probe failed.
+``length``: some output fell short of the minimum; ``itl``: per-token ITL above the limit
+(``itl_factor`` times the reference's, or ``max_itl_ms``, whichever is lower: the threshold
+judge's rule); ``acceptance``: acceptance length more than 10% below the reference's;
+``correctness``: a greedy output differs from the reference's output of the same length
+(text digests); ``crash``: the server died or the probe failed. The reference is the endpoint
+without the symptom (the good end; the fixed end of a find-the-fix search). The symptoms the
+bisect followed (``from_verdict``) are the commits' own verdicts, so the table never
+contradicts them.
 A flip is bracketed by the last probed commit without the symptom and the first with it;
 symptoms whose brackets coincide flip at the same commit (one root cause, likely).
 """
@@ -31,8 +35,9 @@ class Flip:
 
 
 def symptoms_of(p: dict[str, Any], ref: dict[str, Any] | None, min_tokens: int | None,
-                itl_factor: float, ref_p: dict[str, Any] | None = None) -> dict[str, bool | None]:
-    """Symptoms of probed commit ``p`` (ref: the good endpoint's measurement; ref_p: its whole
+                itl_factor: float, ref_p: dict[str, Any] | None = None,
+                max_itl_ms: float | None = None) -> dict[str, bool | None]:
+    """Symptoms of probed commit ``p`` (ref: the reference's measurement; ref_p: its whole
     probed entry, for the per-request text digests)."""
     m = p.get("measurement")
     if m is None:
@@ -43,7 +48,9 @@ def symptoms_of(p: dict[str, Any], ref: dict[str, Any] | None, min_tokens: int |
     out: dict[str, bool | None] = {
         "length": bool(min_tokens and any(o < min_tokens for o in outs)), "crash": False}
     r_itl, itl = (ref or {}).get("itl_ms"), m.get("itl_ms")
-    out["itl"] = None if not r_itl or itl is None else itl > itl_factor * r_itl
+    limit = min([x for x in (max_itl_ms, itl_factor * r_itl if r_itl else None)
+                 if x is not None], default=None)
+    out["itl"] = None if limit is None or itl is None else itl > limit
     r_acc, acc = (ref or {}).get("acceptance_length"), m.get("acceptance_length")
     out["acceptance"] = None if not r_acc or acc is None else acc < 0.9 * r_acc
     out["correctness"] = _wrong_text(p, ref_p)
@@ -73,13 +80,31 @@ def _wrong_text(p: dict[str, Any], ref_p: dict[str, Any] | None) -> bool | None:
     return None if not got else any(x not in ref for x in got)
 
 
-def table(probed: list[dict[str, Any]], good_sha: str, min_tokens: int | None,
-          itl_factor: float | None) -> dict[int, dict[str, bool | None]]:
-    """index -> symptom -> present? (None: not measurable there)."""
-    ref_p = next((p for p in probed if p["commit"] == good_sha), None)
+def table(probed: list[dict[str, Any]], ref_sha: str, min_tokens: int | None,
+          itl_factor: float | None, *, max_itl_ms: float | None = None,
+          from_verdict: tuple[str, ...] = (), fix: bool = False
+          ) -> dict[int, dict[str, bool | None]]:
+    """index -> symptom -> present? (None: not measurable there). ``ref_sha``: the reference
+    endpoint; ``from_verdict``: the symptoms the bisect followed, read from each commit's
+    verdict (in a find-the-fix search, ``fix``, "good" is the old term: has the problem)."""
+    ref_p = next((p for p in probed if p["commit"] == ref_sha), None)
     ref = ref_p.get("measurement") if ref_p else None
-    return {int(p["index"]): symptoms_of(p, ref, min_tokens, itl_factor or 1.5, ref_p)
-            for p in probed if p.get("index") is not None}
+    out = {}
+    for p in probed:
+        if p.get("index") is None:
+            continue
+        row = symptoms_of(p, ref, min_tokens, itl_factor or 1.5, ref_p, max_itl_ms)
+        for s in from_verdict:
+            row[s] = shown_by_verdict(str(p.get("verdict")), fix)
+        out[int(p["index"])] = row
+    return out
+
+
+def shown_by_verdict(verdict: str, fix: bool = False) -> bool | None:
+    """Does a commit's verdict say the followed symptom shows there (None: a skip)?"""
+    if verdict not in ("good", "bad"):
+        return None
+    return (verdict == "bad") != fix
 
 
 def flips(rows: dict[int, dict[str, bool | None]]) -> list[Flip]:

@@ -7,13 +7,13 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import git
+
 from vllm_bisect.errors import BisectError, RangeError
 from vllm_bisect.watch.detect import ChangePoint, DetectOptions, Direction, detect
 from vllm_bisect.watch.series import Point, Series, grouped, higher_is_better, sha_in
 
 if TYPE_CHECKING:
-    import git
-
     from vllm_bisect.spec import BisectSpec
 
 
@@ -90,6 +90,18 @@ def history_rank(repo: git.Repo, shas: list[str]) -> dict[str, int]:
         return {}
     pos = {sha: i for i, sha in enumerate([base, *order])}
     return {s: pos[s] for s in uniq if s in pos}
+
+
+def window_commits(repo: git.Repo, f: Finding) -> int | None:
+    """First-parent commits in the window (last before, first after]: what a bisect of it
+    searches (None: an end is not a commit of ``repo``)."""
+    a, b = f.before.commit, f.after.commit
+    if not a or not b:
+        return None
+    try:
+        return int(repo.git.rev_list("--count", "--first-parent", f"{a}..{b}"))
+    except (git.GitCommandError, ValueError):   # an end git does not know: count unknown
+        return None
 
 
 def _symptom(metric: str) -> str | None:

@@ -22,11 +22,14 @@ class WindowResult:
     session: str | None = None
 
 
-def row(f: Finding) -> dict[str, object]:
+def row(f: Finding, commits: int | None = None) -> dict[str, object]:
+    """One finding as JSON; ``commits``: first-parent commits in its window (None: no
+    repository resolved the series' commits)."""
     return {"metric": f.metric, "direction": f.direction.value, "reported": f.cp.reported,
             "last_before": f.before.commit or f.before.ref,
             "first_after": f.after.commit or f.after.ref,
-            "points_in_window": f.points, "before": round(f.cp.before, 6),
+            "points_in_window": f.points, "commits_in_window": commits,
+            "before": round(f.cp.before, 6),
             "after": round(f.cp.after, 6), "change": round(f.cp.change, 6),
             "confidence": round(f.cp.confidence, 6), "spread": round(f.cp.spread, 6),
             "why": f.cp.why}

@@ -149,6 +149,7 @@ def _how_run(t: Triage, form: FormBody, model_read: bool) -> None:
     if serve is not None and s.serve_line is not None:
         _drop(t, "serve args", "speculative")
         t.serve_args, t.env, t.speculative = s.serve_args, s.env, s.speculative
+        t.speculative_method_said = s.speculative_said
         _read(t, "serve args", " ".join(s.serve_args) or "(none)", serve,
               "form field 'Serve command' (--port, --host, --model and unsafe values dropped)")
         if s.speculative_why:

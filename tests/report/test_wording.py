@@ -1,0 +1,53 @@
+"""What `vllm-bisect run` prints reads as written (issue 42): no "about 0.0 h in all", no
+"(~1 steps left)", and a commit's subject is cut before its PR number, never inside it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import history, make_spec, write_spec
+from vllm_bisect.text import duration_h, plural, short_subject
+
+
+def test_a_short_run_says_its_time_in_seconds_and_keeps_pr_numbers_whole(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=12, cap_at=8, unbuildable=(6,))
+    spec = write_spec(tmp_path / "spec.toml", make_spec(h))
+    env = {**os.environ, "VLLM_BISECT_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "160"}
+    r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec),
+                        "--session", str(tmp_path / "s")], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    text = " ".join((r.stderr + r.stdout).split())   # (rich wraps long lines)
+    forecast = re.search(r"forecast: .*?\)", text)
+    assert forecast, text
+    assert "0.0 h" not in forecast.group(0)
+    assert re.search(r"about \d+ s in all", forecast.group(0)), forecast.group(0)
+    assert not re.search(r"~1 steps left", text)
+    # the culprit's subject is longer than the progress line's 70 characters
+    doc = json.loads((tmp_path / "s" / "result.json").read_text())
+    culprit = doc["first_bad_subject"]
+    assert len(culprit) > 70 and culprit.endswith(")"), culprit
+    pr = culprit[culprit.rindex("(#"):]
+    for line in (r.stderr + r.stdout).splitlines():
+        for m in re.finditer(r"\(#[^)\s]*", line):
+            assert re.fullmatch(r"\(#\d+", m.group(0)), line   # never "(#472…" or "(#4"
+    assert re.search(re.escape(pr) + r" \(~\d+ steps? left\)", r.stderr), r.stderr
+
+
+def test_the_wording_helpers() -> None:
+    assert plural(1, "step") == "1 step" and plural(0, "step") == "0 steps"
+    assert plural(2, "server start") == "2 server starts"
+    assert duration_h(0.001) == "4 s" and duration_h(0.0) == "1 s"
+    assert duration_h(0.2) == "12 min" and duration_h(2.25) == "2.2 h"
+    s = "[Spec Decode] Merge generation-config defaults into MTP requests (#47230)"
+    for width in (30, 48, 60, 70):
+        cut = short_subject(s, width)
+        assert len(cut) <= width and cut.endswith(" (#47230)") and "…" in cut, cut
+    assert short_subject(s, 80) == s
+    assert short_subject("no PR number in this rather long subject line", 20) == \
+        "no PR number in thi…"
