@@ -272,7 +272,8 @@ class Verification(_Value):
     # check starts from them with the search's (bisect/rest.py)
     culprit_servers: list[list[float]] | None = None
     parent_servers: list[list[float]] | None = None
-    # "fresh": measured again on fresh servers (``samples`` requests asked for each);
+    # "fresh": measured again on fresh servers (``samples`` requests asked for each; 0: the
+    # two-level test chose them per server until it decided);
     # "confirmation": no fresh server: both verdicts were already reached at the whole-bisect
     # bound by the search's confirmation of the final pair, on the servers above
     source: str = "fresh"

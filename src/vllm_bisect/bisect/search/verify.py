@@ -70,7 +70,8 @@ def verify_culprit(t: Tester, culprit: str, fresh: bool = False) -> Verification
     pooled = None if fresh else at_the_bound(t, culprit, parent)
     if stored:
         v = Verification.model_validate_json(stored)
-        if v.culprit == culprit and (v.samples == need if v.source == "fresh" else pooled):
+        asked = 0 if t.policy.multi_server else need
+        if v.culprit == culprit and (v.samples == asked if v.source == "fresh" else pooled):
             return v
     if pooled is not None:
         logger.info("the culprit %s and its parent were judged at the whole-bisect bound: "
@@ -94,7 +95,10 @@ def verify_culprit(t: Tester, culprit: str, fresh: bool = False) -> Verification
         evs = {sha: t.servers(sha, ev, account=False) for sha, ev in evs.items()}
     co = t.judge_only(info, Role.VERIFY_CULPRIT, evs[culprit])
     po = t.judge_only(parent, Role.VERIFY_PARENT, evs[parent.sha])
-    v = Verification(culprit=culprit, parent=parent.sha, samples=need,
+    # the requests asked for each: verify_samples, or 0 when the two-level test chose them
+    # per server (issue 42: "samples: 10" stood beside arrays of 2)
+    v = Verification(culprit=culprit, parent=parent.sha,
+                     samples=0 if t.policy.multi_server else need,
                      culprit_verdict=co.verdict, parent_verdict=po.verdict,
                      culprit_reason=co.reason, parent_reason=po.reason,
                      culprit_measurement=co.measurement, parent_measurement=po.measurement,
