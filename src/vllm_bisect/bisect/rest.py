@@ -4,7 +4,7 @@ After a culprit X of a noise-aware symptom, two questions (bisect.multi asks the
 bad end still clearly worse than X, and is X's parent clearly worse than the good end? Each
 is asked of the two commits as the endpoints of that part of the range, with the two-level
 calibration's numbers (:func:`~vllm_bisect.verdict.twolevel.calibration_step`, through
-:class:`~vllm_bisect.bisect.policies.twolevel.Calibration`), from every server already run of
+:class:`~vllm_bisect.bisect.policies.calibration.Calibration`), from every server already run of
 them (the session's measurement store: the endpoints' calibration, the search's steps and
 confirmations; a fresh verification's servers):
 
@@ -14,18 +14,15 @@ confirmations; a fresh verification's servers):
 - **explained** (futility): P(the change >= the smallest change that matters) < ``FUTILITY``
   under the posterior, i.e. even the one-sided 95% upper bound of the change is under it,
   with two servers an end at least. Nothing more runs.
-- otherwise (a sign of a rest) one fresh server for the end with fewer servers (the lower
-  end on a tie), up to ``verdict.rest_servers`` server starts a check; then **undecided**,
-  said so with the command that checks further (also as soon as the cap cannot settle it).
-  "worse", like "explained", needs two servers an end.
+- otherwise one fresh server for the end with fewer servers (the lower end on a tie), up to
+  ``verdict.rest_servers`` server starts a check; then **undecided**, said so with the
+  command that checks further (also as soon as the cap cannot settle it).
 
-Fresh servers are what the servers at hand cannot settle: the search's servers of the culprit
-and of its parent are a biased sample (each was judged on them: a plateau commit measured low
-looked good, a culprit measured high looked like the whole step), so "explained" needs two
-servers an end, and a "no sign of a rest" judged on those alone missed the second of two
-1.3x steps in 7% of runs (bench_multi, issue 40: tried and dropped). Under the two-level
-default the verification is the confirmation's own servers (no fresh ones), so the servers
-this check starts are the only fresh ones of the final pair.
+Why two servers an end for either answer, and why the verification's fresh servers matter
+here: the search's servers of the culprit and of its parent are a biased sample (each was
+judged on them: a plateau commit measured low looks good, a culprit measured high looks like
+the whole step). The culprit's verification on fresh servers is the unbiased evidence these
+checks start from (docs/benchmarks.md, issue 40, for what judging without it cost).
 """
 
 from __future__ import annotations

@@ -8,9 +8,8 @@ over the servers it ran, is not collected again to say the same thing
 measured again on fresh servers (at once when there are workers) with
 ``verdict.verify_samples`` requests each and judged again: a policy without that bound
 (threshold, sequential, bayes), or the two-level default with its rest checks, which start
-from these servers, the only ones of the pair no verdict chose (without them the checks,
-judging on the search's biased servers, bisected noise: one run of bench_cost's 2x row took
-1635 server starts, two named a wrong second culprit). A culprit that no longer judges
+from these servers, the only ones of the pair no verdict chose (docs/benchmarks.md, issue
+40, for what the checks cost without them). A culprit that no longer judges
 bad, or a parent that no longer judges good, is reported (a flaky symptom), not hidden. The
 result is kept in the journal, so a resumed session does not measure them again.
 """
