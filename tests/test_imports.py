@@ -106,7 +106,7 @@ SHORT_FUNCTIONS_IN = ("bisect", "verdict")
 # packages from the bottom layer up: a module may import its own layer and the ones below
 LAYERS: list[set[str]] = [
     {"", "errors", "models", "spec", "spec_build", "spec_load", "spec_keys", "spec_verdict",
-     "spec_ops", "envinfo", "net", "text"},
+     "spec_ops", "envinfo", "net", "text", "gitrepo"},
     {"runtime", "verdict"},
     {"builders", "probes"},
     {"bisect"},
@@ -115,7 +115,7 @@ LAYERS: list[set[str]] = [
     {"report"},
     {"isolate", "sim", "triage", "compare", "sweep", "demo", "explain", "watch", "runner"},
     {"bot"},
-    {"cli"},
+    {"cli", "entry"},
 ]
 
 

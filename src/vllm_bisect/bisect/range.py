@@ -9,6 +9,7 @@ import git
 
 from vllm_bisect.bisect.release import candidates, main_branch, map_ref
 from vllm_bisect.errors import RangeError, printable
+from vllm_bisect.gitrepo import open_bounded
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class CommitRange:
 
 def open_repo(path: str | Path) -> git.Repo:
     try:
-        return git.Repo(path, search_parent_directories=True)
+        return open_bounded(path, search_parent_directories=True)
     except git.NoSuchPathError:
         raise RangeError(f"repository path does not exist: {path}",
                          hint="set range.repo (or --repo) to a git checkout of vLLM") from None

@@ -14,6 +14,7 @@ from pathlib import Path
 import git
 
 from vllm_bisect.errors import ArtifactUnavailable
+from vllm_bisect.gitrepo import open_bounded
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class Checkouts:
         path = self.root / commit
         if (path / ".git").exists():
             try:
-                if git.Repo(path).head.commit.hexsha == commit:
+                if open_bounded(path).head.commit.hexsha == commit:
                     os.utime(path)   # its last use (`cache ls` / `cache prune` read it)
                     return path
             except (git.GitError, ValueError):

@@ -1,0 +1,51 @@
+"""Git repositories whose git commands all have a deadline.
+
+GitPython starts a ``git`` child process per command (``repo.git.rev_list(...)``,
+``worktree add``...) and waits for it without a limit: a hook that hangs (``post-checkout``
+runs on ``worktree add``), a lock held by another git, a network filesystem that stalls would
+hang a bisect, or the ``git bisect run`` hook, for ever. :func:`open_repo` returns a
+repository whose commands are killed after ``VLLM_BISECT_GIT_TIMEOUT_S`` seconds (default
+600: a ``worktree add`` of vLLM takes seconds); a killed command raises GitPython's
+``GitCommandError``, which the callers map to their errors (a checkout that cannot be made is
+a skip). Not covered: GitPython's long-lived ``cat-file --batch`` readers (commit objects),
+which it reuses across commands.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import git
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+def timeout_s() -> float:
+    """The deadline of one git command (``VLLM_BISECT_GIT_TIMEOUT_S``, else 600 s)."""
+    raw = os.environ.get("VLLM_BISECT_GIT_TIMEOUT_S", "")
+    try:
+        value = float(raw) if raw else DEFAULT_TIMEOUT_S
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+    return value if math.isfinite(value) and 0 < value <= 86400 else DEFAULT_TIMEOUT_S
+
+
+class BoundedGit(git.Git):
+    """``git.Git`` whose commands are killed at :func:`timeout_s` unless a call sets its own."""
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("as_process"):
+            kwargs.setdefault("kill_after_timeout", timeout_s())
+        return super().execute(*args, **kwargs)
+
+
+class BoundedRepo(git.Repo):
+    GitCommandWrapperType = BoundedGit
+
+
+def open_bounded(path: str | Path, search_parent_directories: bool = False) -> git.Repo:
+    """A repository whose git commands have a deadline (GitPython's errors as they are)."""
+    return BoundedRepo(path, search_parent_directories=search_parent_directories)
