@@ -89,22 +89,6 @@ class MultiResult:
         return "a " + ", and another ".join(found) if found else "no culprit"
 
 
-def rest_range(rng: CommitRange, culprit: str) -> CommitRange | None:
-    """culprit..bad (None when the culprit is the bad end)."""
-    i = rng.index(culprit)
-    if i >= len(rng.commits) - 1:
-        return None
-    return CommitRange(good=rng.commits[i], bad=rng.bad, commits=rng.commits[i + 1:])
-
-
-def parent_range(rng: CommitRange, culprit: str) -> CommitRange | None:
-    """good..the culprit's parent (None when the parent is the good end)."""
-    i = rng.index(culprit)
-    if i <= 0:
-        return None
-    return CommitRange(good=rng.good, bad=rng.commits[i - 1], commits=rng.commits[:i])
-
-
 def _median(ev: Evaluation | None, symptom: Symptom) -> float | None:
     xs = samples_of(ev.measurement if ev is not None else None, symptom)
     return statistics.median(xs) if xs else None
@@ -317,7 +301,7 @@ class _Loop:
                 continue
             me = len(self.out.culprits) - 1
             sha = r.first_bad[:12]
-            left, right = parent_range(rng, r.first_bad), rest_range(rng, r.first_bad)
+            left, right = rng.before(r.first_bad), rng.after(r.first_bad)
             if right is not None:
                 todo.append((right, me, f"the bad end {rng.bad.sha[:12]} still clearly worse "
                                         f"than {sha}"))
@@ -376,10 +360,24 @@ def run_symptoms(spec: BisectSpec, rng: CommitRange, make: MakeDriver,
             symptom=s.value, step=1, commit=None, subject="", good=rng.good.sha,
             bad=rng.bad.sha, effect=None, server_starts=0,
             note=f"did not reproduce: {why.message}"))
-    loop.out.result = replace(loop.out.result, server_starts=loop.starts, wall_s=loop.wall,
+    loop.out.result = replace(_headline(loop.out), server_starts=loop.starts, wall_s=loop.wall,
                               rounds=loop.rounds,
                               starts_by_phase={p.value: k for p, k in loop.phases.items()})
     return loop.out
+
+
+def _headline(out: MultiResult) -> BisectResult:
+    """The first bad commit is the first search's culprit unless its pair check did not
+    confirm it: then the earliest confirmed step of that symptom (the verification and
+    confidence, of the other commit, are dropped)."""
+    r, mine = out.result, [c for c in out.culprits if c.commit == out.result.first_bad]
+    ok = [c for c in out.culprits if c.confirmed and c.commit is not None
+          and mine and c.symptom == mine[0].symptom]
+    if not mine or mine[0].confirmed or not ok:
+        return r
+    sha = min(ok, key=lambda c: r.range.index(c.commit or "")).commit
+    return replace(r, first_bad=sha, candidates=[sha] if sha else [], verification=None,
+                   confidence=None)
 
 
 def culprit_docs(multi: MultiResult) -> list[dict[str, Any]] | None:

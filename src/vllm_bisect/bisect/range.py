@@ -38,6 +38,20 @@ class CommitRange:
     def sha(self, index: int) -> str:
         return self.good.sha if index == -1 else self.commits[index].sha
 
+    def after(self, sha: str) -> CommitRange | None:
+        """sha..bad, what is left after a culprit (None when it is the bad end)."""
+        i = self.index(sha)
+        if i >= len(self.commits) - 1:
+            return None
+        return CommitRange(good=self.commits[i], bad=self.bad, commits=self.commits[i + 1:])
+
+    def before(self, sha: str) -> CommitRange | None:
+        """good..sha's parent (None when the parent is the good end)."""
+        i = self.index(sha)
+        if i <= 0:
+            return None
+        return CommitRange(good=self.good, bad=self.commits[i - 1], commits=self.commits[:i])
+
 
 def open_repo(path: str | Path) -> git.Repo:
     try:
