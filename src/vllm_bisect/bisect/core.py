@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from vllm_bisect.bisect.events import EventHandler, NullEvents
 from vllm_bisect.bisect.measurement.executor import Executor
 from vllm_bisect.bisect.measurement.measurer import Measurer
-from vllm_bisect.bisect.policies import make_policy, resolve_strategy
+from vllm_bisect.bisect.policies import make_policy, resolve
 from vllm_bisect.bisect.policies.base import VerdictPolicy
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
@@ -65,7 +65,7 @@ def open_core(spec: BisectSpec, rng: CommitRange, journal: SessionJournal,
     spec's strategy, ``auto`` resolved; ``pair_bound`` as
     :func:`~vllm_bisect.bisect.policies.make_policy`); ``retries``: servers tried again after
     a failure (default: ``ops.retries``, none when following crashes)."""
-    choice = choice or resolve_strategy(spec)
+    choice = choice or resolve(spec).choice
     store = MeasurementStore(spec, journal, cache)
     measurer = Measurer(executor, store, prefetcher, retries=retries)
     policy = policy or make_policy(spec, choice.strategy, pair_bound=pair_bound)

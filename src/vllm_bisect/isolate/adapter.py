@@ -32,7 +32,7 @@ import git
 from vllm_bisect.bisect.bench import first_slot, open_bench
 from vllm_bisect.bisect.core import Core, open_core
 from vllm_bisect.bisect.events import NullEvents
-from vllm_bisect.bisect.policies import make_policy, resolve_strategy
+from vllm_bisect.bisect.policies import make_policy, resolve
 from vllm_bisect.bisect.policies.base import Role, VerdictPolicy
 from vllm_bisect.bisect.range import CommitInfo, CommitRange, info
 from vllm_bisect.bisect.search.endpoints import Settle, settle
@@ -129,8 +129,9 @@ class Bench:
         if self.settled == (parent, culprit):
             assert self.choice is not None
             return self.choice
-        self.choice = resolve_strategy(spec)
-        self.policy = make_policy(spec, self.choice.strategy)
+        plan = resolve(spec)
+        self.choice = plan.choice
+        self.policy = make_policy(spec, plan.strategy)
         self.rng = CommitRange(good=info(self.repo.commit(parent)),
                                bad=info(self.repo.commit(culprit)),
                                commits=(info(self.repo.commit(culprit)),))
