@@ -90,11 +90,11 @@ def test_samples_per_symptom() -> None:
 
 def test_one_rule_table_for_the_chooser_the_defaults_and_the_validator() -> None:
     """auto's choice, the one-request default and the validator's refusals all follow the
-    table in spec_verdict (issue 43): changing an entry there changes all three."""
+    table in spec/verdict.py (issue 43): changing an entry there changes all three."""
     from vllm_bisect.bisect.policies import resolve
     from vllm_bisect.spec import Strategy as S
     from vllm_bisect.spec import Symptom, parse_spec
-    from vllm_bisect.spec_verdict import AUTO_STRATEGY, JUDGES, NO_FIX_SEARCH, PER_REQUEST
+    from vllm_bisect.spec.verdict import AUTO_STRATEGY, JUDGES, NO_FIX_SEARCH, PER_REQUEST
     from vllm_bisect.verdict.auto import choose_strategy
 
     assert set(AUTO_STRATEGY) == set(Symptom)

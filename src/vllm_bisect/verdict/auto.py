@@ -1,5 +1,5 @@
 """``verdict.strategy = "auto"``: which verdict strategy a symptom gets, and why (pure). The
-rules themselves are one table (``vllm_bisect.spec_verdict``: ``AUTO_STRATEGY``, ``JUDGES``,
+rules themselves are one table (``vllm_bisect.spec.verdict``: ``AUTO_STRATEGY``, ``JUDGES``,
 ``NO_FIX_SEARCH``, ``PER_REQUEST``) that the spec's defaults and validator read too; it sits
 in the spec's layer because the validator, below this package, reads it. Here: why.
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from vllm_bisect.models import Measurement
 from vllm_bisect.spec import Strategy, Symptom, VerdictSpec
-from vllm_bisect.spec_verdict import AUTO_STRATEGY, PER_REQUEST
+from vllm_bisect.spec.verdict import AUTO_STRATEGY, PER_REQUEST
 from vllm_bisect.verdict.judge import throughput_of
 
 __all__ = ["Choice", "Strategy", "choose_strategy"]

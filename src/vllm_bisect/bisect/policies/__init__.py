@@ -21,7 +21,7 @@ from vllm_bisect.bisect.policies.threshold import ThresholdPolicy, crashed, unme
 from vllm_bisect.bisect.policies.twolevel import TwoLevelPolicy
 from vllm_bisect.errors import SpecError
 from vllm_bisect.spec import BisectSpec, SearchKind
-from vllm_bisect.spec_verdict import NO_FIX_SEARCH
+from vllm_bisect.spec.verdict import NO_FIX_SEARCH
 from vllm_bisect.verdict.auto import Choice, Strategy, choose_strategy
 
 POLICIES: dict[str, type[ThresholdPolicy]] = {

@@ -1,7 +1,7 @@
 """The spec's ``[verdict]`` table: what is judged (``Symptom``), how (``Strategy``), and the
 keys of each strategy; and the one table of rules between symptoms and strategies
 (``AUTO_STRATEGY``, ``JUDGES``, ``NO_FIX_SEARCH``, ``PER_REQUEST``), read by the spec's
-defaults and validator (``vllm_bisect.spec``) and by the chooser of ``verdict.strategy =
+defaults and validator (``vllm_bisect.spec``'s ``BisectSpec``) and by the chooser of ``verdict.strategy =
 "auto"`` (``verdict/auto.py``, which says why). Re-exported by ``vllm_bisect.spec``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from vllm_bisect.spec_build import _Model
+from vllm_bisect.spec.build import _Model
 
 __all__ = ["AUTO_STRATEGY", "JUDGES", "NO_FIX_SEARCH", "PER_REQUEST", "Strategy", "Symptom",
            "VerdictSpec", "output_token_floor", "runs_with", "symptoms_text"]

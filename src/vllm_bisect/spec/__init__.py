@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from vllm_bisect.errors import SpecError
-from vllm_bisect.spec_build import (
+from vllm_bisect.spec.build import (
     DEFAULT_KIND,
     DEFAULT_TAGS,
     ArtifactKind,
@@ -29,10 +29,10 @@ from vllm_bisect.spec_build import (
     layout_errors,
     migrate_stored,
 )
-from vllm_bisect.spec_keys import did_you_mean
-from vllm_bisect.spec_load import BenchSpec, LoadSpec, dump_spec
-from vllm_bisect.spec_ops import SIZE_PATTERN, ExecutorKind, ExplainSpec, OpsSpec, ParallelSpec
-from vllm_bisect.spec_verdict import (
+from vllm_bisect.spec.keys import did_you_mean
+from vllm_bisect.spec.load import BenchSpec, LoadSpec, dump_spec
+from vllm_bisect.spec.ops import SIZE_PATTERN, ExecutorKind, ExplainSpec, OpsSpec, ParallelSpec
+from vllm_bisect.spec.verdict import (
     JUDGES,
     NO_FIX_SEARCH,
     PER_REQUEST,
