@@ -33,6 +33,27 @@ def test_the_note_comes_before_the_bad_endpoints_second_run(tmp_path: Path) -> N
     assert bad[0] < note[0] < bad[1], "\n".join(lines[:bad[1] + 1])
     said = " ".join(" ".join(lines[note[0]:bad[1]]).split())
     assert "judged good in its first run" in said and "up to 3 more times" in said
+    # the symptom came and went: the report says so, with the setting for >= 95% (issue 40)
+    doc = json.loads((tmp_path / "sess" / "result.json").read_text())
+    assert doc["flaky"]["recheck_runs"] == 2 and doc["flaky"]["advised_recheck_runs"] == 4
+    assert "some runs only" in doc["flaky"]["reason"]
+    md = " ".join((tmp_path / "sess" / "report.md").read_text().split())
+    assert "**Flaky:** The symptom came and went" in md
+    assert "`verdict.recheck_runs = 4` buys >= 95%" in md
+    assert "flaky:" in r.stdout and "recheck_runs = 4" in " ".join(r.stdout.split())
+    assert "Flaky:" in (tmp_path / "sess" / "report.html").read_text()
+
+
+def test_a_deterministic_run_says_nothing_of_flakiness(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=4, cap_at=3)
+    spec = write_spec(tmp_path / "s.toml", make_spec(h, verdict={"symptom": "length",
+                                                                 "verify_samples": 0}))
+    r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec),
+                        "--session", str(tmp_path / "sess"), "--cache-dir",
+                        str(tmp_path / "cache")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "flaky" not in json.loads((tmp_path / "sess" / "result.json").read_text())
+    assert "Flaky" not in (tmp_path / "sess" / "report.md").read_text()
 
 
 @pytest.fixture(scope="module")

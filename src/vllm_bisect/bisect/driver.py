@@ -37,7 +37,7 @@ from vllm_bisect.models import Evaluation, Measurement, Outcome, Verification
 from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict.auto import Choice, Strategy
 
-__all__ = ["BisectResult", "CommitEvaluator", "Driver", "EventHandler", "NullEvents"]
+__all__ = ["BisectResult", "CommitEvaluator", "Driver", "EventHandler", "FlakySeen", "NullEvents"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,18 @@ class BisectResult:
     # whole session's, every call that worked on it (bisect/runner.py)
     starts_by_phase: dict[str, int] = field(default_factory=dict)
     calls: int = 1      # the calls (a first run, and each resume) that worked on the session
+    # auto on a cap saw the symptom come and go (recheck.py): why, and the re-checks it ran
+    flaky: FlakySeen | None = None
+
+
+@dataclass(frozen=True)
+class FlakySeen:
+    """The symptom came and went (auto switched to bayes): the reason, the spec's
+    ``verdict.recheck_runs``, and the setting that buys >= 95% exact on a flaky cap."""
+
+    reason: str
+    recheck_runs: int
+    advised_runs: int = recheck.RECHECKS_FOR_95
 
 
 def inline(evaluator: CommitEvaluator) -> EvaluateFn:
@@ -127,6 +139,7 @@ class Driver:
     def run(self) -> BisectResult:
         t0 = time.monotonic()
         rng = self.rng
+        flaky: FlakySeen | None = None
         self.events.on_range(rng)
         strategy = self.choice.strategy
         logger.info("verdict strategy %s: %s", strategy.value, self.choice.reason)
@@ -135,6 +148,8 @@ class Driver:
             found, choice = recheck.run_auto_cap(self.tester, self.spec, self.choice,
                                                  self.search, self._to_bayes)
             self.core = self.core.with_policy(self.core.policy, choice)
+            if choice.strategy is Strategy.BAYES:
+                flaky = FlakySeen(choice.reason, self.spec.verdict.recheck_runs)
         else:
             found = self.search().run()
         t = self.tester
@@ -156,7 +171,7 @@ class Driver:
                             strategy_chosen=self.choice.strategy.value,
                             strategy_reason=self.choice.reason,
                             forecast=self.forecaster.forecast,
-                            first_forecast=self.forecaster.first,
+                            first_forecast=self.forecaster.first, flaky=flaky,
                             starts_by_phase={p.value: k for p, k
                                              in self.measurer.by_phase.items()})
 

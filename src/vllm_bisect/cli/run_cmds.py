@@ -145,6 +145,8 @@ def summary(session_dir: Path, console: Console) -> None:
     if result.strategy_chosen:
         console.print(f"[dim]verdict strategy {result.strategy_chosen}: "
                       f"{esc(result.strategy_reason)}[/]")
+    if result.flaky:
+        console.print(f"[yellow]flaky:[/] {esc(result.flaky.text())}")
     console.print(f"session  {session_dir}")
     for name in ("report.md", "report.html"):
         if (session_dir / name).exists():

@@ -65,6 +65,8 @@ def markdown(r: SessionReport) -> str:
     if v.strategy:
         name, _, why = v.strategy.partition(" ")
         lines.append(f"\nVerdict strategy: `{name}` {why}.")
+    if v.flaky:
+        lines.append(f"\n**Flaky:** {v.flaky}")
     rows = [(row.index, f"`{row.sha[:12]}`", row.subject, *row.cells,
              row.verdict + (" **(first bad)**" if row.is_culprit else "")) for row in v.rows]
     lines += ["", v.summary, "", *_table(COMMIT_COLUMNS, rows)]

@@ -25,7 +25,7 @@ from vllm_bisect.errors import SessionError
 from vllm_bisect.models import FailureKind, Measurement, Verdict
 
 if TYPE_CHECKING:
-    from vllm_bisect.bisect.driver import BisectResult
+    from vllm_bisect.bisect.driver import BisectResult, FlakySeen
     from vllm_bisect.models import Evaluation, Verification
 
 RESULT_SCHEMA = 1
@@ -107,6 +107,30 @@ class VerificationDoc(_Doc):
                    parent_per_request=PerRequest.of(v.parent_measurement))
 
 
+class FlakyDoc(_Doc):
+    """The symptom came and went in this run (auto on a cap switched to bayes)."""
+
+    reason: str
+    recheck_runs: int          # verdict.recheck_runs of this run
+    advised_recheck_runs: int  # the setting that buys >= 95% exact on a flaky cap
+
+    @classmethod
+    def of(cls, f: FlakySeen | None) -> FlakyDoc | None:
+        return None if f is None else cls(reason=f.reason, recheck_runs=f.recheck_runs,
+                                           advised_recheck_runs=f.advised_runs)
+
+    def text(self) -> str:
+        """One paragraph for the report and the terminal."""
+        head = ("The symptom came and went in this run (flaky), so the Bayesian search "
+                f"judged it from every run: {self.reason.removeprefix('auto: ')}.")
+        if self.recheck_runs >= self.advised_recheck_runs:
+            return head
+        return (f"{head} A flaky symptom can also go unseen: with `verdict.recheck_runs = "
+                f"{self.recheck_runs}` a cap shown in half the runs is found exactly in ~88% "
+                f"of simulated bisects; `verdict.recheck_runs = {self.advised_recheck_runs}` "
+                "buys >= 95% for the next bisect of this symptom (docs/benchmarks.md).")
+
+
 class BisectReport(_Doc):
     """A finished bisect. ``probed`` is in the order commits were judged (a commit judged
     twice appears twice); :meth:`judged` is one row per commit in range order."""
@@ -128,6 +152,7 @@ class BisectReport(_Doc):
     # verdict.strategy = "auto": the strategy it chose for the symptom, and why
     strategy_chosen: str | None = None
     strategy_reason: str | None = None
+    flaky: FlakyDoc | None = None    # the symptom came and went (auto switched to bayes)
     server_starts: int = 0           # all but the verification's (verify_server_starts)
     verify_server_starts: int = 0
     # every start of the session (every call: a resume too), by phase (models.Phase), and
@@ -158,7 +183,7 @@ class BisectReport(_Doc):
     def _without_unrun_studies(self, handler: SerializerFunctionWrapHandler) -> Any:
         """A study that has not run has no key (its absence is what offers it)."""
         data = handler(self)
-        for key in (*STUDIES, "culprits", "endpoint_env"):
+        for key in (*STUDIES, "culprits", "endpoint_env", "flaky"):
             if isinstance(data, dict) and data.get(key) is None:
                 data.pop(key, None)
         return data
@@ -187,7 +212,8 @@ class BisectReport(_Doc):
                    bad=result.range.bad.sha, n_commits=len(result.range.commits),
                    probed=probed, verification=VerificationDoc.of(result.verification),
                    confidence=result.confidence, strategy_chosen=result.strategy_chosen,
-                   strategy_reason=result.strategy_reason, server_starts=result.server_starts,
+                   strategy_reason=result.strategy_reason, flaky=FlakyDoc.of(result.flaky),
+                   server_starts=result.server_starts,
                    verify_server_starts=result.verify_server_starts,
                    starts_by_phase=result.starts_by_phase,
                    plain_bisect_starts=plain_starts(len(result.range.commits)),

@@ -118,6 +118,7 @@ class ReportView:
     verification: str | None
     verified: bool
     strategy: str | None     # the verdict strategy auto chose, and why
+    flaky: str | None        # the symptom came and went: said, with the setting to use
     summary: str
     rows: list[CommitRow]
     symptoms: SymptomView | None
@@ -147,6 +148,7 @@ def view(r: SessionReport) -> ReportView:
         verified=bool(res.verification and res.verification.confirmed),
         strategy=(f"{res.strategy_chosen} ({res.strategy_reason or ''})"
                   if res.strategy_chosen else None),
+        flaky=res.flaky.text() if res.flaky else None,
         summary=(f"Range {res.good[:12]} (good) .. {res.bad[:12]} (bad), {res.n_commits} "
                  f"commits; {len(judged)} judged, {starts_text(res)}, "
                  f"{res.wall_s:.0f} s."),
