@@ -1,4 +1,4 @@
-"""One culprit per symptom, and every step of one symptom (issue 28), layered above the
+"""One culprit per symptom, and every step of one symptom, layered above the
 :class:`~vllm_bisect.bisect.driver.Driver`.
 
 ``verdict.symptoms = ["length", "itl"]`` runs one search per symptom over the same range and
