@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from vllm_bisect.errors import PortTaken
+from vllm_bisect.net import tls_context
 from vllm_bisect.runtime.ports import Ownership, check_port, free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.25.1"
@@ -64,7 +65,9 @@ def wait_port(url: str, proc: subprocess.Popen[bytes], timeout: float = 15.0,
                 raise PortTaken(f"port {port} was taken by another process")
             raise RuntimeError(f"server exited: {proc.stdout.read() if proc.stdout else ''!r}")
         try:
-            if httpx.get(url + path, timeout=1.0).status_code in ok and \
+            # one TLS context for every poll: httpx.get makes a new one each call (~40 ms
+            # of CPU loading the CA bundle), a core's worth at one poll per 50 ms
+            if httpx.get(url + path, timeout=1.0, verify=tls_context()).status_code in ok and \
                     check_port(port, proc.pid).ownership is not Ownership.OTHER:
                 return
         except httpx.HTTPError:
