@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -25,28 +23,16 @@ from vllm_bisect.runtime.ports import Ownership, check_port, free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.25.1"
 
-
-def _cache_bytecode() -> None:
-    """Let the suite's Python processes cache their bytecode, outside the source tree.
-
-    A suite starts hundreds of Pythons (the CLI, each simulated ``vllm serve``, each build's
-    helpers); with PYTHONDONTWRITEBYTECODE set (some CI and sandbox images set it) each one
-    compiled every module it imported from source: ~0.2 s of CPU for the CLI, ~0.1 s for each
-    server start. Here the test run (the pytest-xdist controller, whose workers inherit the
-    environment) lifts it for its own processes and puts their compiled files in a directory
-    of its own (PYTHONPYCACHEPREFIX, which the child environment passes on:
-    runtime/childenv.py), removed when the run ends: never beside the sources."""
-    if "PYTHONDONTWRITEBYTECODE" not in os.environ or "PYTHONPYCACHEPREFIX" in os.environ:
-        return
-    prefix = tempfile.mkdtemp(prefix="vllm-bisect-test-pycache-")
-    atexit.register(shutil.rmtree, prefix, ignore_errors=True)
-    del os.environ["PYTHONDONTWRITEBYTECODE"]
-    os.environ["PYTHONPYCACHEPREFIX"] = prefix
-    sys.pycache_prefix = prefix
-    sys.dont_write_bytecode = False
-
-
-_cache_bytecode()
+# The suite starts hundreds of Pythons (the CLI, each simulated `vllm serve`, each build's
+# helpers). With PYTHONDONTWRITEBYTECODE set (some CI and sandbox images set it) each of them
+# compiled every module of the tool it imported from source: ~0.2 s of CPU for the CLI, ~0.1 s
+# for a server start. The test run (the pytest-xdist controller, whose workers and their
+# children inherit its environment) lets them write their bytecode as Python does by default
+# (__pycache__ beside the sources, git-ignored). A PYTHONPYCACHEPREFIX instead would also
+# compile the standard library and every dependency anew once per run (~1.5 s per process
+# until warm), which costs more than it saves.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -67,13 +67,3 @@ def test_container_env_has_no_credentials() -> None:
     assert not set(CREDENTIALS) & set(env) and "HF_TOKEN" not in env
     assert env["VLLM_USE_V1"] == "1" and env["VLLM_SIM_STEP_MS"] == "1.0"
     assert container_env(ServeSpec(pass_env=["HF_TOKEN"]))["HF_TOKEN"] == "hf-test-token"
-
-
-def test_python_bytecode_settings_reach_a_child() -> None:
-    """Where the parent keeps (or does not write) its bytecode holds for a server's Python too:
-    the suite puts the compiled files of its servers under its own PYTHONPYCACHEPREFIX."""
-    src = {"PYTHONPYCACHEPREFIX": "/tmp/pyc", "PYTHONDONTWRITEBYTECODE": "1", "OTHER": "x"}
-    env = child_env(source=src)
-    assert env["PYTHONPYCACHEPREFIX"] == "/tmp/pyc" and env["PYTHONDONTWRITEBYTECODE"] == "1"
-    assert "OTHER" not in env
-    assert "PYTHONPYCACHEPREFIX" not in child_env(source=src, container=True)
