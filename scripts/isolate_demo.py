@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vllm_bisect.isolate.synth import wide_culprit_history
 from vllm_bisect.sim.study_history import KNOBS, command_spec, study_history
+from vllm_bisect.sim.synth import wide_culprit_history
 from vllm_bisect.spec import dump_spec, parse_spec
 
 

@@ -15,6 +15,7 @@ from tests.bisect.test_hook_parity import sim_serve, spec_for
 from tests.helpers import history, write_spec
 
 ENTRY = [sys.executable, "-m", "vllm_bisect.entry"]
+MODULE = [sys.executable, "-m", "vllm_bisect.cli"]   # what the tests and docs run
 
 
 def broken_dependency(tmp: Path) -> str:
@@ -25,13 +26,14 @@ def broken_dependency(tmp: Path) -> str:
     return os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")])
 
 
+@pytest.mark.parametrize("entry", [ENTRY, MODULE], ids=["console-script", "python-m-cli"])
 def test_a_cli_that_cannot_be_imported_stops_git_bisect_run(tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            entry: list[str]) -> None:
     h = history(tmp_path, n_commits=4)
     spec = write_spec(tmp_path / "s.toml", spec_for(h, sim_serve()))
     monkeypatch.setenv("PYTHONPATH", broken_dependency(tmp_path))
-    r, judged = bisect_run(h, [*ENTRY, "hook", "--spec", str(spec)])
+    r, judged = bisect_run(h, [*entry, "hook", "--spec", str(spec)])
     assert_aborted(r, judged, "cannot start: ImportError: typer is half-installed")
 
 
@@ -43,6 +45,7 @@ def test_other_commands_exit_1_with_the_cause(tmp_path: Path) -> None:
     assert "cannot start: ImportError" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_the_entry_runs_the_cli() -> None:
-    r = subprocess.run([*ENTRY, "version"], capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("entry", [ENTRY, MODULE], ids=["console-script", "python-m-cli"])
+def test_the_entry_runs_the_cli(entry: list[str]) -> None:
+    r = subprocess.run([*entry, "version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip(), r.stderr

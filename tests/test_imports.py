@@ -1,11 +1,14 @@
-"""The package's import graph has no cycle (every import counts: TYPE_CHECKING ones and
-imports inside functions too), no module is over 500 lines; and the architecture's counts:
-no arrow runs back up between packages (``LAYERS``), no module over 400 lines, no function
-over 60 lines in bisect/ and verdict/."""
+"""The package's import graph has no cycle (every import counts: TYPE_CHECKING ones, imports
+inside functions and ``importlib.import_module("...")`` / ``__import__("...")`` with a
+literal name too), no module is over 500 lines; and the architecture's counts: no arrow runs
+back up between packages (``LAYERS``) nor inside ``bisect/`` (``BISECT_LAYERS``), no circle
+between packages nor between ``bisect/``'s sub-packages and modules, no module over 400
+lines, no function over 60 lines in bisect/ and verdict/."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 import vllm_bisect
@@ -17,20 +20,36 @@ MAX_LINES = 500
 KNOWN: set[tuple[str, str]] = set()
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+def module_name(path: Path, src: Path = SRC) -> str:
+    parts = list(path.relative_to(src.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def imports(path: Path, modules: set[str]) -> set[str]:
+IMPORT_CALLS = {"import_module", "__import__"}
+
+
+def imported_by_call(node: ast.Call) -> str | None:
+    """The module a call imports by a literal name (``importlib.import_module("a.b")``,
+    ``import_module("a.b")``, ``__import__("a.b")``), else None."""
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    if name in IMPORT_CALLS and node.args and isinstance(node.args[0], ast.Constant) \
+            and isinstance(node.args[0].value, str):
+        return node.args[0].value
+    return None
+
+
+def imports(path: Path, modules: set[str], src: Path = SRC) -> set[str]:
     """The package modules ``path`` imports (``from pkg import mod`` names the module)."""
-    me = module_name(path)
+    me = module_name(path, src)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call) and (called := imported_by_call(node)):
+            names = [called]
+        elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -49,10 +68,11 @@ def imports(path: Path, modules: set[str]) -> set[str]:
     return out
 
 
-def graph() -> dict[str, set[str]]:
-    files = {module_name(p): p for p in SRC.rglob("*.py")}
+def graph(src: Path = SRC) -> dict[str, set[str]]:
+    files = {module_name(p, src): p for p in src.rglob("*.py")}
     mods = set(files)
-    return {m: {d for d in imports(p, mods) if (m, d) not in KNOWN} for m, p in files.items()}
+    return {m: {d for d in imports(p, mods, src) if (m, d) not in KNOWN}
+            for m, p in files.items()}
 
 
 def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
@@ -105,8 +125,7 @@ MAX_FUNCTION_LINES = 60
 SHORT_FUNCTIONS_IN = ("bisect", "verdict")
 # packages from the bottom layer up: a module may import its own layer and the ones below
 LAYERS: list[set[str]] = [
-    {"", "errors", "models", "spec", "spec_build", "spec_load", "spec_keys", "spec_verdict",
-     "spec_ops", "envinfo", "net", "text", "gitrepo"},
+    {"", "errors", "models", "spec", "envinfo", "net", "text", "gitrepo"},
     {"runtime", "verdict"},
     {"builders", "probes"},
     {"bisect"},
@@ -171,3 +190,105 @@ def test_no_function_over_60_lines_in_bisect_and_verdict() -> None:
         for p in (SRC / pkg).rglob("*.py"):
             long |= long_functions(p, MAX_FUNCTION_LINES)
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+# -- inside bisect/ and between packages (issue 43) --------------------------------------------
+# bisect/'s sub-packages and top-level modules from the bottom layer up (bisect/__init__.py
+# says what each layer is): a module may import its own layer and the ones below
+BISECT_LAYERS: list[set[str]] = [
+    {"", "release", "range", "terms", "events", "endpoint_doc", "memory_step", "forecast"},
+    {"policies"},
+    {"state"},
+    {"measurement", "bench"},
+    {"tester", "reruns", "core"},
+    {"search", "recheck", "rest", "forecast_spread", "forecast_events", "endpoint_env"},
+    {"driver", "multi", "runner", "hook"},
+]
+
+
+def bisect_unit(module: str) -> str | None:
+    """``vllm_bisect.bisect.search.binary`` -> ``search``; None outside bisect/."""
+    parts = module.split(".")
+    if parts[1:2] != ["bisect"]:
+        return None
+    return parts[2] if len(parts) > 2 else ""
+
+
+def bisect_layer_of(module: str) -> int:
+    unit = bisect_unit(module)
+    return next(i for i, layer in enumerate(BISECT_LAYERS) if unit in layer)
+
+
+def bisect_arrows_up(g: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {(m, d) for m, ds in g.items() if bisect_unit(m) is not None for d in ds
+            if bisect_unit(d) is not None and bisect_layer_of(d) > bisect_layer_of(m)}
+
+
+def unit_graph(g: dict[str, set[str]], unit: Callable[[str], str | None]) -> dict[str, set[str]]:
+    """The graph between units (``unit(module)``; None: left out), arrows inside one unit
+    dropped."""
+    out: dict[str, set[str]] = {}
+    for m, ds in g.items():
+        u = unit(m)
+        if u is None:
+            continue
+        out.setdefault(u, set()).update(v for d in ds if (v := unit(d)) is not None and v != u)
+    return out
+
+
+# modules counted with a package in the circle check: the console script's import guard is
+# the CLI's front door (a module of its own so that importing it imports no CLI), and
+# `python -m vllm_bisect.cli` goes through it
+ROOMS = {"entry": "cli"}
+
+
+def package(module: str) -> str:
+    """``vllm_bisect.isolate.runner`` -> ``isolate``; a top-level module is its own."""
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else ""
+    return ROOMS.get(top, top)
+
+
+def test_every_bisect_module_has_a_layer() -> None:
+    for m in graph():
+        if bisect_unit(m) is not None:
+            bisect_layer_of(m)  # StopIteration: a new module of bisect/ needs its BISECT_LAYERS
+
+
+def test_no_arrow_runs_back_up_inside_bisect() -> None:
+    up = bisect_arrows_up(graph())
+    assert not up, f"imports that run back up inside bisect/: {sorted(up)}"
+
+
+def test_no_circle_between_packages_nor_inside_bisect() -> None:
+    g = graph()
+    for what, unit in (("packages", package), ("bisect/'s parts", bisect_unit)):
+        cycle = find_cycle(unit_graph(g, unit))
+        assert cycle is None, f"a circle between {what}: " + " -> ".join(cycle or [])
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        f = root / "vllm_bisect" / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    return root / "vllm_bisect"
+
+
+def test_the_checker_sees_an_arrow_up_inside_bisect_and_through_importlib(tmp_path: Path) -> None:
+    src = _tree(tmp_path, {
+        "__init__.py": "", "bisect/__init__.py": "", "bisect/search/__init__.py": "",
+        # the range reaches up to the hook, through importlib
+        "bisect/range.py": "import importlib\n\n\ndef f():\n"
+                           "    return importlib.import_module('vllm_bisect.bisect.hook')\n",
+        "bisect/hook.py": "from vllm_bisect.bisect import range\n",
+        # the composition root and a search import each other
+        "bisect/core.py": "from vllm_bisect.bisect.search.binary import BinarySearch\n",
+        "bisect/search/binary.py": "from vllm_bisect.bisect.core import open_core\n",
+    })
+    g = graph(src)
+    assert g["vllm_bisect.bisect.range"] == {"vllm_bisect.bisect.hook"}
+    assert bisect_arrows_up(g) == {("vllm_bisect.bisect.range", "vllm_bisect.bisect.hook"),
+                                   ("vllm_bisect.bisect.core", "vllm_bisect.bisect.search.binary")}
+    assert find_cycle(unit_graph(g, bisect_unit)) == ["core", "search", "core"]
+    assert bisect_layer_of("vllm_bisect.bisect.hook") > bisect_layer_of("vllm_bisect.bisect.core")

@@ -275,8 +275,13 @@ class Verification(_Value):
     # "fresh": measured again on fresh servers (``samples`` requests asked for each; 0: the
     # two-level test chose them per server until it decided);
     # "confirmation": no fresh server: both verdicts were already reached at the whole-bisect
-    # bound by the search's confirmation of the final pair, on the servers above
+    # bound by the search's confirmation of the final pair, on the servers above;
+    # "rechecks": no fresh server: a deterministic cap (auto's threshold search) showed at the
+    # culprit, and its parent missed it in every one of ``parent_runs`` runs (the search's and
+    # its re-checks)
     source: str = "fresh"
+    culprit_runs: int = 0   # "rechecks": the runs behind each verdict
+    parent_runs: int = 0
 
     @property
     def confirmed(self) -> bool:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from vllm_bisect.bisect.core import Settle, Settling, open_core, settle, settling
+from vllm_bisect.bisect.core import open_core
 from vllm_bisect.bisect.driver import inline
 from vllm_bisect.bisect.measurement.executor import InlineExecutor
 from vllm_bisect.bisect.policies import make_policy, resolve
+from vllm_bisect.bisect.search.endpoints import Settle, Settling, settle, settling
 from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.models import Verdict
 from vllm_bisect.sim.virtual import Scenario, VirtualCluster, commit_range

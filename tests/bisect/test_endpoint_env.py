@@ -16,9 +16,9 @@ import pytest
 from tests.helpers import write_spec
 from tests.isolate.helpers import source_spec
 from vllm_bisect.bisect.endpoint_env import EndpointEnv
-from vllm_bisect.isolate.synth import dependency_history
 from vllm_bisect.sim.package_index import PackageIndex, build_package
-from vllm_bisect.spec_verdict import Strategy
+from vllm_bisect.sim.synth import dependency_history
+from vllm_bisect.spec.verdict import Strategy
 
 
 @pytest.fixture(scope="module")

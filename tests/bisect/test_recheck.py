@@ -91,6 +91,30 @@ def test_a_deterministic_cap_costs_at_most_plain_plus_three_through_the_cli(
     assert 0 not in indices and indices.count(64) == 1
 
 
+def test_the_default_verification_of_a_deterministic_cap_starts_no_server(
+        tmp_path: Path) -> None:
+    # issue 40: "a deterministic cap stays at <= plain + 3 starts by default", every phase
+    # counted. The spec a user writes (verification on): the parent's re-checks and the
+    # culprit's run are the verification; before, two fresh servers re-measured the pair
+    h = history(tmp_path, n_commits=16, cap_at=9)
+    # (the spec's default intermittent_runs; tests/helpers.py writes 1 for speed)
+    spec = make_spec(h, verdict={"symptom": "length", "intermittent_runs": 8})
+    assert spec.verdict.verify_samples > 0 and spec.verdict.recheck_runs == 2
+    session = tmp_path / "sess"
+    r = cli("run", "--spec", str(write_spec(tmp_path / "s.toml", spec)), "--session",
+            str(session), "--cache-dir", str(tmp_path / "cache"), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["first_bad"] == h.planted["length"]
+    v = doc["verification"]
+    assert v["source"] == "rechecks" and v["confirmed"] and v["parent_servers"] == 3
+    assert "verify" not in doc["starts_by_phase"]
+    assert sum(doc["starts_by_phase"].values()) == starts(session) <= plain_starts(16, 8) + 3
+    md = " ".join((session / "report.md").read_text().split())
+    assert "Verified by the search's own runs, with no fresh server" in md
+    assert "missed it in all 3 runs" in md
+
+
 def test_a_run_cut_during_the_rechecks_resumes_without_running_them_again(
         tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=16, cap_at=9)

@@ -19,7 +19,7 @@ from tests.bot.github_standin import Comment, GitHubStandIn
 from tests.helpers import make_spec
 from vllm_bisect.runtime.process import free_port
 from vllm_bisect.sim.history import History
-from vllm_bisect.spec_load import _toml_value
+from vllm_bisect.spec.load import _toml_value
 
 SECRET = "s3cret-for-tests"
 REPO = "vllm-project/vllm"

@@ -15,7 +15,7 @@ from tests.explain.test_envdiff import fake_venv
 from vllm_bisect.bisect.endpoint_env import endpoint_env
 from vllm_bisect.builders.packages import artifact_packages, image_packages
 from vllm_bisect.runtime.base import Artifact
-from vllm_bisect.spec_build import ArtifactKind
+from vllm_bisect.spec.build import ArtifactKind
 
 DOCKERFILE = """\
 FROM {base}

@@ -18,7 +18,7 @@ from vllm_bisect.errors import ArtifactUnavailable
 from vllm_bisect.sim.fake_vllm_tree import build_fake_wheel, write_fake_vllm_tree
 from vllm_bisect.sim.source_history import PlantKind, make_source_history, source_spec_data
 from vllm_bisect.spec import parse_spec
-from vllm_bisect.spec_build import SourceBuild
+from vllm_bisect.spec.build import SourceBuild
 
 
 def test_slim_wheel_keeps_compiled_parts_once(tmp_path: Path) -> None:

@@ -14,8 +14,8 @@ import pytest
 from tests.isolate.helpers import source_spec
 from vllm_bisect.isolate import pkgindex
 from vllm_bisect.isolate.runner import run_studies
-from vllm_bisect.isolate.synth import dependency_history
 from vllm_bisect.sim.package_index import PackageIndex, build_package
+from vllm_bisect.sim.synth import dependency_history
 
 VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 OTHER = ("2.0", "2.1")  # aiodep: installed beside tinydep, never imported (harmless)

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.builders.hostile_index import Route, RouteServer
-from vllm_bisect.isolate.synth import dependency_history
 from vllm_bisect.sim.history import History, sim_path
 from vllm_bisect.sim.package_index import PackageIndex, build_package
+from vllm_bisect.sim.synth import dependency_history
 
 PAGE = b'<a href="tinydep-1.0.tar.gz">tinydep-1.0.tar.gz</a>\n'
 # the old client read a 50 MB page whole: about 310 MB peak; an idle child peaks near 75 MB

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.helpers import history, make_spec, write_spec
 from tests.isolate.helpers import command_spec
-from vllm_bisect.isolate.synth import dependency_history
+from vllm_bisect.sim.synth import dependency_history
 from vllm_bisect.spec import BisectSpec
 
 OFFER = "`vllm-bisect deps SESSION`"

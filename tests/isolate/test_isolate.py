@@ -13,7 +13,7 @@ import pytest
 from tests.isolate.helpers import bisect, command_spec
 from vllm_bisect.isolate.adapter import Trial
 from vllm_bisect.isolate.runner import run_studies
-from vllm_bisect.isolate.synth import wide_culprit_history
+from vllm_bisect.sim.synth import wide_culprit_history
 
 
 def test_names_the_guilty_file_and_hunk_of_twenty(tmp_path: Path) -> None:

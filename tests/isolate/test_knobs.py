@@ -15,7 +15,7 @@ from tests.helpers import write_spec
 from tests.isolate.helpers import command_spec
 from vllm_bisect.errors import SpecError
 from vllm_bisect.isolate.knobs import KnobKind, apply, parse_knob
-from vllm_bisect.isolate.synth import knob_history
+from vllm_bisect.sim.synth import knob_history
 
 
 def test_parse_and_apply() -> None:

@@ -86,3 +86,36 @@ def test_samples_per_symptom() -> None:
     assert samples_of(_m([2.0], tok_s=410.0), Symptom.THROUGHPUT) == [410.0]
     assert samples_of(_m([], speedup=1.7), Symptom.MTP_SPEEDUP) == [1.7]
     assert samples_of(None, Symptom.ITL) == []
+
+
+def test_one_rule_table_for_the_chooser_the_defaults_and_the_validator() -> None:
+    """auto's choice, the one-request default and the validator's refusals all follow the
+    table in spec/verdict.py (issue 43): changing an entry there changes all three."""
+    from vllm_bisect.bisect.policies import resolve
+    from vllm_bisect.spec import Strategy as S
+    from vllm_bisect.spec import Symptom, parse_spec
+    from vllm_bisect.spec.verdict import AUTO_STRATEGY, JUDGES, NO_FIX_SEARCH, PER_REQUEST
+    from vllm_bisect.verdict.auto import choose_strategy
+
+    assert set(AUTO_STRATEGY) == set(Symptom)
+    base = {"probe": {"max_tokens": 64, "temperature": 0.0, "load": {"concurrency": 2},
+                      "mtp_speedup": {}},
+            "serve": {"speculative": {"method": "mtp", "num_speculative_tokens": 1}}}
+    verdict = {"itl_factor": 1.2, "ttft_factor": 1.2, "throughput_factor": 1.2,
+               "min_mtp_speedup": 1.5}
+    for symptom in Symptom:
+        spec = parse_spec({**base, "verdict": {**verdict, "symptom": symptom.value}})
+        assert choose_strategy(spec.verdict).strategy is AUTO_STRATEGY[symptom]
+        one = symptom in PER_REQUEST and AUTO_STRATEGY[symptom] is S.TWOLEVEL
+        assert (spec.probe.requests == 1) is one, symptom
+        for strategy, judged in JUDGES.items():
+            written = {**base, "verdict": {**verdict, "symptom": symptom.value,
+                                           "strategy": strategy.value}}
+            if symptom in judged:
+                parse_spec(written)
+            else:
+                with pytest.raises(SpecError, match=f'"{strategy.value}" needs'):
+                    parse_spec(written)
+        fix = {**base, "range": {"search": "fix"},
+               "verdict": {**verdict, "symptom": symptom.value}}
+        assert resolve(parse_spec(fix)).strategy not in NO_FIX_SEARCH

@@ -2,8 +2,8 @@
 measurer, verdict policy, tester) for every way into it: ``vllm-bisect run``
 (:class:`~vllm_bisect.bisect.driver.Driver`, which :mod:`~vllm_bisect.bisect.runner` builds),
 ``git bisect run`` (:mod:`~vllm_bisect.bisect.hook`) and the studies after the culprit
-(:mod:`vllm_bisect.isolate.adapter`). :func:`settle` is the one place that decides whether
-the endpoints are calibrated on, verified, or only the reference end measured.
+(:mod:`vllm_bisect.isolate.adapter`). The endpoints are settled
+by :func:`~vllm_bisect.bisect.search.endpoints.settle`, beside the checks it calls.
 
 A :class:`Core` is not assigned into: :meth:`Core.with_policy` returns a new one (the same
 store, measurer and judged commits, another policy).
@@ -12,20 +12,17 @@ store, measurer and judged commits, another policy).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import StrEnum
 
 from vllm_bisect.bisect.events import EventHandler, NullEvents
 from vllm_bisect.bisect.measurement.executor import Executor
 from vllm_bisect.bisect.measurement.measurer import Measurer
-from vllm_bisect.bisect.policies import make_policy, resolve_strategy
+from vllm_bisect.bisect.policies import make_policy, resolve
 from vllm_bisect.bisect.policies.base import VerdictPolicy
 from vllm_bisect.bisect.range import CommitRange
-from vllm_bisect.bisect.search.endpoints import calibrate_endpoints, check_endpoints, verify_endpoints
 from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.state.store import MeasurementStore
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.builders.prefetch import PrefetchSink
-from vllm_bisect.models import Phase
 from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict.auto import Choice
 
@@ -68,59 +65,9 @@ def open_core(spec: BisectSpec, rng: CommitRange, journal: SessionJournal,
     spec's strategy, ``auto`` resolved; ``pair_bound`` as
     :func:`~vllm_bisect.bisect.policies.make_policy`); ``retries``: servers tried again after
     a failure (default: ``ops.retries``, none when following crashes)."""
-    choice = choice or resolve_strategy(spec)
+    choice = choice or resolve(spec).choice
     store = MeasurementStore(spec, journal, cache)
     measurer = Measurer(executor, store, prefetcher, retries=retries)
     policy = policy or make_policy(spec, choice.strategy, pair_bound=pair_bound)
     return Core(spec, choice, store, measurer,
                 Tester(rng, store, measurer, policy, events or NullEvents()))
-
-
-class Settle(StrEnum):
-    """Who settles the endpoints, and so how (:func:`settling`)."""
-
-    SEARCH = "search"  # run, a study: calibrate on both ends, else verify both
-    HOOK = "hook"      # git bisect run: calibrate, else measure the reference end and check it
-    LOOSE = "loose"    # knobs: calibrate, else measure the reference end if thresholds need it
-
-
-class Settling(StrEnum):
-    CALIBRATE = "calibrate"
-    VERIFY = "verify"
-    REFERENCE_CHECKED = "reference-checked"
-    REFERENCE = "reference"
-    NOTHING = "nothing"
-
-
-def settling(policy: VerdictPolicy, mode: Settle) -> Settling:
-    """The one rule: what settling the endpoints means for this policy and caller."""
-    if policy.needs_calibration:
-        return Settling.CALIBRATE
-    if mode is Settle.SEARCH:
-        return Settling.VERIFY
-    if mode is Settle.HOOK:
-        return Settling.REFERENCE_CHECKED
-    return Settling.REFERENCE if policy.needs_reference else Settling.NOTHING
-
-
-def settle(tester: Tester, mode: Settle, tests: int | None = None) -> Settling:
-    """Settle the endpoints of ``tester``'s range as :func:`settling` says (``tests``: how
-    many commits will be judged after it, for a calibrating policy's budget); what it did."""
-    t = tester
-    how = settling(t.policy, mode)
-    with t.measurer.during(Phase.ENDPOINTS):
-        _settle(t, how, tests)
-    return how
-
-
-def _settle(t: Tester, how: Settling, tests: int | None) -> None:
-    if how is Settling.CALIBRATE:
-        calibrate_endpoints(t, tests)
-    elif how is Settling.VERIFY:
-        verify_endpoints(t)
-    elif how is Settling.REFERENCE_CHECKED:
-        ref = t.test(t.terms.reference(t.rng), t.terms.reference_role, 0)
-        check_endpoints(t, *((None, ref) if t.terms.fix else (ref, None)))
-    elif how is Settling.REFERENCE:
-        end, role = t.terms.endpoints(t.rng)[0]
-        t.test(end, role, tests or 0)

@@ -159,7 +159,12 @@ class Driver:
             # the rest checks that follow need servers of the final pair that no verdict
             # chose: the verification's fresh ones are those (issue 40)
             rest = self.spec.verdict.rest_check and self.core.policy.needs_calibration
-            verification = verify_culprit(t, first_bad, fresh=rest)
+            # a deterministic cap: the parent's re-checks and the culprit's run verify it
+            v = self.spec.verdict
+            rechecked = (1 + v.recheck_runs if recheck.applies(self.spec, self.choice)
+                         and self.choice.strategy is Strategy.THRESHOLD and v.recheck_runs
+                         else 0)
+            verification = verify_culprit(t, first_bad, fresh=rest, rechecked=rechecked)
         return BisectResult(range=rng, first_bad=first_bad,
                             candidates=[rng.sha(i) for i in found.step.candidates],
                             probed=t.probed, evaluations=t.evaluations,

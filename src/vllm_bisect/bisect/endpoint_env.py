@@ -26,7 +26,7 @@ from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.builders.packages import artifact_packages, beyond_vllm, changed
 from vllm_bisect.models import Evaluation, Outcome, Verdict
 from vllm_bisect.runtime.base import Artifact
-from vllm_bisect.spec_build import ArtifactKind
+from vllm_bisect.spec.build import ArtifactKind
 
 logger = logging.getLogger(__name__)
 SHOWN = 6   # changed packages named in the line, at most

@@ -25,13 +25,17 @@ from pathlib import Path
 
 import git
 
-from vllm_bisect.bisect.core import Settle, open_core, settle
-from vllm_bisect.bisect.measurement.evaluate import Evaluator
-from vllm_bisect.bisect.measurement.executor import InlineExecutor, local_slots
+from vllm_bisect.bisect.bench import first_slot, open_bench
+from vllm_bisect.bisect.core import open_core
 from vllm_bisect.bisect.policies import resolve
 from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitRange, commit_range, info, open_repo
-from vllm_bisect.bisect.search.endpoints import intermittence, intermittence_applies
+from vllm_bisect.bisect.search.endpoints import (
+    Settle,
+    intermittence,
+    intermittence_applies,
+    settle,
+)
 from vllm_bisect.bisect.state.journal import ResultCache
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.bisect.tester import Tester
@@ -130,18 +134,16 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> HookResult:
                             hint="run under `git bisect` after `git bisect good/bad <ref>`, "
                                  "or set range.good and range.bad")
         rng = commit_range(repo, good_ref, bad_ref, spec.range.first_parent)
-    slot = local_slots(spec)[0]  # pinned as `run` pins its first worker
+    slots = first_slot(spec)  # pinned as `run` pins its first worker
     session_dir = _hook_dir(repo, spec, good_ref, bad_ref)
     cache = ResultCache(cache_dir / "results.sqlite")
     try:
         with Session(session_dir) as session:
             assert session.journal is not None
-            builder = make_builder(spec, repo, cache_dir, session.logs)
-            evaluator = Evaluator(spec, builder, session.logs, session.journal, session.id)
+            bench = open_bench(spec, session, cache_dir,
+                               make_builder(spec, repo, cache_dir, session.logs), slots=slots)
             one = rng or CommitRange(good=head, bad=head, commits=(head,))
-            core = open_core(spec, one, session.journal, cache,
-                             InlineExecutor(evaluator.evaluate, slot, session=session.id),
-                             choice=choice)
+            core = open_core(spec, one, session.journal, cache, bench.executor, choice=choice)
             t = core.tester
             journaled = set(t.store.session)   # verdicts of this bisect's earlier hook calls
             if check_runs:

@@ -37,7 +37,7 @@ from vllm_bisect.bisect import rest
 from vllm_bisect.bisect.driver import BisectResult, Driver
 from vllm_bisect.bisect.endpoint_doc import EndpointEnvDoc
 from vllm_bisect.bisect.events import EventHandler
-from vllm_bisect.bisect.policies import make_policy, resolve_strategy
+from vllm_bisect.bisect.policies import make_policy, resolve
 from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.rest import RestAnswer
@@ -133,8 +133,7 @@ def capped_servers(ev: Evaluation, floor: int) -> list[bool] | None:
 
 def checks_rest(spec: BisectSpec) -> bool:
     """Whether the rest check runs: a calibrating (noise-aware) strategy and rest_check on."""
-    return spec.verdict.rest_check and make_policy(spec, resolve_strategy(spec).strategy
-                                                   ).needs_calibration
+    return spec.verdict.rest_check and resolve(spec).needs_calibration
 
 
 class _Loop:
@@ -169,9 +168,9 @@ class _Loop:
         measured so far is free (one measurement decides); the range ends at the first one
         that shows it (a symptom shown is evidence even when it is flaky; one missing is
         not, so the good end stays)."""
-        if self.out is None or make_policy(sp, resolve_strategy(sp).strategy).needs_calibration:
+        if self.out is None or (plan := resolve(sp)).needs_calibration:
             return rng
-        policy = make_policy(sp, resolve_strategy(sp).strategy)
+        policy = make_policy(sp, plan.strategy)
         known = self.out.result.evaluations
         good = known.get(rng.good.sha)
         if good is None or good.measurement is None:

@@ -1,4 +1,5 @@
-"""One bisect session: session, builder, prefetch, evaluator, executor, one driver per symptom.
+"""One bisect session: session, builder, bench (:func:`~vllm_bisect.bisect.bench.open_bench`),
+one driver per symptom.
 
 What a finished session leaves besides its journal (result.json, the reports) is the caller's
 ``finish``: :func:`vllm_bisect.runner.run_bisect` (``vllm-bisect run``, ``demo``, ``watch``,
@@ -12,16 +13,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from vllm_bisect.bisect.bench import open_bench
 from vllm_bisect.bisect.driver import BisectResult, Driver, EventHandler
 from vllm_bisect.bisect.endpoint_env import EndpointEnvEvents
-from vllm_bisect.bisect.measurement.evaluate import Evaluator
-from vllm_bisect.bisect.measurement.executor import (
-    Executor,
-    InlineExecutor,
-    LocalExecutor,
-    Slot,
-    local_slots,
-)
 from vllm_bisect.bisect.multi import MultiResult, run_symptoms
 from vllm_bisect.bisect.range import CommitRange, commit_range, open_repo
 from vllm_bisect.bisect.search.endpoints import untestable_end
@@ -29,30 +23,10 @@ from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.base import Builder, known_unavailable
-from vllm_bisect.builders.prefetch import Prefetcher
 from vllm_bisect.errors import SessionError, disk_full
 from vllm_bisect.models import Phase
 from vllm_bisect.runtime.gpustate import locked_clocks
-from vllm_bisect.spec import BisectSpec, ExecutorKind, dump_spec
-
-
-def make_executor(spec: BisectSpec, evaluator: Evaluator, session_dir: Path, cache_dir: Path,
-                  session_id: str, events: EventHandler,
-                  slots: list[Slot] | None = None) -> Executor:
-    """The spec's executor: Ray, or this host's slots (one slot: inline, the same pinning,
-    per-GPU locks and evaluation code as k)."""
-    if spec.parallel.executor is ExecutorKind.RAY:
-        from vllm_bisect.bisect.measurement.ray_executor import RayExecutor
-
-        return RayExecutor(spec, session_dir, cache_dir, session_id)
-    slots = slots if slots is not None else local_slots(spec)
-    def on_wait(msg: str) -> None:
-        events.on_phase("", msg)
-
-    if len(slots) == 1:
-        return InlineExecutor(evaluator.evaluate, slots[0], session=session_id, on_wait=on_wait)
-    return LocalExecutor(evaluator.evaluate, slots, session=session_id, on_wait=on_wait)
-
+from vllm_bisect.spec import BisectSpec, dump_spec
 
 # what a finished session writes (session dir, every symptom's result), under the session's lock
 Finish = Callable[[Path, MultiResult], None]
@@ -111,25 +85,17 @@ def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: E
         (session_dir / "spec.toml").write_text(dump_spec(spec))
         builder = make_builder(spec, repo, cache_dir, session.logs)
         refuse_unbuildable_ends(builder, rng)
-        ray = spec.parallel.executor is ExecutorKind.RAY
-        slots = None if ray else local_slots(spec)
-        # prefetch the next commits' artifacts beside one local worker (k workers each fetch
-        # their own; Ray workers build on their own nodes)
-        prefetcher = (Prefetcher(builder) if spec.prefetch_enabled() and slots is not None
-                      and len(slots) == 1 else None)
-        evaluator = Evaluator(spec, prefetcher or builder, session.logs, session.journal,
-                              session.id, on_phase=events.on_phase)
-        # the endpoints' environment diff, told before the first search step (issue 28)
-        events = env_events = EndpointEnvEvents(events, evaluator.artifacts, session_dir)
         cache = ResultCache(cache_dir / "results.sqlite")
         try:
-            executor = make_executor(spec, evaluator, session_dir, cache_dir, session.id,
-                                     events, slots)
+            bench = open_bench(spec, session, cache_dir, builder, events, prefetch=True)
+            # the endpoints' environment diff, told before the first search step (issue 28)
+            events = env_events = EndpointEnvEvents(events, bench.evaluator.artifacts,
+                                                    session_dir)
             try:
                 def driver(sp: BisectSpec, r: CommitRange) -> Driver:
                     assert session.journal is not None
-                    return Driver(sp, r, evaluator, session.journal, cache, events,
-                                  prefetcher, executor)
+                    return Driver(sp, r, bench.evaluator, session.journal, cache, events,
+                                  bench.prefetcher, bench.executor)
 
                 with locked_clocks(spec.serve.lock_clocks, spec.serve.lock_clocks_mhz):
                     # one search per symptom, and the rest checks (bisect.multi, issue 28)
@@ -138,10 +104,8 @@ def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: E
                 multi.endpoint_env = env_events.doc(multi.result.evaluations)
                 multi.result = result = whole_session(multi.result, session.journal)
             finally:
-                executor.close()
+                bench.close()
         finally:
             cache.close()
-            if prefetcher is not None:
-                prefetcher.close()
         finish(session_dir, multi)
         return result

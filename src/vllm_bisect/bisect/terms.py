@@ -13,11 +13,38 @@ new (fixed) end in a fix search, so that end is judged first.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
-from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.models import Verdict
 from vllm_bisect.spec import SearchKind
+
+
+class Role(StrEnum):
+    """Why a commit is measured (the value is what progress lines show). The endpoints have
+    the names of the search's terms (``bisect.terms``): good/bad, or in a fix search "with
+    the problem" (the old end) / "fixed" (the new end)."""
+
+    GOOD_ENDPOINT = "good endpoint"
+    BAD_ENDPOINT = "bad endpoint"
+    PROBLEM_ENDPOINT = "endpoint with the problem"
+    FIXED_ENDPOINT = "fixed endpoint"
+    BISECT = "bisect"
+    CONFIRM = "confirm"   # a bisect step judged at the final pair's error bound (pair_bound)
+    VERIFY_CULPRIT = "verify culprit"
+    VERIFY_PARENT = "verify parent"
+
+    @property
+    def endpoint(self) -> bool:
+        return self in _ENDPOINTS
+
+    @property
+    def verifies(self) -> bool:
+        return self in (Role.VERIFY_CULPRIT, Role.VERIFY_PARENT)
+
+
+_ENDPOINTS = frozenset({Role.GOOD_ENDPOINT, Role.BAD_ENDPOINT, Role.PROBLEM_ENDPOINT,
+                        Role.FIXED_ENDPOINT})
 
 
 @dataclass(frozen=True)

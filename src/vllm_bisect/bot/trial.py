@@ -63,7 +63,7 @@ def _spec(workdir: Path) -> tuple[dict[str, Any], str, str, str]:
 
 
 def _config(workdir: Path, github_url: str, port: int, spec: dict[str, Any]) -> Path:
-    from vllm_bisect.spec_load import _toml_value
+    from vllm_bisect.spec.load import _toml_value
 
     cfg = {"host": "127.0.0.1", "port": port, "github_api_url": github_url,
            "state_dir": str(workdir / "bot-state"), "cache_dir": str(workdir / "cache"),

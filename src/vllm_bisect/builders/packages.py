@@ -23,7 +23,7 @@ from packaging.utils import canonicalize_name
 
 from vllm_bisect.runtime.base import Artifact
 from vllm_bisect.runtime.childenv import child_env
-from vllm_bisect.spec_build import ArtifactKind
+from vllm_bisect.spec.build import ArtifactKind
 
 if TYPE_CHECKING:
     import docker

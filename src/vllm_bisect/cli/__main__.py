@@ -1,7 +1,7 @@
-"""``python -m vllm_bisect.cli``: the package is imported once; this only calls its main."""
+"""``python -m vllm_bisect.cli``: the console script's guarded entry (vllm_bisect.entry)."""
 
 from __future__ import annotations
 
-from vllm_bisect.cli.main import main
+from vllm_bisect.entry import main
 
 main()

@@ -20,7 +20,7 @@ def spec_cmd(
 ) -> None:
     """Spec file reference: `vllm-bisect spec --keys [SECTION]`."""
     from vllm_bisect.spec import BisectSpec
-    from vllm_bisect.spec_keys import spec_keys
+    from vllm_bisect.spec.keys import spec_keys
 
     if not keys:
         out().print("pass --keys to list every spec key (optionally one SECTION)")

@@ -173,13 +173,6 @@ def _kept(base: Path, side: str, n: int, key: str) -> tuple[TraceSummary, float 
 
 
 def _save(session: Path, doc: dict[str, Any]) -> None:
-    path = session / "result.json"
-    if not path.exists():
-        (session / "explain.json").write_text(json.dumps(doc, indent=2))
-        return
-    res = json.loads(path.read_text())
-    res["explain"] = doc
-    path.write_text(json.dumps(res, indent=2))
-    from vllm_bisect.report.render import write_reports
+    from vllm_bisect.report.render import write_section
 
-    write_reports(session)
+    write_section(session, "explain", doc)

@@ -29,13 +29,13 @@ from pathlib import Path
 
 import git
 
-from vllm_bisect.bisect.core import Core, Settle, open_core, settle
+from vllm_bisect.bisect.bench import first_slot, open_bench
+from vllm_bisect.bisect.core import Core, open_core
 from vllm_bisect.bisect.events import NullEvents
-from vllm_bisect.bisect.measurement.evaluate import Evaluator
-from vllm_bisect.bisect.measurement.executor import InlineExecutor, local_slots
-from vllm_bisect.bisect.policies import make_policy, resolve_strategy
+from vllm_bisect.bisect.policies import make_policy, resolve
 from vllm_bisect.bisect.policies.base import Role, VerdictPolicy
 from vllm_bisect.bisect.range import CommitInfo, CommitRange, info
+from vllm_bisect.bisect.search.endpoints import Settle, settle
 from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders import Builder, make_builder
@@ -110,13 +110,10 @@ class Bench:
             if bkey not in self._builders:
                 self._builders[bkey] = make_builder(spec, self.repo, self.cache_dir,
                                                     self.session.logs)
-            evaluator = Evaluator(spec, self._builders[bkey], self.session.logs,
-                                  self.session.journal, self.session.id,
-                                  on_phase=self.events.on_phase)
-            executor = InlineExecutor(evaluator.evaluate, local_slots(spec)[0],
-                                      session=self.session.id)
+            bench = open_bench(spec, self.session, self.cache_dir, self._builders[bkey],
+                               self.events, slots=first_slot(spec), tell_waits=False)
             assert self.choice is not None
-            self._cores[key] = open_core(spec, self.rng, self.journal, self.cache, executor,
+            self._cores[key] = open_core(spec, self.rng, self.journal, self.cache, bench.executor,
                                          self.events, policy=self.policy, choice=self.choice)
         return self._cores[key]
 
@@ -132,8 +129,9 @@ class Bench:
         if self.settled == (parent, culprit):
             assert self.choice is not None
             return self.choice
-        self.choice = resolve_strategy(spec)
-        self.policy = make_policy(spec, self.choice.strategy)
+        plan = resolve(spec)
+        self.choice = plan.choice
+        self.policy = make_policy(spec, plan.strategy)
         self.rng = CommitRange(good=info(self.repo.commit(parent)),
                                bad=info(self.repo.commit(culprit)),
                                commits=(info(self.repo.commit(culprit)),))

@@ -14,7 +14,7 @@ from vllm_bisect.bisect.range import open_repo
 from vllm_bisect.builders.precompiled import is_compiled
 from vllm_bisect.errors import BisectError
 from vllm_bisect.isolate.pins import is_pin_file, pin_changes
-from vllm_bisect.spec_build import ArtifactKind
+from vllm_bisect.spec.build import ArtifactKind
 
 # the kinds isolate can build a variant of the culprit with
 BUILDS_FROM_SOURCE = (ArtifactKind.SOURCE, ArtifactKind.COMMAND, ArtifactKind.WHEEL)

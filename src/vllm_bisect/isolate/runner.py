@@ -89,15 +89,9 @@ def _save(session: Path, bench: Bench, key: str, doc: dict[str, Any], judged: bo
     if judged:  # (a study that judged nothing, e.g. no pins changed, names no strategy)
         doc.update(bench.strategy())
     bench.journal.set_meta(f"result:{key}", json.dumps(doc))
-    res = _result_doc(session)
-    if res is None:
-        (session / f"{key}.json").write_text(json.dumps(doc, indent=2))
-        return
-    res[key] = doc
-    (session / "result.json").write_text(json.dumps(res, indent=2))
-    from vllm_bisect.report.render import write_reports
+    from vllm_bisect.report.render import write_section
 
-    write_reports(session)
+    write_section(session, key, doc)
 
 
 def run_studies(session: Path, cache_dir: Path, *, isolate: bool = True, deps: bool = True,

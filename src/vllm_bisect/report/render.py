@@ -1,15 +1,20 @@
 """Reports of a finished session: Markdown to paste into a GitHub issue, and one
 self-contained HTML page (jinja2 template ``templates/report.html.j2``) with a plot per
 symptom. Both render the same :class:`~vllm_bisect.report.view.ReportView`; pure functions
-of the session's files."""
+of the session's files. :func:`write_section` is the one place a study (isolate, deps, knobs,
+explain) writes its section of result.json."""
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
 from pathlib import Path
+from typing import Any
 
 from vllm_bisect.errors import printable
 from vllm_bisect.report.plot import COLOURS, make_plot
+from vllm_bisect.report.result import STUDIES
 from vllm_bisect.report.sanitize import neutralise
 from vllm_bisect.report.view import (
     COMMIT_COLUMNS,
@@ -22,7 +27,8 @@ from vllm_bisect.report.view import (
     view,
 )
 
-__all__ = ["SessionReport", "html_report", "load", "markdown", "pr_number", "write_reports"]
+__all__ = ["SessionReport", "html_report", "load", "markdown", "pr_number", "write_reports",
+           "write_section"]
 
 
 def _cell(text: str) -> str:
@@ -131,3 +137,30 @@ def write_reports(session_dir: Path) -> None:
     r = load(session_dir)
     (session_dir / "report.md").write_text(markdown(r))
     (session_dir / "report.html").write_text(html_report(r))
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it, renamed over it (a
+    kill mid-write leaves the old file or the new one, never a part)."""
+    tmp = path.with_name(f".{path.name}-{secrets.token_hex(4)}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_section(session_dir: Path, key: str, doc: dict[str, Any]) -> None:
+    """A study's section (``key``: one of ``report.result.STUDIES``) into the session's
+    result.json, then report.md and report.html again; without a result.json (a study of a
+    culprit given by hand) into ``<key>.json`` beside it. Each file written atomically."""
+    if key not in STUDIES:
+        raise ValueError(f"no study section {key!r} (one of {', '.join(STUDIES)})")
+    path = session_dir / "result.json"
+    if not path.exists():
+        _replace_text(session_dir / f"{key}.json", json.dumps(doc, indent=2))
+        return
+    res = dict(json.loads(path.read_text()))
+    res[key] = doc
+    _replace_text(path, json.dumps(res, indent=2))
+    write_reports(session_dir)

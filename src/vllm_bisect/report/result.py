@@ -98,8 +98,8 @@ class VerificationDoc(_Doc):
             return None
         return cls(culprit=v.culprit, parent=v.parent, samples=v.samples,
                    confirmed=v.confirmed, source=v.source,
-                   culprit_servers=len(v.culprit_servers or []) or 1,
-                   parent_servers=len(v.parent_servers or []) or 1,
+                   culprit_servers=v.culprit_runs or len(v.culprit_servers or []) or 1,
+                   parent_servers=v.parent_runs or len(v.parent_servers or []) or 1,
                    culprit_verdict=v.culprit_verdict,
                    culprit_reason=v.culprit_reason, parent_verdict=v.parent_verdict,
                    parent_reason=v.parent_reason,

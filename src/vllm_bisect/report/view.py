@@ -183,6 +183,9 @@ def effects(r: SessionReport) -> list[str]:
     if v and v.culprit_per_request and v.parent_per_request:
         before, after = v.parent_per_request, v.culprit_per_request
         source = (f"re-measured with {requests_text(v)}" if v.source == "fresh" else
+                  f"the search's runs ({servers_text(v.parent_servers)} of the parent, "
+                  f"{servers_text(v.culprit_servers)} of the culprit)"
+                  if v.source == "rechecks" else
                   f"the final pair's servers ({servers_text(v.parent_servers)} of the parent,"
                   f" {servers_text(v.culprit_servers)} of the culprit)")
     else:
@@ -257,6 +260,10 @@ def servers_text(n: int) -> str:
     return f"{n} server" + ("" if n == 1 else "s")
 
 
+def _runs(n: int) -> str:
+    return f"{n} run" + ("" if n == 1 else "s")
+
+
 def verification_text(res: BisectReport) -> str | None:
     v = res.verification
     if v is None:
@@ -267,6 +274,13 @@ def verification_text(res: BisectReport) -> str | None:
                 f"{servers_text(v.culprit_servers)} ({v.culprit_reason}) and its parent "
                 f"{v.parent[:12]} good on {servers_text(v.parent_servers)} "
                 f"({v.parent_reason}).")
+    if v.source == "rechecks":
+        return (f"Verified by the search's own runs, with no fresh server: the culprit showed "
+                f"the symptom in {_runs(v.culprit_servers)} "
+                f"({v.culprit_reason}; a commit that shows a cap is bad: a good one never "
+                f"does) and its parent {v.parent[:12]} missed it in all "
+                f"{_runs(v.parent_servers)}, the search's and "
+                f"its re-checks ({v.parent_reason}).")
     if v.confirmed:
         return (f"Verified: re-measured on fresh servers ({requests_text(v)}), the "
                 f"culprit again judged bad ({v.culprit_reason}) and its parent "

@@ -72,7 +72,7 @@ def static_index(dist: Path, root: Path) -> str:
 
 def study_history(study: str, path: Path) -> StudyHistory:
     """The history of ``study`` at ``path`` (a new directory), its spec and commands."""
-    from vllm_bisect.isolate.synth import dependency_history, knob_history, wide_culprit_history
+    from vllm_bisect.sim.synth import dependency_history, knob_history, wide_culprit_history
 
     if study == "isolate":
         w = wide_culprit_history(path, n_files=20, before=1, after=1)

@@ -277,7 +277,7 @@ def spec_toml(t: Triage, repo_path: str = ".", report: str = "the report") -> st
     """The spec file ``triage --write`` writes: only the keys triage set (validated first),
     each value the report did not say under a ``# chose`` comment with why; every other key
     takes its default."""
-    from vllm_bisect.spec_load import _toml_value
+    from vllm_bisect.spec.load import _toml_value
 
     validated_spec(t, repo_path)   # a spec `run` refuses is never written
     doc, chose = spec_and_choices(t, repo_path)

@@ -22,7 +22,6 @@ from vllm_bisect.triage.refs import MAX_LINE, find_mentions
 from vllm_bisect.triage.roles import (
     Point,
     SearchKind,
-    assign_votes,
     choose,
     merge_points,
 )
@@ -45,6 +44,7 @@ from vllm_bisect.triage.symptom_words import word_symptoms
 from vllm_bisect.triage.symptoms import Found, find_symptoms
 from vllm_bisect.triage.values import Read, Triage
 from vllm_bisect.triage.versions import respell, title_index
+from vllm_bisect.triage.votes import assign_votes
 
 MAX_CHARS = 200_000
 

@@ -1,4 +1,7 @@
-"""``verdict.strategy = "auto"``: which verdict strategy a symptom gets, and why (pure).
+"""``verdict.strategy = "auto"``: which verdict strategy a symptom gets, and why (pure). The
+rules themselves are one table (``vllm_bisect.spec.verdict``: ``AUTO_STRATEGY``, ``JUDGES``,
+``NO_FIX_SEARCH``, ``PER_REQUEST``) that the spec's defaults and validator read too; it sits
+in the spec's layer because the validator, below this package, reads it. Here: why.
 
 - a cap or a correctness change (deterministic at both endpoints) -> ``threshold``; the
   Driver re-checks the commits a flaky symptom can mislead (``bisect/recheck.py``) and goes
@@ -16,10 +19,12 @@ one server help), or one output tok/s (or MTP speed-up ratio) per server.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from vllm_bisect.models import Measurement
 from vllm_bisect.spec import Strategy, Symptom, VerdictSpec
+from vllm_bisect.spec.verdict import AUTO_STRATEGY, PER_REQUEST
 from vllm_bisect.verdict.judge import throughput_of
 
 __all__ = ["Choice", "Strategy", "choose_strategy"]
@@ -34,26 +39,40 @@ class Choice:
 
 
 def choose_strategy(v: VerdictSpec) -> Choice:
-    """The strategy a verdict spec runs with (``auto`` resolved), and the reason."""
+    """The strategy a verdict spec runs with (``auto`` resolved: the rule table's
+    ``AUTO_STRATEGY``), and the reason."""
     if v.strategy != "auto":
         return Choice(Strategy(v.strategy), f'verdict.strategy = "{v.strategy}" was written')
-    s = v.symptom
-    if s in (Symptom.LENGTH, Symptom.CORRECTNESS):
-        # (chosen before anything is measured: an expectation, not a finding)
-        return Choice(Strategy.THRESHOLD, f"auto: the {s.value} symptom is expected to be "
-                      "deterministic (one run per commit tells)")
-    if s is Symptom.MEMORY:
-        return Choice(Strategy.THRESHOLD, "auto: memory at start-up is deterministic for a "
-                      "commit and a config (one start per commit tells)")
-    if s is Symptom.CRASH:
-        return Choice(Strategy.BAYES, "auto: a crash shows in some runs only (runs are repeated "
-                      "where they tell most)")
-    if s in (Symptom.ITL, Symptom.TTFT, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP):
-        return Choice(Strategy.TWOLEVEL, f"auto: {s.value} is a noisy measurement (a server level "
-                      f"plus per-request noise): the two-level sequential test, smallest change "
-                      f"that matters {smallest_change(v):.3g}x")
-    return Choice(Strategy.THRESHOLD, 'auto: symptom "any" judges length and ITL against the '
-                  "written thresholds")
+    return Choice(AUTO_STRATEGY[v.symptom], _WHY[v.symptom](v))
+
+
+def _deterministic(v: VerdictSpec) -> str:
+    # (chosen before anything is measured: an expectation, not a finding)
+    return (f"auto: the {v.symptom.value} symptom is expected to be deterministic (one run "
+            "per commit tells)")
+
+
+def _noisy(v: VerdictSpec) -> str:
+    return (f"auto: {v.symptom.value} is a noisy measurement (a server level plus per-request "
+            "noise): the two-level sequential test, smallest change that matters "
+            f"{smallest_change(v):.3g}x")
+
+
+# why auto runs what AUTO_STRATEGY says for each symptom
+_WHY: dict[Symptom, Callable[[VerdictSpec], str]] = {
+    Symptom.LENGTH: _deterministic,
+    Symptom.CORRECTNESS: _deterministic,
+    Symptom.MEMORY: lambda v: ("auto: memory at start-up is deterministic for a commit and a "
+                               "config (one start per commit tells)"),
+    Symptom.CRASH: lambda v: ("auto: a crash shows in some runs only (runs are repeated where "
+                              "they tell most)"),
+    Symptom.ITL: _noisy,
+    Symptom.TTFT: _noisy,
+    Symptom.THROUGHPUT: _noisy,
+    Symptom.MTP_SPEEDUP: _noisy,
+    Symptom.ANY: lambda v: ('auto: symptom "any" judges length and ITL against the written '
+                            "thresholds"),
+}
 
 
 def smallest_change(v: VerdictSpec) -> float:
@@ -74,7 +93,7 @@ def direction(symptom: Symptom) -> int:
 
 def per_request(symptom: Symptom) -> bool:
     """Do more requests on one server add samples (ITL, TTFT), or is it one per server?"""
-    return symptom in (Symptom.ITL, Symptom.TTFT)
+    return symptom in PER_REQUEST
 
 
 def samples_of(m: Measurement | None, symptom: Symptom) -> list[float]:

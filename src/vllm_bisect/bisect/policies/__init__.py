@@ -21,6 +21,7 @@ from vllm_bisect.bisect.policies.threshold import ThresholdPolicy, crashed, unme
 from vllm_bisect.bisect.policies.twolevel import TwoLevelPolicy
 from vllm_bisect.errors import SpecError
 from vllm_bisect.spec import BisectSpec, SearchKind
+from vllm_bisect.spec.verdict import NO_FIX_SEARCH
 from vllm_bisect.verdict.auto import Choice, Strategy, choose_strategy
 
 POLICIES: dict[str, type[ThresholdPolicy]] = {
@@ -39,13 +40,15 @@ __all__ = ["POLICIES", "BayesPolicy", "Plan", "SequentialPolicy", "ThresholdPoli
 class Plan:
     """What a spec's verdict comes to, decided once (:func:`resolve`): the strategy that runs
     (``auto`` resolved) and why, whether its policy needs the healthy endpoint's measurement
-    (relative thresholds, calibration), and whether it can judge one commit at a time under
+    (relative thresholds, calibration), whether it calibrates on both endpoints (a noise-aware
+    test: the rest check runs after it), and whether it can judge one commit at a time under
     ``git bisect run``."""
 
     strategy: Strategy
     reason: str
     needs_reference: bool
     hook_ok: bool
+    needs_calibration: bool = False
 
     @property
     def choice(self) -> Choice:
@@ -56,14 +59,15 @@ def resolve(spec: BisectSpec) -> Plan:
     """The spec's :class:`Plan` (every way into the core reads this, never the rules)."""
     choice = resolve_strategy(spec)
     policy = make_policy(spec, choice.strategy)
-    return Plan(choice.strategy, choice.reason, policy.needs_reference, policy.supports_hook)
+    return Plan(choice.strategy, choice.reason, policy.needs_reference, policy.supports_hook,
+                policy.needs_calibration)
 
 
 def resolve_strategy(spec: BisectSpec) -> Choice:
     """The strategy that runs (``auto`` chosen from the symptom) and why; a fix search does
     not run bayes (it searches for regressions only): threshold instead."""
     choice = choose_strategy(spec.verdict)
-    if spec.range.search is SearchKind.FIX and choice.strategy is Strategy.BAYES:
+    if spec.range.search is SearchKind.FIX and choice.strategy in NO_FIX_SEARCH:
         choice = Choice(Strategy.THRESHOLD, "auto: a fix search runs the threshold strategy "
                         "for this symptom (bayes does not search for fixes)")
     return choice

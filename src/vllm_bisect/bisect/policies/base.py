@@ -44,39 +44,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Protocol
 
+from vllm_bisect.bisect.terms import Role as Role  # (its home is bisect.terms)
 from vllm_bisect.models import Evaluation, Measurement, Outcome
 
 MoreSamples = Callable[[Measurement], int]  # how many more requests to probe (0: enough)
-
-
-class Role(StrEnum):
-    """Why a commit is measured (the value is what progress lines show). The endpoints have
-    the names of the search's terms (``bisect.terms``): good/bad, or in a fix search "with
-    the problem" (the old end) / "fixed" (the new end)."""
-
-    GOOD_ENDPOINT = "good endpoint"
-    BAD_ENDPOINT = "bad endpoint"
-    PROBLEM_ENDPOINT = "endpoint with the problem"
-    FIXED_ENDPOINT = "fixed endpoint"
-    BISECT = "bisect"
-    CONFIRM = "confirm"   # a bisect step judged at the final pair's error bound (pair_bound)
-    VERIFY_CULPRIT = "verify culprit"
-    VERIFY_PARENT = "verify parent"
-
-    @property
-    def endpoint(self) -> bool:
-        return self in _ENDPOINTS
-
-    @property
-    def verifies(self) -> bool:
-        return self in (Role.VERIFY_CULPRIT, Role.VERIFY_PARENT)
-
-
-_ENDPOINTS = frozenset({Role.GOOD_ENDPOINT, Role.BAD_ENDPOINT, Role.PROBLEM_ENDPOINT,
-                        Role.FIXED_ENDPOINT})
 
 
 # measure both endpoints, each with at least the requests ``more`` asks for:

@@ -13,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from vllm_bisect.bisect.core import Settle, settle
 from vllm_bisect.bisect.policies.base import Role
-from vllm_bisect.bisect.search.endpoints import calibrate_endpoints
+from vllm_bisect.bisect.search.endpoints import Settle, calibrate_endpoints, settle
 from vllm_bisect.bisect.search.multisection import ideal_rounds
 from vllm_bisect.bisect.search.steps import (
     Step,

@@ -1,12 +1,17 @@
 """The endpoints: verified (threshold policies) or calibrated on (learning policies) before
-the search; the bisect is refused (``NotReproduced``) unless good judges good and bad bad."""
+the search; the bisect is refused (``NotReproduced``) unless good judges good and bad bad.
+:func:`settle` is the one place that decides whether the endpoints are calibrated on,
+verified, or only the reference end measured (every search, the hook and the studies call
+it)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 
-from vllm_bisect.bisect.policies.base import MoreSamples, Role
+from vllm_bisect.bisect.policies.base import MoreSamples, Role, VerdictPolicy
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.reruns import Runs
 from vllm_bisect.bisect.search.multisection import ideal_rounds
@@ -41,6 +46,16 @@ def verify_endpoints(t: Tester) -> None:
         check_endpoints(t, one, None)
     two = t.test(other, role2, k)
     check_endpoints(t, *((one, two) if ref_end is rng.good else (two, one)))
+
+
+def check_measured_endpoints(t: Tester, results: dict[str, tuple[Evaluation, bool]]) -> None:
+    """Verify both endpoints measured elsewhere (``results``: commit -> (evaluation, from
+    the cache); the multisection measures them beside its first interior commits): judged
+    and recorded, the reference end first, then checked as :func:`verify_endpoints` does."""
+    rng = t.rng
+    out = {info.sha: t.record(info, role, *results[info.sha])
+           for info, role in t.terms.endpoints(rng)}
+    check_endpoints(t, out[rng.good.sha], out[rng.bad.sha])
 
 
 def untestable_end(name: str, sha: str, reason: str, *, log: Path | None = None,
@@ -95,6 +110,63 @@ def calibrate_endpoints(t: Tester, tests: int | None = None) -> None:
 
     with t.measurer.during(Phase.ENDPOINTS):
         t.policy.calibrate(endpoints, tests or search_tests(n, t.measurer.workers), t)
+
+
+class Settle(StrEnum):
+    """Who settles the endpoints, and so how (:func:`settling`)."""
+
+    SEARCH = "search"  # run, a study: calibrate on both ends, else verify both
+    HOOK = "hook"      # git bisect run: calibrate, else measure the reference end and check it
+    LOOSE = "loose"    # knobs: calibrate, else measure the reference end if thresholds need it
+
+
+class Settling(StrEnum):
+    CALIBRATE = "calibrate"
+    VERIFY = "verify"
+    REFERENCE_CHECKED = "reference-checked"
+    REFERENCE = "reference"
+    NOTHING = "nothing"
+
+
+def settling(policy: VerdictPolicy, mode: Settle) -> Settling:
+    """The one rule: what settling the endpoints means for this policy and caller."""
+    if policy.needs_calibration:
+        return Settling.CALIBRATE
+    if mode is Settle.SEARCH:
+        return Settling.VERIFY
+    if mode is Settle.HOOK:
+        return Settling.REFERENCE_CHECKED
+    return Settling.REFERENCE if policy.needs_reference else Settling.NOTHING
+
+
+def settle(tester: Tester, mode: Settle, tests: int | None = None, *,
+           verify: Callable[[], None] | None = None) -> Settling:
+    """Settle the endpoints of ``tester``'s range as :func:`settling` says (``tests``: how
+    many commits will be judged after it, for a calibrating policy's budget); what it did.
+    ``verify``: how a verification measures both ends instead of :func:`verify_endpoints`
+    (one at a time): the multisection measures them beside its first interior commits, and
+    says itself which of its servers are the endpoints' (``Phase.ENDPOINTS``)."""
+    t = tester
+    how = settling(t.policy, mode)
+    if how is Settling.VERIFY and verify is not None:
+        verify()
+        return how
+    with t.measurer.during(Phase.ENDPOINTS):
+        _settle(t, how, tests)
+    return how
+
+
+def _settle(t: Tester, how: Settling, tests: int | None) -> None:
+    if how is Settling.CALIBRATE:
+        calibrate_endpoints(t, tests)
+    elif how is Settling.VERIFY:
+        verify_endpoints(t)
+    elif how is Settling.REFERENCE_CHECKED:
+        ref = t.test(t.terms.reference(t.rng), t.terms.reference_role, 0)
+        check_endpoints(t, *((None, ref) if t.terms.fix else (ref, None)))
+    elif how is Settling.REFERENCE:
+        end, role = t.terms.endpoints(t.rng)[0]
+        t.test(end, role, tests or 0)
 
 
 def intermittence_applies(spec: BisectSpec, choice: Choice) -> bool:

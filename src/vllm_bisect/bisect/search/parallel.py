@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import logging
 
-from vllm_bisect.bisect.core import Settle, Settling, settle, settling
 from vllm_bisect.bisect.measurement.executor import Done
 from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.search.binary import Found, steps_left
-from vllm_bisect.bisect.search.endpoints import calibrate_endpoints, check_endpoints
+from vllm_bisect.bisect.search.endpoints import (
+    Settle,
+    calibrate_endpoints,
+    check_measured_endpoints,
+    settle,
+)
 from vllm_bisect.bisect.search.multisection import choose, ideal_rounds, useless
 from vllm_bisect.bisect.search.steps import Step, next_step, unconfirmed_pair
 from vllm_bisect.bisect.tester import Tester
@@ -116,8 +120,7 @@ class MultisectionSearch:
                     results[done.commit] = (done.evaluation, False)
                 else:
                     held.append(done)
-        out = {info.sha: t.record(info, role, *results[info.sha]) for info, role in order}
-        check_endpoints(t, out[rng.good.sha], out[rng.bad.sha])
+        check_measured_endpoints(t, results)
         for done in held:
             self._finish(done)
 
@@ -126,10 +129,8 @@ class MultisectionSearch:
         # still has loose verdicts from before: the final pair is re-judged all the same)
         self.pair = self.t.policy.pair_bound
         try:
-            if settling(self.t.policy, Settle.SEARCH) is Settling.VERIFY:
-                self._endpoints()  # beside the first interior commits
-            else:
-                settle(self.t, Settle.SEARCH)
+            # a verification runs beside the first interior commits
+            settle(self.t, Settle.SEARCH, verify=self._endpoints)
             while True:
                 if self.t.policy.recalibrate:
                     while self.running:   # the model changes: what runs finishes first

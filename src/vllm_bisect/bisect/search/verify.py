@@ -4,7 +4,10 @@ Paid only for doubt (issue 40). When the search already judged both at the whole
 bound (the final pair's confirmation, ``Role.CONFIRM``; the good endpoint is good by its
 calibration) and no rest check follows, that is the verification: the same evidence, pooled
 over the servers it ran, is not collected again to say the same thing
-(``Verification.source = "confirmation"``, with the servers it rests on). Otherwise both are
+(``Verification.source = "confirmation"``, with the servers it rests on). Likewise a
+deterministic cap under auto (bisect/recheck.py): the culprit showed the symptom and its parent
+missed it in every run, the search's and its re-checks (``"rechecks"``), so a default run of a
+deterministic cap costs plain bisect + 3 starts, every phase counted. Otherwise both are
 measured again on fresh servers (at once when there are workers) with
 ``verdict.verify_samples`` requests each and judged again: a policy without that bound
 (threshold, sequential, bayes), or the two-level default with its rest checks, which start
@@ -60,21 +63,46 @@ def at_the_bound(t: Tester, culprit: str, parent: CommitInfo) -> Verification | 
         culprit_servers=c_ev.samples, parent_servers=p_ev.samples)
 
 
-def verify_culprit(t: Tester, culprit: str, fresh: bool = False) -> Verification:
+def from_rechecks(t: Tester, culprit: str, parent: CommitInfo, runs: int) -> Verification | None:
+    """The verification a deterministic cap's search already is (auto's threshold search,
+    bisect/recheck.py): the culprit showed the symptom in every run of it (a symptom shown is
+    strong evidence: a good commit does not cap) and its parent missed it in at least
+    ``runs`` runs (the search's and its re-checks); None otherwise."""
+    mine = [o for o in t.probed if o.commit == culprit]
+    theirs = [o for o in t.probed if o.commit == parent.sha]
+    if (not mine or any(o.verdict is not Verdict.BAD for o in mine) or len(theirs) < runs
+            or any(o.verdict is not Verdict.GOOD for o in theirs)):
+        return None
+    c_ev, p_ev = t.evaluations.get(culprit), t.evaluations.get(parent.sha)
+    return Verification(
+        culprit=culprit, parent=parent.sha, samples=0, source="rechecks",
+        culprit_verdict=Verdict.BAD, parent_verdict=Verdict.GOOD,
+        culprit_reason=mine[-1].reason, parent_reason=theirs[-1].reason,
+        culprit_measurement=c_ev.measurement if c_ev else None,
+        parent_measurement=p_ev.measurement if p_ev else None,
+        culprit_runs=len(mine), parent_runs=len(theirs))
+
+
+def verify_culprit(t: Tester, culprit: str, fresh: bool = False,
+                   rechecked: int = 0) -> Verification:
     """``fresh``: on fresh servers even when the search judged both at the bound (the rest
-    checks start from them: the search's own servers of the pair are a biased sample)."""
+    checks start from them: the search's own servers of the pair are a biased sample).
+    ``rechecked``: a deterministic cap's parent ran this many times (1 + its re-checks): the
+    search's runs are the verification when they all agree (:func:`from_rechecks`)."""
     journal, need = t.store.journal, t.store.spec.verdict.verify_samples
     stored = journal.get_meta(META_KEY)
     parent = parent_of(t, culprit)
-    pooled = None if fresh else at_the_bound(t, culprit, parent)
+    pooled = None if fresh else (at_the_bound(t, culprit, parent)
+                                 or (from_rechecks(t, culprit, parent, rechecked)
+                                     if rechecked else None))
     if stored:
         v = Verification.model_validate_json(stored)
         asked = 0 if t.policy.multi_server else need
         if v.culprit == culprit and (v.samples == asked if v.source == "fresh" else pooled):
             return v
     if pooled is not None:
-        logger.info("the culprit %s and its parent were judged at the whole-bisect bound: "
-                    "that is the verification (no fresh servers)", culprit[:12])
+        logger.info("the culprit %s and its parent were judged by the search (%s): that is "
+                    "the verification (no fresh servers)", culprit[:12], pooled.source)
         journal.set_meta(META_KEY, pooled.model_dump_json())
         return pooled
     info = t.rng.commits[t.rng.index(culprit)]

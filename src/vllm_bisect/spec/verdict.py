@@ -1,15 +1,20 @@
 """The spec's ``[verdict]`` table: what is judged (``Symptom``), how (``Strategy``), and the
-keys of each strategy. Re-exported by ``vllm_bisect.spec``."""
+keys of each strategy; and the one table of rules between symptoms and strategies
+(``AUTO_STRATEGY``, ``JUDGES``, ``NO_FIX_SEARCH``, ``PER_REQUEST``), read by the spec's
+defaults and validator (``vllm_bisect.spec``'s ``BisectSpec``) and by the chooser of ``verdict.strategy =
+"auto"`` (``verdict/auto.py``, which says why). Re-exported by ``vllm_bisect.spec``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 
 from pydantic import Field
 
-from vllm_bisect.spec_build import _Model
+from vllm_bisect.spec.build import _Model
 
-__all__ = ["Strategy", "Symptom", "VerdictSpec", "output_token_floor"]
+__all__ = ["AUTO_STRATEGY", "JUDGES", "NO_FIX_SEARCH", "PER_REQUEST", "Strategy", "Symptom",
+           "VerdictSpec", "output_token_floor", "runs_with", "symptoms_text"]
 
 
 class Symptom(StrEnum):
@@ -33,6 +38,42 @@ class Strategy(StrEnum):
     SEQUENTIAL = "sequential"
     BAYES = "bayes"
     TWOLEVEL = "twolevel"
+
+
+# -- the rules between symptoms and strategies (one table) ----------------------------------
+# the strategy "auto" runs for each symptom (verdict/auto.py: why)
+AUTO_STRATEGY: Mapping[Symptom, Strategy] = {
+    Symptom.LENGTH: Strategy.THRESHOLD,        # deterministic: one run per commit tells
+    Symptom.CORRECTNESS: Strategy.THRESHOLD,
+    Symptom.MEMORY: Strategy.THRESHOLD,
+    Symptom.CRASH: Strategy.BAYES,             # shows in some runs only
+    Symptom.ITL: Strategy.TWOLEVEL,            # noisy at two levels: the server and the request
+    Symptom.TTFT: Strategy.TWOLEVEL,
+    Symptom.THROUGHPUT: Strategy.TWOLEVEL,
+    Symptom.MTP_SPEEDUP: Strategy.TWOLEVEL,
+    Symptom.ANY: Strategy.THRESHOLD,           # length and ITL against written thresholds
+}
+# the symptoms a strategy can judge, where it cannot judge every one
+JUDGES: Mapping[Strategy, tuple[Symptom, ...]] = {
+    Strategy.SEQUENTIAL: (Symptom.ITL,),
+    Strategy.TWOLEVEL: (Symptom.ITL, Symptom.TTFT, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP),
+}
+# strategies that do not search for fixes (range.search = "fix"; auto runs threshold instead)
+NO_FIX_SEARCH = frozenset({Strategy.BAYES})
+# symptoms where more requests on one server add samples (else one sample per server); a
+# two-level test of one starts with one request (probe.requests = 1 unless given)
+PER_REQUEST = frozenset({Symptom.ITL, Symptom.TTFT})
+
+
+def runs_with(strategy: str, symptom: Symptom) -> Strategy:
+    """The strategy that judges ``symptom`` when ``strategy`` is written (auto resolved)."""
+    return AUTO_STRATEGY[symptom] if strategy == Strategy.AUTO else Strategy(strategy)
+
+
+def symptoms_text(symptoms: tuple[Symptom, ...]) -> str:
+    """``"itl", "ttft" or "throughput"`` (for messages)."""
+    quoted = [f'"{s.value}"' for s in symptoms]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
 
 
 class VerdictSpec(_Model):

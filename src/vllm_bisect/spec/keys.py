@@ -92,7 +92,7 @@ def spec_keys(root: type[BaseModel]) -> tuple[SpecKey, ...]:
     """Every key of a spec file (``root``: the spec model, ``spec.BisectSpec``; passed in, so
     this module does not import the spec it describes), section by section (build: the union
     of every kind's)."""
-    from vllm_bisect.spec_build import BUILD_MODELS
+    from vllm_bisect.spec.build import BUILD_MODELS
 
     out: list[SpecKey] = []
     for section, field in root.model_fields.items():

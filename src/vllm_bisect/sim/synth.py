@@ -85,7 +85,7 @@ RUN uv pip install --system -r requirements/common.txt
 def _backend() -> str:
     text = t.BACKEND.format(check="")
     if _META not in text or "spec.output_cap" not in CLI_MAIN:
-        raise RuntimeError("sim/template.py changed: update vllm_bisect.isolate.synth")
+        raise RuntimeError("sim/template.py changed: update vllm_bisect.sim.synth")
     return text.replace(_META, _META.replace("\\n\".encode()", "\\n\" + _requires()).encode()")
                         .replace('meta = f"', 'meta = (f"')) + _REQUIRES
 

@@ -8,7 +8,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from vllm_bisect.spec_build import _Model
+from vllm_bisect.spec.build import _Model
 
 __all__ = ["MAX_DURATION_S", "SIZE_PATTERN", "ExecutorKind", "ExplainSpec", "OpsSpec",
            "ParallelSpec"]

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from vllm_bisect.spec_build import _Model
+from vllm_bisect.spec.build import _Model
 
 
 class LoadSpec(_Model):

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from vllm_bisect.errors import SpecError
-from vllm_bisect.spec_build import (
+from vllm_bisect.spec.build import (
     DEFAULT_KIND,
     DEFAULT_TAGS,
     ArtifactKind,
@@ -29,10 +29,20 @@ from vllm_bisect.spec_build import (
     layout_errors,
     migrate_stored,
 )
-from vllm_bisect.spec_keys import did_you_mean
-from vllm_bisect.spec_load import BenchSpec, LoadSpec, dump_spec
-from vllm_bisect.spec_ops import SIZE_PATTERN, ExecutorKind, ExplainSpec, OpsSpec, ParallelSpec
-from vllm_bisect.spec_verdict import Strategy, Symptom, VerdictSpec, output_token_floor
+from vllm_bisect.spec.keys import did_you_mean
+from vllm_bisect.spec.load import BenchSpec, LoadSpec, dump_spec
+from vllm_bisect.spec.ops import SIZE_PATTERN, ExecutorKind, ExplainSpec, OpsSpec, ParallelSpec
+from vllm_bisect.spec.verdict import (
+    JUDGES,
+    NO_FIX_SEARCH,
+    PER_REQUEST,
+    Strategy,
+    Symptom,
+    VerdictSpec,
+    output_token_floor,
+    runs_with,
+    symptoms_text,
+)
 
 __all__ = [
     "DEFAULT_TAGS",
@@ -185,9 +195,10 @@ class BisectSpec(_Model):
                   *(symptoms if isinstance(symptoms, list) else [])]
         given = (probe.model_fields_set if isinstance(probe, BaseModel)
                  else probe if isinstance(probe, dict) else {})
-        if (any(isinstance(s, str) and s in (Symptom.ITL, Symptom.TTFT) for s in judged)
-                and _key(verdict, "strategy", Strategy.AUTO) in ("auto", "twolevel")
-                and "requests" not in given):
+        written = _key(verdict, "strategy", Strategy.AUTO)
+        if (isinstance(written, str) and written in set(Strategy) and "requests" not in given
+                and any(isinstance(s, str) and s in PER_REQUEST
+                        and runs_with(written, Symptom(s)) is Strategy.TWOLEVEL for s in judged)):
             data = {**data, "probe": _with_key(probe, "requests", 1)}
         return data
 
@@ -197,15 +208,13 @@ class BisectSpec(_Model):
         # issue 28: each symptom checked alone (`symptom` is the first: _derived_defaults)
         for s in v.symptoms[1:]:
             _ = self.for_symptom(s)._check_verdict()  # type: ignore[operator]
-        if self.range.search is SearchKind.FIX and v.strategy is Strategy.BAYES:
+        if self.range.search is SearchKind.FIX and v.strategy in NO_FIX_SEARCH:
             raise ValueError('range.search = "fix" works with the threshold and sequential '
-                             'strategies, not "bayes"')
-        if v.strategy is Strategy.SEQUENTIAL and v.symptom is not Symptom.ITL:
-            raise ValueError('verdict.strategy = "sequential" needs verdict.symptom = "itl"')
-        if v.strategy is Strategy.TWOLEVEL and v.symptom not in (
-                Symptom.ITL, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP, Symptom.TTFT):
-            raise ValueError('verdict.strategy = "twolevel" needs verdict.symptom = "itl", '
-                             '"ttft", "throughput" or "mtp-speedup"')
+                             f'strategies, not "{v.strategy.value}"')
+        judges = JUDGES.get(v.strategy)
+        if judges is not None and v.symptom not in judges:
+            raise ValueError(f'verdict.strategy = "{v.strategy.value}" needs verdict.symptom = '
+                             + symptoms_text(judges))
         if (v.symptom is Symptom.TTFT and v.strategy is Strategy.THRESHOLD
                 and v.max_ttft_ms is None and v.ttft_factor is None):
             raise ValueError('verdict.symptom = "ttft" needs verdict.max_ttft_ms or '

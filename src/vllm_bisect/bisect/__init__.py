@@ -1,0 +1,17 @@
+"""The bisect core, in layers (each imports only its own layer and the ones below;
+``tests/test_imports.py``'s ``BISECT_LAYERS``):
+
+1. the range and its terms (``range.py``, ``release.py``, ``terms.py``: old/new and the
+   ``Role`` a commit is judged in), the events a run tells, the forecast's arithmetic;
+2. the verdict policies (``policies/``);
+3. where a bisect's state lives (``state/``);
+4. measuring a commit (``measurement/``) and the session's wiring (``bench.py``,
+   :func:`~vllm_bisect.bisect.bench.open_bench`: builder -> evaluator -> executor);
+5. judging a commit (``tester.py``, ``Tester.record()``: the one place a commit is judged)
+   and the composition root (``core.py``, :func:`~vllm_bisect.bisect.core.open_core`);
+6. the searches (``search/``, the endpoints settled by ``search/endpoints.py``'s
+   ``settle()``), the lazy good endpoint (``recheck.py``), the rest checks (``rest.py``) and
+   what a run tells (``forecast_events.py``, ``endpoint_env.py``);
+7. the ways in: ``driver.py`` (one search), ``multi.py`` (one per symptom), ``runner.py``
+   (a ``vllm-bisect run`` session) and ``hook.py`` (``git bisect run``).
+"""
