@@ -18,9 +18,21 @@ import httpx
 import pytest
 
 from vllm_bisect.errors import PortTaken
+from vllm_bisect.net import tls_context
 from vllm_bisect.runtime.ports import Ownership, check_port, free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.25.1"
+
+# The suite starts hundreds of Pythons (the CLI, each simulated `vllm serve`, each build's
+# helpers). With PYTHONDONTWRITEBYTECODE set (some CI and sandbox images set it) each of them
+# compiled every module of the tool it imported from source: ~0.2 s of CPU for the CLI, ~0.1 s
+# for a server start. The test run (the pytest-xdist controller, whose workers and their
+# children inherit its environment) lets them write their bytecode as Python does by default
+# (__pycache__ beside the sources, git-ignored). A PYTHONPYCACHEPREFIX instead would also
+# compile the standard library and every dependency anew once per run (~1.5 s per process
+# until warm), which costs more than it saves.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -64,7 +76,9 @@ def wait_port(url: str, proc: subprocess.Popen[bytes], timeout: float = 15.0,
                 raise PortTaken(f"port {port} was taken by another process")
             raise RuntimeError(f"server exited: {proc.stdout.read() if proc.stdout else ''!r}")
         try:
-            if httpx.get(url + path, timeout=1.0).status_code in ok and \
+            # one TLS context for every poll: httpx.get makes a new one each call (~40 ms
+            # of CPU loading the CA bundle), a core's worth at one poll per 50 ms
+            if httpx.get(url + path, timeout=1.0, verify=tls_context()).status_code in ok and \
                     check_port(port, proc.pid).ownership is not Ownership.OTHER:
                 return
         except httpx.HTTPError:

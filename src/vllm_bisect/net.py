@@ -17,11 +17,14 @@ server's ``/health`` wait (``runtime``) and isolate's package index client.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -50,9 +53,26 @@ class TooManyRedirects(NetLimitError):
     """More than MAX_REDIRECTS redirects."""
 
 
+@cache
+def _tls_context(cafile: str | None, capath: str | None) -> ssl.SSLContext:
+    return httpx.create_ssl_context(trust_env=bool(cafile or capath))
+
+
+def tls_context() -> ssl.SSLContext:
+    """httpx's default verifying TLS context (certifi, or SSL_CERT_FILE / SSL_CERT_DIR), made
+    once per process: httpx makes a new one for every client, ~40 ms of CPU to load the CA
+    bundle, which a client per health poll, probe and /metrics read paid over and over.
+    Shared across threads (an SSLContext is safe to share)."""
+    return _tls_context(os.environ.get("SSL_CERT_FILE") or None,
+                        os.environ.get("SSL_CERT_DIR") or None)
+
+
 def client(timeout: float | httpx.Timeout = 30.0, **kwargs: Any) -> httpx.Client:
     """An httpx client for :func:`stream`: no kept-alive connections, so every request's
-    socket is its own and the watchdog can shut it down before the headers arrive."""
+    socket is its own and the watchdog can shut it down before the headers arrive. Verifies
+    TLS with :func:`tls_context` unless ``verify`` is given."""
+    if "verify" not in kwargs and kwargs.get("trust_env", True):
+        kwargs["verify"] = tls_context()
     limits = kwargs.pop("limits", None) or httpx.Limits()
     limits = httpx.Limits(max_connections=limits.max_connections, max_keepalive_connections=0)
     return httpx.Client(timeout=timeout, limits=limits, **kwargs)

@@ -55,7 +55,7 @@ def test_bisect_request_end_to_end(tmp_path: Path, gh: GitHubStandIn,
     assert bot.send("issue_comment", cmd, delivery=d).json()["status"] == "duplicate delivery"
     ack = gh.comments[0]
     assert "queued" in ack.body and f"`{abbrev(h.good, 10)}`" in ack.body
-    wait_for(lambda: final(ack))
+    wait_for(lambda: final(ack), context=bot.output)
     assert f"https://github.com/vllm-project/vllm/commit/{h.planted['length']}" in ack.body
     assert "https://github.com/vllm-project/vllm/pull/" in ack.body and "finished" in ack.body
     assert any("running over 10 commits" in e for e in ack.edits)  # progress, edited in place
@@ -82,9 +82,9 @@ def test_labeled_issue_is_triaged_and_survives_a_restart(tmp_path: Path, gh: Git
     assert bot.send("issue_comment", go).json()["status"] == "queued"
     bot.proc.send_signal(signal.SIGTERM)
     bot.proc.wait(timeout=15)
-    start_bot(write_config(tmp_path / "work.toml", gh, h, state, workers=1))
+    bot = start_bot(write_config(tmp_path / "work.toml", gh, h, state, workers=1))
     ack = gh.comments[1]
-    wait_for(lambda: final(ack))
+    wait_for(lambda: final(ack), context=bot.output)
     assert h.planted["length"] in ack.body and "finished" in ack.body
 
 
@@ -94,7 +94,7 @@ def test_not_reproduced_blames_nobody(tmp_path: Path, gh: GitHubStandIn,
     bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, tmp_path / "state"))
     bot.send("issue_comment", comment_event(f"/bisect good={h.good} bad={h.bad} symptom=length"))
     ack = gh.comments[0]
-    wait_for(lambda: final(ack))
+    wait_for(lambda: final(ack), context=bot.output)
     assert "inconclusive" in ack.body and "No commit is blamed" in ack.body
     assert "First bad commit" not in ack.body
 

@@ -65,7 +65,7 @@ def test_comments_ping_nobody_and_load_no_image(tmp_path: Path, gh: GitHubStandI
         f"/bisect good={abbrev(h.good, 10)} bad={abbrev(h.bad, 10)} symptom=length"
     )).json()["status"] == "queued"
     ack = gh.comments[-1]
-    wait_for(lambda: final(ack))
+    wait_for(lambda: final(ack), context=bot.output)
     assert h.planted["length"] in ack.body
     for text in [ack.body, *ack.edits]:
         assert " @vllm-project/maintainers" not in text

@@ -150,12 +150,15 @@ def test_series_to_culprit_in_one_command(tmp_path: Path) -> None:
 
 
 def test_a_series_made_from_a_session(tmp_path: Path) -> None:
-    # the simulator's own bisect results (a session's judged commits) as a series
-    h = history(tmp_path, n_commits=16, slow_at=9, slow_factor=3.0, step_ms=4.0)
+    # the simulator's own bisect results (a session's judged commits) as a series. A request
+    # spans ~0.5 s (10 ms steps, 160 tokens): at 4 ms and 48 tokens it spanned ~60 ms, and a
+    # server that waited that long for a core (8 workers on 2 cores; or frozen 60 ms of every
+    # 200 ms) doubled a good commit's ITL, and the 6-point series showed no change point
+    h = history(tmp_path, n_commits=16, slow_at=9, slow_factor=3.0, step_ms=10.0)
     spec = write_spec(tmp_path / "spec.toml", make_spec(
         h, verdict={"symptom": "itl", "itl_factor": 1.5, "strategy": "threshold",
                     "verify_samples": 0},
-        probe={"max_tokens": 48, "requests": 2, "warmup": 0}))
+        probe={"max_tokens": 160, "requests": 2, "warmup": 0}))
     session = tmp_path / "session"
     r = cli("run", "--spec", str(spec), "--session", str(session), "--cache-dir",
             str(tmp_path / "cache"), "--json", cwd=tmp_path)

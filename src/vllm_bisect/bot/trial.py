@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from vllm_bisect import net
 from vllm_bisect.bot.app import HEALTH_PATH, WEBHOOK_PATH
 from vllm_bisect.errors import FatalError
 
@@ -84,7 +85,8 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s:
             raise FatalError(f"the bot exited with code {proc.returncode} before it answered "
                              f"{HEALTH_PATH}", hint=f"see its log: {log}")
         try:
-            if httpx.get(url + HEALTH_PATH, timeout=1.0).status_code == 200:
+            if httpx.get(url + HEALTH_PATH, timeout=1.0,
+                         verify=net.tls_context()).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

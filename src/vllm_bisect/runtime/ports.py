@@ -109,6 +109,13 @@ def check_port(port: int, session: int, proc: Path = PROC) -> PortCheck:
     """Whose listener answers on ``port``: one of session ``session``'s processes, another
     process (named when it can be read), or unknown (nothing listens yet, or no /proc). The
     session's own processes are this user's, so an unreadable holder is another's."""
+    inodes = listen_inodes(port, proc)
+    if not inodes:
+        return PortCheck(Ownership.UNKNOWN)
+    # the common answer first: a process of the session holds it (a few processes' fds read,
+    # not every process's on the machine: ~25 ms of CPU per check with 200 processes)
+    if any(_holds(pid, inodes, proc) for pid in _pids(proc) if _session(pid) == session):
+        return PortCheck(Ownership.OURS)
     return _check(port, lambda pid: _session(pid) == session, Ownership.OTHER, proc)
 
 
