@@ -235,7 +235,10 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
             unbuildable.append(i)
     subprocess.run(["git", "fast-import", "--quiet"], cwd=path, input=b"".join(stream),
                    check=True, capture_output=True, timeout=600)
-    repo.git.checkout("-f", "main")
+    # the head's files into the index and the work tree, as a plumbing command: a checkout
+    # would leave a "checkout: moving from main to main" reflog entry, and `@{-1}` would then
+    # name the head (in a history made commit by commit it names nothing)
+    repo.git.read_tree("-u", "--reset", "main")
     shas = tuple(repo.git.rev_list("--reverse", "main").split())
     if len(shas) != plan.n_commits + 1:
         raise RuntimeError(f"{path}: {len(shas)} commits written, {plan.n_commits + 1} planned")
