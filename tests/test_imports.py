@@ -202,7 +202,7 @@ BISECT_LAYERS: list[set[str]] = [
     {"measurement", "bench"},
     {"tester", "reruns", "core"},
     {"search", "recheck", "rest", "forecast_spread", "forecast_events", "endpoint_env"},
-    {"driver", "multi", "runner", "hook"},
+    {"driver", "culprits", "multi", "runner", "hook"},
 ]
 
 

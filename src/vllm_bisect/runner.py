@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vllm_bisect.bisect.culprits import MultiResult, culprit_docs
 from vllm_bisect.bisect.driver import BisectResult, EventHandler
-from vllm_bisect.bisect.multi import MultiResult, culprit_docs
 from vllm_bisect.bisect.runner import run_session
 from vllm_bisect.report.result import BisectReport
 from vllm_bisect.spec import BisectSpec

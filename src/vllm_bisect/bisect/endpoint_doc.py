@@ -1,4 +1,4 @@
-"""result.json's ``endpoint_env`` (issue 28): the endpoints' environments side by side, as
+"""result.json's ``endpoint_env``: the endpoints' environments side by side, as
 typed values: the packages that differ (what :mod:`~vllm_bisect.bisect.endpoint_env` told
 before the search), the ``VLLM_*`` variables each side's servers were started with, and the
 GPU, driver and CUDA each side's measurement recorded (``Evaluation.environment``, the

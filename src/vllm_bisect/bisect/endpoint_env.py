@@ -1,4 +1,4 @@
-"""The two endpoints' environments, told before the search (issue 28).
+"""The two endpoints' environments, told before the search.
 
 When the endpoints differ in more than vLLM itself (torch, flashinfer, triton, ...), the
 regression may be a dependency's, and a maintainer wants to know that before the search

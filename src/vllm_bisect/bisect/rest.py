@@ -1,4 +1,4 @@
-"""The rest check (issue 28): does a culprit explain the whole effect?
+"""The rest check: does a culprit explain the whole effect?
 
 After a culprit X of a noise-aware symptom, two questions (bisect.multi asks them): is the
 bad end still clearly worse than X, and is X's parent clearly worse than the good end? Each
@@ -22,7 +22,7 @@ Why two servers an end for either answer, and why the verification's fresh serve
 here: the search's servers of the culprit and of its parent are a biased sample (each was
 judged on them: a plateau commit measured low looks good, a culprit measured high looks like
 the whole step). The culprit's verification on fresh servers is the unbiased evidence these
-checks start from (docs/benchmarks.md, issue 40, for what judging without it cost).
+checks start from (what judging without it cost: docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -14,9 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from vllm_bisect.bisect.bench import open_bench
+from vllm_bisect.bisect.culprits import MultiResult
 from vllm_bisect.bisect.driver import BisectResult, Driver, EventHandler
 from vllm_bisect.bisect.endpoint_env import EndpointEnvEvents
-from vllm_bisect.bisect.multi import MultiResult, run_symptoms
+from vllm_bisect.bisect.multi import run_symptoms
 from vllm_bisect.bisect.range import CommitRange, commit_range, open_repo
 from vllm_bisect.bisect.search.endpoints import untestable_end
 from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal

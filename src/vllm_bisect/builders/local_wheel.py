@@ -59,9 +59,9 @@ def slim_wheel(wheel: Path, cache_dir: Path) -> Path:
     if out.is_file():
         return out
     folder.mkdir(parents=True, exist_ok=True)
-    # one writer makes it, the others wait and reuse it: three bisects sharing a cache on an
-    # H100 each made the copy at once (docs/validation.md (m)), and their first builds took
-    # ~6 min instead of ~3. A flock: the kernel drops it if the writer dies (kill -9).
+    # one writer makes it, the others wait and reuse it (bisects sharing a cache otherwise
+    # each make the copy at once and slow each other's first build: docs/design-notes.md).
+    # A flock: the kernel drops it if the writer dies (kill -9).
     with open(folder / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:

@@ -1,10 +1,10 @@
-"""The installed packages of an artifact's environment (issue 28's environment diff).
+"""The installed packages of an artifact's environment (for the endpoints' environment diff).
 
 A venv is asked through its own interpreter (``importlib.metadata`` over its ``sys.path``,
 in order, the first of a name winning as an import would): a source build with
 ``reuse_installed`` sees the interpreter's torch through ``--system-site-packages`` and a
-``.pth`` link, which its own site-packages does not hold (on the H200, the environment diff
-read torch as missing on both sides). Where the interpreter cannot run, its site-packages is
+``.pth`` link, which its own site-packages does not hold (read there, torch would show as
+missing on both sides). Where the interpreter cannot run, its site-packages is
 read in place. An image is asked once: a short container of the image's own Python lists
 its distributions with ``importlib.metadata`` (no pip needed, no network, no GPU). A command
 or URL artifact has no environment vllm-bisect can see.

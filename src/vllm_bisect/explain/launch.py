@@ -58,9 +58,8 @@ class ProfilerSwitch:
 
 # ProfilerConfig fields that make a profile cheaper, each sent only where the commit's
 # ProfilerConfig declares it (vLLM's configs forbid unknown keys: the server would exit).
-# Learned on an H100 with vLLM 0.25.1 (docs/validation.md, (k)): with the defaults,
-# /stop_profile answered ~4 min after a 30 s probe of the tiny MTP model (eager), building
-# the key-averages table over every event and writing the API server's own trace as well.
+# With the defaults /stop_profile takes minutes: it builds the key-averages table over every
+# event and writes the API server's own trace as well (measured: docs/design-notes.md).
 CHEAPER: dict[str, object] = {
     "torch_profiler_with_stack": False,            # no Python stacks per op
     "torch_profiler_dump_cuda_time_total": False,  # no key-averages table at stop

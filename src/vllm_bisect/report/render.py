@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from vllm_bisect.errors import printable
 from vllm_bisect.report.plot import COLOURS, make_plot
-from vllm_bisect.report.result import STUDIES
 from vllm_bisect.report.sanitize import neutralise
+from vllm_bisect.report.section import SectionDoc
+from vllm_bisect.report.sections import section_doc
 from vllm_bisect.report.view import (
     COMMIT_COLUMNS,
     COMMIT_URL,
@@ -150,17 +152,19 @@ def _replace_text(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def write_section(session_dir: Path, key: str, doc: dict[str, Any]) -> None:
-    """A study's section (``key``: one of ``report.result.STUDIES``) into the session's
+def write_section(session_dir: Path, key: str, doc: SectionDoc | Mapping[str, Any]) -> None:
+    """A study's section (``key``: registered in ``report.sections.SECTIONS``, its document
+    that section's model; a mapping is validated against it) into the session's
     result.json, then report.md and report.html again; without a result.json (a study of a
-    culprit given by hand) into ``<key>.json`` beside it. Each file written atomically."""
-    if key not in STUDIES:
-        raise ValueError(f"no study section {key!r} (one of {', '.join(STUDIES)})")
+    culprit given by hand) into ``<key>.json`` beside it. Each file written atomically.
+    ValueError, before anything is written, for a key not registered or a document that is
+    not the section's."""
+    data = section_doc(key, doc).document()
     path = session_dir / "result.json"
     if not path.exists():
-        _replace_text(session_dir / f"{key}.json", json.dumps(doc, indent=2))
+        _replace_text(session_dir / f"{key}.json", json.dumps(data, indent=2))
         return
     res = dict(json.loads(path.read_text()))
-    res[key] = doc
+    res[key] = data
     _replace_text(path, json.dumps(res, indent=2))
     write_reports(session_dir)

@@ -10,14 +10,13 @@ from typing import Any
 
 from vllm_bisect.errors import SessionError
 from vllm_bisect.models import Measurement, Phase, Verdict
-from vllm_bisect.report.isolate_section import section_lines
 from vllm_bisect.report.result import (
     BisectReport,
     JudgedCommit,
     PerRequest,
     VerificationDoc,
 )
-from vllm_bisect.report.sections import extra_sections
+from vllm_bisect.report.sections import study_lines
 from vllm_bisect.report.symptom_view import SymptomView, session_spec, symptom_view
 
 COMMIT_URL = "https://github.com/vllm-project/vllm/commit/{sha}"
@@ -157,8 +156,7 @@ def view(r: SessionReport) -> ReportView:
         environment=next((p.environment for p in judged if p.environment), None),
         reproduce=f"vllm-bisect run --spec spec.toml --good {res.good[:12]} --bad {res.bad[:12]}",
         artifact=culprit.artifact if culprit else None, spec_text=r.spec_text.strip(),
-        studies=section_lines(res.model_dump(mode="json"))
-        + extra_sections(res.model_dump(mode="json")))
+        studies=study_lines(res.model_dump(mode="json")))
 
 
 def _cells(m: Measurement | None) -> tuple[str, ...]:

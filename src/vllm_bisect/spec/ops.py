@@ -28,8 +28,8 @@ class ExplainSpec(_Model):
     # profiled server starts per side (the run-to-run spread needs at least 2)
     servers_per_side: int = Field(default=2, ge=1, le=8)
     # the profiled probe: at most this many requests of at most this many tokens (the diff
-    # is per decode step; vLLM's /stop_profile time grows with the events recorded: ~4 min
-    # after 1024 eager tokens of the tiny MTP model on an H100, docs/validation.md (k))
+    # is per decode step; vLLM's /stop_profile time grows with the events recorded:
+    # docs/design-notes.md)
     profile_requests: int = Field(default=1, ge=1, le=1000)
     profile_max_tokens: int = Field(default=128, ge=1)
 

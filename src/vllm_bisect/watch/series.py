@@ -43,7 +43,8 @@ SESSION_METRICS = ("itl_ms", "chunk_itl_ms", "tpot_ms", "ttft_ms", "tokens_per_c
 SHA_IN_TEXT = re.compile(r"(?:\+g|nightly-|-g|^|[^0-9a-f])([0-9a-f]{7,40})(?=$|[^0-9a-f])")
 MAX_FILES = 10_000
 MAX_FILE_BYTES = 64 << 20
-# a CSV / JSON-lines series: a million rows took 130 s and 2.6 GB (issue 41)
+# a CSV / JSON-lines series' points, at most (reading costs grow with the rows:
+# docs/design-notes.md)
 MAX_POINTS = 100_000
 
 

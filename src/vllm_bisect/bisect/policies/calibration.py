@@ -18,7 +18,7 @@ from vllm_bisect.verdict.twolevel import CalStatus, CalStep, calibration_step, t
 
 logger = logging.getLogger(__name__)
 
-CALIBRATION_SERVERS = 12  # per endpoint, at most (8 left 1.1x at 5% + 3% refused: issue 30)
+CALIBRATION_SERVERS = 12  # per endpoint, at most (why not 8: docs/design-notes.md)
 # pair_bound: the calibration's precision, x the first bound decision's threshold (3 without;
 # issue 14's benchmark chose it: docs/benchmarks.md)
 PAIR_PRECISION = 1.0

@@ -197,8 +197,7 @@ class TwoLevelPolicy(ThresholdPolicy):
         """A commit went undecided at the caps under ``pair_bound``: the sign of a model the
         loose steps taught wrong (a commit put on the wrong side at ``STEP_ALPHA`` widens the
         server-level spread until the commits between the sides cannot be decided, and the
-        search skips one after another: in issue 14's random row a 1.17x change at 15%
-        request noise ran 2107 servers, 440 simulated hours). The rest of the search decides
+        search skips one after another; docs/design-notes.md). The rest of the search decides
         at the per-step bound, as without ``pair_bound``: the search calibrates again to that
         precision (going on from the endpoints' servers) and the model forgets every learned
         commit; the final pair is still re-judged (confirmations made before are forgotten),
