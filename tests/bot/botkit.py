@@ -86,12 +86,10 @@ def queued_specs(state: Path) -> list[dict[str, Any]]:
         return [json.loads(r[0]) for r in db.execute("SELECT spec FROM jobs ORDER BY id")]
 
 
-def wait_for(pred: Callable[[], bool], timeout: float = 600.0,
+def wait_for(pred: Callable[[], bool], timeout: float = 120.0,
              context: Callable[[], str] | None = None) -> None:
-    """Poll ``pred`` until true; a deadline for a hang, not a speed check (a bisect through the
-    bot that takes 18 s alone passed 120 s under 8 pytest-xdist workers on 2 cores: hence
-    600 s). ``context`` (e.g. a bot's log) is put in the failure so a hang seen once under load
-    can be read afterwards."""
+    """Poll ``pred`` until true; a deadline for a hang, not a speed check. ``context`` (e.g. a
+    bot's log) is put in the failure so a hang seen once under load can be read afterwards."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():

@@ -65,6 +65,24 @@ def test_bisect_request_end_to_end(tmp_path: Path, gh: GitHubStandIn,
     assert "tok-123" not in bot.output()
 
 
+def test_a_job_claimed_before_its_queued_comment_is_stored_reports_there(
+        tmp_path: Path, gh: GitHubStandIn, start_bot: Callable[[Path], Bot]) -> None:
+    """The worker can claim a job before the webhook stored the id of its "queued" comment
+    (GitHub slow to answer that POST: CI under load). Progress and the result still go into
+    that comment, not into a second one while the first says "queued" for ever."""
+    h = history(tmp_path, n_commits=4, cap_at=2)
+    bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, tmp_path / "state"))
+    gh.delay_s = 2.0  # every GitHub call: the worker (polling every 0.5 s) claims the job first
+    cmd = comment_event(f"/bisect good={abbrev(h.good, 10)} bad={abbrev(h.bad, 10)} symptom=length")
+    assert bot.send("issue_comment", cmd).json()["status"] == "queued"
+    ack = gh.comments[-1]
+    assert "queued" in ack.body
+    wait_for(lambda: final(ack) or len(gh.comments) > 1, context=bot.output)
+    assert [c.id for c in gh.comments] == [ack.id], [c.body[:80] for c in gh.comments]
+    assert "finished" in ack.body and h.planted["length"] in ack.body
+    assert any("running over 4 commits" in e for e in ack.edits)
+
+
 def test_labeled_issue_is_triaged_and_survives_a_restart(tmp_path: Path, gh: GitHubStandIn,
                                                          start_bot: Callable[[Path], Bot]) -> None:
     h = history(tmp_path, n_commits=8, cap_at=5)

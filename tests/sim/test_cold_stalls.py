@@ -21,6 +21,10 @@ from tests.conftest import restore_sigint, start_on_free_port, stop
 from vllm_bisect.sim.vllm_compat import parse
 
 STALL_S = 0.6
+# the long request decodes LONG tokens at 10 ms steps (~2 s): the short one must start its
+# prefill while it decodes. At 30 tokens (0.3 s) a client that waited for a core (two test
+# runs on 2 cores) started it after the decode had ended, and no stall was seen (max gap 0.03)
+LONG = 200
 MARK = "simulated first-use stall"
 
 
@@ -73,14 +77,14 @@ class Stream(threading.Thread):
 
 def overlapping(url: str) -> tuple[Stream, Stream]:
     """A long request, and a short one started once the long one decodes."""
-    long, short = Stream(url, 30), Stream(url, 4)
+    long, short = Stream(url, LONG), Stream(url, 4)
     long.start()
     assert long.first.wait(10)
     short.start()
     for s in (long, short):
         s.join(30)
         assert not s.is_alive()
-    assert len(long.arrivals) == 30 and len(short.arrivals) == 4
+    assert len(long.arrivals) == LONG and len(short.arrivals) == 4
     return long, short
 
 

@@ -18,6 +18,8 @@ def test_every_commit_holds_its_planned_files(tmp_path: Path) -> None:
     assert [c.hexsha for c in commits] == list(h.shas) and len(h.shas) == 13
     assert [len(c.parents) for c in commits] == [0] + [1] * 12
     assert repo.head.reference.name == "main" and not repo.is_dirty(untracked_files=True)
+    # no checkout in its reflog: `@{-1}` (the branch checked out before) names nothing
+    assert repo.git.rev_parse("--verify", "--quiet", "@{-1}", with_exceptions=False) == ""
     for i, c in enumerate(commits):
         for rel, text in _files(plan, i).items():
             assert (c.tree / rel).data_stream.read().decode() == text, (i, rel)

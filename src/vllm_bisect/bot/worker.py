@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,23 +28,29 @@ logger = logging.getLogger(__name__)
 
 
 class CommentProgress:
-    """Event handler that edits one issue comment in place (at most every interval_s)."""
+    """Event handler that edits one issue comment in place (at most every interval_s).
 
-    def __init__(self, github: GitHub, job: Job, interval_s: float) -> None:
+    ``comment_id`` tells the comment's id when asked (None: not known yet): the webhook
+    stores the id of its "queued" comment only after the job is in the queue, so the worker
+    may have claimed the job before."""
+
+    def __init__(self, github: GitHub, job: Job, interval_s: float,
+                 comment_id: Callable[[], int | None] | None = None) -> None:
         self.github, self.job, self.interval_s = github, job, interval_s
+        self.comment_id = comment_id or (lambda: job.comment_id)
         self.lines: list[str] = []
         self.last = 0.0
         self.total = 0
 
     def _flush(self, force: bool = False) -> None:
-        if self.job.comment_id is None or (not force and time.monotonic() - self.last
-                                           < self.interval_s):
+        cid = self.comment_id()
+        if cid is None or (not force and time.monotonic() - self.last < self.interval_s):
             return
         self.last = time.monotonic()
         body = (f"Bisect job #{self.job.id} running over {self.total} commits:\n\n"
                 + "\n".join(f"- {ln}" for ln in self.lines[-30:]))
         try:  # progress is best effort: a GitHub hiccup must not abort the bisect
-            self.github.edit_comment(self.job.repo, self.job.comment_id, body)
+            self.github.edit_comment(self.job.repo, cid, body)
         except httpx.HTTPError as err:
             logger.warning("progress edit of job %d failed: %s", self.job.id, err)
 
@@ -93,7 +100,13 @@ class Worker(threading.Thread):
     def process(self, job: Job) -> None:
         session = Path(self.cfg.state_dir) / "sessions" / f"job-{job.id}"
         cache = self.cfg.cache_dir or default_cache_dir()
-        events = CommentProgress(self.github, job, self.cfg.progress_interval_s)
+        # the comment's id as stored now: the job may have been claimed before the webhook
+        # stored it (its "queued" comment still being posted); the result then went into a
+        # second comment and the "queued" one was never edited (seen under CI load)
+        def comment_id() -> int | None:
+            return self.queue.get(job.id).comment_id
+
+        events = CommentProgress(self.github, job, self.cfg.progress_interval_s, comment_id)
         ok = True
         try:
             run_bisect(parse_spec(job.spec, source=f"job {job.id}"), session, cache, events)
@@ -113,8 +126,8 @@ class Worker(threading.Thread):
             body = f"Bisect job #{job.id} failed: {e.message}" + (f"\n\n{e.hint}" if e.hint else "")
             outcome = {"error": e.message}
         body = redact(body, job.spec)
-        if job.comment_id is not None:
-            self.github.edit_comment(job.repo, job.comment_id, body)
+        if (cid := comment_id()) is not None:
+            self.github.edit_comment(job.repo, cid, body)
         else:
             self.github.comment(job.repo, job.issue, body)
         self.queue.finish(job.id, ok, outcome)

@@ -184,7 +184,7 @@ def _plantings(plan: HistoryPlan) -> tuple[tuple[int | None, str, str | None], .
 def generate_history(path: Path, plan: HistoryPlan) -> History:
     """Create a fresh repository at path with plan.n_commits commits after the base.
 
-    The commits go in through one ``git fast-import`` (then the head read into the work tree), not a
+    The commits go in through one ``git fast-import`` (then one checkout of the head), not a
     GitPython index add and commit per commit: ~20x less CPU for the same commits, shas
     included (author and committer dates in UTC)."""
     rnd = random.Random(plan.seed)
@@ -235,10 +235,10 @@ def generate_history(path: Path, plan: HistoryPlan) -> History:
             unbuildable.append(i)
     subprocess.run(["git", "fast-import", "--quiet"], cwd=path, input=b"".join(stream),
                    check=True, capture_output=True, timeout=600)
-    # the work tree and index from main, with no checkout in HEAD's reflog: a history has no
-    # branch checked out before it ('@{-1}' is unknown, as for a repository built by commits)
-    repo.git.symbolic_ref("HEAD", "refs/heads/main")
-    repo.git.read_tree("-u", "--reset", "HEAD")
+    # the head's files into the index and the work tree, as a plumbing command: a checkout
+    # would leave a "checkout: moving from main to main" reflog entry, and `@{-1}` would then
+    # name the head (in a history made commit by commit it names nothing)
+    repo.git.read_tree("-u", "--reset", "main")
     shas = tuple(repo.git.rev_list("--reverse", "main").split())
     if len(shas) != plan.n_commits + 1:
         raise RuntimeError(f"{path}: {len(shas)} commits written, {plan.n_commits + 1} planned")
