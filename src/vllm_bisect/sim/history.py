@@ -184,7 +184,7 @@ def _plantings(plan: HistoryPlan) -> tuple[tuple[int | None, str, str | None], .
 def generate_history(path: Path, plan: HistoryPlan) -> History:
     """Create a fresh repository at path with plan.n_commits commits after the base.
 
-    The commits go in through one ``git fast-import`` (then one checkout of the head), not a
+    The commits go in through one ``git fast-import`` (then the head read into the work tree), not a
     GitPython index add and commit per commit: ~20x less CPU for the same commits, shas
     included (author and committer dates in UTC)."""
     rnd = random.Random(plan.seed)
