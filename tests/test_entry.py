@@ -14,7 +14,7 @@ from tests.bisect.test_hook_guard import assert_aborted, bisect_run
 from tests.bisect.test_hook_parity import sim_serve, spec_for
 from tests.helpers import history, write_spec
 
-ENTRY = [sys.executable, "-m", "vllm_bisect.entry"]
+ENTRY = [sys.executable, "-m", "vllm_bisect.cli.entry"]
 MODULE = [sys.executable, "-m", "vllm_bisect.cli"]   # what the tests and docs run
 
 

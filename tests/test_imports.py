@@ -134,7 +134,7 @@ LAYERS: list[set[str]] = [
     {"report"},
     {"isolate", "sim", "triage", "compare", "sweep", "demo", "explain", "watch", "runner"},
     {"bot"},
-    {"cli", "entry"},
+    {"cli"},
 ]
 
 
@@ -236,17 +236,11 @@ def unit_graph(g: dict[str, set[str]], unit: Callable[[str], str | None]) -> dic
     return out
 
 
-# modules counted with a package in the circle check: the console script's import guard is
-# the CLI's front door (a module of its own so that importing it imports no CLI), and
-# `python -m vllm_bisect.cli` goes through it
-ROOMS = {"entry": "cli"}
-
-
 def package(module: str) -> str:
     """``vllm_bisect.isolate.runner`` -> ``isolate``; a top-level module is its own."""
     parts = module.split(".")
     top = parts[1] if len(parts) > 1 else ""
-    return ROOMS.get(top, top)
+    return top
 
 
 def test_every_bisect_module_has_a_layer() -> None:

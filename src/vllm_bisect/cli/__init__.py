@@ -5,9 +5,10 @@
 bot try), ``study_cmds``
 (isolate, deps, knobs), ``sweep_cmds`` (sweep), ``main`` (the entry point that registers
 them all), ``__main__`` (``python -m vllm_bisect.cli``, through the guard of
-:mod:`vllm_bisect.entry`).
+:mod:`vllm_bisect.cli.entry`).
 
-The package imports nothing itself: ``python -m vllm_bisect.cli hook`` in an environment
+The package imports nothing itself (``entry``, the console script, is the guard inside it):
+``python -m vllm_bisect.cli hook`` in an environment
 whose dependencies fail at import must reach the guard (exit 128), not die importing this
 file (exit 1, which ``git bisect run`` reads as "bad").
 """
