@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import history, make_spec, write_spec
 from vllm_bisect.report.result import plain_starts
@@ -21,6 +22,18 @@ from vllm_bisect.report.result import plain_starts
 def run_cmd(spec: Path, session: Path, cache: Path) -> list[str]:
     return [sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec), "--session",
             str(session), "--cache-dir", str(cache)]
+
+
+def run_clean_step(tmp: Path, rest_check: bool = True
+                   ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], Path, str]:
+    """``vllm-bisect run`` over :func:`clean_step`'s history: the call, its result.json, the
+    session and the planted commit."""
+    spec, planted = clean_step(tmp, rest_check)
+    session = tmp / "sess"
+    r = subprocess.run(run_cmd(spec, session, tmp / "cache"), capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r, json.loads((session / "result.json").read_text()), session, planted
 
 
 def clean_step(tmp: Path, rest_check: bool = True) -> tuple[Path, str]:
@@ -33,12 +46,7 @@ def clean_step(tmp: Path, rest_check: bool = True) -> tuple[Path, str]:
 
 
 def test_every_start_is_counted_by_phase_beside_plain_bisects(tmp_path: Path) -> None:
-    spec, planted = clean_step(tmp_path)
-    session = tmp_path / "sess"
-    r = subprocess.run(run_cmd(spec, session, tmp_path / "cache"), capture_output=True,
-                       text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    doc = json.loads((session / "result.json").read_text())
+    r, doc, session, planted = run_clean_step(tmp_path)
     assert doc["first_bad"] == planted
     phases = doc["starts_by_phase"]
     started = r.stderr.count("starting server")
@@ -58,12 +66,7 @@ def test_every_start_is_counted_by_phase_beside_plain_bisects(tmp_path: Path) ->
 
 def test_without_rest_checks_a_clean_step_pays_no_fresh_server_to_verify(
         tmp_path: Path) -> None:
-    spec, planted = clean_step(tmp_path, rest_check=False)
-    session = tmp_path / "sess"
-    r = subprocess.run(run_cmd(spec, session, tmp_path / "cache"), capture_output=True,
-                       text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    doc = json.loads((session / "result.json").read_text())
+    _, doc, session, planted = run_clean_step(tmp_path, rest_check=False)
     assert doc["first_bad"] == planted
     assert doc["starts_by_phase"].get("verify", 0) == 0 == doc["verify_server_starts"]
     assert doc["verification"]["source"] == "confirmation"

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,6 +40,16 @@ from vllm_bisect.spec import BisectSpec
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "vllm_bisect.cli", *args], capture_output=True,
                           text=True, timeout=600)
+
+
+def run_json(spec: BisectSpec, tmp: Path) -> tuple[dict[str, Any], Path]:
+    """``vllm-bisect run --json`` of ``spec`` in a new session under ``tmp``: the result
+    document and the session."""
+    session = tmp / "sess"
+    r = cli("run", "--spec", str(write_spec(tmp / "s.toml", spec)), "--session", str(session),
+            "--cache-dir", str(tmp / "cache"), "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout), session
 
 
 def starts(session: Path) -> int:
@@ -76,11 +87,7 @@ def test_a_deterministic_cap_costs_at_most_plain_plus_three_through_the_cli(
     spec = make_spec(h, verdict={"symptom": "length", "intermittent_runs": 8,
                                  "verify_samples": 0})
     assert spec.verdict.recheck_runs == 2 and spec.verdict.strategy == "auto"
-    session = tmp_path / "sess"
-    r = cli("run", "--spec", str(write_spec(tmp_path / "s.toml", spec)), "--session",
-            str(session), "--cache-dir", str(tmp_path / "cache"), "--json")
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
+    doc, session = run_json(spec, tmp_path)
     assert doc["first_bad"] == h.planted["length"]
     assert doc["strategy_chosen"] == "threshold" and "deterministic" in doc["strategy_reason"]
     plain = plain_starts(64, 40)  # the range's commits are 1..64: index 40 is commit 41
@@ -100,11 +107,7 @@ def test_the_default_verification_of_a_deterministic_cap_starts_no_server(
     # (the spec's default intermittent_runs; tests/helpers.py writes 1 for speed)
     spec = make_spec(h, verdict={"symptom": "length", "intermittent_runs": 8})
     assert spec.verdict.verify_samples > 0 and spec.verdict.recheck_runs == 2
-    session = tmp_path / "sess"
-    r = cli("run", "--spec", str(write_spec(tmp_path / "s.toml", spec)), "--session",
-            str(session), "--cache-dir", str(tmp_path / "cache"), "--json")
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
+    doc, session = run_json(spec, tmp_path)
     assert doc["first_bad"] == h.planted["length"]
     v = doc["verification"]
     assert v["source"] == "rechecks" and v["confirmed"] and v["parent_servers"] == 3

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tests.helpers import history, make_spec, write_spec
 from vllm_bisect.report.sanitize import neutralise
+from vllm_bisect.sim.history import History
 
 HOSTILE = ("[Core] cc @vllm-project/maintainers ![x](https://evil.invalid/p.png) "
            "<img src=https://evil.invalid/q.png>")
@@ -19,14 +20,20 @@ def assert_neutral(text: str) -> None:
     assert "![x](https://evil.invalid" not in text and "<img" not in text
 
 
-def test_report_md_of_a_hostile_subject(tmp_path: Path) -> None:
-    h = history(tmp_path, n_commits=6, cap_at=3, subjects=((3, HOSTILE),))
-    spec = write_spec(tmp_path / "s.toml", make_spec(h))
-    session = tmp_path / "sess"
+def run_session(h: History, tmp: Path) -> Path:
+    """``vllm-bisect run`` over ``h`` with its default spec: the session."""
+    spec = write_spec(tmp / "s.toml", make_spec(h))
+    session = tmp / "sess"
     r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec),
-                        "--session", str(session), "--cache-dir", str(tmp_path / "c")],
+                        "--session", str(session), "--cache-dir", str(tmp / "c")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+    return session
+
+
+def test_report_md_of_a_hostile_subject(tmp_path: Path) -> None:
+    h = history(tmp_path, n_commits=6, cap_at=3, subjects=((3, HOSTILE),))
+    session = run_session(h, tmp_path)
     md = (session / "report.md").read_text()
     assert h.planted["length"][:12] in md and "evil.invalid" in md
     assert_neutral(md)
@@ -55,12 +62,7 @@ def test_report_md_of_a_subject_with_escaped_backticks(tmp_path: Path) -> None:
     from tests.report.test_sanitize_renderer import live
 
     h = history(tmp_path, n_commits=6, cap_at=3, subjects=((3, ESCAPED),))
-    spec = write_spec(tmp_path / "s.toml", make_spec(h))
-    session = tmp_path / "sess"
-    r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec),
-                        "--session", str(session), "--cache-dir", str(tmp_path / "c")],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    session = run_session(h, tmp_path)
     md = (session / "report.md").read_text()
     assert "vllm-project/maintainers" in md and "evil.invalid" in md
     assert live(md) == ([], 0), md
