@@ -4,10 +4,13 @@ process the tool starts has a deadline"): a git hook that hangs ends as a named 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.helpers import history, make_spec, write_spec
@@ -31,6 +34,46 @@ def test_a_hanging_git_hook_ends_the_checkout_at_the_deadline(tmp_path: Path) ->
     assert r.returncode not in (0, 1), out[-2000:]
     assert "cannot check out" in out and "Timeout" in out, out[-2000:]
     assert "Traceback" not in r.stderr
+
+
+CHILD = """
+import sys
+from vllm_bisect.gitrepo import open_bounded
+try:
+    open_bounded(sys.argv[1]).git.worktree("add", "--detach", sys.argv[2], "HEAD")
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_a_git_command_interrupted_by_ctrl_c_exits_at_once(tmp_path: Path) -> None:
+    # GitPython's deadline is a non-daemon Timer left running when its wait is interrupted:
+    # the interpreter's exit joined it, so Ctrl-C during a git command hung the CLI for the
+    # whole deadline (CI: `explain` interrupted while it read a commit's source, > 120 s)
+    h = history(tmp_path, n_commits=2)
+    mark = tmp_path / "hook-started"
+    hook = h.path / ".git" / "hooks" / "post-checkout"
+    hook.parent.mkdir(parents=True, exist_ok=True)
+    hook.write_text(f"#!/bin/sh\ntouch '{mark}'\nsleep 3600\n")
+    hook.chmod(hook.stat().st_mode | stat.S_IXUSR)
+    env = {**os.environ, "VLLM_BISECT_GIT_TIMEOUT_S": "3000"}
+    p = subprocess.Popen([sys.executable, "-c", CHILD, str(h.path), str(tmp_path / "wt")],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        for _ in range(2400):  # a bounded wait for git to be inside its hook
+            if mark.exists() or p.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert mark.exists(), p.communicate(timeout=60)
+        p.send_signal(signal.SIGINT)
+        # the timeout only guards the suite: before, the exit waited for the 3000 s deadline
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 130, err[-2000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)  # the hook's sleep, which outlives the child
+        p.wait(timeout=60)
 
 
 def test_the_deadline_setting_is_validated() -> None:

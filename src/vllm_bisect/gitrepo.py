@@ -9,12 +9,19 @@ repository whose commands are killed after ``VLLM_BISECT_GIT_TIMEOUT_S`` seconds
 ``GitCommandError``, which the callers map to their errors (a checkout that cannot be made is
 a skip). Not covered: GitPython's long-lived ``cat-file --batch`` readers (commit objects),
 which it reuses across commands.
+
+GitPython's deadline is a ``threading.Timer`` that is not a daemon and that it cancels only
+when the command returns: a Ctrl-C (or SIGTERM) during a git command left it waiting, and
+the interpreter's exit joined it, so an interrupted run hung for the whole deadline before it
+exited (seen in CI: an explain interrupted while it read the commit's source).
+:class:`BoundedGit` cancels the watchdogs a call started when the call raises.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +40,35 @@ def timeout_s() -> float:
     return value if math.isfinite(value) and 0 < value <= 86400 else DEFAULT_TIMEOUT_S
 
 
+# the qualified name of the function GitPython's watchdog Timer runs (git/cmd.py)
+WATCHDOG_QUALNAME = "Git.execute.<locals>.kill_process"
+
+
+def _watchdogs() -> dict[int, threading.Timer]:
+    return {id(t): t for t in threading.enumerate() if isinstance(t, threading.Timer)
+            and getattr(getattr(t, "function", None), "__qualname__", "") == WATCHDOG_QUALNAME}
+
+
 class BoundedGit(git.Git):
     """``git.Git`` whose commands are killed at :func:`timeout_s` unless a call sets its own."""
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
-        if not kwargs.get("as_process"):
-            kwargs.setdefault("kill_after_timeout", timeout_s())
-        return super().execute(*args, **kwargs)
+        if kwargs.get("as_process"):
+            return super().execute(*args, **kwargs)
+        kwargs.setdefault("kill_after_timeout", timeout_s())
+        before = _watchdogs()
+        try:
+            return super().execute(*args, **kwargs)
+        except git.GitError:  # git's own failure: the wait ended, the watchdog was cancelled
+            raise
+        except BaseException:
+            # an interrupted wait leaves GitPython's watchdog running (see the module's
+            # docstring). A command another thread started meanwhile loses its deadline too:
+            # only when this one raised out of its wait (an interrupt, which ends the process)
+            for key, timer in _watchdogs().items():
+                if key not in before:
+                    timer.cancel()
+            raise
 
 
 class BoundedRepo(git.Repo):
