@@ -7,7 +7,8 @@ what the driver does::
     BisectError
     ├── RecoverableError          a commit could not be tested: the commit is SKIPPED
     │   ├── ArtifactUnavailable   no wheel / image / build for this commit (never "bad")
-    │   │   ├── IndexUnavailable  not now: the index answered 5xx, reset, timed out (not cached)
+    │   │   ├── IndexUnavailable  not now: the index answered 5xx or 429, or stalled (not cached)
+    │   │   │   └── NetworkUnavailable  the network failed (refused, reset, DNS, TLS; not cached)
     │   │   ├── BuildError        a build from source failed (log tail attached)
     │   │   └── Cancelled         a prefetch the last verdict made useless was stopped
     │   ├── ServeError            the server exited early, hung, or never became healthy
@@ -80,6 +81,14 @@ class IndexUnavailable(ArtifactUnavailable):
     final = False
 
 
+class NetworkUnavailable(IndexUnavailable):
+    """The network failed on the way to the artifact (a connection refused or reset, a name
+    that does not resolve, a TLS error, a download cut off): not the commit's fault, so never
+    its cached result, and every other commit would fail the same way now. Raised where the
+    failure is seen: an httpx transport error, or a tool's own output read once where the
+    builder ran it (pip, uv, docker pull: :mod:`vllm_bisect.builders.netfail`)."""
+
+
 class BuildError(ArtifactUnavailable):
     """Building the commit from source failed."""
 
@@ -149,35 +158,26 @@ def disk_full(err: BaseException, where: str = "") -> HostFault | None:
                           "then resume the session")
 
 
-# what a failure for a network reason says (the index, a download, a pip/uv/git fetch, DNS)
-NETWORK_REASON = re.compile(
-    r"unreachable|connection (?:refused|reset|aborted)|timed out|did not answer|"
-    r"name resolution|could not resolve|resolve host|network is unreachable|no route to host|"
-    r"temporary failure|connecterror|connecttimeout|readtimeout|remotedisconnected|"
-    r"ssl(?:error)?:|proxy error|errno 111|errno 101|errno 110|max retries exceeded",
-    re.IGNORECASE)
-
-
-def network_reason(reason: str | None, transient: bool = False) -> bool:
-    """Did a commit fail to build for a network reason (not because of the commit)? An index
-    that answered "not now" (``transient``) or a reason naming a network error."""
-    return transient or bool(reason and NETWORK_REASON.search(reason))
-
-
-def untestable_hint(log: Path | None, reason: str | None = None, transient: bool = False,
+def untestable_hint(log: Path | None, *, network: bool = False, transient: bool = False,
                     advice: str = "", role: str = "good") -> str:
-    """The hint when an endpoint could not be tested. A network failure is not the commit's
-    fault: other endpoints would fail the same way, so say network and what to do; then the
+    """The hint when an endpoint could not be tested. A network failure
+    (:class:`NetworkUnavailable`, the evaluation's ``network``) is not the commit's fault:
+    other endpoints would fail the same way, so say network and what to do; an index that
+    answered "not now" (``transient``: 5xx, 429, a stall) asks for a later run; then the
     builder's own advice when it gave one (``advice``: "set build.full_build = true to
     compile" for a compiled change under a precompiled build); otherwise its server log when
     it has one (a serve command that fails at every commit is wrong itself, not the commit).
     ``role``: which endpoint ("good" or "bad"; the other commit to pick is of that kind)."""
     other = f"pick {'a bad' if 'bad' in role else 'a good'} commit that builds and serves"
-    if network_reason(reason, transient):
+    if network:
         return ("it failed for a network reason, not because of the commit: check the network "
                 "(build.index_url, a proxy, DNS) and run the same command again (a network "
                 "failure is not cached as the commit's result); other endpoints would fail "
                 "the same way")
+    if transient:
+        return ("the index answered \"not now\" (a server error, a rate limit or a stall), not "
+                "because of the commit: run the same command again later (this answer is not "
+                "cached as the commit's result)")
     if advice:
         return f"{advice}; or {other}"
     if log is not None:

@@ -230,6 +230,8 @@ class Evaluation(_Value):
     # UNAVAILABLE for a reason a later run may not meet (the index answered 5xx, timed out):
     # never cached across sessions, like FAILED
     transient: bool = False
+    # UNAVAILABLE because the network failed (NetworkUnavailable): not the commit's fault
+    network: bool = False
     failure: FailureKind | None = None
     log: Path | None = None
     samples: list[list[float]] | None = None

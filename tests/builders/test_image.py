@@ -31,7 +31,7 @@ from vllm_bisect.builders.cache import ArtifactCache
 from vllm_bisect.builders.checkout import Checkouts
 from vllm_bisect.builders.image import ImageBuilder, classify_pull_error, docker_client
 from vllm_bisect.envinfo import Platform
-from vllm_bisect.errors import ArtifactUnavailable, HostFault, ToolMissing
+from vllm_bisect.errors import ArtifactUnavailable, HostFault, NetworkUnavailable, ToolMissing
 from vllm_bisect.models import EvalStatus, Verdict
 from vllm_bisect.runtime.container import OWNER_LABEL, SESSION_LABEL, reap_orphans
 from vllm_bisect.sim.history import History
@@ -188,6 +188,20 @@ def test_registry_down_is_unavailable(tmp_path: Path, client: docker.DockerClien
     b = image_builder(tmp_path, ["127.0.0.1:9/vllm/vllm-openai:nightly-{sha}"])
     with pytest.raises(ArtifactUnavailable, match=r"127\.0\.0\.1:9"):
         b.prepare("c" * 40)
+
+
+def test_a_pull_the_network_failed_is_a_network_failure(tmp_path: Path, published: Published,
+                                                       client: docker.DockerClient) -> None:
+    # the daemon's words for a registry nothing answers on: not the image's fault (not
+    # cached); a manifest the registry does not have stays the commit's own answer
+    b = image_builder(tmp_path, ["127.0.0.1:9/vllm/vllm-openai:nightly-{sha}"])
+    with pytest.raises(NetworkUnavailable) as caught:
+        b.prepare("c" * 40)
+    assert not caught.value.final
+    h = published.history
+    with pytest.raises(ArtifactUnavailable) as missing:
+        image_builder(tmp_path, published.tags).prepare(h.shas[2])
+    assert not isinstance(missing.value, NetworkUnavailable) and missing.value.final
 
 
 def test_daemon_not_running(monkeypatch: pytest.MonkeyPatch) -> None:

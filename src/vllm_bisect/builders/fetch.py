@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import httpx
 
 from vllm_bisect import net
-from vllm_bisect.errors import ArtifactUnavailable, IndexUnavailable
+from vllm_bisect.errors import ArtifactUnavailable, IndexUnavailable, NetworkUnavailable
 
 # PEP 427: {name}-{version}(-{build})?-{python}-{abi}-{platform}.whl, each part a safe token
 WHEEL_FILENAME = re.compile(
@@ -73,7 +73,7 @@ def get_same_origin(client: httpx.Client, url: str, index_url: str, deadline_s: 
                                ) from None
     except net.TooManyRedirects as err:
         raise ArtifactUnavailable(f"{err} from {what}: {url[:200]}") from None
-    except httpx.HTTPError as err:
-        raise IndexUnavailable(f"{what} unreachable: {url[:200]}: {err}",
+    except httpx.HTTPError as err:  # a transport error: httpx raises no status as one here
+        raise NetworkUnavailable(f"{what} unreachable: {url[:200]}: {err}",
                                hint="check build.index_url and the network; a later run "
                                     "asks again") from None

@@ -23,12 +23,14 @@ from vllm_bisect.builders.base import Artifact, ArtifactKind
 from vllm_bisect.builders.cache import ArtifactCache
 from vllm_bisect.builders.checkout import Checkouts
 from vllm_bisect.builders.dockerd import docker_client as docker_client
+from vllm_bisect.builders.netfail import combined, network_failure
 from vllm_bisect.envinfo import Platform, detect
 from vllm_bisect.errors import (
     ArtifactUnavailable,
     BuildError,
     Cancelled,
     HostFault,
+    NetworkUnavailable,
     ToolMissing,
 )
 from vllm_bisect.spec import ImageBuild
@@ -53,10 +55,13 @@ def split_ref(ref: str) -> tuple[str, str]:
 
 
 def classify_pull_error(message: str) -> type[ArtifactUnavailable] | type[HostFault]:
-    """A pull that failed for lack of disk stops the run; anything else skips the commit."""
+    """A pull that failed for lack of disk stops the run; one the network failed is not the
+    image's fault (not cached); anything else skips the commit."""
     text = message.lower()
     if "no space left on device" in text:
         return HostFault
+    if network_failure(text):
+        return NetworkUnavailable
     return ArtifactUnavailable
 
 
@@ -85,6 +90,7 @@ class ImageBuilder:
 
     def prepare(self, commit: str, cancel: threading.Event | None = None) -> Artifact:
         reasons = []
+        failed: list[ArtifactUnavailable] = []
         for ref in render_tags(self.spec.tags, commit, self.platform, self.spec.variant):
             try:
                 image = self._pull(ref, commit, cancel)
@@ -92,6 +98,7 @@ class ImageBuilder:
                 raise
             except ArtifactUnavailable as err:
                 reasons.append(err.message)
+                failed.append(err)
                 continue
             claimed = build_commit(image.attrs.get("Config", {}).get("Env"))
             if claimed is not None and claimed != commit:
@@ -105,9 +112,12 @@ class ImageBuilder:
                             image=ref, digest=digest)
         if self.spec.build:
             return self._build(commit, reasons)
-        raise ArtifactUnavailable(f"no usable image for {commit[:12]}: " + "; ".join(reasons),
-                                  hint="per-commit images expire; try build.kind = \"wheel\", "
-                                       "or build = true to build one")
+        # a tag the network kept from us may exist: then the answer is "not now", not "none"
+        cls = combined(failed)
+        raise cls(f"no usable image for {commit[:12]}: " + "; ".join(reasons),
+                  hint="check the network and the registry, then run again" if cls is not
+                  ArtifactUnavailable else "per-commit images expire; try build.kind = "
+                  "\"wheel\", or build = true to build one")
 
     def _pull(self, ref: str, commit: str, cancel: threading.Event | None = None) -> Any:
         repo, tag = split_ref(ref)

@@ -30,6 +30,7 @@ from typing import BinaryIO
 from vllm_bisect.builders.base import Artifact, ArtifactKind
 from vllm_bisect.builders.checkout import Checkouts
 from vllm_bisect.builders.local_wheel import PRETEND_ENV, pretend_version, slim_wheel, wheel_release
+from vllm_bisect.builders.netfail import network_error
 from vllm_bisect.builders.precompiled import BuildMode, SourcePlan, plan_source_build
 from vllm_bisect.errors import ArtifactUnavailable, BuildError, RecoverableError, ToolMissing
 from vllm_bisect.runtime.bounded import PROBE_S, run_bounded
@@ -227,9 +228,11 @@ class SourceBuilder:
         out.write(f"# exit {code} after {time.monotonic() - start:.2f} s\n".encode())
         out.flush()
         if code != 0:
-            raise BuildError(f"build of {commit[:12]} failed (exit {code}): {' '.join(cmd[:3])} ...",
-                             hint=f"see the build log: {log}", log_tail=tail(log, 20),
-                             log=log)
+            what = f"build of {commit[:12]} failed (exit {code}): {' '.join(cmd[:3])} ..."
+            hint = f"see the build log: {log}"
+            raise network_error(what, tail(log, 60), hint=hint, log_tail=tail(log, 20),
+                                log=log) or BuildError(what, hint=hint, log_tail=tail(log, 20),
+                                                       log=log)
 
     def _artifact(self, commit: str, checkout: Path, venv: Path, cached: bool) -> Artifact:
         lines = (venv / DONE_MARK).read_text().splitlines()

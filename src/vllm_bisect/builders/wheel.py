@@ -30,6 +30,7 @@ from vllm_bisect import net
 from vllm_bisect.builders.base import Artifact, ArtifactKind
 from vllm_bisect.builders.cache import ArtifactCache, parse_size
 from vllm_bisect.builders.fetch import get_same_origin, transient, wheel_filename
+from vllm_bisect.builders.netfail import network_error
 from vllm_bisect.builders.source import DONE_MARK, find_python, find_uv
 from vllm_bisect.builders.wheel_index import WheelEntry, choose
 from vllm_bisect.envinfo import Platform, detect
@@ -291,8 +292,10 @@ class WheelBuilder:
                                  log_tail=tail(log, 20)) from None
             if code != 0:
                 shutil.rmtree(venv, ignore_errors=True)
-                raise BuildError(f"installing the wheel for {commit[:12]} failed (exit {code})",
-                                 hint=f"see {log}", log_tail=tail(log, 20))
+                what = f"installing the wheel for {commit[:12]} failed (exit {code})"
+                raise network_error(what, tail(log, 60), hint=f"see {log}",
+                                    log_tail=tail(log, 20)) or BuildError(
+                    what, hint=f"see {log}", log_tail=tail(log, 20))
 
     def _installed_version(self, venv: Path, commit: str) -> str:
         """The vllm version the venv's Python reports, within a deadline (a ``.pth`` file of

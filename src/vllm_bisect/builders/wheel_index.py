@@ -31,6 +31,7 @@ from vllm_bisect.builders.fetch import (
     transient,
     wheel_filename,
 )
+from vllm_bisect.builders.netfail import combined
 from vllm_bisect.envinfo import Platform
 from vllm_bisect.errors import ArtifactUnavailable, IndexUnavailable, SpecError
 
@@ -138,13 +139,13 @@ def choose(client: httpx.Client, base: str, commit: str, variant: str,
                         hint=f"build.variant is one of {', '.join(VARIANTS)}")
     order = [p.variant, "default"] if variant == "auto" else [variant]
     reasons = []
-    final = True  # every variant's answer is final (none was a 5xx or a timeout)
+    failed: list[ArtifactUnavailable] = []  # a variant's final answer, or "not now"
     for v in dict.fromkeys(order):
         try:
             entries = fetch_entries(client, base, commit, v, deadline_s)
         except ArtifactUnavailable as err:
             reasons.append(err.message)
-            final = final and err.final
+            failed.append(err)
             continue
         fitting = [e for e in entries if platform_fits(e.platform_tag, p)]
         if fitting:
@@ -152,7 +153,8 @@ def choose(client: httpx.Client, base: str, commit: str, variant: str,
         tags = ", ".join(sorted({e.platform_tag for e in entries})) or "none"
         reasons.append(f"no {v} wheel for {p.arch} glibc "
                        f"{'.'.join(map(str, p.glibc or ()))} at {commit[:12]} (have: {tags})")
-    error = ArtifactUnavailable if final else IndexUnavailable
+    error = combined(failed)
+    final = error is ArtifactUnavailable
     raise error("; ".join(reasons), hint="try another variant, the image builder, or a source "
                 "build" + ("" if final else "; the index did not answer: a later run asks again"))
 

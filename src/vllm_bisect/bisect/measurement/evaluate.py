@@ -34,6 +34,7 @@ from vllm_bisect.errors import (
     ArtifactUnavailable,
     Cancelled,
     FatalError,
+    NetworkUnavailable,
     ProbeError,
     RecoverableError,
     ServeError,
@@ -112,7 +113,8 @@ class Evaluator:
         except ArtifactUnavailable as err:
             return Evaluation(commit=commit, status=EvalStatus.UNAVAILABLE, reason=err.message,
                               log_tail=err.log_tail, log=err.log, environment=env,
-                              transient=not err.final, hint=err.hint)
+                              transient=not err.final, hint=err.hint,
+                              network=isinstance(err, NetworkUnavailable))
         except FatalError:
             raise
         except Exception as err:  # a bug or an unforeseen input: skip this commit only

@@ -76,7 +76,8 @@ class Calibration:
             if ev.measurement is None or not s:
                 raise NotReproduced(f"the {self.roles[sha]} could not be tested: "
                                     f"{ev.reason or 'no samples'}", hint=untestable_hint(
-                                        ev.log, ev.reason, ev.transient, ev.hint, self.roles[sha]))
+                                        ev.log, network=ev.network, transient=ev.transient,
+                                        advice=ev.hint, role=self.roles[sha]))
             prev = self.last.get(sha)
             if prev is not None and prev.measurement is not None:
                 self.earlier[sha].append(prev.measurement)

@@ -74,8 +74,9 @@ class SequentialPolicy(ThresholdPolicy):
                 if ev.measurement is None:
                     raise NotReproduced(f"the {name} endpoint could not be tested: "
                                         f"{ev.reason or ev.status.value}",
-                                        hint=untestable_hint(ev.log, ev.reason, ev.transient,
-                                                             ev.hint, name))
+                                        hint=untestable_hint(
+                                            ev.log, network=ev.network,
+                                            transient=ev.transient, advice=ev.hint, role=name))
             assert good_ev.measurement is not None and bad_ev.measurement is not None
             g, b = itl_samples(good_ev.measurement.requests), itl_samples(bad_ev.measurement.requests)
             cal = calibrate(g, b, min_effect=v.min_effect, p_max=p_max)

@@ -85,9 +85,10 @@ class BayesSearch:
                 ev = self.t.evaluations.get(info.sha)
                 raise NotReproduced(f"the {role} could not be run {need} times" + (
                     f": {ev.reason}" if ev is not None and ev.reason else ""),
-                    hint=untestable_hint(ev.log if ev else None, ev.reason if ev else None,
-                                         bool(ev and ev.transient), ev.hint if ev else "",
-                                         str(role)))
+                    hint=untestable_hint(ev.log if ev else None,
+                                         network=bool(ev and ev.network),
+                                         transient=bool(ev and ev.transient),
+                                         advice=ev.hint if ev else "", role=str(role)))
             self._run(i, role)
             tries += 1
 

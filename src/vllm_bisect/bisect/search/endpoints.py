@@ -59,11 +59,13 @@ def check_measured_endpoints(t: Tester, results: dict[str, tuple[Evaluation, boo
 
 
 def untestable_end(name: str, sha: str, reason: str, *, log: Path | None = None,
-                   transient: bool = False, advice: str = "") -> NotReproduced:
+                   network: bool = False, transient: bool = False, advice: str = ""
+                   ) -> NotReproduced:
     """The error for an endpoint that could not be tested, in the same words wherever it is
     found (its measurement, or the builder's plan before anything is built)."""
     return NotReproduced(f"the {name} endpoint {sha[:12]} could not be tested: {reason}",
-                         hint=untestable_hint(log, reason, transient, advice, name))
+                         hint=untestable_hint(log, network=network, transient=transient,
+                                              advice=advice, role=name))
 
 
 def check_endpoints(t: Tester, good: Outcome | None, bad: Outcome | None) -> None:
@@ -74,6 +76,7 @@ def check_endpoints(t: Tester, good: Outcome | None, bad: Outcome | None) -> Non
         if end is not None and end.verdict is Verdict.SKIP:
             ev = t.evaluations.get(end.commit)
             raise untestable_end(name, sha, end.reason, log=ev.log if ev else None,
+                                 network=bool(ev and ev.network),
                                  transient=bool(ev and ev.transient),
                                  advice=ev.hint if ev else "")
     problems = []
