@@ -47,8 +47,11 @@ def test_two_symptoms_at_two_commits_in_one_run(tmp_path: Path) -> None:
 
 
 def test_two_itl_steps_of_1_3x_both_named(tmp_path: Path) -> None:
+    # 20 ms steps: a 1.3x step is 6 ms a token, so a loaded CI machine's scheduling delays
+    # (tens of ms on a request's last tokens, seen at 5 ms steps: a commit left undecided,
+    # two candidates) stay small beside it
     h = history(tmp_path, n_commits=10, slow_at=3, slow_factor=1.3, slow2_at=7,
-                slow2_factor=1.3, step_ms=5.0, noise_cv=0.03)
+                slow2_factor=1.3, step_ms=20.0, noise_cv=0.03)
     r = run_cli(tmp_path, h, {"symptom": "itl", "itl_factor": 1.15, "verify_samples": 0,
                               "plateau": True},
                 "--json")
