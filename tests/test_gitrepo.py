@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -74,6 +75,38 @@ def test_a_git_command_interrupted_by_ctrl_c_exits_at_once(tmp_path: Path) -> No
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)  # the hook's sleep, which outlives the child
         p.wait(timeout=60)
+
+
+READER = """
+import sys
+import git
+from vllm_bisect.gitrepo import open_bounded
+repo = open_bounded(sys.argv[1])
+try:
+    repo.commit("HEAD").message
+except git.GitCommandError as err:
+    print("error:", err)
+"""
+
+
+def test_a_cat_file_reader_that_hangs_ends_at_the_deadline(tmp_path: Path) -> None:
+    # GitPython reads commit objects through a long-lived `git cat-file --batch`; one that
+    # never answers (a lock, a stalled filesystem: here a git whose cat-file sleeps) held
+    # every read of a commit for ever
+    h = history(tmp_path, n_commits=2)
+    real = shutil.which("git")
+    assert real is not None
+    wrapper = tmp_path / "git"
+    wrapper.write_text("#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = cat-file ] && exec sleep 3600; "
+                       f"done\nexec {real} \"$@\"\n")
+    wrapper.chmod(0o755)
+    env = {**os.environ, "GIT_PYTHON_GIT_EXECUTABLE": str(wrapper),
+           "VLLM_BISECT_GIT_TIMEOUT_S": "2"}
+    # the timeout only guards the suite: before, the read waited on the sleep's hour
+    r = subprocess.run([sys.executable, "-c", READER, str(h.path)], capture_output=True,
+                       text=True, env=env, timeout=300, start_new_session=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Timeout: git cat-file did not answer within 2 secs" in r.stdout, r.stdout
 
 
 def test_the_deadline_setting_is_validated() -> None:

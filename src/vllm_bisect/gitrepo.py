@@ -7,8 +7,10 @@ hang a bisect, or the ``git bisect run`` hook, for ever. :func:`open_repo` retur
 repository whose commands are killed after ``VLLM_BISECT_GIT_TIMEOUT_S`` seconds (default
 600: a ``worktree add`` of vLLM takes seconds); a killed command raises GitPython's
 ``GitCommandError``, which the callers map to their errors (a checkout that cannot be made is
-a skip). Not covered: GitPython's long-lived ``cat-file --batch`` readers (commit objects),
-which it reuses across commands.
+a skip). GitPython's long-lived ``cat-file --batch`` readers (the objects of commits, trees,
+blobs), which it reuses across commands, get the same deadline per object read: at the
+deadline the reader is killed (the next read starts a fresh one) and the read raises
+``GitCommandError``.
 
 GitPython's deadline is a ``threading.Timer`` that is not a daemon and that it cancels only
 when the command returns: a Ctrl-C (or SIGTERM) during a git command left it waiting, and
@@ -19,11 +21,13 @@ exited (seen in CI: an explain interrupted while it read the commit's source).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import git
 
@@ -39,6 +43,8 @@ def timeout_s() -> float:
         return DEFAULT_TIMEOUT_S
     return value if math.isfinite(value) and 0 < value <= 86400 else DEFAULT_TIMEOUT_S
 
+
+T = TypeVar("T")
 
 # the qualified name of the function GitPython's watchdog Timer runs (git/cmd.py)
 WATCHDOG_QUALNAME = "Git.execute.<locals>.kill_process"
@@ -69,6 +75,43 @@ class BoundedGit(git.Git):
                 if key not in before:
                     timer.cancel()
             raise
+
+
+    def get_object_header(self, ref: str | bytes) -> tuple[str, str, int]:
+        return self._read_object("cat_file_header", lambda: super(BoundedGit, self)
+                                 .get_object_header(ref))
+
+    def stream_object_data(self, ref: str | bytes) -> Any:
+        return self._read_object("cat_file_all", lambda: super(BoundedGit, self)
+                                 .stream_object_data(ref))
+
+    def _read_object(self, reader: str, read: Callable[[], T]) -> T:
+        """``read`` from the persistent ``cat-file`` process GitPython keeps in attribute
+        ``reader``, killing it at the deadline (a lock, a stalled filesystem)."""
+        limit = timeout_s()
+        fired = threading.Event()
+
+        def kill() -> None:
+            fired.set()
+            proc = getattr(getattr(self, reader, None), "proc", None)
+            if proc is not None:
+                with contextlib.suppress(OSError):
+                    proc.kill()
+
+        timer = threading.Timer(limit, kill)
+        timer.daemon = True
+        timer.start()
+        try:
+            return read()
+        except Exception:
+            if not fired.is_set():
+                raise
+            raise git.GitCommandError(["git", "cat-file"], -9, (
+                f"Timeout: git cat-file did not answer within {limit:g} secs")) from None
+        finally:
+            timer.cancel()
+            if fired.is_set():  # killed, even if this read had just ended in time
+                setattr(self, reader, None)
 
 
 class BoundedRepo(git.Repo):
