@@ -171,10 +171,11 @@ class Tester:
         return next(c for c in (rng.good, rng.bad, *rng.commits) if c.sha == commit)
 
     def record(self, info: CommitInfo, role: Role, ev: Evaluation, cached: bool) -> Outcome:
-        """Judge an evaluation (by the commit's trial, which ends here), journal it, and
-        tell the event handler."""
+        """Judge an evaluation (by the commit's trial, which ends here), let the policy learn
+        from the verdict, journal it, and tell the event handler."""
         outcome = _with_log(self.verdict(info.sha, role, ev), ev).model_copy(
             update={"from_cache": cached})
+        self.policy.learn(ev, role, outcome)
         self.store.record(outcome, ev, cached)
         if role is Role.CONFIRM:
             self.at_bound[info.sha] = outcome.verdict
@@ -183,8 +184,16 @@ class Tester:
         self.events.on_outcome(info, outcome)
         return outcome
 
+    def replay(self, evaluations: Sequence[Evaluation], role: Role) -> None:
+        """Judge again, in order, and learn from, evaluations judged by an earlier process
+        (the hook's earlier calls): a learning policy is then in the state they left it in.
+        Neither journaled nor reported."""
+        for ev in evaluations:
+            self.policy.learn(ev, role, self.policy.judge(ev, role))
+
     def judge_only(self, info: CommitInfo, role: Role, ev: Evaluation) -> Outcome:
-        """Judge and report, without journaling (culprit verification keeps its own)."""
+        """Judge and report, without journaling or learning (culprit verification keeps its
+        own; a verification is judged without learning)."""
         outcome = _with_log(self.verdict(info.sha, role, ev), ev)
         self.events.on_outcome(info, outcome)
         return outcome

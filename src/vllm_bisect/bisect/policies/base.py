@@ -20,7 +20,12 @@ asked three things:
 3. ``judge(evaluation, role)``: a verdict outside any trial (an endpoint recorded by the
    calibration, the hook's replay, a known measurement checked again). The crash rule
    lives here: following ``symptom = "crash"``, a server that died or a probe that failed
-   is BAD; otherwise an evaluation without a measurement is a SKIP.
+   is BAD; otherwise an evaluation without a measurement is a SKIP. Judging is pure (a
+   trial's ``verdict`` too): it changes nothing in the policy.
+4. ``learn(evaluation, role, outcome)``: what the policy learns from a verdict the Tester
+   records (``Tester.record``, the one place a commit is judged and learned from): the
+   reference of relative thresholds from the healthy endpoint, a bisect step's samples
+   sharpening a learning policy's model (and, for the two-level test, its fall-back).
 
 ``Role`` says why a commit is judged: the healthy endpoint's measurement (the good end; in
 a fix search the fixed end, ``Terms.reference_role``) is also the reference of relative
@@ -35,9 +40,10 @@ callback (the Tester).
 To add a policy (a two-level noise test, inverted terms for find-the-fix, patch
 isolation): implement this Protocol and register it in ``policies.make_policy``; nothing
 else in the core changes. ``supports_hook`` says whether it can judge one commit at a
-time under git's control (``git bisect run``); the hook refuses the ones that cannot. The
-hook replays the verdicts of the commits it judged before (``judge(..., Role.BISECT)`` in
-order) so a learning policy is in the state ``run`` would be in.
+time under git's control (``git bisect run``); the hook refuses the ones that cannot. Each
+hook call is a process of its own: the policy's model does not outlive it, so the hook
+replays the commits it judged before (``Tester.replay``: judged and learned from, in order)
+so that a learning policy is in the state ``run`` would be in.
 """
 
 from __future__ import annotations
@@ -119,7 +125,8 @@ class CommitTrial(Protocol):
         ...
 
     def verdict(self, evaluation: Evaluation) -> Outcome:
-        """The verdict (``from_cache`` False: the caller marks cached ones)."""
+        """The verdict (``from_cache`` False: the caller marks cached ones); pure, like
+        ``VerdictPolicy.judge`` (the Tester calls ``VerdictPolicy.learn`` when it records)."""
         ...
 
 
@@ -169,5 +176,11 @@ class VerdictPolicy(Protocol):
         ...
 
     def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
-        """A verdict outside any trial (``from_cache`` False: the caller marks cached ones)."""
+        """A verdict outside any trial (``from_cache`` False: the caller marks cached ones);
+        pure: the policy learns nothing here (see :meth:`learn`)."""
+        ...
+
+    def learn(self, evaluation: Evaluation, role: Role, outcome: Outcome) -> None:
+        """Learn from a recorded verdict (``outcome``: the evaluation's, by its trial or
+        :meth:`judge`)."""
         ...

@@ -48,6 +48,7 @@ def _samples(n: int) -> MoreSamples:
 
 
 _SEQ_VERDICT = {SeqVerdict.GOOD: Verdict.GOOD, SeqVerdict.BAD: Verdict.BAD}
+_LEARNED = {v: s for s, v in _SEQ_VERDICT.items()}
 
 
 class SequentialPolicy(ThresholdPolicy):
@@ -108,16 +109,25 @@ class SequentialPolicy(ThresholdPolicy):
     def decide(self, evaluation: Evaluation, role: Role,
                sampled_by: SequentialJudge | None) -> Outcome:
         """The verdict by ``sampled_by`` (the judge the commit sampled under), else by the
-        current one."""
+        current one (pure: :meth:`learn` sharpens the fit)."""
         m = evaluation.measurement
         if self.sequential is None or m is None or role.endpoint:
             return super().judge(evaluation, role)
         judge = sampled_by or self.sequential
         v, why = judge.decide(m.requests)
-        if role is Role.BISECT:  # its samples sharpen the fit for the next commit
-            self.sequential = self.sequential.learn(m.requests, v)
         return Outcome(commit=evaluation.commit, verdict=_SEQ_VERDICT.get(v, Verdict.SKIP),
                        reason=why, measurement=m)
+
+    def learn(self, evaluation: Evaluation, role: Role, outcome: Outcome) -> None:
+        """A bisect step's samples sharpen the fit for the next commit (on the side it was
+        judged; an undecided one teaches nothing); the endpoints, judged by the thresholds,
+        teach those."""
+        m = evaluation.measurement
+        if self.sequential is None or m is None or role.endpoint:
+            super().learn(evaluation, role, outcome)
+        elif role is Role.BISECT:
+            self.sequential = self.sequential.learn(m.requests, _LEARNED.get(
+                outcome.verdict, SeqVerdict.UNKNOWN))
 
 
 class _SequentialTrial(PolicyTrial):

@@ -12,7 +12,7 @@ from vllm_bisect.bisect.policies.base import (
     ServerRuns,
 )
 from vllm_bisect.bisect.terms import Terms
-from vllm_bisect.models import EvalStatus, Evaluation, Outcome, Verdict
+from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Verdict
 from vllm_bisect.spec import BisectSpec, Symptom
 from vllm_bisect.verdict import Judge
 from vllm_bisect.verdict.memory import oom_start
@@ -87,13 +87,26 @@ class ThresholdPolicy:
         return PolicyTrial(self, commit, role)
 
     def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
+        """The thresholds' verdict (the healthy endpoint judged against itself as the
+        reference of relative ones: :meth:`learn` keeps it)."""
         m = evaluation.measurement
         if m is None:
             outcome = unmeasured(self.spec, evaluation)
         else:
-            if role is self.terms.reference_role and self.thresholds.needs_reference:
-                self.thresholds = self.thresholds.with_reference(m)  # itl_factor's baseline
-            j = self.thresholds.judge(m)
+            j = self._thresholds_for(m, role).judge(m)
             outcome = Outcome(commit=evaluation.commit, verdict=j.verdict, reason=j.reason,
                               measurement=m)
         return outcome.model_copy(update={"verdict": self.terms.verdict(outcome.verdict)})
+
+    def learn(self, evaluation: Evaluation, role: Role, outcome: Outcome) -> None:
+        """The healthy endpoint's measurement becomes the reference of relative thresholds
+        (``itl_factor``'s baseline)."""
+        if evaluation.measurement is not None:
+            self.thresholds = self._thresholds_for(evaluation.measurement, role)
+
+    def _thresholds_for(self, m: Measurement, role: Role) -> Judge:
+        """The thresholds a measurement in ``role`` is judged by (the reference endpoint's
+        own measurement is its reference)."""
+        if role is self.terms.reference_role and self.thresholds.needs_reference:
+            return self.thresholds.with_reference(m)
+        return self.thresholds

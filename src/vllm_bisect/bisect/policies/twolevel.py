@@ -217,7 +217,7 @@ class TwoLevelPolicy(ThresholdPolicy):
     def decide(self, evaluation: Evaluation, role: Role,
                sampled_by: CommitTest | None) -> Outcome:
         """The verdict under ``sampled_by`` (the test the commit sampled under), else under
-        the current test; a bisect step's servers teach the model."""
+        the current test (pure: :meth:`learn` teaches the model)."""
         m = evaluation.measurement
         if m is None:
             return super().judge(evaluation, role)
@@ -234,15 +234,6 @@ class TwoLevelPolicy(ThresholdPolicy):
         dec = test.decide(logs)
         if dec in (Decision.MORE_REQUESTS, Decision.NEW_SERVER):
             dec = Decision.UNKNOWN  # a failed later server: undecided
-        if role in (Role.BISECT, Role.CONFIRM):
-            # judged again: its servers are moved, not added twice
-            self.test_ = self._unlearned(self.learned.pop(evaluation.commit, None)).learn(
-                logs, dec)
-            if dec in (Decision.GOOD, Decision.BAD):
-                self.learned[evaluation.commit] = logs
-            elif self.pair_bound:
-                self.undecided.add(evaluation.commit)
-                self._fall_back(evaluation.commit)
         mg, mb = test.model.means()
         flat = [x for g in groups for x in g]
         where = (f"{self.symptom.value} median {statistics.median(flat):.3g} over {len(flat)} "
@@ -254,6 +245,26 @@ class TwoLevelPolicy(ThresholdPolicy):
         why = (f"two-level {dec.value}: {where}" if verdict is not Verdict.SKIP
                else f"undecided: {where}")
         return Outcome(commit=evaluation.commit, verdict=verdict, reason=why, measurement=m)
+
+
+    def learn(self, evaluation: Evaluation, role: Role, outcome: Outcome) -> None:
+        """A bisect step's (or a confirmation's) servers teach the model, on the side it was
+        judged (judged again: its servers are moved, not added twice); one left undecided
+        under ``pair_bound`` falls back (:meth:`_fall_back`)."""
+        if (evaluation.measurement is None or role.endpoint or self.test_ is None
+                or role not in (Role.BISECT, Role.CONFIRM)):
+            return   # (the endpoints are judged by definition: no threshold reference)
+        logs = [to_logs(g) for g in self.groups_of(evaluation)]
+        dec = _DECISION.get(outcome.verdict, Decision.UNKNOWN)
+        self.test_ = self._unlearned(self.learned.pop(evaluation.commit, None)).learn(logs, dec)
+        if dec in (Decision.GOOD, Decision.BAD):
+            self.learned[evaluation.commit] = logs
+        elif self.pair_bound:
+            self.undecided.add(evaluation.commit)
+            self._fall_back(evaluation.commit)
+
+
+_DECISION = {Verdict.GOOD: Decision.GOOD, Verdict.BAD: Decision.BAD}
 
 
 def _off_good(test: CommitTest, logs: list[Group]) -> str:
