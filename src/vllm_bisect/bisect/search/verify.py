@@ -106,22 +106,18 @@ def verify_culprit(t: Tester, culprit: str, fresh: bool = False,
         journal.set_meta(META_KEY, pooled.model_dump_json())
         return pooled
     info = t.rng.commits[t.rng.index(culprit)]
-    for c, role in ((info, Role.VERIFY_CULPRIT), (parent, Role.VERIFY_PARENT)):
-        t.events.on_testing(c, role, 0)
 
     def more(m: Measurement) -> int:
         return max(0, need - len(m.requests))
 
-    ends = ((culprit, Role.VERIFY_CULPRIT), (parent.sha, Role.VERIFY_PARENT))
+    # on fresh servers, uncounted and not journaled (kept here); the two-level test: fresh
+    # servers until it decides again (one server's requests cannot outweigh the server
+    # level), from what its trial asks
     with t.measurer.during(Phase.VERIFY):
-        evs = t.measurer.measure_all(
-            {sha: (t.open(sha, role).more if t.policy.multi_server else more)
-             for sha, role in ends}, account=False)
-        # the two-level test: fresh servers until it decides again (one server's requests
-        # cannot outweigh the server level)
-        evs = {sha: t.servers(sha, ev, account=False) for sha, ev in evs.items()}
-    co = t.judge_only(info, Role.VERIFY_CULPRIT, evs[culprit])
-    po = t.judge_only(parent, Role.VERIFY_PARENT, evs[parent.sha])
+        (co, c_ev), (po, p_ev) = t.run_trials(
+            [(info, Role.VERIFY_CULPRIT, 0), (parent, Role.VERIFY_PARENT, 0)],
+            None if t.policy.multi_server else more, fresh=True, record=False)
+    evs = {culprit: c_ev, parent.sha: p_ev}
     # the requests asked for each: verify_samples, or 0 when the two-level test chose them
     # per server (issue 42: "samples: 10" stood beside arrays of 2)
     v = Verification(culprit=culprit, parent=parent.sha,
