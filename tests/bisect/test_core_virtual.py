@@ -20,7 +20,7 @@ from vllm_bisect.bisect.policies import (
     make_policy,
     resolve_strategy,
 )
-from vllm_bisect.bisect.policies.base import Role
+from vllm_bisect.bisect.policies.base import Role, Traits
 from vllm_bisect.bisect.range import CommitInfo
 from vllm_bisect.bisect.search.multisection import ideal_rounds
 from vllm_bisect.bisect.state.journal import SessionJournal
@@ -174,3 +174,19 @@ def test_judging_is_pure_and_learning_is_the_recorders_step() -> None:
     assert out.verdict is Verdict.BAD and p.sequential is fit and p.thresholds is thresholds
     p.learn(step, Role.BISECT, out)
     assert p.sequential is not fit
+
+
+def test_a_policys_flags_are_one_frozen_traits_value() -> None:
+    """What the searches and the hook read of a policy is one value (``traits``), per
+    strategy; the two-level fall-back replaces it rather than setting flags."""
+    spec = parse_spec(SEQ)
+    got = {name: make_policy(spec, name).traits for name in ("threshold", "sequential", "bayes",
+                                                               "twolevel")}
+    assert got == {"threshold": Traits(),
+                   "sequential": Traits(needs_calibration=True, needs_reference=True),
+                   "bayes": Traits(supports_hook=False),
+                   "twolevel": Traits(needs_calibration=True, multi_server=True,
+                                      needs_reference=True)}
+    assert make_policy(spec, "twolevel", pair_bound=True).traits.pair_bound
+    with pytest.raises(AttributeError):
+        got["twolevel"].pair_bound = True  # type: ignore[misc]

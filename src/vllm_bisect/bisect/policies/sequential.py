@@ -12,6 +12,7 @@ from vllm_bisect.bisect.policies.base import (
     MoreSamples,
     Role,
     ServerRuns,
+    Traits,
 )
 from vllm_bisect.bisect.policies.threshold import PolicyTrial, ThresholdPolicy
 from vllm_bisect.errors import NotReproduced, untestable_hint
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 class BayesPolicy(ThresholdPolicy):
     """Each run judged by the thresholds; the search (not the policy) handles the flakes."""
 
-    supports_hook = False
+    TRAITS = Traits(supports_hook=False)
 
 
 def _dist(xs: list[float]) -> str:
@@ -56,7 +57,7 @@ class SequentialPolicy(ThresholdPolicy):
     its verdicts are old/new already: like the old end or like the new one). The endpoints
     themselves are judged by the thresholds (they are the calibration)."""
 
-    needs_calibration = True
+    TRAITS = Traits(needs_calibration=True)
 
     def __init__(self, spec: BisectSpec) -> None:
         super().__init__(spec)

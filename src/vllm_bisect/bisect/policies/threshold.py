@@ -3,6 +3,8 @@ every policy shares (see :mod:`vllm_bisect.bisect.policies.base`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from vllm_bisect.bisect.policies.base import (
     Again,
     CommitTrial,
@@ -10,6 +12,7 @@ from vllm_bisect.bisect.policies.base import (
     MoreSamples,
     Role,
     ServerRuns,
+    Traits,
 )
 from vllm_bisect.bisect.terms import Terms
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Verdict
@@ -64,20 +67,26 @@ class ThresholdPolicy:
     """The spec's thresholds; the healthy endpoint sets the reference of relative ones.
     Verdicts in the search's terms (a fix search inverts them)."""
 
-    needs_calibration = False
-    supports_hook = True
-    multi_server = False
-    pair_bound = False
-    recalibrate = False
+    TRAITS = Traits()   # the class's (``needs_reference`` set from the spec per policy)
 
     def __init__(self, spec: BisectSpec) -> None:
         self.spec = spec
         self.terms = Terms(spec.range.search)
         self.thresholds = Judge(spec.verdict, spec.min_output_tokens())
+        self.traits = replace(self.TRAITS, needs_reference=self.thresholds.needs_reference
+                              or self.TRAITS.needs_calibration)
 
     @property
-    def needs_reference(self) -> bool:
-        return self.thresholds.needs_reference or self.needs_calibration
+    def supports_hook(self) -> bool:
+        return self.traits.supports_hook
+
+    @property
+    def pair_bound(self) -> bool:
+        return self.traits.pair_bound
+
+    @property
+    def recalibrate(self) -> bool:
+        return self.traits.recalibrate
 
     def calibrate(self, endpoints: EndpointMeasure, tests: int,
                   runs: ServerRuns | None = None) -> None:

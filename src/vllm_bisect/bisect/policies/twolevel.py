@@ -28,7 +28,14 @@ import statistics
 from collections.abc import Callable
 from dataclasses import replace
 
-from vllm_bisect.bisect.policies.base import Again, EndpointMeasure, MoreSamples, Role, ServerRuns
+from vllm_bisect.bisect.policies.base import (
+    Again,
+    EndpointMeasure,
+    MoreSamples,
+    Role,
+    ServerRuns,
+    Traits,
+)
 from vllm_bisect.bisect.policies.calibration import OLD_ROLES, Calibration
 from vllm_bisect.bisect.policies.threshold import PolicyTrial, ThresholdPolicy
 from vllm_bisect.errors import NotReproduced
@@ -70,13 +77,11 @@ class TwoLevelPolicy(ThresholdPolicy):
     """Calibrated on both endpoints' servers, then per commit "more requests on this
     server, or a fresh server?" (learning as it goes). Verdicts are old/new already."""
 
-    needs_calibration = True
-    multi_server = True
+    TRAITS = Traits(needs_calibration=True, multi_server=True)
 
     def __init__(self, spec: BisectSpec, pair_bound: bool = False) -> None:
         super().__init__(spec)
-        self.pair_bound = pair_bound
-        self.recalibrate = False
+        self.traits = replace(self.traits, pair_bound=pair_bound)
         self.strict_spent = 0   # decisions at the bound begun (the j-th: alpha / 2**j)
         self.learned: dict[str, list[Group]] = {}   # commit -> its servers in the model
         self.undecided: set[str] = set()   # left undecided at the caps (pair_bound)
@@ -157,7 +162,7 @@ class TwoLevelPolicy(ThresholdPolicy):
         step = cal.until_decided(threshold, log_min_change(v) if v.plateau and self.recalibrate
                                  else 0.0)
         self.reason = step.reason
-        self.recalibrate = False
+        self.traits = replace(self.traits, recalibrate=False)
         self.learned.clear()
         if step.status is CalStatus.READY:
             assert step.model is not None
@@ -206,8 +211,7 @@ class TwoLevelPolicy(ThresholdPolicy):
         logger.warning("%s went undecided: the model may have learned a wrong verdict; the "
                        "search calibrates again and decides every step at the per-step bound",
                        commit[:12])
-        self.pair_bound = False
-        self.recalibrate = True
+        self.traits = replace(self.traits, pair_bound=False, recalibrate=True)
         self.reopened = set(self.undecided)
 
     # -- verdicts ------------------------------------------------------------------------

@@ -124,12 +124,12 @@ class MultisectionSearch:
     def run(self) -> Found:
         # pair_bound as the search began (a policy that falls back to the per-step bound
         # still has loose verdicts from before: the final pair is re-judged all the same)
-        self.pair = self.t.policy.pair_bound
+        self.pair = self.t.policy.traits.pair_bound
         try:
             # a verification runs beside the first interior commits
             settle(self.t, Settle.SEARCH, verify=self._endpoints)
             while True:
-                if self.t.policy.recalibrate:
+                if self.t.policy.traits.recalibrate:
                     while self.running:   # the model changes: what runs finishes first
                         for done in self.m.wait():
                             self._finish(done)

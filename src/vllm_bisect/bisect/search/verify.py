@@ -47,7 +47,7 @@ def at_the_bound(t: Tester, culprit: str, parent: CommitInfo) -> Verification | 
     parent good at the whole-bisect bound (the good endpoint: good by calibration); None
     when either was not (then fresh servers decide)."""
     ends = ({t.rng.good.sha: Verdict.GOOD, t.rng.bad.sha: Verdict.BAD}
-            if t.policy.needs_calibration else {})
+            if t.policy.traits.needs_calibration else {})
     verdicts = {**ends, **t.at_bound}
     if verdicts.get(culprit) is not Verdict.BAD or verdicts.get(parent.sha) is not Verdict.GOOD:
         return None
@@ -97,7 +97,7 @@ def verify_culprit(t: Tester, culprit: str, fresh: bool = False,
                                      if rechecked else None))
     if stored:
         v = Verification.model_validate_json(stored)
-        asked = 0 if t.policy.multi_server else need
+        asked = 0 if t.policy.traits.multi_server else need
         if v.culprit == culprit and (v.samples == asked if v.source == "fresh" else pooled):
             return v
     if pooled is not None:
@@ -116,12 +116,12 @@ def verify_culprit(t: Tester, culprit: str, fresh: bool = False,
     with t.measurer.during(Phase.VERIFY):
         (co, c_ev), (po, p_ev) = t.run_trials(
             [(info, Role.VERIFY_CULPRIT, 0), (parent, Role.VERIFY_PARENT, 0)],
-            None if t.policy.multi_server else more, fresh=True, record=False)
+            None if t.policy.traits.multi_server else more, fresh=True, record=False)
     evs = {culprit: c_ev, parent.sha: p_ev}
     # the requests asked for each: verify_samples, or 0 when the two-level test chose them
     # per server (issue 42: "samples: 10" stood beside arrays of 2)
     v = Verification(culprit=culprit, parent=parent.sha,
-                     samples=0 if t.policy.multi_server else need,
+                     samples=0 if t.policy.traits.multi_server else need,
                      culprit_verdict=co.verdict, parent_verdict=po.verdict,
                      culprit_reason=co.reason, parent_reason=po.reason,
                      culprit_measurement=co.measurement, parent_measurement=po.measurement,
