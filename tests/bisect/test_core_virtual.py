@@ -167,11 +167,11 @@ def test_judging_is_pure_and_learning_is_the_recorders_step() -> None:
     p = make_policy(spec)
     assert isinstance(p, SequentialPolicy)
     p.calibrate(lambda more: (good, bad), tests=8)
-    fit, thresholds = p.sequential, p.thresholds
+    fit, thresholds = p.sequential, p.thresholds_policy.thresholds
     step = ev("c", 13.0, 12)
     out = p.judge(step, Role.BISECT)
     p.judge(good, Role.GOOD_ENDPOINT)
-    assert out.verdict is Verdict.BAD and p.sequential is fit and p.thresholds is thresholds
+    assert out.verdict is Verdict.BAD and p.sequential is fit and p.thresholds_policy.thresholds is thresholds
     p.learn(step, Role.BISECT, out)
     assert p.sequential is not fit
 

@@ -13,6 +13,7 @@ module of its own (:mod:`.threshold`, :mod:`.sequential`, :mod:`.twolevel`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from vllm_bisect.bisect.policies.base import VerdictPolicy
@@ -24,7 +25,7 @@ from vllm_bisect.spec import BisectSpec, SearchKind
 from vllm_bisect.spec.verdict import NO_FIX_SEARCH
 from vllm_bisect.verdict.auto import Choice, Strategy, choose_strategy
 
-POLICIES: dict[str, type[ThresholdPolicy]] = {
+POLICIES: dict[str, Callable[[BisectSpec], VerdictPolicy]] = {
     "threshold": ThresholdPolicy,
     "sequential": SequentialPolicy,
     "bayes": BayesPolicy,

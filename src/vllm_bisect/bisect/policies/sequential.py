@@ -52,15 +52,16 @@ _SEQ_VERDICT = {SeqVerdict.GOOD: Verdict.GOOD, SeqVerdict.BAD: Verdict.BAD}
 _LEARNED = {v: s for s, v in _SEQ_VERDICT.items()}
 
 
-class SequentialPolicy(ThresholdPolicy):
+class SequentialPolicy:
     """Calibrated on both endpoints, then the SPRT on per-request ITL (learning as it goes;
     its verdicts are old/new already: like the old end or like the new one). The endpoints
-    themselves are judged by the thresholds (they are the calibration)."""
-
-    TRAITS = Traits(needs_calibration=True)
+    themselves, unmeasured commits and any before calibration are judged by its
+    ``thresholds_policy`` (the endpoints are the calibration)."""
 
     def __init__(self, spec: BisectSpec) -> None:
-        super().__init__(spec)
+        self.spec = spec
+        self.thresholds_policy = ThresholdPolicy(spec)
+        self.traits = Traits(needs_calibration=True, needs_reference=True)
         self.sequential: SequentialJudge | None = None
 
     def calibrate(self, endpoints: EndpointMeasure, tests: int,
@@ -113,7 +114,7 @@ class SequentialPolicy(ThresholdPolicy):
         current one (pure: :meth:`learn` sharpens the fit)."""
         m = evaluation.measurement
         if self.sequential is None or m is None or role.endpoint:
-            return super().judge(evaluation, role)
+            return self.thresholds_policy.judge(evaluation, role)
         judge = sampled_by or self.sequential
         v, why = judge.decide(m.requests)
         return Outcome(commit=evaluation.commit, verdict=_SEQ_VERDICT.get(v, Verdict.SKIP),
@@ -125,7 +126,7 @@ class SequentialPolicy(ThresholdPolicy):
         teach those."""
         m = evaluation.measurement
         if self.sequential is None or m is None or role.endpoint:
-            super().learn(evaluation, role, outcome)
+            self.thresholds_policy.learn(evaluation, role, outcome)
         elif role is Role.BISECT:
             self.sequential = self.sequential.learn(m.requests, _LEARNED.get(
                 outcome.verdict, SeqVerdict.UNKNOWN))

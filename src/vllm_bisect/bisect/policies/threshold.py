@@ -13,6 +13,7 @@ from vllm_bisect.bisect.policies.base import (
     Role,
     ServerRuns,
     Traits,
+    VerdictPolicy,
 )
 from vllm_bisect.bisect.terms import Terms
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Verdict
@@ -41,9 +42,9 @@ def unmeasured(spec: BisectSpec, ev: Evaluation) -> Outcome:
 
 class PolicyTrial:
     """A commit judged on one server (threshold, bayes; the others' trials build on it):
-    decided by its first evaluation, judged by the policy."""
+    decided by its first evaluation, judged by the policy (any :class:`VerdictPolicy`)."""
 
-    def __init__(self, policy: ThresholdPolicy, commit: str, role: Role,
+    def __init__(self, policy: VerdictPolicy, commit: str, role: Role,
                  more: MoreSamples | None = None) -> None:
         self.policy, self.commit, self.role, self.more = policy, commit, role, more
 
@@ -65,16 +66,18 @@ class PolicyTrial:
 
 class ThresholdPolicy:
     """The spec's thresholds; the healthy endpoint sets the reference of relative ones.
-    Verdicts in the search's terms (a fix search inverts them)."""
+    Verdicts in the search's terms (a fix search inverts them). The noise-aware policies
+    (sequential, twolevel) hold one (``thresholds_policy``) for what their test does not
+    judge: an evaluation without a measurement (the crash rule), the endpoints, a commit
+    before calibration."""
 
-    TRAITS = Traits()   # the class's (``needs_reference`` set from the spec per policy)
+    TRAITS = Traits()   # the class's (bayes: no hook); ``needs_reference`` from the spec
 
     def __init__(self, spec: BisectSpec) -> None:
         self.spec = spec
         self.terms = Terms(spec.range.search)
         self.thresholds = Judge(spec.verdict, spec.min_output_tokens())
-        self.traits = replace(self.TRAITS, needs_reference=self.thresholds.needs_reference
-                              or self.TRAITS.needs_calibration)
+        self.traits = replace(self.TRAITS, needs_reference=self.thresholds.needs_reference)
 
     @property
     def supports_hook(self) -> bool:

@@ -73,15 +73,18 @@ def describe(groups: list[list[float]]) -> str:
     return ", ".join(f"{statistics.median(g):.3g} ({len(g)})" for g in groups if g) or "none"
 
 
-class TwoLevelPolicy(ThresholdPolicy):
+class TwoLevelPolicy:
     """Calibrated on both endpoints' servers, then per commit "more requests on this
-    server, or a fresh server?" (learning as it goes). Verdicts are old/new already."""
-
-    TRAITS = Traits(needs_calibration=True, multi_server=True)
+    server, or a fresh server?" (learning as it goes). Verdicts are old/new already; an
+    evaluation without a measurement (the crash rule) or a commit before calibration is
+    judged by its ``thresholds_policy``."""
 
     def __init__(self, spec: BisectSpec, pair_bound: bool = False) -> None:
-        super().__init__(spec)
-        self.traits = replace(self.traits, pair_bound=pair_bound)
+        self.spec = spec
+        self.thresholds_policy = ThresholdPolicy(spec)
+        self.terms = self.thresholds_policy.terms
+        self.traits = Traits(needs_calibration=True, multi_server=True, needs_reference=True,
+                             pair_bound=pair_bound)
         self.strict_spent = 0   # decisions at the bound begun (the j-th: alpha / 2**j)
         self.learned: dict[str, list[Group]] = {}   # commit -> its servers in the model
         self.undecided: set[str] = set()   # left undecided at the caps (pair_bound)
@@ -90,6 +93,14 @@ class TwoLevelPolicy(ThresholdPolicy):
         self.symptom = self.v.symptom
         self.test_: CommitTest | None = None
         self.reason = ""
+
+    @property
+    def pair_bound(self) -> bool:
+        return self.traits.pair_bound
+
+    @property
+    def recalibrate(self) -> bool:
+        return self.traits.recalibrate
 
     @property
     def test(self) -> CommitTest:
@@ -224,14 +235,14 @@ class TwoLevelPolicy(ThresholdPolicy):
         the current test (pure: :meth:`learn` teaches the model)."""
         m = evaluation.measurement
         if m is None:
-            return super().judge(evaluation, role)
+            return self.thresholds_policy.judge(evaluation, role)
         if role.endpoint:
             # an endpoint: old ("good") or new ("bad") by definition, once calibrated
             return Outcome(commit=evaluation.commit, verdict=Verdict.GOOD
                            if role in OLD_ROLES else Verdict.BAD, reason=self.reason,
                            measurement=m)
         if self.test_ is None:
-            return super().judge(evaluation, role)
+            return self.thresholds_policy.judge(evaluation, role)
         test = sampled_by or self.test
         groups = self.groups_of(evaluation)
         logs = [to_logs(g) for g in groups]
