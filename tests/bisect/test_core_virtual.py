@@ -20,7 +20,7 @@ from vllm_bisect.bisect.policies import (
     make_policy,
     resolve_strategy,
 )
-from vllm_bisect.bisect.policies.base import Role
+from vllm_bisect.bisect.policies.base import Role, Traits
 from vllm_bisect.bisect.range import CommitInfo
 from vllm_bisect.bisect.search.multisection import ideal_rounds
 from vllm_bisect.bisect.state.journal import SessionJournal
@@ -95,7 +95,12 @@ def test_a_replayed_policy_judges_as_the_one_that_learned(tmp_path: Path) -> Non
         p = make_policy(spec)
         assert isinstance(p, SequentialPolicy)
         p.calibrate(lambda more: (good, bad), tests=8)
-        verdicts.append([p.judge(e, Role.BISECT).verdict for e in steps])
+        mine = []
+        for e in steps:   # judged and learned from in order, as the hook's replay does
+            o = p.judge(e, Role.BISECT)
+            p.learn(e, Role.BISECT, o)
+            mine.append(o.verdict)
+        verdicts.append(mine)
         policies.append(p)
     assert verdicts[0] == verdicts[1] and Verdict.BAD in verdicts[0] and Verdict.GOOD in verdicts[0]
     nxt = ev("next", 13.0, 8)
@@ -146,3 +151,42 @@ def test_retries_and_server_starts_on_one_worker_and_on_four(tmp_path: Path) -> 
         assert r.first_bad == commit_range(s.n).sha(120) and r.workers == k
         assert r.server_starts >= len({o.commit for o in r.probed})
         assert r.rounds <= (math.ceil(math.log2(s.n)) if k == 1 else ideal_rounds(s.n, k) + 1)
+
+
+def test_judging_is_pure_and_learning_is_the_recorders_step() -> None:
+    """A policy changes only when told what a recorded verdict was (``learn``): judging a
+    commit, even the reference endpoint or a bisect step, leaves it as it was."""
+    spec = parse_spec(SEQ)
+    rnd = random.Random(4)
+
+    def ev(sha: str, mean: float, k: int) -> Evaluation:
+        return Evaluation(commit=sha, status=EvalStatus.MEASURED, measurement=measurement(
+            [mean * rnd.gauss(1.0, 0.1) for _ in range(k)], 256))
+
+    good, bad = ev("g", 10.0, 12), ev("b", 13.0, 12)
+    p = make_policy(spec)
+    assert isinstance(p, SequentialPolicy)
+    p.calibrate(lambda more: (good, bad), tests=8)
+    fit, thresholds = p.sequential, p.thresholds_policy.thresholds
+    step = ev("c", 13.0, 12)
+    out = p.judge(step, Role.BISECT)
+    p.judge(good, Role.GOOD_ENDPOINT)
+    assert out.verdict is Verdict.BAD and p.sequential is fit and p.thresholds_policy.thresholds is thresholds
+    p.learn(step, Role.BISECT, out)
+    assert p.sequential is not fit
+
+
+def test_a_policys_flags_are_one_frozen_traits_value() -> None:
+    """What the searches and the hook read of a policy is one value (``traits``), per
+    strategy; the two-level fall-back replaces it rather than setting flags."""
+    spec = parse_spec(SEQ)
+    got = {name: make_policy(spec, name).traits for name in ("threshold", "sequential", "bayes",
+                                                               "twolevel")}
+    assert got == {"threshold": Traits(),
+                   "sequential": Traits(needs_calibration=True, needs_reference=True),
+                   "bayes": Traits(supports_hook=False),
+                   "twolevel": Traits(needs_calibration=True, multi_server=True,
+                                      needs_reference=True)}
+    assert make_policy(spec, "twolevel", pair_bound=True).traits.pair_bound
+    with pytest.raises(AttributeError):
+        got["twolevel"].pair_bound = True  # type: ignore[misc]

@@ -84,6 +84,7 @@ def test_a_confirmation_goes_on_from_the_commits_servers_at_a_stricter_bound() -
     # a search step: two samples that decide loosely (bad), not at the bound
     groups = [[12.6, 13.3]]
     loose = p.open("c", Role.BISECT).verdict(_ev("c", groups))
+    p.learn(_ev("c", groups), Role.BISECT, loose)   # as the Tester records it
     assert loose.verdict is Verdict.BAD
     assert p.learned["c"] == [to_logs(g) for g in groups]
     model_with_c = p.test.model
@@ -106,6 +107,7 @@ def test_a_confirmation_goes_on_from_the_commits_servers_at_a_stricter_bound() -
                                          measurement=measurement([13.1, 12.9, 13.4, 13.0], 256)))
     assert merged.samples is not None and len(merged.samples) == 2
     out = trial.verdict(merged)
+    p.learn(merged, Role.CONFIRM, out)
     assert out.verdict is Verdict.BAD and "decides at +-5.3" in out.reason
     assert len(p.test.model.bad) == len(model_with_c.bad) + 1   # c's one old server -> its two
 
@@ -158,7 +160,10 @@ def test_the_fall_back_asks_for_a_calibration_and_drops_the_pair_bound() -> None
     trial = p.open("c", Role.BISECT)
     # four samples (the cap) right between the sides: undecided
     mid = math.exp(2.43)   # the sides' midpoint on the log scale
-    out = trial.verdict(_ev("c", [[mid, mid * 1.001], [mid * 0.999, mid]]))
+    ev = _ev("c", [[mid, mid * 1.001], [mid * 0.999, mid]])
+    out = trial.verdict(ev)
+    assert not p.recalibrate and p.pair_bound   # judging is pure: learning falls back
+    p.learn(ev, Role.BISECT, out)
     assert out.verdict is Verdict.SKIP and "undecided" in out.reason
     assert p.recalibrate and not p.pair_bound
 

@@ -42,8 +42,11 @@ def test_two_commits_under_test_keep_their_servers_apart() -> None:
     assert len(a.groups) == 1 and len(b.groups) == 1 and a.groups != b.groups
     # the policy holds no commit's servers: only its model and what it learned
     assert not {"groups", "last", "kept", "sampled_by"} & set(vars(p))
-    va = a.verdict(a.evaluation(server("a", [10.0, 10.1, 9.9])))
-    vb = b.verdict(b.evaluation(server("b", [13.0, 13.1, 12.9])))
+    ea, eb = a.evaluation(server("a", [10.0, 10.1, 9.9])), b.evaluation(server("b", [13.0, 13.1, 12.9]))
+    va, vb = a.verdict(ea), b.verdict(eb)
+    assert not p.learned   # judging is pure: the Tester's record teaches the model
+    p.learn(ea, Role.BISECT, va)
+    p.learn(eb, Role.BISECT, vb)
     assert va.verdict is Verdict.GOOD and vb.verdict is Verdict.BAD
     assert set(p.learned) == {"a", "b"}   # both bisect steps taught the model
 

@@ -7,8 +7,10 @@
 3. where a bisect's state lives (``state/``);
 4. measuring a commit (``measurement/``) and the session's wiring (``bench.py``,
    :func:`~vllm_bisect.bisect.bench.open_bench`: builder -> evaluator -> executor);
-5. judging a commit (``tester.py``, ``Tester.record()``: the one place a commit is judged)
-   and the composition root (``core.py``, :func:`~vllm_bisect.bisect.core.open_core`);
+5. judging a commit (``tester.py``: ``Tester.run_trials()`` / ``after_server()`` run its
+   trial, ``Tester.record()`` judges it, purely, and calls the policy's ``learn()``: the one
+   place a commit is judged) and the composition root (``core.py``,
+   :func:`~vllm_bisect.bisect.core.open_core`);
 6. the searches (``search/``, the endpoints settled by ``search/endpoints.py``'s
    ``settle()``), the lazy good endpoint (``recheck.py``), the rest checks (``rest.py``) and
    what a run tells (``forecast_events.py``, ``endpoint_env.py``);

@@ -158,7 +158,7 @@ class Driver:
         if first_bad is not None and self.spec.verdict.verify_samples > 0:
             # the rest checks that follow need servers of the final pair that no verdict
             # chose: the verification's fresh ones are those (issue 40)
-            rest = self.spec.verdict.rest_check and self.core.policy.needs_calibration
+            rest = self.spec.verdict.rest_check and self.core.policy.traits.needs_calibration
             # a deterministic cap: the parent's re-checks and the culprit's run verify it
             v = self.spec.verdict
             rechecked = (1 + v.recheck_runs if recheck.applies(self.spec, self.choice)

@@ -178,9 +178,8 @@ def _refuse_if_intermittent(t: Tester, spec: BisectSpec, choice: Choice,
 
 
 def _replay(t: Tester, head: str) -> None:
-    """Judge again, in order, the commits this bisect's hook judged before (a learning
-    policy learns from them as in ``run``); the endpoints and HEAD itself excepted."""
+    """The commits this bisect's hook judged before, judged again and learned from in order
+    (``Tester.replay``): each hook call is a process of its own, so a learning policy's model
+    is rebuilt from the journal as ``run`` built it; the endpoints and HEAD itself excepted."""
     skip = {t.store.key(c) for c in (t.rng.good.sha, t.rng.bad.sha, head)}
-    for key, ev in t.store.session.items():
-        if key not in skip:
-            t.policy.judge(ev, Role.BISECT)
+    t.replay([ev for key, ev in t.store.session.items() if key not in skip], Role.BISECT)

@@ -114,7 +114,8 @@ class _Loop:
         good = known.get(rng.good.sha)
         if good is None or good.measurement is None:
             return rng
-        policy.judge(good, Role.GOOD_ENDPOINT)   # the reference of relative thresholds
+        # the reference of relative thresholds
+        policy.learn(good, Role.GOOD_ENDPOINT, policy.judge(good, Role.GOOD_ENDPOINT))
         for i, c in enumerate(rng.commits[:-1]):
             ev = known.get(c.sha)
             if ev is not None and ev.measurement is not None and policy.judge(

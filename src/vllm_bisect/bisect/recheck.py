@@ -52,7 +52,7 @@ RECHECKS_FOR_95 = 4
 
 def lazy_good(t: Tester) -> bool:
     """Does the good endpoint wait until the search judges no commit good (step 1)?"""
-    return t.measurer.workers == 1 and not t.policy.needs_reference
+    return t.measurer.workers == 1 and not t.policy.traits.needs_reference
 
 
 def precheck(t: Tester, spec: BisectSpec) -> Choice | None:

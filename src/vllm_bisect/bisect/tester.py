@@ -53,6 +53,16 @@ class Tester:
         """Test several commits (at once on free workers), recorded in the order given (the
         good endpoint's reference comes first). ``more``: the samples wanted (else the
         policy's)."""
+        return [o for o, _ in self.run_trials(items, more, fresh)]
+
+    def run_trials(self, items: Sequence[Item], more: MoreSamples | None = None,
+                   fresh: bool = False, record: bool = True) -> list[tuple[Outcome, Evaluation]]:
+        """The one trial path: each commit opened (its trial; a known evaluation reused unless
+        ``fresh``), its first server measured (at once on free workers), further servers
+        while its trial asks (:meth:`run_trial`), then judged in the order given; each
+        outcome with the evaluation it judged. ``record``: journaled, learned from and
+        cached (:meth:`record`); else judged and reported only (culprit verification, which
+        keeps its own, uncounted)."""
         found: dict[str, Evaluation] = {}
         missing: dict[str, MoreSamples | None] = {}
         for info, role, steps in items:
@@ -62,11 +72,15 @@ class Tester:
                 found[info.sha] = known
             elif info.sha not in missing:
                 missing[info.sha] = want
-        measured = self.measurer.measure_all(missing)
+        measured = self.measurer.measure_all(missing, record)
         for sha in missing:
-            measured[sha] = self.servers(sha, measured[sha])
-        return [self.record(info, role, found.get(info.sha) or measured[info.sha],
-                            cached=info.sha in found) for info, role, _ in items]
+            measured[sha] = self.run_trial(sha, measured[sha], record)
+        out = []
+        for info, role, _ in items:
+            ev = found.get(info.sha) or measured[info.sha]
+            out.append((self.record(info, role, ev, cached=info.sha in found) if record
+                        else self.judge_only(info, role, ev), ev))
+        return out
 
     def lookup(self, commit: str, role: Role, more: MoreSamples | None = None,
                fresh: bool = False) -> tuple[Evaluation | None, MoreSamples | None]:
@@ -124,25 +138,36 @@ class Tester:
                 if ev is not None and ev.measurement is not None:
                     del verdicts[i]
 
-    def servers(self, commit: str, ev: Evaluation, account: bool = True) -> Evaluation:
-        """A commit's further servers while its trial asks for a fresh one (the two-level
-        test); its evaluation to judge (merged over them), cached."""
+    def after_server(self, commit: str, ev: Evaluation,
+                     account: bool = True) -> Again | Evaluation:
+        """One server of a commit under test measured: a fresh one if its trial asks (an
+        :class:`Again`; the two-level test), else its evaluation to judge (merged over its
+        servers; cached when ``account``). The parallel search calls it as its workers
+        finish; :meth:`run_trial` in a loop."""
         nxt = self.next_probe(commit, ev)
-        trial = self.trials.get(commit)
-        # a step's further servers that only its decision at the bound asks for: confirmation
-        phase = (Phase.CONFIRM if trial is not None and trial.role is Role.CONFIRM
-                 and self.measurer.phase is Phase.SEARCH else self.measurer.phase)
-        n = 1
-        while nxt is not None:
-            n += 1
-            self.events.on_phase(commit, f"a fresh server (server {n})")
-            with self.measurer.during(phase):
-                ev = self.measurer.measure_all({commit: nxt.more}, account)[commit]
-            nxt = self.next_probe(commit, ev)
+        if nxt is not None:
+            return nxt
         merged = self.decided(commit, ev)
         if account and merged is not ev:
             self.store.put(merged)
         return merged
+
+    def run_trial(self, commit: str, ev: Evaluation, account: bool = True) -> Evaluation:
+        """A commit's further servers while its trial asks for a fresh one (after its first,
+        ``ev``); its evaluation to judge (merged over them), cached when ``account``."""
+        trial = self.trials.get(commit)
+        # a step's further servers that only its decision at the bound asks for: confirmation
+        phase = (Phase.CONFIRM if trial is not None and trial.role is Role.CONFIRM
+                 and self.measurer.phase is Phase.SEARCH else self.measurer.phase)
+        step = self.after_server(commit, ev, account)
+        n = 1
+        while isinstance(step, Again):
+            n += 1
+            self.events.on_phase(commit, f"a fresh server (server {n})")
+            with self.measurer.during(phase):
+                ev = self.measurer.measure_all({commit: step.more}, account)[commit]
+            step = self.after_server(commit, ev, account)
+        return step
 
     # -- ServerRuns: what a calibrating policy runs ----------------------------------------
     @property
@@ -171,10 +196,11 @@ class Tester:
         return next(c for c in (rng.good, rng.bad, *rng.commits) if c.sha == commit)
 
     def record(self, info: CommitInfo, role: Role, ev: Evaluation, cached: bool) -> Outcome:
-        """Judge an evaluation (by the commit's trial, which ends here), journal it, and
-        tell the event handler."""
+        """Judge an evaluation (by the commit's trial, which ends here), let the policy learn
+        from the verdict, journal it, and tell the event handler."""
         outcome = _with_log(self.verdict(info.sha, role, ev), ev).model_copy(
             update={"from_cache": cached})
+        self.policy.learn(ev, role, outcome)
         self.store.record(outcome, ev, cached)
         if role is Role.CONFIRM:
             self.at_bound[info.sha] = outcome.verdict
@@ -183,8 +209,16 @@ class Tester:
         self.events.on_outcome(info, outcome)
         return outcome
 
+    def replay(self, evaluations: Sequence[Evaluation], role: Role) -> None:
+        """Judge again, in order, and learn from, evaluations judged by an earlier process
+        (the hook's earlier calls): a learning policy is then in the state they left it in.
+        Neither journaled nor reported."""
+        for ev in evaluations:
+            self.policy.learn(ev, role, self.policy.judge(ev, role))
+
     def judge_only(self, info: CommitInfo, role: Role, ev: Evaluation) -> Outcome:
-        """Judge and report, without journaling (culprit verification keeps its own)."""
+        """Judge and report, without journaling or learning (culprit verification keeps its
+        own; a verification is judged without learning)."""
         outcome = _with_log(self.verdict(info.sha, role, ev), ev)
         self.events.on_outcome(info, outcome)
         return outcome

@@ -13,6 +13,7 @@ module of its own (:mod:`.threshold`, :mod:`.sequential`, :mod:`.twolevel`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from vllm_bisect.bisect.policies.base import VerdictPolicy
@@ -24,7 +25,7 @@ from vllm_bisect.spec import BisectSpec, SearchKind
 from vllm_bisect.spec.verdict import NO_FIX_SEARCH
 from vllm_bisect.verdict.auto import Choice, Strategy, choose_strategy
 
-POLICIES: dict[str, type[ThresholdPolicy]] = {
+POLICIES: dict[str, Callable[[BisectSpec], VerdictPolicy]] = {
     "threshold": ThresholdPolicy,
     "sequential": SequentialPolicy,
     "bayes": BayesPolicy,
@@ -59,8 +60,9 @@ def resolve(spec: BisectSpec) -> Plan:
     """The spec's :class:`Plan` (every way into the core reads this, never the rules)."""
     choice = resolve_strategy(spec)
     policy = make_policy(spec, choice.strategy)
-    return Plan(choice.strategy, choice.reason, policy.needs_reference, policy.supports_hook,
-                policy.needs_calibration)
+    traits = policy.traits
+    return Plan(choice.strategy, choice.reason, traits.needs_reference, traits.supports_hook,
+                traits.needs_calibration)
 
 
 def resolve_strategy(spec: BisectSpec) -> Choice:
@@ -77,7 +79,7 @@ def make_policy(spec: BisectSpec, strategy: Strategy | None = None,
                 pair_bound: bool = False) -> VerdictPolicy:
     """The policy for ``strategy`` (default: the spec's, ``auto`` resolved). ``pair_bound``:
     a search that confirms its final pair (``vllm-bisect run``) lets the two-level test
-    spend its error bound there (see ``VerdictPolicy.pair_bound``)."""
+    spend its error bound there (see ``Traits.pair_bound``)."""
     chosen = strategy or resolve_strategy(spec).strategy
     name = str(getattr(chosen, "value", chosen))
     cls = POLICIES.get(name)

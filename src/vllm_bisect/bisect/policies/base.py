@@ -4,7 +4,7 @@ way into the core (``vllm-bisect run``, the ``git bisect run`` hook, culprit ver
 A policy is built once per bisect (:func:`vllm_bisect.bisect.policies.make_policy`) and
 asked three things:
 
-1. ``calibrate(endpoints, tests)`` before the search, when ``needs_calibration`` is set:
+1. ``calibrate(endpoints, tests)`` before the search, when ``traits.needs_calibration`` is set:
    measure both endpoints (through the ``endpoints`` callback, which may be asked again
    with more samples) and learn from them, or raise ``NotReproduced``.
 2. ``open(commit, role)`` just before a commit is measured: a :class:`CommitTrial`, the
@@ -20,7 +20,12 @@ asked three things:
 3. ``judge(evaluation, role)``: a verdict outside any trial (an endpoint recorded by the
    calibration, the hook's replay, a known measurement checked again). The crash rule
    lives here: following ``symptom = "crash"``, a server that died or a probe that failed
-   is BAD; otherwise an evaluation without a measurement is a SKIP.
+   is BAD; otherwise an evaluation without a measurement is a SKIP. Judging is pure (a
+   trial's ``verdict`` too): it changes nothing in the policy.
+4. ``learn(evaluation, role, outcome)``: what the policy learns from a verdict the Tester
+   records (``Tester.record``, the one place a commit is judged and learned from): the
+   reference of relative thresholds from the healthy endpoint, a bisect step's samples
+   sharpening a learning policy's model (and, for the two-level test, its fall-back).
 
 ``Role`` says why a commit is judged: the healthy endpoint's measurement (the good end; in
 a fix search the fixed end, ``Terms.reference_role``) is also the reference of relative
@@ -34,10 +39,11 @@ callback (the Tester).
 
 To add a policy (a two-level noise test, inverted terms for find-the-fix, patch
 isolation): implement this Protocol and register it in ``policies.make_policy``; nothing
-else in the core changes. ``supports_hook`` says whether it can judge one commit at a
-time under git's control (``git bisect run``); the hook refuses the ones that cannot. The
-hook replays the verdicts of the commits it judged before (``judge(..., Role.BISECT)`` in
-order) so a learning policy is in the state ``run`` would be in.
+else in the core changes. ``traits.supports_hook`` says whether it can judge one commit at a
+time under git's control (``git bisect run``); the hook refuses the ones that cannot. Each
+hook call is a process of its own: the policy's model does not outlive it, so the hook
+replays the commits it judged before (``Tester.replay``: judged and learned from, in order)
+so that a learning policy is in the state ``run`` would be in.
 """
 
 from __future__ import annotations
@@ -119,44 +125,48 @@ class CommitTrial(Protocol):
         ...
 
     def verdict(self, evaluation: Evaluation) -> Outcome:
-        """The verdict (``from_cache`` False: the caller marks cached ones)."""
+        """The verdict (``from_cache`` False: the caller marks cached ones); pure, like
+        ``VerdictPolicy.judge`` (the Tester calls ``VerdictPolicy.learn`` when it records)."""
         ...
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What a verdict policy is, read by the searches, the hook and ``policies.Plan``; one
+    value (the two-level test's fall-back replaces it: ``pair_bound`` off, ``recalibrate``
+    on; its calibration turns ``recalibrate`` off again).
+
+    - ``needs_calibration``: calibrates on both endpoints before the search (``calibrate``).
+    - ``supports_hook``: can judge one commit at a time under git's control (``git bisect
+      run``); the hook refuses the policies that cannot.
+    - ``multi_server``: a commit may be measured on several servers
+      (``CommitTrial.next_probe``).
+    - ``needs_reference``: verdicts are relative to the good endpoint's measurement (judged
+      first, with ``Role.GOOD_ENDPOINT``).
+    - ``pair_bound``: the whole-bisect error bound is spent on the final pair only: search
+      steps decide at a looser error each, and the searches re-judge the two commits that end
+      the search (the last good, the first bad) with ``Role.CONFIRM`` until both are decided
+      at the bound (a single change point makes "parent good, culprit bad" sufficient). The
+      hook cannot (git drives its search): its policy bounds every step.
+    - ``recalibrate``: the search should run the endpoint calibration again before its next
+      step (a two-level search under ``pair_bound`` whose model went wrong: it then decides
+      at the per-step bound, ``pair_bound`` off).
+    """
+
+    needs_calibration: bool = False
+    supports_hook: bool = True
+    multi_server: bool = False
+    needs_reference: bool = False
+    pair_bound: bool = False
+    recalibrate: bool = False
 
 
 class VerdictPolicy(Protocol):
     """See the module docstring."""
 
     @property
-    def needs_calibration(self) -> bool: ...
-
-    @property
-    def supports_hook(self) -> bool: ...
-
-    @property
-    def pair_bound(self) -> bool:
-        """Whether the whole-bisect error bound is spent on the final pair only: search steps
-        decide at a looser error each, and the searches re-judge the two commits that end the
-        search (the last good, the first bad) with ``Role.CONFIRM`` until both are decided at
-        the bound (a single change point makes "parent good, culprit bad" sufficient). The
-        hook cannot (git drives its search): its policy bounds every step."""
-        ...
-
-    @property
-    def recalibrate(self) -> bool:
-        """Whether the search should run the endpoint calibration again before its next step
-        (a two-level search under ``pair_bound`` whose model went wrong: it then decides at
-        the per-step bound, ``pair_bound`` off)."""
-        ...
-
-    @property
-    def multi_server(self) -> bool:
-        """Whether a commit may be measured on several servers (``CommitTrial.next_probe``)."""
-        ...
-
-    @property
-    def needs_reference(self) -> bool:
-        """Whether verdicts are relative to the good endpoint's measurement (judged first,
-        with ``Role.GOOD_ENDPOINT``)."""
+    def traits(self) -> Traits:
+        """What the policy is, for the searches, the hook and the plan (:class:`Traits`)."""
         ...
 
     def calibrate(self, endpoints: EndpointMeasure, tests: int,
@@ -169,5 +179,11 @@ class VerdictPolicy(Protocol):
         ...
 
     def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
-        """A verdict outside any trial (``from_cache`` False: the caller marks cached ones)."""
+        """A verdict outside any trial (``from_cache`` False: the caller marks cached ones);
+        pure: the policy learns nothing here (see :meth:`learn`)."""
+        ...
+
+    def learn(self, evaluation: Evaluation, role: Role, outcome: Outcome) -> None:
+        """Learn from a recorded verdict (``outcome``: the evaluation's, by its trial or
+        :meth:`judge`)."""
         ...

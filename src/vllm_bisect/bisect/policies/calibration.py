@@ -32,7 +32,9 @@ class CalibratedPolicy(Protocol):
     v: VerdictSpec
     symptom: Symptom
     terms: Terms
-    pair_bound: bool
+
+    @property
+    def pair_bound(self) -> bool: ...
 
     def samples(self, ev: Evaluation | None) -> list[float]: ...
     def groups_of(self, ev: Evaluation) -> list[list[float]]: ...

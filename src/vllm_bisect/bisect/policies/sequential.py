@@ -12,6 +12,7 @@ from vllm_bisect.bisect.policies.base import (
     MoreSamples,
     Role,
     ServerRuns,
+    Traits,
 )
 from vllm_bisect.bisect.policies.threshold import PolicyTrial, ThresholdPolicy
 from vllm_bisect.errors import NotReproduced, untestable_hint
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 class BayesPolicy(ThresholdPolicy):
     """Each run judged by the thresholds; the search (not the policy) handles the flakes."""
 
-    supports_hook = False
+    TRAITS = Traits(supports_hook=False)
 
 
 def _dist(xs: list[float]) -> str:
@@ -48,17 +49,19 @@ def _samples(n: int) -> MoreSamples:
 
 
 _SEQ_VERDICT = {SeqVerdict.GOOD: Verdict.GOOD, SeqVerdict.BAD: Verdict.BAD}
+_LEARNED = {v: s for s, v in _SEQ_VERDICT.items()}
 
 
-class SequentialPolicy(ThresholdPolicy):
+class SequentialPolicy:
     """Calibrated on both endpoints, then the SPRT on per-request ITL (learning as it goes;
     its verdicts are old/new already: like the old end or like the new one). The endpoints
-    themselves are judged by the thresholds (they are the calibration)."""
-
-    needs_calibration = True
+    themselves, unmeasured commits and any before calibration are judged by its
+    ``thresholds_policy`` (the endpoints are the calibration)."""
 
     def __init__(self, spec: BisectSpec) -> None:
-        super().__init__(spec)
+        self.spec = spec
+        self.thresholds_policy = ThresholdPolicy(spec)
+        self.traits = Traits(needs_calibration=True, needs_reference=True)
         self.sequential: SequentialJudge | None = None
 
     def calibrate(self, endpoints: EndpointMeasure, tests: int,
@@ -109,16 +112,25 @@ class SequentialPolicy(ThresholdPolicy):
     def decide(self, evaluation: Evaluation, role: Role,
                sampled_by: SequentialJudge | None) -> Outcome:
         """The verdict by ``sampled_by`` (the judge the commit sampled under), else by the
-        current one."""
+        current one (pure: :meth:`learn` sharpens the fit)."""
         m = evaluation.measurement
         if self.sequential is None or m is None or role.endpoint:
-            return super().judge(evaluation, role)
+            return self.thresholds_policy.judge(evaluation, role)
         judge = sampled_by or self.sequential
         v, why = judge.decide(m.requests)
-        if role is Role.BISECT:  # its samples sharpen the fit for the next commit
-            self.sequential = self.sequential.learn(m.requests, v)
         return Outcome(commit=evaluation.commit, verdict=_SEQ_VERDICT.get(v, Verdict.SKIP),
                        reason=why, measurement=m)
+
+    def learn(self, evaluation: Evaluation, role: Role, outcome: Outcome) -> None:
+        """A bisect step's samples sharpen the fit for the next commit (on the side it was
+        judged; an undecided one teaches nothing); the endpoints, judged by the thresholds,
+        teach those."""
+        m = evaluation.measurement
+        if self.sequential is None or m is None or role.endpoint:
+            self.thresholds_policy.learn(evaluation, role, outcome)
+        elif role is Role.BISECT:
+            self.sequential = self.sequential.learn(m.requests, _LEARNED.get(
+                outcome.verdict, SeqVerdict.UNKNOWN))
 
 
 class _SequentialTrial(PolicyTrial):

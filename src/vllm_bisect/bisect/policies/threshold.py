@@ -3,6 +3,8 @@ every policy shares (see :mod:`vllm_bisect.bisect.policies.base`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from vllm_bisect.bisect.policies.base import (
     Again,
     CommitTrial,
@@ -10,9 +12,11 @@ from vllm_bisect.bisect.policies.base import (
     MoreSamples,
     Role,
     ServerRuns,
+    Traits,
+    VerdictPolicy,
 )
 from vllm_bisect.bisect.terms import Terms
-from vllm_bisect.models import EvalStatus, Evaluation, Outcome, Verdict
+from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Verdict
 from vllm_bisect.spec import BisectSpec, Symptom
 from vllm_bisect.verdict import Judge
 from vllm_bisect.verdict.memory import oom_start
@@ -38,9 +42,9 @@ def unmeasured(spec: BisectSpec, ev: Evaluation) -> Outcome:
 
 class PolicyTrial:
     """A commit judged on one server (threshold, bayes; the others' trials build on it):
-    decided by its first evaluation, judged by the policy."""
+    decided by its first evaluation, judged by the policy (any :class:`VerdictPolicy`)."""
 
-    def __init__(self, policy: ThresholdPolicy, commit: str, role: Role,
+    def __init__(self, policy: VerdictPolicy, commit: str, role: Role,
                  more: MoreSamples | None = None) -> None:
         self.policy, self.commit, self.role, self.more = policy, commit, role, more
 
@@ -62,22 +66,30 @@ class PolicyTrial:
 
 class ThresholdPolicy:
     """The spec's thresholds; the healthy endpoint sets the reference of relative ones.
-    Verdicts in the search's terms (a fix search inverts them)."""
+    Verdicts in the search's terms (a fix search inverts them). The noise-aware policies
+    (sequential, twolevel) hold one (``thresholds_policy``) for what their test does not
+    judge: an evaluation without a measurement (the crash rule), the endpoints, a commit
+    before calibration."""
 
-    needs_calibration = False
-    supports_hook = True
-    multi_server = False
-    pair_bound = False
-    recalibrate = False
+    TRAITS = Traits()   # the class's (bayes: no hook); ``needs_reference`` from the spec
 
     def __init__(self, spec: BisectSpec) -> None:
         self.spec = spec
         self.terms = Terms(spec.range.search)
         self.thresholds = Judge(spec.verdict, spec.min_output_tokens())
+        self.traits = replace(self.TRAITS, needs_reference=self.thresholds.needs_reference)
 
     @property
-    def needs_reference(self) -> bool:
-        return self.thresholds.needs_reference or self.needs_calibration
+    def supports_hook(self) -> bool:
+        return self.traits.supports_hook
+
+    @property
+    def pair_bound(self) -> bool:
+        return self.traits.pair_bound
+
+    @property
+    def recalibrate(self) -> bool:
+        return self.traits.recalibrate
 
     def calibrate(self, endpoints: EndpointMeasure, tests: int,
                   runs: ServerRuns | None = None) -> None:
@@ -87,13 +99,26 @@ class ThresholdPolicy:
         return PolicyTrial(self, commit, role)
 
     def judge(self, evaluation: Evaluation, role: Role) -> Outcome:
+        """The thresholds' verdict (the healthy endpoint judged against itself as the
+        reference of relative ones: :meth:`learn` keeps it)."""
         m = evaluation.measurement
         if m is None:
             outcome = unmeasured(self.spec, evaluation)
         else:
-            if role is self.terms.reference_role and self.thresholds.needs_reference:
-                self.thresholds = self.thresholds.with_reference(m)  # itl_factor's baseline
-            j = self.thresholds.judge(m)
+            j = self._thresholds_for(m, role).judge(m)
             outcome = Outcome(commit=evaluation.commit, verdict=j.verdict, reason=j.reason,
                               measurement=m)
         return outcome.model_copy(update={"verdict": self.terms.verdict(outcome.verdict)})
+
+    def learn(self, evaluation: Evaluation, role: Role, outcome: Outcome) -> None:
+        """The healthy endpoint's measurement becomes the reference of relative thresholds
+        (``itl_factor``'s baseline)."""
+        if evaluation.measurement is not None:
+            self.thresholds = self._thresholds_for(evaluation.measurement, role)
+
+    def _thresholds_for(self, m: Measurement, role: Role) -> Judge:
+        """The thresholds a measurement in ``role`` is judged by (the reference endpoint's
+        own measurement is its reference)."""
+        if role is self.terms.reference_role and self.thresholds.needs_reference:
+            return self.thresholds.with_reference(m)
+        return self.thresholds

@@ -28,7 +28,14 @@ import statistics
 from collections.abc import Callable
 from dataclasses import replace
 
-from vllm_bisect.bisect.policies.base import Again, EndpointMeasure, MoreSamples, Role, ServerRuns
+from vllm_bisect.bisect.policies.base import (
+    Again,
+    EndpointMeasure,
+    MoreSamples,
+    Role,
+    ServerRuns,
+    Traits,
+)
 from vllm_bisect.bisect.policies.calibration import OLD_ROLES, Calibration
 from vllm_bisect.bisect.policies.threshold import PolicyTrial, ThresholdPolicy
 from vllm_bisect.errors import NotReproduced
@@ -66,17 +73,18 @@ def describe(groups: list[list[float]]) -> str:
     return ", ".join(f"{statistics.median(g):.3g} ({len(g)})" for g in groups if g) or "none"
 
 
-class TwoLevelPolicy(ThresholdPolicy):
+class TwoLevelPolicy:
     """Calibrated on both endpoints' servers, then per commit "more requests on this
-    server, or a fresh server?" (learning as it goes). Verdicts are old/new already."""
-
-    needs_calibration = True
-    multi_server = True
+    server, or a fresh server?" (learning as it goes). Verdicts are old/new already; an
+    evaluation without a measurement (the crash rule) or a commit before calibration is
+    judged by its ``thresholds_policy``."""
 
     def __init__(self, spec: BisectSpec, pair_bound: bool = False) -> None:
-        super().__init__(spec)
-        self.pair_bound = pair_bound
-        self.recalibrate = False
+        self.spec = spec
+        self.thresholds_policy = ThresholdPolicy(spec)
+        self.terms = self.thresholds_policy.terms
+        self.traits = Traits(needs_calibration=True, multi_server=True, needs_reference=True,
+                             pair_bound=pair_bound)
         self.strict_spent = 0   # decisions at the bound begun (the j-th: alpha / 2**j)
         self.learned: dict[str, list[Group]] = {}   # commit -> its servers in the model
         self.undecided: set[str] = set()   # left undecided at the caps (pair_bound)
@@ -85,6 +93,14 @@ class TwoLevelPolicy(ThresholdPolicy):
         self.symptom = self.v.symptom
         self.test_: CommitTest | None = None
         self.reason = ""
+
+    @property
+    def pair_bound(self) -> bool:
+        return self.traits.pair_bound
+
+    @property
+    def recalibrate(self) -> bool:
+        return self.traits.recalibrate
 
     @property
     def test(self) -> CommitTest:
@@ -157,7 +173,7 @@ class TwoLevelPolicy(ThresholdPolicy):
         step = cal.until_decided(threshold, log_min_change(v) if v.plateau and self.recalibrate
                                  else 0.0)
         self.reason = step.reason
-        self.recalibrate = False
+        self.traits = replace(self.traits, recalibrate=False)
         self.learned.clear()
         if step.status is CalStatus.READY:
             assert step.model is not None
@@ -206,8 +222,7 @@ class TwoLevelPolicy(ThresholdPolicy):
         logger.warning("%s went undecided: the model may have learned a wrong verdict; the "
                        "search calibrates again and decides every step at the per-step bound",
                        commit[:12])
-        self.pair_bound = False
-        self.recalibrate = True
+        self.traits = replace(self.traits, pair_bound=False, recalibrate=True)
         self.reopened = set(self.undecided)
 
     # -- verdicts ------------------------------------------------------------------------
@@ -217,32 +232,23 @@ class TwoLevelPolicy(ThresholdPolicy):
     def decide(self, evaluation: Evaluation, role: Role,
                sampled_by: CommitTest | None) -> Outcome:
         """The verdict under ``sampled_by`` (the test the commit sampled under), else under
-        the current test; a bisect step's servers teach the model."""
+        the current test (pure: :meth:`learn` teaches the model)."""
         m = evaluation.measurement
         if m is None:
-            return super().judge(evaluation, role)
+            return self.thresholds_policy.judge(evaluation, role)
         if role.endpoint:
             # an endpoint: old ("good") or new ("bad") by definition, once calibrated
             return Outcome(commit=evaluation.commit, verdict=Verdict.GOOD
                            if role in OLD_ROLES else Verdict.BAD, reason=self.reason,
                            measurement=m)
         if self.test_ is None:
-            return super().judge(evaluation, role)
+            return self.thresholds_policy.judge(evaluation, role)
         test = sampled_by or self.test
         groups = self.groups_of(evaluation)
         logs = [to_logs(g) for g in groups]
         dec = test.decide(logs)
         if dec in (Decision.MORE_REQUESTS, Decision.NEW_SERVER):
             dec = Decision.UNKNOWN  # a failed later server: undecided
-        if role in (Role.BISECT, Role.CONFIRM):
-            # judged again: its servers are moved, not added twice
-            self.test_ = self._unlearned(self.learned.pop(evaluation.commit, None)).learn(
-                logs, dec)
-            if dec in (Decision.GOOD, Decision.BAD):
-                self.learned[evaluation.commit] = logs
-            elif self.pair_bound:
-                self.undecided.add(evaluation.commit)
-                self._fall_back(evaluation.commit)
         mg, mb = test.model.means()
         flat = [x for g in groups for x in g]
         where = (f"{self.symptom.value} median {statistics.median(flat):.3g} over {len(flat)} "
@@ -254,6 +260,26 @@ class TwoLevelPolicy(ThresholdPolicy):
         why = (f"two-level {dec.value}: {where}" if verdict is not Verdict.SKIP
                else f"undecided: {where}")
         return Outcome(commit=evaluation.commit, verdict=verdict, reason=why, measurement=m)
+
+
+    def learn(self, evaluation: Evaluation, role: Role, outcome: Outcome) -> None:
+        """A bisect step's (or a confirmation's) servers teach the model, on the side it was
+        judged (judged again: its servers are moved, not added twice); one left undecided
+        under ``pair_bound`` falls back (:meth:`_fall_back`)."""
+        if (evaluation.measurement is None or role.endpoint or self.test_ is None
+                or role not in (Role.BISECT, Role.CONFIRM)):
+            return   # (the endpoints are judged by definition: no threshold reference)
+        logs = [to_logs(g) for g in self.groups_of(evaluation)]
+        dec = _DECISION.get(outcome.verdict, Decision.UNKNOWN)
+        self.test_ = self._unlearned(self.learned.pop(evaluation.commit, None)).learn(logs, dec)
+        if dec in (Decision.GOOD, Decision.BAD):
+            self.learned[evaluation.commit] = logs
+        elif self.pair_bound:
+            self.undecided.add(evaluation.commit)
+            self._fall_back(evaluation.commit)
+
+
+_DECISION = {Verdict.GOOD: Decision.GOOD, Verdict.BAD: Decision.BAD}
 
 
 def _off_good(test: CommitTest, logs: list[Group]) -> str:

@@ -59,10 +59,10 @@ class BinarySearch:
         n = len(rng.commits)
         rounds = 0
         verdicts: dict[int, Verdict] = {n - 1: Verdict.BAD}
-        pair = t.policy.pair_bound
+        pair = t.policy.traits.pair_bound
         confirmed: set[int] = set()   # judged at the whole-bisect bound (pair_bound)
         while True:
-            if t.policy.recalibrate:
+            if t.policy.traits.recalibrate:
                 calibrate_endpoints(t)
                 t.reopen_undecided(verdicts)
                 confirmed.clear()   # judged under the model that went wrong: again

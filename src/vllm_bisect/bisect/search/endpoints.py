@@ -133,13 +133,13 @@ class Settling(StrEnum):
 
 def settling(policy: VerdictPolicy, mode: Settle) -> Settling:
     """The one rule: what settling the endpoints means for this policy and caller."""
-    if policy.needs_calibration:
+    if policy.traits.needs_calibration:
         return Settling.CALIBRATE
     if mode is Settle.SEARCH:
         return Settling.VERIFY
     if mode is Settle.HOOK:
         return Settling.REFERENCE_CHECKED
-    return Settling.REFERENCE if policy.needs_reference else Settling.NOTHING
+    return Settling.REFERENCE if policy.traits.needs_reference else Settling.NOTHING
 
 
 def settle(tester: Tester, mode: Settle, tests: int | None = None, *,

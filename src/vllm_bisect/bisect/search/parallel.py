@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from vllm_bisect.bisect.measurement.executor import Done
-from vllm_bisect.bisect.policies.base import Role
+from vllm_bisect.bisect.policies.base import Again, Role
 from vllm_bisect.bisect.search.binary import Found, steps_left
 from vllm_bisect.bisect.search.endpoints import (
     Settle,
@@ -80,16 +80,13 @@ class MultisectionSearch:
             logger.info("%s: run cancelled on %s", done.commit[:12], done.worker)
             self.t.drop(done.commit)
             return
-        t, ev = self.t, done.evaluation
-        nxt = t.next_probe(done.commit, ev)
-        if nxt is not None:  # the two-level test: a fresh server for the same commit
-            task = self.m.submit(done.commit, nxt.more)
+        t = self.t
+        merged = t.after_server(done.commit, done.evaluation)
+        if isinstance(merged, Again):  # the two-level test: a fresh server for the commit
+            task = self.m.submit(done.commit, merged.more)
             self.running[task] = (idx, depth)
             self.by_index[idx] = task
             return
-        merged = t.decided(done.commit, ev)
-        if merged is not ev:
-            t.store.put(merged)
         info = t.rng.commits[idx]
         self.verdicts[idx] = t.record(info, Role.BISECT, merged, cached=False).verdict
         self.known_depth = max(self.known_depth, depth)
@@ -127,12 +124,12 @@ class MultisectionSearch:
     def run(self) -> Found:
         # pair_bound as the search began (a policy that falls back to the per-step bound
         # still has loose verdicts from before: the final pair is re-judged all the same)
-        self.pair = self.t.policy.pair_bound
+        self.pair = self.t.policy.traits.pair_bound
         try:
             # a verification runs beside the first interior commits
             settle(self.t, Settle.SEARCH, verify=self._endpoints)
             while True:
-                if self.t.policy.recalibrate:
+                if self.t.policy.traits.recalibrate:
                     while self.running:   # the model changes: what runs finishes first
                         for done in self.m.wait():
                             self._finish(done)

@@ -47,7 +47,7 @@ def at_the_bound(t: Tester, culprit: str, parent: CommitInfo) -> Verification | 
     parent good at the whole-bisect bound (the good endpoint: good by calibration); None
     when either was not (then fresh servers decide)."""
     ends = ({t.rng.good.sha: Verdict.GOOD, t.rng.bad.sha: Verdict.BAD}
-            if t.policy.needs_calibration else {})
+            if t.policy.traits.needs_calibration else {})
     verdicts = {**ends, **t.at_bound}
     if verdicts.get(culprit) is not Verdict.BAD or verdicts.get(parent.sha) is not Verdict.GOOD:
         return None
@@ -97,7 +97,7 @@ def verify_culprit(t: Tester, culprit: str, fresh: bool = False,
                                      if rechecked else None))
     if stored:
         v = Verification.model_validate_json(stored)
-        asked = 0 if t.policy.multi_server else need
+        asked = 0 if t.policy.traits.multi_server else need
         if v.culprit == culprit and (v.samples == asked if v.source == "fresh" else pooled):
             return v
     if pooled is not None:
@@ -106,26 +106,22 @@ def verify_culprit(t: Tester, culprit: str, fresh: bool = False,
         journal.set_meta(META_KEY, pooled.model_dump_json())
         return pooled
     info = t.rng.commits[t.rng.index(culprit)]
-    for c, role in ((info, Role.VERIFY_CULPRIT), (parent, Role.VERIFY_PARENT)):
-        t.events.on_testing(c, role, 0)
 
     def more(m: Measurement) -> int:
         return max(0, need - len(m.requests))
 
-    ends = ((culprit, Role.VERIFY_CULPRIT), (parent.sha, Role.VERIFY_PARENT))
+    # on fresh servers, uncounted and not journaled (kept here); the two-level test: fresh
+    # servers until it decides again (one server's requests cannot outweigh the server
+    # level), from what its trial asks
     with t.measurer.during(Phase.VERIFY):
-        evs = t.measurer.measure_all(
-            {sha: (t.open(sha, role).more if t.policy.multi_server else more)
-             for sha, role in ends}, account=False)
-        # the two-level test: fresh servers until it decides again (one server's requests
-        # cannot outweigh the server level)
-        evs = {sha: t.servers(sha, ev, account=False) for sha, ev in evs.items()}
-    co = t.judge_only(info, Role.VERIFY_CULPRIT, evs[culprit])
-    po = t.judge_only(parent, Role.VERIFY_PARENT, evs[parent.sha])
+        (co, c_ev), (po, p_ev) = t.run_trials(
+            [(info, Role.VERIFY_CULPRIT, 0), (parent, Role.VERIFY_PARENT, 0)],
+            None if t.policy.traits.multi_server else more, fresh=True, record=False)
+    evs = {culprit: c_ev, parent.sha: p_ev}
     # the requests asked for each: verify_samples, or 0 when the two-level test chose them
     # per server (issue 42: "samples: 10" stood beside arrays of 2)
     v = Verification(culprit=culprit, parent=parent.sha,
-                     samples=0 if t.policy.multi_server else need,
+                     samples=0 if t.policy.traits.multi_server else need,
                      culprit_verdict=co.verdict, parent_verdict=po.verdict,
                      culprit_reason=co.reason, parent_reason=po.reason,
                      culprit_measurement=co.measurement, parent_measurement=po.measurement,
