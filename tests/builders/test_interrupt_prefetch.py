@@ -69,13 +69,19 @@ def test_one_ctrl_c_ends_a_run_with_a_stalled_prefetch(tmp_path: Path) -> None:
     proc = subprocess.Popen([*CLI, "run", "--spec", str(path), "--session",
                              str(tmp_path / "session"), "--cache-dir", str(tmp_path / "cache")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                 "PYTHONFAULTHANDLER": "1"})
     try:
         assert handler.stalled.wait(300), "no interior wheel was ever asked for"
         time.sleep(1.0)
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)  # once
-        _out, err = proc.communicate(timeout=60)
+        try:
+            _out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # say where it hangs: every thread's stack
+            proc.send_signal(signal.SIGABRT)
+            _out, err = proc.communicate(timeout=60)
+            raise AssertionError(f"still running 60 s after one Ctrl-C:\n{err[-8000:]}") from None
     finally:
         proc.kill()
         handler.stop.set()
