@@ -90,3 +90,57 @@ def test_one_ctrl_c_ends_a_run_with_a_stalled_prefetch(tmp_path: Path) -> None:
     assert proc.returncode == 130, err[-3000:]
     assert "interrupted; nothing recorded is lost" in err
     assert "Traceback" not in err
+
+
+def test_a_measurement_waiting_on_a_stalled_prefetch_leaves_when_cancelled(
+        tmp_path: Path) -> None:
+    # the search's next commit is the one a prefetch is stalled on: its measurement waits on
+    # that prefetch, and a Ctrl-C (the measurement's cancel) must end the wait. Before, the
+    # wait ignored it and the run's shutdown waited for the download's deadline (an hour):
+    # the hang of `test_one_ctrl_c_ends_a_run_with_a_stalled_prefetch` in a full run
+    from vllm_bisect.builders.base import prepare
+    from vllm_bisect.builders.cache import ArtifactCache
+    from vllm_bisect.builders.prefetch import Prefetcher
+    from vllm_bisect.builders.wheel import WheelBuilder
+    from vllm_bisect.envinfo import Platform
+    from vllm_bisect.errors import Cancelled
+    from vllm_bisect.spec import WheelBuild
+
+    h = history(tmp_path, n_commits=3)
+    co = Checkouts(open_repo(h.path), tmp_path / "build-cache")
+    root = tmp_path / "index"
+    mid = h.shas[1]
+    publish(root, mid, {"default": [build_wheel(co.get(mid), tmp_path / "w", X86)]})
+    handler: type[Stalling] = type("H", (Stalling,), {"stall": (mid,),
+                                      "stalled": threading.Event(), "stop": threading.Event()})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    builder = WheelBuilder(WheelBuild(index_url=url, variant="default"),  # type: ignore[arg-type]
+                           ArtifactCache(tmp_path / "cache"), tmp_path / "logs",
+                           platform=Platform(machine="x86_64", glibc=(2, 36)))
+    pre = Prefetcher(builder, workers=1)
+    cancel = threading.Event()
+    got: list[BaseException | object] = []
+
+    def measure() -> None:
+        try:
+            got.append(prepare(pre, mid, cancel))  # as the evaluator calls it
+        except BaseException as err:
+            got.append(err)
+
+    try:
+        pre.prefetch([mid])
+        assert handler.stalled.wait(120), "the prefetch never asked for the wheel"
+        waiter = threading.Thread(target=measure, daemon=True)
+        waiter.start()
+        cancel.set()
+        waiter.join(120)  # bounds the suite only: before, the wait lasted the download's hour
+        assert not waiter.is_alive(), "the measurement still waits on the stalled prefetch"
+        assert len(got) == 1 and isinstance(got[0], Cancelled), got
+    finally:
+        handler.stop.set()
+        pre.close()
+        httpd.shutdown()
+        httpd.server_close()

@@ -21,6 +21,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol, TypeVar
 
 from vllm_bisect.builders.base import Artifact, Builder, prepare
@@ -116,15 +117,29 @@ class Prefetcher:
                 del self.futures[c]
                 self.cancelled.append(c)
 
-    def prepare(self, commit: str) -> Artifact:
+    def prepare(self, commit: str, cancel: threading.Event | None = None) -> Artifact:
+        """The prefetched artifact (waiting for it), else ``prepare`` now. ``cancel`` (the
+        measurement's: a Ctrl-C, a verdict that made it useless) ends the wait with
+        Cancelled and stops the prefetch between chunks: a prefetch stalled on a dripping
+        index held the measurement, and the run's shutdown after one Ctrl-C, until the
+        download's deadline."""
         with self.lock:
             future = self.futures.pop(commit, None)
+            stop = self.stops.get(commit)
         if future is None or future.cancelled():
-            return self.builder.prepare(commit)
-        try:
-            return future.result()
-        except Cancelled:
-            return self.builder.prepare(commit)
+            return prepare(self.builder, commit, cancel)
+        while True:
+            try:
+                return future.result(timeout=0.2 if cancel is not None else None)
+            except FutureTimeout:
+                assert cancel is not None
+                if cancel.is_set():
+                    if stop is not None:
+                        stop.set()
+                    raise Cancelled(f"waiting for the prefetch of {commit[:12]} "
+                                    "cancelled") from None
+            except Cancelled:
+                return prepare(self.builder, commit, cancel)
 
     def close(self) -> None:
         with self.lock:
