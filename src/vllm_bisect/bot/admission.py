@@ -20,9 +20,9 @@ holding one such request kept ``/healthz`` at 503 for 40 of 40 probes) counts as
 too, after the idle ones: one still sending its body ``SLOW_GRACE_S`` after its head, at
 under ``MIN_BODY_RATE`` bytes a second, slowest first, then a younger one that slow. A
 connection opened under ``SLOW_GRACE_S`` ago with no request yet (a health check on its way)
-goes only after those. A body whose bytes wait unread in the socket (the event loop is behind,
-not the client) is not slow. A request whose body has arrived (it is being handled) is never
-evicted.
+goes only after those. Bytes waiting unread in the socket (the event loop is behind, not the
+client) count as arrived: a body that has all arrived is not slow. A request whose body has
+arrived (it is being handled) is never evicted.
 
 A refused connection, or an evicted one whose request has not come yet, gets a 503 (with
 ``Retry-After``), then a lingering close: our side is shut for writing and the client's
@@ -71,24 +71,47 @@ class Admission:
         return conn.cycle is None or bool(conn.cycle.response_complete)
 
     @staticmethod
-    def _waiting(conn: Any) -> bool:
-        """Has the client sent bytes the event loop has not read yet? Then it is not slow
-        (the loop is: a burst), whatever its counts say."""
+    def _pending(conn: Any) -> int:
+        """The bytes the client sent that the event loop has not read yet."""
         try:
             fd = int(conn.transport.get_extra_info("socket").fileno())
             pending: int = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
         except (AttributeError, OSError, ValueError):
-            return False
-        return pending > 0
+            return 0
+        return pending
+
+    @classmethod
+    def _waiting(cls, conn: Any) -> bool:
+        """Has the client sent bytes the event loop has not read yet?"""
+        return cls._pending(conn) > 0
+
+    @staticmethod
+    def _length(conn: Any) -> int | None:
+        """The current request's Content-Length, None without one (chunked)."""
+        for key, value in getattr(conn, "headers", None) or ():
+            if key == b"content-length":
+                try:
+                    return int(value)
+                except ValueError:
+                    return None
+        return None
 
     @classmethod
     def _slow_body(cls, conn: Any, now: float, grace: float) -> float | None:
         """The body rate of a request still sending its body slowly (``grace`` seconds after
-        its head); None for any other."""
+        its head); None for any other. Bytes waiting unread in the socket count as arrived
+        (the event loop is behind, not the client): a body that has all arrived is never
+        slow, and a loris's dripped byte left unread by a busy loop does not make it fast
+        (on a loaded machine that kept every loris unevictable: /healthz 503). A chunked
+        body with bytes waiting is not slow (its end cannot be told)."""
         head_at = getattr(conn, "head_at", None)
-        if head_at is None or conn.conn.their_state is not h11.SEND_BODY or cls._waiting(conn):
+        if head_at is None or conn.conn.their_state is not h11.SEND_BODY:
             return None
-        rate = float(conn.body_bytes) / max(now - head_at, 1e-6)
+        pending, length = cls._pending(conn), cls._length(conn)
+        got = conn.body_bytes + pending
+        if (length is not None and got >= length) or (length is None and pending > 0):
+            return None
+        rate = float(got) / max(now - head_at, 1e-6)
         return rate if now - head_at >= grace and rate < MIN_BODY_RATE else None
 
     def _victim(self, pool: list[Any]) -> Any | None:
