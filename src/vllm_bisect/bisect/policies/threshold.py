@@ -83,14 +83,6 @@ class ThresholdPolicy:
     def supports_hook(self) -> bool:
         return self.traits.supports_hook
 
-    @property
-    def pair_bound(self) -> bool:
-        return self.traits.pair_bound
-
-    @property
-    def recalibrate(self) -> bool:
-        return self.traits.recalibrate
-
     def calibrate(self, endpoints: EndpointMeasure, tests: int,
                   runs: ServerRuns | None = None) -> None:
         pass
