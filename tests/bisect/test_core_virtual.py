@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
@@ -77,16 +78,19 @@ def test_sequential_policy_finds_a_small_slowdown_under_noise(tmp_path: Path) ->
     assert steps and all("SPRT" in o.reason for o in steps)
 
 
+def noisy_evaluations(rnd: random.Random) -> Callable[[str, float, int], Evaluation]:
+    """A measured evaluation of ``k`` requests around ``mean`` (10% noise, drawn from ``rnd``)."""
+    def ev(sha: str, mean: float, k: int) -> Evaluation:
+        return Evaluation(commit=sha, status=EvalStatus.MEASURED, measurement=measurement(
+            [mean * rnd.gauss(1.0, 0.1) for _ in range(k)], 256))
+    return ev
+
+
 def test_a_replayed_policy_judges_as_the_one_that_learned(tmp_path: Path) -> None:
     """What the hook relies on: replaying the verdicts in order puts a learning policy in the
     state `run` left it in (the same verdicts, then the same verdict on the next commit)."""
     spec = parse_spec(SEQ)
-    rnd = random.Random(3)
-
-    def ev(sha: str, mean: float, k: int) -> Evaluation:
-        return Evaluation(commit=sha, status=EvalStatus.MEASURED, measurement=measurement(
-            [mean * rnd.gauss(1.0, 0.1) for _ in range(k)], 256))
-
+    ev = noisy_evaluations(random.Random(3))
     good, bad = ev("g", 10.0, 12), ev("b", 13.0, 12)
     steps = [ev(f"c{i}", 13.0 if i % 2 else 10.0, 8) for i in range(6)]
     verdicts = []
@@ -157,12 +161,7 @@ def test_judging_is_pure_and_learning_is_the_recorders_step() -> None:
     """A policy changes only when told what a recorded verdict was (``learn``): judging a
     commit, even the reference endpoint or a bisect step, leaves it as it was."""
     spec = parse_spec(SEQ)
-    rnd = random.Random(4)
-
-    def ev(sha: str, mean: float, k: int) -> Evaluation:
-        return Evaluation(commit=sha, status=EvalStatus.MEASURED, measurement=measurement(
-            [mean * rnd.gauss(1.0, 0.1) for _ in range(k)], 256))
-
+    ev = noisy_evaluations(random.Random(4))
     good, bad = ev("g", 10.0, 12), ev("b", 13.0, 12)
     p = make_policy(spec)
     assert isinstance(p, SequentialPolicy)
