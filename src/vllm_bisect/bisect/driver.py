@@ -28,6 +28,7 @@ from vllm_bisect.bisect.policies import make_policy
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.search.bayes_search import BayesSearch
 from vllm_bisect.bisect.search.binary import BinarySearch, Search
+from vllm_bisect.bisect.search.changepoint import ChangePointSearch, RangeModel
 from vllm_bisect.bisect.search.parallel import MultisectionSearch
 from vllm_bisect.bisect.search.verify import verify_culprit
 from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
@@ -75,6 +76,8 @@ class BisectResult:
     calls: int = 1      # the calls (a first run, and each resume) that worked on the session
     # auto on a cap saw the symptom come and go (recheck.py): why, and the re-checks it ran
     flaky: FlakySeen | None = None
+    # changepoint: what the model of the range concluded (P, the step and its interval)
+    model: RangeModel | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,7 @@ class Driver:
         self.forecaster.tester = self.core.tester
         self.forecaster.strategy = self.core.choice.strategy.value
         self.forecaster.may_switch = recheck.applies(spec, self.core.choice)
+        self.rest = False   # a rest check's search (bisect/multi.py sets it)
 
     @property
     def tester(self) -> Tester:
@@ -132,6 +136,8 @@ class Driver:
         """``settled``: the endpoints were settled before (auto on a cap, one worker)."""
         if self.choice.strategy is Strategy.BAYES:  # flaky: runs chosen by information
             return BayesSearch(self.tester)
+        if self.choice.strategy is Strategy.CHANGEPOINT:  # one model of the range, one worker
+            return ChangePointSearch(self.tester, rest=self.rest)
         if self.measurer.workers > 1:
             return MultisectionSearch(self.tester)
         return BinarySearch(self.tester, settled)
@@ -140,6 +146,7 @@ class Driver:
         t0 = time.monotonic()
         rng = self.rng
         flaky: FlakySeen | None = None
+        model: RangeModel | None = None
         self.events.on_range(rng)
         strategy = self.choice.strategy
         logger.info("verdict strategy %s: %s", strategy.value, self.choice.reason)
@@ -151,11 +158,14 @@ class Driver:
             if choice.strategy is Strategy.BAYES:
                 flaky = FlakySeen(choice.reason, self.spec.verdict.recheck_runs)
         else:
-            found = self.search().run()
+            search = self.search()
+            found = search.run()
+            model = search.model if isinstance(search, ChangePointSearch) else None
         t = self.tester
         first_bad = rng.sha(found.step.culprit) if found.step.culprit is not None else None
         verification = None
-        if first_bad is not None and self.spec.verdict.verify_samples > 0:
+        if (first_bad is not None and self.spec.verdict.verify_samples > 0
+                and not self.core.policy.traits.models_range):  # (its P is the evidence)
             # the rest checks that follow need servers of the final pair that no verdict
             # chose: the verification's fresh ones are those (issue 40)
             rest = self.spec.verdict.rest_check and self.core.policy.traits.needs_calibration
@@ -178,7 +188,8 @@ class Driver:
                             forecast=self.forecaster.forecast,
                             first_forecast=self.forecaster.first, flaky=flaky,
                             starts_by_phase={p.value: k for p, k
-                                             in self.measurer.by_phase.items()})
+                                             in self.measurer.by_phase.items()},
+                            model=model)
 
     def _to_bayes(self) -> Search:
         """The Bayesian search over this core, from now on judged by the bayes policy (auto

@@ -72,7 +72,8 @@ def capped_servers(ev: Evaluation, floor: int) -> list[bool] | None:
 
 def checks_rest(spec: BisectSpec) -> bool:
     """Whether the rest check runs: a calibrating (noise-aware) strategy and rest_check on."""
-    return spec.verdict.rest_check and resolve(spec).needs_calibration
+    plan = resolve(spec)
+    return spec.verdict.rest_check and (plan.needs_calibration or plan.models_range)
 
 
 class _Loop:
@@ -107,7 +108,7 @@ class _Loop:
         measured so far is free (one measurement decides); the range ends at the first one
         that shows it (a symptom shown is evidence even when it is flaky; one missing is
         not, so the good end stays)."""
-        if self.out is None or (plan := resolve(sp)).needs_calibration:
+        if self.out is None or (plan := resolve(sp)).needs_calibration or plan.models_range:
             return rng
         policy = make_policy(sp, plan.strategy)
         known = self.out.result.evaluations
@@ -213,6 +214,7 @@ class _Loop:
             searches += 1
             before = self.starts
             driver = self.make(sp, rng)
+            driver.rest = by >= 0
             if by >= 0:
                 self.events.on_phase("", f"rest check ({s.value}): is {what}?")
                 if not self._worse(driver, sp, by, what, verified):

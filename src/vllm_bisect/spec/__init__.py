@@ -198,7 +198,9 @@ class BisectSpec(_Model):
         written = _key(verdict, "strategy", Strategy.AUTO)
         if (isinstance(written, str) and written in set(Strategy) and "requests" not in given
                 and any(isinstance(s, str) and s in PER_REQUEST
-                        and runs_with(written, Symptom(s)) is Strategy.TWOLEVEL for s in judged)):
+                        and runs_with(written, Symptom(s)) in (Strategy.TWOLEVEL,
+                                                               Strategy.CHANGEPOINT)
+                        for s in judged)):
             data = {**data, "probe": _with_key(probe, "requests", 1)}
         return data
 

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from vllm_bisect.spec.build import _Model
 
-__all__ = ["AUTO_STRATEGY", "JUDGES", "NO_FIX_SEARCH", "PER_REQUEST", "Strategy", "Symptom",
+__all__ = ["AUTO_STRATEGY", "HOOK_STRATEGY", "JUDGES", "NO_FIX_SEARCH", "PER_REQUEST", "Strategy", "Symptom",
            "VerdictSpec", "output_token_floor", "runs_with", "symptoms_text"]
 
 
@@ -38,6 +38,7 @@ class Strategy(StrEnum):
     SEQUENTIAL = "sequential"
     BAYES = "bayes"
     TWOLEVEL = "twolevel"
+    CHANGEPOINT = "changepoint"   # one model of the whole range (verdict/changepoint.py)
 
 
 # -- the rules between symptoms and strategies (one table) ----------------------------------
@@ -47,9 +48,9 @@ AUTO_STRATEGY: Mapping[Symptom, Strategy] = {
     Symptom.CORRECTNESS: Strategy.THRESHOLD,
     Symptom.MEMORY: Strategy.THRESHOLD,
     Symptom.CRASH: Strategy.BAYES,             # shows in some runs only
-    Symptom.ITL: Strategy.TWOLEVEL,            # noisy at two levels: the server and the request
-    Symptom.TTFT: Strategy.TWOLEVEL,
-    Symptom.THROUGHPUT: Strategy.TWOLEVEL,
+    Symptom.ITL: Strategy.CHANGEPOINT,         # noisy at two levels: the server and the request;
+    Symptom.TTFT: Strategy.CHANGEPOINT,        # one model of the range learns both from every
+    Symptom.THROUGHPUT: Strategy.CHANGEPOINT,  # server (the hook: twolevel, per commit)
     Symptom.MTP_SPEEDUP: Strategy.TWOLEVEL,
     Symptom.ANY: Strategy.THRESHOLD,           # length and ITL against written thresholds
 }
@@ -57,7 +58,10 @@ AUTO_STRATEGY: Mapping[Symptom, Strategy] = {
 JUDGES: Mapping[Strategy, tuple[Symptom, ...]] = {
     Strategy.SEQUENTIAL: (Symptom.ITL,),
     Strategy.TWOLEVEL: (Symptom.ITL, Symptom.TTFT, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP),
+    Strategy.CHANGEPOINT: (Symptom.ITL, Symptom.TTFT, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP),
 }
+# what auto runs under `git bisect run` instead of a strategy that chooses its own commits
+HOOK_STRATEGY: Mapping[Strategy, Strategy] = {Strategy.CHANGEPOINT: Strategy.TWOLEVEL}
 # strategies that do not search for fixes (range.search = "fix"; auto runs threshold instead)
 NO_FIX_SEARCH = frozenset({Strategy.BAYES})
 # symptoms where more requests on one server add samples (else one sample per server); a
@@ -108,8 +112,13 @@ class VerdictSpec(_Model):
     # at least two servers per endpoint, then per commit more requests or a fresh server,
     # whichever reduces the doubt more per cost, until the evidence is clear; itl_factor /
     # throughput_factor (else 1 + min_effect) is the smallest change that matters.
-    # "auto" (the default): length, correctness -> threshold; crash -> bayes; itl,
-    # throughput, mtp-speedup -> twolevel; any -> threshold
+    # "changepoint": one model of the whole range: a posterior over the first bad commit
+    # from every server measured (endpoints included), the next server where the model is
+    # in doubt, stop when one commit holds `confidence`; the rest checks are the same model
+    # on each side of the culprit (verdict/changepoint.py)
+    # "auto" (the default): length, correctness -> threshold; crash -> bayes; itl, ttft,
+    # throughput -> changepoint (under the hook: twolevel); mtp-speedup -> twolevel;
+    # any -> threshold
     strategy: Strategy = Strategy.AUTO
     # twolevel: a server start costs this many probe requests (picks requests vs servers)
     server_cost: float = Field(default=3.0, gt=0.0, le=1000.0)

@@ -17,12 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vllm_bisect.bisect.policies.base import VerdictPolicy
+from vllm_bisect.bisect.policies.changepoint import ChangePointPolicy
 from vllm_bisect.bisect.policies.sequential import BayesPolicy, SequentialPolicy
 from vllm_bisect.bisect.policies.threshold import ThresholdPolicy, crashed, unmeasured
 from vllm_bisect.bisect.policies.twolevel import TwoLevelPolicy
 from vllm_bisect.errors import SpecError
 from vllm_bisect.spec import BisectSpec, SearchKind
-from vllm_bisect.spec.verdict import NO_FIX_SEARCH
+from vllm_bisect.spec.verdict import HOOK_STRATEGY, NO_FIX_SEARCH
 from vllm_bisect.verdict.auto import Choice, Strategy, choose_strategy
 
 POLICIES: dict[str, Callable[[BisectSpec], VerdictPolicy]] = {
@@ -30,9 +31,10 @@ POLICIES: dict[str, Callable[[BisectSpec], VerdictPolicy]] = {
     "sequential": SequentialPolicy,
     "bayes": BayesPolicy,
     "twolevel": TwoLevelPolicy,
+    "changepoint": ChangePointPolicy,
 }
 
-__all__ = ["POLICIES", "BayesPolicy", "Plan", "SequentialPolicy", "ThresholdPolicy",
+__all__ = ["POLICIES", "BayesPolicy", "ChangePointPolicy", "Plan", "SequentialPolicy", "ThresholdPolicy",
            "TwoLevelPolicy", "crashed", "make_policy", "resolve", "resolve_strategy",
            "unmeasured"]
 
@@ -50,25 +52,34 @@ class Plan:
     needs_reference: bool
     hook_ok: bool
     needs_calibration: bool = False
+    models_range: bool = False   # one model of the range (changepoint): rest checks follow
 
     @property
     def choice(self) -> Choice:
         return Choice(self.strategy, self.reason)
 
 
-def resolve(spec: BisectSpec) -> Plan:
-    """The spec's :class:`Plan` (every way into the core reads this, never the rules)."""
-    choice = resolve_strategy(spec)
+def resolve(spec: BisectSpec, hook: bool = False) -> Plan:
+    """The spec's :class:`Plan` (every way into the core reads this, never the rules).
+    ``hook``: under ``git bisect run``, where git chooses the commits."""
+    choice = resolve_strategy(spec, hook)
     policy = make_policy(spec, choice.strategy)
     traits = policy.traits
     return Plan(choice.strategy, choice.reason, traits.needs_reference, traits.supports_hook,
-                traits.needs_calibration)
+                traits.needs_calibration, traits.models_range)
 
 
-def resolve_strategy(spec: BisectSpec) -> Choice:
+def resolve_strategy(spec: BisectSpec, hook: bool = False) -> Choice:
     """The strategy that runs (``auto`` chosen from the symptom) and why; a fix search does
-    not run bayes (it searches for regressions only): threshold instead."""
+    not run bayes (it searches for regressions only): threshold instead. Under the hook
+    (``hook``), auto's model of the range (which chooses its own commits) gives way to the
+    per-commit test (``HOOK_STRATEGY``)."""
     choice = choose_strategy(spec.verdict)
+    if hook and spec.verdict.strategy == "auto" and choice.strategy in HOOK_STRATEGY:
+        per_commit = HOOK_STRATEGY[choice.strategy]
+        choice = Choice(per_commit, f"auto under `git bisect run` (git chooses the commits): "
+                        f"{per_commit.value}, the per-commit test; `vllm-bisect run` runs "
+                        f"{choice.strategy.value}, one model of the range")
     if spec.range.search is SearchKind.FIX and choice.strategy in NO_FIX_SEARCH:
         choice = Choice(Strategy.THRESHOLD, "auto: a fix search runs the threshold strategy "
                         "for this symptom (bayes does not search for fixes)")

@@ -148,6 +148,9 @@ class Traits:
       the search (the last good, the first bad) with ``Role.CONFIRM`` until both are decided
       at the bound (a single change point makes "parent good, culprit bad" sufficient). The
       hook cannot (git drives its search): its policy bounds every step.
+    - ``models_range``: the policy is one model of the whole range (``changepoint``): its
+      own search chooses and judges every commit (endpoints, rest checks: the same model on
+      each side of a culprit); no per-commit verdict stands alone.
     - ``recalibrate``: the search should run the endpoint calibration again before its next
       step (a two-level search under ``pair_bound`` whose model went wrong: it then decides
       at the per-step bound, ``pair_bound`` off).
@@ -159,6 +162,7 @@ class Traits:
     needs_reference: bool = False
     pair_bound: bool = False
     recalibrate: bool = False
+    models_range: bool = False
 
 
 class VerdictPolicy(Protocol):

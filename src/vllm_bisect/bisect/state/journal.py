@@ -185,6 +185,19 @@ class SessionJournal:
                 raise self._damaged(n, err) from None
         return out
 
+    def evaluation_history(self) -> list[tuple[str, Evaluation]]:
+        """Every recorded (measurement key, evaluation), oldest first: one per server the
+        model of the range measured (a resumed session rebuilds it from these)."""
+        with self._lock:
+            rows = self.con.execute("SELECT key, evaluation FROM outcomes ORDER BY seq").fetchall()
+        out = []
+        for n, (k, e) in enumerate(rows, 1):
+            try:
+                out.append((str(k), Evaluation.model_validate_json(e)))
+            except (ValidationError, ValueError) as err:
+                raise self._damaged(n, err) from None
+        return out
+
     def evaluations(self) -> dict[str, Evaluation]:
         """The latest evaluation per measurement key recorded in this session. A row that
         cannot be read is a :class:`SessionError` (never a crash, never skipped: a learning

@@ -1,0 +1,292 @@
+"""The search of ``verdict.strategy = "changepoint"``: one model of the whole range, fed by
+every server.
+
+Every server this session measured (the endpoints', the search's, an earlier call's: the
+journal holds one record per server, written when that server is done) goes into one
+posterior over the first bad commit (:mod:`vllm_bisect.verdict.changepoint`). The ends get
+one server each first; then, until one commit holds ``verdict.confidence`` of the
+posterior, the next server goes where the model is in doubt
+(:mod:`vllm_bisect.verdict.changepoint_next`): another server at a commit whose side is
+unsure, else a new commit at the posterior's median. Each server runs the requests the
+learned spreads make cheapest (``requests_per_server``). No confirmation or verification
+phase: a final pair short of evidence gets more servers because P is below the bar. A
+posterior that says "no step that matters" or "a drift, not a step" with ``confidence``
+refuses (``NotReproduced``) with its numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from vllm_bisect.bisect.policies.base import Role
+from vllm_bisect.bisect.policies.changepoint import ChangePointPolicy
+from vllm_bisect.bisect.search.binary import Found
+from vllm_bisect.bisect.search.endpoints import untestable_end
+from vllm_bisect.bisect.search.steps import Step
+from vllm_bisect.bisect.tester import Tester
+from vllm_bisect.errors import NotReproduced
+from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Phase, Verdict
+from vllm_bisect.spec import SearchKind
+from vllm_bisect.verdict.auto import direction, log_min_change, per_request, samples_of
+from vllm_bisect.verdict.changepoint import (
+    Posterior,
+    Prior,
+    Server,
+    posterior,
+    requests_per_server,
+    summarise,
+)
+from vllm_bisect.verdict.changepoint_next import choose
+
+logger = logging.getLogger(__name__)
+# a rest check (one side of a culprit, bisect/multi.py) is the same search with a prior that
+# expects no second step (most regressions are one commit): it ends "explained" once
+# P(a step that matters) < REST_EXPLAINED, goes on as a search once it is >= REST_BISECT, and
+# measures the sub-range's ends in between
+REST_PRIOR = dict(step=0.18, step_drift=0.02, none=0.72, drift=0.08)
+REST_EXPLAINED, REST_BISECT = 0.1, 0.5
+END_REQUESTS = 3      # the ends' servers run at least this many requests (the request spread)
+GIVE_UP = 2           # a commit whose servers failed this many times is skipped
+
+
+@dataclass(frozen=True)
+class RangeModel:
+    """What the model of the range concluded, for the result and the reports: P of the
+    culprit (or of the likeliest interval), P(no step that matters), P(a drift), the step
+    (new / old, the symptom's units) with its ~95% interval, the servers it rests on, and
+    P(first bad = k) per commit index (those above 0.1%)."""
+
+    p: float
+    none: float
+    drift: float
+    effect: float
+    effect_lo: float
+    effect_hi: float
+    servers: int
+    posterior: tuple[tuple[int, float], ...]
+
+
+def servers_of(ev: Evaluation, index: int, symptom: object) -> list[Server]:
+    """The servers in an evaluation: a merged one (``samples``: log scale, one list per
+    server) gives each; else its measurement's samples are one server."""
+    if ev.samples:
+        out = [summarise(index, g, logs=True) for g in ev.samples if g]
+    else:
+        out = [summarise(index, samples_of(ev.measurement, symptom))]  # type: ignore[arg-type]
+    return [s for s in out if s is not None]
+
+
+def summary(post: Posterior, p: float) -> RangeModel:
+    eff, lo, hi = post.effect_interval()
+    pk = post.per_commit()
+    keep = tuple((int(k), float(pk[k])) for k in np.flatnonzero(pk > 1e-3))
+    return RangeModel(p=p, none=post.none, drift=post.drift, effect=eff, effect_lo=lo,
+                      effect_hi=hi, servers=post.servers, posterior=keep)
+
+
+class Explained(NotReproduced):
+    """A rest check found no further step that matters (P below ``REST_EXPLAINED``)."""
+
+
+class ChangePointSearch:
+    """``rest``: a rest check's search (see ``REST_PRIOR``)."""
+
+    def __init__(self, tester: Tester, rest: bool = False) -> None:
+        self.t = tester
+        self.rest = rest
+        spec = tester.store.spec
+        self.v = spec.verdict
+        self.symptom = self.v.symptom
+        self.n = len(tester.rng.commits)
+        rng = tester.rng
+        self.index = {rng.good.sha: -1, **{c.sha: i for i, c in enumerate(rng.commits)}}
+        self.roles = {info.sha: role for info, role in tester.terms.endpoints(rng)}
+        sign = -1 if tester.terms.search is SearchKind.FIX else 1
+        self.prior = Prior(direction=direction(self.symptom) * sign,
+                           min_step=log_min_change(self.v),
+                           per_request=per_request(self.symptom),
+                           **(REST_PRIOR if rest else {}))
+        self.least = max(1, spec.probe.requests)
+        self.servers: list[Server] = []
+        self.skipped: set[int] = set()
+        self.failures: Counter[int] = Counter()
+        self.measured = 0          # servers this call started (a search round each)
+        self.model: RangeModel | None = None
+        policy = tester.policy
+        if not isinstance(policy, ChangePointPolicy):
+            raise TypeError("the change-point search needs the changepoint policy")
+        self.policy = policy
+        policy.side = self._side
+        self._from_journal()
+
+    # -- the data ------------------------------------------------------------------------
+    def _from_journal(self) -> None:
+        """Every server this session recorded for a commit of the range (a resumed session,
+        another symptom's search, the search before a rest check)."""
+        keys = {self.t.store.key(sha): i for sha, i in self.index.items()}
+        for key, ev in self.t.store.journal.evaluation_history():
+            if key in keys:
+                self._add(keys[key], ev)
+
+    def _add(self, i: int, ev: Evaluation) -> None:
+        if ev.measurement is not None:
+            found = servers_of(ev, i, self.symptom)
+            if found:
+                self.servers.extend(found)
+                return
+        if ev.status is EvalStatus.UNAVAILABLE:
+            self.skipped.add(i)
+        elif ev.status is not EvalStatus.CANCELLED:
+            self.failures[i] += 1
+            if self.failures[i] >= GIVE_UP:
+                self.skipped.add(i)
+
+    def _side(self, ev: Evaluation) -> Outcome:
+        """The model's verdict on a measured server (pure): its commit's side with it."""
+        i = self.index.get(ev.commit)
+        new = servers_of(ev, i, self.symptom) if i is not None else []
+        if i is None or not new:
+            return Outcome(commit=ev.commit, verdict=Verdict.SKIP,
+                           reason=f"no {self.symptom.value} samples in the measurement",
+                           measurement=ev.measurement)
+        servers = [*self.servers, *new]
+        on = self.servers_at(i) + len(new)
+        if not {-1, self.n - 1} <= {s.index for s in servers}:   # the model starts from both
+            return Outcome(commit=ev.commit, measurement=ev.measurement,
+                           verdict=Verdict.GOOD if i == -1 else Verdict.BAD,
+                           reason="an end of the range (the model starts once both are "
+                                  "measured)")
+        post = posterior(self.n, servers, self.prior)
+        if i in (-1, self.n - 1):
+            verdict = Verdict.GOOD if i == -1 else Verdict.BAD
+            why = f"P(no step that matters) = {post.none:.3g}"
+        else:
+            p = post.p_bad(i)
+            verdict = Verdict.BAD if p >= 0.5 else Verdict.GOOD
+            why = f"P(new side) = {p:.3g}"
+        return Outcome(commit=ev.commit, verdict=verdict, measurement=ev.measurement,
+                       reason=f"model of the range: {why} with this server ({on} of this "
+                              f"commit, {len(self.servers) + len(new)} in all)")
+
+    def servers_at(self, i: int) -> int:
+        return sum(s.index == i for s in self.servers)
+
+    # -- measuring -----------------------------------------------------------------------
+    def _more(self, requests: int) -> object:
+        if not self.prior.per_request:
+            return None
+        symptom = self.symptom
+
+        def more(m: Measurement) -> int:
+            return max(0, requests - len(samples_of(m, symptom)))
+        return more
+
+    def _measure(self, i: int, requests: int) -> None:
+        t = self.t
+        info = t.rng.good if i == -1 else t.rng.commits[i]
+        role = self.roles.get(info.sha, Role.BISECT)
+        # the first server of a commit may come from the result cache; later ones are fresh
+        first = self.servers_at(i) == 0 and self.failures[i] == 0
+        self.policy.more = self._more(requests)  # type: ignore[assignment]
+        phase = (Phase.REST if self.rest else Phase.ENDPOINTS if role is not Role.BISECT
+                 else Phase.SEARCH)
+        with t.measurer.during(phase):
+            outcome = t.test(info, role, 0, fresh=not first)
+        self.measured += 0 if outcome.from_cache else 1
+        ev = t.evaluations[info.sha]
+        self._add(i, ev)
+        if i in (-1, self.n - 1) and i in self.skipped:
+            name = t.terms.old if i == -1 else t.terms.new
+            raise untestable_end(name, info.sha, outcome.reason, log=ev.log,
+                                 network=ev.network, transient=ev.transient, advice=ev.hint)
+
+    # -- the search ----------------------------------------------------------------------
+    def run(self) -> Found:
+        v = self.v
+        for end in (-1, self.n - 1):
+            while self.servers_at(end) == 0:
+                self._measure(end, max(END_REQUESTS, self.least))
+        while True:
+            post = posterior(self.n, self.servers, self.prior)
+            j, p = post.top()
+            self.model = summary(post, p)
+            lo, hi = post.bounds[j], post.bounds[j + 1]
+            inside = [c for c in range(lo + 1, hi) if c not in self.skipped]
+            if p >= v.confidence and (hi - lo == 1 or not inside):
+                logger.info("model of the range: P = %.4f on (%d, %d] after %d servers",
+                            p, lo, hi, len(self.servers))
+                step = (Step(culprit=hi, candidates=(hi,)) if hi - lo == 1
+                        else Step(candidates=tuple(range(lo + 1, hi + 1))))
+                return Found(step, self.measured, p)
+            self._refuse_if_settled(post)
+            if self.rest and post.step < REST_BISECT:
+                if post.step < REST_EXPLAINED:
+                    raise Explained(f"explained: P(another {self.symptom.value} step of "
+                                    f"{math.exp(self.prior.min_step):.3g}x or more here) = "
+                                    f"{post.step:.3f} from {len(self.servers)} servers")
+                self._measure_ends(post)
+                continue
+            self.t.events.on_phase("", self._progress(post, j, p))
+            if len(self.servers) >= v.max_runs:
+                return self._credible(post, p, f"verdict.max_runs = {v.max_runs} reached")
+            requests = requests_per_server(post, v.server_cost, self.least, v.max_samples)
+            usable = [c for c in range(self.n) if c not in self.skipped]
+            nxt = choose(self.n, self.servers, self.prior, post, usable, requests,
+                         v.server_cost, v.confidence, per_commit_limit=v.max_servers)
+            if nxt is None:
+                return self._credible(post, p, "no measurable commit would tell more")
+            self._measure(nxt.index, nxt.requests)
+
+    def _measure_ends(self, post: Posterior) -> None:
+        """A rest check in doubt: another server at the end with fewer."""
+        end = min((-1, self.n - 1), key=lambda e: (self.servers_at(e), e))
+        requests = requests_per_server(post, self.v.server_cost, self.least, self.v.max_samples)
+        self._measure(end, max(requests, END_REQUESTS))
+
+    def _progress(self, post: Posterior, j: int, p: float) -> str:
+        rng = self.t.rng
+        lo, hi = post.bounds[j], post.bounds[j + 1]
+        name = (rng.commits[hi].sha[:12] if hi - lo == 1
+                else f"{hi - lo} commits after {(rng.good if lo < 0 else rng.commits[lo]).sha[:12]}")
+        return (f"model of the range: P(first bad is {name}) = {p:.3f}, P(no step) = "
+                f"{post.none:.3f}, {len(self.servers)} servers")
+
+    def _credible(self, post: Posterior, p: float, why: str) -> Found:
+        pk = post.per_commit()
+        order = np.argsort(-pk, kind="stable")
+        out, acc = [], 0.0
+        for k in order:
+            out.append(int(k))
+            acc += float(pk[k])
+            if acc >= self.v.confidence * post.step:
+                break
+        logger.info("model of the range stopped (%s): %d candidates", why, len(out))
+        self.t.events.on_phase("", f"model of the range stopped ({why}): {len(out)} "
+                                   f"candidates hold {acc:.3f}")
+        return Found(Step(candidates=tuple(sorted(out))), self.measured, p)
+
+    def _refuse_if_settled(self, post: Posterior) -> None:
+        conf = self.v.confidence
+        if post.none < conf and post.drift < conf:
+            return
+        ends = {e: [s.mean for s in self.servers if s.index == e] for e in (-1, self.n - 1)}
+        old, new = (math.exp(sum(x) / len(x)) for x in ends.values())
+        smallest = math.exp(self.prior.min_step)
+        seen = (f"old end {old:.4g}, new end {new:.4g} ({self.symptom.value}, geometric mean "
+                f"over {len(ends[-1])} and {len(ends[self.n - 1])} servers; "
+                f"{len(self.servers)} servers in all)")
+        if post.drift >= conf:
+            raise NotReproduced(f"no single culprit: the {self.symptom.value} change is "
+                                f"gradual over the range (P(a drift, no step) = "
+                                f"{post.drift:.3f}): {seen}",
+                                hint="bisect a shorter range, or compare two commits with "
+                                     "`vllm-bisect compare`")
+        raise NotReproduced(f"did not reproduce: P(no {self.symptom.value} step of "
+                            f"{smallest:.3g}x or more) = {post.none:.3f}: {seen}",
+                            hint="check the range, or lower verdict.min_effect / the "
+                                 "symptom's factor if a smaller change matters")

@@ -1,0 +1,272 @@
+"""One model of the whole range (``verdict.strategy = "changepoint"``): the posterior over the
+first bad commit from every server measured so far (pure; the search that feeds it is
+:mod:`vllm_bisect.bisect.search.changepoint`).
+
+Work in logs. Request r on server s of commit c, under "k is the first bad commit":
+
+    y = mu0 + d * [c >= k] + b * x_c + u_s + e_r     u_s ~ N(0, tau^2), e_r ~ N(0, sigma^2)
+
+``x_c`` is the commit's position in the range (centred), ``b`` a slow drift (only in the
+drift models). Each server keeps its sufficient statistics (requests n_s, mean m_s, within
+sum of squares W_s; a request far off its server's median is pulled in first, so one slow
+request cannot move a server). Given (tau, sigma), m_s ~ N(level, tau^2 + sigma^2 / n_s) and
+W_s / sigma^2 ~ chi^2(n_s - 1). The levels are integrated out in closed form (a weighted
+linear model: flat priors on mu0 and, through its Gaussian likelihood, on d; then d's prior,
+uniform on [log smallest change, log 20] in the bad direction, by normal CDFs); (tau, sigma)
+on a log grid. Four models share the data:
+
+- ``step``: one step of d at k (the culprit);
+- ``step+drift``: the same plus a linear drift (a drift + step range still names the step);
+- ``none``: no step (one level): the bad end does not show the symptom;
+- ``drift``: a drift and no step: a slow change over the range is never named a step.
+
+Hypotheses k between two measured commits have the same likelihood, so the posterior lives
+on the intervals between measured commits (prior uniform over commits). All of it costs
+O(grid x intervals x servers) numpy work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.special import ndtr as norm_cdf
+
+Array = NDArray[np.float64]
+LOG_2PI = math.log(2 * math.pi)
+MAX_STEP = math.log(20.0)     # the largest step the prior allows (20x)
+DRIFT_SD = 0.3                # prior sd of a drift's whole change over the range (logs)
+WINSOR = 3.0                  # a request further than this many robust sd from its server's
+#                               median is pulled in to that distance
+TAUS = np.exp(np.linspace(math.log(0.003), math.log(0.4), 12))    # server level (log sd)
+SIGMAS = np.exp(np.linspace(math.log(0.003), math.log(0.6), 10))  # per request (log sd)
+# the spreads' prior: log-uniform, times a half-normal tail (scale TAU_SCALE, SIGMA_SCALE):
+# a server level past ~20% or a request spread past ~40% is possible but not expected
+TAU_SCALE, SIGMA_SCALE = 0.05, 0.2
+
+
+@dataclass(frozen=True)
+class Server:
+    """One server's samples, summarised: the commit's index in the range (-1: the old end),
+    the requests kept, their mean and within sum of squares (logs)."""
+
+    index: int
+    n: int
+    mean: float
+    ss: float
+
+
+def summarise(index: int, samples: Sequence[float], logs: bool = False) -> Server | None:
+    """A server's samples (natural scale, or already ``logs``), one request pulled in when far
+    off the others (a median and MAD fence): None when it has none."""
+    ys = [float(x) if logs else math.log(x) for x in samples if x > 0 or logs]
+    ys = [y for y in ys if math.isfinite(y)]
+    if not ys:
+        return None
+    arr = np.array(ys)
+    if len(arr) >= 3:
+        med = float(np.median(arr))
+        mad = 1.4826 * float(np.median(np.abs(arr - med)))
+        if mad > 0:
+            arr = np.clip(arr, med - WINSOR * mad, med + WINSOR * mad)
+    mean = float(arr.mean())
+    return Server(index, len(arr), mean, float(((arr - mean) ** 2).sum()))
+
+
+@dataclass(frozen=True)
+class Prior:
+    """``direction``: +1 when the new end's samples are larger (ITL, TTFT in a regression
+    search), -1 when smaller (throughput); ``min_step``: log of the smallest change that
+    matters; ``per_request``: several samples per server (else one, no request level);
+    the models' prior weights."""
+
+    direction: int
+    min_step: float
+    per_request: bool = True
+    step: float = 0.45
+    step_drift: float = 0.05
+    none: float = 0.45
+    drift: float = 0.05
+
+
+@dataclass(frozen=True)
+class Posterior:
+    """The state of the search: P(first bad = k) for k in 0..n-1 (``k``, under the step
+    models), P(no step that matters) (``none``) and P(a drift, no step) (``drift``); the
+    measured commits that bound its intervals; the spreads and levels, for what comes next."""
+
+    n: int
+    bounds: tuple[int, ...]          # measured commit indices, sorted (-1 first, n - 1 last)
+    interval: Array                  # P(k in (bounds[j], bounds[j + 1]]), j = 0..J-1
+    none: float
+    drift: float
+    tau: float                       # posterior mean of the server level's sd (logs)
+    sigma: float                     # ... and of the per-request sd
+    level0: float                    # the old side's level (logs) under the best interval
+    level1: float
+    effect: float                    # the step (logs) under the most likely interval
+    effect_sd: float
+    servers: int = 0
+    by_commit: dict[int, int] = field(default_factory=dict)   # servers per measured commit
+
+    @property
+    def step(self) -> float:
+        """P(a step that matters, somewhere)."""
+        return float(self.interval.sum())
+
+    def size(self, j: int) -> int:
+        return self.bounds[j + 1] - self.bounds[j]
+
+    def per_commit(self) -> Array:
+        """P(first bad = k) for every k in 0..n-1."""
+        sizes = np.diff(np.array(self.bounds))
+        return np.repeat(self.interval / sizes, sizes)
+
+    def p_bad(self, c: int) -> float:
+        """P(commit c is on the new side) = P(k <= c) under the step models."""
+        if c < 0:
+            return 0.0
+        return float(self.per_commit()[:c + 1].sum())
+
+    def top(self) -> tuple[int, float]:
+        """The interval holding the most probability, and that probability."""
+        j = int(np.argmax(self.interval))
+        return j, float(self.interval[j])
+
+    def entropy(self) -> float:
+        """Of the culprit (each k), "none" and "drift" together (nats)."""
+        p = self.interval
+        sizes = np.diff(np.array(self.bounds)).astype(float)
+        nz = p > 1e-300
+        h = float(-(p[nz] * np.log(p[nz] / sizes[nz])).sum())
+        for q in (self.none, self.drift):
+            if q > 1e-300:
+                h -= q * math.log(q)
+        return h
+
+    def effect_interval(self, z: float = 1.96) -> tuple[float, float, float]:
+        """The step as a factor (new / old, in the symptom's own units) and its ~95%
+        interval, under the most likely interval."""
+        return (math.exp(self.effect), math.exp(self.effect - z * self.effect_sd),
+                math.exp(self.effect + z * self.effect_sd))
+
+
+def _logsumexp(a: Array, axis: int | None = None) -> Array:
+    m = np.max(a, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    out = np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m
+    return np.squeeze(out, axis=axis) if axis is not None else out.reshape(())
+
+
+def _fit(design: Array, w: Array, m: Array, prior_prec: Array) -> tuple[Array, Array, Array]:
+    """Weighted linear fits for every grid point and design: ``design`` (J, S, p), weights
+    ``w`` (G, S), server means ``m`` (S,), a diagonal prior precision per coefficient (p,).
+    Returns, each (G, J): log|A| (A = X'WX + prior), the quadratic form m'Wm - b'A^-1 b, and
+    (G, J, 3): the second coefficient (the step; the first when p = 1), its variance, and
+    the first coefficient (the old level)."""
+    xw = w[:, None, :, None] * design[None]                   # (G, J, S, p)
+    a = np.einsum("gjsp,jsq->gjpq", xw, design) + np.diag(prior_prec)
+    b = np.einsum("gjsp,s->gjp", xw, m)
+    sign, logdet = np.linalg.slogdet(a)
+    cov = np.linalg.inv(a)
+    beta = np.einsum("gjpq,gjq->gjp", cov, b)
+    quad = (w @ (m * m))[:, None] - np.einsum("gjp,gjp->gj", b, beta)
+    k = 1 if beta.shape[-1] > 1 else 0
+    est = np.stack([beta[..., k], cov[..., k, k], beta[..., 0]], axis=-1)
+    return np.where(sign > 0, logdet, np.inf), quad, est
+
+
+def _step_prior(d: Array, var: Array, prior: Prior) -> Array:
+    """log E[p(d)] for d ~ N(d_hat, var): d's prior uniform on [min_step, MAX_STEP] in the
+    bad direction."""
+    sd = np.sqrt(np.maximum(var, 1e-18))
+    lo, hi = max(prior.min_step, 1e-6), MAX_STEP
+    x = prior.direction * d
+    mass = norm_cdf((hi - x) / sd) - norm_cdf((lo - x) / sd)
+    return np.log(np.maximum(mass, 1e-300)) - math.log(hi - lo)
+
+
+def posterior(n: int, servers: Sequence[Server], prior: Prior) -> Posterior:
+    """The posterior over the first bad commit among ``n`` (indices 0..n-1, the last the new
+    end; -1 the old end, always on the old side) from ``servers``. Needs a server on each
+    end (the search measures them first)."""
+    if not {-1, n - 1} <= {s.index for s in servers}:
+        raise ValueError("the model needs a server on each end of the range")
+    idx = np.array([s.index for s in servers])
+    bounds = tuple(sorted({-1, n - 1} | {int(i) for i in idx}))
+    ns = np.array([s.n for s in servers], dtype=float)
+    m = np.array([s.mean for s in servers])
+    ss = np.array([s.ss for s in servers])
+    x = (idx + 1) / max(n, 1) - 0.5                  # position in the range, centred
+    taus, sigmas = (TAUS, SIGMAS) if prior.per_request else (TAUS, np.array([1e-6]))
+    tg, sg = np.meshgrid(taus, sigmas, indexing="ij")
+    tg, sg = tg.ravel(), sg.ravel()                  # (G,)
+    v = tg[:, None] ** 2 + sg[:, None] ** 2 / ns[None, :]       # (G, S)
+    w = 1.0 / v
+    base = -0.5 * np.log(2 * np.pi * v).sum(axis=1)            # (G,)
+    if prior.per_request:   # the within-server spread learns sigma (the same under every k)
+        dof = np.maximum(ns - 1, 0)
+        base = base + (-0.5 * dof[None, :] * (LOG_2PI + 2 * np.log(sg[:, None]))
+                       - ss[None, :] / (2 * sg[:, None] ** 2)).sum(axis=1)
+    grid_prior = -0.5 * (tg / TAU_SCALE) ** 2 - 0.5 * (sg / SIGMA_SCALE) ** 2
+    base = base + grid_prior - float(_logsumexp(grid_prior))
+    right = np.array(bounds[1:])                     # interval j: k in (bounds[j], bounds[j+1]]
+    sizes = np.diff(np.array(bounds)).astype(float)
+    side = (idx[None, :] >= right[:, None]).astype(float)      # (J, S): on the new side
+    ones = np.ones_like(side)
+    xs = np.broadcast_to(x, side.shape)
+    prec_b = 1.0 / DRIFT_SD ** 2
+    # step: [1, side]
+    ld, q, est = _fit(np.stack([ones, side], -1), w, m, np.zeros(2))
+    step = base[:, None] + LOG_2PI - 0.5 * ld - 0.5 * q + _step_prior(est[..., 0], est[..., 1],
+                                                                      prior)
+    # step + drift: [1, side, x], the drift's slope ~ N(0, DRIFT_SD^2)
+    ld2, q2, est2 = _fit(np.stack([ones, side, xs], -1), w, m,
+                         np.array([0.0, 0.0, prec_b]))
+    step_drift = (base[:, None] + LOG_2PI + 0.5 * math.log(prec_b) - 0.5 * ld2 - 0.5 * q2
+                  + _step_prior(est2[..., 0], est2[..., 1], prior))
+    # none: [1]; drift: [1, x]
+    ld0, q0, _ = _fit(np.ones((1, len(m), 1)), w, m, np.zeros(1))
+    none = base + 0.5 * LOG_2PI - 0.5 * ld0[:, 0] - 0.5 * q0[:, 0]
+    ld1, q1, _ = _fit(np.stack([np.ones(len(m)), x], -1)[None], w, m,
+                      np.array([0.0, prec_b]))
+    drift = (base + 0.5 * LOG_2PI + 0.5 * math.log(prec_b) - 0.5 * ld1[:, 0]
+             - 0.5 * q1[:, 0])
+    log_k = np.log(sizes / n)
+    j_step = step + log_k[None, :] + math.log(prior.step)
+    j_sd = step_drift + log_k[None, :] + math.log(prior.step_drift)
+    j_none = none + math.log(prior.none)
+    j_drift = drift + math.log(prior.drift)
+    total = _logsumexp(np.concatenate([j_step.ravel(), j_sd.ravel(), j_none, j_drift]))
+    per_interval = np.exp(_logsumexp(np.stack([j_step, j_sd]), axis=0) - total)   # (G, J)
+    interval = per_interval.sum(axis=0)
+    p_none = float(np.exp(_logsumexp(j_none) - total))
+    p_drift = float(np.exp(_logsumexp(j_drift) - total))
+    grid_w = per_interval.sum(axis=1) + np.exp(j_none - total) + np.exp(j_drift - total)
+    grid_w = grid_w / grid_w.sum()
+    jt = int(np.argmax(interval))
+    gw_top = per_interval[:, jt] / max(per_interval[:, jt].sum(), 1e-300)
+    d_hat, d_var, mu0 = est[:, jt, 0], est[:, jt, 1], est[:, jt, 2]
+    eff = float((gw_top * d_hat).sum())
+    eff_var = float((gw_top * (d_var + (d_hat - eff) ** 2)).sum())
+    lvl0 = float((gw_top * mu0).sum())
+    counts: dict[int, int] = {}
+    for i in idx:
+        counts[int(i)] = counts.get(int(i), 0) + 1
+    return Posterior(n=n, bounds=bounds, interval=interval, none=p_none, drift=p_drift,
+                     tau=float((grid_w * tg).sum()), sigma=float((grid_w * sg).sum()),
+                     level0=lvl0, level1=lvl0 + eff, effect=eff,
+                     effect_sd=math.sqrt(max(eff_var, 0.0)), servers=len(servers),
+                     by_commit=counts)
+
+
+def requests_per_server(post: Posterior, server_cost: float, least: int, most: int) -> int:
+    """How many requests a server should run: the classic two-stage optimum
+    ``(sigma / tau) * sqrt(start cost / request cost)``, within [least, most]."""
+    if post.tau <= 0:
+        return most
+    best = (post.sigma / post.tau) * math.sqrt(server_cost)
+    return max(least, min(most, round(best)))

@@ -1,0 +1,146 @@
+"""What the model of the range measures next (pure): the measurement that most reduces the
+uncertainty about the first bad commit per unit of cost.
+
+Candidates: a first server at an unmeasured commit (the one that splits the posterior in
+half, and the middle of the most likely interval), or another server at a measured commit
+(the ends of the most likely intervals, and both ends of the range while "no step" is still
+credible). Each is scored by a one-step lookahead: the new server's mean is drawn from the
+posterior predictive (its side by P(bad), its level from that side's, the spread from the
+learned server and request spreads; three Gauss-Hermite points a side), the posterior is
+recomputed for each outcome, and the expected drop in entropy (culprit, "none", "drift") is
+divided by the measurement's cost (a server start ``server_cost`` requests; a commit not yet
+built also pays for its artifact, counted as one more server start). On a clean, large step
+this picks the posterior's median commit, one server each: plain bisection.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from vllm_bisect.verdict.changepoint import Posterior, Prior, Server, posterior
+
+NONE_DOUBT = 0.2     # while the search narrows: the ends are measured again past this P(none)
+SEARCH_DOUBT = 0.05   # while the search narrows: a commit this unsure of its side is measured again
+# three-point Gauss-Hermite (a standard normal): nodes and weights
+_NODES = ((-math.sqrt(3.0), 1 / 6), (0.0, 2 / 3), (math.sqrt(3.0), 1 / 6))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Measure commit ``index`` on a fresh server with ``requests`` requests: its expected
+    entropy drop (nats) per cost, and whether the commit has no server yet."""
+
+    index: int
+    requests: int
+    gain: float
+    cost: float
+    new: bool
+
+    @property
+    def score(self) -> float:
+        return self.gain / self.cost
+
+
+def _split(post: Posterior, usable: Sequence[int], measured: set[int]) -> list[int]:
+    """Unmeasured usable commits that split the posterior: the one nearest its median, and
+    the middle of the most likely interval (when that interval has an interior)."""
+    pk = post.per_commit()
+    total = float(pk.sum())
+    if total <= 0:
+        return []
+    cum = pk.cumsum() / total
+    free = [c for c in usable if c not in measured and 0 <= c < post.n - 1]
+    if not free:
+        return []
+    out = [min(free, key=lambda c: (abs(cum[c] - 0.5), c))]
+    j, _ = post.top()
+    lo, hi = post.bounds[j], post.bounds[j + 1]
+    inside = [c for c in free if lo < c < hi]
+    if inside:
+        mid = (lo + hi) / 2
+        out.append(min(inside, key=lambda c: (abs(c - mid), c)))
+    return sorted(set(out))
+
+
+def _again(post: Posterior, limit: int) -> list[int]:
+    """Measured commits worth another server: the ends of the two most likely intervals,
+    and both ends of the range while "no step" or "drift" is credible."""
+    order = sorted(range(len(post.interval)), key=lambda j: -post.interval[j])[:2]
+    out = set()
+    for j in order:
+        out.update((post.bounds[j], post.bounds[j + 1]))
+    if post.none + post.drift > 0.01:
+        out.update((-1, post.n - 1))
+    return sorted(c for c in out if post.by_commit.get(c, 0) < limit)
+
+
+def _predictive(post: Posterior, c: int, requests: int) -> list[tuple[float, float]]:
+    """(weight, server mean) points of a new server at commit ``c``."""
+    p1 = post.p_bad(c) if c >= 0 else 0.0
+    sd = math.sqrt(post.tau ** 2 + post.sigma ** 2 / max(requests, 1)
+                   + post.effect_sd ** 2 / 4)
+    out = []
+    for p, level in ((1 - p1, post.level0), (p1, post.level1)):
+        if p <= 1e-9:
+            continue
+        out.extend((p * w, level + z * sd) for z, w in _NODES)
+    return out
+
+
+def expected_entropy(n: int, servers: Sequence[Server], prior: Prior, post: Posterior,
+                     c: int, requests: int) -> float:
+    h = 0.0
+    ss = (requests - 1) * post.sigma ** 2 if prior.per_request else 0.0
+    for w, mean in _predictive(post, c, requests):
+        nxt = posterior(n, [*servers, Server(c, requests, mean, ss)], prior)
+        h += w * nxt.entropy()
+    return h
+
+
+def doubt(post: Posterior, c: int, final: bool = True) -> float:
+    """How unsure the model is of commit ``c``'s side: min(P(bad), P(good)) for a commit
+    inside the range; for the old and new ends, P(no step that matters), counted while the
+    search narrows only past ``NONE_DOUBT`` (the commits it measures inside the range tell
+    that too)."""
+    if c == -1 or c == post.n - 1:
+        return post.none if final or post.none > NONE_DOUBT else 0.0
+    p = post.p_bad(c)
+    return min(p, 1.0 - p)
+
+
+def choose(n: int, servers: Sequence[Server], prior: Prior, post: Posterior,
+           usable: Sequence[int], requests: int, server_cost: float, confidence: float,
+           per_commit_limit: int = 12) -> Choice | None:
+    """The next measurement (None: nothing measurable would tell more).
+
+    Measure only where the model is in doubt: the commits that bound the likeliest intervals
+    (and both ends) get another server while their side is in doubt (past ``1 - confidence``
+    at the final pair, past ``SEARCH_DOUBT`` while the search still narrows); otherwise the
+    likeliest interval is split at the posterior's median (a new commit). ``usable``: commit
+    indices that can be measured (not unbuildable, not given up on); ``requests``: what a new
+    server runs.
+    """
+    measured = set(post.by_commit)
+    usable_set = set(usable) | {-1, n - 1}
+    j, _ = post.top()
+    final = post.size(j) == 1 or not [c for c in usable if post.bounds[j] < c < post.bounds[j + 1]]
+    bar = (1.0 - confidence) / 2 if final else SEARCH_DOUBT
+    again = [c for c in _again(post, per_commit_limit) if c in usable_set]
+    # doubt per server it already has: a commit measured once and in doubt before one
+    # measured ten times (whose next server tells little more)
+    doubtful = sorted(again, key=lambda c: (-doubt(post, c, final)
+                                            / (1 + post.by_commit.get(c, 0)), c))
+    doubtful = [c for c in doubtful if doubt(post, c, final) > bar]
+    start = server_cost + requests
+    if doubtful:
+        return Choice(doubtful[0], requests, doubt(post, doubtful[0], final), start, False)
+    split = _split(post, usable, measured)
+    if split and not final:
+        c = split[-1] if len(split) > 1 else split[0]
+        return Choice(c, requests, 1.0, start + server_cost, True)
+    rest = sorted(again, key=lambda c: -doubt(post, c))
+    if rest and doubt(post, rest[0]) > 1e-9:
+        return Choice(rest[0], requests, doubt(post, rest[0]), start, False)
+    return None
