@@ -86,10 +86,10 @@ class Prior:
     direction: int
     min_step: float
     per_request: bool = True
-    step: float = 0.45
-    step_drift: float = 0.05
-    none: float = 0.45
-    drift: float = 0.05
+    step: float = 0.48
+    step_drift: float = 0.02
+    none: float = 0.48
+    drift: float = 0.02
 
 
 @dataclass(frozen=True)
@@ -126,10 +126,10 @@ class Posterior:
         return np.repeat(self.interval / sizes, sizes)
 
     def p_bad(self, c: int) -> float:
-        """P(commit c is on the new side) = P(k <= c) under the step models."""
+        """P(commit c is on the new side) = P(k <= c), given a step (the step models)."""
         if c < 0:
             return 0.0
-        return float(self.per_commit()[:c + 1].sum())
+        return float(self.per_commit()[:c + 1].sum()) / max(self.step, 1e-300)
 
     def top(self) -> tuple[int, float]:
         """The interval holding the most probability, and that probability."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from vllm_bisect.verdict.changepoint import Posterior, Prior, Server, posterior
 
 NONE_DOUBT = 0.2     # while the search narrows: the ends are measured again past this P(none)
-SEARCH_DOUBT = 0.05   # while the search narrows: a commit this unsure of its side is measured again
+SEARCH_DOUBT = 0.15   # while the search narrows: a commit this unsure of its side is measured again
 # three-point Gauss-Hermite (a standard normal): nodes and weights
 _NODES = ((-math.sqrt(3.0), 1 / 6), (0.0, 2 / 3), (math.sqrt(3.0), 1 / 6))
 
