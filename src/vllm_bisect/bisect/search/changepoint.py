@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 REST_PRIOR = dict(step=0.18, step_drift=0.02, none=0.72, drift=0.08)
 REST_EXPLAINED, REST_BISECT = 0.1, 0.5
 END_REQUESTS = 3      # the ends' servers run at least this many requests (the request spread)
+DRIFT_POINTS = 6      # commits inside the range measured before a drift can be the answer
 GIVE_UP = 2           # a commit whose servers failed this many times is skipped
 
 
@@ -271,8 +272,12 @@ class ChangePointSearch:
         return Found(Step(candidates=tuple(sorted(out))), self.measured, p)
 
     def _refuse_if_settled(self, post: Posterior) -> None:
+        """Refuse once "no step" or "a drift" holds ``confidence``; a drift only after
+        ``DRIFT_POINTS`` commits inside the range were measured (three points on a line are
+        also two steps with a plateau between)."""
         conf = self.v.confidence
-        if post.none < conf and post.drift < conf:
+        inside = len({s.index for s in self.servers} - {-1, self.n - 1})
+        if post.none < conf and (post.drift < conf or inside < DRIFT_POINTS):
             return
         ends = {e: [s.mean for s in self.servers if s.index == e] for e in (-1, self.n - 1)}
         old, new = (math.exp(sum(x) / len(x)) for x in ends.values())

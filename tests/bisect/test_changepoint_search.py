@@ -1,0 +1,137 @@
+"""The change-point search through the real Driver, journal and multi-symptom loop on
+virtual time (vllm_bisect.sim.virtual): auto's choice for ITL, one model of the range."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from vllm_bisect.bisect.driver import Driver
+from vllm_bisect.bisect.events import NullEvents
+from vllm_bisect.bisect.multi import run_symptoms
+from vllm_bisect.bisect.policies import resolve
+from vllm_bisect.bisect.range import CommitRange
+from vllm_bisect.bisect.state.journal import SessionJournal
+from vllm_bisect.errors import NotReproduced
+from vllm_bisect.models import Evaluation, Measurement, Phase
+from vllm_bisect.sim.virtual import VirtualCluster, commit_range
+from vllm_bisect.sim.virtual_steps import steps_scenario
+from vllm_bisect.spec import BisectSpec, Strategy, parse_spec
+
+ITL = {"build": {"kind": "url", "url": "http://127.0.0.1:1"}, "verdict": {"symptom": "itl"}}
+
+
+def spec(**verdict: object) -> BisectSpec:
+    return parse_spec({**ITL, "verdict": {"symptom": "itl", **verdict}})
+
+
+def test_auto_on_itl_is_the_model_of_the_range_and_the_hook_keeps_twolevel() -> None:
+    sp = spec()
+    assert resolve(sp).strategy is Strategy.CHANGEPOINT
+    hook = resolve(sp, hook=True)
+    assert hook.strategy is Strategy.TWOLEVEL and "git bisect run" in hook.reason
+    assert resolve(spec(strategy="twolevel"), hook=True).strategy is Strategy.TWOLEVEL
+
+
+def run(sp: BisectSpec, n: int, steps: tuple[tuple[int, float], ...], tmp: Path,
+        seed: int = 1, cv: float = 0.03, server_cv: float = 0.03):  # type: ignore[no-untyped-def]
+    s = steps_scenario(n, steps, cv=cv, server_cv=server_cv)
+    rng = commit_range(n)
+    cluster = VirtualCluster(s, rng, 1, random.Random(seed), first_batch=sp.probe.requests)
+    journal = SessionJournal(tmp)
+    try:
+        def driver(spec_: BisectSpec, r: CommitRange) -> Driver:
+            return Driver(spec_, r, cluster, journal, None)
+        return run_symptoms(sp, rng, driver, NullEvents()), rng, cluster
+    finally:
+        journal.close()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_clean_step_costs_about_plain_bisect_and_states_p(tmp_path: Path, seed: int) -> None:
+    multi, rng, cluster = run(spec(), 200, ((137, 1.5),), tmp_path, seed)
+    r = multi.result
+    assert r.first_bad == rng.commits[137].sha
+    assert r.model is not None and r.model.p >= 0.99 and r.confidence == r.model.p
+    assert r.model.effect_lo < 1.5 < r.model.effect_hi
+    # no confirmation and no verification: the model's P is the evidence
+    assert set(r.starts_by_phase) <= {Phase.ENDPOINTS.value, Phase.SEARCH.value, Phase.REST.value}
+    assert r.server_starts == cluster.starts == sum(r.starts_by_phase.values())
+    assert cluster.starts <= 8 + 6        # plain: ceil(log2 200) = 8
+
+
+def test_two_steps_are_both_named(tmp_path: Path) -> None:
+    multi, rng, _ = run(spec(itl_factor=1.15), 120, ((30, 1.3), (90, 1.3)), tmp_path, 4)
+    named = {c.commit for c in multi.culprits if c.commit is not None and c.confirmed}
+    assert named == {rng.commits[30].sha, rng.commits[90].sha}
+
+
+def test_a_range_without_the_step_is_refused_with_its_numbers(tmp_path: Path) -> None:
+    with pytest.raises(NotReproduced, match="did not reproduce: P\\(no itl step"):
+        run(spec(), 60, (), tmp_path, 5)
+
+
+class Interrupting(VirtualCluster):
+    """Ctrl-C after ``left`` evaluations."""
+
+    left = 10**9
+
+    def evaluate(self, commit: str, more=None) -> Evaluation:  # type: ignore[no-untyped-def]
+        if self.left <= 0:
+            raise KeyboardInterrupt
+        self.left -= 1
+        return super().evaluate(commit, more)
+
+
+@pytest.mark.parametrize("cut", [1, 3, 6])
+def test_an_interrupted_run_resumes_from_every_server_it_measured(tmp_path: Path,
+                                                                   cut: int) -> None:
+    n, at = 300, 211
+    s = steps_scenario(n, ((at, 1.4),), cv=0.03, server_cv=0.03)
+    rng = commit_range(n)
+    sp = spec(rest_check=False)
+    cluster = Interrupting(s, rng, 1, random.Random(9), first_batch=sp.probe.requests)
+    cluster.left = cut
+    journal = SessionJournal(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        Driver(sp, rng, cluster, journal, None).run()
+    journal.close()
+    before = cluster.starts
+    assert before == cut
+    cluster.left = 10**9
+    journal = SessionJournal(tmp_path)      # the resumed session
+    try:
+        r = Driver(sp, rng, cluster, journal, None).run()
+    finally:
+        journal.close()
+    assert r.first_bad == rng.commits[at].sha
+    # the servers measured before the interrupt are in the model: the ends are not run again
+    again = r.starts_by_phase.get(Phase.ENDPOINTS.value, 0)
+    assert again == max(0, 2 - cut)
+
+
+def test_a_slow_request_on_a_server_does_not_flip_a_commit(tmp_path: Path) -> None:
+    class OneSlow(VirtualCluster):
+        def evaluate(self, commit: str, more=None) -> Evaluation:  # type: ignore[no-untyped-def]
+            ev = super().evaluate(commit, more)
+            m: Measurement | None = ev.measurement
+            if m is None or len(m.requests) < 3:
+                return ev
+            first = m.requests[0].model_copy(update={"itl_ms": (m.requests[0].itl_ms or 1) * 3})
+            return ev.model_copy(update={"measurement": m.model_copy(
+                update={"requests": [first, *m.requests[1:]]})})
+
+    n, at = 150, 61
+    s = steps_scenario(n, ((at, 1.5),), cv=0.02, server_cv=0.02)
+    rng = commit_range(n)
+    sp = parse_spec({**ITL, "probe": {"requests": 4}, "verdict": {"symptom": "itl",
+                                                                 "rest_check": False}})
+    cluster = OneSlow(s, rng, 1, random.Random(3), first_batch=4)
+    journal = SessionJournal(tmp_path)
+    try:
+        r = Driver(sp, rng, cluster, journal, None).run()
+    finally:
+        journal.close()
+    assert r.first_bad == rng.commits[at].sha
