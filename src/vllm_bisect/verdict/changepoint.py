@@ -158,7 +158,8 @@ def _logsumexp(a: Array, axis: int | None = None) -> Array:
     m = np.max(a, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
     out = np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m
-    return np.squeeze(out, axis=axis) if axis is not None else out.reshape(())
+    res: Array = np.squeeze(out, axis=axis) if axis is not None else out.reshape(())
+    return res
 
 
 def _fit(design: Array, w: Array, m: Array, prior_prec: Array) -> tuple[Array, Array, Array]:
@@ -186,7 +187,8 @@ def _step_prior(d: Array, var: Array, prior: Prior) -> Array:
     lo, hi = max(prior.min_step, 1e-6), MAX_STEP
     x = prior.direction * d
     mass = norm_cdf((hi - x) / sd) - norm_cdf((lo - x) / sd)
-    return np.log(np.maximum(mass, 1e-300)) - math.log(hi - lo)
+    res: Array = np.log(np.maximum(mass, 1e-300)) - math.log(hi - lo)
+    return res
 
 
 def posterior(n: int, servers: Sequence[Server], prior: Prior) -> Posterior:
@@ -202,8 +204,8 @@ def posterior(n: int, servers: Sequence[Server], prior: Prior) -> Posterior:
     ss = np.array([s.ss for s in servers])
     x = (idx + 1) / max(n, 1) - 0.5                  # position in the range, centred
     taus, sigmas = (TAUS, SIGMAS) if prior.per_request else (TAUS, np.array([1e-6]))
-    tg, sg = np.meshgrid(taus, sigmas, indexing="ij")
-    tg, sg = tg.ravel(), sg.ravel()                  # (G,)
+    mesh = np.meshgrid(taus, sigmas, indexing="ij")
+    tg, sg = mesh[0].ravel(), mesh[1].ravel()        # (G,)
     v = tg[:, None] ** 2 + sg[:, None] ** 2 / ns[None, :]       # (G, S)
     w = 1.0 / v
     base = -0.5 * np.log(2 * np.pi * v).sum(axis=1)            # (G,)

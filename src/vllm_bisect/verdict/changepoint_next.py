@@ -68,7 +68,7 @@ def _again(post: Posterior, limit: int) -> list[int]:
     """Measured commits worth another server: the ends of the two most likely intervals,
     and both ends of the range while "no step" or "drift" is credible."""
     order = sorted(range(len(post.interval)), key=lambda j: -post.interval[j])[:2]
-    out = set()
+    out: set[int] = set()
     for j in order:
         out.update((post.bounds[j], post.bounds[j + 1]))
     if post.none + post.drift > 0.01:
@@ -81,7 +81,7 @@ def _predictive(post: Posterior, c: int, requests: int) -> list[tuple[float, flo
     p1 = post.p_bad(c) if c >= 0 else 0.0
     sd = math.sqrt(post.tau ** 2 + post.sigma ** 2 / max(requests, 1)
                    + post.effect_sd ** 2 / 4)
-    out = []
+    out: list[tuple[float, float]] = []
     for p, level in ((1 - p1, post.level0), (p1, post.level1)):
         if p <= 1e-9:
             continue
