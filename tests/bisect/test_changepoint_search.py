@@ -30,9 +30,9 @@ def spec(**verdict: object) -> BisectSpec:
 def test_auto_on_itl_is_the_model_of_the_range_and_the_hook_keeps_twolevel() -> None:
     sp = spec()
     assert resolve(sp).strategy is Strategy.CHANGEPOINT
-    hook = resolve(sp, hook=True)
+    hook = resolve(sp, per_commit=True)
     assert hook.strategy is Strategy.TWOLEVEL and "git bisect run" in hook.reason
-    assert resolve(spec(strategy="twolevel"), hook=True).strategy is Strategy.TWOLEVEL
+    assert resolve(spec(strategy="twolevel"), per_commit=True).strategy is Strategy.TWOLEVEL
 
 
 def run(sp: BisectSpec, n: int, steps: tuple[tuple[int, float], ...], tmp: Path,

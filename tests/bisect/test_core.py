@@ -20,7 +20,7 @@ LENGTH = parse_spec({"probe": {"max_tokens": 256, "requests": 1},
                      "verdict": {"symptom": "length"}})
 RELATIVE = parse_spec({"verdict": {"symptom": "itl", "strategy": "threshold",
                                    "itl_factor": 1.5}})
-TWOLEVEL = parse_spec({"verdict": {"symptom": "itl"}})
+TWOLEVEL = parse_spec({"verdict": {"symptom": "itl", "strategy": "twolevel"}})
 
 
 def test_one_rule_settles_the_endpoints() -> None:
@@ -36,7 +36,10 @@ def test_one_rule_settles_the_endpoints() -> None:
 def test_resolve_decides_once_what_the_spec_comes_to() -> None:
     plan = resolve(TWOLEVEL)
     assert plan.strategy is Strategy.TWOLEVEL and plan.needs_reference and plan.hook_ok
-    assert plan.choice.strategy is plan.strategy and "two-level" in plan.reason
+    assert plan.choice.strategy is plan.strategy and "was written" in plan.reason
+    auto = resolve(parse_spec({"verdict": {"symptom": "itl"}}))
+    assert auto.strategy is Strategy.CHANGEPOINT and auto.models_range and not auto.hook_ok
+    assert "model of the range" in auto.reason
     length = resolve(LENGTH)
     assert length.strategy is Strategy.THRESHOLD and not length.needs_reference
     crash = resolve(parse_spec({"verdict": {"symptom": "crash"}}))

@@ -40,6 +40,7 @@ def clean_step(tmp: Path, rest_check: bool = True) -> tuple[Path, str]:
     h = history(tmp, n_commits=24, slow_at=13, slow_factor=2.0, noise_cv=0.02,
                 server_cv=0.02, step_ms=5.0)
     spec = write_spec(tmp / "s.toml", make_spec(h, verdict={"symptom": "itl",
+                                                            "strategy": "twolevel",
                                                             "rest_check": rest_check},
                                                 probe={"requests": 2}))
     return spec, h.planted["itl"]

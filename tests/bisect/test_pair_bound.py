@@ -24,7 +24,8 @@ from vllm_bisect.spec import parse_spec
 from vllm_bisect.verdict.twolevel import CommitTest, Decision, TwoLevel, to_logs
 
 DEFAULT = {"build": {"kind": "url", "url": "http://127.0.0.1:1"}, "probe": {"max_tokens": 256},
-           "verdict": {"symptom": "itl", "itl_factor": 1.15, "verify_samples": 0}}
+           "verdict": {"symptom": "itl", "itl_factor": 1.15, "verify_samples": 0,
+                       "strategy": "twolevel"}}
 
 
 def test_ends_search_and_the_unconfirmed_pair() -> None:

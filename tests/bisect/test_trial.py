@@ -13,7 +13,8 @@ from vllm_bisect.spec import parse_spec
 from vllm_bisect.verdict.twolevel import CommitTest, TwoLevel
 
 SPEC = {"build": {"kind": "url", "url": "http://127.0.0.1:1"}, "probe": {"max_tokens": 256},
-        "verdict": {"symptom": "itl", "itl_factor": 1.15, "verify_samples": 0}}
+        "verdict": {"symptom": "itl", "itl_factor": 1.15, "verify_samples": 0,
+                    "strategy": "twolevel"}}
 # good ~10 ms, bad ~13 ms per token, on three servers each
 MODEL = TwoLevel(((2.30, 2.31, 2.29), (2.31, 2.30, 2.32), (2.29, 2.30, 2.31)),
                  ((2.56, 2.57, 2.55), (2.57, 2.56, 2.58), (2.55, 2.56, 2.57)))

@@ -18,17 +18,18 @@ from vllm_bisect.sim.history import sim_path
 
 def test_default_spec_finds_a_slowdown_under_server_level_noise(tmp_path: Path) -> None:
     # per-request noise 5%, server level 5% per start; the culprit makes steps 2x slower.
-    # No strategy written: auto picks the two-level test.
+    # The two-level test written (auto runs the model of the range under `run`, and this test
+    # under the hook and the studies).
     h = history(tmp_path, n_commits=6, slow_at=4, slow_factor=2.0, step_ms=4.0, noise_cv=0.05,
                 server_cv=0.05)
-    spec = make_spec(h, verdict={"symptom": "itl", "itl_factor": 1.3},
+    spec = make_spec(h, verdict={"symptom": "itl", "itl_factor": 1.3, "strategy": "twolevel"},
                      probe={"max_tokens": 48, "warmup": 0})
-    assert spec.verdict.strategy == "auto"
+    assert spec.verdict.strategy == "twolevel"
     r = run_driver(spec, tmp_path)
     assert r.first_bad == h.planted["itl"]
     # verified on fresh servers by the same test: culprit bad, parent good
     assert r.verification is not None and r.verification.confirmed
-    assert r.strategy_chosen == "twolevel" and "two-level" in r.strategy_reason
+    assert r.strategy_chosen == "twolevel" and "was written" in r.strategy_reason
     good = next(o for o in r.probed if o.commit == h.good)
     bad = next(o for o in r.probed if o.commit == h.bad)
     assert good.verdict is Verdict.GOOD and bad.verdict is Verdict.BAD
@@ -43,7 +44,8 @@ def test_default_spec_finds_a_slowdown_under_server_level_noise(tmp_path: Path) 
 def test_default_spec_refuses_below_the_smallest_change_that_matters(tmp_path: Path) -> None:
     # a 1.05x change where 1.5x is the smallest that matters: refused, both distributions shown
     h = history(tmp_path, n_commits=3, slow_at=2, slow_factor=1.05, step_ms=4.0, noise_cv=0.02)
-    spec = make_spec(h, verdict={"symptom": "itl", "itl_factor": 1.5, "verify_samples": 0},
+    spec = make_spec(h, verdict={"symptom": "itl", "itl_factor": 1.5, "verify_samples": 0,
+                                                "strategy": "twolevel"},
                      probe={"max_tokens": 48, "warmup": 0})
     with pytest.raises(NotReproduced, match="smallest change that matters") as e:
         run_driver(spec, tmp_path)
@@ -68,12 +70,13 @@ def test_default_spec_bisects_throughput_and_mtp_speedup_under_server_level_nois
         tmp_path: Path, symptom: str) -> None:
     # every server start has its own speed level (5% CV, seeded per start); throughput: the
     # culprit makes steps 3x slower; mtp-speedup: the culprit drops draft acceptance to 0.1.
-    # No strategy written: auto picks the two-level test (one sample per server).
+    # The two-level test written (one sample per server); without it, auto: the model of the
+    # range (the test after this one).
     plan: dict[str, Any] = ({"slow_at": 3, "slow_factor": 3.0} if symptom == "throughput"
                             else {"low_acceptance_at": 3})
     h = history(tmp_path, n_commits=5, step_ms=4.0, server_cv=0.05, **plan)
     probe: dict[str, Any] = {"max_tokens": 32, "warmup": 0}
-    verdict: dict[str, Any] = {"symptom": symptom, "verify_samples": 0}
+    verdict: dict[str, Any] = {"symptom": symptom, "verify_samples": 0, "strategy": "twolevel"}
     if symptom == "throughput":
         probe["load"] = {"concurrency": 2, "requests": 4, "max_tokens": 32}
         verdict["throughput_factor"] = 1.5
@@ -82,12 +85,28 @@ def test_default_spec_bisects_throughput_and_mtp_speedup_under_server_level_nois
         verdict["min_mtp_speedup"] = 1.5
     spec = make_spec(h, build={"kind": "command", "serve": seeded_serve(
         tmp_path, "11 3 7 19 5 2 13 17")}, probe=probe, verdict=verdict)
-    assert spec.verdict.strategy == "auto"
     r = run_driver(spec, tmp_path)
-    assert r.strategy_chosen == "twolevel" and "two-level" in r.strategy_reason
+    assert r.strategy_chosen == "twolevel" and "was written" in r.strategy_reason
     assert r.first_bad == h.planted["itl" if symptom == "throughput" else "mtp-speedup"]
     for sha in (h.good, h.bad):  # calibrated on several servers per endpoint (one sample each)
         servers = r.evaluations[sha].samples
         assert isinstance(servers, list) and all(len(g) == 1 for g in servers)
     steps = [o for o in r.probed if o.commit not in (h.good, h.bad)]
     assert steps and all(o.reason.startswith("two-level") for o in steps)
+
+
+def test_the_default_is_the_model_of_the_range_for_throughput(tmp_path: Path) -> None:
+    """No strategy written: auto runs the model of the range, one sample (output tok/s) a
+    server, every server start at its own speed level (5% CV)."""
+    h = history(tmp_path, n_commits=5, step_ms=4.0, server_cv=0.05, slow_at=3, slow_factor=3.0)
+    spec = make_spec(h, build={"kind": "command", "serve": seeded_serve(
+        tmp_path, "11 3 7 19 5 2 13 17")},
+        probe={"max_tokens": 32, "warmup": 0,
+               "load": {"concurrency": 2, "requests": 4, "max_tokens": 32}},
+        verdict={"symptom": "throughput", "throughput_factor": 1.5})
+    assert spec.verdict.strategy == "auto"
+    r = run_driver(spec, tmp_path)
+    assert r.strategy_chosen == "changepoint" and "model of the range" in r.strategy_reason
+    assert r.first_bad == h.planted["itl"]
+    assert r.model is not None and r.model.p >= 0.99 and r.model.effect < 1 / 1.5
+    assert r.verification is None    # its P is the evidence: no verification phase

@@ -59,7 +59,8 @@ def _bisect(tmp: Path, link: Link | None) -> tuple[str, int, int, float]:
                  effect=1.3, cv=0.10, crash_rate=0.03)
     spec = parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
                        "probe": {"max_tokens": 256},
-                       "verdict": {"symptom": "itl", "itl_factor": 1.15, "verify_samples": 0}})
+                       "verdict": {"symptom": "itl", "itl_factor": 1.15, "verify_samples": 0,
+                                   "strategy": "twolevel"}})
     rng = commit_range(s.n)
     cluster = VirtualCluster(s, rng, 1, random.Random(11), first_batch=spec.probe.requests,
                              link=link)

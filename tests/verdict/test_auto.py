@@ -22,7 +22,8 @@ URL = {"build": {"kind": "url", "url": "http://127.0.0.1:1"}}
 
 @pytest.mark.parametrize("symptom,want", [
     ("length", Strategy.THRESHOLD), ("correctness", Strategy.THRESHOLD),
-    ("crash", Strategy.BAYES), ("itl", Strategy.TWOLEVEL), ("throughput", Strategy.TWOLEVEL),
+    ("crash", Strategy.BAYES), ("itl", Strategy.CHANGEPOINT),
+    ("throughput", Strategy.CHANGEPOINT), ("ttft", Strategy.CHANGEPOINT),
     ("mtp-speedup", Strategy.TWOLEVEL), ("any", Strategy.THRESHOLD)])
 def test_auto_picks_by_symptom(symptom: str, want: Strategy) -> None:
     c = choose_strategy(VerdictSpec(symptom=Symptom(symptom)))
@@ -106,7 +107,8 @@ def test_one_rule_table_for_the_chooser_the_defaults_and_the_validator() -> None
     for symptom in Symptom:
         spec = parse_spec({**base, "verdict": {**verdict, "symptom": symptom.value}})
         assert choose_strategy(spec.verdict).strategy is AUTO_STRATEGY[symptom]
-        one = symptom in PER_REQUEST and AUTO_STRATEGY[symptom] is S.TWOLEVEL
+        one = symptom in PER_REQUEST and AUTO_STRATEGY[symptom] in (S.TWOLEVEL,
+                                                                    S.CHANGEPOINT)
         assert (spec.probe.requests == 1) is one, symptom
         for strategy, judged in JUDGES.items():
             written = {**base, "verdict": {**verdict, "symptom": symptom.value,

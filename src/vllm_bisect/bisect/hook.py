@@ -103,7 +103,7 @@ def _hook_dir(repo: git.Repo, spec: BisectSpec, good: str | None, bad: str | Non
 
 
 def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> HookResult:
-    plan = resolve(spec, hook=True)
+    plan = resolve(spec, per_commit=True)
     choice = plan.choice
     if not plan.hook_ok:
         written = str(spec.verdict.strategy)

@@ -142,6 +142,8 @@ def summary(session_dir: Path, console: Console) -> None:
            else "")
     console.print(f"[dim]{len(result.judged())} commits judged, {starts_text(result)}{par}, "
                   f"{result.wall_s:.1f} s[/]")
+    if result.model:
+        console.print(esc(result.model.text(result.first_bad)), highlight=False)
     if result.strategy_chosen:
         console.print(f"[dim]verdict strategy {result.strategy_chosen}: "
                       f"{esc(result.strategy_reason)}[/]")

@@ -129,7 +129,7 @@ class Bench:
         if self.settled == (parent, culprit):
             assert self.choice is not None
             return self.choice
-        plan = resolve(spec)
+        plan = resolve(spec, per_commit=True)   # (each trial's commit judged alone)
         self.choice = plan.choice
         self.policy = make_policy(spec, plan.strategy)
         self.rng = CommitRange(good=info(self.repo.commit(parent)),

@@ -64,6 +64,8 @@ def markdown(r: SessionReport) -> str:
         text = v.verification
         lines.append("\n" + (text if v.verified else
                              text.replace("Not verified:", "**Not verified**:", 1)))
+    if v.model:
+        lines.append(f"\n{v.model}.")
     if v.strategy:
         name, _, why = v.strategy.partition(" ")
         lines.append(f"\nVerdict strategy: `{name}` {why}.")

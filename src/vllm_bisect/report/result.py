@@ -8,6 +8,7 @@ Built once from the driver's :class:`~vllm_bisect.bisect.driver.BisectResult`
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +72,29 @@ class JudgedCommit(_Doc):
     failure: FailureKind | None = None  # why it has no measurement (the crash symptom reads it)
     log: str | None = None    # a skip's build or server log (the cause is in it)
     cause: str | None = None  # a skip's cause: the error line of that log's tail
+
+
+class RangeModelDoc(_Doc):
+    """``verdict.strategy = "changepoint"``: what the model of the range concluded: P of the
+    named culprit (or of the likeliest interval), P(no step that matters), P(a drift, no
+    step), the step (new / old, in the symptom's units) with its ~95% interval, the servers it
+    rests on, and P(first bad = k) per commit index (those above 0.1%: report.html draws it)."""
+
+    p: float
+    none: float
+    drift: float
+    effect: float
+    effect_lo: float
+    effect_hi: float
+    servers: int
+    posterior: list[tuple[int, float]] = Field(default_factory=list)
+
+    def text(self, culprit: str | None) -> str:
+        what = f"P(first bad is {culprit[:12]})" if culprit else "P(the likeliest commits)"
+        return (f"Model of the range: {what} = {self.p:.4f}; the step {self.effect:.3g}x "
+                f"(95% interval {self.effect_lo:.3g}x to {self.effect_hi:.3g}x); P(no step "
+                f"that matters) = {self.none:.3g}, P(a drift) = {self.drift:.3g}; from "
+                f"{self.servers} servers")
 
 
 class VerificationDoc(_Doc):
@@ -149,6 +173,7 @@ class BisectReport(_Doc):
     probed: list[JudgedCommit]
     verification: VerificationDoc | None = None
     confidence: float | None = None
+    model: RangeModelDoc | None = None   # changepoint: the model of the range's conclusion
     # verdict.strategy = "auto": the strategy it chose for the symptom, and why
     strategy_chosen: str | None = None
     strategy_reason: str | None = None
@@ -212,6 +237,8 @@ class BisectReport(_Doc):
                    bad=result.range.bad.sha, n_commits=len(result.range.commits),
                    probed=probed, verification=VerificationDoc.of(result.verification),
                    confidence=result.confidence, strategy_chosen=result.strategy_chosen,
+                   model=(RangeModelDoc(**{**asdict(result.model), "posterior": list(
+                       result.model.posterior)}) if result.model is not None else None),
                    strategy_reason=result.strategy_reason, flaky=FlakyDoc.of(result.flaky),
                    server_starts=result.server_starts,
                    verify_server_starts=result.verify_server_starts,

@@ -116,6 +116,8 @@ class ReportView:
     effects: list[str]
     verification: str | None
     verified: bool
+    model: str | None        # changepoint: P of the culprit, the step and its interval
+    posterior: list[tuple[float, float]]   # (x in 0..1 along the range, P): the model's bars
     strategy: str | None     # the verdict strategy auto chose, and why
     flaky: str | None        # the symptom came and went: said, with the setting to use
     summary: str
@@ -145,6 +147,9 @@ def view(r: SessionReport) -> ReportView:
         subject_plain=PR_IN_SUBJECT.sub("", res.first_bad_subject or "").rstrip(),
         effects=effects(r), verification=verification_text(res),
         verified=bool(res.verification and res.verification.confirmed),
+        model=res.model.text(res.first_bad) if res.model else None,
+        posterior=([(k / max(res.n_commits - 1, 1), p) for k, p in res.model.posterior]
+                   if res.model else []),
         strategy=(f"{res.strategy_chosen} ({res.strategy_reason or ''})"
                   if res.strategy_chosen else None),
         flaky=res.flaky.text() if res.flaky else None,

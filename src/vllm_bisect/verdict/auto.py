@@ -7,8 +7,9 @@ in the spec's layer because the validator, below this package, reads it. Here: w
   Driver re-checks the commits a flaky symptom can mislead (``bisect/recheck.py``) and goes
   on under ``bayes`` the moment a commit shows the symptom in some runs only;
 - a crash (it shows in some runs only) -> ``bayes``;
-- ITL, throughput, MTP speed-up (continuous, noisy at two levels: the server start and the
-  request) -> ``twolevel``, with ``itl_factor`` / ``throughput_factor`` as the smallest change
+- ITL, TTFT, throughput (continuous, noisy at two levels: the server start and the
+  request) -> ``changepoint`` (one model of the range; where each commit is judged alone,
+  the hook and the studies: ``twolevel``), MTP speed-up -> ``twolevel``, with ``itl_factor`` / ``throughput_factor`` as the smallest change
   that matters (``1 + min_effect`` when none is written);
 - ``any`` (length or ITL against written thresholds) -> ``threshold``.
 
@@ -53,9 +54,11 @@ def _deterministic(v: VerdictSpec) -> str:
 
 
 def _noisy(v: VerdictSpec) -> str:
+    test = ("one model of the range (a posterior over the first bad commit from every server)"
+            if AUTO_STRATEGY[v.symptom] is Strategy.CHANGEPOINT
+            else "the two-level sequential test")
     return (f"auto: {v.symptom.value} is a noisy measurement (a server level plus per-request "
-            "noise): the two-level sequential test, smallest change that matters "
-            f"{smallest_change(v):.3g}x")
+            f"noise): {test}, smallest change that matters {smallest_change(v):.3g}x")
 
 
 # why auto runs what AUTO_STRATEGY says for each symptom

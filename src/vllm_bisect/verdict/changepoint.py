@@ -192,6 +192,57 @@ def _step_prior(d: Array, var: Array, prior: Prior) -> Array:
     return res
 
 
+@dataclass(frozen=True)
+class _Grid:
+    """The (tau, sigma) grid with each point's log prior plus the data terms that are the
+    same under every model (each server's Gaussian normaliser, the within-server spread),
+    and the servers' weights ``w`` (G, S) at each point."""
+
+    tau: Array
+    sigma: Array
+    base: Array
+    w: Array
+
+
+def _grid(servers: Sequence[Server], per_request: bool) -> _Grid:
+    ns = np.array([s.n for s in servers], dtype=float)
+    ss = np.array([s.ss for s in servers])
+    taus, sigmas = (TAUS, SIGMAS) if per_request else (TAUS, np.array([1e-6]))
+    mesh = np.meshgrid(taus, sigmas, indexing="ij")
+    tg, sg = mesh[0].ravel(), mesh[1].ravel()        # (G,)
+    v = tg[:, None] ** 2 + sg[:, None] ** 2 / ns[None, :]       # (G, S)
+    base = -0.5 * np.log(2 * np.pi * v).sum(axis=1)            # (G,)
+    if per_request:   # the within-server spread learns sigma (the same under every k)
+        dof = np.maximum(ns - 1, 0)
+        base = base + (-0.5 * dof[None, :] * (LOG_2PI + 2 * np.log(sg[:, None]))
+                       - ss[None, :] / (2 * sg[:, None] ** 2)).sum(axis=1)
+    grid_prior = -0.5 * (tg / TAU_SCALE) ** 2 - 0.5 * (sg / SIGMA_SCALE) ** 2
+    return _Grid(tg, sg, base + grid_prior - float(_logsumexp(grid_prior)), 1.0 / v)
+
+
+def _models(g: _Grid, side: Array, x: Array, m: Array, prior: Prior
+            ) -> tuple[Array, Array, Array, Array, Array]:
+    """Each model's log marginal likelihood: step (G, J), step + drift (G, J), none (G,),
+    drift (G,), and the step model's (step, its variance, old level) per (G, J)."""
+    ones = np.ones_like(side)
+    xs = np.broadcast_to(x, side.shape)
+    prec_b = 1.0 / DRIFT_SD ** 2
+    b = g.base[:, None]
+    ld, q, est = _fit(np.stack([ones, side], -1), g.w, m, np.zeros(2))       # [1, side]
+    step = b + LOG_2PI - 0.5 * ld - 0.5 * q + _step_prior(est[..., 0], est[..., 1], prior)
+    # [1, side, x], the drift's slope ~ N(0, DRIFT_SD^2)
+    ld2, q2, est2 = _fit(np.stack([ones, side, xs], -1), g.w, m, np.array([0.0, 0.0, prec_b]))
+    step_drift = (b + LOG_2PI + 0.5 * math.log(prec_b) - 0.5 * ld2 - 0.5 * q2
+                  + _step_prior(est2[..., 0], est2[..., 1], prior))
+    ld0, q0, _ = _fit(np.ones((1, len(m), 1)), g.w, m, np.zeros(1))          # [1]
+    none = g.base + 0.5 * LOG_2PI - 0.5 * ld0[:, 0] - 0.5 * q0[:, 0]
+    ld1, q1, _ = _fit(np.stack([np.ones(len(m)), x], -1)[None], g.w, m,      # [1, x]
+                      np.array([0.0, prec_b]))
+    drift = (g.base + 0.5 * LOG_2PI + 0.5 * math.log(prec_b) - 0.5 * ld1[:, 0]
+             - 0.5 * q1[:, 0])
+    return step, step_drift, none, drift, est
+
+
 def posterior(n: int, servers: Sequence[Server], prior: Prior) -> Posterior:
     """The posterior over the first bad commit among ``n`` (indices 0..n-1, the last the new
     end; -1 the old end, always on the old side) from ``servers``. Needs a server on each
@@ -200,54 +251,20 @@ def posterior(n: int, servers: Sequence[Server], prior: Prior) -> Posterior:
         raise ValueError("the model needs a server on each end of the range")
     idx = np.array([s.index for s in servers])
     bounds = tuple(sorted({-1, n - 1} | {int(i) for i in idx}))
-    ns = np.array([s.n for s in servers], dtype=float)
-    m = np.array([s.mean for s in servers])
-    ss = np.array([s.ss for s in servers])
-    x = (idx + 1) / max(n, 1) - 0.5                  # position in the range, centred
-    taus, sigmas = (TAUS, SIGMAS) if prior.per_request else (TAUS, np.array([1e-6]))
-    mesh = np.meshgrid(taus, sigmas, indexing="ij")
-    tg, sg = mesh[0].ravel(), mesh[1].ravel()        # (G,)
-    v = tg[:, None] ** 2 + sg[:, None] ** 2 / ns[None, :]       # (G, S)
-    w = 1.0 / v
-    base = -0.5 * np.log(2 * np.pi * v).sum(axis=1)            # (G,)
-    if prior.per_request:   # the within-server spread learns sigma (the same under every k)
-        dof = np.maximum(ns - 1, 0)
-        base = base + (-0.5 * dof[None, :] * (LOG_2PI + 2 * np.log(sg[:, None]))
-                       - ss[None, :] / (2 * sg[:, None] ** 2)).sum(axis=1)
-    grid_prior = -0.5 * (tg / TAU_SCALE) ** 2 - 0.5 * (sg / SIGMA_SCALE) ** 2
-    base = base + grid_prior - float(_logsumexp(grid_prior))
+    g = _grid(servers, prior.per_request)
     right = np.array(bounds[1:])                     # interval j: k in (bounds[j], bounds[j+1]]
-    sizes = np.diff(np.array(bounds)).astype(float)
     side = (idx[None, :] >= right[:, None]).astype(float)      # (J, S): on the new side
-    ones = np.ones_like(side)
-    xs = np.broadcast_to(x, side.shape)
-    prec_b = 1.0 / DRIFT_SD ** 2
-    # step: [1, side]
-    ld, q, est = _fit(np.stack([ones, side], -1), w, m, np.zeros(2))
-    step = base[:, None] + LOG_2PI - 0.5 * ld - 0.5 * q + _step_prior(est[..., 0], est[..., 1],
-                                                                      prior)
-    # step + drift: [1, side, x], the drift's slope ~ N(0, DRIFT_SD^2)
-    ld2, q2, est2 = _fit(np.stack([ones, side, xs], -1), w, m,
-                         np.array([0.0, 0.0, prec_b]))
-    step_drift = (base[:, None] + LOG_2PI + 0.5 * math.log(prec_b) - 0.5 * ld2 - 0.5 * q2
-                  + _step_prior(est2[..., 0], est2[..., 1], prior))
-    # none: [1]; drift: [1, x]
-    ld0, q0, _ = _fit(np.ones((1, len(m), 1)), w, m, np.zeros(1))
-    none = base + 0.5 * LOG_2PI - 0.5 * ld0[:, 0] - 0.5 * q0[:, 0]
-    ld1, q1, _ = _fit(np.stack([np.ones(len(m)), x], -1)[None], w, m,
-                      np.array([0.0, prec_b]))
-    drift = (base + 0.5 * LOG_2PI + 0.5 * math.log(prec_b) - 0.5 * ld1[:, 0]
-             - 0.5 * q1[:, 0])
-    log_k = np.log(sizes / n)
-    j_step = step + log_k[None, :] + math.log(prior.step)
-    j_sd = step_drift + log_k[None, :] + math.log(prior.step_drift)
+    x = (idx + 1) / max(n, 1) - 0.5                  # position in the range, centred
+    step, step_drift, none, drift, est = _models(g, side, x,
+                                                 np.array([s.mean for s in servers]), prior)
+    log_k = np.log(np.diff(np.array(bounds)) / n)[None, :]
+    j_step = step + log_k + math.log(prior.step)
+    j_sd = step_drift + log_k + math.log(prior.step_drift)
     j_none = none + math.log(prior.none)
     j_drift = drift + math.log(prior.drift)
     total = _logsumexp(np.concatenate([j_step.ravel(), j_sd.ravel(), j_none, j_drift]))
     per_interval = np.exp(_logsumexp(np.stack([j_step, j_sd]), axis=0) - total)   # (G, J)
     interval = per_interval.sum(axis=0)
-    p_none = float(np.exp(_logsumexp(j_none) - total))
-    p_drift = float(np.exp(_logsumexp(j_drift) - total))
     grid_w = per_interval.sum(axis=1) + np.exp(j_none - total) + np.exp(j_drift - total)
     grid_w = grid_w / grid_w.sum()
     jt = int(np.argmax(interval))
@@ -256,14 +273,26 @@ def posterior(n: int, servers: Sequence[Server], prior: Prior) -> Posterior:
     eff = float((gw_top * d_hat).sum())
     eff_var = float((gw_top * (d_var + (d_hat - eff) ** 2)).sum())
     lvl0 = float((gw_top * mu0).sum())
-    counts: dict[int, int] = {}
-    for i in idx:
-        counts[int(i)] = counts.get(int(i), 0) + 1
-    return Posterior(n=n, bounds=bounds, interval=interval, none=p_none, drift=p_drift,
-                     tau=float((grid_w * tg).sum()), sigma=float((grid_w * sg).sum()),
+    counts = {int(i): int((idx == i).sum()) for i in set(idx.tolist())}
+    return Posterior(n=n, bounds=bounds, interval=interval,
+                     none=float(np.exp(_logsumexp(j_none) - total)),
+                     drift=float(np.exp(_logsumexp(j_drift) - total)),
+                     tau=float((grid_w * g.tau).sum()), sigma=float((grid_w * g.sigma).sum()),
                      level0=lvl0, level1=lvl0 + eff, effect=eff,
                      effect_sd=math.sqrt(max(eff_var, 0.0)), servers=len(servers),
                      by_commit=counts)
+
+
+def requests_for_step(samples: Sequence[float], min_step: float, least: int, most: int) -> int:
+    """A server with no model yet (an end of the range, measured first): as many requests as
+    its own spread needs for its mean to be within half the smallest step that matters
+    (standard error <= min_step / 2), judged from the requests it ran so far (>= 3)."""
+    ys = [math.log(x) for x in samples if x > 0]
+    if len(ys) < 3:
+        return max(least, 3)
+    sd = float(np.std(ys, ddof=1))
+    need = math.ceil((sd / max(min_step / 2, 1e-6)) ** 2)
+    return max(least, 3, min(most, need))
 
 
 def requests_per_server(post: Posterior, server_cost: float, least: int, most: int) -> int:

@@ -59,27 +59,28 @@ class Plan:
         return Choice(self.strategy, self.reason)
 
 
-def resolve(spec: BisectSpec, hook: bool = False) -> Plan:
+def resolve(spec: BisectSpec, per_commit: bool = False) -> Plan:
     """The spec's :class:`Plan` (every way into the core reads this, never the rules).
-    ``hook``: under ``git bisect run``, where git chooses the commits."""
-    choice = resolve_strategy(spec, hook)
+    ``per_commit``: each commit judged alone (``git bisect run``, where git chooses the
+    commits; the studies' trials)."""
+    choice = resolve_strategy(spec, per_commit)
     policy = make_policy(spec, choice.strategy)
     traits = policy.traits
     return Plan(choice.strategy, choice.reason, traits.needs_reference, traits.supports_hook,
                 traits.needs_calibration, traits.models_range)
 
 
-def resolve_strategy(spec: BisectSpec, hook: bool = False) -> Choice:
+def resolve_strategy(spec: BisectSpec, per_commit: bool = False) -> Choice:
     """The strategy that runs (``auto`` chosen from the symptom) and why; a fix search does
-    not run bayes (it searches for regressions only): threshold instead. Under the hook
-    (``hook``), auto's model of the range (which chooses its own commits) gives way to the
-    per-commit test (``HOOK_STRATEGY``)."""
+    not run bayes (it searches for regressions only): threshold instead. Where each commit is
+    judged alone (``per_commit``: the hook, the studies), auto's model of the range (which
+    chooses its own commits) gives way to the per-commit test (``HOOK_STRATEGY``)."""
     choice = choose_strategy(spec.verdict)
-    if hook and spec.verdict.strategy == "auto" and choice.strategy in HOOK_STRATEGY:
-        per_commit = HOOK_STRATEGY[choice.strategy]
-        choice = Choice(per_commit, f"auto under `git bisect run` (git chooses the commits): "
-                        f"{per_commit.value}, the per-commit test; `vllm-bisect run` runs "
-                        f"{choice.strategy.value}, one model of the range")
+    if per_commit and spec.verdict.strategy == "auto" and choice.strategy in HOOK_STRATEGY:
+        alone = HOOK_STRATEGY[choice.strategy]
+        choice = Choice(alone, f"auto where each commit is judged alone (`git bisect run`, "
+                        f"the studies): {alone.value}, the per-commit test; `vllm-bisect run` "
+                        f"runs {choice.strategy.value}, one model of the range")
     if spec.range.search is SearchKind.FIX and choice.strategy in NO_FIX_SEARCH:
         choice = Choice(Strategy.THRESHOLD, "auto: a fix search runs the threshold strategy "
                         "for this symptom (bayes does not search for fixes)")

@@ -38,6 +38,7 @@ from vllm_bisect.verdict.changepoint import (
     Prior,
     Server,
     posterior,
+    requests_for_step,
     requests_per_server,
     summarise,
 )
@@ -178,22 +179,28 @@ class ChangePointSearch:
         return sum(s.index == i for s in self.servers)
 
     # -- measuring -----------------------------------------------------------------------
-    def _more(self, requests: int) -> object:
+    def _more(self, requests: int, adaptive: bool = False) -> object:
+        """How many more requests a server runs: up to ``requests``; ``adaptive`` (an end's
+        first server, before any model): as many as its own spread needs
+        (``requests_for_step``)."""
         if not self.prior.per_request:
             return None
-        symptom = self.symptom
+        symptom, prior, most = self.symptom, self.prior, self.v.max_samples
 
         def more(m: Measurement) -> int:
-            return max(0, requests - len(samples_of(m, symptom)))
+            xs = samples_of(m, symptom)
+            want = (requests_for_step(xs, prior.min_step, requests, most) if adaptive
+                    else requests)
+            return max(0, want - len(xs))
         return more
 
-    def _measure(self, i: int, requests: int) -> None:
+    def _measure(self, i: int, requests: int, adaptive: bool = False) -> None:
         t = self.t
         info = t.rng.good if i == -1 else t.rng.commits[i]
         role = self.roles.get(info.sha, Role.BISECT)
         # the first server of a commit may come from the result cache; later ones are fresh
         first = self.servers_at(i) == 0 and self.failures[i] == 0
-        self.policy.more = self._more(requests)  # type: ignore[assignment]
+        self.policy.more = self._more(requests, adaptive)  # type: ignore[assignment]
         phase = (Phase.REST if self.rest else Phase.ENDPOINTS if role is not Role.BISECT
                  else Phase.SEARCH)
         with t.measurer.during(phase):
@@ -211,7 +218,7 @@ class ChangePointSearch:
         v = self.v
         for end in (-1, self.n - 1):
             while self.servers_at(end) == 0:
-                self._measure(end, max(END_REQUESTS, self.least))
+                self._measure(end, max(END_REQUESTS, self.least), adaptive=True)
         while True:
             post = posterior(self.n, self.servers, self.prior)
             j, p = post.top()

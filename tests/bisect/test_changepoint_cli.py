@@ -1,0 +1,85 @@
+"""The model of the range through the real CLI on a generated history served by the
+simulator (auto's choice for ITL): the culprit with its P in the terminal, report.md,
+report.html and result.json; every start counted; a session killed with SIGKILL mid-run and
+resumed measures again only what had no finished server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.helpers import history, make_spec, write_spec
+
+
+def run_cmd(spec: Path, session: Path, cache: Path) -> list[str]:
+    return [sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec), "--session",
+            str(session), "--cache-dir", str(cache)]
+
+
+def clean_step(tmp: Path) -> tuple[Path, str]:
+    h = history(tmp, n_commits=24, slow_at=13, slow_factor=2.0, noise_cv=0.02,
+                server_cv=0.02, step_ms=5.0)
+    spec = write_spec(tmp / "s.toml", make_spec(h, verdict={"symptom": "itl"},
+                                                probe={"requests": 2}))
+    return spec, h.planted["itl"]
+
+
+def test_run_names_the_culprit_with_its_probability(tmp_path: Path) -> None:
+    spec, planted = clean_step(tmp_path)
+    session = tmp_path / "sess"
+    r = subprocess.run(run_cmd(spec, session, tmp_path / "cache"), capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((session / "result.json").read_text())
+    assert doc["first_bad"] == planted
+    assert doc["strategy_chosen"] == "changepoint"
+    model = doc["model"]
+    assert model["p"] >= 0.99 and doc["confidence"] == model["p"]
+    assert model["effect_lo"] < 2.0 < model["effect_hi"], model
+    assert set(doc["starts_by_phase"]) <= {"endpoints", "search", "rest"}
+    assert sum(doc["starts_by_phase"].values()) == r.stderr.count("starting server")
+    line = f"Model of the range: P(first bad is {planted[:12]}) = {model['p']:.4f}"
+    assert line in r.stdout, r.stdout[-3000:]
+    assert line in (session / "report.md").read_text()
+    html = (session / "report.html").read_text()
+    assert "P(first bad commit), along the range" in html and "<rect" in html
+
+
+def test_a_run_killed_mid_search_resumes_from_its_servers(tmp_path: Path) -> None:
+    spec, planted = clean_step(tmp_path)
+    session, cache = tmp_path / "sess", tmp_path / "cache"
+    p = subprocess.Popen(run_cmd(spec, session, cache), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    journal = session / "journal.sqlite"
+    deadline = time.monotonic() + 600
+    import sqlite3
+    servers_before = 0
+    while time.monotonic() < deadline and p.poll() is None:
+        if journal.exists():
+            try:
+                with sqlite3.connect(journal) as con:
+                    servers_before = con.execute("SELECT COUNT(*) FROM outcomes").fetchone()[0]
+            except sqlite3.Error:
+                servers_before = 0
+            if servers_before >= 3:      # both ends and one commit inside
+                break
+        time.sleep(0.05)
+    assert p.poll() is None, "the run ended before it could be killed"
+    os.killpg(p.pid, signal.SIGKILL)
+    p.communicate(timeout=60)
+    r = subprocess.run(run_cmd(spec, session, cache), capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((session / "result.json").read_text())
+    assert doc["first_bad"] == planted
+    # the servers journaled before the kill stay in the model: the ends are not run again
+    assert "starting server" in r.stderr
+    with sqlite3.connect(journal) as con:
+        rows = con.execute("SELECT commit_sha FROM outcomes ORDER BY seq").fetchall()
+    ends = {doc["good"], doc["bad"]}
+    assert sum(c in ends for (c,) in rows) == 2, rows
