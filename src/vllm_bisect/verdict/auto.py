@@ -9,7 +9,8 @@ in the spec's layer because the validator, below this package, reads it. Here: w
 - a crash (it shows in some runs only) -> ``bayes``;
 - ITL, TTFT, throughput (continuous, noisy at two levels: the server start and the
   request) -> ``changepoint`` (one model of the range; where each commit is judged alone,
-  the hook and the studies: ``twolevel``), MTP speed-up -> ``twolevel``, with ``itl_factor`` / ``throughput_factor`` as the smallest change
+  the hook and the studies: ``twolevel``), MTP speed-up -> ``twolevel``, with
+  ``itl_factor`` / ``throughput_factor`` as the smallest change
   that matters (``1 + min_effect`` when none is written);
 - ``any`` (length or ITL against written thresholds) -> ``threshold``.
 
