@@ -43,9 +43,14 @@ def test_smallest_change_and_direction() -> None:
     assert per_request(Symptom.ITL) and not per_request(Symptom.MTP_SPEEDUP)
 
 
-def test_default_spec_is_auto_and_starts_with_one_request() -> None:
+def test_default_spec_is_auto_and_starts_with_three_requests() -> None:
+    # the model of the range: three requests a server at least (a server's own spread, and
+    # a fence against one slow request); the two-level test written starts with one
     s = parse_spec({**URL, "verdict": {"symptom": "itl"}})
-    assert s.verdict.strategy == "auto" and s.probe.requests == 1
+    assert s.verdict.strategy == "auto" and s.probe.requests == 3
+    two = parse_spec({**URL, "verdict": {"symptom": "itl", "strategy": "twolevel"}})
+    assert two.probe.requests == 1
+    s = two
     kept = parse_spec({**URL, "probe": {"requests": 4}, "verdict": {"symptom": "itl"}})
     assert kept.probe.requests == 4
     assert parse_spec({**URL, "verdict": {"symptom": "length"}}).probe.requests == 3
@@ -107,8 +112,7 @@ def test_one_rule_table_for_the_chooser_the_defaults_and_the_validator() -> None
     for symptom in Symptom:
         spec = parse_spec({**base, "verdict": {**verdict, "symptom": symptom.value}})
         assert choose_strategy(spec.verdict).strategy is AUTO_STRATEGY[symptom]
-        one = symptom in PER_REQUEST and AUTO_STRATEGY[symptom] in (S.TWOLEVEL,
-                                                                    S.CHANGEPOINT)
+        one = symptom in PER_REQUEST and AUTO_STRATEGY[symptom] is S.TWOLEVEL
         assert (spec.probe.requests == 1) is one, symptom
         for strategy, judged in JUDGES.items():
             written = {**base, "verdict": {**verdict, "symptom": symptom.value,

@@ -198,8 +198,7 @@ class BisectSpec(_Model):
         written = _key(verdict, "strategy", Strategy.AUTO)
         if (isinstance(written, str) and written in set(Strategy) and "requests" not in given
                 and any(isinstance(s, str) and s in PER_REQUEST
-                        and runs_with(written, Symptom(s)) in (Strategy.TWOLEVEL,
-                                                               Strategy.CHANGEPOINT)
+                        and runs_with(written, Symptom(s)) is Strategy.TWOLEVEL
                         for s in judged)):
             data = {**data, "probe": _with_key(probe, "requests", 1)}
         return data
