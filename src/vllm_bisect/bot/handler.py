@@ -21,6 +21,7 @@ from vllm_bisect.bot.policy import JobPlan, describe
 from vllm_bisect.bot.queue import JobQueue, QueueFull
 from vllm_bisect.errors import SpecError
 from vllm_bisect.triage.comment import without_form_reply
+from vllm_bisect.triage.form import split_form
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,15 @@ CONFIRM = ("Comment `/bisect go` to start this bisect, or `/bisect good=<ref> ba
            "correct it.")
 
 
+def with_pasted_form(issue_body: str, comment: str) -> str:
+    """The issue's text as triage reads it for a ``/bisect`` comment: a form pasted into that
+    comment (the bot's ready-to-edit reply, corrected) follows the issue's text, so its answers
+    are the latest (the last copy of the form wins, field by field)."""
+    if split_form(comment.splitlines()) is None:
+        return issue_body
+    return (issue_body.rstrip() + "\n\n" + comment).strip() + "\n"
+
+
 class Handler:
     def __init__(self, cfg: BotConfig, queue: JobQueue, github: GitHub) -> None:
         self.cfg, self.queue, self.github = cfg, queue, github
@@ -64,7 +74,7 @@ class Handler:
             trusted = (c.author_association in self.cfg.trusted_associations
                        or user in self.cfg.allowlist)
             return self.request(event.repository.full_name, event.issue.number, user, trusted,
-                                args or None, event.issue.body or "")
+                                args or None, with_pasted_form(event.issue.body or "", c.body))
         if (isinstance(event, IssuesEvent) and event.action == "labeled"
                 and event.label is not None and event.label.name == self.cfg.label):
             user, repo = event.sender.login, event.repository.full_name
@@ -87,8 +97,8 @@ class Handler:
 
     def request(self, repo: str, number: int, user: str, trusted: bool, args: str | None,
                 issue_body: str) -> Outcome:
-        if not trusted:
-            self._reply_once(f"outsider:{repo}#{number}:{user}", None, repo, number,
+        if not trusted:   # one polite refusal per issue, however many outsiders ask
+            self._reply_once(f"outsider:{repo}#{number}", None, repo, number,
                              f"Thanks @{user}! Bisects run on shared GPUs, so only maintainers "
                              "and collaborators can start one. A maintainer can comment "
                              "`/bisect` to see what I read here, then `/bisect go` to run it. "
@@ -103,9 +113,11 @@ class Handler:
         go, rest = split_go(args)
         try:
             plan = job_spec(self.cfg, rest or None, issue_body)
-        except SpecError as e:
-            self.github.comment(repo, number, f"Could not start a bisect: {e.message}"
-                                + (f"\n\n{e.hint}" if e.hint else ""))
+        except SpecError as e:   # said once per issue and reading, not once per request
+            text = f"Could not start a bisect: {e.message}" + (f"\n\n{e.hint}" if e.hint else "")
+            digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+            self._reply_once(f"invalid:{repo}#{number}:{digest}", self.cfg.replay_window_s,
+                             repo, number, text, user)
             return Outcome("invalid request", 422, error=e.message)
         if plan.triaged and not go and self.cfg.confirm_triaged_range:
             return self._ask(repo, number, user, plan)

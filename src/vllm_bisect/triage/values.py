@@ -61,6 +61,7 @@ class Triage:
     warnings: list[str] = field(default_factory=list)
     unknowns: list[str] = field(default_factory=list)
     form: bool = False          # the body was the regression form (its fields read exactly)
+    details: str = ""           # the form's "What you saw", as written
 
     @property
     def old_term(self) -> str:

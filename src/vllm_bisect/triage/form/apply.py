@@ -238,6 +238,8 @@ def _hardware(t: Triage, found: dict[str, object], hw: Answer) -> None:
 def read_form(t: Triage, form: FormBody) -> None:
     """Override ``t`` (the free-text reading of the same body) with the form's answers."""
     t.form = True
+    if (d := form.answers.get(Field.DETAILS)) is not None:
+        t.details = d.text
     if len(form.copies) > 1:
         spans = ", ".join(f"lines {a}-{b}" for a, b in form.copies)
         t.warnings.append(f"the body holds the form {len(form.copies)} times ({spans}): each "
