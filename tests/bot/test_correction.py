@@ -97,3 +97,22 @@ def test_a_pr_end_is_named_as_the_cause_once(tmp_path: Path, gh: GitHubStandIn,
         assert "bad is PR #12345" in error and "merge commit" in error, error
         assert "could not determine" not in error
     assert len(gh.comments) == before + 1   # the same error is said once
+
+
+def test_the_block_copied_with_its_fence_is_still_the_form(tmp_path: Path, gh: GitHubStandIn,
+                                                           start_bot: StartBot) -> None:
+    """Reporters copy the reply's ````markdown fence too: the block inside is still read."""
+    h = history(tmp_path, n_commits=4)
+    state = tmp_path / "state"
+    bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, state, workers=0,
+                                 jobs_per_user_per_hour=20))
+    wrong = abbrev(h.shas[1])
+    issue = form(last_good=abbrev(h.good), first_bad=wrong, model="facebook/opt-125m")
+    bot.send("issue_comment", comment_event("/bisect", issue=4, issue_body=issue))
+    ask = gh.comments[-1].body
+    fenced = "````markdown\n" + block_of(ask) + "\n````"
+    fixed = fenced.replace(f"\n{wrong}\n", f"\n{abbrev(h.bad)}\n", 1)
+    r = bot.send("issue_comment", comment_event("/bisect go\n\n" + fixed, issue=4,
+                                                issue_body=issue))
+    assert r.json()["status"] == "queued", r.text
+    assert queued_specs(state)[-1]["range"]["bad"] == abbrev(h.bad)

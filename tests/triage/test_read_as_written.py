@@ -213,3 +213,29 @@ def test_the_forms_dropdown_default_is_one_of_its_options() -> None:
     # the placeholders the reader knows are the form's own
     by_id = {i["id"]: i for i in yaml.safe_load(form_yaml())["body"] if "id" in i}
     assert {f: by_id[f.value]["attributes"]["placeholder"] for f in PLACEHOLDERS} == PLACEHOLDERS
+
+
+def test_near_form_variants_never_give_a_wrong_value_marked_read(tmp_path: Path) -> None:
+    """Answers that are not exactly one value are guessed (and said); a label with a colon is
+    still its field; a serve command giving the speculative config twice is a guess."""
+    ends = {"last_good": "v0.10.1", "first_bad": "v0.10.2", "model": "Qwen/Qwen3-8B"}
+    cases: list[tuple[dict[str, str], str, str | None]] = [
+        ({"last_good": "v0.10.1 (tested 2 days ago)"}, "range.good", None),
+        ({"first_bad": "v0.10.2, also v0.10.3"}, "range.bad", None),
+        ({"model": "Qwen/Qwen3-8B (FP8)"}, "model", None),
+        ({"hardware": "H100 (also seen on A100), TP 4"}, "hardware", "H100 TP=4"),
+        ({"hardware": "8x H100, TP=4 or TP=8"}, "hardware", "H100 TP=4"),
+        ({"serve_command": "vllm serve Qwen/Qwen3-8B --speculative-config "
+          "'{\"method\": \"eagle3\", \"num_speculative_tokens\": 4}' "
+          "--speculative-config.num_speculative_tokens 2"}, "speculative", None),
+    ]
+    for change, what, value in cases:
+        doc, _ = triage_cli(tmp_path, form(**{**ends, **change}))
+        got = reads(doc, what)
+        assert got and all(r["source"] == "guessed" for r in got), (change, got)
+        if value is not None:
+            assert got[0]["value"] == value and "several" in got[0]["why"], got
+        assert any("not one" in w or "several" in w or "both as JSON" in w
+                   for w in doc["warnings"]) or "several" in got[0]["why"], doc["warnings"]
+    doc, _ = triage_cli(tmp_path, form(**ends).replace("### Model\n", "### Model:\n"))
+    assert reads(doc, "model")[0]["source"] == "read"

@@ -150,8 +150,9 @@ def _speculative(text: str, s: Serving, dotted: Any = None) -> None:
         s.speculative = {k: v for k, v in dotted.items() if isinstance(v, str | int | float | bool)}
         s.speculative_why = ("--speculative-config." + " --speculative-config.".join(
             f"{k} {v}" for k, v in s.speculative.items()) + " (vLLM's dotted form)")
-        s.speculative_exact = True
+        s.speculative_exact = m is None   # both forms: which the reporter meant is a guess
         if m:
+            s.speculative_why += "; the JSON form is given too"
             s.warnings.append("the serve command gives --speculative-config both as JSON and "
                               "in the dotted form: vLLM uses the dotted keys (given last)")
     elif m:

@@ -20,7 +20,7 @@ from vllm_bisect.triage.form.fields import (
 from vllm_bisect.triage.form.split import Answer, FormBody
 from vllm_bisect.triage.parse import range_unknowns, settle_symptoms
 from vllm_bisect.triage.roles import SearchKind
-from vllm_bisect.triage.serving import TP, find_serving
+from vllm_bisect.triage.serving import GPU, TP, find_serving
 from vllm_bisect.triage.values import Read, Source, Triage
 
 END_HINT = {Field.GOOD: "Last good", Field.BAD: "First bad"}
@@ -232,7 +232,11 @@ def _hardware(t: Triage, found: dict[str, object], hw: Answer) -> None:
         t.warnings.append(f"tensor parallel: form field 'Hardware' says TP={hw_tp[0]} but "
                           f"'Serve command' runs --tensor-parallel-size {serve_tp[0]}: the spec "
                           "follows the serve command; check which one ran")
-    _read(t, "hardware", f"{gpu} TP={hw_tp[0]}" if hw_tp else gpu, hw)
+    gpus = {(g.group("gpu") or g.group("ascend") or "").upper() for g in GPU.finditer(hw.text)}
+    several = [w for w, n in (("GPUs", len(gpus)), ("TP sizes", len(set(hw_tp)))) if n > 1]
+    _read(t, "hardware", f"{gpu} TP={hw_tp[0]}" if hw_tp else gpu, hw,
+          f"form field 'Hardware' names several {' and '.join(several)}: the first is a "
+          "guess" if several else "", exact=not several)
 
 
 def read_form(t: Triage, form: FormBody) -> None:

@@ -87,7 +87,8 @@ for _f, _label in LABELS.items():
 
 
 def field_of(heading: str) -> Field | None:
-    return HEADINGS.get(_key(heading))
+    """The field a heading names ("### Model" or "### Model:")."""
+    return HEADINGS.get(_key(heading).rstrip(":").rstrip())
 
 
 def option_key(text: str) -> str:

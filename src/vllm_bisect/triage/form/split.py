@@ -19,6 +19,10 @@ HEADING = re.compile(r"^###\s{1,4}(?P<label>\S[^\n]*)$")   # the label .strip()p
 OTHER_HEADING = re.compile(r"^#{1,3}\s")
 CHECKBOX = re.compile(r"^\s{0,3}[-*]\s{1,2}\[(?P<x>[ xX])\]\s{1,2}(?P<label>\S[^\n]{0,300})$")
 FENCE = re.compile(r"^\s{0,3}(?:```|~~~)")
+# the bot's reply wraps its block in a ````markdown fence; copied with it, the block is still
+# the form (its inner ```shell fences are the fields')
+MD_FENCE = re.compile(r"^\s{0,3}(?P<ticks>`{4,}|~{4,})\s{0,2}(?:markdown|md)\s{0,4}$",
+                      re.IGNORECASE)
 # the bot's reply marks each answer it only guessed; pasted back unedited, it stays a guess
 GUESS_MARK = re.compile(r"^\s{0,3}<!--\s{0,3}vllm-bisect guessed:\s{0,3}(?P<digest>[0-9a-f]{12})"
                         r"\s{0,3}-->\s{0,3}$")
@@ -83,7 +87,15 @@ def split_form(lines: list[str]) -> FormBody | None:
     """The answers of a body rendered from the regression form, or None for free text."""
     sections: list[tuple[Field | None, int, list[tuple[int, str]]]] = []
     fence = False
+    outer: str | None = None   # the ````markdown fence a copied block came in
     for n, line in enumerate(lines, 1):
+        if not fence and outer is None and (md := MD_FENCE.match(line)):
+            outer = md.group("ticks")
+            continue
+        if not fence and outer is not None and line.strip() and set(line.strip()) == {
+                outer[0]} and len(line.strip()) >= len(outer):
+            outer = None
+            continue
         if FENCE.match(line):
             fence = not fence
         m = HEADING.match(line) if not fence else None
