@@ -15,13 +15,13 @@ from typing import Any
 
 from vllm_bisect.bot.commands import find_command, job_spec, split_go
 from vllm_bisect.bot.config import BotConfig
+from vllm_bisect.bot.forms import holds_form, request_text
 from vllm_bisect.bot.github import GitHub
 from vllm_bisect.bot.payload import Event, IssueCommentEvent, IssuesEvent, PingEvent
 from vllm_bisect.bot.policy import JobPlan, describe
 from vllm_bisect.bot.queue import JobQueue, QueueFull
 from vllm_bisect.errors import SpecError
 from vllm_bisect.triage.comment import without_form_reply
-from vllm_bisect.triage.form import split_form
 
 logger = logging.getLogger(__name__)
 
@@ -47,15 +47,6 @@ CONFIRM = ("Comment `/bisect go` to start this bisect, or `/bisect good=<ref> ba
            "correct it.")
 
 
-def with_pasted_form(issue_body: str, comment: str) -> str:
-    """The issue's text as triage reads it for a ``/bisect`` comment: a form pasted into that
-    comment (the bot's ready-to-edit reply, corrected) follows the issue's text, so its answers
-    are the latest (the last copy of the form wins, field by field)."""
-    if split_form(comment.splitlines()) is None:
-        return issue_body
-    return (issue_body.rstrip() + "\n\n" + comment).strip() + "\n"
-
-
 class Handler:
     def __init__(self, cfg: BotConfig, queue: JobQueue, github: GitHub) -> None:
         self.cfg, self.queue, self.github = cfg, queue, github
@@ -65,24 +56,31 @@ class Handler:
             return Outcome("pong")
         if isinstance(event, IssueCommentEvent):
             c = event.comment
-            if event.action != "created" or c.user.type == "Bot":
+            if event.action not in ("created", "edited") or c.user.type == "Bot":
                 return IGNORED
-            args = find_command(c.body)
-            if args is None:
-                return IGNORED
-            user = c.user.login
+            user, repo, number = c.user.login, event.repository.full_name, event.issue.number
             trusted = (c.author_association in self.cfg.trusted_associations
                        or user in self.cfg.allowlist)
-            return self.request(event.repository.full_name, event.issue.number, user, trusted,
-                                args or None, with_pasted_form(event.issue.body or "", c.body))
+            args = find_command(c.body) if event.action == "created" else None
+            # a corrected form in a comment of the issue's author or a trusted person (with a
+            # /bisect or alone): the issue's latest form, read with this and every later
+            # /bisect; anyone else's is ignored
+            author = event.issue.user is not None and event.issue.user.login == user
+            noted = (author or trusted) and holds_form(c.body)
+            if noted:
+                self.queue.save_form(repo, number, c.body, event.issue.body or "")
+            if args is None:
+                return Outcome("form noted") if noted else IGNORED
+            body = request_text(event.issue.body or "", *self.queue.latest_form(repo, number))
+            return self.request(repo, number, user, trusted, args or None, body)
         if (isinstance(event, IssuesEvent) and event.action == "labeled"
                 and event.label is not None and event.label.name == self.cfg.label):
             user, repo = event.sender.login, event.repository.full_name
             # the payload says who labeled, not their role: ask the collaborators API
             trusted = (user in self.cfg.allowlist or self.github.permission(repo, user)
                        in self.cfg.trusted_permissions)
-            return self.request(repo, event.issue.number, user, trusted, None,
-                                event.issue.body or "")
+            return self.request(repo, event.issue.number, user, trusted, None, request_text(
+                event.issue.body or "", *self.queue.latest_form(repo, event.issue.number)))
         return IGNORED
 
     def _reply_once(self, key: str, window_s: float | None, repo: str, issue: int,

@@ -116,3 +116,41 @@ def test_the_block_copied_with_its_fence_is_still_the_form(tmp_path: Path, gh: G
                                                 issue_body=issue))
     assert r.json()["status"] == "queued", r.text
     assert queued_specs(state)[-1]["range"]["bad"] == abbrev(h.bad)
+
+
+def test_a_block_in_its_own_comment_is_read_by_the_next_go(tmp_path: Path, gh: GitHubStandIn,
+                                                            start_bot: StartBot) -> None:
+    """The reporter (an outsider) posts the corrected block as a comment; a maintainer's later
+    plain `/bisect go` reads it. A drive-by's form comment is ignored; an edit of the
+    reporter's comment is its latest answer."""
+    h = history(tmp_path, n_commits=6)
+    state = tmp_path / "state"
+    bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, state, workers=0,
+                                 jobs_per_user_per_hour=20))
+    wrong = abbrev(h.shas[2])
+    issue = form(last_good=abbrev(h.good), first_bad=wrong, model="facebook/opt-125m")
+    bot.send("issue_comment", comment_event("/bisect", issue=3, issue_body=issue))
+    block = block_of(gh.comments[-1].body)
+    fixed = block.replace(f"\n{wrong}\n", f"\n{abbrev(h.bad)}\n", 1)
+    other = block.replace(f"\n{wrong}\n", f"\n{abbrev(h.shas[4])}\n", 1)
+    # a drive-by's form is not the issue's; the reporter's is
+    r = bot.send("issue_comment", comment_event("Here is a better range:\n\n" + other,
+                                                association="NONE", login="drive-by",
+                                                issue=3, issue_body=issue))
+    assert r.json()["status"] == "ignored"
+    r = bot.send("issue_comment", comment_event("Corrected:\n\n" + fixed, association="NONE",
+                                                login="reporter", issue=3, issue_body=issue))
+    assert r.json()["status"] == "form noted"
+    r = bot.send("issue_comment", comment_event("/bisect go", issue=3, issue_body=issue))
+    assert r.json()["status"] == "queued", r.text
+    assert queued_specs(state)[-1]["range"]["bad"] == abbrev(h.bad)
+    # the reporter edits that comment: its latest text is the issue's latest form
+    edited = fixed.replace(f"\n{abbrev(h.good)}\n", f"\n{abbrev(h.shas[1])}\n", 1)
+    r = bot.send("issue_comment", comment_event("Corrected:\n\n" + edited, association="NONE",
+                                                login="reporter", issue=3, issue_body=issue,
+                                                action="edited"))
+    assert r.json()["status"] == "form noted"
+    r = bot.send("issue_comment", comment_event("/bisect go", issue=3, issue_body=issue))
+    assert r.json()["status"] == "queued", r.text
+    assert queued_specs(state)[-1]["range"] == {"repo": str(h.path), "good": abbrev(h.shas[1]),
+                                                "bad": abbrev(h.bad)}
