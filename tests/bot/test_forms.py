@@ -154,3 +154,22 @@ def test_a_block_in_its_own_comment_is_read_by_the_next_go(tmp_path: Path, gh: G
     assert r.json()["status"] == "queued", r.text
     assert queued_specs(state)[-1]["range"] == {"repo": str(h.path), "good": abbrev(h.shas[1]),
                                                 "bad": abbrev(h.bad)}
+
+
+def test_a_long_issue_keeps_its_correction_within_the_triage_budget(
+        tmp_path: Path, gh: GitHubStandIn, start_bot: StartBot) -> None:
+    """triage reads at most triage_max_chars: the issue's text is cut, the correction kept."""
+    h = history(tmp_path, n_commits=4)
+    state = tmp_path / "state"
+    bot = start_bot(write_config(tmp_path / "bot.toml", gh, h, state, workers=0,
+                                 jobs_per_user_per_hour=20, triage_max_chars=6000))
+    wrong = abbrev(h.shas[1])
+    issue = form(last_good=abbrev(h.good), first_bad=wrong, model="facebook/opt-125m") + (
+        "\nServer log:\n" + "INFO 12-01 10:00:00 engine.py: step done\n" * 200)
+    assert len(issue) > 6000
+    bot.send("issue_comment", comment_event("/bisect", issue=2, issue_body=issue))
+    fixed = block_of(gh.comments[-1].body).replace(f"\n{wrong}\n", f"\n{abbrev(h.bad)}\n", 1)
+    r = bot.send("issue_comment", comment_event("/bisect go\n\n" + fixed, issue=2,
+                                                issue_body=issue))
+    assert r.json()["status"] == "queued", r.text
+    assert queued_specs(state)[-1]["range"]["bad"] == abbrev(h.bad)

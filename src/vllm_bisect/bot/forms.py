@@ -39,9 +39,11 @@ def changed_since(now: FormBody | None, then: FormBody | None) -> list[Answer]:
             if then is None or f not in then.answers or _shown(then.answers[f]) != _shown(a)]
 
 
-def request_text(issue_body: str, comment_form: str = "", issue_then: str = "") -> str:
+def request_text(issue_body: str, comment_form: str = "", issue_then: str = "",
+                 max_chars: int | None = None) -> str:
     """The issue's text, then the latest form of a comment (the command's own, when it holds
-    one), then the answers the issue changed since that comment: oldest to newest."""
+    one), then the answers the issue changed since that comment: oldest to newest. Within
+    ``max_chars`` (what triage reads), the issue's text is cut first: the correction is kept."""
     parts = [issue_body.rstrip()]
     if comment_form and holds_form(comment_form):
         parts.append(comment_form.strip())
@@ -49,4 +51,9 @@ def request_text(issue_body: str, comment_form: str = "", issue_then: str = "") 
                               split_form(issue_then.splitlines()))
         if newer:
             parts.append("\n".join(_section(a) for a in newer).strip())
-    return "\n\n".join(p for p in parts if p) + "\n" if len(parts) > 1 else issue_body
+    if len(parts) == 1:
+        return issue_body
+    if max_chars is not None:
+        room = max_chars - sum(len(p) + 2 for p in parts[1:]) - 1
+        parts[0] = parts[0][:max(0, room)]
+    return "\n\n".join(p for p in parts if p) + "\n"

@@ -68,10 +68,12 @@ class Handler:
             author = event.issue.user is not None and event.issue.user.login == user
             noted = (author or trusted) and holds_form(c.body)
             if noted:
-                self.queue.save_form(repo, number, c.body, event.issue.body or "")
+                self.queue.save_form(repo, number, c.body[:self.cfg.triage_max_chars],
+                                     event.issue.body or "")
             if args is None:
                 return Outcome("form noted") if noted else IGNORED
-            body = request_text(event.issue.body or "", *self.queue.latest_form(repo, number))
+            body = request_text(event.issue.body or "", *self.queue.latest_form(repo, number),
+                                max_chars=self.cfg.triage_max_chars)
             return self.request(repo, number, user, trusted, args or None, body)
         if (isinstance(event, IssuesEvent) and event.action == "labeled"
                 and event.label is not None and event.label.name == self.cfg.label):
@@ -80,7 +82,8 @@ class Handler:
             trusted = (user in self.cfg.allowlist or self.github.permission(repo, user)
                        in self.cfg.trusted_permissions)
             return self.request(repo, event.issue.number, user, trusted, None, request_text(
-                event.issue.body or "", *self.queue.latest_form(repo, event.issue.number)))
+                event.issue.body or "", *self.queue.latest_form(repo, event.issue.number),
+                max_chars=self.cfg.triage_max_chars))
         return IGNORED
 
     def _reply_once(self, key: str, window_s: float | None, repo: str, issue: int,
