@@ -31,10 +31,11 @@ def sign(body: bytes, secret: str = SECRET) -> str:
 
 
 def comment_event(body: str, association: str = "MEMBER", login: str = "maintainer",
-                  issue: int = 1, issue_body: str = "") -> dict[str, Any]:
+                  issue: int = 1, issue_body: str = "", author: str = "reporter",
+                  action: str = "created") -> dict[str, Any]:
     """An issue_comment delivery; every call is a new comment (a new id), as on GitHub."""
-    return {"action": "created",
-            "issue": {"number": issue, "body": issue_body,
+    return {"action": action,
+            "issue": {"number": issue, "body": issue_body, "user": {"login": author},
                       "html_url": f"https://github.com/{REPO}/issues/{issue}"},
             "comment": {"id": next(_ids), "body": body, "user": {"login": login},
                         "author_association": association},

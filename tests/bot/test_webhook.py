@@ -107,6 +107,12 @@ def test_one_reply_per_outsider_per_issue(tmp_path: Path, gh: GitHubStandIn,
                                                     login="drive-by"))
         assert r.json()["status"] == "unauthorized"
     assert len(gh.comments) == 1 and "only once per issue" in gh.comments[0].body
+    # per issue, not per outsider: four others asking `/bisect go` get no more comments
+    for login in ("a1", "a2", "a3", "a4"):
+        r = bot.send("issue_comment", comment_event("/bisect go", association="NONE",
+                                                    login=login))
+        assert r.json()["status"] == "unauthorized"
+    assert len(gh.comments) == 1
     bot.send("issue_comment", comment_event("/bisect", association="NONE", login="drive-by",
                                             issue=2))
     assert [c.issue for c in gh.comments] == [1, 2]

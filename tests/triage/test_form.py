@@ -178,9 +178,14 @@ def test_free_text_is_not_a_form() -> None:
 
 def test_the_bot_reply_reads_back_exactly() -> None:
     """A free-text reading, written back in the form's shape (the bot's ready-to-edit reply),
-    reads back as the same values, now each read from a field."""
+    reads back as the same values, losslessly (issue 51: thresholds, max_tokens, variant, TP,
+    hardware); pasted back unedited, a guess stays a guess; an answer the reporter edits is
+    read."""
+    from vllm_bisect.triage import spec_from_triage
+
     for name in ("vllm-09527-attention-time-060-063-opt125m", "founding-59520-en",
-                 "vllm-15092-073-080-not-enough-memory", "founding-47297-en"):
+                 "vllm-15092-073-080-not-enough-memory", "founding-47297-en",
+                 "founding-47297-zh"):
         t = triage((CORPUS / name / "report.md").read_text())
         reply = comment_markdown(t, started=False)
         assert "guessed" in reply and "**read**" not in reply
@@ -188,11 +193,26 @@ def test_the_bot_reply_reads_back_exactly() -> None:
         back = triage(block)
         assert back.form, name
         assert (back.search, back.good, back.bad, sorted(back.symptoms), back.model,
-                back.local_model, back.serve_args, back.speculative) == (
+                back.local_model, back.serve_args, back.speculative, back.cap_tokens,
+                back.itl_factor, back.throughput_factor) == (
             t.search, t.good, t.bad, sorted(t.symptoms), t.model, t.local_model, t.serve_args,
-            t.speculative), name
-        assert all(r.source is Source.READ for r in back.read if r.what.split(" ")[0] in (
-            "range.good", "range.bad", "search", "symptom", "model")), name
+            t.speculative, t.cap_tokens, t.itl_factor, t.throughput_factor), name
+        assert {k: v for k, v in back.hardware.items()} == t.hardware, name
+        spec, spec_back = spec_from_triage(t), spec_from_triage(back)
+        assert spec_back == spec, name   # the same spec: probe, verdict, build, parallel
+        marked = [r for r in back.read if r.what.split(" ")[0] in (
+            "range.good", "range.bad", "search", "symptom", "model")]
+        assert marked and all(r.source is Source.GUESSED and "pasted back unedited" in r.why
+                              for r in marked), (name, marked)
+        # the reporter edits the bad end: that answer is theirs (read); the rest stays guessed
+        answer = t.bad_label or t.bad or ""
+        edited = triage(block.replace(f"### First bad (fix search: first fixed)\n\n{answer}\n",
+                                      "### First bad (fix search: first fixed)\n\nv0.99.0\n", 1))
+        if answer:
+            bad = next(r for r in edited.read if r.what.startswith("range.bad"))
+            assert edited.bad == "v0.99.0" and bad.source is Source.READ, (name, bad)
+            assert all(r.source is Source.GUESSED for r in edited.read
+                       if r.what.startswith("range.good")), name
 
 
 def test_the_form_reader_is_linear_on_adversarial_input() -> None:

@@ -27,7 +27,7 @@ def test_mtp_gb10_report_gives_cap_and_itl() -> None:
         t = triage(read(name))
         assert (t.good, t.bad) == ("e312c5cb2", "a16dbd5b8"), name
         assert set(t.symptoms) == {"itl", "length"} and t.symptom == "any", name
-        assert t.min_output_tokens == 129 and t.itl_factor is not None and 2 < t.itl_factor < 3
+        assert t.cap_tokens == 128 and t.itl_factor is not None and 2 < t.itl_factor < 3
         assert t.speculative == {"method": "mtp", "num_speculative_tokens": 3}
         assert t.hardware["gpu"] == "GB10" and t.hardware["arch"] == "aarch64"
         spec = validated_spec(t)

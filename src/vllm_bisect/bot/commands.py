@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -68,6 +69,24 @@ def triage_comment(args: str | None, issue_body: str, max_chars: int = 32768,
     return read_issue(issue_body, max_chars, timeout_s).comment
 
 
+def _why_missing(key: str, found: dict[str, Any]) -> str:
+    """Why the range has no ``key``: the real cause, when the issue named one the bot cannot
+    run (a PR, a nightly date), not "could not determine"."""
+    value, bad = found.get(key), str(found.get("bad") or "")
+    if isinstance(value, str) and value.startswith("#"):
+        return (f"{key} is PR {value} (read from the issue): the bot does not look up a pull "
+                f"request's merge commit; give it as a commit (`/bisect go {key}=<sha>`)")
+    if key == "good" and not value and bad.startswith("#"):
+        return (f"good is the parent of PR {bad}'s merge commit, which the bot does not look "
+                "up; give both ends as commits (`/bisect go good=<sha> bad=<sha>`)")
+    if isinstance(value, str) and value.startswith("nightly-"):
+        return (f"{key} is the nightly date {value[8:]} (read from the issue): the bot does not "
+                f"map a date to main's commit; give the commit (`/bisect go {key}=<sha>`)")
+    if value:
+        return f"{key} {str(value)[:80]!r} (read from the issue) is not a commit, tag or version"
+    return ""
+
+
 def job_spec(cfg: BotConfig, args: str | None, issue_body: str) -> JobPlan:
     """The job: the operator's base spec, plus what the command arguments and the issue's
     triage may set under the operator's allowlist (see policy.py); ``triaged`` names the refs
@@ -85,7 +104,10 @@ def job_spec(cfg: BotConfig, args: str | None, issue_body: str) -> JobPlan:
                                read=reading.comment if triaged or not given else "")
     missing = [k for k in ("good", "bad") if not rng.get(k)]
     if missing:
-        raise SpecError(f"could not determine {' and '.join(missing)} from the issue"
+        causes = {k: _why_missing(k, {} if k in given else found) for k in missing}
+        plain = [k for k in missing if not causes[k]]
+        said = ([f"could not determine {' and '.join(plain)} from the issue"] if plain else [])
+        raise SpecError("; ".join(said + [c for c in causes.values() if c])
                         + (f" ({'; '.join(reading.notes)})" if reading.notes else ""),
                         hint=plan.read or "comment /bisect good=<ref> bad=<ref>")
     try:  # validate now, answer with the key if wrong (never with values: env may hold secrets)

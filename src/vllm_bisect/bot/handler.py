@@ -15,6 +15,7 @@ from typing import Any
 
 from vllm_bisect.bot.commands import find_command, job_spec, split_go
 from vllm_bisect.bot.config import BotConfig
+from vllm_bisect.bot.forms import holds_form, request_text
 from vllm_bisect.bot.github import GitHub
 from vllm_bisect.bot.payload import Event, IssueCommentEvent, IssuesEvent, PingEvent
 from vllm_bisect.bot.policy import JobPlan, describe
@@ -55,24 +56,34 @@ class Handler:
             return Outcome("pong")
         if isinstance(event, IssueCommentEvent):
             c = event.comment
-            if event.action != "created" or c.user.type == "Bot":
+            if event.action not in ("created", "edited") or c.user.type == "Bot":
                 return IGNORED
-            args = find_command(c.body)
-            if args is None:
-                return IGNORED
-            user = c.user.login
+            user, repo, number = c.user.login, event.repository.full_name, event.issue.number
             trusted = (c.author_association in self.cfg.trusted_associations
                        or user in self.cfg.allowlist)
-            return self.request(event.repository.full_name, event.issue.number, user, trusted,
-                                args or None, event.issue.body or "")
+            args = find_command(c.body) if event.action == "created" else None
+            # a corrected form in a comment of the issue's author or a trusted person (with a
+            # /bisect or alone): the issue's latest form, read with this and every later
+            # /bisect; anyone else's is ignored
+            author = event.issue.user is not None and event.issue.user.login == user
+            noted = (author or trusted) and holds_form(c.body)
+            if noted:
+                self.queue.save_form(repo, number, c.body[:self.cfg.triage_max_chars],
+                                     event.issue.body or "")
+            if args is None:
+                return Outcome("form noted") if noted else IGNORED
+            body = request_text(event.issue.body or "", *self.queue.latest_form(repo, number),
+                                max_chars=self.cfg.triage_max_chars)
+            return self.request(repo, number, user, trusted, args or None, body)
         if (isinstance(event, IssuesEvent) and event.action == "labeled"
                 and event.label is not None and event.label.name == self.cfg.label):
             user, repo = event.sender.login, event.repository.full_name
             # the payload says who labeled, not their role: ask the collaborators API
             trusted = (user in self.cfg.allowlist or self.github.permission(repo, user)
                        in self.cfg.trusted_permissions)
-            return self.request(repo, event.issue.number, user, trusted, None,
-                                event.issue.body or "")
+            return self.request(repo, event.issue.number, user, trusted, None, request_text(
+                event.issue.body or "", *self.queue.latest_form(repo, event.issue.number),
+                max_chars=self.cfg.triage_max_chars))
         return IGNORED
 
     def _reply_once(self, key: str, window_s: float | None, repo: str, issue: int,
@@ -87,8 +98,8 @@ class Handler:
 
     def request(self, repo: str, number: int, user: str, trusted: bool, args: str | None,
                 issue_body: str) -> Outcome:
-        if not trusted:
-            self._reply_once(f"outsider:{repo}#{number}:{user}", None, repo, number,
+        if not trusted:   # one polite refusal per issue, however many outsiders ask
+            self._reply_once(f"outsider:{repo}#{number}", None, repo, number,
                              f"Thanks @{user}! Bisects run on shared GPUs, so only maintainers "
                              "and collaborators can start one. A maintainer can comment "
                              "`/bisect` to see what I read here, then `/bisect go` to run it. "
@@ -103,9 +114,11 @@ class Handler:
         go, rest = split_go(args)
         try:
             plan = job_spec(self.cfg, rest or None, issue_body)
-        except SpecError as e:
-            self.github.comment(repo, number, f"Could not start a bisect: {e.message}"
-                                + (f"\n\n{e.hint}" if e.hint else ""))
+        except SpecError as e:   # said once per issue and reading, not once per request
+            text = f"Could not start a bisect: {e.message}" + (f"\n\n{e.hint}" if e.hint else "")
+            digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+            self._reply_once(f"invalid:{repo}#{number}:{digest}", self.cfg.replay_window_s,
+                             repo, number, text, user)
             return Outcome("invalid request", 422, error=e.message)
         if plan.triaged and not go and self.cfg.confirm_triaged_range:
             return self._ask(repo, number, user, plan)

@@ -47,6 +47,7 @@ class Repository(_Payload):
 class Issue(_Payload):
     number: int = Field(gt=0, lt=1 << 31)
     body: str | None = None
+    user: User | None = None   # who filed it (their comments may correct its form)
 
 
 class Comment(_Payload):

@@ -50,6 +50,9 @@ class JobQueue:
                 result TEXT);
             CREATE TABLE IF NOT EXISTS deliveries (id TEXT PRIMARY KEY, seen REAL NOT NULL);
             CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, at REAL NOT NULL);
+            CREATE TABLE IF NOT EXISTS comment_forms (repo TEXT NOT NULL,
+                issue INTEGER NOT NULL, body TEXT NOT NULL, issue_body TEXT NOT NULL,
+                at REAL NOT NULL, PRIMARY KEY (repo, issue));
         """)
         # a job that was running when the bot stopped runs again (its session resumes)
         self.con.execute("UPDATE jobs SET status = 'queued' WHERE status = 'running'")
@@ -80,6 +83,20 @@ class JobQueue:
                 return False
             self.con.execute("INSERT OR REPLACE INTO replies VALUES (?, ?)", (key, now))
             return True
+
+    def save_form(self, repo: str, issue: int, body: str, issue_body: str) -> None:
+        """Keep ``body`` (a comment holding the form) as the issue's latest corrected form,
+        with the issue's text as it was then (answers edited in the issue later are newer)."""
+        with self.lock:
+            self.con.execute("INSERT OR REPLACE INTO comment_forms VALUES (?, ?, ?, ?, ?)",
+                             (repo, issue, body, issue_body, time.time()))
+
+    def latest_form(self, repo: str, issue: int) -> tuple[str, str]:
+        """(the issue's latest form posted in a comment, the issue's text then); ("", "")."""
+        with self.lock:
+            row = self.con.execute("SELECT body, issue_body FROM comment_forms WHERE repo = ? "
+                                   "AND issue = ?", (repo, issue)).fetchone()
+        return (str(row[0]), str(row[1])) if row else ("", "")
 
     def forget_reply(self, key: str) -> None:
         with self.lock:

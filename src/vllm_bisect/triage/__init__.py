@@ -210,10 +210,10 @@ def spec_and_choices(t: Triage, repo_path: str = ".") -> tuple[dict[str, Any], l
                           f"the report names {', '.join(t.symptoms) or 'no metric'}; one "
                           "search follows one symptom (`any`: output length or ITL)"))
     verdict: dict[str, Any] = {"symptom": symptom}
-    if t.min_output_tokens:
-        probe["max_tokens"] = max(1024, 4 * t.min_output_tokens)
+    if t.cap_tokens:
+        probe["max_tokens"] = max(1024, 4 * t.cap_tokens)
         chose.append(Read("probe.max_tokens", str(probe["max_tokens"]), None,
-                          f"room past the reported cap of {t.min_output_tokens} tokens "
+                          f"room past the reported cap of {t.cap_tokens} tokens "
                           "(4x it, at least 1024)"))
     _verdict_choices(t, symptom, probe, verdict, chose)
     args = list(t.serve_args)
@@ -228,13 +228,19 @@ def spec_and_choices(t: Triage, repo_path: str = ".") -> tuple[dict[str, Any], l
         parallel["gpus_per_probe"] = tp
         chose.append(Read("parallel.gpus_per_probe", str(tp), None,
                           f"tensor parallel {tp}: each server needs {tp} GPUs"))
-    images = [i for i in t.images if "vllm-openai" in i or "vllm-release-repo" in i]
-    kind = "image" if t.hardware.get("arch") == "aarch64" or images else "wheel"
-    chose.append(Read("build.kind", kind, None, "the report runs a vLLM image" if images else
-                      "aarch64: per-commit images exist for it, wheels not for every commit"
-                      if kind == "image" else "per-commit wheels (wheels.vllm.ai): no build"))
+    images = [i for i in t.images if ("vllm-openai" in i or "vllm-release-repo" in i)
+              and "rocm" not in i]
+    rocm = t.hardware.get("platform") == "rocm"
+    kind = ("source" if rocm else
+            "image" if t.hardware.get("arch") == "aarch64" or images else "wheel")
+    chose.append(Read("build.kind", kind, None, (
+        f"{t.hardware.get('gpu') or 'ROCm'}: an AMD GPU; the per-commit wheels and the default "
+        "per-commit images are CUDA builds, so each commit is built from source (on a machine "
+        "with ROCm's toolchain)") if rocm else "the report runs a vLLM image" if images else
+        "aarch64: per-commit images exist for it, wheels not for every commit"
+        if kind == "image" else "per-commit wheels (wheels.vllm.ai): no build"))
     build: dict[str, Any] = {"kind": kind}
-    if t.hardware.get("variant"):
+    if t.hardware.get("variant") and not rocm:
         build["variant"] = t.hardware["variant"]
         chose.append(Read("build.variant", build["variant"], None,
                           "the report runs CUDA 13 (the cu130 build)"))

@@ -17,10 +17,12 @@ FREE_TEXT = ("This issue is free text, so every value below is **guessed** by ru
              "please check each one against the sentence it came from.")
 FORM = ("This issue uses the regression form: values marked **read** are its answers, taken "
         "as written; values marked **guessed** come from its free text.")
-EDIT = ("**To correct it**, paste this at the end of the issue (or in place of its text), fix "
-        "what is wrong, and comment `/bisect go`: answers in this shape are read field by "
-        "field, exactly as written. The same shape is the repository's regression form "
-        "(`vllm-bisect triage --form`).")
+EDIT = ("**To correct it**, copy this, fix what is wrong, and either paste it into a comment "
+        "under a first line `/bisect go`, or paste it at the end of the issue's text (or edit "
+        "the form's answers in place) and comment `/bisect go`: the latest answer of each "
+        "field wins, read exactly as written. An answer marked guessed (a hidden "
+        "`vllm-bisect guessed` note) stays a guess until you edit it. The same shape is the "
+        "repository's regression form (`vllm-bisect triage --form`).")
 
 
 def without_form_reply(comment: str) -> str:

@@ -211,7 +211,7 @@ def _symptoms(t: Triage, lines: list[str]) -> None:
         line = s.where.get(f.value) or None
         t.read.append(Read("symptom", f.value, line, s.why.get(f.value, "")))
     if s.caps:
-        t.min_output_tokens = max(s.caps) + 1  # a run reaching past the cap is good
+        t.cap_tokens = max(s.caps)  # as written: a run reaching past it is good
     settle_symptoms(t)
     if not s.found and PERF.search("\n".join(lines)):
         # "性能测试结果不如 0.7.3", "4x slower" with no metric named: which one a bisect checks
@@ -245,7 +245,7 @@ def _serving(t: Triage, lines: list[str]) -> None:
     t.serve_args, t.env, t.env_flips = s.serve_args, s.env, s.env_flips
     if s.serve_line:
         t.read.append(Read("serve args", " ".join(s.serve_args) or "(none)", s.serve_line,
-                           "`vllm serve` line (--port, --host, --model and unsafe values dropped)"))
+                           f"`{s.serve_how}` line (--port, --host, --model and unsafe values dropped)"))
     t.speculative, t.speculative_method_said = s.speculative, s.speculative_said
     if s.speculative_why:
         t.read.append(Read("speculative", str(s.speculative or "none"), None, s.speculative_why))

@@ -45,6 +45,18 @@ FULL_SHA = re.compile(r"(?<![\w/.-])(?P<sha>[0-9a-f]{40})(?![\w/.-])")
 DOCKER = re.compile(r"(?P<image>(?:[\w.-]{1,60}/){0,3}(?:vllm-openai(?:-rocm)?|vllm-ascend|sglang|"
                     r"tensorrt-llm/release|vllm-release-repo|vllm-ci-postmerge-repo)):"
                     r"(?P<tag>[\w.+-]{1,80})")
+# a per-commit wheel: wheels.vllm.ai/<commit>/..., the S3 bucket behind it, or a wheel file
+# whose local version names the commit (vllm-0.11.1rc3.dev12+g1a2b3c4d5-..., "+" as %2B)
+WHEEL_HOST = re.compile(r"https?://(?:wheels\.vllm\.ai|vllm-wheels\.s3[\w.-]{0,40}\.amazonaws\.com)"
+                        r"(?:/[\w.%+-]{1,200}){0,6}?/(?P<sha>[0-9a-f]{7,40})(?=/|$)")
+WHEEL_FILE = re.compile(r"/vllm-(?P<ver>\d{1,3}(?:\.\d{1,4}){1,3}(?:rc\d{1,3})?(?:\.post\d{1,3})?"
+                        r"(?:\.dev\d{1,6})?)(?:\+|%2[Bb])g(?P<sha>[0-9a-f]{7,40})(?:\.d\d{8})?-")
+# a number with a unit is a measurement ("TPOT 7.9 ms -> 9.6 ms"), never a version
+UNIT = (r"\s{0,2}(?:ms|s|sec|secs|seconds|us|µs|tok/s|tokens?/s|t/s|tps|req/s|rps|qps|%|GB|GiB|"
+        r"MB|MiB|tokens?|倍|毫秒|秒)(?![A-Za-z0-9])")
+MEASURED = re.compile(UNIT, re.IGNORECASE)
+ARROW_TO_MEASURED = re.compile(r"\s{0,2}(?:->|→|=>|到|to)\s{0,2}\d{1,5}(?:\.\d{1,4})?" + UNIT,
+                               re.IGNORECASE)
 # "从0.11升级到0.13": an upgrade arrow makes a two-part number a version (of the product)
 UPGRADE_ARROW = re.compile(r"(?:从|升级到|升级至|→|->|=>)\s{0,2}[vV]?$")
 UPGRADE_ARROW_AFTER = re.compile(r"\s{0,2}(?:升级到|升级至|到|→|->|=>)\s{0,2}[vV]?\d")
@@ -162,6 +174,9 @@ def _version_ok(line: str, m: re.Match[str]) -> str | None:
         return None  # driver versions, 0.0.0.0
     if line[m.end():m.end() + 1] == ":" and line[m.end() + 1:m.end() + 2].isdigit():
         return None  # host:port
+    if len(parts) == 2 and not m.group("v") and not m.group("dev") and (
+            MEASURED.match(line, m.end()) or ARROW_TO_MEASURED.match(line, m.end())):
+        return None  # "7.9 ms -> 9.6 ms": two measurements, not two versions
     if len(parts) == 2 and not ours and not m.group("dev") and not UPGRADE_ARROW.search(
             before[-8:]) and not UPGRADE_ARROW_AFTER.match(line[m.end():m.end() + 8]):
         return None  # "3.2", "13.0": too weak without a v, a product name, a .devN or an arrow
@@ -193,6 +208,13 @@ def find_mentions(lines: list[str]) -> list[Mention]:
         for m in COMMIT_URL.finditer(line):
             start = next((a for a, b in urls if a <= m.start() < b), m.start())
             add(None, m.group(1), start, m.end(), "commit-url")
+        for a, b in urls:   # a per-commit wheel's URL names its commit (and its version)
+            url = line[a:b]
+            host, file = WHEEL_HOST.match(url), WHEEL_FILE.search(url)
+            sha = (host.group("sha") if host and _is_sha(host.group("sha")) else None) or (
+                file.group("sha") if file else None)
+            if sha:
+                add(file.group("ver") if file else None, sha, a, b, "wheel-url")
         for m in COMPARE_URL.finditer(line):
             add(None, m.group(1), m.start(1), m.end(1), "compare-url")
             add(None, m.group(2), m.start(2), m.end(2), "compare-url")

@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_bisect.triage.argv import SERVER_START, server_command
 from vllm_bisect.triage.fix_words import fix_prs
 from vllm_bisect.triage.names import URL, hardware, org_less_model
 
@@ -28,7 +29,6 @@ GPU = re.compile(r"\b(?:NVIDIA\s{1,3})?(?P<gpu>GB10|GB200|GB300|GH200|H20|H100|H
                  r"(?<![\w.])[345]090|DGX Spark|910B)(?:\b|(?=x\d))|"
                  r"(?<![A-Za-z0-9])(?P<ascend>A[23])(?![A-Za-z0-9])",
                  re.IGNORECASE)
-SERVE_CMD = re.compile(r"\bvllm\s{1,3}serve\s{1,3}[^\n`]{1,2000}")
 MODEL_FLAG = re.compile(r"""(?:--model[-_](?:path|dir)|--model|\bmodel_id|\bmodel|pretrained)"""
                         r"""["']?\s{0,3}[=:,]?\s{0,3}["']?(?P<v>[^\s"',)\]]{2,200})""")
 BENCH_CMD = re.compile(r"\bvllm\s{1,3}bench\s{1,3}(?P<kind>serve|throughput|latency)\b[^\n`]{0,2000}")
@@ -81,6 +81,8 @@ class Serving:
     speculative: dict[str, Any] | None = None
     speculative_why: str | None = None
     speculative_said: str | None = None   # the method as the report wrote it
+    speculative_exact: bool = False       # from a --speculative-config (JSON or dotted)
+    serve_how: str | None = None          # "vllm serve", "docker run <image>", ...
     hardware: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     env_flips: dict[str, list[str]] = field(default_factory=dict)
@@ -138,13 +140,22 @@ def safe_flags(words: list[str], s: Serving, keep: tuple[str, ...] | None = None
     return out
 
 
-def _speculative(text: str, s: Serving) -> None:
+def _speculative(text: str, s: Serving, dotted: Any = None) -> None:
     if NON_SPEC.search(text):
         m = NON_SPEC.search(text)
         s.speculative_why = f"{m.group(0)!r}: no speculative config" if m else None
         return
     m = SPEC_JSON.search(text)
-    if m:
+    if isinstance(dotted, dict) and dotted:   # vLLM's dotted form: the serve line's own keys
+        s.speculative = {k: v for k, v in dotted.items() if isinstance(v, str | int | float | bool)}
+        s.speculative_why = ("--speculative-config." + " --speculative-config.".join(
+            f"{k} {v}" for k, v in s.speculative.items()) + " (vLLM's dotted form)")
+        s.speculative_exact = m is None   # both forms: which the reporter meant is a guess
+        if m:
+            s.speculative_why += "; the JSON form is given too"
+            s.warnings.append("the serve command gives --speculative-config both as JSON and "
+                              "in the dotted form: vLLM uses the dotted keys (given last)")
+    elif m:
         try:
             cfg = json.loads(m.group("json"))
         except json.JSONDecodeError:
@@ -153,6 +164,7 @@ def _speculative(text: str, s: Serving) -> None:
         if isinstance(cfg, dict):
             s.speculative = {k: v for k, v in cfg.items() if isinstance(v, str | int | float | bool)}
             s.speculative_why = "--speculative-config"
+            s.speculative_exact = True
     if s.speculative is None and SPEC_WORD.search(text):
         k = K_PATTERNS.search(text)
         method = "ngram" if re.search(r"\bngram\b", text, re.I) else (
@@ -164,6 +176,25 @@ def _speculative(text: str, s: Serving) -> None:
     if s.speculative and str(s.speculative.get("method", "")).lower().endswith("mtp"):
         s.speculative_said = str(s.speculative.get("method"))
         s.speculative["method"] = "mtp"  # vLLM rewrites qwen3_5_mtp, deepseek_mtp, ... to mtp
+
+
+def _tensor_parallel(text: str, s: Serving) -> int:
+    """The tensor parallel size: the serve command's flag, else the first one named. Two
+    different sizes are a conflict the reading says (a warning), never a silent choice."""
+    said = [(int(next(g for g in m.groups() if g)), re.sub(r"\s+", " ", m.group(0).strip()))
+            for m in TP.finditer(text)]
+    serve_tp = [int(s.serve_args[i + 1]) for i, a in enumerate(s.serve_args[:-1])
+                if a == "--tensor-parallel-size" and s.serve_args[i + 1].isdigit()]
+    chosen = (serve_tp or [v for v, _ in said] or [1])[0]
+    others = list(dict.fromkeys(w for v, w in said if v != chosen))
+    if others:
+        s.warnings.append(
+            f"tensor parallel: the report writes {', '.join(repr(w) for w in others)} but "
+            + (f"its serve command runs --tensor-parallel-size {chosen}: the spec follows the "
+               "serve command" if serve_tp else f"also TP={chosen}: the spec follows the first "
+               f"named ({chosen})") + "; check which one ran (serve.args, "
+            "parallel.gpus_per_probe)")
+    return chosen
 
 
 def logical_lines(lines: list[str]) -> list[tuple[int, str]]:
@@ -186,16 +217,22 @@ def logical_lines(lines: list[str]) -> list[tuple[int, str]]:
 def find_serving(lines: list[str]) -> Serving:
     s = Serving()
     text = "\n".join(lines)
+    dotted: Any = None
     for n, line in logical_lines(lines):
-        cmd = SERVE_CMD.search(line)
-        if cmd and s.serve_line is None:
-            words = _split(cmd.group(0), s)
-            if len(words) > 2:
-                s.serve_line = n
-                hub, local = _model_value(words[2])
-                if hub or local:
-                    s.model, s.local_model, s.model_line = hub, local, n
-                s.serve_args = safe_flags(words[3:], s)
+        start = SERVER_START.search(line)
+        server = server_command(_split(start.group(0), s)) if start and s.serve_line is None \
+            else None
+        if server is not None and (server.model or server.args):
+            s.serve_line, s.serve_how = n, server.how
+            hub, local = _model_value(server.model or "")
+            if hub or local:
+                s.model, s.local_model, s.model_line = hub, local, n
+            s.serve_args = safe_flags(server.args, s)
+            for flag, value in server.dotted.items():   # the other dotted flags, as JSON
+                if flag not in ("speculative-config",):
+                    s.serve_args += safe_flags([f"--{flag}", json.dumps(value)], s)
+            dotted = server.dotted.get("speculative-config")
+            s.warnings += server.notes
         bench = BENCH_CMD.search(line)
         if bench and s.bench_line is None:
             s.bench_kind, s.bench_line = bench.group("kind"), n
@@ -233,7 +270,7 @@ def find_serving(lines: list[str]) -> Serving:
                 break
     if s.model is None and s.local_model is None and (named := org_less_model(lines)):
         s.model, s.model_line, s.model_org_less = named[0], named[1], True
-    _speculative(text, s)
+    _speculative(text, s, dotted)
     text = URL.sub(" ", text)  # a repository's name in a URL is not the reporter's hardware
     # "4x3090s", "8xH100", "2x A100s": a count and a plural around the name
     text = re.sub(r"(?<![\w.])(\d{1,2})\s?[x×]\s?(?=[A-Z0-9])", r"\1 x ", text)
@@ -246,13 +283,12 @@ def find_serving(lines: list[str]) -> Serving:
         name = gpu.group("gpu") or f"Ascend {gpu.group('ascend')}"
         name = re.sub(r"^(?:RTX\s?)?([345]090)$", r"RTX \1", name, flags=re.I)
         name = "GB10" if name.lower() == "dgx spark" else name
-    tp_values = [int(next(g for g in m.groups() if g)) for m in TP.finditer(text)]
-    serve_tp = [int(s.serve_args[i + 1]) for i, a in enumerate(s.serve_args[:-1])
-                if a == "--tensor-parallel-size" and s.serve_args[i + 1].isdigit()]
-    s.hardware = {"gpu": name or hardware(text),
-                  "tensor_parallel": (serve_tp or tp_values or [1])[0]}
+    s.hardware = {"gpu": name or hardware(text), "tensor_parallel": _tensor_parallel(text, s)}
     if name == "GB10" or re.search(r"aarch64|arm64|\bGrace\b", text, re.I):
         s.hardware.update(arch="aarch64", docker_platform="linux/arm64")
+    if (name or "").upper().startswith("MI") or re.search(
+            r"\bROCm\b|\bAMD\s{1,3}Instinct\b|\bgfx9[45]\d\b|vllm-openai-rocm|rocm/vllm", text, re.I):
+        s.hardware["platform"] = "rocm"
     if re.search(r"CUDA\s{0,2}13|cu130", text, re.I):
         s.hardware["variant"] = "cu130"
     for m in ENV.finditer(text):

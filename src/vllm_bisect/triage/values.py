@@ -42,7 +42,7 @@ class Triage:
     images: list[str] = field(default_factory=list)
     symptoms: list[str] = field(default_factory=list)
     symptom: str | None = None  # the one the spec follows
-    min_output_tokens: int | None = None
+    cap_tokens: int | None = None   # the output-token count generations stop at, as written
     itl_factor: float | None = None
     throughput_factor: float | None = None
     numbers: dict[str, list[float]] = field(default_factory=dict)
@@ -61,6 +61,7 @@ class Triage:
     warnings: list[str] = field(default_factory=list)
     unknowns: list[str] = field(default_factory=list)
     form: bool = False          # the body was the regression form (its fields read exactly)
+    details: str = ""           # the form's "What you saw", as written
 
     @property
     def old_term(self) -> str:

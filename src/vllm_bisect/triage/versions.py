@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from vllm_bisect.triage.refs import OTHER_PACKAGE
+from vllm_bisect.triage.refs import OTHER_PACKAGE, URL
 
 ZERO_MAJOR = r"vllm-ascend|vllm|sglang|ollama"
 PRODUCT_NAMED = re.compile(rf"(?<![A-Za-z])(?:{ZERO_MAJOR})", re.IGNORECASE)
@@ -85,6 +85,15 @@ def _other_package(line: str, start: int) -> bool:
 
 
 def _respell_line(n: int, line: str, done: list[Respelled]) -> str:
+    """The line respelled outside its URLs (a wheel's file name in a URL is as built)."""
+    out, at = [], 0
+    for m in URL.finditer(line):
+        out += [_respell_text(n, line[at:m.start()], done), m.group(0)]
+        at = m.end()
+    return "".join(out) + _respell_text(n, line[at:], done)
+
+
+def _respell_text(n: int, line: str, done: list[Respelled]) -> str:
     def glued(m: re.Match[str]) -> str:
         if m.group("m") is None and not m.group("pre") and len(m.group("n")) < 2:
             return m.group(0)  # "vllm1": V1 (the engine), not a version

@@ -11,6 +11,7 @@ from vllm_bisect.triage.form.answers import form_model, form_ref
 from vllm_bisect.triage.form.fields import (
     LABELS,
     NO_RESPONSE,
+    PLACEHOLDERS,
     SEARCH_OPTIONS,
     SYMPTOM_OPTIONS,
     Field,
@@ -19,21 +20,41 @@ from vllm_bisect.triage.form.fields import (
 from vllm_bisect.triage.form.split import Answer, FormBody
 from vllm_bisect.triage.parse import range_unknowns, settle_symptoms
 from vllm_bisect.triage.roles import SearchKind
-from vllm_bisect.triage.serving import find_serving
+from vllm_bisect.triage.serving import GPU, TP, find_serving
 from vllm_bisect.triage.values import Read, Source, Triage
 
 END_HINT = {Field.GOOD: "Last good", Field.BAD: "First bad"}
 
 
+def _is_example(a: Answer | None) -> bool:
+    return (a is not None and a.field in PLACEHOLDERS and bool(a.text)
+            and " ".join(a.text.split()) == PLACEHOLDERS[a.field])
+
+
+def placeholders_left(form: FormBody) -> set[Field]:
+    """The fields still holding the form's placeholder (its example): a body written from
+    the form with its examples left in. A short answer that equals its example may well be
+    the reporter's own (a real v0.10.2, Qwen/Qwen3-8B, "2x H100 80GB, TP=2"): the examples
+    count as left in when three or more fields hold them, or a command field does (its
+    example is one exact command line nobody runs by chance)."""
+    left = {f for f, a in form.answers.items() if _is_example(a)}
+    return left if len(left) >= 3 or left & {Field.SERVE, Field.PROBE} else set()
+
+
 def free_text_view(form: FormBody, lines: list[str]) -> list[str]:
-    """The body as the free-text reader sees it: the form's frame blanked (line numbers kept),
-    each range end's answer led by what it is ("last good: v0.10.2")."""
-    out = ["" if n in form.scaffold else line for n, line in enumerate(lines, 1)]
+    """The body as the free-text reader sees it: the form's frame and any placeholder left in
+    a field blanked (line numbers kept), each range end's answer led by what it is ("last
+    good: v0.10.2")."""
+    blank = set(form.scaffold)
+    for left in placeholders_left(form):
+        ans = form.answers[left]
+        blank |= set(range(ans.line, ans.line + ans.text.count("\n") + 1))
+    out = ["" if n in blank else line for n, line in enumerate(lines, 1)]
     fix = _search(form) is SearchKind.FIX
     for f, words in ((Field.GOOD, "last broken" if fix else "last good"),
                      (Field.BAD, "first fixed" if fix else "first bad")):
         a = form.answers.get(f)
-        if a is not None and a.text and a.line <= len(out):
+        if a is not None and a.text and a.line <= len(out) and f not in placeholders_left(form):
             out[a.line - 1] = f"{words}: {out[a.line - 1].strip()}"
     return out
 
@@ -43,9 +64,24 @@ def _search(form: FormBody) -> SearchKind | None:
     return SEARCH_OPTIONS.get(option_key(a.text)) if a is not None and a.text else None
 
 
-def _read(t: Triage, what: str, value: str, a: Answer, why: str = "") -> None:
-    t.read.append(Read(what, value, a.line, why or f"form field {LABELS[a.field]!r}",
-                       Source.READ, a.text.splitlines()[0][:200] if a.text else ""))
+def _read(t: Triage, what: str, value: str, a: Answer, why: str = "",
+          exact: bool = True) -> None:
+    """A value from a field: read when it is the reporter's own answer, exactly; guessed when
+    the field holds the bot's guess pasted back unedited, or ``exact`` is False (``why``)."""
+    why = why or f"form field {LABELS[a.field]!r}"
+    if a.unedited_guess:
+        exact, why = False, (f"{why}; the bot's guess, pasted back unedited (edit the answer "
+                             "to make it yours)")
+    t.read.append(Read(what, value, a.line, why, Source.READ if exact else Source.GUESSED,
+                       a.text.splitlines()[0][:200] if a.text else ""))
+
+
+def _placeholder_left(t: Triage, form: FormBody, a: Answer | None) -> bool:
+    if a is None or a.field not in placeholders_left(form):
+        return False
+    t.warnings.append(f"form field {LABELS[a.field]!r}: {a.text[:80]!r} is the form's "
+                      "placeholder (its example, left in with others): not read")
+    return True
 
 
 def _drop(t: Triage, *prefixes: str) -> None:
@@ -66,7 +102,7 @@ def _range(t: Triage, form: FormBody) -> None:
               form.answers[Field.SEARCH])
     for f, attr, role in ((Field.GOOD, "good", "old"), (Field.BAD, "bad", "new")):
         a = form.answers.get(f)
-        if a is None or not a.text:
+        if a is None or not a.text or _placeholder_left(t, form, a):
             continue
         ref = form_ref(a.text)
         if ref is None:
@@ -111,14 +147,16 @@ def _symptoms(t: Triage, form: FormBody) -> None:
     t.unknowns = [u for u in t.unknowns if not u.startswith("symptom")]
     t.symptoms = list(dict.fromkeys(s.value for s, _ in ticked))
     for s, n in ticked:
-        t.read.append(Read("symptom", s.value, n, "form field 'Symptoms': ticked", Source.READ,
-                           next(label for label, m in a.checked if m == n)))
+        t.read.append(Read("symptom", s.value, n, "form field 'Symptoms': ticked" + (
+            "; the bot's guess, pasted back unedited" if a.unedited_guess else ""),
+            Source.GUESSED if a.unedited_guess else Source.READ,
+            next(label for label, m in a.checked if m == n)))
     settle_symptoms(t)
 
 
 def _model(t: Triage, form: FormBody) -> bool:
     a = form.answers.get(Field.MODEL)
-    if a is None or not a.text:
+    if a is None or not a.text or _placeholder_left(t, form, a):
         return False
     m = form_model(a.text)
     if m is None:
@@ -140,7 +178,8 @@ def _model(t: Triage, form: FormBody) -> bool:
 def _how_run(t: Triage, form: FormBody, model_read: bool) -> None:
     """Serve command, hardware and probe command: each parsed on its own (shlex, never run)."""
     parts = {f: form.answers[f] for f in (Field.SERVE, Field.HARDWARE, Field.PROBE)
-             if f in form.answers and form.answers[f].text}
+             if f in form.answers and form.answers[f].text
+             and not _placeholder_left(t, form, form.answers[f])}
     if not parts:
         return
     texts = [parts[f].text if f in parts else "" for f in (Field.SERVE, Field.HARDWARE, Field.PROBE)]
@@ -152,8 +191,10 @@ def _how_run(t: Triage, form: FormBody, model_read: bool) -> None:
         t.speculative_method_said = s.speculative_said
         _read(t, "serve args", " ".join(s.serve_args) or "(none)", serve,
               "form field 'Serve command' (--port, --host, --model and unsafe values dropped)")
-        if s.speculative_why:
-            _read(t, "speculative", str(s.speculative or "none"), serve, s.speculative_why)
+        if s.speculative_why:   # read only from a --speculative-config the field gives
+            _read(t, "speculative", str(s.speculative or "none"), serve, s.speculative_why
+                  + ("" if s.speculative_exact else " (no --speculative-config in the field)"),
+                  exact=s.speculative_exact)
         if not model_read and (s.model or s.local_model):
             t.unknowns = [u for u in t.unknowns if not u.startswith("model")]
             _drop(t, "model")
@@ -161,10 +202,7 @@ def _how_run(t: Triage, form: FormBody, model_read: bool) -> None:
             _read(t, "model", s.model or s.local_model or "", serve,
                   "the model of form field 'Serve command'")
     if hw is not None:
-        gpu = s.hardware.get("gpu") or re.sub(r"\s+", " ", hw.text)[:60]
-        t.hardware = {**s.hardware, "gpu": gpu}
-        t.unknowns = [u for u in t.unknowns if not u.startswith("hardware")]
-        _read(t, "hardware", f"{gpu} TP={t.hardware.get('tensor_parallel', 1)}", hw)
+        _hardware(t, s.hardware, hw)
     if probe is not None:
         _drop(t, "benchmark")
         if s.bench_kind:
@@ -178,9 +216,39 @@ def _how_run(t: Triage, form: FormBody, model_read: bool) -> None:
                   "command' (not `vllm bench`: kept for people; the spec's probe measures)")
 
 
+def _hardware(t: Triage, found: dict[str, object], hw: Answer) -> None:
+    """The Hardware field as written (its GPU, its TP); the serve command's own tensor
+    parallel size, when it differs, is what runs: said in a warning, never silently."""
+    gpu = find_serving(hw.text.splitlines()).hardware.get("gpu") or re.sub(r"\s+", " ",
+                                                                            hw.text)[:60]
+    hw_tp = [int(next(g for g in m.groups() if g)) for m in TP.finditer(hw.text)]
+    args = t.serve_args
+    serve_tp = [int(args[i + 1]) for i, a in enumerate(args[:-1])
+                if a == "--tensor-parallel-size" and args[i + 1].isdigit()]
+    t.hardware = {**found, "gpu": gpu, "tensor_parallel": (serve_tp or hw_tp or [1])[0]}
+    t.unknowns = [u for u in t.unknowns if not u.startswith("hardware")]
+    t.warnings = [w for w in t.warnings if not w.startswith("tensor parallel:")]
+    if serve_tp and hw_tp and serve_tp[0] != hw_tp[0]:
+        t.warnings.append(f"tensor parallel: form field 'Hardware' says TP={hw_tp[0]} but "
+                          f"'Serve command' runs --tensor-parallel-size {serve_tp[0]}: the spec "
+                          "follows the serve command; check which one ran")
+    gpus = {(g.group("gpu") or g.group("ascend") or "").upper() for g in GPU.finditer(hw.text)}
+    several = [w for w, n in (("GPUs", len(gpus)), ("TP sizes", len(set(hw_tp)))) if n > 1]
+    _read(t, "hardware", f"{gpu} TP={hw_tp[0]}" if hw_tp else gpu, hw,
+          f"form field 'Hardware' names several {' and '.join(several)}: the first is a "
+          "guess" if several else "", exact=not several)
+
+
 def read_form(t: Triage, form: FormBody) -> None:
     """Override ``t`` (the free-text reading of the same body) with the form's answers."""
     t.form = True
+    if (d := form.answers.get(Field.DETAILS)) is not None:
+        t.details = d.text
+    if len(form.copies) > 1:
+        spans = ", ".join(f"lines {a}-{b}" for a, b in form.copies)
+        t.warnings.append(f"the body holds the form {len(form.copies)} times ({spans}): each "
+                          "field's latest answer is read; the earlier copies' answers are "
+                          "superseded")
     _range(t, form)
     _symptoms(t, form)
     model_read = _model(t, form)

@@ -40,6 +40,16 @@ LABELS: dict[Field, str] = {
     Field.PROBE: "Probe or benchmark command",
     Field.DETAILS: "What you saw",
 }
+# each field's placeholder in regression.yml: an example, never the reporter's answer (GitHub
+# does not submit it; a body written by hand from the form may keep it)
+PLACEHOLDERS: dict[Field, str] = {
+    Field.GOOD: "v0.10.2",
+    Field.BAD: "0.23.1rc1.dev601+ga16dbd5b8",
+    Field.MODEL: "Qwen/Qwen3-8B",
+    Field.SERVE: "VLLM_ATTENTION_BACKEND=FLASH_ATTN vllm serve Qwen/Qwen3-8B --max-model-len 32768",
+    Field.HARDWARE: "2x H100 80GB, TP=2",
+    Field.PROBE: "vllm bench serve --model Qwen/Qwen3-8B --dataset-name random --num-prompts 200",
+}
 SHELL_FIELDS = (Field.SERVE, Field.PROBE)   # rendered in a ```shell block
 # the dropdown's options and the symptom checkboxes, by the word(s) before ":"
 SEARCH_OPTIONS: dict[str, SearchKind] = {"regression": SearchKind.REGRESSION,
@@ -77,7 +87,8 @@ for _f, _label in LABELS.items():
 
 
 def field_of(heading: str) -> Field | None:
-    return HEADINGS.get(_key(heading))
+    """The field a heading names ("### Model" or "### Model:")."""
+    return HEADINGS.get(_key(heading).rstrip(":").rstrip())
 
 
 def option_key(text: str) -> str:
