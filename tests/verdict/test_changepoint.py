@@ -49,7 +49,7 @@ def test_a_clean_step_between_two_measured_commits_holds_the_posterior() -> None
 
 def test_no_step_is_no_step_and_the_wrong_direction_is_not_a_regression() -> None:
     rnd = random.Random(4)
-    flat = [server(rnd, i, 10.0) for i in (-1, 99, -1, 99, 50, 25, 75)]
+    flat = [server(rnd, i, 10.0) for i in (-1, 99, -1, 99, -1, 99, 50, 25, 75, 88, 94, 97)]
     assert posterior(100, flat, PRIOR).none > 0.9
     faster = [server(rnd, i, 10.0 if i < 40 else 7.0) for i in (-1, 99, -1, 99, 50, 25)]
     assert posterior(100, faster, PRIOR).step < 0.05       # ITL fell: not this symptom
@@ -63,9 +63,9 @@ def test_a_gradual_drift_is_not_named_a_step_but_drift_plus_step_is() -> None:
     def level(i: int, step: bool) -> float:
         return 10.0 * (1 + 0.5 * (i + 1) / n) * (1.5 if step and i >= 120 else 1.0)
 
-    idx = [-1, n - 1, 100, 50, 150, 25, 75, 125, 175, 12, 37, 62, 87]
+    idx = [-1, n - 1, 100, 50, 150, 25, 75, 125, 175, 12, 37, 62, 87, 112, 137, 162, 187]
     drift = posterior(n, [server(rnd, i, level(i, False), 0.01, 0.01) for i in idx], PRIOR)
-    assert drift.drift > 0.9 and drift.top()[1] < 0.5
+    assert drift.drift > 0.5 and drift.top()[1] < 0.3
     both = posterior(n, [server(rnd, i, level(i, True), 0.01, 0.01)
                          for i in [*idx, 112, 118, 119, 120]], PRIOR)
     j, p = both.top()

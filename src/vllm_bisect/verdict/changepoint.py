@@ -12,12 +12,12 @@ sum of squares W_s; a request far off its server's median is pulled in first, so
 request cannot move a server). Given (tau, sigma), m_s ~ N(level, tau^2 + sigma^2 / n_s) and
 W_s / sigma^2 ~ chi^2(n_s - 1). The levels are integrated out in closed form (a weighted
 linear model: flat priors on mu0 and, through its Gaussian likelihood, on d; then d's prior,
-uniform on [log smallest change, log 20] in the bad direction, by normal CDFs); (tau, sigma)
+log-uniform on [log smallest change, log 20] in the bad direction, by normal CDFs); (tau, sigma)
 on a log grid. Four models share the data:
 
 - ``step``: one step of d at k (the culprit);
 - ``step+drift``: the same plus a linear drift (a drift + step range still names the step);
-- ``none``: no step (one level): the bad end does not show the symptom;
+- ``none``: no step that matters: one level, or a step the other way (the new end better);
 - ``drift``: a drift and no step: a slow change over the range is never named a step.
 
 Hypotheses k between two measured commits have the same likelihood, so the posterior lives
@@ -27,9 +27,10 @@ O(grid x intervals x servers) numpy work.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -38,6 +39,7 @@ from scipy.special import ndtr as norm_cdf
 Array = NDArray[np.float64]
 LOG_2PI = math.log(2 * math.pi)
 MAX_STEP = math.log(20.0)     # the largest step the prior allows (20x)
+STEP_PIECES = 8              # the step prior's log-uniform, as uniform pieces of equal mass
 DRIFT_SD = 0.3                # prior sd of a drift's whole change over the range (logs)
 WINSOR = 3.0                  # a request further than this many robust sd from its server's
 #                               median is pulled in to that distance
@@ -182,13 +184,17 @@ def _fit(design: Array, w: Array, m: Array, prior_prec: Array) -> tuple[Array, A
 
 
 def _step_prior(d: Array, var: Array, prior: Prior) -> Array:
-    """log E[p(d)] for d ~ N(d_hat, var): d's prior uniform on [min_step, MAX_STEP] in the
-    bad direction."""
+    """log E[p(d)] for d ~ N(d_hat, var): d's prior log-uniform on [min_step, MAX_STEP] in
+    the bad direction (as likely 1.05x-1.1x as 2x-4x), as ``STEP_PIECES`` uniform pieces of
+    equal mass (each a difference of normal CDFs)."""
     sd = np.sqrt(np.maximum(var, 1e-18))
-    lo, hi = max(prior.min_step, 1e-6), MAX_STEP
+    lo, hi = max(prior.min_step, 1e-3), MAX_STEP
     x = prior.direction * d
-    mass = norm_cdf((hi - x) / sd) - norm_cdf((lo - x) / sd)
-    res: Array = np.log(np.maximum(mass, 1e-300)) - math.log(hi - lo)
+    edges = np.exp(np.linspace(math.log(lo), math.log(hi), STEP_PIECES + 1))
+    total = np.zeros_like(x)
+    for a, b in itertools.pairwise(edges):
+        total = total + (norm_cdf((b - x) / sd) - norm_cdf((a - x) / sd)) / (b - a)
+    res: Array = np.log(np.maximum(total / STEP_PIECES, 1e-300))
     return res
 
 
@@ -221,15 +227,20 @@ def _grid(servers: Sequence[Server], per_request: bool) -> _Grid:
 
 
 def _models(g: _Grid, side: Array, x: Array, m: Array, prior: Prior
-            ) -> tuple[Array, Array, Array, Array, Array]:
-    """Each model's log marginal likelihood: step (G, J), step + drift (G, J), none (G,),
-    drift (G,), and the step model's (step, its variance, old level) per (G, J)."""
+            ) -> tuple[Array, Array, Array, Array, Array, Array]:
+    """Each model's log marginal likelihood: step (G, J), step + drift (G, J), none (G,), a
+    step the other way (G, J), drift (G,), and the step model's (step, its variance, old
+    level) per (G, J)."""
     ones = np.ones_like(side)
     xs = np.broadcast_to(x, side.shape)
     prec_b = 1.0 / DRIFT_SD ** 2
     b = g.base[:, None]
     ld, q, est = _fit(np.stack([ones, side], -1), g.w, m, np.zeros(2))       # [1, side]
-    step = b + LOG_2PI - 0.5 * ld - 0.5 * q + _step_prior(est[..., 0], est[..., 1], prior)
+    fit = b + LOG_2PI - 0.5 * ld - 0.5 * q
+    step = fit + _step_prior(est[..., 0], est[..., 1], prior)
+    # a step the other way (the new end better): "no regression", with the flat level
+    other = replace(prior, direction=-prior.direction)
+    better = fit + _step_prior(est[..., 0], est[..., 1], other)
     # [1, side, x], the drift's slope ~ N(0, DRIFT_SD^2)
     ld2, q2, est2 = _fit(np.stack([ones, side, xs], -1), g.w, m, np.array([0.0, 0.0, prec_b]))
     step_drift = (b + LOG_2PI + 0.5 * math.log(prec_b) - 0.5 * ld2 - 0.5 * q2
@@ -240,7 +251,7 @@ def _models(g: _Grid, side: Array, x: Array, m: Array, prior: Prior
                       np.array([0.0, prec_b]))
     drift = (g.base + 0.5 * LOG_2PI + 0.5 * math.log(prec_b) - 0.5 * ld1[:, 0]
              - 0.5 * q1[:, 0])
-    return step, step_drift, none, drift, est
+    return step, step_drift, none, better, drift, est
 
 
 def posterior(n: int, servers: Sequence[Server], prior: Prior) -> Posterior:
@@ -255,12 +266,13 @@ def posterior(n: int, servers: Sequence[Server], prior: Prior) -> Posterior:
     right = np.array(bounds[1:])                     # interval j: k in (bounds[j], bounds[j+1]]
     side = (idx[None, :] >= right[:, None]).astype(float)      # (J, S): on the new side
     x = (idx + 1) / max(n, 1) - 0.5                  # position in the range, centred
-    step, step_drift, none, drift, est = _models(g, side, x,
-                                                 np.array([s.mean for s in servers]), prior)
+    step, step_drift, flat, better, drift, est = _models(
+        g, side, x, np.array([s.mean for s in servers]), prior)
     log_k = np.log(np.diff(np.array(bounds)) / n)[None, :]
     j_step = step + log_k + math.log(prior.step)
     j_sd = step_drift + log_k + math.log(prior.step_drift)
-    j_none = none + math.log(prior.none)
+    # "no step that matters": one level, or a step the other way (half the weight each)
+    j_none = np.logaddexp(flat, _logsumexp(better + log_k, axis=1)) + math.log(prior.none / 2)
     j_drift = drift + math.log(prior.drift)
     total = _logsumexp(np.concatenate([j_step.ravel(), j_sd.ravel(), j_none, j_drift]))
     per_interval = np.exp(_logsumexp(np.stack([j_step, j_sd]), axis=0) - total)   # (G, J)

@@ -279,12 +279,14 @@ class ChangePointSearch:
         return Found(Step(candidates=tuple(sorted(out))), self.measured, p)
 
     def _refuse_if_settled(self, post: Posterior) -> None:
-        """Refuse once "no step" or "a drift" holds ``confidence``; a drift only after
+        """Refuse once "no step" (each end measured at least twice) or "a drift" holds
+        ``confidence``; a drift only after
         ``DRIFT_POINTS`` commits inside the range were measured (three points on a line are
         also two steps with a plateau between)."""
         conf = self.v.confidence
         inside = len({s.index for s in self.servers} - {-1, self.n - 1})
-        if post.none < conf and (post.drift < conf or inside < DRIFT_POINTS):
+        twice = min(self.servers_at(-1), self.servers_at(self.n - 1)) >= 2
+        if (post.none < conf or not twice) and (post.drift < conf or inside < DRIFT_POINTS):
             return
         ends = {e: [s.mean for s in self.servers if s.index == e] for e in (-1, self.n - 1)}
         old, new = (math.exp(sum(x) / len(x)) for x in ends.values())
