@@ -54,6 +54,9 @@ class Trial:
     hi: float = 0.05
     spec: tuple[tuple[str, object], ...] = ()   # verdict keys over the default
     requests: int | None = None   # probe.requests (None: the default)
+    n: int | None = None          # commits (None: uniform in 32..1000)
+    cv: float | None = None       # request and server CV (None: drawn in [lo, hi])
+    server_cv: float | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class Outcome:
     n: int
     starts: int
     phases: dict[str, int] = field(default_factory=dict)
+    p: float | None = None     # the model's P of the culprit it named (changepoint)
 
 
 def spec_for(t: Trial) -> BisectSpec:
@@ -74,9 +78,11 @@ def spec_for(t: Trial) -> BisectSpec:
 def run_trial(t: Trial) -> Outcome:
     logging.disable(logging.WARNING)
     rnd = random.Random(t.seed)
-    n = rnd.randint(32, 1000)
+    n = t.n or rnd.randint(32, 1000)
     at = rnd.randrange(n)
     cv, server_cv = rnd.uniform(t.lo, t.hi), rnd.uniform(t.lo, t.hi)
+    cv = cv if t.cv is None else t.cv
+    server_cv = server_cv if t.server_cv is None else t.server_cv
     s = steps_scenario(n, ((at, t.effect),), cv=cv, server_cv=server_cv)
     rng = commit_range(n)
     sp = spec_for(t)
@@ -96,7 +102,8 @@ def run_trial(t: Trial) -> Outcome:
             journal.close()
     named = {rng.index(c.commit) for c in multi.culprits if c.commit is not None and c.confirmed}
     return Outcome(named == {at}, False, n, cluster.starts,
-                   getattr(multi.result, "starts_by_phase", {}))   # (none before issue 40)
+                   getattr(multi.result, "starts_by_phase", {}),   # (none before issue 40)
+                   getattr(multi.result, "confidence", None))
 
 
 def summarize(effect: float, outs: list[Outcome]) -> str:
@@ -112,6 +119,14 @@ def summarize(effect: float, outs: list[Outcome]) -> str:
             f"{statistics.fmean(plain_starts(o.n) for o in outs):.1f} | "
             f"{statistics.fmean(o.starts for o in outs):.1f} | {per} | "
             f"{within / k:.1%} | {over[int(0.95 * (k - 1))]:+d} | {over[-1]:+d} |")
+
+
+def calibration(outs: list[Outcome], bar: float = 0.99) -> str:
+    """Of the culprits named with P >= ``bar``, how many are right (the model's calibration)."""
+    named = [o for o in outs if o.p is not None and o.p >= bar and not o.refused]
+    right = sum(o.exact for o in named)
+    return (f"calibration: {len(named)} culprits named with P >= {bar}, {right} right "
+            f"({right / len(named):.2%})" if named else "calibration: none named with a P")
 
 
 def parse_value(val: str) -> object:
@@ -134,6 +149,9 @@ def main() -> None:
     ap.add_argument("--effects", default=",".join(map(str, EFFECTS)))
     ap.add_argument("--noise", default="0.02,0.05", help="request and server CV range lo,hi")
     ap.add_argument("--requests", type=int, default=None, help="probe.requests")
+    ap.add_argument("--row", choices=("clean", "h100"), default="clean",
+                    help="h100: issue 48's row like the real H100 run: n = 30, a 1.2x step, "
+                         "per-request CV 11%%, server CV 4.5%% (--effects 1.2 implied)")
     ap.add_argument("--set", action="append", default=[],
                     help="a verdict key over the default, KEY=VALUE (int/float/bool/str)")
     a = ap.parse_args()
@@ -143,17 +161,29 @@ def main() -> None:
         key, val = kv.split("=", 1)
         extra.append((key, parse_value(val)))
     effects = [float(x) for x in a.effects.split(",")]
-    items = [Trial(e, a.seed * 1_000_003 + r * 10_007 + j, lo, hi, tuple(extra), a.requests)
+    fixed: dict[str, object] = {}
+    if a.row == "h100":
+        effects, fixed = [1.2], {"n": 30, "cv": 0.11, "server_cv": 0.045}
+    items = [Trial(e, a.seed * 1_000_003 + r * 10_007 + j, lo, hi, tuple(extra), a.requests,
+                   **fixed)  # type: ignore[arg-type]
              for r, e in enumerate(effects) for j in range(a.trials)]
     with ProcessPoolExecutor(a.jobs) as pool:
         outs = list(pool.map(run_trial, items, chunksize=4))
-    print(f"{a.trials} scenarios per row (seed {a.seed}); n 32..1000, request and server CV "
-          f"{lo:.0%}..{hi:.0%} each; spec: symptom = \"itl\"{''.join(f', {k} = {v}' for k, v in extra)}\n")
+    noise = ("n = 30, request CV 11%, server CV 4.5%" if a.row == "h100" else
+             f"n 32..1000, request and server CV {lo:.0%}..{hi:.0%} each")
+    print(f"{a.trials} scenarios per row (seed {a.seed}); {noise}; spec: symptom = \"itl\""
+          f"{''.join(f', {k} = {v}' for k, v in extra)}\n")
     print("| step | exact | refused | plain (ceil log2 n) | server starts, all phases | "
           f"{' / '.join(p.value for p in Phase)} | <= plain + {SLACK} | 95th pct over plain | "
           "max over plain |\n|---|---|---|---|---|---|---|---|---|")
     for r, e in enumerate(effects):
         print(summarize(e, outs[r * a.trials:(r + 1) * a.trials]))
+    print()
+    for r, e in enumerate(effects):
+        row = outs[r * a.trials:(r + 1) * a.trials]
+        over = [o.starts - plain_starts(o.n) for o in row]
+        print(f"{e}x: median server starts over plain {statistics.median(over):+.1f}")
+    print(calibration(outs))
 
 
 if __name__ == "__main__":

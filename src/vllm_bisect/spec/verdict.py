@@ -120,7 +120,8 @@ class VerdictSpec(_Model):
     # throughput -> changepoint (under the hook: twolevel); mtp-speedup -> twolevel;
     # any -> threshold
     strategy: Strategy = Strategy.AUTO
-    # twolevel: a server start costs this many probe requests (picks requests vs servers)
+    # twolevel: a server start costs this many probe requests (picks requests vs servers);
+    # changepoint: the same, until it has measured three starts and requests in this run
     server_cost: float = Field(default=3.0, gt=0.0, le=1000.0)
     max_servers: int = Field(default=12, ge=1, le=100)
     confidence: float = Field(default=0.99, gt=0.5, lt=1.0)

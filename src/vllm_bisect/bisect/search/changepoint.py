@@ -118,6 +118,8 @@ class ChangePointSearch:
         self.skipped: set[int] = set()
         self.failures: Counter[int] = Counter()
         self.measured = 0          # servers this call started (a search round each)
+        self.startups: list[float] = []    # seconds to healthy, per server measured
+        self.request_s: list[float] = []   # seconds per probe request
         self.model: RangeModel | None = None
         policy = tester.policy
         if not isinstance(policy, ChangePointPolicy):
@@ -136,7 +138,11 @@ class ChangePointSearch:
                 self._add(keys[key], ev)
 
     def _add(self, i: int, ev: Evaluation) -> None:
+        if ev.startup_s:
+            self.startups.append(ev.startup_s)
         if ev.measurement is not None:
+            self.request_s += [r.latency_ms / 1000 for r in ev.measurement.requests
+                               if r.latency_ms > 0]
             found = servers_of(ev, i, self.symptom)
             if found:
                 self.servers.extend(found)
@@ -242,18 +248,30 @@ class ChangePointSearch:
             self.t.events.on_phase("", self._progress(post, j, p))
             if len(self.servers) >= v.max_runs:
                 return self._credible(post, p, f"verdict.max_runs = {v.max_runs} reached")
-            requests = requests_per_server(post, v.server_cost, self.least, v.max_samples)
+            cost = self.server_cost()
+            requests = requests_per_server(post, cost, self.least, v.max_samples)
             usable = [c for c in range(self.n) if c not in self.skipped]
             nxt = choose(self.n, self.servers, self.prior, post, usable, requests,
-                         v.server_cost, v.confidence, per_commit_limit=v.max_servers)
+                         cost, v.confidence, per_commit_limit=v.max_servers)
             if nxt is None:
                 return self._credible(post, p, "no measurable commit would tell more")
             self._measure(nxt.index, nxt.requests)
 
+    def server_cost(self) -> float:
+        """A server start's cost in probe requests: measured in this run (the median time to
+        healthy over the median request) once three of each are known, else
+        ``verdict.server_cost``."""
+        if len(self.startups) >= 3 and len(self.request_s) >= 3:
+            per = float(np.median(self.request_s))
+            if per > 0:
+                return max(1.0, float(np.median(self.startups)) / per)
+        return self.v.server_cost
+
     def _measure_ends(self, post: Posterior) -> None:
         """A rest check in doubt: another server at the end with fewer."""
         end = min((-1, self.n - 1), key=lambda e: (self.servers_at(e), e))
-        requests = requests_per_server(post, self.v.server_cost, self.least, self.v.max_samples)
+        requests = requests_per_server(post, self.server_cost(), self.least,
+                                       self.v.max_samples)
         self._measure(end, max(requests, END_REQUESTS))
 
     def _progress(self, post: Posterior, j: int, p: float) -> str:
