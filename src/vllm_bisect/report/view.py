@@ -243,8 +243,8 @@ def requests_text(v: VerificationDoc) -> str:
 
 def starts_text(res: BisectReport) -> str:
     """Every server start of the session by phase, beside plain ``git bisect run``'s."""
-    total = res.server_starts + res.verify_server_starts
     by = res.starts_by_phase
+    total = res.server_starts
     parts = [f"{p.value} {by[p.value]}" for p in Phase if by.get(p.value)]
     plain = (f"; plain git bisect run: ~{res.plain_bisect_starts}, one a step"
              if res.plain_bisect_starts else "")

@@ -142,8 +142,11 @@ class SessionJournal:
             CREATE TABLE IF NOT EXISTS runs (
                 seq INTEGER PRIMARY KEY AUTOINCREMENT, started REAL NOT NULL,
                 seen REAL NOT NULL);
+            CREATE TABLE IF NOT EXISTS artifacts (
+                commit_sha TEXT PRIMARY KEY, artifact TEXT NOT NULL);
         """)
         self._run: int | None = None
+        self._since = 0   # the last outcome journaled before this call (begin_run)
         have = self.get_meta("schema")
         if have is None:
             self.set_meta("schema", str(SCHEMA_VERSION))
@@ -162,6 +165,7 @@ class SessionJournal:
     def record(self, key: str, outcome: Outcome, ev: Evaluation) -> None:
         with self._lock:
             self._record(key, outcome, ev)
+        self.touch_run()
 
     def _record(self, key: str, outcome: Outcome, ev: Evaluation) -> None:
         self.con.execute(
@@ -198,6 +202,34 @@ class SessionJournal:
                 raise self._damaged(n, err) from None
         return out
 
+    def earlier_outcomes(self) -> list[tuple[Outcome, Evaluation]]:
+        """Every outcome the calls before this one journaled (a resumed session's first
+        call, ...), oldest first, each with the evaluation it judged."""
+        rows = self.con.execute(
+            "SELECT seq, commit_sha, verdict, reason, evaluation FROM outcomes WHERE seq <= ? "
+            "ORDER BY seq", (self._since,)).fetchall()
+        out = []
+        for n, (_, commit, verdict, reason, e) in enumerate(rows, 1):
+            try:
+                ev = Evaluation.model_validate_json(e)
+                out.append((Outcome(commit=commit, verdict=Verdict(verdict), reason=reason,
+                                    measurement=ev.measurement), ev))
+            except (ValidationError, ValueError) as err:
+                raise self._damaged(n, err) from None
+        return out
+
+    def artifact_prepared(self, commit: str, artifact: str) -> None:  # (worker threads)
+        """The artifact a call prepared for ``commit`` (JSON): a later call (a resume) reads
+        its packages without preparing it again."""
+        with self._lock:
+            self.con.execute("INSERT OR REPLACE INTO artifacts VALUES (?, ?)", (commit, artifact))
+
+    def prepared_artifacts(self) -> dict[str, str]:
+        """commit -> the artifact (JSON) some call of this session prepared for it."""
+        with self._lock:
+            rows = self.con.execute("SELECT commit_sha, artifact FROM artifacts").fetchall()
+        return {str(c): str(a) for c, a in rows}
+
     def _damaged(self, n: int, err: Exception) -> SessionError:
         why = str(err).splitlines()
         return SessionError(
@@ -227,6 +259,8 @@ class SessionJournal:
         with self._lock:
             cur = self.con.execute("INSERT INTO runs (started, seen) VALUES (?, ?)", (now, now))
             self._run = cur.lastrowid
+            self._since = int(self.con.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM outcomes").fetchone()[0])
 
     def touch_run(self) -> None:
         """This call is still working (a kill -9 loses at most the time since)."""
@@ -280,4 +314,5 @@ class SessionJournal:
         return {str(c): int(n) for c, n in rows}
 
     def close(self) -> None:
+        self.touch_run()   # the time up to now (an interrupted call's too)
         self.con.close()
