@@ -200,24 +200,30 @@ class Tester:
     def testing(self, commit: str, role: Role, steps_left: int) -> None:
         self.events.on_testing(self._info(commit), role, steps_left)
 
-    def record_as(self, commit: str, role: Role, ev: Evaluation, cached: bool) -> Outcome:
+    def record_as(self, commit: str, role: Role, ev: Evaluation, cached: bool,
+                  told: bool = True) -> Outcome:
         if not cached:
             self.store.put(ev)
-        return self.record(self._info(commit), role, ev, cached)
+        return self.record(self._info(commit), role, ev, cached, told)
 
     def _info(self, commit: str) -> CommitInfo:
         rng = self.rng
         return next(c for c in (rng.good, rng.bad, *rng.commits) if c.sha == commit)
 
-    def record(self, info: CommitInfo, role: Role, ev: Evaluation, cached: bool) -> Outcome:
+    def record(self, info: CommitInfo, role: Role, ev: Evaluation, cached: bool,
+               told: bool = True) -> Outcome:
         """Judge an evaluation (by the commit's trial, which ends here), let the policy learn
-        from the verdict, journal it, and tell the event handler."""
+        from the verdict, journal it, and tell the event handler. Not ``told`` (a rest
+        check's servers of a part's ends, kept for its bisect): neither a judged commit of
+        the result nor a progress line."""
         outcome = _with_log(self.verdict(info.sha, role, ev), ev).model_copy(
             update={"from_cache": cached})
         self.policy.learn(ev, role, outcome)
         self.store.record(outcome, ev, cached)
         if role is Role.CONFIRM:
             self.at_bound[info.sha] = outcome.verdict
+        if not told:
+            return outcome
         self.probed.append(outcome)
         self.evaluations[info.sha] = ev
         self.events.on_outcome(info, outcome)

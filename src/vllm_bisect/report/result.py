@@ -232,10 +232,11 @@ class BisectReport(_Doc):
         out = ["a " + ", and another ".join(found)] if len(found) > 1 else []
         for c in self.culprits or []:
             what = f"`{c.get('symptom')}` step {c.get('step')}: {c.get('summary')}"
+            note = str(c.get("note") or "").replace("\n", "; ")
             out.append(what if c.get("commit") or c.get("candidates") else
-                       f"`{c.get('symptom')}`: {c.get('note')}")
+                       f"`{c.get('symptom')}`: {note}")
             if c.get("note") and (c.get("commit") or c.get("candidates")):
-                out.append(f"  {c.get('note')}")
+                out += [f"  {line}" for line in str(c.get("note")).splitlines()]
         return out
 
     def judged(self) -> list[JudgedCommit]:
