@@ -100,6 +100,12 @@ def test_a_resumed_session_reports_what_an_uninterrupted_one_does(tmp_path: Path
     assert pb["search"] - pa["search"] in (0, 1)   # the step the Ctrl-C cut, started again
     md = (cut / "report.md").read_text()
     assert f"{started} server starts over 2 calls" in md, md
+    # the effect rests on every run of the parent (the search's and its two re-checks, 2
+    # requests each), not its last server's (issue 50: "2 vs 2 requests", 3 servers)
+    for session in (whole, cut):
+        text = (session / "report.md").read_text()
+        assert "no CI from 6 vs 2 requests" in text and "(3 servers of the parent, 1 server " \
+            "of the culprit)" in text, text
     # the time of both calls: the cut one's up to its last verdict at least
     con = sqlite3.connect(cut / "journal.sqlite")
     runs = con.execute("SELECT started, seen FROM runs ORDER BY seq").fetchall()

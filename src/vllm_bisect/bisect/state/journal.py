@@ -202,6 +202,19 @@ class SessionJournal:
                 raise self._damaged(n, err) from None
         return out
 
+    def evaluations_of(self, key: str) -> list[Evaluation]:
+        """Every evaluation journaled under ``key`` (a commit run more than once), oldest
+        first."""
+        rows = self.con.execute("SELECT evaluation FROM outcomes WHERE key = ? ORDER BY seq",
+                                (key,)).fetchall()
+        out = []
+        for n, (e,) in enumerate(rows, 1):
+            try:
+                out.append(Evaluation.model_validate_json(e))
+            except (ValidationError, ValueError) as err:
+                raise self._damaged(n, err) from None
+        return out
+
     def earlier_outcomes(self) -> list[tuple[Outcome, Evaluation]]:
         """Every outcome the calls before this one journaled (a resumed session's first
         call, ...), oldest first, each with the evaluation it judged."""
