@@ -62,6 +62,11 @@ def test_the_install_lines_the_two_commands_and_ci() -> None:
     ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
           if ln.strip() and not ln.lstrip().startswith("#")]
     assert ci[-1] == TEST_COMMAND   # CI runs exactly the README's test command
+    # the fast subset for development (issue 50): every path it names is there
+    fast = next(ln for ln in README.splitlines() if ln.startswith("python3 -m pytest -q -n 2 "))
+    for path in fast.split()[6:]:
+        assert (ROOT / path).exists(), path
+    assert "min on a quiet 2-core machine" in README
 
 
 def shell(tmp: Path) -> tuple[dict[str, str], Path]:
