@@ -42,13 +42,15 @@ def rows(session: Path) -> list[str]:
     return out
 
 
-def interrupted(spec: Path, session: Path, cache: Path, err: Path) -> None:
+def interrupted(spec: Path, session: Path, cache: Path, err: Path,
+                cmd: tuple[list[str], dict[str, str] | None] = (CLI, None)) -> None:
     """``vllm-bisect run`` stopped by SIGINT while the first search step's server starts
-    (the bad endpoint already judged), as a Ctrl-C does."""
+    (the bad endpoint already judged), as a Ctrl-C does. ``cmd``: the CLI and the environment
+    it runs in (default: this interpreter's, this environment)."""
     with err.open("w") as f:
-        p = subprocess.Popen([*CLI, "run", "--spec", str(spec), "--session", str(session),
+        p = subprocess.Popen([*cmd[0], "run", "--spec", str(spec), "--session", str(session),
                               "--cache-dir", str(cache)], stdout=subprocess.DEVNULL, stderr=f,
-                             text=True)
+                             text=True, env=cmd[1])
         deadline = time.monotonic() + 600
         while p.poll() is None:
             text = err.read_text()
