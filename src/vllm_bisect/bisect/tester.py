@@ -219,7 +219,7 @@ class Tester:
         outcome = _with_log(self.verdict(info.sha, role, ev), ev).model_copy(
             update={"from_cache": cached})
         self.policy.learn(ev, role, outcome)
-        self.store.record(outcome, ev, cached)
+        self.store.record(outcome, ev, cached, told)
         if role is Role.CONFIRM:
             self.at_bound[info.sha] = outcome.verdict
         if not told:

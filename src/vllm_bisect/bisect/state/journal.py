@@ -145,6 +145,9 @@ class SessionJournal:
             CREATE TABLE IF NOT EXISTS artifacts (
                 commit_sha TEXT PRIMARY KEY, artifact TEXT NOT NULL);
         """)
+        if "told" not in {r[1] for r in self.con.execute("PRAGMA table_info(outcomes)")}:
+            # 1: a judged commit of the result; 0: kept for what follows only (a rest check's)
+            self.con.execute("ALTER TABLE outcomes ADD COLUMN told INTEGER NOT NULL DEFAULT 1")
         self._run: int | None = None
         self._since = 0   # the last outcome journaled before this call (begin_run)
         have = self.get_meta("schema")
@@ -162,17 +165,17 @@ class SessionJournal:
     def set_meta(self, key: str, value: str) -> None:
         self.con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
-    def record(self, key: str, outcome: Outcome, ev: Evaluation) -> None:
+    def record(self, key: str, outcome: Outcome, ev: Evaluation, told: bool = True) -> None:
         with self._lock:
-            self._record(key, outcome, ev)
+            self._record(key, outcome, ev, told)
         self.touch_run()
 
-    def _record(self, key: str, outcome: Outcome, ev: Evaluation) -> None:
+    def _record(self, key: str, outcome: Outcome, ev: Evaluation, told: bool) -> None:
         self.con.execute(
-            "INSERT INTO outcomes (commit_sha, key, verdict, reason, evaluation, created) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO outcomes (commit_sha, key, verdict, reason, evaluation, created, told) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (outcome.commit, key, outcome.verdict.value, outcome.reason, ev.model_dump_json(),
-             time.time()))
+             time.time(), int(told)))
 
     def verdict_history(self) -> dict[str, list[tuple[Verdict, str]]]:
         """Every recorded (verdict, evaluation status) per measurement key, oldest first
@@ -220,7 +223,7 @@ class SessionJournal:
         call, ...), oldest first, each with the evaluation it judged."""
         rows = self.con.execute(
             "SELECT seq, commit_sha, verdict, reason, evaluation FROM outcomes WHERE seq <= ? "
-            "ORDER BY seq", (self._since,)).fetchall()
+            "AND told = 1 ORDER BY seq", (self._since,)).fetchall()
         out = []
         for n, (_, commit, verdict, reason, e) in enumerate(rows, 1):
             try:
