@@ -8,6 +8,7 @@ session that uses the same cache dir, so a second bisect of another symptom reus
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sqlite3
@@ -330,5 +331,8 @@ class SessionJournal:
         return {str(c): int(n) for c, n in rows}
 
     def close(self) -> None:
-        self.touch_run()   # the time up to now (an interrupted call's too)
+        # the time up to now (an interrupted call's too); a full disk or a damaged file here
+        # must not hide the error the call is ending with
+        with contextlib.suppress(sqlite3.Error):
+            self.touch_run()
         self.con.close()
