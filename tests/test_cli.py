@@ -166,3 +166,21 @@ def test_the_bisect_core_loads_scipy_only_when_a_test_runs() -> None:
     loaded = [line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines()
               if line.startswith("import time:") and "|" in line]
     assert loaded and not [m for m in loaded if m == "scipy" or m.startswith("scipy.")]
+
+
+@pytest.mark.parametrize("args", [(), ("hook",), ("cache",)])
+def test_help_wraps_at_the_terminal_not_inside_a_sentence(args: tuple[str, ...]) -> None:
+    """issue 50: a docstring's own line breaks cut --help's sentences in the middle (a line
+    of 90 characters on a 200-column terminal, the sentence going on below)."""
+    import itertools
+    import os
+
+    r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", *args, "--help"],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    lines = [ln.strip("│ ").rstrip() for ln in r.stdout.splitlines()]
+    for before, after in itertools.pairwise(lines):
+        # a line that goes on below (lower-case start, not a new entry) filled its width
+        if before and after and after[0].islower() and not before.endswith((".", ":")):
+            assert len(before) > 120, (before, after)

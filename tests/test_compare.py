@@ -27,5 +27,9 @@ def test_speculation_on_vs_off(tmp_path: Path) -> None:
     for key in ("a_mean", "b_mean", "gain", "ci_low", "ci_high", "pairs", "identical_outputs"):
         assert key in doc
     assert doc["pairs"] == 6 and doc["identical_outputs"] is True
+    # a line a step on stderr, stdout clean for --json (issue 50: 34 s with nothing said)
+    for line in ("preparing artifact", "starting server a", "starting server b",
+                 "pair 1 of 6", "pair 6 of 6"):
+        assert line in r.stderr, r.stderr
     # without K=3 drafts at 80% acceptance each step yields 1 token instead of ~2.95
     assert -0.75 < doc["gain"] < -0.55 and doc["ci_high"] < 0

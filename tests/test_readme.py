@@ -14,6 +14,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
+from tests.bisect.test_runner import interrupted, rows
 from tests.user_install import user_env
 
 ROOT = Path(__file__).parents[1]
@@ -62,6 +63,11 @@ def test_the_install_lines_the_two_commands_and_ci() -> None:
     ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
           if ln.strip() and not ln.lstrip().startswith("#")]
     assert ci[-1] == TEST_COMMAND   # CI runs exactly the README's test command
+    # the fast subset for development (issue 50): every path it names is there
+    fast = next(ln for ln in README.splitlines() if ln.startswith("python3 -m pytest -q -n 2 "))
+    for path in fast.split()[6:]:
+        assert (ROOT / path).exists(), path
+    assert "min on a quiet 2-core machine" in README
 
 
 def shell(tmp: Path) -> tuple[dict[str, str], Path]:
@@ -103,6 +109,15 @@ def test_a_new_users_path_runs_as_written(tmp_path: Path) -> None:
     assert f"first bad commit: {planted.group(1)}" in example
     run = sh(own[1])
     assert f"first bad commit: {planted.group(1)}" in run
+    # a Ctrl-C, then the same session again: its report is the uninterrupted one's, row for
+    # row (issue 50; a cache of its own, so it measures again)
+    whole, cut = tmp_path / "h-session", tmp_path / "h-cut"
+    interrupted(tmp_path / "h-spec.toml", cut, tmp_path / "cut-cache", tmp_path / "cut.err",
+                (["vllm-bisect"], env))
+    again = sh(f"vllm-bisect run --session {cut} --cache-dir {tmp_path / 'cut-cache'}")
+    assert f"first bad commit: {planted.group(1)}" in again and "over 2 calls" in again
+    judged = [r for r in rows(whole) if "`" in r or r.startswith("#")]   # commits, verdicts
+    assert [r for r in rows(cut) if "`" in r or r.startswith("#")] == judged, rows(cut)
     assert "## vllm-bisect result" in sh(own[2])
     hook = sh(own[3])
     assert f"{planted.group(1)} is the first bad commit" in hook

@@ -14,6 +14,7 @@ import contextlib
 import math
 import random
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,12 @@ def paired_gain(a: list[float], b: list[float]) -> tuple[float, float, float]:
 
 
 def compare(spec: BisectSpec, builder: Builder, commit: str, a: Variant, b: Variant,
-            pairs: int, log_dir: Path, seed: int | None = None) -> CompareResult:
+            pairs: int, log_dir: Path, seed: int | None = None,
+            say: Callable[[str], None] | None = None) -> CompareResult:
+    """``say``: progress, a line a step (preparing, each server, each pair): no long
+    silence."""
+    tell = say or (lambda _line: None)
+    tell(f"{commit[:12]}: preparing artifact")
     artifact = builder.prepare(commit)
     if artifact.kind in (ArtifactKind.URL, ArtifactKind.IMAGE):
         raise FatalError("compare runs two servers from one artifact: use a wheel, source or "
@@ -91,10 +97,12 @@ def compare(spec: BisectSpec, builder: Builder, commit: str, a: Variant, b: Vari
     with contextlib.ExitStack() as stack:
         handles = {}
         for v in (a, b):
+            tell(f"{commit[:12]}: starting server {v.name}")
             handles[v.name] = stack.enter_context(ProcessLauncher().serve(artifact, ServerSpec(
                 v.serve_spec(spec.serve), log_dir / f"compare-{v.name}-{commit[:12]}.log",
                 timeout_s=spec.ops.startup_timeout_s,
                 serialize_startup=spec.ops.serialize_startup)))
+        tell("warming both servers up")
         for v in (a, b):  # warm both before any counted pair
             with contextlib.suppress(RecoverableError):
                 probe.measure(handles[v.name], requests=1)
@@ -102,8 +110,9 @@ def compare(spec: BisectSpec, builder: Builder, commit: str, a: Variant, b: Vari
         b_s: list[float] = []
         digests: dict[str, set[str]] = {a.name: set(), b.name: set()}
         discarded = 0
-        for _ in range(pairs):
+        for n in range(1, pairs + 1):
             order = [a, b] if rnd.random() < 0.5 else [b, a]
+            tell(f"pair {n} of {pairs} ({order[0].name} then {order[1].name})")
             got: dict[str, Measurement] = {}
             for v in order:
                 try:

@@ -17,13 +17,15 @@ class Verdict(StrEnum):
 
 class Phase(StrEnum):
     """What a server start was for (result.json ``starts_by_phase``, the report's cost line).
-    Plain ``git bisect run`` pays only for ``search``: one server per commit it tests."""
+    Plain ``git bisect run`` pays one server per commit it tests: ``search``, and the final
+    step the search tests as ``confirm``."""
 
     ENDPOINTS = "endpoints"   # the endpoints verified or calibrated on
     SEARCH = "search"         # the search's steps (a commit's first server, and the further
     #                           servers its own test asks for)
-    CONFIRM = "confirm"       # the final pair at the whole-bisect bound, beyond its search
-    #                           servers
+    CONFIRM = "confirm"       # the final pair at the whole-bisect bound (a step the search
+    #                           tests as "confirm", and its further servers)
+    RECHECK = "re-check"      # auto on a cap: the culprit's parent again (bisect/recheck.py)
     VERIFY = "verify"         # the culprit and its parent on fresh servers
     REST = "rest"             # the rest checks, and the searches of a part they found worse
 

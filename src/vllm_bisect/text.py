@@ -13,6 +13,11 @@ def plural(n: float, noun: str, nouns: str | None = None) -> str:
     return f"{n:g} {noun if n == 1 else nouns or noun + 's'}"
 
 
+def seconds(s: float) -> str:
+    """A short time in seconds as it reads: ``0.4 s``, ``6 s`` (never ``0 s`` for 0.4)."""
+    return f"{s:.1f} s" if 0 < s < 9.95 else f"{s:.0f} s"
+
+
 def duration_h(hours: float) -> str:
     """A wall time given in hours, in the unit that reads: ``40 s``, ``12 min``, ``1.5 h``."""
     s = hours * 3600

@@ -117,8 +117,14 @@ def test_resume_after_sigkill_does_not_reprobe(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["first_bad"] == h.planted["length"]
-    cached = {p["commit"] for p in doc["probed"] if p["from_cache"]}
-    assert set(before) <= cached
+    # the first call's verdicts are the session's (in probed: the whole session, issue 50),
+    # and the resumed call started no server for them
+    assert set(before) <= {p["commit"] for p in doc["probed"]}
+    with sqlite3.connect(db) as con:
+        second = con.execute("SELECT started FROM runs ORDER BY seq").fetchall()[-1][0]
+        again = {r[0] for r in con.execute("SELECT commit_sha FROM starts WHERE created >= ?",
+                                           (second,))}
+    assert not set(before) & again, set(before) & again
     # no server survives the kill or the resume
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(h.path.parent) not in ps and "VLLM_BISECT" not in ps

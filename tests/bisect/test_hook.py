@@ -41,3 +41,25 @@ def test_hook_invalid_spec_aborts(tmp_path: Path) -> None:
     r = subprocess.run([*HOOK, "--spec", str(bad)], cwd=h.path, capture_output=True, text=True)
     assert r.returncode == 128
     assert "probe.max_tokens" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_first_hook_call_says_each_commit_and_server_it_starts(tmp_path: Path) -> None:
+    """issue 50: a first call (the endpoint check beside HEAD) ran 24.7 s and 10 server
+    starts with one line. Each commit it tests and each server it starts is a line now."""
+    import sqlite3
+
+    h = history(tmp_path, n_commits=8, cap_at=5)
+    spec = write_spec(tmp_path / "spec.toml", spec_for(h, sim_serve(), verdict={
+        "symptom": "length", "intermittent_runs": 3}))
+    git(h.path, "bisect", "start", h.bad, h.good)   # checks out the midpoint
+    r = subprocess.run([*HOOK, "--spec", str(spec)], cwd=h.path, capture_output=True,
+                       text=True, timeout=300)
+    git(h.path, "bisect", "reset")
+    assert r.returncode in (0, 1), r.stderr
+    (journal,) = (h.path / ".git" / "vllm-bisect-hook").glob("*/journal.sqlite")
+    con = sqlite3.connect(journal)
+    started = con.execute("SELECT COUNT(*) FROM starts WHERE done = 1").fetchone()[0]
+    con.close()
+    assert started >= 2   # the bad endpoint, and HEAD
+    assert r.stderr.count("starting server") == started, r.stderr
+    assert "bad endpoint" in r.stderr and " bisect " in r.stderr, r.stderr

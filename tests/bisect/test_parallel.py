@@ -175,8 +175,15 @@ def test_ctrl_c_tears_down_every_worker_and_resume_finishes(tmp_path: Path) -> N
     assert again.returncode == 0, again.stderr.decode()[-2000:]
     data = json.loads(again.stdout)
     assert data["first_bad"] == h.planted["length"]
-    cached = {p["commit"] for p in data["probed"] if p["from_cache"]}
-    assert set(first) <= cached  # nothing recorded before Ctrl-C is measured again
+    # the first call's verdicts are the session's (probed: the whole session, issue 50), and
+    # nothing recorded before Ctrl-C is measured again (no start of it in the second call)
+    assert set(first) <= {p["commit"] for p in data["probed"]}
+    con = sqlite3.connect(session / "journal.sqlite")
+    second = con.execute("SELECT started FROM runs ORDER BY seq").fetchall()[-1][0]
+    again_started = {r[0] for r in con.execute(
+        "SELECT commit_sha FROM starts WHERE created >= ?", (second,))}
+    con.close()
+    assert not set(first) & again_started
 
 
 def test_endpoints_that_do_not_reproduce_stop_every_worker(tmp_path: Path) -> None:

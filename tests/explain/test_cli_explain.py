@@ -85,7 +85,8 @@ def test_profile_at_the_end_of_run_finds_a_host_gap_through_the_env_variable(
     doc = json.loads(r.stdout)
     assert doc["first_bad"] == h.planted["kernel"]
     ex = doc["explain"]
-    assert ex["profiler"]["culprit"] == "VLLM_TORCH_PROFILER_DIR=DIR"
+    # the folder the traces went to, from the session (issue 50: a literal DIR before)
+    assert ex["profiler"]["culprit"] == "VLLM_TORCH_PROFILER_DIR=explain/traces/culprit-2"
     assert ex["deltas"][0]["key"] == "step:gpu_idle" and ex["deltas"][0]["kind"] == "slower"
     assert not any(d["key"].startswith("kernel:") for d in ex["deltas"])
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.helpers import history, make_spec, write_spec
-from vllm_bisect.text import duration_h, plural, short_subject
+from vllm_bisect.text import duration_h, plural, seconds, short_subject
 
 
 def test_a_short_run_says_its_time_in_seconds_and_keeps_pr_numbers_whole(tmp_path: Path) -> None:
@@ -26,6 +26,10 @@ def test_a_short_run_says_its_time_in_seconds_and_keeps_pr_numbers_whole(tmp_pat
     forecast = re.search(r"forecast: .*?\)", text)
     assert forecast, text
     assert "0.0 h" not in forecast.group(0)
+    # issue 50: "0 s a server start" for 0.4 s
+    assert not re.search(r"\b0 s a (server start|build|request)", forecast.group(0)), forecast
+    assert "1 more requests" not in text
+    assert not re.search(r"\b1 commits\b", text)
     assert re.search(r"about \d+ s in all", forecast.group(0)), forecast.group(0)
     assert not re.search(r"~1 steps left", text)
     # the culprit's subject is longer than the progress line's 70 characters
@@ -44,6 +48,8 @@ def test_the_wording_helpers() -> None:
     assert plural(2, "server start") == "2 server starts"
     assert duration_h(0.001) == "4 s" and duration_h(0.0) == "1 s"
     assert duration_h(0.2) == "12 min" and duration_h(2.25) == "2.2 h"
+    assert seconds(0.4) == "0.4 s" and seconds(0.04) == "0.0 s" and seconds(12.3) == "12 s"
+    assert plural(1, "more request") == "1 more request" and plural(1, "commit") == "1 commit"
     s = "[Spec Decode] Merge generation-config defaults into MTP requests (#47230)"
     for width in (30, 48, 60, 70):
         cut = short_subject(s, width)

@@ -44,7 +44,10 @@ def test_two_symptoms_at_different_commits_and_the_follow_up(tmp_path: Path) -> 
     assert json.loads(r.stdout)["first_bad"] == h.planted["length"]
     md = (tmp_path / "s1" / "report.md").read_text()
     assert "`length` flips at commit #6" in md
-    assert "flip at different commits" in md
+    # the itl column is a screen (one measurement a commit): its flip names no cause
+    assert "`itl` flips between #8 and #16 (a screen, one measurement a commit: not a verdict)" \
+        in md, md
+    assert "cause" not in md.split("Symptoms at each judged commit", 1)[1].split("###")[0]
     assert "--symptom itl --itl-factor 1.5" in md
     r2 = subprocess.run([*run, "--session", str(tmp_path / "s2"), "--symptom", "itl",
                          "--itl-factor", "1.5"], capture_output=True, text=True, timeout=300,

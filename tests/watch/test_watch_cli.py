@@ -169,3 +169,6 @@ def test_a_series_made_from_a_session(tmp_path: Path) -> None:
     assert len(rep) == 1
     assert h.shas.index(rep[0]["last_before"]) < 9 <= h.shas.index(rep[0]["first_after"])
     assert rep[0]["change"] > 1.0
+    # the session's own repository counts the window's commits (issue 50: "commits ?")
+    assert rep[0]["commits_in_window"] == h.shas.index(rep[0]["first_after"]) - \
+        h.shas.index(rep[0]["last_before"])

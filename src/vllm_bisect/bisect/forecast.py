@@ -28,7 +28,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vllm_bisect.text import duration_h, plural
+from vllm_bisect.text import duration_h, plural, seconds
 
 STEP_THRESHOLD = math.log(20.0)
 
@@ -87,9 +87,9 @@ class Forecast:
         span = self.hours_range()
         if span is not None and duration_h(span[0]) != duration_h(span[1]):
             more = f"90% range {duration_h(span[0])}..{duration_h(span[1])}; {more}"
-        return (f"{base}: about {duration_h(h)} in all at {self.build_s or 0:.0f} s a build, "
-                f"{self.start_s or 0:.0f} s a server start, {self.request_s or 0:.1f} s a "
-                f"request ({more})")
+        return (f"{base}: about {duration_h(h)} in all at {seconds(self.build_s or 0)} a "
+                f"build, {seconds(self.start_s or 0)} a server start, "
+                f"{seconds(self.request_s or 0)} a request ({more})")
 
     def as_dict(self) -> dict[str, float | None]:
         h = self.hours()

@@ -27,6 +27,7 @@ import git
 
 from vllm_bisect.bisect.bench import first_slot, open_bench
 from vllm_bisect.bisect.core import open_core
+from vllm_bisect.bisect.events import EventHandler
 from vllm_bisect.bisect.policies import resolve
 from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitRange, commit_range, info, open_repo
@@ -102,7 +103,10 @@ def _hook_dir(repo: git.Repo, spec: BisectSpec, good: str | None, bad: str | Non
     return Path(repo.git_dir) / "vllm-bisect-hook" / hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> HookResult:
+def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path,
+             events: EventHandler | None = None) -> HookResult:
+    """Judge HEAD; ``events``: progress (each commit tested, each server started), so a
+    first call that also checks the endpoints is never silent for long."""
     plan = resolve(spec, per_commit=True)
     choice = plan.choice
     if not plan.hook_ok:
@@ -141,9 +145,11 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> HookResult:
         with Session(session_dir) as session:
             assert session.journal is not None
             bench = open_bench(spec, session, cache_dir,
-                               make_builder(spec, repo, cache_dir, session.logs), slots=slots)
+                               make_builder(spec, repo, cache_dir, session.logs), events,
+                               slots=slots)
             one = rng or CommitRange(good=head, bad=head, commits=(head,))
-            core = open_core(spec, one, session.journal, cache, bench.executor, choice=choice)
+            core = open_core(spec, one, session.journal, cache, bench.executor, events,
+                             choice=choice)
             t = core.tester
             journaled = set(t.store.session)   # verdicts of this bisect's earlier hook calls
             if check_runs:

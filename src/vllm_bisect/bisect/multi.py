@@ -225,8 +225,9 @@ class _Loop:
             except NotReproduced as err:
                 if by < 0:
                     raise
+                # the numbers, not every server's level: one short line a check
                 self._note(by, f"rest check, {what}: no ({rest.starts_text(self.starts - before)}): "
-                               f"{err.message}")
+                               f"{err.message.split('; ')[0]}")
                 continue
             assert self.out is not None
             subjects = {c.sha: c.subject for c in rng.commits}
@@ -278,7 +279,8 @@ class _Loop:
         logger.info("%s", text)
         self.events.on_phase("", text)
         c = self.out.culprits[index]
-        self.out.culprits[index] = replace(c, note=f"{c.note}; {text}" if c.note else text)
+        # one line a check (a note holds one per line)
+        self.out.culprits[index] = replace(c, note=f"{c.note}\n{text}" if c.note else text)
 
 
 def run_symptoms(spec: BisectSpec, rng: CommitRange, make: MakeDriver,

@@ -38,7 +38,7 @@ from vllm_bisect.bisect.search.endpoints import (
     steps,
 )
 from vllm_bisect.bisect.tester import Tester
-from vllm_bisect.models import Verdict
+from vllm_bisect.models import Phase, Verdict
 from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict.auto import Choice, Strategy
 
@@ -125,7 +125,9 @@ def recheck(t: Tester, spec: BisectSpec, found: Found) -> Choice | None:
         t.events.on_phase("", f"re-check {run} of {v.recheck_runs}: the culprit's parent "
                               f"{parent.sha[:12]} again, on a fresh server (a flaky symptom "
                               "looks good in one run)")
-        if runs.next() is Verdict.BAD:
+        with t.measurer.during(Phase.RECHECK):
+            verdict = runs.next()
+        if verdict is Verdict.BAD:
             return Choice(Strategy.BAYES, f"auto: the culprit's parent {parent.sha[:12]}, "
                           f"judged good, showed the {v.symptom.value} symptom in re-check "
                           f"{run}: it shows in some runs only: runs are repeated where they "

@@ -39,7 +39,7 @@ from vllm_bisect.bisect.policies.twolevel import TwoLevelPolicy
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.models import Measurement, Verification
 from vllm_bisect.spec import Symptom
-from vllm_bisect.verdict.auto import log_min_change, samples_of
+from vllm_bisect.verdict.auto import direction, log_min_change, samples_of
 from vllm_bisect.verdict.twolevel import CalStep
 
 logger = logging.getLogger(__name__)
@@ -65,6 +65,7 @@ class RestCheck:
     change: float = 0.0  # the estimated change (relative), the lower end to the upper
     p_matters: float = 1.0   # P(the change >= the smallest change that matters)
     need: int = 0        # not checked / undecided: servers an end that would rule it out
+    worse_way: bool = True   # the change points the way the symptom gets worse
 
 
 def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
@@ -99,13 +100,15 @@ def check(policy: VerdictPolicy, runs: ServerRuns, cap: int,
         cal.run([cal.new_sha if new < old else cal.old_sha], max(2, step.requests))
         started += 1
     if cal.fresh:   # the next calibration (a bisect of this part) goes on from them
-        cal.record()
+        cal.record(told=False)
     servers = (len(cal.groups[cal.old_sha]), len(cal.groups[cal.new_sha]))
     matters = math.expm1(min_change)
     why = f"P(a change >= {matters:+.1%}) = {step.p_matters:.2g}; {step.numbers}"
     logger.info("rest check: %s: %s", answer.value, why)
-    return RestCheck(answer, why, servers, started, change=_change(step),
-                     p_matters=step.p_matters, need=need)
+    change = _change(step)
+    return RestCheck(answer, why, servers, started, change=change, p_matters=step.p_matters,
+                     need=need, worse_way=change * direction(policy.symptom)
+                     * (-1 if policy.terms.fix else 1) > 0)
 
 
 def _change(step: CalStep) -> float:
@@ -175,12 +178,18 @@ def note(what: str, found: RestCheck | None, why: str, starts: int, cap: int,
     head = f"rest check, {what}: "
     if found is None:
         return f"{head}untestable ({starts_text(starts)}): {why}"
-    numbers = (f"change {found.change:+.1%}, P(it matters) = {found.p_matters:.2f}, "
+    numbers = (f"change {found.change:+.1%}, P(it matters) = {found.p_matters:.2f} on "
                f"{found.servers[0]} + {found.servers[1]} servers")
-    command = (f"`vllm-bisect run --spec {spec_path} --good {rng.good.sha[:12]} --bad "
-               f"{rng.bad.sha[:12]}`")
     if found.answer is RestAnswer.EXPLAINED:
         return f"{head}no, the culprit explains the effect ({numbers}; {starts_text(starts)})"
-    return (f"{head}undecided ({numbers}; {starts_text(starts)}, verdict.rest_servers = {cap}"
-            + (f"; ~{found.need} servers an end would settle it" if found.need else "")
-            + f"): {command}")
+    if found.need and starts == 0:
+        why_not = (f"settling it takes ~{found.need} servers an end, more than "
+                   f"verdict.rest_servers = {cap} allows: none started")
+    else:
+        why_not = (f"{starts_text(starts)}, the cap verdict.rest_servers = {cap}"
+                   + (f"; ~{found.need} servers an end would settle it" if found.need else ""))
+    if not found.worse_way:   # no sign of a rest that is worse: nothing to bisect
+        return f"{head}undecided, not worse so far ({numbers}; {why_not})"
+    return (f"{head}undecided ({numbers}; {why_not}): to look further, "
+            f"`vllm-bisect run --spec {spec_path} --good {rng.good.sha[:12]} --bad "
+            f"{rng.bad.sha[:12]}`")

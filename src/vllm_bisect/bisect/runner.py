@@ -9,6 +9,7 @@ the bot's worker) writes them. It prints nothing.
 from __future__ import annotations
 
 import sqlite3
+from collections import ChainMap, Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +26,8 @@ from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.base import Builder, known_unavailable
 from vllm_bisect.errors import SessionError, disk_full
-from vllm_bisect.models import Phase
+from vllm_bisect.models import Evaluation, Outcome, Phase
+from vllm_bisect.runtime.base import Artifact, artifact_of_json
 from vllm_bisect.runtime.gpustate import locked_clocks
 from vllm_bisect.spec import BisectSpec, dump_spec
 
@@ -56,13 +58,45 @@ def run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: Ev
 
 
 def whole_session(result: BisectResult, journal: SessionJournal) -> BisectResult:
-    """The counts of every call that worked on the session (a resumed one forgets nothing):
-    server starts per phase and the time worked, from the journal."""
+    """Every call that worked on the session (a resumed one forgets nothing), from the
+    journal: the commits judged (the earlier calls' first), server starts per phase and the
+    time worked."""
     journal.touch_run()
     phases = journal.starts_by_phase()
     verify = phases.get(Phase.VERIFY.value, 0)
-    return replace(result, starts_by_phase=phases, server_starts=sum(phases.values()) - verify,
-                   verify_server_starts=verify, wall_s=journal.wall_s(), calls=journal.runs())
+    probed, evaluations = whole_probed(result, journal)
+    return replace(result, probed=probed, evaluations=evaluations, starts_by_phase=phases,
+                   server_starts=sum(phases.values()) - verify, verify_server_starts=verify,
+                   wall_s=journal.wall_s(), calls=journal.runs())
+
+
+def whole_probed(result: BisectResult, journal: SessionJournal
+                 ) -> tuple[list[Outcome], dict[str, Evaluation]]:
+    """The earlier calls' judgements, then this call's, less what this call only replayed
+    from them (a journaled verdict reused, ``from_cache``): the list an uninterrupted session
+    would have judged; with each commit's evaluation (this call's where it has one)."""
+    earlier = journal.earlier_outcomes()
+    unmatched = Counter(o.commit for o, _ in earlier)
+    mine = []
+    for o in result.probed:
+        if o.from_cache and unmatched[o.commit] > 0:
+            unmatched[o.commit] -= 1   # a replay of an earlier call's verdict
+            continue
+        mine.append(o)
+    evaluations = {ev.commit: ev for _, ev in earlier}
+    evaluations.update(result.evaluations)
+    return [o for o, _ in earlier] + mine, evaluations
+
+
+def prepared_artifacts(journal: SessionJournal) -> dict[str, Artifact]:
+    """The artifacts the earlier calls of the session prepared (a resume reads the endpoints'
+    packages from them without preparing them again)."""
+    out = {}
+    for commit, text in journal.prepared_artifacts().items():
+        artifact = artifact_of_json(text)
+        if artifact is not None:
+            out[commit] = artifact
+    return out
 
 
 def refuse_unbuildable_ends(builder: Builder, rng: CommitRange) -> None:
@@ -90,8 +124,9 @@ def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: E
         try:
             bench = open_bench(spec, session, cache_dir, builder, events, prefetch=True)
             # the endpoints' environment diff, told before the first search step (issue 28)
-            events = env_events = EndpointEnvEvents(events, bench.evaluator.artifacts,
-                                                    session_dir)
+            events = env_events = EndpointEnvEvents(
+                events, ChainMap(bench.evaluator.artifacts, prepared_artifacts(session.journal)),
+                session_dir)
             try:
                 def driver(sp: BisectSpec, r: CommitRange) -> Driver:
                     assert session.journal is not None
@@ -102,8 +137,8 @@ def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: E
                     # one search per symptom, and the rest checks (bisect.multi, issue 28)
                     multi = run_symptoms(spec, rng, driver, events,
                                          str((session_dir / "spec.toml").absolute()))
-                multi.endpoint_env = env_events.doc(multi.result.evaluations)
                 multi.result = result = whole_session(multi.result, session.journal)
+                multi.endpoint_env = env_events.doc(result.evaluations)
             finally:
                 bench.close()
         finally:

@@ -19,6 +19,19 @@ from vllm_bisect.models import Evaluation, Outcome, Phase, Verdict
 
 Item = tuple[CommitInfo, Role, int]  # (commit, role, steps left)
 
+# what a server start for a commit tested in a role counts as: the phase its progress line
+# names (a bisect step: whatever runs it, the search or a re-check)
+ROLE_PHASES = {Role.GOOD_ENDPOINT: Phase.ENDPOINTS, Role.BAD_ENDPOINT: Phase.ENDPOINTS,
+               Role.PROBLEM_ENDPOINT: Phase.ENDPOINTS, Role.FIXED_ENDPOINT: Phase.ENDPOINTS,
+               Role.CONFIRM: Phase.CONFIRM, Role.VERIFY_CULPRIT: Phase.VERIFY,
+               Role.VERIFY_PARENT: Phase.VERIFY}
+
+
+def phase_of(role: Role, current: Phase) -> Phase:
+    """The phase of a server start for a commit tested as ``role`` while the measurer counts
+    ``current``: the role's, except inside a rest check (its searches are its cost)."""
+    return current if current is Phase.REST else ROLE_PHASES.get(role, current)
+
 
 class Tester:
     def __init__(self, rng: CommitRange, store: MeasurementStore, measurer: Measurer,
@@ -65,6 +78,7 @@ class Tester:
         keeps its own, uncounted)."""
         found: dict[str, Evaluation] = {}
         missing: dict[str, MoreSamples | None] = {}
+        phases: dict[str, Phase] = {}
         for info, role, steps in items:
             self.events.on_testing(info, role, steps)
             known, want = self.lookup(info.sha, role, more, fresh)
@@ -72,7 +86,8 @@ class Tester:
                 found[info.sha] = known
             elif info.sha not in missing:
                 missing[info.sha] = want
-        measured = self.measurer.measure_all(missing, record)
+                phases[info.sha] = phase_of(role, self.measurer.phase)
+        measured = self.measurer.measure_all(missing, record, phases)
         for sha in missing:
             measured[sha] = self.run_trial(sha, measured[sha], record)
         out = []
@@ -156,9 +171,8 @@ class Tester:
         """A commit's further servers while its trial asks for a fresh one (after its first,
         ``ev``); its evaluation to judge (merged over them), cached when ``account``."""
         trial = self.trials.get(commit)
-        # a step's further servers that only its decision at the bound asks for: confirmation
-        phase = (Phase.CONFIRM if trial is not None and trial.role is Role.CONFIRM
-                 and self.measurer.phase is Phase.SEARCH else self.measurer.phase)
+        phase = (phase_of(trial.role, self.measurer.phase) if trial is not None
+                 else self.measurer.phase)
         step = self.after_server(commit, ev, account)
         n = 1
         while isinstance(step, Again):
@@ -186,24 +200,30 @@ class Tester:
     def testing(self, commit: str, role: Role, steps_left: int) -> None:
         self.events.on_testing(self._info(commit), role, steps_left)
 
-    def record_as(self, commit: str, role: Role, ev: Evaluation, cached: bool) -> Outcome:
+    def record_as(self, commit: str, role: Role, ev: Evaluation, cached: bool,
+                  told: bool = True) -> Outcome:
         if not cached:
             self.store.put(ev)
-        return self.record(self._info(commit), role, ev, cached)
+        return self.record(self._info(commit), role, ev, cached, told)
 
     def _info(self, commit: str) -> CommitInfo:
         rng = self.rng
         return next(c for c in (rng.good, rng.bad, *rng.commits) if c.sha == commit)
 
-    def record(self, info: CommitInfo, role: Role, ev: Evaluation, cached: bool) -> Outcome:
+    def record(self, info: CommitInfo, role: Role, ev: Evaluation, cached: bool,
+               told: bool = True) -> Outcome:
         """Judge an evaluation (by the commit's trial, which ends here), let the policy learn
-        from the verdict, journal it, and tell the event handler."""
+        from the verdict, journal it, and tell the event handler. Not ``told`` (a rest
+        check's servers of a part's ends, kept for its bisect): neither a judged commit of
+        the result nor a progress line."""
         outcome = _with_log(self.verdict(info.sha, role, ev), ev).model_copy(
             update={"from_cache": cached})
         self.policy.learn(ev, role, outcome)
-        self.store.record(outcome, ev, cached)
+        self.store.record(outcome, ev, cached, told)
         if role is Role.CONFIRM:
             self.at_bound[info.sha] = outcome.verdict
+        if not told:
+            return outcome
         self.probed.append(outcome)
         self.evaluations[info.sha] = ev
         self.events.on_outcome(info, outcome)

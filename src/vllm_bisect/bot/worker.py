@@ -22,7 +22,7 @@ from vllm_bisect.report.render import load, markdown
 from vllm_bisect.runner import run_bisect
 from vllm_bisect.runtime.childenv import is_secret_name
 from vllm_bisect.spec import parse_spec
-from vllm_bisect.text import short_subject
+from vllm_bisect.text import plural, short_subject
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class CommentProgress:
         if cid is None or (not force and time.monotonic() - self.last < self.interval_s):
             return
         self.last = time.monotonic()
-        body = (f"Bisect job #{self.job.id} running over {self.total} commits:\n\n"
+        body = (f"Bisect job #{self.job.id} running over {plural(self.total, 'commit')}:\n\n"
                 + "\n".join(f"- {ln}" for ln in self.lines[-30:]))
         try:  # progress is best effort: a GitHub hiccup must not abort the bisect
             self.github.edit_comment(self.job.repo, cid, body)

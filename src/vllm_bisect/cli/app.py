@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging
 import sys
 from collections.abc import Callable, Iterator
@@ -123,9 +124,19 @@ def _root(version: Annotated[bool, typer.Option(
 
 def command(name: str | None = None, on: typer.Typer = app,
             cls: type[TyperCommand] = FlagCommand) -> Callable[[F], F]:
-    """``@command()``: register a command whose flags show as flags."""
-    register: Callable[[F], F] = on.command(name, cls=cls)
+    """``@command()``: register a command whose flags show as flags, its help the docstring
+    with each paragraph on one line (the terminal wraps it: the docstring's own line breaks
+    cut sentences in the middle, issue 50)."""
+    def register(f: F) -> F:
+        done: F = on.command(name, cls=cls, help=one_line_paragraphs(f.__doc__ or ""))(f)
+        return done
     return register
+
+
+def one_line_paragraphs(doc: str) -> str:
+    """``doc`` with the line breaks inside each paragraph joined (blank lines kept)."""
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
 @functools.cache

@@ -58,7 +58,12 @@ def _judge(spec_path: Path, cache_dir: Path | None, verbose: bool) -> int:
     setup_logging(verbose)
     spec = load_spec(spec_path)
     cache = usable_cache_dir(cache_dir if cache_dir is not None else default_cache_dir())
-    result = run_hook(spec, Path.cwd(), cache)
+    from vllm_bisect.cli.app import err as console
+    from vllm_bisect.cli.run_cmds import RichEvents
+
+    # progress on stderr: a line a commit tested and a server started (issue 50: a first
+    # call ran 24.7 s and 10 server starts with one line)
+    result = run_hook(spec, Path.cwd(), cache, RichEvents(console()))
     outcome = result.outcome
     code = int(EXIT_FOR[outcome.verdict])
     if result.reused:   # the journal, not --cache-dir, holds these: say so (issue 42)

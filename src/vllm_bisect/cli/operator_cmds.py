@@ -16,6 +16,7 @@ from vllm_bisect.cli.app import (
     EXIT_USER,
     app,
     command,
+    err,
     esc,
     fail,
     one_commit,
@@ -255,7 +256,8 @@ def compare_cmd(
         builder, sha, _root, logs = one_commit(spec, commit, cache_dir, "compare-logs")
         a = Variant("a", _env_pairs(a_env), list(a_arg or []), not a_no_speculative)
         b = Variant("b", _env_pairs(b_env), list(b_arg or []), not b_no_speculative)
-        res = compare(spec, builder, sha, a, b, pairs, logs, seed)
+        res = compare(spec, builder, sha, a, b, pairs, logs, seed,
+                      say=lambda line: err().print(f"[dim]{esc(line)}[/]"))
     if as_json:
         print_json(json.dumps(res.to_dict()))
     else:

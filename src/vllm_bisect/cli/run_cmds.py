@@ -25,6 +25,7 @@ from vllm_bisect.cli.app import (
     user_errors,
 )
 from vllm_bisect.errors import BisectError, FatalError, NotReproduced, SpecError
+from vllm_bisect.text import plural
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -53,7 +54,7 @@ class RichEvents:
         if self.session_line:
             self.c.print(f"[dim]{escape(self.session_line)}[/]")
         self.c.print(f"[bold]range[/] {rng.good.sha[:12]}..{rng.bad.sha[:12]}: "
-                     f"{len(rng.commits)} commits")
+                     f"{plural(len(rng.commits), 'commit')}")
         for note in rng.notes:
             self.c.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
 
@@ -140,7 +141,8 @@ def summary(session_dir: Path, console: Console) -> None:
             console.print(f"  {c}")
     par = (f", {result.rounds} rounds on {result.workers} workers" if result.workers > 1
            else "")
-    console.print(f"[dim]{len(result.judged())} commits judged, {starts_text(result)}{par}, "
+    console.print(f"[dim]{plural(len(result.judged()), 'commit')} judged, "
+                  f"{starts_text(result)}{par}, "
                   f"{result.wall_s:.1f} s[/]")
     if result.model:
         console.print(esc(result.model.text(result.first_bad)), highlight=False)

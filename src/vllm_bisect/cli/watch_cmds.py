@@ -12,6 +12,8 @@ import typer
 from vllm_bisect.cli.app import VerboseOpt, command, err, out, print_json, setup_logging, user_errors
 
 if TYPE_CHECKING:
+    import git
+
     from vllm_bisect.spec import BisectSpec
     from vllm_bisect.watch.plan import Finding
     from vllm_bisect.watch.render import WindowResult
@@ -47,6 +49,18 @@ def _bisect_window(spec: BisectSpec, f: Finding, root: Path, cache_dir: Path | N
                         "culprit" if result.first_bad else "no single culprit", str(session))
 
 
+def _session_repo(session: Path) -> git.Repo | None:
+    """The repository a session bisected (its stored spec's range.repo); None: gone."""
+    from vllm_bisect.bisect.range import open_repo
+    from vllm_bisect.bisect.state.session import stored_spec
+    from vllm_bisect.errors import BisectError
+
+    try:
+        return open_repo(stored_spec(session).range.repo)
+    except BisectError:
+        return None
+
+
 def _table(series: Series, findings: list[Finding], commits: dict[str, int | None]) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -60,7 +74,7 @@ def _table(series: Series, findings: list[Finding], commits: dict[str, int | Non
             n = commits.get(f.name)
             t.add_row(escape(f.metric), f.direction.value,
                       (f.before.commit or f.before.ref)[:12], (f.after.commit or f.after.ref)[:12],
-                      str(f.points), "?" if n is None else str(n), f"{f.cp.change:+.1%}",
+                      str(f.points), "unknown" if n is None else str(n), f"{f.cp.change:+.1%}",
                       f"{f.cp.confidence:.4f}")
     out().print(t)
     for f in findings:
@@ -71,7 +85,7 @@ def _table(series: Series, findings: list[Finding], commits: dict[str, int | Non
         out().print("no change point outside the series' run-to-run spread")
     elif not any(n is not None for n in commits.values()):
         out().print("[dim]commits: the commits in each window, counted in the vLLM checkout "
-                    "(--repo or the spec's range.repo); ? without one[/]")
+                    "(--repo or the spec's range.repo; a session's own); unknown without one[/]")
 
 
 @command()
@@ -107,7 +121,14 @@ def watch(
     from vllm_bisect.spec import dump_spec, load_spec, parse_spec
     from vllm_bisect.watch.detect import DetectOptions
     from vllm_bisect.watch.plan import find, resolve_points, window_commits, window_spec
-    from vllm_bisect.watch.render import WindowResult, html_page, markdown, nonfinite_lines, row
+    from vllm_bisect.watch.render import (
+        WindowResult,
+        html_page,
+        markdown,
+        nonfinite_lines,
+        row,
+        window_text,
+    )
     from vllm_bisect.watch.series import load_series
 
     setup_logging(verbose)
@@ -131,6 +152,8 @@ def watch(
             git_repo = open_repo(base.range.repo)
             if series.source != "session":
                 series = resolve_points(series, git_repo)
+        elif series.source == "session":   # its own repository counts the windows' commits
+            git_repo = _session_repo(Path(str(series.settings["session"])))
         findings = find(series, metric, DetectOptions(max_pvalue=max_pvalue, min_change=min_change))
         commits = {f.name: window_commits(git_repo, f) if git_repo is not None else None
                    for f in findings if f.cp.reported}
@@ -148,10 +171,10 @@ def watch(
             specs[f.name] = str(path)
             if bisect:
                 err().print(f"[bold]bisecting[/] {f.name}: {f.direction.value} "
-                            f"{f.cp.change:+.1%} in {f.points + 1} points' window")
+                            f"{f.cp.change:+.1%}, {window_text(f.points, commits.get(f.name))}")
                 results[f.name] = _bisect_window(spec, f, root, cache_dir)
-        (root / "watch.md").write_text(markdown(series, findings, results))
-        (root / "watch.html").write_text(html_page(series, findings, results))
+        (root / "watch.md").write_text(markdown(series, findings, results, commits))
+        (root / "watch.html").write_text(html_page(series, findings, results, commits))
     if as_json:
         print_json(json.dumps({
             "source": series.source, "points": len(series.points),

@@ -98,7 +98,9 @@ def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
             sha = shas[side]
             trace_dir = base / "traces" / f"{side}-{n}"
             switch = profiler_switch(repo, sha, trace_dir)
-            switches[side] = switch.describe().replace(str(trace_dir.absolute()), "DIR")
+            # where the traces went, from the session (never a literal DIR: issue 50)
+            switches[side] = switch.describe().replace(str(trace_dir.absolute()),
+                                                       _from_session(trace_dir, session))
             log_dir = base / "logs" / f"{side}-{n}"
             logs.setdefault(side, log_dir / f"serve-{sha[:12]}.log")
             kept = _kept(base, side, n, keys[side])
@@ -145,6 +147,13 @@ def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
     }
     _save(session, doc)
     return doc
+
+
+def _from_session(path: Path, session: Path) -> str:
+    try:
+        return str(path.absolute().relative_to(session.absolute()))
+    except ValueError:
+        return str(path.absolute())
 
 
 def _kept_path(base: Path, side: str, n: int) -> Path:

@@ -78,7 +78,7 @@ def markdown(r: SessionReport) -> str:
         s = v.symptoms
         lines += ["", s.caption + ":", "", *_table(s.columns, s.rows), ""]
         lines += [f"- `{symptom}` flips {where}" for symptom, where in s.flips]
-        lines.append(f"- {s.conclusion}")
+        lines += [f"- {s.conclusion}"] if s.conclusion else []
         lines += [f"- follow `{symptom}` too (cached measurements are reused): `{cmd}`"
                   for symptom, cmd in s.follow_ups]
     lines += v.studies  # isolate / deps / knobs (vllm_bisect.isolate)

@@ -178,7 +178,9 @@ class BisectReport(_Doc):
     strategy_chosen: str | None = None
     strategy_reason: str | None = None
     flaky: FlakyDoc | None = None    # the symptom came and went (auto switched to bayes)
-    server_starts: int = 0           # all but the verification's (verify_server_starts)
+    # every server start, the verification's included (the sum of starts_by_phase when
+    # there is one); verify_server_starts: the verification's of them
+    server_starts: int = 0
     verify_server_starts: int = 0
     # every start of the session (every call: a resume too), by phase (models.Phase), and
     # what plain `git bisect run` would have started: one server per step, ceil(log2 n)
@@ -240,7 +242,9 @@ class BisectReport(_Doc):
                    model=(RangeModelDoc(**{**asdict(result.model), "posterior": list(
                        result.model.posterior)}) if result.model is not None else None),
                    strategy_reason=result.strategy_reason, flaky=FlakyDoc.of(result.flaky),
-                   server_starts=result.server_starts,
+                   server_starts=(sum(result.starts_by_phase.values())
+                                  if result.starts_by_phase
+                                  else result.server_starts + result.verify_server_starts),
                    verify_server_starts=result.verify_server_starts,
                    starts_by_phase=result.starts_by_phase,
                    plain_bisect_starts=plain_starts(len(result.range.commits)),
@@ -255,10 +259,11 @@ class BisectReport(_Doc):
         out = ["a " + ", and another ".join(found)] if len(found) > 1 else []
         for c in self.culprits or []:
             what = f"`{c.get('symptom')}` step {c.get('step')}: {c.get('summary')}"
+            note = str(c.get("note") or "").replace("\n", "; ")
             out.append(what if c.get("commit") or c.get("candidates") else
-                       f"`{c.get('symptom')}`: {c.get('note')}")
+                       f"`{c.get('symptom')}`: {note}")
             if c.get("note") and (c.get("commit") or c.get("candidates")):
-                out.append(f"  {c.get('note')}")
+                out += [f"  {line}" for line in str(c.get("note")).splitlines()]
         return out
 
     def judged(self) -> list[JudgedCommit]:

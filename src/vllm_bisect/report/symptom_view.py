@@ -23,7 +23,7 @@ class SymptomView:
     columns: tuple[str, ...]
     rows: list[tuple[str, ...]]     # index, then yes/no/- per symptom
     flips: list[tuple[str, str]]    # (symptom, where it flips)
-    conclusion: str
+    conclusion: str | None   # same cause or separate ones (only from verdicts)
     follow_ups: list[tuple[str, str]]   # (symptom, the command that follows it)
 
 
@@ -111,6 +111,8 @@ def symptom_view(res: BisectReport, spec_text: str) -> SymptomView | None:
         where = (f"at commit #{f.first_with}" if f.exact else
                  f"between #{f.last_without} and #{f.first_with}" if f.last_without is not None
                  else f"at or before #{f.first_with}")
+        if f.symptom not in rules.from_verdict:
+            where += " (a screen, one measurement a commit: not a verdict)"
         flips.append((f.symptom, where))
     followed = spec.verdict.symptom.value
     covered = {"any": {"length", "itl"}}.get(followed, {followed})
@@ -127,8 +129,15 @@ def symptom_view(res: BisectReport, spec_text: str) -> SymptomView | None:
         columns=("#", *symptoms.SYMPTOMS),
         rows=[(str(i), *(mark[row[s]] for s in symptoms.SYMPTOMS))
               for i, row in sorted(rows.items())],
-        flips=flips,
-        conclusion=("the symptoms flip at the same commit (one root cause is likely)"
-                    if symptoms.same_root(fl) else
-                    "the symptoms flip at different commits: separate causes"),
-        follow_ups=follow)
+        flips=flips, conclusion=_conclusion(fl, rules.from_verdict), follow_ups=follow)
+
+
+def _conclusion(fl: list[symptoms.Flip], from_verdict: tuple[str, ...]) -> str | None:
+    """Same cause or separate ones: said only from verdicts (two symptoms the bisect judged);
+    a screen's flip names no cause (None)."""
+    judged = [f for f in fl if f.symptom in from_verdict]
+    if len(judged) < 2:
+        return None
+    return ("the judged symptoms flip at the same commit (one root cause is likely)"
+            if symptoms.same_root(judged) else
+            "the judged symptoms flip at different commits: separate causes")

@@ -18,6 +18,7 @@ from vllm_bisect.report.result import (
 )
 from vllm_bisect.report.sections import study_lines
 from vllm_bisect.report.symptom_view import SymptomView, session_spec, symptom_view
+from vllm_bisect.text import plural
 
 COMMIT_URL = "https://github.com/vllm-project/vllm/commit/{sha}"
 PR_URL = "https://github.com/vllm-project/vllm/pull/{pr}"
@@ -153,8 +154,8 @@ def view(r: SessionReport) -> ReportView:
         strategy=(f"{res.strategy_chosen} ({res.strategy_reason or ''})"
                   if res.strategy_chosen else None),
         flaky=res.flaky.text() if res.flaky else None,
-        summary=(f"Range {res.good[:12]} (good) .. {res.bad[:12]} (bad), {res.n_commits} "
-                 f"commits; {len(judged)} judged, {starts_text(res)}, "
+        summary=(f"Range {res.good[:12]} (good) .. {res.bad[:12]} (bad), "
+                 f"{plural(res.n_commits, 'commit')}; {len(judged)} judged, {starts_text(res)}, "
                  f"{res.wall_s:.0f} s."),
         rows=rows, symptoms=symptom_view(res, r.spec_text),
         skips=[skip_view(p, r.session) for p in judged if p.verdict is Verdict.SKIP],
@@ -248,8 +249,8 @@ def requests_text(v: VerificationDoc) -> str:
 
 def starts_text(res: BisectReport) -> str:
     """Every server start of the session by phase, beside plain ``git bisect run``'s."""
-    total = res.server_starts + res.verify_server_starts
     by = res.starts_by_phase
+    total = res.server_starts
     parts = [f"{p.value} {by[p.value]}" for p in Phase if by.get(p.value)]
     plain = (f"; plain git bisect run: ~{res.plain_bisect_starts}, one a step"
              if res.plain_bisect_starts else "")

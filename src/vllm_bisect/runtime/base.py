@@ -4,8 +4,9 @@ and :func:`server_env`, the one place a server's environment additions are merge
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from vllm_bisect.spec import ArtifactKind, ServeSpec
@@ -27,6 +28,30 @@ class Artifact:
     digest: str | None = None          # image builder: repo digest or image id
     env: dict[str, str] = field(default_factory=dict)
     cached: bool = False
+
+
+_PATHS = ("checkout", "venv")
+
+
+def artifact_json(artifact: Artifact) -> str:
+    """The artifact as JSON (a session's journal keeps what each call prepared)."""
+    data = asdict(artifact)
+    data["kind"] = artifact.kind.value
+    for key in _PATHS:
+        data[key] = str(data[key]) if data[key] is not None else None
+    return json.dumps(data)
+
+
+def artifact_of_json(text: str) -> Artifact | None:
+    """An artifact :func:`artifact_json` wrote (None: unreadable, e.g. another version's)."""
+    try:
+        data = json.loads(text)
+        data["kind"] = ArtifactKind(data["kind"])
+        for key in _PATHS:
+            data[key] = Path(data[key]) if data.get(key) is not None else None
+        return Artifact(**data)
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def server_env(serve: ServeSpec, artifact: Artifact | None = None,

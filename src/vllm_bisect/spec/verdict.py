@@ -155,7 +155,8 @@ class VerdictSpec(_Model):
     # the server runs out of memory starting (verdict/memory.py)
     memory_factor: float = Field(default=1.1, gt=1.0)
     # once the culprit is found, re-measure it and its parent on fresh servers with this many
-    # requests each; the report's effect and its 95% CI come from these samples (0: skip)
+    # requests each (every strategy; the two-level test adds servers while it asks); the
+    # report's effect and its 95% CI come from these samples (0: skip)
     verify_samples: int = Field(default=10, ge=0, le=1000)
 
 

@@ -39,18 +39,38 @@ def _short(ref: str) -> str:
     return ref[:12] if len(ref) == 40 else ref
 
 
-def markdown(series: Series, findings: list[Finding], results: dict[str, WindowResult]) -> str:
+def cell(text: str) -> str:
+    """Text for one Markdown table cell: one line (a line break would end the row), a
+    literal "|" escaped (it would split the cell)."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def window_text(points: int, commits: int | None) -> str:
+    """What lies between a finding's last point before and first point after, as the table,
+    the terminal and watch.md all say it."""
+    return (f"{points} point{'' if points == 1 else 's'} between, "
+            + ("commits unknown (no repository)" if commits is None else
+               f"{commits} commit{'' if commits == 1 else 's'}"))
+
+
+def markdown(series: Series, findings: list[Finding], results: dict[str, WindowResult],
+             commits: dict[str, int | None] | None = None) -> str:
+    """``commits``: the commits in each finding's window (None or absent: unknown)."""
     lines = [f"# vllm-bisect watch: {len(series.points)} points ({series.source})", "",
-             "| metric | change | last before | first after | size | confidence | culprit |",
-             "|---|---|---|---|---|---|---|"]
+             "| metric | change | last before | first after | points between | commits | size "
+             "| confidence | culprit |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for f in findings:
         if not f.cp.reported:
             continue
         r = results.get(f.name)
-        culprit = (f"`{_short(r.culprit)}` {r.subject or ''}" if r and r.culprit
-                   else (r.note if r else "not bisected"))
-        lines.append(f"| {f.metric} | {f.direction.value} | `{_short(f.before.commit or f.before.ref)}`"
-                     f" | `{_short(f.after.commit or f.after.ref)}` | {f.cp.change:+.1%} | "
+        culprit = (f"`{_short(r.culprit)}` {cell(r.subject or '')}" if r and r.culprit
+                   else cell(r.note) if r else "not bisected")
+        n = (commits or {}).get(f.name)
+        lines.append(f"| {cell(f.metric)} | {f.direction.value} | "
+                     f"`{_short(f.before.commit or f.before.ref)}` | "
+                     f"`{_short(f.after.commit or f.after.ref)}` | {f.points} | "
+                     f"{'unknown' if n is None else n} | {f.cp.change:+.1%} | "
                      f"{f.cp.confidence:.4f} | {culprit} |")
     quiet = [f for f in findings if not f.cp.reported]
     if quiet:
@@ -110,11 +130,12 @@ def svg_plot(series: Series, metric: str, findings: list[Finding]) -> str:
     return "\n".join(parts)
 
 
-def html_page(series: Series, findings: list[Finding], results: dict[str, WindowResult]) -> str:
+def html_page(series: Series, findings: list[Finding], results: dict[str, WindowResult],
+              commits: dict[str, int | None] | None = None) -> str:
     metrics = list(dict.fromkeys(f.metric for f in findings if f.cp.reported))
     body = [f"<h1>vllm-bisect watch</h1><p>{len(series.points)} points ({series.source})</p>"]
     body += [f"<figure>{svg_plot(series, m, findings)}</figure>" for m in metrics]
-    body.append("<pre>" + html.escape(markdown(series, findings, results)) + "</pre>")
+    body.append("<pre>" + html.escape(markdown(series, findings, results, commits)) + "</pre>")
     return ("<!doctype html><html><head><meta charset='utf-8'><title>vllm-bisect watch</title>"
             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}svg{width:100%}"
             "</style></head><body>" + "\n".join(body) + "</body></html>\n")

@@ -42,7 +42,7 @@ from vllm_bisect.errors import (
 )
 from vllm_bisect.models import EvalStatus, Evaluation, FailureKind, Measurement
 from vllm_bisect.probes.vllm_bench import bench_throughput
-from vllm_bisect.runtime.base import ServerHandle, server_env
+from vllm_bisect.runtime.base import ServerHandle, artifact_json, server_env
 from vllm_bisect.runtime.launch import Launcher, ServerSpec, launch_plan, launcher_for
 from vllm_bisect.spec import BisectSpec, ImageBuild, ServeSpec
 
@@ -120,6 +120,8 @@ class Evaluator:
         except Exception as err:  # a bug or an unforeseen input: skip this commit only
             return self._internal(call, "preparing its artifact", err, env, None)
         self.artifacts[commit] = artifact
+        if self.journal is not None:
+            self.journal.artifact_prepared(commit, artifact_json(artifact))
         call = dataclasses.replace(call, artifact=artifact)
         try:
             return self._measure(call, env, cancelled)

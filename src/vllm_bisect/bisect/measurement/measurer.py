@@ -74,11 +74,13 @@ class Measurer:
         return len(self._tasks)
 
     # -- asynchronous: the parallel search -----------------------------------------------
-    def submit(self, commit: str, more: MoreSamples | None = None, account: bool = True) -> int:
+    def submit(self, commit: str, more: MoreSamples | None = None, account: bool = True,
+               phase: Phase | None = None) -> int:
         """``account``: count and cache it (culprit verification does not: it is kept in
-        the journal, and the search's server starts are what the report compares)."""
+        the journal, and the search's server starts are what the report compares).
+        ``phase``: what its servers count as (default: the current :meth:`during`)."""
         task, self._next = self._next, self._next + 1
-        self._start(task, commit, more, self.retries, account, self.phase)
+        self._start(task, commit, more, self.retries, account, phase or self.phase)
         return task
 
     def _start(self, task: int, commit: str, more: MoreSamples | None, left: int,
@@ -128,17 +130,18 @@ class Measurer:
         self.store.put(ev)
 
     # -- synchronous ----------------------------------------------------------------------
-    def measure_all(self, wants: Mapping[str, MoreSamples | None], account: bool = True
-                    ) -> dict[str, Evaluation]:
+    def measure_all(self, wants: Mapping[str, MoreSamples | None], account: bool = True,
+                    phases: Mapping[str, Phase] | None = None) -> dict[str, Evaluation]:
         """Fresh evaluations (no cache lookup) of each commit with the samples it wants, as
-        many at once as there are free workers."""
+        many at once as there are free workers; ``phases``: what a commit's servers count as
+        (default: the current :meth:`during`)."""
         out: dict[str, Evaluation] = {}
         waiting = list(wants)
         try:
             while waiting or self._tasks:
                 while waiting and self.free() > 0:
                     commit = waiting.pop(0)
-                    self.submit(commit, wants[commit], account)
+                    self.submit(commit, wants[commit], account, (phases or {}).get(commit))
                 for done in self.wait():
                     out[done.commit] = done.evaluation
         except BaseException:

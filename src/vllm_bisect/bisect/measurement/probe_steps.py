@@ -28,6 +28,7 @@ from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.gpustate import observe, process_tree, read_state
 from vllm_bisect.runtime.process import LaunchPlan
 from vllm_bisect.spec import BenchSpec, BisectSpec, LoadSpec, OpsSpec, ProbeSpec
+from vllm_bisect.text import plural
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class DecodeStep:
         while call.more is not None and (k := call.more(m)) > 0:
             if call.cancelled():
                 raise Cancelled("cancelled between samples")
-            call.say(f"sampling {k} more requests ({len(m.requests)} so far)")
+            call.say(f"sampling {plural(k, 'more request')} ({len(m.requests)} so far)")
             m = combine(m, self.probe.measure(server, requests=k, warmup=0))
         after = read_state()
         own = process_tree(server.pid) if before or after else set()

@@ -90,8 +90,10 @@ class ServerRuns(Protocol):
 
     def testing(self, commit: str, role: Role, steps_left: int) -> None: ...
 
-    def record_as(self, commit: str, role: Role, ev: Evaluation, cached: bool) -> Outcome:
-        """Cache (unless ``cached``), judge, journal and report one evaluation."""
+    def record_as(self, commit: str, role: Role, ev: Evaluation, cached: bool,
+                  told: bool = True) -> Outcome:
+        """Cache (unless ``cached``), judge, journal and report one evaluation (``told``:
+        as a judged commit; else journaled and learned from only)."""
         ...
 
 

@@ -112,8 +112,10 @@ class Calibration:
         logger.info("%s", step.reason)
         return step
 
-    def record(self) -> None:
-        """Each endpoint's servers merged into one evaluation, judged and journaled."""
+    def record(self, told: bool = True) -> None:
+        """Each endpoint's servers merged into one evaluation, judged and journaled
+        (``told``: as the endpoints' verdicts; a rest check's ends are not: the culprit is
+        the lower end of the part after it, never "good")."""
         for sha, role in self.roles.items():
             ev = self.p.merged(self.last[sha], self.groups[sha], self.earlier[sha])
-            self.runs.record_as(sha, role, ev, cached=sha not in self.fresh)
+            self.runs.record_as(sha, role, ev, cached=sha not in self.fresh, told=told)

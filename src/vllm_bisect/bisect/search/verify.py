@@ -73,14 +73,27 @@ def from_rechecks(t: Tester, culprit: str, parent: CommitInfo, runs: int) -> Ver
     if (not mine or any(o.verdict is not Verdict.BAD for o in mine) or len(theirs) < runs
             or any(o.verdict is not Verdict.GOOD for o in theirs)):
         return None
-    c_ev, p_ev = t.evaluations.get(culprit), t.evaluations.get(parent.sha)
     return Verification(
         culprit=culprit, parent=parent.sha, samples=0, source="rechecks",
         culprit_verdict=Verdict.BAD, parent_verdict=Verdict.GOOD,
         culprit_reason=mine[-1].reason, parent_reason=theirs[-1].reason,
-        culprit_measurement=c_ev.measurement if c_ev else None,
-        parent_measurement=p_ev.measurement if p_ev else None,
+        culprit_measurement=pooled_runs(t, culprit), parent_measurement=pooled_runs(t, parent.sha),
         culprit_runs=len(mine), parent_runs=len(theirs))
+
+
+def pooled_runs(t: Tester, commit: str) -> Measurement | None:
+    """The commit's latest measurement with the requests of every run the session journaled
+    of it (a parent re-checked on 3 servers: its effect rests on all their requests, not
+    the last server's)."""
+    runs = [ev.measurement for ev in t.store.journal.evaluations_of(t.store.key(commit))
+            if ev.measurement is not None]
+    ev = t.evaluations.get(commit)
+    last = ev.measurement if ev is not None else None
+    if last is None or len(runs) < 2:
+        return last
+    requests = [r for m in runs for r in m.requests]
+    return last.model_copy(update={"requests": requests,
+                                   "output_tokens": [r.output_tokens for r in requests]})
 
 
 def verify_culprit(t: Tester, culprit: str, fresh: bool = False,
@@ -97,8 +110,7 @@ def verify_culprit(t: Tester, culprit: str, fresh: bool = False,
                                      if rechecked else None))
     if stored:
         v = Verification.model_validate_json(stored)
-        asked = 0 if t.policy.traits.multi_server else need
-        if v.culprit == culprit and (v.samples == asked if v.source == "fresh" else pooled):
+        if v.culprit == culprit and (v.samples == need if v.source == "fresh" else pooled):
             return v
     if pooled is not None:
         logger.info("the culprit %s and its parent were judged by the search (%s): that is "
@@ -110,18 +122,16 @@ def verify_culprit(t: Tester, culprit: str, fresh: bool = False,
     def more(m: Measurement) -> int:
         return max(0, need - len(m.requests))
 
-    # on fresh servers, uncounted and not journaled (kept here); the two-level test: fresh
-    # servers until it decides again (one server's requests cannot outweigh the server
-    # level), from what its trial asks
+    # on fresh servers, uncounted and not journaled (kept here), verify_samples requests on
+    # each first server (the effect's interval rests on them: issue 50); the two-level test:
+    # further fresh servers while it asks (one server's requests cannot outweigh the server
+    # level)
     with t.measurer.during(Phase.VERIFY):
         (co, c_ev), (po, p_ev) = t.run_trials(
-            [(info, Role.VERIFY_CULPRIT, 0), (parent, Role.VERIFY_PARENT, 0)],
-            None if t.policy.traits.multi_server else more, fresh=True, record=False)
+            [(info, Role.VERIFY_CULPRIT, 0), (parent, Role.VERIFY_PARENT, 0)], more,
+            fresh=True, record=False)
     evs = {culprit: c_ev, parent.sha: p_ev}
-    # the requests asked for each: verify_samples, or 0 when the two-level test chose them
-    # per server (issue 42: "samples: 10" stood beside arrays of 2)
-    v = Verification(culprit=culprit, parent=parent.sha,
-                     samples=0 if t.policy.traits.multi_server else need,
+    v = Verification(culprit=culprit, parent=parent.sha, samples=need,
                      culprit_verdict=co.verdict, parent_verdict=po.verdict,
                      culprit_reason=co.reason, parent_reason=po.reason,
                      culprit_measurement=co.measurement, parent_measurement=po.measurement,

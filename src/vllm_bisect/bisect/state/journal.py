@@ -8,6 +8,7 @@ session that uses the same cache dir, so a second bisect of another symptom reus
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sqlite3
@@ -142,8 +143,14 @@ class SessionJournal:
             CREATE TABLE IF NOT EXISTS runs (
                 seq INTEGER PRIMARY KEY AUTOINCREMENT, started REAL NOT NULL,
                 seen REAL NOT NULL);
+            CREATE TABLE IF NOT EXISTS artifacts (
+                commit_sha TEXT PRIMARY KEY, artifact TEXT NOT NULL);
         """)
+        if "told" not in {r[1] for r in self.con.execute("PRAGMA table_info(outcomes)")}:
+            # 1: a judged commit of the result; 0: kept for what follows only (a rest check's)
+            self.con.execute("ALTER TABLE outcomes ADD COLUMN told INTEGER NOT NULL DEFAULT 1")
         self._run: int | None = None
+        self._since = 0   # the last outcome journaled before this call (begin_run)
         have = self.get_meta("schema")
         if have is None:
             self.set_meta("schema", str(SCHEMA_VERSION))
@@ -159,16 +166,17 @@ class SessionJournal:
     def set_meta(self, key: str, value: str) -> None:
         self.con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
-    def record(self, key: str, outcome: Outcome, ev: Evaluation) -> None:
+    def record(self, key: str, outcome: Outcome, ev: Evaluation, told: bool = True) -> None:
         with self._lock:
-            self._record(key, outcome, ev)
+            self._record(key, outcome, ev, told)
+        self.touch_run()
 
-    def _record(self, key: str, outcome: Outcome, ev: Evaluation) -> None:
+    def _record(self, key: str, outcome: Outcome, ev: Evaluation, told: bool) -> None:
         self.con.execute(
-            "INSERT INTO outcomes (commit_sha, key, verdict, reason, evaluation, created) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO outcomes (commit_sha, key, verdict, reason, evaluation, created, told) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (outcome.commit, key, outcome.verdict.value, outcome.reason, ev.model_dump_json(),
-             time.time()))
+             time.time(), int(told)))
 
     def verdict_history(self) -> dict[str, list[tuple[Verdict, str]]]:
         """Every recorded (verdict, evaluation status) per measurement key, oldest first
@@ -211,6 +219,47 @@ class SessionJournal:
                 raise self._damaged(n, err) from None
         return out
 
+    def evaluations_of(self, key: str) -> list[Evaluation]:
+        """Every evaluation journaled under ``key`` (a commit run more than once), oldest
+        first."""
+        rows = self.con.execute("SELECT evaluation FROM outcomes WHERE key = ? ORDER BY seq",
+                                (key,)).fetchall()
+        out = []
+        for n, (e,) in enumerate(rows, 1):
+            try:
+                out.append(Evaluation.model_validate_json(e))
+            except (ValidationError, ValueError) as err:
+                raise self._damaged(n, err) from None
+        return out
+
+    def earlier_outcomes(self) -> list[tuple[Outcome, Evaluation]]:
+        """Every outcome the calls before this one journaled (a resumed session's first
+        call, ...), oldest first, each with the evaluation it judged."""
+        rows = self.con.execute(
+            "SELECT seq, commit_sha, verdict, reason, evaluation FROM outcomes WHERE seq <= ? "
+            "AND told = 1 ORDER BY seq", (self._since,)).fetchall()
+        out = []
+        for n, (_, commit, verdict, reason, e) in enumerate(rows, 1):
+            try:
+                ev = Evaluation.model_validate_json(e)
+                out.append((Outcome(commit=commit, verdict=Verdict(verdict), reason=reason,
+                                    measurement=ev.measurement), ev))
+            except (ValidationError, ValueError) as err:
+                raise self._damaged(n, err) from None
+        return out
+
+    def artifact_prepared(self, commit: str, artifact: str) -> None:  # (worker threads)
+        """The artifact a call prepared for ``commit`` (JSON): a later call (a resume) reads
+        its packages without preparing it again."""
+        with self._lock:
+            self.con.execute("INSERT OR REPLACE INTO artifacts VALUES (?, ?)", (commit, artifact))
+
+    def prepared_artifacts(self) -> dict[str, str]:
+        """commit -> the artifact (JSON) some call of this session prepared for it."""
+        with self._lock:
+            rows = self.con.execute("SELECT commit_sha, artifact FROM artifacts").fetchall()
+        return {str(c): str(a) for c, a in rows}
+
     def _damaged(self, n: int, err: Exception) -> SessionError:
         why = str(err).splitlines()
         return SessionError(
@@ -240,6 +289,8 @@ class SessionJournal:
         with self._lock:
             cur = self.con.execute("INSERT INTO runs (started, seen) VALUES (?, ?)", (now, now))
             self._run = cur.lastrowid
+            self._since = int(self.con.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM outcomes").fetchone()[0])
 
     def touch_run(self) -> None:
         """This call is still working (a kill -9 loses at most the time since)."""
@@ -293,4 +344,8 @@ class SessionJournal:
         return {str(c): int(n) for c, n in rows}
 
     def close(self) -> None:
+        # the time up to now (an interrupted call's too); a full disk or a damaged file here
+        # must not hide the error the call is ending with
+        with contextlib.suppress(sqlite3.Error):
+            self.touch_run()
         self.con.close()

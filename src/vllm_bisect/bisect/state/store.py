@@ -40,11 +40,12 @@ class MeasurementStore:
         if self.cache is not None:
             self.cache.put(self.key(ev.commit), ev)
 
-    def record(self, outcome: Outcome, ev: Evaluation, cached: bool) -> None:
-        """Journal a judged evaluation (a cached one only once per session)."""
+    def record(self, outcome: Outcome, ev: Evaluation, cached: bool, told: bool = True) -> None:
+        """Journal a judged evaluation (a cached one only once per session); ``told``: a
+        judged commit of the result (else kept for what follows only: a rest check's)."""
         key = self.key(outcome.commit)
         if not cached or key not in self.session:
-            self.journal.record(key, outcome, ev)
+            self.journal.record(key, outcome, ev, told)
             self.session[key] = ev
 
     def unmeasured(self, commits: list[str]) -> list[str]:
