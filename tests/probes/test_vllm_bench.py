@@ -44,7 +44,9 @@ def test_wrong_files_are_probe_errors() -> None:
 
 
 def test_bench_serve_throughput_bisect(tmp_path: Path) -> None:
-    h = history(tmp_path, n_commits=8, slow_at=5, slow_factor=3.0, step_ms=4.0)
+    # 10 ms engine steps (issue 50: at 4 ms, scheduling delays under load judged a good
+    # commit's throughput against the 1.5x threshold)
+    h = history(tmp_path, n_commits=8, slow_at=5, slow_factor=3.0, step_ms=10.0)
     spec = make_spec(h, probe={"max_tokens": 32, "bench": {
         "kind": "serve", "args": ["--dataset-name", "random", "--num-prompts", "8",
                                   "--max-concurrency", "4", "--random-output-len", "48"]}},
