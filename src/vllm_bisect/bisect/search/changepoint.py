@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 # expects no second step (most regressions are one commit): it ends "explained" once
 # P(a step that matters) < REST_EXPLAINED, goes on as a search once it is >= REST_BISECT, and
 # measures the sub-range's ends in between
-REST_PRIOR = dict(step=0.18, step_drift=0.02, none=0.72, drift=0.08)
+REST_PRIOR = dict(step=0.09, step_drift=0.01, none=0.81, drift=0.09)
 REST_EXPLAINED, REST_BISECT = 0.1, 0.5
 END_REQUESTS = 3      # the ends' servers run at least this many requests (the request spread)
 DRIFT_POINTS = 6      # commits inside the range measured before a drift can be the answer
