@@ -114,6 +114,12 @@ class StreamFormatError(ProbeError):
     """The server sent a streaming response that does not follow vLLM's SSE format."""
 
 
+class WrongModel(RecoverableError):
+    """The server serves another model than the spec's (its ``/v1/models`` or the stream's
+    ``model`` field names another): a skip, never a verdict, and never a crash (a server
+    of another model says nothing about this commit's vLLM)."""
+
+
 class FatalError(BisectError):
     """The bisect cannot continue; the CLI prints the message and exits non-zero."""
 

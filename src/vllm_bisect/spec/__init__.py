@@ -124,6 +124,17 @@ class ServeSpec(_Model):
     lock_clocks: bool = False
     lock_clocks_mhz: int | None = Field(default=None, ge=100, le=5000)
 
+    def request_name(self) -> str:
+        """The model name the probe asks for: the first ``--served-model-name`` of ``args``
+        (``--served-model-name NAME ...`` or ``=NAME``), else ``model``."""
+        for i, arg in enumerate(self.args):
+            name = (arg.partition("=")[2] if arg.startswith("--served-model-name=") else
+                    self.args[i + 1] if arg == "--served-model-name" and i + 1 < len(self.args)
+                    else "")
+            if name and not name.startswith("-"):
+                return name
+        return self.model
+
     def speculative_config_json(self) -> str | None:
         if self.speculative is None:
             return None
