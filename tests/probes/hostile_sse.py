@@ -23,6 +23,7 @@ usage-inflated / usage-inflated-running    4 text chunks (no running counts / ru
              a final count of the request's max_tokens
 choice-empty ``"choices": [{}]``, then a final count of 0
 error-escape the completion answers HTTP 500 with terminal escape sequences in its body
+(the valid stream, of every mode not named above: 4 text chunks, or ``$HOSTILE_SSE_TOKENS``)
 model-other  /v1/models lists ``m`` and ``sim-model`` (as every mode does), the stream's
              chunks say ``"model": "other"`` (a router answering for another model)
 metrics-nan / metrics-inf / metrics-down / metrics-overaccept   the spec-decode counters of
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import threading
 import time
@@ -194,7 +196,7 @@ class Handler(BaseHTTPRequestHandler):
             w.write(b"".join(_chunk(usage={"completion_tokens": i + 1}, model="other")
                              for i in range(4)) + b"data: [DONE]\n\n")
         else:
-            w.write(_valid())
+            w.write(_valid(int(os.environ.get("HOSTILE_SSE_TOKENS", "4"))))
 
     def _spec_counters(self) -> bytes:
         """The spec-decode counters of the ``metrics-*`` modes, at this scrape."""

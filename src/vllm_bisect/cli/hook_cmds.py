@@ -58,6 +58,8 @@ def _judge(spec_path: Path, cache_dir: Path | None, verbose: bool) -> int:
     setup_logging(verbose)
     spec = load_spec(spec_path)
     cache = usable_cache_dir(cache_dir if cache_dir is not None else default_cache_dir())
+    # how long a request may take, before any is sent (a deadline of days is seen at once)
+    _say(f"vllm-bisect: {esc(spec.ops.deadline_text(spec.probe.sent_max_tokens()))}")
     result = run_hook(spec, Path.cwd(), cache)
     outcome = result.outcome
     code = int(EXIT_FOR[outcome.verdict])

@@ -275,7 +275,8 @@ class DecodeProbe:
         limits = httpx.Limits(max_connections=s.concurrency + 2)
         timeout = httpx.Timeout(30.0, read=self.ops.request_timeout_s)
         with net.client(limits=limits, timeout=timeout) as client:
-            served.check(client, server)  # another model is a skip, never judged
+            # another model is a skip, never judged; max_tokens over its context, an error
+            served.check(client, server, s.sent_max_tokens())
             body, max_tokens, sized = self._body(client, server, s)
             version = self._version(client, server)
             self._warm(client, server, body, max_tokens, s.warmup)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import httpx
 
 from vllm_bisect import net
-from vllm_bisect.errors import ProbeError, WrongModel
+from vllm_bisect.errors import ProbeError, SpecError, WrongModel
 from vllm_bisect.runtime.base import ServerHandle
 
 MODELS_DEADLINE_S = 10.0
@@ -34,6 +34,7 @@ class Served:
 
     id: str
     root: str | None
+    max_model_len: int | None = None
 
 
 def listed(client: httpx.Client, server: ServerHandle) -> list[Served] | None:
@@ -54,7 +55,7 @@ def listed(client: httpx.Client, server: ServerHandle) -> list[Served] | None:
                          hint="the server does not answer its model list")
     try:
         data = json.loads(body).get("data")
-        entries = [Served(id=e["id"], root=e.get("root")) for e in data]
+        entries = [Served(id=e["id"], root=e.get("root"), max_model_len=_int(e)) for e in data]
         if not all(isinstance(e.id, str) and (e.root is None or isinstance(e.root, str))
                    for e in entries):
             raise TypeError("an id or root is not a string")
@@ -64,9 +65,16 @@ def listed(client: httpx.Client, server: ServerHandle) -> list[Served] | None:
     return entries
 
 
-def check_listed(server: ServerHandle, entries: list[Served] | None) -> None:
+def _int(entry: dict[str, object]) -> int | None:
+    n = entry.get("max_model_len")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def check_listed(server: ServerHandle, entries: list[Served] | None,
+                 max_tokens: int | None = None) -> None:
     """WrongModel unless the list serves the spec's name (and, where the spec names the model
-    behind it too, that model)."""
+    behind it too, that model); a SpecError when ``max_tokens`` (what the probe sends) is
+    above the served model's context, which no request could then fit."""
     if entries is None:
         return
     ids = [e.id for e in entries]
@@ -79,11 +87,17 @@ def check_listed(server: ServerHandle, entries: list[Served] | None) -> None:
         raise WrongModel(f"the server serves {match.root!r} under the name {server.model!r}, "
                          f"not {server.model_root!r} (the spec's serve.model): skipped, not "
                          "judged", hint=HINT)
+    if max_tokens is not None and match.max_model_len is not None and (
+            max_tokens > match.max_model_len):
+        raise SpecError(f"probe.max_tokens = {max_tokens} is above the served model's context "
+                        f"({match.max_model_len} tokens, max_model_len in /v1/models): no "
+                        "request can be answered", hint="lower probe.max_tokens below the "
+                        "model's context (less the prompt's tokens)")
 
 
-def check(client: httpx.Client, server: ServerHandle) -> None:
+def check(client: httpx.Client, server: ServerHandle, max_tokens: int | None = None) -> None:
     """Read ``/v1/models`` and check it (:func:`listed`, :func:`check_listed`)."""
-    check_listed(server, listed(client, server))
+    check_listed(server, listed(client, server), max_tokens)
 
 
 def check_stream_model(url: str, server: ServerHandle, model: object) -> None:
