@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sqlite3
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -30,9 +31,10 @@ import git
 
 from vllm_bisect.bisect.bench import first_slot, open_bench
 from vllm_bisect.bisect.core import open_core
+from vllm_bisect.bisect.measurement.executor import Slot
 from vllm_bisect.bisect.policies import resolve
 from vllm_bisect.bisect.policies.base import Role
-from vllm_bisect.bisect.range import CommitRange, commit_range, info, open_repo
+from vllm_bisect.bisect.range import CommitInfo, CommitRange, commit_range, info, open_repo
 from vllm_bisect.bisect.search.endpoints import (
     Settle,
     check_endpoints,
@@ -45,7 +47,7 @@ from vllm_bisect.bisect.state.journal import ResultCache
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.builders import make_builder
-from vllm_bisect.errors import NotReproduced, RangeError, SpecError
+from vllm_bisect.errors import NotReproduced, RangeError, SpecError, storage_fault
 from vllm_bisect.models import Outcome, Phase, Verdict
 from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict.auto import Choice, Strategy
@@ -145,6 +147,19 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> HookResult:
         rng = commit_range(repo, good_ref, bad_ref, spec.range.first_parent)
     slots = first_slot(spec)  # pinned as `run` pins its first worker
     session_dir = _hook_dir(repo, spec, good_ref, bad_ref)
+    try:
+        return _judge(spec, repo, cache_dir, session_dir, slots, rng, head, plan.needs_reference,
+                      bool(check_runs), check_ends, choice)
+    except (OSError, sqlite3.DatabaseError) as err:  # a full disk is named, never "damaged"
+        fault = storage_fault(err, session_dir) or storage_fault(err, cache_dir)
+        if fault is not None:
+            raise fault from None
+        raise
+
+
+def _judge(spec: BisectSpec, repo: git.Repo, cache_dir: Path, session_dir: Path,
+           slots: list[Slot], rng: CommitRange | None, head: CommitInfo, needs_reference: bool,
+           check_runs: bool, check_ends: bool, choice: Choice) -> HookResult:
     cache = ResultCache(cache_dir / "results.sqlite")
     try:
         with Session(session_dir) as session:
@@ -159,7 +174,7 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path) -> HookResult:
                 _refuse_if_intermittent(t, spec, choice, session_dir)
             if check_ends and not t.policy.traits.needs_calibration:
                 _check_ends_once(t, session_dir)
-            if rng is not None and plan.needs_reference:
+            if rng is not None and needs_reference:
                 settle(t, Settle.HOOK)
             _replay(t, head.sha)
             outcome = t.test(head, Role.BISECT, 0)

@@ -25,7 +25,7 @@ from vllm_bisect.bisect.state.pin import PIN_KEY, session_range
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.base import Builder, known_unavailable
-from vllm_bisect.errors import SessionError, disk_full
+from vllm_bisect.errors import SessionError, disk_full, storage_fault
 from vllm_bisect.models import Phase
 from vllm_bisect.runtime.gpustate import locked_clocks
 from vllm_bisect.spec import BisectSpec, dump_spec
@@ -41,7 +41,8 @@ def run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: Ev
     try:
         return _run_session(spec, session_dir, cache_dir, events, finish)
     except (OSError, sqlite3.DatabaseError) as err:
-        fault = disk_full(err)
+        fault = (disk_full(err) or storage_fault(err, session_dir)
+                 or storage_fault(err, cache_dir))
         if fault is not None:
             raise fault from None
         if isinstance(err, sqlite3.DatabaseError):
