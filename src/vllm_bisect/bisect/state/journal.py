@@ -172,7 +172,12 @@ class SessionJournal:
                 seq INTEGER PRIMARY KEY AUTOINCREMENT, started REAL NOT NULL,
                 seen REAL NOT NULL);
         """)
+        # (worked: this call's seconds by the monotonic clock; a journal from before it has
+        # only the wall-clock started/seen, which a clock jump would stretch)
+        if "worked" not in {r[1] for r in self.con.execute("PRAGMA table_info(runs)")}:
+            self.con.execute("ALTER TABLE runs ADD COLUMN worked REAL")
         self._run: int | None = None
+        self._t0 = time.monotonic()
         have = self.get_meta("schema")
         if have is None:
             self.set_meta("schema", str(SCHEMA_VERSION))
@@ -254,7 +259,9 @@ class SessionJournal:
         """This call works on the session from now (its wall time counts from here)."""
         now = time.time()
         with self._lock:
-            cur = self.con.execute("INSERT INTO runs (started, seen) VALUES (?, ?)", (now, now))
+            self._t0 = time.monotonic()
+            cur = self.con.execute("INSERT INTO runs (started, seen, worked) VALUES (?, ?, 0)",
+                                   (now, now))
             self._run = cur.lastrowid
 
     def touch_run(self) -> None:
@@ -262,11 +269,14 @@ class SessionJournal:
         if self._run is None:
             return
         with self._lock:
-            self.con.execute("UPDATE runs SET seen = ? WHERE seq = ?", (time.time(), self._run))
+            self.con.execute("UPDATE runs SET seen = ?, worked = ? WHERE seq = ?",
+                             (time.time(), time.monotonic() - self._t0, self._run))
 
     def wall_s(self) -> float:
-        """Seconds worked on the session, every call together."""
-        row = self.con.execute("SELECT SUM(seen - started) FROM runs").fetchone()
+        """Seconds worked on the session, every call together (by the monotonic clock: a
+        wall-clock jump mid-run does not count; a row from before ``worked``: its wall time)."""
+        row = self.con.execute("SELECT SUM(COALESCE(worked, seen - started)) FROM runs"
+                               ).fetchone()
         return float(row[0] or 0.0)
 
     def runs(self) -> int:
