@@ -45,6 +45,10 @@ def listed(client: httpx.Client, server: ServerHandle) -> list[Served] | None:
     try:
         status, body = net.get(client, url, deadline_s=MODELS_DEADLINE_S,
                                max_bytes=MODELS_MAX_BYTES, timeout=MODELS_DEADLINE_S)
+    except httpx.ConnectError as err:
+        raise ProbeError(f"nothing accepts connections at {server.url} ({err})",
+                         hint="is the server running, and is the URL (host and port) "
+                              "right?") from None
     except (httpx.HTTPError, net.NetLimitError) as err:
         raise ProbeError(f"{url} could not be read ({type(err).__name__}: {err})",
                          hint="the server does not answer its model list") from None
