@@ -24,7 +24,7 @@ usage-inflated / usage-inflated-running    4 text chunks (no running counts / ru
 choice-empty ``"choices": [{}]``, then a final count of 0
 error-escape the completion answers HTTP 500 with terminal escape sequences in its body
 (the valid stream, of every mode not named above: 4 text chunks, or ``$HOSTILE_SSE_TOKENS``)
-model-other  /v1/models lists ``m`` and ``sim-model`` (as every mode does), the stream's
+model-other  /v1/models lists ``m``, ``sim-model`` and ``tiny`` (as every mode does), the stream's
              chunks say ``"model": "other"`` (a router answering for another model)
 metrics-nan / metrics-inf / metrics-down / metrics-overaccept   the spec-decode counters of
              /metrics are NaN / +Inf / go down from one scrape to the next / grow by 500
@@ -58,7 +58,7 @@ HUGE = 1 << 30
 # the names the tests ask for (vLLM lists each --served-model-name); the chunks carry no
 # "model" field but in model-other (an absent one is not checked)
 MODELS = json.dumps({"object": "list", "data": [{"id": n, "object": "model", "root": "m"}
-                                                for n in ("m", "sim-model")]})
+                                                for n in ("m", "sim-model", "tiny")]})
 
 
 def _chunk(text: object = "tok ", finish: object = None, usage: object = None,

@@ -85,13 +85,13 @@ def test_probe_skips_a_stream_of_another_model() -> None:
 
 
 def test_probe_skips_a_server_listing_another_model() -> None:
-    with HostileServer("valid") as url:  # it lists m and sim-model
-        r = subprocess.run([*CLI, "probe", "--url", url, "--model", "tiny", "--requests", "1",
+    with HostileServer("valid") as url:  # it lists m, sim-model and tiny
+        r = subprocess.run([*CLI, "probe", "--url", url, "--model", "other", "--requests", "1",
                             "--warmup", "0", "--max-tokens", "8", "--json"],
                            capture_output=True, text=True, timeout=120)
     assert r.returncode != 0, r.stdout
     flat = " ".join(r.stderr.split())
-    assert "serves 'm', 'sim-model', not 'tiny'" in flat, r.stderr
+    assert "serves 'm', 'sim-model', 'tiny', not 'other'" in flat, r.stderr
 
 
 def test_git_bisect_run_skips_commits_serving_another_capped_model(tmp_path: Path) -> None:

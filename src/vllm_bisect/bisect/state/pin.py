@@ -13,7 +13,7 @@ from pathlib import Path
 
 import git
 
-from vllm_bisect.bisect.range import CommitRange, commit_range
+from vllm_bisect.bisect.range import CommitRange, commit_range, resolve
 from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.errors import RangeError
 from vllm_bisect.spec import RangeSpec
@@ -80,19 +80,22 @@ def session_range(repo: git.Repo, spec: RangeSpec, session_dir: Path
 
 def _moved(repo: git.Repo, pin: Pin) -> list[str]:
     """A note for each ref that now resolves to another commit than the pinned one."""
-    reason = ""
-    try:
+    try:  # (as the session resolved them: a release tag mapped to its branch point)
         now = commit_range(repo, pin.good_ref, pin.bad_ref, pin.first_parent)
         where = {"good": now.good.sha, "bad": now.bad.sha}
-    except RangeError as err:
-        where = {"good": "", "bad": ""}
-        reason = err.message
+    except RangeError:  # (no range any more, e.g. good not an ancestor of the new bad)
+        where = {}
+        for what, ref in (("good", pin.good_ref), ("bad", pin.bad_ref)):
+            try:
+                where[what] = resolve(repo, ref, what).hexsha
+            except RangeError:
+                where[what] = ""
     notes = []
     for what, ref, sha in (("good", pin.good_ref, pin.good), ("bad", pin.bad_ref, pin.bad)):
         if where[what] == sha:
             continue
         now_text = (f"now points to {where[what][:12]}" if where[what] else
-                    f"no longer gives a range ({reason})")
+                    "no longer resolves")
         notes.append(f"range.{what} = {ref!r} {now_text}; this session keeps the commit it "
                      f"pinned when it started, {sha[:12]} (start a new --session to bisect "
                      "the range as it is now)")
