@@ -28,6 +28,7 @@ Only the ``cli`` package turns these into messages and exit codes; library code 
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -114,6 +115,12 @@ class StreamFormatError(ProbeError):
     """The server sent a streaming response that does not follow vLLM's SSE format."""
 
 
+class WrongModel(RecoverableError):
+    """The server serves another model than the spec's (its ``/v1/models`` or the stream's
+    ``model`` field names another): a skip, never a verdict, and never a crash (a server
+    of another model says nothing about this commit's vLLM)."""
+
+
 class FatalError(BisectError):
     """The bisect cannot continue; the CLI prints the message and exits non-zero."""
 
@@ -143,19 +150,64 @@ class HostFault(FatalError):
 
 
 def disk_full(err: BaseException, where: str = "") -> HostFault | None:
-    """The project's disk-full error for an OSError (ENOSPC, EDQUOT) or an SQLite "database
-    or disk is full"; None for anything else."""
+    """The project's disk-full error for an OSError (ENOSPC, EDQUOT), an SQLite "database
+    or disk is full", or a file size limit (EFBIG: ``ulimit -f``); None for anything else."""
     import errno
     import sqlite3
 
+    at = f" ({where})" if where else ""
+    if isinstance(err, OSError) and err.errno == errno.EFBIG:
+        return _size_limit(f"{err}{at}")
     full = (isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)) or (
         isinstance(err, sqlite3.OperationalError) and "disk is full" in str(err))
     if not full:
         return None
-    at = f" ({where})" if where else ""
     return HostFault(f"no space left on the device{at}: {err}",
                      hint="free disk space or run `vllm-bisect cache prune --max-size ...`; "
-                          "then resume the session")
+                          "then resume the session (nothing recorded was moved or lost)")
+
+
+def _size_limit(what: str) -> HostFault:
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    limit = "" if soft == resource.RLIM_INFINITY else f" of {soft} bytes"
+    return HostFault(f"a file size limit{limit} (ulimit -f) stopped a write: {what}",
+                     hint="raise the limit (`ulimit -f unlimited`) and run again (nothing "
+                          "recorded was moved or lost)")
+
+
+def storage_fault(err: BaseException, path: Path) -> HostFault | None:
+    """:func:`disk_full`, or an SQLite I/O error (SQLite reports ENOSPC and EFBIG as "disk
+    I/O error" or "unable to open database file") where the filesystem holding ``path`` is
+    full or this process has a file size limit: the storage's fault, named as such, never a
+    damaged database."""
+    import os
+    import resource
+    import sqlite3
+
+    fault = disk_full(err, str(path))
+    if fault is not None or not isinstance(err, sqlite3.OperationalError):
+        return fault
+    if not any(s in str(err) for s in ("disk I/O error", "unable to open database file")):
+        return None
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None:
+        with contextlib.suppress(OSError):
+            st = os.statvfs(existing)
+            if st.f_bavail * st.f_frsize < FULL_BELOW_BYTES:
+                return HostFault(f"no space left on the device ({path}): {err} (the "
+                                 f"filesystem has {st.f_bavail * st.f_frsize} bytes free)",
+                                 hint="free disk space or run `vllm-bisect cache prune "
+                                      "--max-size ...`; then resume the session (nothing "
+                                      "recorded was moved or lost)")
+    if resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY:
+        return _size_limit(f"{err} ({path})")
+    return None
+
+
+# a filesystem with less free space than this is full for SQLite (a page, its WAL, its -shm)
+FULL_BELOW_BYTES = 1 << 20
 
 
 def untestable_hint(log: Path | None, *, network: bool = False, transient: bool = False,

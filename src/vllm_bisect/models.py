@@ -197,6 +197,7 @@ class FailureKind(StrEnum):
     SERVE = "serve"          # the server died or never became healthy (ServeError)
     PROBE = "probe"          # the probe failed on a running server (ProbeError and its kinds)
     OTHER = "other"          # another recoverable error while measuring
+    WRONG_MODEL = "wrong_model"  # the server serves another model (WrongModel): a skip
     INTERNAL = "internal"    # an unexpected exception (a bug): a skip, never a crash
 
     @property

@@ -145,11 +145,13 @@ def test_a_journal_row_with_nan_written_as_null_reads_as_unavailable(tmp_path: P
         assert first.returncode in (0, 1), first.stderr
     finally:
         git(h.path, "bisect", "reset")
-    with sqlite3.connect(_hook_journal(h)) as con:
-        (seq, text), = con.execute("SELECT seq, evaluation FROM outcomes").fetchall()
-        ev = json.loads(text)
-        ev["measurement"].update(acceptance_length=None, acceptance_per_position=[None, 0.5])
-        con.execute("UPDATE outcomes SET evaluation = ? WHERE seq = ?", (json.dumps(ev), seq))
+    with sqlite3.connect(_hook_journal(h)) as con:  # (HEAD's row, and git's two ends')
+        for seq, text in con.execute("SELECT seq, evaluation FROM outcomes").fetchall():
+            ev = json.loads(text)
+            ev["measurement"].update(acceptance_length=None,
+                                     acceptance_per_position=[None, 0.5])
+            con.execute("UPDATE outcomes SET evaluation = ? WHERE seq = ?",
+                        (json.dumps(ev), seq))
     r, _ = bisect_run(h, [*HOOK, "--spec", str(spec)])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"{h.planted['length']} is the first bad commit" in r.stdout

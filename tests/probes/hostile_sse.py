@@ -23,6 +23,9 @@ usage-inflated / usage-inflated-running    4 text chunks (no running counts / ru
              a final count of the request's max_tokens
 choice-empty ``"choices": [{}]``, then a final count of 0
 error-escape the completion answers HTTP 500 with terminal escape sequences in its body
+(the valid stream, of every mode not named above: 4 text chunks, or ``$HOSTILE_SSE_TOKENS``)
+model-other  /v1/models lists ``m``, ``sim-model`` and ``tiny`` (as every mode does), the stream's
+             chunks say ``"model": "other"`` (a router answering for another model)
 metrics-nan / metrics-inf / metrics-down / metrics-overaccept   the spec-decode counters of
              /metrics are NaN / +Inf / go down from one scrape to the next / grow by 500
              accepted tokens per draft over 3 positions (the completions are valid)
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import threading
 import time
@@ -44,16 +48,25 @@ MODES = ("endless", "keepalive", "slowloris", "hugeline", "text-int", "finish-di
          "choices-str", "done-only", "headers-drip", "version-drip", "version-huge",
          "health-drip", "health-body-drip", "usage-below-chunks", "usage-below-running",
          "usage-inflated", "usage-inflated-running", "choice-empty", "metrics-nan",
-         "metrics-inf", "metrics-down", "metrics-overaccept", "error-escape")
+         "metrics-inf", "metrics-down", "metrics-overaccept", "error-escape", "model-other")
 DRIP_S = 0.5
 # a title change (OSC), a screen clear and a colour (CSI), an 8-bit CSI, a bidi override
 ESCAPES = "boom \x1b]0;pwned\x07\x1b[2J\x1b[31mred\x1b[0m \x9b1m\u202eevil"
 HUGE = 1 << 30
 
 
-def _chunk(text: object = "tok ", finish: object = None, usage: object = None) -> bytes:
-    obj: dict[str, object] = {"id": "x", "object": "text_completion", "model": "m",
+# the names the tests ask for (vLLM lists each --served-model-name); the chunks carry no
+# "model" field but in model-other (an absent one is not checked)
+MODELS = json.dumps({"object": "list", "data": [{"id": n, "object": "model", "root": "m"}
+                                                for n in ("m", "sim-model", "tiny")]})
+
+
+def _chunk(text: object = "tok ", finish: object = None, usage: object = None,
+           model: str | None = None) -> bytes:
+    obj: dict[str, object] = {"id": "x", "object": "text_completion",
                               "choices": [{"index": 0, "text": text, "finish_reason": finish}]}
+    if model is not None:
+        obj["model"] = model
     if usage is not None:
         obj["usage"] = usage
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
@@ -124,7 +137,8 @@ class Handler(BaseHTTPRequestHandler):
             self._head("text/plain", len(body))
             self.wfile.write(body)
             return
-        body = b'{"version": "0.0.0+hostile"}' if self.path == "/version" else b"{}"
+        body = (b'{"version": "0.0.0+hostile"}' if self.path == "/version"
+                else MODELS.encode() if self.path == "/v1/models" else b"{}")
         self._head("application/json", len(body))
         self.wfile.write(body)
 
@@ -178,8 +192,11 @@ class Handler(BaseHTTPRequestHandler):
         elif m.startswith("usage-"):
             bad = {"usage-neg": -5, "usage-huge": 10**30, "usage-bool": True}[m]
             w.write(_chunk(usage={"completion_tokens": bad}) + b"data: [DONE]\n\n")
+        elif m == "model-other":
+            w.write(b"".join(_chunk(usage={"completion_tokens": i + 1}, model="other")
+                             for i in range(4)) + b"data: [DONE]\n\n")
         else:
-            w.write(_valid())
+            w.write(_valid(int(os.environ.get("HOSTILE_SSE_TOKENS", "4"))))
 
     def _spec_counters(self) -> bytes:
         """The spec-decode counters of the ``metrics-*`` modes, at this scrape."""

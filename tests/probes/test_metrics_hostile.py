@@ -51,16 +51,22 @@ def test_a_plain_probe_shows_the_reason(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", ["metrics-nan", "metrics-inf"])
 def test_git_bisect_run_over_non_finite_counters(tmp_path: Path, mode: str) -> None:
-    """Every commit serves the same valid length: git must end on the bad endpoint it was
-    given; a crash on the journal a NaN poisoned (exit 1 = bad) named another commit."""
+    """Every commit's counters are non-finite; from commit 3 on the stream is 2 tokens
+    short: git must name commit 3; a crash on the journal a NaN poisoned (exit 1 = bad)
+    named another commit. (Since issue 49 the first call measures git's two ends too, so
+    later calls read their rows back.)"""
     h = history(tmp_path, n_commits=6)
-    serve = f"exec {sys.executable} {SCRIPT} {{port}} {mode}"
+    short = tmp_path / "short"
+    short.write_text("\n".join(h.shas[3:]) + "\n")
+    serve = (f"if grep -q {{commit}} {short}; then export HOSTILE_SSE_TOKENS=2; fi; "
+             f"exec {sys.executable} {SCRIPT} {{port}} {mode}")
     spec = spec_for(h, serve, ops={"retries": 0}, probe={"max_tokens": 4, "min_tokens": 4})
     path = write_spec(tmp_path / "spec.toml", spec)
-    r, judged = bisect_run(h, [*HOOK, "--spec", str(path), "--cache-dir",
-                               str(tmp_path / "cache")])
+    r, _ = bisect_run(h, [*HOOK, "--spec", str(path), "--cache-dir",
+                          str(tmp_path / "cache")])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert f"{h.bad} is the first bad commit" in r.stdout, r.stdout[-3000:]
+    assert f"{h.shas[3]} is the first bad commit" in r.stdout, r.stdout[-3000:]
     verdicts = re.findall(r"vllm-bisect: [0-9a-f]{12} (\w+):", r.stdout + r.stderr)
-    assert len(verdicts) >= 2 and set(verdicts) == {"good"}, verdicts   # (the journal replayed)
-    assert "Traceback" not in r.stderr and "# bad:" not in judged
+    assert len(verdicts) >= 2 and set(verdicts) == {"good", "bad"}, verdicts
+    assert "reused" in r.stderr  # (the journal replayed)
+    assert "Traceback" not in r.stderr

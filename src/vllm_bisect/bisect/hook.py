@@ -12,13 +12,17 @@ later hook calls. Each bisect (endpoints + spec) keeps a journal under
 judges HEAD in the state ``run`` would. Following ``symptom = "crash"``, a server that dies
 is bad, as in ``run``. A strategy that cannot work one commit at a time under git's control
 (``bayes``) is refused at once (exit 128); so is, after ``run``'s endpoint check on the first
-call, a cap or correctness change that ``auto`` finds shows in some runs only.
+call, a cap or correctness change that ``auto`` finds shows in some runs only. Under
+``git bisect``, the first call measures git's good and bad ends (cached like any commit) and
+stops the bisect (exit 128, both measurements in the message) unless the good end judges
+good and the bad end bad, as ``run`` refuses such a range.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import sqlite3
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -28,21 +32,24 @@ import git
 from vllm_bisect.bisect.bench import first_slot, open_bench
 from vllm_bisect.bisect.core import open_core
 from vllm_bisect.bisect.events import EventHandler
+from vllm_bisect.bisect.measurement.executor import Slot
 from vllm_bisect.bisect.policies import resolve
 from vllm_bisect.bisect.policies.base import Role
-from vllm_bisect.bisect.range import CommitRange, commit_range, info, open_repo
+from vllm_bisect.bisect.range import CommitInfo, CommitRange, commit_range, info, open_repo
 from vllm_bisect.bisect.search.endpoints import (
     Settle,
+    check_endpoints,
     intermittence,
     intermittence_applies,
+    prefetch_first,
     settle,
 )
 from vllm_bisect.bisect.state.journal import ResultCache
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.builders import make_builder
-from vllm_bisect.errors import RangeError, SpecError
-from vllm_bisect.models import Outcome, Verdict
+from vllm_bisect.errors import NotReproduced, RangeError, SpecError, storage_fault
+from vllm_bisect.models import Outcome, Phase, Verdict
 from vllm_bisect.spec import BisectSpec
 from vllm_bisect.verdict.auto import Choice, Strategy
 
@@ -129,7 +136,11 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path,
     good_ref, bad_ref = bisect_refs(repo, spec)
     rng: CommitRange | None = None
     check_runs = intermittence_applies(spec, choice) and good_ref and bad_ref
-    if check_runs:
+    # under `git bisect`, the ends are checked once, as `run` checks them (a calibrating
+    # policy checks them as it calibrates, on every call)
+    check_ends = bool(_under_bisect(repo) and good_ref and bad_ref)
+    if check_runs or check_ends:
+        assert good_ref and bad_ref
         rng = commit_range(repo, good_ref, bad_ref, spec.range.first_parent)
     if plan.needs_reference:  # (else the range is not needed: ignored, as documented)
         if not (good_ref and bad_ref):
@@ -140,6 +151,20 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path,
         rng = commit_range(repo, good_ref, bad_ref, spec.range.first_parent)
     slots = first_slot(spec)  # pinned as `run` pins its first worker
     session_dir = _hook_dir(repo, spec, good_ref, bad_ref)
+    try:
+        return _judge(spec, repo, cache_dir, session_dir, slots, rng, head, plan.needs_reference,
+                      bool(check_runs), check_ends, choice, events)
+    except (OSError, sqlite3.DatabaseError) as err:  # a full disk is named, never "damaged"
+        fault = storage_fault(err, session_dir) or storage_fault(err, cache_dir)
+        if fault is not None:
+            raise fault from None
+        raise
+
+
+def _judge(spec: BisectSpec, repo: git.Repo, cache_dir: Path, session_dir: Path,
+           slots: list[Slot], rng: CommitRange | None, head: CommitInfo, needs_reference: bool,
+           check_runs: bool, check_ends: bool, choice: Choice,
+           events: EventHandler | None = None) -> HookResult:
     cache = ResultCache(cache_dir / "results.sqlite")
     try:
         with Session(session_dir) as session:
@@ -154,7 +179,9 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path,
             journaled = set(t.store.session)   # verdicts of this bisect's earlier hook calls
             if check_runs:
                 _refuse_if_intermittent(t, spec, choice, session_dir)
-            if rng is not None and plan.needs_reference:
+            if check_ends and not t.policy.traits.needs_calibration:
+                _check_ends_once(t, session_dir)
+            if rng is not None and needs_reference:
                 settle(t, Settle.HOOK)
             _replay(t, head.sha)
             outcome = t.test(head, Role.BISECT, 0)
@@ -162,6 +189,37 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path,
                               t.store.key(head.sha) in journaled)
     finally:
         cache.close()
+
+
+def _under_bisect(repo: git.Repo) -> bool:
+    """``git bisect start`` has run and ``git bisect reset`` not yet."""
+    return (Path(repo.git_dir) / "BISECT_START").exists()
+
+
+def _check_ends_once(t: Tester, session_dir: Path) -> None:
+    """git's good and bad ends measured and checked as ``run`` checks them (the good end
+    judged good, the bad end bad; else NotReproduced: exit 128, with both measurements), on
+    the bisect's first hook call; cached and journaled like any commit, and marked done
+    beside the journal so later calls neither measure nor judge them again."""
+    mark = session_dir / "ends-checked"
+    if mark.exists():
+        return
+    rng, terms = t.rng, t.terms
+    with t.measurer.during(Phase.ENDPOINTS):
+        prefetch_first(t)
+        judged = {o.commit: o for o in (t.test(end, role, 0) for end, role in terms.endpoints(rng))}
+    good, bad = judged[rng.good.sha], judged[rng.bad.sha]
+    if Verdict.SKIP in (good.verdict, bad.verdict):
+        check_endpoints(t, good, bad)  # "could not be tested", with its own hint
+    if good.verdict is not Verdict.GOOD or bad.verdict is not Verdict.BAD:
+        raise NotReproduced(
+            f"git bisect's ends do not reproduce the symptom: {terms.old} end "
+            f"{rng.good.sha[:12]} judged {good.verdict} ({good.reason}), {terms.new} end "
+            f"{rng.bad.sha[:12]} judged {bad.verdict} ({bad.reason}); expected {terms.old} "
+            f"and {terms.new}, so no commit between them can be judged on it",
+            hint="change the verdict threshold (verdict.*) to lie between the two "
+                 "measurements above, or start `git bisect` with other good and bad commits")
+    mark.write_text(f"{rng.good.sha} {rng.bad.sha}\n")
 
 
 def _refuse_if_intermittent(t: Tester, spec: BisectSpec, choice: Choice,

@@ -19,13 +19,14 @@ from vllm_bisect.bisect.culprits import MultiResult
 from vllm_bisect.bisect.driver import BisectResult, Driver, EventHandler
 from vllm_bisect.bisect.endpoint_env import EndpointEnvEvents
 from vllm_bisect.bisect.multi import run_symptoms
-from vllm_bisect.bisect.range import CommitRange, commit_range, open_repo
+from vllm_bisect.bisect.range import CommitRange, open_repo
 from vllm_bisect.bisect.search.endpoints import untestable_end
 from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
+from vllm_bisect.bisect.state.pin import PIN_KEY, session_range
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.base import Builder, known_unavailable
-from vllm_bisect.errors import SessionError, disk_full
+from vllm_bisect.errors import SessionError, disk_full, storage_fault
 from vllm_bisect.models import Evaluation, Outcome, Phase
 from vllm_bisect.runtime.base import Artifact, artifact_of_json
 from vllm_bisect.runtime.gpustate import locked_clocks
@@ -42,7 +43,8 @@ def run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: Ev
     try:
         return _run_session(spec, session_dir, cache_dir, events, finish)
     except (OSError, sqlite3.DatabaseError) as err:
-        fault = disk_full(err)
+        fault = (disk_full(err) or storage_fault(err, session_dir)
+                 or storage_fault(err, cache_dir))
         if fault is not None:
             raise fault from None
         if isinstance(err, sqlite3.DatabaseError):
@@ -111,9 +113,11 @@ def refuse_unbuildable_ends(builder: Builder, rng: CommitRange) -> None:
 def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: EventHandler,
                  finish: Finish) -> BisectResult:
     repo = open_repo(spec.range.repo)
-    rng = commit_range(repo, spec.range.good, spec.range.bad, spec.range.first_parent)
+    rng, pin = session_range(repo, spec.range, session_dir)  # pinned when it started
     with Session(session_dir, spec) as session:
         assert session.journal is not None
+        if session.journal.get_meta(PIN_KEY) is None:
+            session.journal.set_meta(PIN_KEY, pin.to_json())
         session.journal.set_meta("spec", spec.model_dump_json())  # exact (None kept)
         session.journal.set_meta("cache_dir", str(cache_dir.absolute()))
         session.journal.begin_run()

@@ -24,6 +24,13 @@ goes only after those. Bytes waiting unread in the socket (the event loop is beh
 client) count as arrived: a body that has all arrived is not slow. A request whose body has
 arrived (it is being handled) is never evicted.
 
+A new connection counts (and may evict another) only once its request head has come, or
+``HEAD_GRACE_S`` after it opened, whichever is first; until then it is pending, at most
+``PENDING_PER_TOTAL`` x ``total`` at once (beyond that a new one counts at once, as before).
+Counted at once, a health check from an address that 80 idle sockets kept reopening from
+was, before its head was read, the oldest "idle" connection of its address: evicted with a
+503 (issue 49: 1-10 of 80 /healthz, 0-3 signed pings).
+
 A refused connection, or an evicted one whose request has not come yet, gets a 503 (with
 ``Retry-After``), then a lingering close: our side is shut for writing and the client's
 request is read and dropped for up to ``LINGER_S`` before the socket closes. Closing at once,
@@ -55,6 +62,8 @@ TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\n"
 SLOW_GRACE_S = 1.0      # a body may take this long before its rate counts
 MIN_BODY_RATE = 1024.0  # bytes a second: a slower body may be evicted when room is needed
 LINGER_S = 2.0          # a refused connection's request is read and dropped this long
+HEAD_GRACE_S = 0.25     # a new connection's head may take this long before it counts
+PENDING_PER_TOTAL = 4   # connections not counted yet: at most this many times ``total``
 
 
 class Admission:
@@ -63,6 +72,7 @@ class Admission:
     def __init__(self, total: int, per_client: int) -> None:
         self.total, self.per_client = total, per_client
         self.open: dict[Any, str] = {}      # protocol -> client address, oldest first
+        self.pending = 0                    # connections not counted yet (no head yet)
         self.refused = self.evicted = 0
         self.last_warning = -60.0
 
@@ -130,7 +140,12 @@ class Admission:
                     if (r := self._slow_body(c, now, grace)) is not None]
             if slow:
                 return pool[min(slow)[1]]
-        return idle[0] if idle else None   # (it gets a 503: sent, never silence)
+        # a fresh connection whose request waits unread in its socket (the loop is behind a
+        # storm of reconnects from its own address) is a client about to be served: the
+        # oldest fresh one with nothing sent goes first (issue 49: 80 idle sockets from the
+        # prober's address evicted 1-10 of 80 /healthz probes this way)
+        quiet = next((c for c in idle if not self._waiting(c)), None)
+        return quiet or (idle[0] if idle else None)   # (it gets a 503: sent, never silence)
 
     def admit(self, conn: Any, client: str) -> bool:
         """Room for ``conn`` from ``client``: evict an idle connection if needed, else the
@@ -170,6 +185,7 @@ def guarded_protocol(header_timeout_s: float, total: int = 64,
 
     class Guarded(H11Protocol):
         refused = False
+        pending = False                # opened, not counted yet (its head has not come)
         opened_at = 0.0
         head_at: float | None = None   # when the current request's head was complete
         body_bytes = 0                 # bytes received since
@@ -178,10 +194,25 @@ def guarded_protocol(header_timeout_s: float, total: int = 64,
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self.opened_at = time.monotonic()
+            self._arm()
+            if admission.pending < PENDING_PER_TOTAL * admission.total:   # counts at its head
+                self.pending = True
+                admission.pending += 1
+                self.loop.call_later(HEAD_GRACE_S, self._count)
+            else:
+                self._count()
+
+        def _count(self) -> None:
+            """This connection counts from now: room is made for it, or it is refused."""
+            if self.pending:
+                self.pending = False
+                admission.pending -= 1
+            elif self in admission.open or self.refused:
+                return
+            if self.refused or self.transport.is_closing():
+                return
             if not admission.admit(self, self.client[0] if self.client else ""):
                 self.shed()
-                return
-            self._arm()
 
         def shed(self) -> None:
             """Let this connection go: with no request yet, or a (slow) body still coming, a
@@ -219,8 +250,13 @@ def guarded_protocol(header_timeout_s: float, total: int = 64,
                 self._seen, self.head_at, self.body_bytes = self.cycle, time.monotonic(), 0
             elif self.cycle is cycle:
                 self.body_bytes += len(data)
+            if self.pending and self.cycle is not None:   # its head came: it counts now
+                self._count()
 
         def connection_lost(self, exc: Exception | None) -> None:
+            if self.pending:
+                self.pending = False
+                admission.pending -= 1
             admission.gone(self)
             super().connection_lost(exc)
 

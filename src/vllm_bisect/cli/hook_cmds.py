@@ -61,6 +61,8 @@ def _judge(spec_path: Path, cache_dir: Path | None, verbose: bool) -> int:
     from vllm_bisect.cli.app import err as console
     from vllm_bisect.cli.run_cmds import RichEvents
 
+    # how long a request may take, before any is sent (a deadline of days is seen at once)
+    _say(f"vllm-bisect: {esc(spec.ops.deadline_text(spec.probe.sent_max_tokens()))}")
     # progress on stderr: a line a commit tested and a server started (issue 50: a first
     # call ran 24.7 s and 10 server starts with one line)
     result = run_hook(spec, Path.cwd(), cache, RichEvents(console()))

@@ -250,6 +250,7 @@ def run(
         # never another directory, nor another bisect (a new one is made by the run)
         claim(session_dir, spec, force=force, create=False)
         line = f"session {session_dir}  (resume: {_resume_command(session_dir, cache_dir)})"
+        err().print(f"[dim]{esc(spec.ops.deadline_text(spec.probe.sent_max_tokens()))}[/]")
         run_bisect(spec, session_dir, usable_cache_dir(cache_dir or default_cache_dir()),
                    RichEvents(err(), spec.range.search.value, session_line=line,
                               session=session_dir))

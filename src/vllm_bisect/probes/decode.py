@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from vllm_bisect import net
 from vllm_bisect.errors import ProbeError, StreamFormatError
 from vllm_bisect.models import Measurement, RequestResult, TokensSource
-from vllm_bisect.probes import metrics
+from vllm_bisect.probes import metrics, served
 from vllm_bisect.probes.counts import StreamCounts, check_counts
 from vllm_bisect.probes.limits import split_lines
 from vllm_bisect.probes.prompt import PromptSizer, SizedPrompt, check_prompt_tokens
@@ -144,6 +144,7 @@ class DecodeProbe:
                     if ev.data is None:
                         saw_done = True
                         break
+                    served.check_stream_model(url, server, ev.data.get("model"))
                     choice = has_choice(ev.data)
                     saw_choice = choice or saw_choice
                     out_text = chunk_text(ev.data)
@@ -274,6 +275,8 @@ class DecodeProbe:
         limits = httpx.Limits(max_connections=s.concurrency + 2)
         timeout = httpx.Timeout(30.0, read=self.ops.request_timeout_s)
         with net.client(limits=limits, timeout=timeout) as client:
+            # another model is a skip, never judged; max_tokens over its context, an error
+            served.check(client, server, s.sent_max_tokens())
             body, max_tokens, sized = self._body(client, server, s)
             version = self._version(client, server)
             self._warm(client, server, body, max_tokens, s.warmup)

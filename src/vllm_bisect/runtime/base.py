@@ -62,10 +62,19 @@ def server_env(serve: ServeSpec, artifact: Artifact | None = None,
     return {**(artifact.env if artifact is not None else {}), **serve.env, **(extra or {})}
 
 
+def handle_names(serve: ServeSpec) -> tuple[str, str | None]:
+    """A :class:`ServerHandle`'s ``model`` and ``model_root`` for this serve spec."""
+    name = serve.request_name()
+    return name, serve.model if name != serve.model else None
+
+
 @dataclass(frozen=True)
 class ServerHandle:
     url: str
-    model: str
+    model: str                     # the name requests ask for (the served name)
+    # the model the spec says is behind that name, where the spec names both (serve.model
+    # and --served-model-name in serve.args): /v1/models' ``root`` must be it
+    model_root: str | None = None
     log_path: Path | None = None
     pid: int | None = None
     startup_s: float | None = None

@@ -23,7 +23,7 @@ import docker.errors
 from docker.types import DeviceRequest
 
 from vllm_bisect.errors import ServeError
-from vllm_bisect.runtime.base import Artifact, ServerHandle, server_env
+from vllm_bisect.runtime.base import Artifact, ServerHandle, handle_names, server_env
 from vllm_bisect.runtime.childenv import child_env
 from vllm_bisect.runtime.ports import check_port_in_container
 from vllm_bisect.runtime.process import startup_lock, startup_lock_path, wait_healthy
@@ -128,8 +128,10 @@ def run_container(client: docker.DockerClient, artifact: Artifact, serve: ServeS
         except BaseException:
             _remove(container)
             raise
+    name, root = handle_names(serve)
     try:
-        yield ServerHandle(url=url, model=serve.model, log_path=log_path, startup_s=startup,
+        yield ServerHandle(url=url, model=name, model_root=root, log_path=log_path,
+                           startup_s=startup,
                            stop=lambda: _remove(container))
     finally:
         _remove(container)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from vllm_bisect.errors import FatalError, PortTaken
-from vllm_bisect.runtime.base import Artifact, ServerHandle, server_env
+from vllm_bisect.runtime.base import Artifact, ServerHandle, handle_names, server_env
 from vllm_bisect.runtime.ports import free_port
 from vllm_bisect.runtime.process import LaunchPlan, run_server
 from vllm_bisect.spec import ArtifactKind, ImageBuild, ServeSpec
@@ -137,13 +137,14 @@ class ProcessLauncher:
         if plan is None:
             raise FatalError(f"a {artifact.kind.value} artifact is not started as a process")
         env = {**(plan.env or {}), **spec.extra_env}
+        name, root = handle_names(spec.serve)
         if spec.devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.devices))
         if spec.session_id is not None:
             env["VLLM_BISECT_SESSION"] = spec.session_id
         return run_server(LaunchPlan(argv=plan.argv, shell=plan.shell, env=env, cwd=plan.cwd,
                                      pass_env=plan.pass_env),
-                          url=f"http://127.0.0.1:{port}", model=spec.serve.model,
+                          url=f"http://127.0.0.1:{port}", model=name, model_root=root,
                           log_path=spec.log_path, timeout_s=spec.timeout_s,
                           on_start=spec.on_start, on_stop=spec.on_stop,
                           serialize_startup=spec.serialize_startup, cancel=spec.cancel)
@@ -179,7 +180,8 @@ class UrlLauncher:
                              "it cannot be started with extra flags or environment",
                              hint="use a wheel, source, command or image build")
         assert artifact.url is not None
-        yield ServerHandle(url=artifact.url, model=spec.serve.model)
+        name, root = handle_names(spec.serve)
+        yield ServerHandle(url=artifact.url, model=name, model_root=root)
 
 
 def launcher_for(kind: ArtifactKind, *, build: ImageBuild | None = None,

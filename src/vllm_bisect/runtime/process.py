@@ -240,7 +240,8 @@ def run_server(plan: LaunchPlan, *, url: str, model: str, log_path: Path, timeou
                on_start: Callable[[int], None] | None = None,
                on_stop: Callable[[int], None] | None = None,
                serialize_startup: bool = True,
-               cancel: threading.Event | None = None) -> Iterator[ServerHandle]:
+               cancel: threading.Event | None = None,
+               model_root: str | None = None) -> Iterator[ServerHandle]:
     """Start the server, yield a handle once healthy, and always tear the group down.
 
     With serialize_startup, start-ups on the same GPUs of this host happen one at a time:
@@ -260,7 +261,7 @@ def run_server(plan: LaunchPlan, *, url: str, model: str, log_path: Path, timeou
             raise
     logger.info("server pid %d healthy after %.1f s", proc.pid, startup)
     try:
-        yield ServerHandle(url=url, model=model, log_path=log_path, pid=proc.pid, startup_s=startup,
-                           stop=lambda: kill_group(proc.pid, grace_s=2.0))
+        yield ServerHandle(url=url, model=model, model_root=model_root, log_path=log_path,
+                           pid=proc.pid, startup_s=startup, stop=lambda: kill_group(proc.pid, grace_s=2.0))
     finally:
         _teardown(proc, on_stop)

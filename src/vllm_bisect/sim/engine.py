@@ -78,6 +78,12 @@ class SimConfig:
     # before a step's chunk is written, the simulator holds the chunk and sends both together.
     merge_lagging_outputs: bool = False
     fingerprint_hash: str = "nohash"
+    # the model loaded behind the served name (``/v1/models``' ``root``, as vLLM lists the
+    # MODEL argument there); None: the served name itself
+    root: str | None = None
+    # answer a request for any model name, streaming this server's own name (a router or
+    # proxy in front of another model does): vLLM itself answers 404 to another name
+    answer_any_model: bool = False
     # vLLM's torch profiler (sim/profile_trace.py): the decode step's kernels (name, us per
     # launch, launches), the host gap between steps (None: derived from step_ms), and where
     # POST /stop_profile writes the trace (None: no profiler; the routes answer 404)

@@ -206,7 +206,8 @@ def chat_response(
     }
 
 
-def models_response(model: str, created: int, max_model_len: int) -> dict[str, Any]:
+def models_response(model: str, created: int, max_model_len: int,
+                    root: str | None = None) -> dict[str, Any]:
     return {
         "object": "list",
         "data": [
@@ -215,7 +216,7 @@ def models_response(model: str, created: int, max_model_len: int) -> dict[str, A
                 "object": "model",
                 "created": created,
                 "owned_by": "vllm",
-                "root": model,
+                "root": model if root is None else root,
                 "parent": None,
                 "max_model_len": max_model_len,
                 "permission": [

@@ -71,7 +71,7 @@ class SimServer:
             await resp.send(503 if self.dead else 200, b"")
         elif route == ("GET", "/v1/models"):
             await resp.send_json(200, p.models_response(self.cfg.model, self.created,
-                                                        self.cfg.max_model_len))
+                                                        self.cfg.max_model_len, self.cfg.root))
         elif route == ("GET", "/version"):
             await resp.send_json(200, {"version": self.cfg.version})
         elif route == ("GET", "/metrics"):
@@ -119,7 +119,7 @@ class SimServer:
         body = req.json()
         if not isinstance(body, dict):
             raise RequestError("request body must be a JSON object")
-        if body.get("model") not in (None, self.cfg.model):
+        if body.get("model") not in (None, self.cfg.model) and not self.cfg.answer_any_model:
             await resp.send_json(404, p.error_response(
                 f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError"))
             return None

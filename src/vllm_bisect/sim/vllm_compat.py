@@ -13,7 +13,9 @@ sends steps that are already due as one chunk, as vLLM merges a lagging request'
 seconds, as real vLLM's host-bound speed drifted on the H200 (docs/validation.md (f));
 ``VLLM_SIM_COLD_STALLS=N:S`` pauses the whole server S seconds the first N times a request's
 prefill starts while another request is decoding, as a cold CUDA-graphs server stalled on new
-batch shapes (first-use compiles, docs/validation.md (g)); default off.
+batch shapes (first-use compiles, docs/validation.md (g)); default off. ``/v1/models`` lists
+the served name with MODEL as its ``root``, as vLLM does; ``VLLM_SIM_ANY_MODEL=1`` answers a
+request for any model name (streaming its own), as a router in front of another model would.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def parse(argv: list[str]) -> SimConfig:
                          "4.0" if spec_k else "2.5"))
     return SimConfig(
         model=args.served_model_name or args.model,
+        root=args.model,
+        answer_any_model=env.get("VLLM_SIM_ANY_MODEL", "0") == "1",
         max_model_len=args.max_model_len,
         step_ms=step,
         spec_k=spec_k,

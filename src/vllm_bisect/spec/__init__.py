@@ -28,12 +28,14 @@ from vllm_bisect.spec.build import (
     _Model,
     layout_errors,
     migrate_stored,
+    served_name,
 )
 from vllm_bisect.spec.keys import did_you_mean
 from vllm_bisect.spec.load import BenchSpec, LoadSpec, dump_spec
 from vllm_bisect.spec.ops import SIZE_PATTERN, ExecutorKind, ExplainSpec, OpsSpec, ParallelSpec
 from vllm_bisect.spec.verdict import (
     JUDGES,
+    MAX_OUTPUT_TOKENS,
     NO_FIX_SEARCH,
     PER_REQUEST,
     Strategy,
@@ -42,6 +44,7 @@ from vllm_bisect.spec.verdict import (
     output_token_floor,
     runs_with,
     symptoms_text,
+    tokens_conflict,
 )
 
 __all__ = [
@@ -124,6 +127,10 @@ class ServeSpec(_Model):
     lock_clocks: bool = False
     lock_clocks_mhz: int | None = Field(default=None, ge=100, le=5000)
 
+    def request_name(self) -> str:
+        """The model name the probe asks for (:func:`~vllm_bisect.spec.build.served_name`)."""
+        return served_name(self.args, self.model)
+
     def speculative_config_json(self) -> str | None:
         if self.speculative is None:
             return None
@@ -139,7 +146,7 @@ class ProbeSpec(_Model):
     prompt_tokens: int | None = Field(default=None, ge=1)
     requests: int = Field(default=3, ge=1, le=1000)
     concurrency: int = Field(default=1, ge=1, le=256)
-    max_tokens: int | None = Field(default=512, ge=1)
+    max_tokens: int | None = Field(default=512, ge=1, le=MAX_OUTPUT_TOKENS)
     send_max_tokens: bool = True
     ignore_eos: bool = True
     min_tokens: int | None = Field(default=None, ge=0)
@@ -152,6 +159,9 @@ class ProbeSpec(_Model):
     mtp_speedup: LoadSpec | None = None
     # [probe.bench]: `vllm bench serve` or `vllm bench throughput` (output tok/s)
     bench: BenchSpec | None = None
+
+    def sent_max_tokens(self) -> int | None:
+        return self.max_tokens if self.send_max_tokens else None
 
     def effective_min_tokens(self) -> int | None:
         return output_token_floor(self.min_tokens, self.max_tokens, self.send_max_tokens)
@@ -238,10 +248,11 @@ class BisectSpec(_Model):
             raise ValueError('verdict.symptom = "correctness" compares greedy outputs: it needs '
                              "probe.temperature = 0")
         if v.symptom is Symptom.LENGTH and self.min_output_tokens() is None:
-            raise ValueError(
-                "verdict.symptom = \"length\" needs verdict.min_output_tokens when the probe "
-                "sends no max_tokens"
-            )
+            raise ValueError("verdict.symptom = \"length\" needs verdict.min_output_tokens "
+                             "when the probe sends no max_tokens")
+        p = self.probe
+        if why := tokens_conflict(v.min_output_tokens, p.max_tokens, p.send_max_tokens):
+            raise ValueError(why)
         return self
 
     def symptom_list(self) -> list[Symptom]:

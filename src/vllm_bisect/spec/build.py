@@ -215,3 +215,15 @@ def _misplaced_build_keys(build: dict[str, Any]) -> list[str]:
 
 def _article(word: str) -> str:
     return "an" if word[:1] in "aeiou" else "a"
+
+
+def served_name(args: list[str], model: str) -> str:
+    """The model name requests ask for: the first name ``--served-model-name`` gives in a
+    server's ``args`` (``--served-model-name NAME ...`` or ``=NAME``, as vLLM reads it), else
+    ``model``."""
+    for i, arg in enumerate(args):
+        name = (arg.partition("=")[2] if arg.startswith("--served-model-name=") else
+                args[i + 1] if arg == "--served-model-name" and i + 1 < len(args) else "")
+        if name and not name.startswith("-"):
+            return name
+    return model

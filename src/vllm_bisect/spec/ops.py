@@ -83,6 +83,19 @@ class OpsSpec(_Model):
         return min(MAX_DURATION_S,
                    self.request_timeout_s + (max_tokens or 16384) / self.min_tokens_per_s)
 
+    def deadline_text(self, max_tokens: int | None) -> str:
+        """:meth:`deadline_s` and where it comes from, in words (printed when a run or a
+        bisect's first hook call starts: a deadline of days is then seen at once)."""
+        total = self.deadline_s(max_tokens)
+        if self.request_deadline_s is not None:
+            return f"each probe request's deadline: {total:.0f} s (ops.request_deadline_s)"
+        tokens = f"{max_tokens} tokens" if max_tokens else "16384 tokens (no max_tokens sent)"
+        capped = " (capped at a week)" if total >= MAX_DURATION_S else ""
+        return (f"each probe request's deadline: {total:.0f} s{capped} = "
+                f"ops.request_timeout_s {self.request_timeout_s:g} s + {tokens} at "
+                f"ops.min_tokens_per_s {self.min_tokens_per_s:g}/s (set ops.request_deadline_s "
+                "or ops.min_tokens_per_s to change it)")
+
 
 class ExecutorKind(StrEnum):
     LOCAL = "local"

@@ -68,6 +68,32 @@ NO_FIX_SEARCH = frozenset({Strategy.BAYES})
 # two-level test of one starts with one request (probe.requests = 1 unless given)
 PER_REQUEST = frozenset({Symptom.ITL, Symptom.TTFT})
 
+# Bounds of the thresholds (issue 49): beyond them no commit can meet a threshold, or every
+# commit does (1e308 ms, 5e-324 ms, a subnormal factor), and `git bisect run` would name a
+# commit from a verdict that never looked at the symptom. A microsecond a token is faster
+# than any GPU decodes; a minute a token, an hour to the first token, 1000x are not
+# regressions a bisect over a server's speed meaningfully judges.
+MIN_MS = 1e-3
+MAX_ITL_MS = 60_000.0
+MAX_TTFT_MS = 3_600_000.0
+MAX_FACTOR = 1000.0
+MIN_RATE = 1e-3
+MAX_TOK_S = 1e8
+MAX_OUTPUT_TOKENS = 1 << 20  # also probe.max_tokens' bound (no model's output is longer)
+
+
+def tokens_conflict(min_output_tokens: int | None, max_tokens: int | None,
+                    send_max_tokens: bool) -> str | None:
+    """Why ``verdict.min_output_tokens`` can never be met by a request the probe caps at
+    ``probe.max_tokens`` (None: it can)."""
+    if min_output_tokens is None or max_tokens is None or not send_max_tokens:
+        return None
+    if min_output_tokens <= max_tokens:
+        return None
+    return (f"verdict.min_output_tokens = {min_output_tokens} is above probe.max_tokens = "
+            f"{max_tokens}: no request can reach it and every commit would be judged bad; "
+            "lower it, or raise probe.max_tokens")
+
 
 def runs_with(strategy: str, symptom: Symptom) -> Strategy:
     """The strategy that judges ``symptom`` when ``strategy`` is written (auto resolved)."""
@@ -97,9 +123,11 @@ class VerdictSpec(_Model):
     # two-level: a commit off the good end by the factor is BAD (a plateau between two steps;
     # at the final pair's bound it asks for the fall-back first: verdict/twolevel.py)
     plateau: bool = True
-    min_output_tokens: int | None = Field(default=None, ge=1)
-    max_itl_ms: float | None = Field(default=None, gt=0)
-    itl_factor: float | None = Field(default=None, gt=1.0)
+    # (bounds: a threshold no commit can meet, or every commit meets, is refused at load;
+    # MAX_OUTPUT_TOKENS is the probe's own cap on max_tokens)
+    min_output_tokens: int | None = Field(default=None, ge=1, le=MAX_OUTPUT_TOKENS)
+    max_itl_ms: float | None = Field(default=None, ge=MIN_MS, le=MAX_ITL_MS)
+    itl_factor: float | None = Field(default=None, gt=1.0, le=MAX_FACTOR)
     # "sequential": calibrate both endpoints with calibration_samples requests each, then
     # judge each commit by a sequential probability ratio test on per-request ITL, sampling
     # more on the same server until it decides (max_samples: undecided -> skip); alpha bounds
@@ -143,17 +171,17 @@ class VerdictSpec(_Model):
     min_effect: float = Field(default=0.05, ge=0.0)
     # throughput: bad when output tok/s < the good endpoint's / throughput_factor, or below
     # min_throughput_tok_s
-    throughput_factor: float | None = Field(default=None, gt=1.0)
-    min_throughput_tok_s: float | None = Field(default=None, gt=0)
+    throughput_factor: float | None = Field(default=None, gt=1.0, le=MAX_FACTOR)
+    min_throughput_tok_s: float | None = Field(default=None, ge=MIN_RATE, le=MAX_TOK_S)
     # mtp-speedup: bad when speculative / plain output tok/s < min_mtp_speedup (e.g. 1.5)
-    min_mtp_speedup: float | None = Field(default=None, gt=0)
+    min_mtp_speedup: float | None = Field(default=None, ge=MIN_RATE, le=MAX_FACTOR)
     # ttft: bad when time to first token > ttft_factor x the good endpoint's (or > max_ttft_ms)
-    ttft_factor: float | None = Field(default=None, gt=1.0)
-    max_ttft_ms: float | None = Field(default=None, gt=0)
+    ttft_factor: float | None = Field(default=None, gt=1.0, le=MAX_FACTOR)
+    max_ttft_ms: float | None = Field(default=None, ge=MIN_MS, le=MAX_TTFT_MS)
     # memory: bad when the KV cache capacity (tokens) at start-up falls below the good
     # endpoint's / memory_factor, or weights / peak memory rise above its x memory_factor, or
     # the server runs out of memory starting (verdict/memory.py)
-    memory_factor: float = Field(default=1.1, gt=1.0)
+    memory_factor: float = Field(default=1.1, gt=1.0, le=MAX_FACTOR)
     # once the culprit is found, re-measure it and its parent on fresh servers with this many
     # requests each (every strategy; the two-level test adds servers while it asks); the
     # report's effect and its 95% CI come from these samples (0: skip)

@@ -38,6 +38,7 @@ from vllm_bisect.errors import (
     ProbeError,
     RecoverableError,
     ServeError,
+    WrongModel,
     disk_full,
 )
 from vllm_bisect.models import EvalStatus, Evaluation, FailureKind, Measurement
@@ -253,6 +254,8 @@ def failure_kind(err: RecoverableError) -> FailureKind:
         return FailureKind.SERVE
     if isinstance(err, ProbeError):
         return FailureKind.PROBE
+    if isinstance(err, WrongModel):
+        return FailureKind.WRONG_MODEL
     return FailureKind.OTHER
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from vllm_bisect.builders.cache import quarantine
-from vllm_bisect.errors import SessionError, disk_full
+from vllm_bisect.errors import BisectError, SessionError, storage_fault
 from vllm_bisect.models import EvalStatus, Evaluation, Outcome, Verdict
 
 logger = logging.getLogger(__name__)
@@ -28,24 +28,63 @@ SCHEMA_VERSION = 1
 
 
 def _connect(path: Path) -> sqlite3.Connection:
+    try:
+        return _connect_raw(path)
+    except sqlite3.DatabaseError as err:
+        raise unusable(path, err) from None
+
+
+def _connect_raw(path: Path) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:  # parallel workers record their servers' pids: one connection, used under a lock
-        con = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+    # parallel workers record their servers' pids: one connection, used under a lock
+    con = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+    try:
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("PRAGMA synchronous=NORMAL")
-    except sqlite3.DatabaseError as err:
-        fault = disk_full(err, str(path))
-        if fault is not None:
-            raise fault from None
-        raise SessionError(f"cannot open database {path}: {err}",
-                           hint="the file is damaged or not a vllm-bisect database; "
-                                "move it away and start a new session") from None
+    except sqlite3.DatabaseError:
+        con.close()
+        raise
     return con
 
 
+def intact(path: Path) -> bool:
+    """Whether the database file passes SQLite's ``quick_check``, read without writing
+    anything (``immutable``: no lock, no WAL or -shm file), so a full disk or a file size
+    limit cannot fail it; a file that does not exist is intact (nothing to damage)."""
+    if not path.exists():
+        return True
+    try:
+        con = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro&immutable=1", uri=True)
+        try:
+            return con.execute("PRAGMA quick_check").fetchall() == [("ok",)]
+        finally:
+            con.close()
+    except sqlite3.DatabaseError:
+        return False
+
+
+def unusable(path: Path, err: sqlite3.DatabaseError) -> BisectError:
+    """The error for a database that cannot be opened or written: the storage's fault
+    (a full disk, a file size limit) named as such; an intact file said intact; only a file
+    whose integrity check fails called damaged. Nothing is moved here."""
+    fault = storage_fault(err, path)
+    if fault is not None:
+        return fault
+    if intact(path):
+        return SessionError(f"cannot use the database {path}: {err} (the file itself passes "
+                            "its integrity check: nothing was moved)",
+                            hint="check the free space, the file size limit (ulimit -f) and "
+                                 "the permissions where it lies, then run again")
+    return SessionError(f"cannot open the database {path}: {err}",
+                        hint="the file is damaged or not a vllm-bisect database (its "
+                             "integrity check fails); move it away and start a new session")
+
+
 class ResultCache:
-    """Shared by every session of a cache dir. It is only a cache: a damaged file is moved
-    aside with a warning and a new one started (what it held is measured again)."""
+    """Shared by every session of a cache dir. It is only a cache: a file whose integrity
+    check fails is moved aside with a warning and a new one started (what it held is
+    measured again); a write that fails on an intact file (a full disk, ``ulimit -f``) is
+    an error naming the cause, and the file stays where it is."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -53,13 +92,9 @@ class ResultCache:
 
     def _open(self) -> sqlite3.Connection:
         for attempt in range(2):
+            con: sqlite3.Connection | None = None
             try:
-                con = _connect(self.path)
-            except SessionError:
-                con = None
-            try:
-                if con is None:
-                    raise sqlite3.DatabaseError("file is not a database")
+                con = _connect_raw(self.path)
                 con.execute("""CREATE TABLE IF NOT EXISTS results (
                     key TEXT PRIMARY KEY, commit_sha TEXT NOT NULL, status TEXT NOT NULL,
                     evaluation TEXT NOT NULL, created REAL NOT NULL)""")
@@ -71,25 +106,19 @@ class ResultCache:
                 if con is not None:
                     con.close()
                 if attempt:
-                    raise self._error(err) from None
+                    raise unusable(self.path, err) from None
                 self._damaged(err)
         raise AssertionError("unreachable")
 
-    def _error(self, err: sqlite3.DatabaseError) -> Exception:
-        return disk_full(err, str(self.path)) or SessionError(
-            f"the result cache {self.path} cannot be used: {err}",
-            hint="check the cache dir's permissions and free space, or pass another "
-                 "--cache-dir")
-
-    def _damaged(self, err: Exception) -> None:
-        fault = disk_full(err, str(self.path)) if isinstance(err, sqlite3.DatabaseError) else None
-        if fault is not None:
-            raise fault from None
+    def _damaged(self, err: sqlite3.DatabaseError) -> None:
+        """Move the file aside, only when its integrity check fails; else the error."""
+        if storage_fault(err, self.path) is not None or intact(self.path):
+            raise unusable(self.path, err) from None
         aside = quarantine(self.path)
         logger.warning("the result cache %s is damaged (%s): moved to %s; starting an empty "
                        "one (its measurements are taken again)", self.path, err, aside)
 
-    def _reopen(self, err: Exception) -> None:
+    def _reopen(self, err: sqlite3.DatabaseError) -> None:
         self.con.close()
         self._damaged(err)
         self.con = self._open()
@@ -149,8 +178,13 @@ class SessionJournal:
         if "told" not in {r[1] for r in self.con.execute("PRAGMA table_info(outcomes)")}:
             # 1: a judged commit of the result; 0: kept for what follows only (a rest check's)
             self.con.execute("ALTER TABLE outcomes ADD COLUMN told INTEGER NOT NULL DEFAULT 1")
+        # (worked: this call's seconds by the monotonic clock; a journal from before it has
+        # only the wall-clock started/seen, which a clock jump would stretch)
+        if "worked" not in {r[1] for r in self.con.execute("PRAGMA table_info(runs)")}:
+            self.con.execute("ALTER TABLE runs ADD COLUMN worked REAL")
         self._run: int | None = None
         self._since = 0   # the last outcome journaled before this call (begin_run)
+        self._t0 = time.monotonic()
         have = self.get_meta("schema")
         if have is None:
             self.set_meta("schema", str(SCHEMA_VERSION))
@@ -287,7 +321,9 @@ class SessionJournal:
         """This call works on the session from now (its wall time counts from here)."""
         now = time.time()
         with self._lock:
-            cur = self.con.execute("INSERT INTO runs (started, seen) VALUES (?, ?)", (now, now))
+            self._t0 = time.monotonic()
+            cur = self.con.execute("INSERT INTO runs (started, seen, worked) VALUES (?, ?, 0)",
+                                   (now, now))
             self._run = cur.lastrowid
             self._since = int(self.con.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM outcomes").fetchone()[0])
@@ -297,11 +333,14 @@ class SessionJournal:
         if self._run is None:
             return
         with self._lock:
-            self.con.execute("UPDATE runs SET seen = ? WHERE seq = ?", (time.time(), self._run))
+            self.con.execute("UPDATE runs SET seen = ?, worked = ? WHERE seq = ?",
+                             (time.time(), time.monotonic() - self._t0, self._run))
 
     def wall_s(self) -> float:
-        """Seconds worked on the session, every call together."""
-        row = self.con.execute("SELECT SUM(seen - started) FROM runs").fetchone()
+        """Seconds worked on the session, every call together (by the monotonic clock: a
+        wall-clock jump mid-run does not count; a row from before ``worked``: its wall time)."""
+        row = self.con.execute("SELECT SUM(COALESCE(worked, seen - started)) FROM runs"
+                               ).fetchone()
         return float(row[0] or 0.0)
 
     def runs(self) -> int:
