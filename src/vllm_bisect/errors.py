@@ -137,6 +137,14 @@ class NotReproduced(FatalError):
     """An endpoint did not judge as claimed (good judged bad, bad judged good, or untestable)."""
 
 
+class RestUndecided(NotReproduced):
+    """A rest check that its server budget (``verdict.rest_servers``) left undecided."""
+
+
+class RestExplained(NotReproduced):
+    """A rest check that found no further change that matters: the culprit explains it."""
+
+
 class SessionError(FatalError):
     """The session directory cannot be used."""
 

@@ -40,7 +40,7 @@ from vllm_bisect.bisect.policies import make_policy, resolve
 from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.rest import RestAnswer
-from vllm_bisect.errors import NotReproduced
+from vllm_bisect.errors import NotReproduced, RestExplained, RestUndecided
 from vllm_bisect.models import Evaluation, Phase, Verdict
 from vllm_bisect.spec import BisectSpec, Symptom
 
@@ -226,7 +226,11 @@ class _Loop:
                 if by < 0:
                     raise
                 # the numbers, not every server's level: one short line a check
-                self._note(by, f"rest check, {what}: no ({rest.starts_text(self.starts - before)}): "
+                answer = ("undecided" if isinstance(err, RestUndecided) else
+                          "no, the culprit explains the effect" if isinstance(err, RestExplained)
+                          else "no")
+                self._note(by, f"rest check, {what}: {answer} "
+                               f"({rest.starts_text(self.starts - before)}): "
                                f"{err.message.split('; ')[0]}")
                 continue
             assert self.out is not None

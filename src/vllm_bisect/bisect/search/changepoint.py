@@ -29,8 +29,9 @@ from vllm_bisect.bisect.search.binary import Found
 from vllm_bisect.bisect.search.endpoints import untestable_end
 from vllm_bisect.bisect.search.steps import Step
 from vllm_bisect.bisect.tester import Tester
-from vllm_bisect.errors import NotReproduced
+from vllm_bisect.errors import NotReproduced, RestExplained, RestUndecided
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Phase, Verdict
+from vllm_bisect.probes.decode import combine
 from vllm_bisect.spec import SearchKind
 from vllm_bisect.verdict.auto import direction, log_min_change, per_request, samples_of
 from vllm_bisect.verdict.changepoint import (
@@ -47,10 +48,10 @@ from vllm_bisect.verdict.changepoint_next import choose
 logger = logging.getLogger(__name__)
 # a rest check (one side of a culprit, bisect/multi.py) is the same search with a prior that
 # expects no second step (most regressions are one commit): it ends "explained" once
-# P(a step that matters) < REST_EXPLAINED, goes on as a search once it is >= REST_BISECT, and
-# measures the sub-range's ends in between
+# P(a change that matters: a step or a drift) < REST_EXPLAINED, goes on as a search once it is
+# >= REST_BISECT, and measures the sub-range's ends in between (verdict.rest_servers at most)
 REST_PRIOR = dict(step=0.09, step_drift=0.01, none=0.81, drift=0.09)
-REST_EXPLAINED, REST_BISECT = 0.1, 0.5
+REST_EXPLAINED, REST_BISECT = 0.2, 0.5
 END_REQUESTS = 3      # the ends' servers run at least this many requests (the request spread)
 DRIFT_POINTS = 6      # commits inside the range measured before a drift can be the answer
 GIVE_UP = 2           # a commit whose servers failed this many times is skipped
@@ -91,10 +92,6 @@ def summary(post: Posterior, p: float) -> RangeModel:
                       effect_hi=hi, servers=post.servers, posterior=keep)
 
 
-class Explained(NotReproduced):
-    """A rest check found no further step that matters (P below ``REST_EXPLAINED``)."""
-
-
 class ChangePointSearch:
     """``rest``: a rest check's search (see ``REST_PRIOR``)."""
 
@@ -119,6 +116,7 @@ class ChangePointSearch:
         self.failures: Counter[int] = Counter()
         self.measured = 0          # servers this call started (a search round each)
         self.startups: list[float] = []    # seconds to healthy, per server measured
+        self.by_commit: dict[int, list[Measurement]] = {}   # each commit's measured servers
         self.request_s: list[float] = []   # seconds per probe request
         self.model: RangeModel | None = None
         policy = tester.policy
@@ -153,6 +151,21 @@ class ChangePointSearch:
             self.failures[i] += 1
             if self.failures[i] >= GIVE_UP:
                 self.skipped.add(i)
+
+    def _merged(self, i: int, ev: Evaluation) -> Evaluation:
+        """The commit's evaluation over every server this call measured of it (the report's
+        row, and what another symptom's search judges next): the requests of all of them, and
+        each server's samples (logs) in ``samples``."""
+        assert ev.measurement is not None
+        ms = self.by_commit.setdefault(i, [])
+        ms.append(ev.measurement)
+        if len(ms) == 1:
+            return ev
+        whole = ms[0]
+        for m in ms[1:]:
+            whole = combine(whole, m)
+        groups = [[math.log(x) for x in samples_of(m, self.symptom) if x > 0] for m in ms]
+        return ev.model_copy(update={"measurement": whole, "samples": groups})
 
     def _side(self, ev: Evaluation) -> Outcome:
         """The model's verdict on a measured server (pure): its commit's side with it."""
@@ -214,6 +227,8 @@ class ChangePointSearch:
         self.measured += 0 if outcome.from_cache else 1
         ev = t.evaluations[info.sha]
         self._add(i, ev)
+        if ev.measurement is not None:
+            t.evaluations[info.sha] = self._merged(i, ev)
         if i in (-1, self.n - 1) and i in self.skipped:
             name = t.terms.old if i == -1 else t.terms.new
             raise untestable_end(name, info.sha, outcome.reason, log=ev.log,
@@ -238,11 +253,16 @@ class ChangePointSearch:
                         else Step(candidates=tuple(range(lo + 1, hi + 1))))
                 return Found(step, self.measured, p)
             self._refuse_if_settled(post)
-            if self.rest and post.step < REST_BISECT:
-                if post.step < REST_EXPLAINED:
-                    raise Explained(f"explained: P(another {self.symptom.value} step of "
-                                    f"{math.exp(self.prior.min_step):.3g}x or more here) = "
-                                    f"{post.step:.3f} from {len(self.servers)} servers")
+            change = 1.0 - post.none     # a step or a drift that matters
+            if self.rest and change < REST_BISECT:
+                what = (f"P(another {self.symptom.value} change of "
+                        f"{math.exp(self.prior.min_step):.3g}x or more here) = {change:.3f} "
+                        f"from {len(self.servers)} servers")
+                if change < REST_EXPLAINED:
+                    raise RestExplained(what)
+                if self.measured >= v.rest_servers:
+                    raise RestUndecided(f"{what}, after verdict.rest_servers = "
+                                        f"{v.rest_servers} more")
                 self._measure_ends(post)
                 continue
             self.t.events.on_phase("", self._progress(post, j, p))
