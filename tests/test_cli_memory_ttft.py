@@ -45,7 +45,8 @@ def test_ttft_symptom_finds_the_slower_prefill_with_the_two_level_test(tmp_path:
                         serve={"speculative": None},
                         probe={"max_tokens": 8, "prompt_tokens": 1024},
                         # the search's own verdicts (not the rest check's calibrations)
-                        verdict={"symptom": "ttft", "ttft_factor": 2.0, "rest_check": False})
+                        verdict={"symptom": "ttft", "ttft_factor": 2.0, "rest_check": False,
+                                 "strategy": "twolevel"})
     assert doc["first_bad"] == planted["ttft"]
     # the search's steps (the endpoints carry the calibration's reason)
     judged = [p["reason"] for p in doc["probed"] if p["verdict"] in ("good", "bad")

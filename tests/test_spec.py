@@ -64,7 +64,7 @@ def test_cache_key_ignores_verdict() -> None:
     c = parse_spec({"probe": {"max_tokens": 100}})
     assert a.measurement_key("x") == b.measurement_key("x") != c.measurement_key("x")
     # (under the two-level test an unset probe.requests starts with 1 request: a probe setting)
-    d = parse_spec({"verdict": {"symptom": "itl", "itl_factor": 2.0}})
+    d = parse_spec({"verdict": {"symptom": "itl", "itl_factor": 2.0, "strategy": "twolevel"}})
     assert d.probe.requests == 1 and d.measurement_key("x") != a.measurement_key("x")
     assert a.measurement_key("x") != a.measurement_key("y")
 

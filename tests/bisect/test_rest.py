@@ -29,8 +29,8 @@ H200_LIKE = steps_scenario(32, ((13, 2.0),), cv=0.06, server_cv=0.10)
 def test_one_step_costs_few_starts_beyond_the_search(tmp_path: Path) -> None:
     """The same draws with and without the rest check: the first search is the same, so the
     difference is what the rest checks started (before: ~8 a run, docs/benchmarks.md)."""
-    m, with_ = run(spec(["itl"]), ONE_STEP, tmp_path / "a")
-    _, without = run(spec(["itl"], rest_check=False), ONE_STEP, tmp_path / "b")
+    m, with_ = run(spec(["itl"], strategy="twolevel"), ONE_STEP, tmp_path / "a")
+    _, without = run(spec(["itl"], strategy="twolevel", rest_check=False), ONE_STEP, tmp_path / "b")
     assert named(m, ONE_STEP, "itl") == {13}
     assert with_.starts - without.starts <= 2, (with_.starts, without.starts)
     (c,) = m.culprits
@@ -38,8 +38,8 @@ def test_one_step_costs_few_starts_beyond_the_search(tmp_path: Path) -> None:
 
 
 def test_no_fresh_server_decides_from_the_searchs_servers_alone(tmp_path: Path) -> None:
-    m, with_ = run(spec(["itl"], rest_servers=0), ONE_STEP, tmp_path / "a")
-    _, without = run(spec(["itl"], rest_check=False), ONE_STEP, tmp_path / "b")
+    m, with_ = run(spec(["itl"], strategy="twolevel", rest_servers=0), ONE_STEP, tmp_path / "a")
+    _, without = run(spec(["itl"], strategy="twolevel", rest_check=False), ONE_STEP, tmp_path / "b")
     assert with_.starts == without.starts
     assert "rest check" in m.culprits[0].note
 
@@ -49,8 +49,8 @@ def test_a_rest_the_cap_cannot_settle_says_so_in_one_line(tmp_path: Path) -> Non
     the default smallest change (5%): the check stops as soon as its numbers show that, and
     its note is one short line with the servers it would take and the command (issue 42:
     ~900 characters with a placeholder path; issue 40: the session's own spec path)."""
-    m, with_ = run(spec(["itl"], itl_factor=1.05), H200_LIKE, tmp_path / "a")
-    _, without = run(spec(["itl"], itl_factor=1.05, rest_check=False), H200_LIKE,
+    m, with_ = run(spec(["itl"], strategy="twolevel", itl_factor=1.05), H200_LIKE, tmp_path / "a")
+    _, without = run(spec(["itl"], strategy="twolevel", itl_factor=1.05, rest_check=False), H200_LIKE,
                      tmp_path / "b")
     assert named(m, H200_LIKE, "itl") == {13}
     (c,) = m.culprits
@@ -83,7 +83,7 @@ def test_the_culprits_verification_servers_count_in_the_check(tmp_path: Path) ->
     """verify_samples re-measures the culprit on fresh servers after the search (the rest
     checks follow: those are the pair's only servers no verdict chose): the bad end's check
     starts from them beside the search's."""
-    m, _ = run(spec(["itl"], verify_samples=10, rest_servers=0), ONE_STEP, tmp_path)
+    m, _ = run(spec(["itl"], strategy="twolevel", verify_samples=10, rest_servers=0), ONE_STEP, tmp_path)
     (c,) = m.culprits
     v = m.result.verification
     assert c.commit is not None and v is not None and v.culprit == c.commit
@@ -102,7 +102,7 @@ def test_the_culprits_verification_servers_count_in_the_check(tmp_path: Path) ->
 def test_without_rest_checks_the_confirmation_is_the_verification(tmp_path: Path) -> None:
     """issue 40: no rest check follows, and the search judged the pair at the whole-bisect
     bound: no fresh server re-measures it (before: 2 starts, the same verdicts)."""
-    m, _ = run(spec(["itl"], verify_samples=10, rest_check=False), ONE_STEP, tmp_path)
+    m, _ = run(spec(["itl"], strategy="twolevel", verify_samples=10, rest_check=False), ONE_STEP, tmp_path)
     (c,) = m.culprits
     v = m.result.verification
     assert v is not None and v.culprit == c.commit and v.confirmed
@@ -126,7 +126,7 @@ def test_the_checks_servers_of_the_culprit_are_no_verdict_of_it(tmp_path: Path) 
     told them: "-> <culprit> good:" with an empty reason. They are journaled (the part's
     bisect goes on from them), never told as a verdict."""
     scenario = steps_scenario(32, ((13, 1.3),), cv=0.06, server_cv=0.06)
-    sp: BisectSpec = spec(["itl"])
+    sp: BisectSpec = spec(["itl"], strategy="twolevel")
     rng = commit_range(scenario.n)
     cluster = VirtualCluster(scenario, rng, 1, random.Random(0), first_batch=sp.probe.requests)
     journal, told = SessionJournal(tmp_path), Told()

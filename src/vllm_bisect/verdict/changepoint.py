@@ -34,7 +34,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import ndtr as norm_cdf
 
 Array = NDArray[np.float64]
 LOG_2PI = math.log(2 * math.pi)
@@ -187,6 +186,8 @@ def _step_prior(d: Array, var: Array, prior: Prior) -> Array:
     """log E[p(d)] for d ~ N(d_hat, var): d's prior log-uniform on [min_step, MAX_STEP] in
     the bad direction (as likely 1.05x-1.1x as 2x-4x), as ``STEP_PIECES`` uniform pieces of
     equal mass (each a difference of normal CDFs)."""
+    from scipy.special import ndtr as norm_cdf  # (lazily: the CLI starts without scipy)
+
     sd = np.sqrt(np.maximum(var, 1e-18))
     lo, hi = max(prior.min_step, 1e-3), MAX_STEP
     x = prior.direction * d
