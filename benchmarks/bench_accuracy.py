@@ -71,9 +71,11 @@ NEW_ITL_ROWS: tuple[tuple[float | None, float | None, float, bool], ...] = (
     (1.1, 0.05, 0.03, False),)
 GOAL_ROWS = (0, 1, 6)
 CAP_QS = (0.3, 0.5, 0.7, 0.9, 1.0)
-ARMS = {"itl": ("plain", "sequential", "default"), "length": ("plain", "bayes", "default")}
+ARMS = {"itl": ("plain", "sequential", "default", "changepoint"),
+        "length": ("plain", "bayes", "default")}
 NAMES = {"plain": "plain git bisect run", "sequential": "vllm-bisect sequential",
-         "bayes": "vllm-bisect bayes", "default": "vllm-bisect default (auto)"}
+         "bayes": "vllm-bisect bayes", "default": "vllm-bisect default (auto)",
+         "changepoint": "vllm-bisect changepoint (the default's spec + the model of the range)"}
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,11 @@ def spec_for(arm: str, s: Scenario, recheck: int | None = None,
     no probe.requests)."""
     verdict: dict[str, object] = {"symptom": s.symptom, "verify_samples": 0}
     probe: dict[str, object] = {"max_tokens": 256}
-    if arm == "default":
+    if arm == "changepoint":   # what the default arm writes, and the model of the range
+        verdict["strategy"] = "changepoint"
+        if s.symptom == "itl":
+            verdict["itl_factor"] = round(min(1.15, 1 + (s.effect - 1) / 2), 4)
+    elif arm == "default":
         if recheck is not None:
             verdict["recheck_runs"] = recheck
         if plateau is not None:

@@ -68,6 +68,7 @@ class Trial:
     seed: int
     plateau: bool | None = None   # verdict.plateau (None: the spec's default)
     rest_servers: int | None = None   # verdict.rest_servers (None: the spec's default)
+    strategy: str | None = None   # verdict.strategy of the ITL-only arms (None: auto)
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def make_scenario(t: Trial) -> tuple[StepsScenario, set[int], set[int]]:
 
 
 def spec_for(arm: str, row: str = "", rest_servers: int | None = None,
-             plateau: bool | None = None) -> BisectSpec:
+             plateau: bool | None = None, strategy: str | None = None) -> BisectSpec:
     symptoms = ["length", "itl"] if arm == "length+itl" else [arm.split(",")[0]]
     verdict: dict[str, object] = {"symptoms": symptoms, "verify_samples": 0,
                                   "rest_check": "no rest" not in arm}
@@ -111,6 +112,8 @@ def spec_for(arm: str, row: str = "", rest_servers: int | None = None,
         verdict["rest_servers"] = rest_servers
     if plateau is not None:
         verdict["plateau"] = plateau
+    if strategy is not None and symptoms == ["itl"]:
+        verdict["strategy"] = strategy
     if row != ROWS[4]:   # the H200-like row: the default (min_effect 5%)
         verdict["itl_factor"] = 1.15
     # the ITL arms probe as the two-symptom run does (one request first, more on demand)
@@ -122,7 +125,7 @@ def run_trial(t: Trial) -> Outcome:
     logging.disable(logging.WARNING)
     s, caps, steps = make_scenario(t)
     rng = commit_range(s.n)
-    sp = spec_for(t.arm, t.row, t.rest_servers, t.plateau)
+    sp = spec_for(t.arm, t.row, t.rest_servers, t.plateau, t.strategy)
     cluster = VirtualCluster(s, rng, 1, random.Random(t.seed * 7919 + 1),
                              first_batch=sp.probe.requests)
     want = {"length": caps, "itl": steps}
@@ -158,11 +161,14 @@ def main() -> None:
                     help="steps: the ITL step rows only (not the two-symptom row)")
     ap.add_argument("--plateau", choices=("on", "off"), default=None,
                     help="verdict.plateau (default: the spec's)")
+    ap.add_argument("--strategy", default=None,
+                    help="verdict.strategy (default: the spec's, auto), e.g. changepoint")
     ap.add_argument("--rest-servers", type=int, default=None,
                     help="verdict.rest_servers (default: the spec's)")
     a = ap.parse_args()
     plateau = None if a.plateau is None else a.plateau == "on"
-    items = [Trial(row, arm, a.seed * 1_000_003 + r * 10_007 + j, plateau, a.rest_servers)
+    items = [Trial(row, arm, a.seed * 1_000_003 + r * 10_007 + j, plateau, a.rest_servers,
+                   a.strategy)
              for r, row in enumerate(ROWS) if a.rows == "all" or r > 0
              for arm in ARMS[row] for j in range(a.trials)]
     with ProcessPoolExecutor(a.jobs) as pool:

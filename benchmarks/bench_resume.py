@@ -4,7 +4,8 @@
 
 Per run: a synthetic history (``vllm-bisect sim history``: a 1.5x ITL step at a random
 commit, the simulator's own request and server noise), bisected once uninterrupted with the
-spec a user writes (``[verdict] symptom = "itl"``), and once killed with SIGKILL at a moment
+spec a user writes (``[verdict] symptom = "itl"``) and the model of the range
+(``strategy = "changepoint"``), and once killed with SIGKILL at a moment
 drawn uniformly over the uninterrupted run's wall time and resumed (``vllm-bisect run
 --session S`` again). Each bisect has its own cache directory (nothing carried between the
 two). Printed: per run, both culprits, both server-start totals (result.json:
@@ -62,7 +63,7 @@ def one(k: int, rnd: random.Random, root: Path, commits: int) -> dict[str, objec
     spec = root / f"spec{k}.toml"
     made = Path(f"{hist}-spec.toml").read_text()
     head, _, _ = made.partition("[verdict]")
-    spec.write_text(head + '[verdict]\nsymptom = "itl"\n')
+    spec.write_text(head + '[verdict]\nsymptom = "itl"\nstrategy = "changepoint"\n')
     wall, _ = run(spec, root / f"plain{k}", root / f"cache-a{k}")
     culprit, starts = result(root / f"plain{k}")
     cut = rnd.uniform(0.5, wall)

@@ -24,15 +24,17 @@ ITL = {"build": {"kind": "url", "url": "http://127.0.0.1:1"}, "verdict": {"sympt
 
 
 def spec(**verdict: object) -> BisectSpec:
-    return parse_spec({**ITL, "verdict": {"symptom": "itl", **verdict}})
+    return parse_spec({**ITL, "verdict": {"symptom": "itl", "strategy": "changepoint",
+                                          **verdict}})
 
 
-def test_auto_on_itl_is_the_model_of_the_range_and_the_hook_keeps_twolevel() -> None:
+def test_the_model_of_the_range_is_written_and_refused_by_the_hook() -> None:
     sp = spec()
-    assert resolve(sp).strategy is Strategy.CHANGEPOINT
-    hook = resolve(sp, per_commit=True)
-    assert hook.strategy is Strategy.TWOLEVEL and "git bisect run" in hook.reason
-    assert resolve(spec(strategy="twolevel"), per_commit=True).strategy is Strategy.TWOLEVEL
+    plan = resolve(sp)
+    assert plan.strategy is Strategy.CHANGEPOINT and plan.models_range and not plan.hook_ok
+    assert resolve(sp, per_commit=True).strategy is Strategy.CHANGEPOINT   # (written: kept)
+    # auto stays the two-level test until the model wins every row of issue 48
+    assert resolve(parse_spec(ITL)).strategy is Strategy.TWOLEVEL
 
 
 def run(sp: BisectSpec, n: int, steps: tuple[tuple[int, float], ...], tmp: Path,
@@ -126,8 +128,8 @@ def test_a_slow_request_on_a_server_does_not_flip_a_commit(tmp_path: Path) -> No
     n, at = 150, 61
     s = steps_scenario(n, ((at, 1.5),), cv=0.02, server_cv=0.02)
     rng = commit_range(n)
-    sp = parse_spec({**ITL, "probe": {"requests": 4}, "verdict": {"symptom": "itl",
-                                                                 "rest_check": False}})
+    sp = parse_spec({**ITL, "probe": {"requests": 4}, "verdict": {
+        "symptom": "itl", "strategy": "changepoint", "rest_check": False}})
     cluster = OneSlow(s, rng, 1, random.Random(3), first_batch=4)
     journal = SessionJournal(tmp_path)
     try:

@@ -139,10 +139,10 @@ def test_policy_by_strategy_str_or_enum() -> None:
     assert not make_policy(parse_spec({**LENGTH, "verdict": {"strategy": "bayes"}})).supports_hook
     auto = spec.model_copy(update={"verdict": spec.verdict.model_copy(
         update={"strategy": Strategy.AUTO})})
-    # auto resolves: itl -> the model of the range (the hook and the studies: two-level)
-    assert type(make_policy(auto)) is ChangePointPolicy
-    assert type(make_policy(auto, resolve_strategy(auto, per_commit=True).strategy)) \
-        is TwoLevelPolicy
+    assert type(make_policy(auto)) is TwoLevelPolicy  # auto resolves: itl -> two-level
+    model = spec.model_copy(update={"verdict": spec.verdict.model_copy(
+        update={"strategy": "changepoint"})})
+    assert type(make_policy(model)) is ChangePointPolicy
     assert resolve_strategy(auto).reason.startswith("auto: itl")
     crash = parse_spec({**LENGTH, "verdict": {"symptom": "crash"}})
     assert type(make_policy(crash)) is BayesPolicy  # auto: crash -> bayes (no hook)

@@ -18,8 +18,7 @@ from vllm_bisect.sim.history import sim_path
 
 def test_default_spec_finds_a_slowdown_under_server_level_noise(tmp_path: Path) -> None:
     # per-request noise 5%, server level 5% per start; the culprit makes steps 2x slower.
-    # The two-level test written (auto runs the model of the range under `run`, and this test
-    # under the hook and the studies).
+    # The two-level test written (auto's choice).
     h = history(tmp_path, n_commits=6, slow_at=4, slow_factor=2.0, step_ms=4.0, noise_cv=0.05,
                 server_cv=0.05)
     spec = make_spec(h, verdict={"symptom": "itl", "itl_factor": 1.3, "strategy": "twolevel"},
@@ -70,8 +69,7 @@ def test_default_spec_bisects_throughput_and_mtp_speedup_under_server_level_nois
         tmp_path: Path, symptom: str) -> None:
     # every server start has its own speed level (5% CV, seeded per start); throughput: the
     # culprit makes steps 3x slower; mtp-speedup: the culprit drops draft acceptance to 0.1.
-    # The two-level test written (one sample per server); without it, auto: the model of the
-    # range (the test after this one).
+    # The two-level test written (one sample per server; auto's choice too).
     plan: dict[str, Any] = ({"slow_at": 3, "slow_factor": 3.0} if symptom == "throughput"
                             else {"low_acceptance_at": 3})
     h = history(tmp_path, n_commits=5, step_ms=4.0, server_cv=0.05, **plan)
@@ -95,18 +93,17 @@ def test_default_spec_bisects_throughput_and_mtp_speedup_under_server_level_nois
     assert steps and all(o.reason.startswith("two-level") for o in steps)
 
 
-def test_the_default_is_the_model_of_the_range_for_throughput(tmp_path: Path) -> None:
-    """No strategy written: auto runs the model of the range, one sample (output tok/s) a
-    server, every server start at its own speed level (5% CV)."""
+def test_the_model_of_the_range_bisects_throughput(tmp_path: Path) -> None:
+    """``strategy = "changepoint"``: one sample (output tok/s) a server, every server start at
+    its own speed level (5% CV)."""
     h = history(tmp_path, n_commits=5, step_ms=4.0, server_cv=0.05, slow_at=3, slow_factor=3.0)
     spec = make_spec(h, build={"kind": "command", "serve": seeded_serve(
         tmp_path, "11 3 7 19 5 2 13 17")},
         probe={"max_tokens": 32, "warmup": 0,
                "load": {"concurrency": 2, "requests": 4, "max_tokens": 32}},
-        verdict={"symptom": "throughput", "throughput_factor": 1.5})
-    assert spec.verdict.strategy == "auto"
+        verdict={"symptom": "throughput", "throughput_factor": 1.5, "strategy": "changepoint"})
     r = run_driver(spec, tmp_path)
-    assert r.strategy_chosen == "changepoint" and "model of the range" in r.strategy_reason
+    assert r.strategy_chosen == "changepoint"
     assert r.first_bad == h.planted["itl"]
     assert r.model is not None and r.model.p >= 0.99 and r.model.effect < 1 / 1.5
     assert r.verification is None    # its P is the evidence: no verification phase

@@ -22,8 +22,8 @@ URL = {"build": {"kind": "url", "url": "http://127.0.0.1:1"}}
 
 @pytest.mark.parametrize("symptom,want", [
     ("length", Strategy.THRESHOLD), ("correctness", Strategy.THRESHOLD),
-    ("crash", Strategy.BAYES), ("itl", Strategy.CHANGEPOINT),
-    ("throughput", Strategy.CHANGEPOINT), ("ttft", Strategy.CHANGEPOINT),
+    ("crash", Strategy.BAYES), ("itl", Strategy.TWOLEVEL),
+    ("throughput", Strategy.TWOLEVEL), ("ttft", Strategy.TWOLEVEL),
     ("mtp-speedup", Strategy.TWOLEVEL), ("any", Strategy.THRESHOLD)])
 def test_auto_picks_by_symptom(symptom: str, want: Strategy) -> None:
     c = choose_strategy(VerdictSpec(symptom=Symptom(symptom)))
@@ -43,14 +43,13 @@ def test_smallest_change_and_direction() -> None:
     assert per_request(Symptom.ITL) and not per_request(Symptom.MTP_SPEEDUP)
 
 
-def test_default_spec_is_auto_and_starts_with_three_requests() -> None:
-    # the model of the range: three requests a server at least (a server's own spread, and
-    # a fence against one slow request); the two-level test written starts with one
+def test_default_spec_is_auto_and_starts_with_one_request() -> None:
     s = parse_spec({**URL, "verdict": {"symptom": "itl"}})
-    assert s.verdict.strategy == "auto" and s.probe.requests == 3
-    two = parse_spec({**URL, "verdict": {"symptom": "itl", "strategy": "twolevel"}})
-    assert two.probe.requests == 1
-    s = two
+    assert s.verdict.strategy == "auto" and s.probe.requests == 1
+    # the model of the range: three requests a server at least (a server's own spread, and
+    # a fence against one slow request)
+    cp = parse_spec({**URL, "verdict": {"symptom": "itl", "strategy": "changepoint"}})
+    assert cp.probe.requests == 3
     kept = parse_spec({**URL, "probe": {"requests": 4}, "verdict": {"symptom": "itl"}})
     assert kept.probe.requests == 4
     assert parse_spec({**URL, "verdict": {"symptom": "length"}}).probe.requests == 3

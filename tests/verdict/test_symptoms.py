@@ -55,7 +55,7 @@ def test_two_symptoms_at_different_commits_and_the_follow_up(tmp_path: Path) -> 
     assert r2.returncode == 0, r2.stderr
     doc = json.loads(r2.stdout)
     assert doc["first_bad"] == h.planted["itl"]
-    assert doc["strategy_chosen"] == "changepoint"  # (auto: the itl follow-up)
+    assert doc["strategy_chosen"] == "twolevel"  # (auto: the itl follow-up)
     assert any(pr["from_cache"] for pr in doc["probed"])
 
 

@@ -34,9 +34,7 @@ def test_ttft_threshold_against_the_good_endpoint() -> None:
 
 def test_ttft_runs_the_two_level_test_on_per_request_ttft() -> None:
     v = VerdictSpec(symptom=Symptom.TTFT, ttft_factor=1.5)
-    # auto: the model of the range under `run` (per-request TTFT samples; the hook and the
-    # studies: the two-level test)
-    assert choose_strategy(v).strategy is Strategy.CHANGEPOINT and "1.5x" in choose_strategy(v).reason
+    assert choose_strategy(v).strategy is Strategy.TWOLEVEL and "1.5x" in choose_strategy(v).reason
     assert direction(Symptom.TTFT) == 1
     assert samples_of(measurement([80.0, 90.0]), Symptom.TTFT) == [80.0, 90.0]
     assert choose_strategy(VerdictSpec(symptom=Symptom.MEMORY)).strategy is Strategy.THRESHOLD

@@ -7,9 +7,9 @@ in the spec's layer because the validator, below this package, reads it. Here: w
   Driver re-checks the commits a flaky symptom can mislead (``bisect/recheck.py``) and goes
   on under ``bayes`` the moment a commit shows the symptom in some runs only;
 - a crash (it shows in some runs only) -> ``bayes``;
-- ITL, TTFT, throughput (continuous, noisy at two levels: the server start and the
-  request) -> ``changepoint`` (one model of the range; where each commit is judged alone,
-  the hook and the studies: ``twolevel``), MTP speed-up -> ``twolevel``, with
+- ITL, TTFT, throughput, MTP speed-up (continuous, noisy at two levels: the server start and
+  the request) -> ``twolevel`` (``changepoint``, one model of the range, is opt-in until it
+  wins every row of issue 48), with
   ``itl_factor`` / ``throughput_factor`` as the smallest change
   that matters (``1 + min_effect`` when none is written);
 - ``any`` (length or ITL against written thresholds) -> ``threshold``.
