@@ -94,7 +94,7 @@ def test_a_clean_large_step_is_plain_bisection() -> None:
         j, p = post.top()
         if p >= 0.99 and post.size(j) == 1:
             break
-        nxt = choose(n, servers, PRIOR, post, list(range(n)), 3, 3.0, 0.99)
+        nxt = choose(post, list(range(n)), 3, 0.99)
         assert nxt is not None
         picked.append(nxt.index)
         servers.append(server(rnd, nxt.index, 20.0 if nxt.index >= k else 10.0, 0.02, 0.02))
@@ -109,7 +109,7 @@ def test_the_ends_in_doubt_get_another_server_first() -> None:
     servers = [server(rnd, -1, 10.0), server(rnd, 99, 10.3)]
     post = posterior(100, servers, PRIOR)
     assert doubt(post, 99) == post.none > 0.2
-    nxt = choose(100, servers, PRIOR, post, list(range(100)), 3, 3.0, 0.99)
+    nxt = choose(post, list(range(100)), 3, 0.99)
     assert nxt is not None and nxt.index in (-1, 99) and not nxt.new
 
 
@@ -130,7 +130,7 @@ def test_calibration_of_p_on_a_small_sample(seed: int) -> None:
                 named += 1
                 wrong += post.bounds[j + 1] != k
                 break
-            nxt = choose(n, servers, PRIOR, post, list(range(n)), 2, 3.0, 0.99)
+            nxt = choose(post, list(range(n)), 2, 0.99)
             assert nxt is not None
             servers.append(server(rnd, nxt.index, 13.0 if nxt.index >= k else 10.0, cv, scv))
     assert named >= 10

@@ -107,8 +107,6 @@ class Posterior:
     drift: float
     tau: float                       # posterior mean of the server level's sd (logs)
     sigma: float                     # ... and of the per-request sd
-    level0: float                    # the old side's level (logs) under the best interval
-    level1: float
     effect: float                    # the step (logs) under the most likely interval
     effect_sd: float
     servers: int = 0
@@ -168,8 +166,7 @@ def _fit(design: Array, w: Array, m: Array, prior_prec: Array) -> tuple[Array, A
     """Weighted linear fits for every grid point and design: ``design`` (J, S, p), weights
     ``w`` (G, S), server means ``m`` (S,), a diagonal prior precision per coefficient (p,).
     Returns, each (G, J): log|A| (A = X'WX + prior), the quadratic form m'Wm - b'A^-1 b, and
-    (G, J, 3): the second coefficient (the step; the first when p = 1), its variance, and
-    the first coefficient (the old level)."""
+    (G, J, 2): the second coefficient (the step; the first when p = 1) and its variance."""
     xw = w[:, None, :, None] * design[None]                   # (G, J, S, p)
     a = np.einsum("gjsp,jsq->gjpq", xw, design) + np.diag(prior_prec)
     b = np.einsum("gjsp,s->gjp", xw, m)
@@ -178,7 +175,7 @@ def _fit(design: Array, w: Array, m: Array, prior_prec: Array) -> tuple[Array, A
     beta = np.einsum("gjpq,gjq->gjp", cov, b)
     quad = (w @ (m * m))[:, None] - np.einsum("gjp,gjp->gj", b, beta)
     k = 1 if beta.shape[-1] > 1 else 0
-    est = np.stack([beta[..., k], cov[..., k, k], beta[..., 0]], axis=-1)
+    est = np.stack([beta[..., k], cov[..., k, k]], axis=-1)
     return np.where(sign > 0, logdet, np.inf), quad, est
 
 
@@ -230,8 +227,8 @@ def _grid(servers: Sequence[Server], per_request: bool) -> _Grid:
 def _models(g: _Grid, side: Array, x: Array, m: Array, prior: Prior
             ) -> tuple[Array, Array, Array, Array, Array, Array]:
     """Each model's log marginal likelihood: step (G, J), step + drift (G, J), none (G,), a
-    step the other way (G, J), drift (G,), and the step model's (step, its variance, old
-    level) per (G, J)."""
+    step the other way (G, J), drift (G,), and the step model's (step, its variance) per
+    (G, J)."""
     ones = np.ones_like(side)
     xs = np.broadcast_to(x, side.shape)
     prec_b = 1.0 / DRIFT_SD ** 2
@@ -282,16 +279,15 @@ def posterior(n: int, servers: Sequence[Server], prior: Prior) -> Posterior:
     grid_w = grid_w / grid_w.sum()
     jt = int(np.argmax(interval))
     gw_top = per_interval[:, jt] / max(per_interval[:, jt].sum(), 1e-300)
-    d_hat, d_var, mu0 = est[:, jt, 0], est[:, jt, 1], est[:, jt, 2]
+    d_hat, d_var = est[:, jt, 0], est[:, jt, 1]
     eff = float((gw_top * d_hat).sum())
     eff_var = float((gw_top * (d_var + (d_hat - eff) ** 2)).sum())
-    lvl0 = float((gw_top * mu0).sum())
     counts = {int(i): int((idx == i).sum()) for i in set(idx.tolist())}
     return Posterior(n=n, bounds=bounds, interval=interval,
                      none=float(np.exp(_logsumexp(j_none) - total)),
                      drift=float(np.exp(_logsumexp(j_drift) - total)),
                      tau=float((grid_w * g.tau).sum()), sigma=float((grid_w * g.sigma).sum()),
-                     level0=lvl0, level1=lvl0 + eff, effect=eff,
+                     effect=eff,
                      effect_sd=math.sqrt(max(eff_var, 0.0)), servers=len(servers),
                      by_commit=counts)
 

@@ -1,46 +1,34 @@
-"""What the model of the range measures next (pure): the measurement that most reduces the
-uncertainty about the first bad commit per unit of cost.
+"""What the model of the range measures next (pure): where the model is in doubt.
 
-Candidates: a first server at an unmeasured commit (the one that splits the posterior in
-half, and the middle of the most likely interval), or another server at a measured commit
-(the ends of the most likely intervals, and both ends of the range while "no step" is still
-credible). Each is scored by a one-step lookahead: the new server's mean is drawn from the
-posterior predictive (its side by P(bad), its level from that side's, the spread from the
-learned server and request spreads; three Gauss-Hermite points a side), the posterior is
-recomputed for each outcome, and the expected drop in entropy (culprit, "none", "drift") is
-divided by the measurement's cost (a server start ``server_cost`` requests; a commit not yet
-built also pays for its artifact, counted as one more server start). On a clean, large step
-this picks the posterior's median commit, one server each: plain bisection.
+Candidates: another server at a measured commit (the ends of the two most likely intervals,
+and both ends of the range while "no step" or "a drift" is still credible), or a first server
+at an unmeasured commit (the one that splits the posterior in half, or the middle of the most
+likely interval). A measured commit whose side is in doubt goes first (doubt per server it
+already has); else the likeliest interval is split. On a clean, large step this picks the
+posterior's median commit, one server each: plain bisection. (A one-step entropy lookahead
+was tried first and dropped: docs/benchmarks.md, issue 48.)
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vllm_bisect.verdict.changepoint import Posterior, Prior, Server, posterior
+from vllm_bisect.verdict.changepoint import Posterior
 
 NONE_DOUBT = 0.2     # while the search narrows: the ends are measured again past this P(none)
 SEARCH_DOUBT = 0.15   # while the search narrows: a commit this unsure of its side is measured again
-# three-point Gauss-Hermite (a standard normal): nodes and weights
-_NODES = ((-math.sqrt(3.0), 1 / 6), (0.0, 2 / 3), (math.sqrt(3.0), 1 / 6))
 
 
 @dataclass(frozen=True)
 class Choice:
-    """Measure commit ``index`` on a fresh server with ``requests`` requests: its expected
-    entropy drop (nats) per cost, and whether the commit has no server yet."""
+    """Measure commit ``index`` on a fresh server with ``requests`` requests; ``new``: the
+    commit has no server yet; ``doubt``: why (1.0 for a split)."""
 
     index: int
     requests: int
-    gain: float
-    cost: float
     new: bool
-
-    @property
-    def score(self) -> float:
-        return self.gain / self.cost
+    doubt: float
 
 
 def _split(post: Posterior, usable: Sequence[int], measured: set[int]) -> list[int]:
@@ -76,29 +64,6 @@ def _again(post: Posterior, limit: int) -> list[int]:
     return sorted(c for c in out if post.by_commit.get(c, 0) < limit)
 
 
-def _predictive(post: Posterior, c: int, requests: int) -> list[tuple[float, float]]:
-    """(weight, server mean) points of a new server at commit ``c``."""
-    p1 = post.p_bad(c) if c >= 0 else 0.0
-    sd = math.sqrt(post.tau ** 2 + post.sigma ** 2 / max(requests, 1)
-                   + post.effect_sd ** 2 / 4)
-    out: list[tuple[float, float]] = []
-    for p, level in ((1 - p1, post.level0), (p1, post.level1)):
-        if p <= 1e-9:
-            continue
-        out.extend((p * w, level + z * sd) for z, w in _NODES)
-    return out
-
-
-def expected_entropy(n: int, servers: Sequence[Server], prior: Prior, post: Posterior,
-                     c: int, requests: int) -> float:
-    h = 0.0
-    ss = (requests - 1) * post.sigma ** 2 if prior.per_request else 0.0
-    for w, mean in _predictive(post, c, requests):
-        nxt = posterior(n, [*servers, Server(c, requests, mean, ss)], prior)
-        h += w * nxt.entropy()
-    return h
-
-
 def doubt(post: Posterior, c: int, final: bool = True) -> float:
     """How unsure the model is of commit ``c``'s side: min(P(bad), P(good)) for a commit
     inside the range; for the old and new ends, P(no step that matters), counted while the
@@ -110,8 +75,7 @@ def doubt(post: Posterior, c: int, final: bool = True) -> float:
     return min(p, 1.0 - p)
 
 
-def choose(n: int, servers: Sequence[Server], prior: Prior, post: Posterior,
-           usable: Sequence[int], requests: int, server_cost: float, confidence: float,
+def choose(post: Posterior, usable: Sequence[int], requests: int, confidence: float,
            per_commit_limit: int = 12) -> Choice | None:
     """The next measurement (None: nothing measurable would tell more).
 
@@ -123,7 +87,7 @@ def choose(n: int, servers: Sequence[Server], prior: Prior, post: Posterior,
     server runs.
     """
     measured = set(post.by_commit)
-    usable_set = set(usable) | {-1, n - 1}
+    usable_set = set(usable) | {-1, post.n - 1}
     j, _ = post.top()
     final = post.size(j) == 1 or not [c for c in usable if post.bounds[j] < c < post.bounds[j + 1]]
     bar = (1.0 - confidence) / 2 if final else SEARCH_DOUBT
@@ -133,14 +97,12 @@ def choose(n: int, servers: Sequence[Server], prior: Prior, post: Posterior,
     doubtful = sorted(again, key=lambda c: (-doubt(post, c, final)
                                             / (1 + post.by_commit.get(c, 0)), c))
     doubtful = [c for c in doubtful if doubt(post, c, final) > bar]
-    start = server_cost + requests
     if doubtful:
-        return Choice(doubtful[0], requests, doubt(post, doubtful[0], final), start, False)
+        return Choice(doubtful[0], requests, False, doubt(post, doubtful[0], final))
     split = _split(post, usable, measured)
     if split and not final:
-        c = split[-1] if len(split) > 1 else split[0]
-        return Choice(c, requests, 1.0, start + server_cost, True)
+        return Choice(split[-1], requests, True, 1.0)
     rest = sorted(again, key=lambda c: -doubt(post, c))
     if rest and doubt(post, rest[0]) > 1e-9:
-        return Choice(rest[0], requests, doubt(post, rest[0]), start, False)
+        return Choice(rest[0], requests, False, doubt(post, rest[0]))
     return None

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vllm_bisect.bisect.policies.base import Role
+from vllm_bisect.bisect.policies.base import MoreSamples, Role
 from vllm_bisect.bisect.policies.changepoint import ChangePointPolicy
 from vllm_bisect.bisect.search.binary import Found
 from vllm_bisect.bisect.search.endpoints import untestable_end
@@ -198,7 +198,7 @@ class ChangePointSearch:
         return sum(s.index == i for s in self.servers)
 
     # -- measuring -----------------------------------------------------------------------
-    def _more(self, requests: int, adaptive: bool = False) -> object:
+    def _more(self, requests: int, adaptive: bool = False) -> MoreSamples | None:
         """How many more requests a server runs: up to ``requests``; ``adaptive`` (an end's
         first server, before any model): as many as its own spread needs
         (``requests_for_step``)."""
@@ -219,7 +219,7 @@ class ChangePointSearch:
         role = self.roles.get(info.sha, Role.BISECT)
         # the first server of a commit may come from the result cache; later ones are fresh
         first = self.servers_at(i) == 0 and self.failures[i] == 0
-        self.policy.more = self._more(requests, adaptive)  # type: ignore[assignment]
+        self.policy.more = self._more(requests, adaptive)
         phase = (Phase.REST if self.rest else Phase.ENDPOINTS if role is not Role.BISECT
                  else Phase.SEARCH)
         with t.measurer.during(phase):
@@ -271,8 +271,7 @@ class ChangePointSearch:
             cost = self.server_cost()
             requests = requests_per_server(post, cost, self.least, v.max_samples)
             usable = [c for c in range(self.n) if c not in self.skipped]
-            nxt = choose(self.n, self.servers, self.prior, post, usable, requests,
-                         cost, v.confidence, per_commit_limit=v.max_servers)
+            nxt = choose(post, usable, requests, v.confidence, per_commit_limit=v.max_servers)
             if nxt is None:
                 return self._credible(post, p, "no measurable commit would tell more")
             self._measure(nxt.index, nxt.requests)
