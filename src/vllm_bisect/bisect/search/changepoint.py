@@ -119,6 +119,7 @@ class ChangePointSearch:
         self.by_commit: dict[int, list[Measurement]] = {}   # each commit's measured servers
         self.request_s: list[float] = []   # seconds per probe request
         self.model: RangeModel | None = None
+        self._last: tuple[tuple[Server, ...], Posterior] | None = None
         policy = tester.policy
         if not isinstance(policy, ChangePointPolicy):
             raise TypeError("the change-point search needs the changepoint policy")
@@ -182,7 +183,7 @@ class ChangePointSearch:
                            verdict=Verdict.GOOD if i == -1 else Verdict.BAD,
                            reason="an end of the range (the model starts once both are "
                                   "measured)")
-        post = posterior(self.n, servers, self.prior)
+        post = self._posterior(servers)
         if i in (-1, self.n - 1):
             verdict = Verdict.GOOD if i == -1 else Verdict.BAD
             why = f"P(no step that matters) = {post.none:.3g}"
@@ -193,6 +194,14 @@ class ChangePointSearch:
         return Outcome(commit=ev.commit, verdict=verdict, measurement=ev.measurement,
                        reason=f"model of the range: {why} with this server ({on} of this "
                               f"commit, {len(self.servers) + len(new)} in all)")
+
+    def _posterior(self, servers: list[Server]) -> Posterior:
+        """The posterior over ``servers``; the one a recorded server's verdict computed is the
+        next step's too (the search then holds the same servers): computed once."""
+        key = tuple(servers)
+        if self._last is None or self._last[0] != key:
+            self._last = (key, posterior(self.n, servers, self.prior))
+        return self._last[1]
 
     def servers_at(self, i: int) -> int:
         return sum(s.index == i for s in self.servers)
@@ -241,7 +250,7 @@ class ChangePointSearch:
             while self.servers_at(end) == 0:
                 self._measure(end, max(END_REQUESTS, self.least), adaptive=True)
         while True:
-            post = posterior(self.n, self.servers, self.prior)
+            post = self._posterior(self.servers)
             j, p = post.top()
             self.model = summary(post, p)
             lo, hi = post.bounds[j], post.bounds[j + 1]
