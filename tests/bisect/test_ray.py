@@ -123,8 +123,13 @@ def test_cancel_stops_a_ray_task(tmp_path: Path, cluster: str) -> None:
             assert time.monotonic() < deadline and ex.wait(timeout=0.2) == []
         ex.cancel(task)
         (done,) = ex.wait(timeout=180)   # (a loaded machine: 60 s was seen to pass)
-        assert done.cancelled
-        assert session_processes("cancel-sid") == []  # torn down, not left behind
+        assert done.cancelled, (done.evaluation.status, done.evaluation.reason)
+        # torn down, not left behind (Ray may report the cancel before the worker's teardown
+        # has ended: a loaded machine gets a bounded wait, never a left server)
+        deadline = time.monotonic() + 60
+        while session_processes("cancel-sid") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert session_processes("cancel-sid") == []
     finally:
         ex.close()
         for pid in session_processes("cancel-sid"):  # a failed test leaves no server behind

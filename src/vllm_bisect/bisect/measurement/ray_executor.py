@@ -6,16 +6,21 @@ those nodes. It builds its own artifact on its node (the vLLM checkout must be a
 there, or on a shared file system; artifacts are cached per node under the cache dir), and
 returns the evaluation and its server logs; the driver alone writes the journal and the logs.
 A worker or node lost mid-run is retried by Ray (``max_retries``); after that it is a skip,
-never a lost session. ``cancel`` raises KeyboardInterrupt in the task, whose context managers
-tear the server down; a task killed outright takes its server with it (parent-death signal).
+never a lost session. ``cancel`` marks the task on a cancel board (a small actor the task
+polls): the task's evaluation stops as a local one does, tearing its server down, and returns
+CANCELLED. (Ray's own ``ray.cancel`` raises KeyboardInterrupt in the task; on a loaded machine
+it was seen to arrive late or never, the server measured or left running.) A task still running
+a minute after ``close`` is killed outright, and takes its server with it (parent-death signal).
 
 Ray is an optional extra: ``pip install 'vllm-bisect[ray]'``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,35 @@ from vllm_bisect.spec import BisectSpec
 
 logger = logging.getLogger(__name__)
 MAX_RETRIES = 2
+CANCEL_POLL_S = 0.5
+
+
+class CancelBoard:
+    """A Ray actor: which tasks of one executor were cancelled."""
+
+    def __init__(self) -> None:
+        self.tasks: set[int] = set()
+
+    def cancel(self, task: int) -> None:
+        self.tasks.add(task)
+
+    def cancelled(self, task: int) -> bool:
+        return task in self.tasks
+
+
+def _watch(board: Any, task: int, cancel: threading.Event, done: threading.Event) -> None:
+    """Sets ``cancel`` once the board says this task is cancelled (polled until ``done``)."""
+    import ray
+
+    while True:
+        try:
+            if ray.get(board.cancelled.remote(task), timeout=30):
+                cancel.set()
+                return
+        except Exception as err:  # the driver gone: the task ends on its own
+            logger.debug("cancel board unreachable: %s", err)
+        if done.wait(CANCEL_POLL_S):
+            return
 
 
 def _ray() -> Any:
@@ -39,16 +73,16 @@ def _ray() -> Any:
 
 
 def evaluate_task(spec_json: str, session_id: str, cache_dir: str, commit: str,
-                  more: MoreSamples | None) -> tuple[str, dict[str, str]]:
+                  more: MoreSamples | None, board: Any, task: int
+                  ) -> tuple[str, dict[str, str]]:
     """Runs on a Ray worker: one evaluation, with its logs returned as text."""
     import signal
-    import threading
 
     import ray
 
     if (signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             and threading.current_thread() is threading.main_thread()):
-        # a cluster started with SIGINT ignored: ray.cancel (a KeyboardInterrupt by SIGINT)
+        # a cluster started with SIGINT ignored: a KeyboardInterrupt (close's escalation)
         # must still stop this task and tear its server down
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
@@ -59,17 +93,24 @@ def evaluate_task(spec_json: str, session_id: str, cache_dir: str, commit: str,
 
     spec = BisectSpec.model_validate_json(spec_json)
     ids = [int(g) for g in ray.get_gpu_ids()]
-    with tempfile.TemporaryDirectory(prefix="vllm-bisect-ray-") as tmp:
-        logs = Path(tmp)
-        builder = make_builder(spec, open_repo(spec.range.repo), Path(cache_dir), logs)
-        evaluator = Evaluator(spec, builder, logs, None, session_id)
-        if ids:
-            with gpu_locks(ids, session=session_id, commit=commit):
-                ev = evaluator.evaluate(commit, more, devices=ids)
-        else:
-            ev = evaluator.evaluate(commit, more)
-        texts = {p.name: p.read_text(encoding="utf-8", errors="replace")
-                 for p in logs.iterdir() if p.is_file()}
+    cancel, done = threading.Event(), threading.Event()
+    watcher = threading.Thread(target=_watch, args=(board, task, cancel, done), daemon=True,
+                               name="vllm-bisect-cancel-board")
+    watcher.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="vllm-bisect-ray-") as tmp:
+            logs = Path(tmp)
+            builder = make_builder(spec, open_repo(spec.range.repo), Path(cache_dir), logs)
+            evaluator = Evaluator(spec, builder, logs, None, session_id)
+            if ids:
+                with gpu_locks(ids, session=session_id, commit=commit):
+                    ev = evaluator.evaluate(commit, more, devices=ids, cancel=cancel)
+            else:
+                ev = evaluator.evaluate(commit, more, cancel=cancel)
+            texts = {p.name: p.read_text(encoding="utf-8", errors="replace")
+                     for p in logs.iterdir() if p.is_file()}
+    finally:
+        done.set()
     node = ray.get_runtime_context().get_node_id()
     ev = ev.model_copy(update={"environment": {**ev.environment, "ray_node": node}})
     return ev.model_dump_json(), texts
@@ -120,6 +161,7 @@ class RayExecutor:
         self.remote = ray.remote(evaluate_task).options(
             num_gpus=self.num_gpus, num_cpus=0, resources=dict(par.ray_resources) or None,
             max_retries=MAX_RETRIES, retry_exceptions=False)
+        self.board = ray.remote(CancelBoard).options(num_cpus=0).remote()
         self.spec_json = spec.model_dump_json()
         logger.info("Ray executor: %d workers, %d GPU(s) and %s per probe", self.workers,
                     self.num_gpus, par.ray_resources or "no custom resources")
@@ -130,14 +172,15 @@ class RayExecutor:
     def submit(self, commit: str, more: MoreSamples | None = None) -> int:
         task, self._next = self._next, self._next + 1
         self._refs[task] = self.remote.remote(self.spec_json, self.session_id,
-                                              str(self.cache_dir), commit, more)
+                                              str(self.cache_dir), commit, more,
+                                              self.board, task)
         self._commits[task] = commit
         return task
 
     def cancel(self, task: int) -> None:
         if task in self._refs and task not in self._cancelled:
             self._cancelled.add(task)
-            self.ray.cancel(self._refs[task], force=False)
+            self.board.cancel.remote(task)
 
     def _result(self, task: int) -> Done:
         ref = self._refs.pop(task)
@@ -167,6 +210,11 @@ class RayExecutor:
             status = EvalStatus.CANCELLED if task in self._cancelled else EvalStatus.FAILED
             ev = Evaluation(commit=commit, status=status,
                             reason=f"lost after {MAX_RETRIES} retries: {type(err).__name__}")
+        if task in self._cancelled and ev.status is not EvalStatus.MEASURED:
+            # what a cancelled task sends back unmeasured (a server its interrupt stopped) is
+            # the cancel's doing, never a judgement of the commit
+            ev = ev.model_copy(update={"status": EvalStatus.CANCELLED,
+                                       "reason": f"cancelled ({ev.reason})"})
         self._cancelled.discard(task)
         return Done(task, commit, ev, "ray")
 
@@ -192,6 +240,10 @@ class RayExecutor:
                 self.ray.cancel(ref, force=True)
             if force:
                 self._refs.clear()
+        board, self.board = getattr(self, "board", None), None
+        if board is not None:
+            with contextlib.suppress(Exception):  # the cluster may be gone already
+                self.ray.kill(board)
         if self.started and self.ray.is_initialized():
             self.ray.shutdown()
             self.started = False
