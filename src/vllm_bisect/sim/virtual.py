@@ -120,8 +120,12 @@ class VirtualCluster:
     """Virtual time: k workers; each evaluation ends after its cost-model minutes."""
 
     def __init__(self, s: Scenario, rng: CommitRange, workers: int, rnd: random.Random,
-                 first_batch: int = 3, link: Link | None = None) -> None:
+                 first_batch: int = 3, link: Link | None = None,
+                 start_s: float | None = None) -> None:
         self.s, self.rng, self.workers, self.rnd = s, rng, workers, rnd
+        # seconds to healthy each server reports (None: none; a search then assumes
+        # verdict.server_cost): what a run measures its start's cost in requests from
+        self.start_s = start_s
         self.link = link
         # the artifacts' sizes for the link: their own stream (the main one stays as without)
         self._size_rnd = random.Random(str(rnd.getstate()[1][:8]))
@@ -180,7 +184,9 @@ class VirtualCluster:
             runs += k
         self.samples += runs
         cost += sum(self._jit(SAMPLE) for _ in range(runs))
-        return cost, Evaluation(commit=commit, status=EvalStatus.MEASURED, measurement=m)
+        startup = None if self.start_s is None else self._jit(self.start_s)
+        return cost, Evaluation(commit=commit, status=EvalStatus.MEASURED, measurement=m,
+                                startup_s=startup)
 
     def _size(self, i: int) -> float:
         if i not in self._sizes:

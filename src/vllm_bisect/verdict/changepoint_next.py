@@ -18,6 +18,7 @@ from vllm_bisect.verdict.changepoint import Posterior
 
 NONE_DOUBT = 0.2     # while the search narrows: the ends are measured again past this P(none)
 SEARCH_DOUBT = 0.15   # while the search narrows: a commit this unsure of its side is measured again
+ANCHOR_SURE = 0.05    # a commit this sure of its side tells that side's level
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,28 @@ def _again(post: Posterior, limit: int) -> list[int]:
     return sorted(c for c in out if post.by_commit.get(c, 0) < limit)
 
 
+def _anchor(post: Posterior, c: int, usable: set[int]) -> int:
+    """Where a server settles commit ``c``'s doubt: ``c`` itself, unless it already has as
+    many servers as the side with fewest (the servers at commits surely on that side, that
+    side's end included): then its doubt is the levels' (a commit measured again and again
+    cannot tell a level nobody measured well), and the weaker side's sure commit nearest
+    the boundary gets the server. Only while a step is believed (P(none) + P(drift) at most
+    ``NONE_DOUBT``)."""
+    if c in (-1, post.n - 1) or post.none + post.drift > NONE_DOUBT:
+        return c    # (no step, or a drift, still credible: the ends and the commit tell)
+    sides: dict[bool, list[int]] = {False: [], True: []}
+    for i in post.by_commit:
+        p = 0.0 if i == -1 else 1.0 if i == post.n - 1 else post.p_bad(i)
+        if min(p, 1 - p) <= ANCHOR_SURE:
+            sides[p > 0.5].append(i)
+    count = {side: sum(post.by_commit[i] for i in ids) for side, ids in sides.items()}
+    weak = min(count, key=lambda side: (count[side], side))
+    ids = [i for i in sides[weak] if i in usable]
+    if post.by_commit.get(c, 0) < count[weak] or not ids:
+        return c
+    return min(ids) if weak else max(ids)
+
+
 def doubt(post: Posterior, c: int, final: bool = True) -> float:
     """How unsure the model is of commit ``c``'s side: min(P(bad), P(good)) for a commit
     inside the range; for the old and new ends, P(no step that matters), counted while the
@@ -98,7 +121,8 @@ def choose(post: Posterior, usable: Sequence[int], requests: int, confidence: fl
                                             / (1 + post.by_commit.get(c, 0)), c))
     doubtful = [c for c in doubtful if doubt(post, c, final) > bar]
     if doubtful:
-        return Choice(doubtful[0], requests, False, doubt(post, doubtful[0], final))
+        c = doubtful[0]
+        return Choice(_anchor(post, c, usable_set), requests, False, doubt(post, c, final))
     split = _split(post, usable, measured)
     if split and not final:
         return Choice(split[-1], requests, True, 1.0)

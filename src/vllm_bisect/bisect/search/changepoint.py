@@ -325,14 +325,19 @@ class ChangePointSearch:
         return Found(Step(candidates=tuple(sorted(out))), self.measured, p)
 
     def _refuse_if_settled(self, post: Posterior) -> None:
-        """Refuse once "no step" (each end measured at least twice) or "a drift" holds
-        ``confidence``; a drift only after
+        """Refuse once "no step" or "a drift" together hold ``confidence``: as "no step"
+        (each end measured at least twice) when it is the likelier, else as a drift, only after
         ``DRIFT_POINTS`` commits inside the range were measured (three points on a line are
         also two steps with a plateau between)."""
         conf = self.v.confidence
         inside = len({s.index for s in self.servers} - {-1, self.n - 1})
         twice = min(self.servers_at(-1), self.servers_at(self.n - 1)) >= 2
-        if (post.none < conf or not twice) and (post.drift < conf or inside < DRIFT_POINTS):
+        # "no step" and "a drift" both mean no commit to name: together they can hold
+        # `confidence` while neither does alone (a drift of nearly no slope is "no step" too,
+        # and the data tell them apart only slowly: 126 servers once, P(none) 0.986)
+        settled = post.none + post.drift >= conf
+        drift = post.drift > post.none
+        if not settled or (drift and inside < DRIFT_POINTS) or (not drift and not twice):
             return
         ends = {e: [s.mean for s in self.servers if s.index == e] for e in (-1, self.n - 1)}
         old, new = (math.exp(sum(x) / len(x)) for x in ends.values())
@@ -340,13 +345,13 @@ class ChangePointSearch:
         seen = (f"old end {old:.4g}, new end {new:.4g} ({self.symptom.value}, geometric mean "
                 f"over {len(ends[-1])} and {len(ends[self.n - 1])} servers; "
                 f"{len(self.servers)} servers in all)")
-        if post.drift >= conf:
+        if drift:
             raise NotReproduced(f"no single culprit: the {self.symptom.value} change is "
                                 f"gradual over the range (P(a drift, no step) = "
                                 f"{post.drift:.3f}): {seen}",
                                 hint="bisect a shorter range, or compare two commits with "
                                      "`vllm-bisect compare`")
         raise NotReproduced(f"did not reproduce: P(no {self.symptom.value} step of "
-                            f"{smallest:.3g}x or more) = {post.none:.3f}: {seen}",
+                            f"{smallest:.3g}x or more) = {post.none + post.drift:.3f}: {seen}",
                             hint="check the range, or lower verdict.min_effect / the "
                                  "symptom's factor if a smaller change matters")
