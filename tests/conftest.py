@@ -35,6 +35,31 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 
+# The order test files start in under `-n 4 --dist loadfile` (each worker takes the next file
+# when it is done with one): the files holding a test of a minute or more first, so none of
+# them is what the run waits on at its end; the files of exclusive_cpu tests last, so their
+# gate (no test beside them) does not hold three workers idle while a long test elsewhere
+# ends. Everything else keeps pytest's order.
+SLOW_FIRST = ("tests/test_readme.py", "tests/bisect/test_hook_parity.py",
+              "tests/bisect/test_multi_cli.py", "tests/builders/test_command.py",
+              "tests/probes/test_served.py", "tests/verdict/test_symptoms.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests.cpu_share import MARKER
+
+    root = Path(str(config.rootpath))
+    exclusive = {item.path for item in items if item.get_closest_marker(MARKER) is not None}
+
+    def rank(item: pytest.Item) -> int:
+        rel = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
+        if rel in SLOW_FIRST:
+            return SLOW_FIRST.index(rel) - len(SLOW_FIRST)
+        return 1 if item.path in exclusive else 0
+
+    items.sort(key=rank)   # (stable: the order within a file and among the rest is kept)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """A test marked exclusive_cpu runs alone within the test run (tests/cpu_share.py)."""

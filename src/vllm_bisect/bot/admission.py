@@ -60,6 +60,10 @@ REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n"
 TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\n"
              b"content-length: 15\r\nconnection: close\r\n\r\nRequest timeout")
 SLOW_GRACE_S = 1.0      # a body may take this long before its rate counts
+YOUNG_BODY_S = 0.1      # ... and a younger one (second in line) at least this long: a body
+#                         whose head came a millisecond ago has no rate yet (a signed ping
+#                         from an address 80 idle sockets kept reopening from was evicted as
+#                         "slow" before they were: 1 of 5 pings 503 in a full test run)
 MIN_BODY_RATE = 1024.0  # bytes a second: a slower body may be evicted when room is needed
 LINGER_S = 2.0          # a refused connection's request is read and dropped this long
 HEAD_GRACE_S = 0.25     # a new connection's head may take this long before it counts
@@ -126,8 +130,9 @@ class Admission:
 
     def _victim(self, pool: list[Any]) -> Any | None:
         """The oldest idle connection (but one opened under ``SLOW_GRACE_S`` ago, whose
-        request may be on its way), else the slowest body past ``SLOW_GRACE_S``, else the
-        slowest younger one, else the oldest fresh connection."""
+        request may be on its way), else the slowest body past ``SLOW_GRACE_S``, then past
+        ``YOUNG_BODY_S``, else the oldest fresh connection with nothing sent, else the
+        slowest body younger still."""
         now = time.monotonic()
         idle = [c for c in pool if self._idle(c)]
         settled = next((c for c in idle if (now - getattr(c, "opened_at", 0.0) >= SLOW_GRACE_S
@@ -135,16 +140,23 @@ class Admission:
                        None)
         if settled is not None:
             return settled
-        for grace in (SLOW_GRACE_S, 0.0):   # (a young slow body too, before a fresh socket)
+
+        def slowest(grace: float) -> Any | None:
             slow = [(r, i) for i, c in enumerate(pool)
                     if (r := self._slow_body(c, now, grace)) is not None]
-            if slow:
-                return pool[min(slow)[1]]
+            return pool[min(slow)[1]] if slow else None
+
+        for grace in (SLOW_GRACE_S, YOUNG_BODY_S):   # (a young slow body too, before a
+            if (body := slowest(grace)) is not None:   # fresh socket)
+                return body
         # a fresh connection whose request waits unread in its socket (the loop is behind a
         # storm of reconnects from its own address) is a client about to be served: the
         # oldest fresh one with nothing sent goes first (issue 49: 80 idle sockets from the
-        # prober's address evicted 1-10 of 80 /healthz probes this way)
+        # prober's address evicted 1-10 of 80 /healthz probes this way), then a body whose
+        # head came under YOUNG_BODY_S ago (slow-body loris reconnecting)
         quiet = next((c for c in idle if not self._waiting(c)), None)
+        if quiet is None:
+            quiet = slowest(0.0)
         return quiet or (idle[0] if idle else None)   # (it gets a 503: sent, never silence)
 
     def admit(self, conn: Any, client: str) -> bool:
