@@ -15,7 +15,7 @@ from vllm_bisect.verdict.changepoint import (
     requests_per_server,
     summarise,
 )
-from vllm_bisect.verdict.changepoint_next import choose, doubt
+from vllm_bisect.verdict.changepoint_next import NONE_DOUBT, _anchor, choose, doubt
 
 PRIOR = Prior(direction=1, min_step=math.log(1.05))
 
@@ -135,3 +135,29 @@ def test_calibration_of_p_on_a_small_sample(seed: int) -> None:
             servers.append(server(rnd, nxt.index, 13.0 if nxt.index >= k else 10.0, cv, scv))
     assert named >= 10
     assert wrong <= 1     # P(>= 2 wrong of 12 | 1% each) < 0.01
+
+
+def _exact_server(i: int, level: float, k: int = 10, sd: float = 0.05) -> Server:
+    """A server whose requests have exactly ``level`` as their log mean and ``sd`` spread."""
+    rnd = random.Random(i * 1000 + round(level * 1000))
+    xs = [rnd.gauss(0, 1) for _ in range(k)]
+    m = sum(xs) / k
+    s = (sum((x - m) ** 2 for x in xs) / (k - 1)) ** 0.5
+    out = summarise(i, [math.exp(level + sd * (x - m) / s) for x in xs])
+    assert out is not None
+    return out
+
+
+def test_a_commit_in_doubt_with_more_servers_than_the_weaker_side_sends_it_there() -> None:
+    # the old side well measured (4 servers), the new side one server at its end; commit 20
+    # in between with two servers: its doubt is the new level's, so the new end is measured
+    prior = Prior(direction=1, min_step=math.log(1.05))
+    old = [_exact_server(-1, 0.0), _exact_server(-1, 0.02), _exact_server(5, 0.01),
+           _exact_server(10, 0.0), _exact_server(29, 0.18)]
+    post = posterior(30, [*old, _exact_server(20, 0.10), _exact_server(20, 0.09)], prior)
+    assert post.none + post.drift <= NONE_DOUBT and 0.05 < post.p_bad(20) < 0.95
+    assert _anchor(post, 20, set(range(30))) == 29
+    # with fewer servers of its own than the weaker side has, the commit itself
+    post = posterior(30, [*old, _exact_server(29, 0.17), _exact_server(20, 0.10)], prior)
+    assert 0.05 < post.p_bad(20) < 0.95
+    assert _anchor(post, 20, set(range(30))) == 20
