@@ -70,6 +70,26 @@ def test_two_steps_are_both_named(tmp_path: Path) -> None:
     assert named == {rng.commits[30].sha, rng.commits[90].sha}
 
 
+def test_a_one_commit_range_ends_without_measuring_its_ends_again_and_again(
+        tmp_path: Path) -> None:
+    # one commit: a drift over it cannot be told from its step; P(drift) (~0.03) once kept
+    # P below 0.99 and the search measured the two ends up to 20 servers
+    multi, rng, cluster = run(spec(), 1, ((0, 1.3),), tmp_path, 3)
+    assert multi.result.first_bad == rng.commits[0].sha
+    assert cluster.starts <= 6, cluster.starts
+
+
+def test_two_steps_with_a_plateau_between_cost_a_few_servers_more_than_one(
+        tmp_path: Path) -> None:
+    # the model knows two steps: the plateau is the bad side of the first, not in doubt
+    # (the one-step model spent 47-70 starts on such a range of 32, docs/benchmarks.md)
+    multi, rng, cluster = run(spec(itl_factor=1.15), 32, ((24, 1.3), (26, 1.3)), tmp_path, 1,
+                              cv=0.1, server_cv=0.05)
+    named = {c.commit for c in multi.culprits if c.commit is not None and c.confirmed}
+    assert named == {rng.commits[24].sha, rng.commits[26].sha}
+    assert cluster.starts <= 30, cluster.starts
+
+
 @pytest.mark.parametrize("seed", [5, 9])   # 9: P(none) 0.986 + P(drift) 0.014 ran to 126 servers
 def test_a_range_without_the_step_is_refused_with_its_numbers(tmp_path: Path, seed: int) -> None:
     with pytest.raises(NotReproduced, match="did not reproduce: P\\(no itl step"):

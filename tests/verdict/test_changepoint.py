@@ -161,3 +161,17 @@ def test_a_commit_in_doubt_with_more_servers_than_the_weaker_side_sends_it_there
     post = posterior(30, [*old, _exact_server(29, 0.17), _exact_server(20, 0.10)], prior)
     assert 0.05 < post.p_bad(20) < 0.95
     assert _anchor(post, 20, set(range(30))) == 20
+
+
+def test_two_steps_put_the_plateau_on_the_bad_side_of_the_first() -> None:
+    # levels 0 / log 1.3 / 2 log 1.3 with the steps at 10 and 20 (request spread only):
+    # one step cannot fit three levels (its P spreads, a drift and a large server spread
+    # take the rest); with two steps the first bad commit's interval holds it all
+    servers = [_exact_server(i, (0.262 if i >= 10 else 0) + (0.262 if i >= 20 else 0), 5)
+               for i in (-1, 31, 15, 7, 25, 12, 9, 18)]
+    one = posterior(32, servers, Prior(direction=1, min_step=math.log(1.15)))
+    two = posterior(32, servers, Prior(direction=1, min_step=math.log(1.15), step=0.43,
+                                       two_step=0.05))
+    j, p = two.top()
+    assert (two.bounds[j], two.bounds[j + 1]) == (9, 12) and p > 0.99
+    assert one.top()[1] < 0.9 and two.tau < one.tau

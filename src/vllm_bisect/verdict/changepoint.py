@@ -91,6 +91,7 @@ class Prior:
     step_drift: float = 0.02
     none: float = 0.48
     drift: float = 0.02
+    two_step: float = 0.0   # two steps the bad way: the first of them is the first bad commit
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,42 @@ def _models(g: _Grid, side: Array, x: Array, m: Array, prior: Prior
     return step, step_drift, none, better, drift, est
 
 
+def _two_steps(g: _Grid, idx: Array, bounds: tuple[int, ...], m: Array, prior: Prior
+               ) -> tuple[Array, Array, Array]:
+    """Two steps the bad way, the first in interval j1, the second in a later one j2: each
+    pair's log marginal likelihood (G, P) with both steps' priors (each step's own posterior
+    marginal, as if independent), the pairs' log prior (P,) and each pair's j1 (P,).
+
+    The design [1, side(j1), side(j2)] has nested sides, so X'WX and X'Wm are sums of the
+    weights (and weighted means) of the servers at or after each interval's right end: the
+    pairs cost O(grid x pairs), not O(grid x pairs x servers)."""
+    right = np.array(bounds[1:])
+    a_idx, b_idx = np.triu_indices(len(right), k=1)
+    side = (idx[None, :] >= right[:, None]).astype(float)        # (J, S)
+    wsuf, wmsuf = g.w @ side.T, (g.w * m[None, :]) @ side.T     # (G, J)
+    wt, wmt = g.w.sum(axis=1), g.w @ m                          # (G,)
+    w1, w2 = wsuf[:, a_idx], wsuf[:, b_idx]                     # (G, P)
+    a = np.empty((*w1.shape, 3, 3))
+    a[..., 0, 0] = wt[:, None]
+    a[..., 0, 1] = a[..., 1, 0] = a[..., 1, 1] = w1
+    a[..., 0, 2] = a[..., 2, 0] = a[..., 1, 2] = a[..., 2, 1] = a[..., 2, 2] = w2
+    b = np.stack([np.broadcast_to(wmt[:, None], w1.shape), wmsuf[:, a_idx], wmsuf[:, b_idx]],
+                 -1)
+    sign, ld = np.linalg.slogdet(a)
+    cov = np.linalg.inv(a)
+    beta = np.einsum("gpij,gpj->gpi", cov, b)
+    quad = (g.w @ (m * m))[:, None] - np.einsum("gpi,gpi->gp", b, beta)
+    var = np.diagonal(cov, axis1=-2, axis2=-1)
+    ld = np.where(sign > 0, ld, np.inf)
+    lik = g.base[:, None] + 1.5 * LOG_2PI - 0.5 * ld - 0.5 * quad
+    lik = (lik + _step_prior(beta[..., 1], var[..., 1], prior)
+           + _step_prior(beta[..., 2], var[..., 2], prior))
+    sizes = np.diff(np.array(bounds)).astype(float)
+    n = bounds[-1] + 1
+    log_pair = np.log(sizes[a_idx] * sizes[b_idx] / max(n * (n - 1) / 2, 1.0))
+    return lik, log_pair, a_idx
+
+
 def posterior(n: int, servers: Sequence[Server], prior: Prior) -> Posterior:
     """The posterior over the first bad commit among ``n`` (indices 0..n-1, the last the new
     end; -1 the old end, always on the old side) from ``servers``. Needs a server on each
@@ -271,8 +308,18 @@ def posterior(n: int, servers: Sequence[Server], prior: Prior) -> Posterior:
     # "no step that matters": one level, or a step the other way (half the weight each)
     j_none = np.logaddexp(flat, _logsumexp(better + log_k, axis=1)) + math.log(prior.none / 2)
     j_drift = drift + math.log(prior.drift)
-    total = _logsumexp(np.concatenate([j_step.ravel(), j_sd.ravel(), j_none, j_drift]))
+    parts = [j_step.ravel(), j_sd.ravel(), j_none, j_drift]
+    two: tuple[Array, Array] | None = None
+    if prior.two_step > 0 and len(bounds) >= 3:
+        lik2, log_pair, j1 = _two_steps(g, idx, bounds, np.array([s.mean for s in servers]),
+                                        prior)
+        two = (lik2 + log_pair[None, :] + math.log(prior.two_step), j1)
+        parts.append(two[0].ravel())
+    total = _logsumexp(np.concatenate(parts))
     per_interval = np.exp(_logsumexp(np.stack([j_step, j_sd]), axis=0) - total)   # (G, J)
+    if two is not None:   # under two steps the first bad commit is the first step's
+        onehot = (two[1][:, None] == np.arange(per_interval.shape[1])[None, :]).astype(float)
+        per_interval = per_interval + np.exp(two[0] - total) @ onehot
     interval = per_interval.sum(axis=0)
     grid_w = per_interval.sum(axis=1) + np.exp(j_none - total) + np.exp(j_drift - total)
     grid_w = grid_w / grid_w.sum()

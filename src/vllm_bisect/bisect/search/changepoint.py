@@ -51,6 +51,9 @@ logger = logging.getLogger(__name__)
 # P(a change that matters: a step or a drift) < REST_EXPLAINED, goes on as a search once it is
 # >= REST_BISECT, and measures the sub-range's ends in between (verdict.rest_servers at most)
 REST_PRIOR = dict(step=0.09, step_drift=0.01, none=0.81, drift=0.09)
+# the search's own prior: one step, or two the bad way (whose first is the first bad commit:
+# a plateau between two steps is then on the bad side, not a commit in doubt)
+SEARCH_PRIOR = dict(step=0.43, two_step=0.05)
 REST_EXPLAINED, REST_BISECT = 0.2, 0.5
 END_REQUESTS = 3      # the ends' servers run at least this many requests (the request spread)
 DRIFT_POINTS = 6      # commits inside the range measured before a drift can be the answer
@@ -109,7 +112,7 @@ class ChangePointSearch:
         self.prior = Prior(direction=direction(self.symptom) * sign,
                            min_step=log_min_change(self.v),
                            per_request=per_request(self.symptom),
-                           **(REST_PRIOR if rest else {}))
+                           **(REST_PRIOR if rest else SEARCH_PRIOR))
         self.least = max(1, spec.probe.requests)
         self.servers: list[Server] = []
         self.skipped: set[int] = set()
@@ -252,6 +255,8 @@ class ChangePointSearch:
         while True:
             post = self._posterior(self.servers)
             j, p = post.top()
+            if self.n == 1:   # one commit: a drift over it is its step (nothing tells them
+                p += post.drift   # apart; P(drift) stayed at ~0.03 for 20 servers)
             self.model = summary(post, p)
             lo, hi = post.bounds[j], post.bounds[j + 1]
             inside = [c for c in range(lo + 1, hi) if c not in self.skipped]
