@@ -253,7 +253,7 @@ def _models(g: _Grid, side: Array, x: Array, m: Array, prior: Prior
 
 
 def _two_steps(g: _Grid, idx: Array, bounds: tuple[int, ...], m: Array, prior: Prior
-               ) -> tuple[Array, Array, Array]:
+               ) -> tuple[Array, Array, NDArray[np.intp]]:
     """Two steps the bad way, the first in interval j1, the second in a later one j2: each
     pair's log marginal likelihood (G, P) with both steps' priors (each step's own posterior
     marginal, as if independent), the pairs' log prior (P,) and each pair's j1 (P,).
@@ -309,7 +309,7 @@ def posterior(n: int, servers: Sequence[Server], prior: Prior) -> Posterior:
     j_none = np.logaddexp(flat, _logsumexp(better + log_k, axis=1)) + math.log(prior.none / 2)
     j_drift = drift + math.log(prior.drift)
     parts = [j_step.ravel(), j_sd.ravel(), j_none, j_drift]
-    two: tuple[Array, Array] | None = None
+    two: tuple[Array, NDArray[np.intp]] | None = None
     if prior.two_step > 0 and len(bounds) >= 3:
         lik2, log_pair, j1 = _two_steps(g, idx, bounds, np.array([s.mean for s in servers]),
                                         prior)
