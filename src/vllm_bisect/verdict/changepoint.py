@@ -13,9 +13,12 @@ request cannot move a server). Given (tau, sigma), m_s ~ N(level, tau^2 + sigma^
 W_s / sigma^2 ~ chi^2(n_s - 1). The levels are integrated out in closed form (a weighted
 linear model: flat priors on mu0 and, through its Gaussian likelihood, on d; then d's prior,
 log-uniform on [log smallest change, log 20] in the bad direction, by normal CDFs); (tau, sigma)
-on a log grid. Four models share the data:
+on a log grid. Five models share the data:
 
 - ``step``: one step of d at k (the culprit);
+- ``two steps``: steps d1 at k and d2 at a later k2, both the bad way (the first bad commit
+  is k: a plateau between two regressions is on the bad side, not in doubt); its weight
+  ``Prior.two_step``, 0 unless the search sets it;
 - ``step+drift``: the same plus a linear drift (a drift + step range still names the step);
 - ``none``: no step that matters: one level, or a step the other way (the new end better);
 - ``drift``: a drift and no step: a slow change over the range is never named a step.
