@@ -25,6 +25,11 @@ def test_sweep_prints_the_table_and_writes_the_report(tmp_path: Path) -> None:
              "--context", "40,300", "--requests", "3", "--max-tokens", "96", "--out",
              str(tmp_path / "out"), "--json")
     assert r.returncode == 0, r.stderr
+    # issue 50, no long silence: a line per server and per cell of its grid (each cell
+    # may run minutes on real vLLM; the grid ran with no line)
+    assert r.stderr.count("starting server") == 2, r.stderr
+    for n in range(1, 5):
+        assert r.stderr.count(f"cell {n} of 4: ") == 2, r.stderr
     doc = json.loads(r.stdout)
     rows = doc["rows"]
     assert [(x["concurrency"], x["context_tokens"], x["prompt_tokens"]) for x in rows] == [

@@ -46,6 +46,11 @@ def test_bisect_then_explain_names_the_new_kernel(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["culprit"] == h.planted["kernel"] and doc["server_starts"] == 4
+    # issue 50, no long silence: each profiled server's steps on stderr (a line a server
+    # came before; a real one takes a minute to start and as long to write its trace)
+    for step in ("preparing artifact", "starting server", "profiler on", "profiler off",
+                 "reading its trace"):
+        assert r.stderr.count(step) == doc["server_starts"], (step, r.stderr)
     assert doc["profiler"]["culprit"].startswith("--profiler-config")
     top = doc["deltas"][0]
     assert (top["key"], top["kind"]) == ("kernel:_rms_norm_gated_kernel", "new")
@@ -109,6 +114,11 @@ def test_explain_a_named_commit_without_a_bisect(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["culprit"] == h.planted["kernel"] and doc["server_starts"] == 4
+    # issue 50, no long silence: each profiled server's steps on stderr (a line a server
+    # came before; a real one takes a minute to start and as long to write its trace)
+    for step in ("preparing artifact", "starting server", "profiler on", "profiler off",
+                 "reading its trace"):
+        assert r.stderr.count(step) == doc["server_starts"], (step, r.stderr)
     assert doc["deltas"][0]["key"] == "kernel:_rms_norm_gated_kernel"
     assert json.loads((s / "explain.json").read_text())["culprit"] == h.planted["kernel"]
 

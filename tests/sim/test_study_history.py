@@ -5,7 +5,9 @@ scripts/isolate_demo.py had them) whose printed commands run the study as writte
 from __future__ import annotations
 
 import os
+import re
 import shlex
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +31,23 @@ def printed_commands(stdout: str) -> list[list[str]]:
             assert words[0] == "vllm-bisect", line
             out.append([*CLI, *words[1:]])
     return out
+
+
+def says_each_server(stderr: str, tmp_path: Path, study: str) -> None:
+    """Issue 50 (no long silence): the study says each subject it tests and each server it
+    starts (its builds and servers said nothing; only each judged subject's line came, after
+    all its servers: 4 servers to calibrate the ends, 4 minutes on real vLLM). One
+    'starting server' line per start its journal counts."""
+    session = tmp_path / f"{study}-session"
+    if study == "knobs":   # a session of its own, named on stderr
+        found = re.search(r"^session (\S+)", stderr, re.M)
+        assert found, stderr
+        session = tmp_path / found.group(1)   # (relative to the command's directory)
+    con = sqlite3.connect(session / "studies" / "journal.sqlite")
+    started = con.execute("SELECT COUNT(*) FROM starts WHERE done = 1").fetchone()[0]
+    con.close()
+    assert started > 0 and stderr.count("starting server") == started, stderr
+    assert " testing " in stderr, stderr   # what is tested next, before its servers
 
 
 def test_history_says_where_it_wrote_the_spec(tmp_path: Path) -> None:
@@ -60,6 +79,8 @@ def test_a_study_history_and_its_commands_as_printed(tmp_path: Path, study: str,
         done = run(cmd, tmp_path)
         assert done.returncode == 0, (cmd, done.stderr[-3000:])
         text += done.stdout + done.stderr
+        if cmd[3] == study:
+            says_each_server(done.stderr, tmp_path, study)
     flat = " ".join(text.split())
     for e in expect:
         assert e in flat, (e, text[-3000:])

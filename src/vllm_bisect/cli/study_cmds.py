@@ -43,8 +43,11 @@ def _on_trial(t: Trial) -> None:
               f"[dim]({how}; {esc(t.reason[:80])})[/]")
 
 
-def _quiet_phase(commit: str, phase: str) -> None:
-    pass
+def _on_phase(commit: str, phase: str) -> None:
+    # a line before each subject tested and each server step (issue 50: a study's builds
+    # and servers were silent; calibrating the ends alone started 4 servers with no line)
+    who = f"{commit[:12]}: " if commit and commit[:12] not in phase else ""
+    err().print(f"[dim]         {who}{esc(phase[:160])}[/]", highlight=False)
 
 
 def _studies(session: Path, cache_dir: Path | None, *, isolate: bool, deps: bool, hunks: bool,
@@ -62,7 +65,7 @@ def _studies(session: Path, cache_dir: Path | None, *, isolate: bool, deps: bool
         spec = load_spec(spec_path) if spec_path else None
         return run_studies(session, cache_dir or default_cache_dir(), isolate=isolate,
                            deps=deps, hunks=hunks, spec=spec, culprit=culprit,
-                           index_url=index_url, on_trial=_on_trial, on_phase=_quiet_phase)
+                           index_url=index_url, on_trial=_on_trial, on_phase=_on_phase)
     except KeyboardInterrupt:
         err().print("[yellow]interrupted; every judged subset is journaled.[/] resume with the "
                   "same command")
@@ -208,7 +211,7 @@ def knobs_cmd(
         err().print(f"[dim]session {session_dir}  (resume: add --session "
                   f"{shlex.quote(str(session_dir))})[/]")
         doc = run_knobs(session_dir, cache_dir or default_cache_dir(), spec, commits, knobs,
-                        _on_trial, _quiet_phase)
+                        _on_trial, _on_phase)
     if as_json:
         print_json(json.dumps(doc))
         return

@@ -26,7 +26,7 @@ import git
 import httpx
 
 from vllm_bisect import net
-from vllm_bisect.bisect.measurement.evaluate import Evaluator
+from vllm_bisect.bisect.measurement.evaluate import Evaluator, PhaseCallback
 from vllm_bisect.bisect.measurement.executor import local_slots
 from vllm_bisect.bisect.measurement.probe_steps import EvalCall, ProbeStep
 from vllm_bisect.builders import Builder
@@ -173,13 +173,15 @@ def profiled_probe(spec: BisectSpec) -> ProbeSpec:
 
 
 def profiled_run(spec: BisectSpec, builder: Builder, commit: str, switch: ProfilerSwitch,
-                 log_dir: Path) -> Evaluation:
+                 log_dir: Path, on_phase: PhaseCallback | None = None) -> Evaluation:
     """Start one server of ``commit`` with ``switch`` and run :func:`profiled_probe` on it
-    under the profiler."""
+    under the profiler. ``on_phase``: each step (the artifact, the server, the profiler on
+    and off), as the bisect's evaluator tells them."""
     serve = spec.serve.model_copy(update={"args": [*spec.serve.args, *switch.args],
                                           "env": {**spec.serve.env, **switch.env}})
     probe = profiled_probe(spec)
-    ev = Evaluator(spec.model_copy(update={"serve": serve, "probe": probe}), builder, log_dir)
+    ev = Evaluator(spec.model_copy(update={"serve": serve, "probe": probe}), builder, log_dir,
+                   on_phase=on_phase)
     warm = DecodeProbe(spec.probe, None, ops=spec.ops).warm_up if spec.probe.warmup else None
     ev.steps = [Profiled(ev.steps, warm=warm)]
     slots = local_slots(spec)  # the bisect's first worker's GPUs (explain runs alone)

@@ -112,16 +112,19 @@ def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
                 continue
             shutil.rmtree(trace_dir, ignore_errors=True)
             say(f"{side} {sha[:12]}, server {n}/{servers_per_side}: {switches[side]}")
-            ev = profiled_run(specs[side], builders[side], sha, switch, log_dir)
+            ev = profiled_run(specs[side], builders[side], sha, switch, log_dir,
+                              on_phase=_steps(say, side, n, servers_per_side))
             if ev.status is not EvalStatus.MEASURED:
                 raise ProbeError(f"profiling the {side} ({sha[:12]}), server {n}: {ev.reason}",
                                  log_tail=ev.log_tail or "")
+            say(f"{side} {sha[:12]}, server {n}/{servers_per_side}: reading its trace")
             summaries[side].append(summarize(worker_trace(trace_dir)))
             per_step[side].append(tokens_per_step(specs[side], ev,
                                                   summaries[side][-1].steps))
             _keep(base, side, n, keys[side], summaries[side][-1], per_step[side][-1])
     diff = profile_diff(summaries["parent"], summaries["culprit"],
                         (per_step["parent"], per_step["culprit"]))
+    say("the two sides' packages, VLLM_* variables and GPU")
     envs = {side: _side_env(specs[side], builders[side], shas[side], logs[side])
             for side in SIDES}
     svg = base / "deltas.svg"
@@ -147,6 +150,15 @@ def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
     }
     _save(session, doc)
     return doc
+
+
+def _steps(say: OnPhase, side: str, n: int, k: int) -> Callable[[str, str], None]:
+    """One profiled server's steps (preparing, starting, probing, the profiler on and off)
+    as progress lines: a real server takes a minute to start and its trace as long to write
+    (issue 50: no long silence)."""
+    def step(commit: str, phase: str) -> None:
+        say(f"{side} {commit[:12]}, server {n}/{k}: {phase}")
+    return step
 
 
 def _from_session(path: Path, session: Path) -> str:

@@ -65,8 +65,16 @@ OnPhase = Callable[[str, str], None]
 
 
 class _Events(NullEvents):
+    """The core's progress as ``on_phase`` lines: what is tested next (before its build
+    and servers), then each server's steps, so a study is never silent for long."""
+
     def __init__(self, on_phase: OnPhase | None) -> None:
         self.phase = on_phase
+
+    def on_testing(self, commit: CommitInfo, role: str, steps_left: int) -> None:
+        # a trial's CommitInfo carries its label as the subject; an endpoint its commit's
+        self.on_phase(commit.sha, f"testing {commit.subject}" if role == Role.BISECT
+                      else f"{role}: {commit.subject}")
 
     def on_phase(self, commit: str, phase: str) -> None:
         if self.phase is not None:

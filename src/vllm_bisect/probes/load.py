@@ -19,6 +19,7 @@ import logging
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -114,7 +115,15 @@ class LoadProbe:
 
 
 def measure_grid(probe: ProbeSpec, load: LoadSpec, server: ServerHandle, *,
-                 ops: OpsSpec | None = None) -> list[LoadResult]:
-    """Every (concurrency, context) cell of ``load`` on one server, concurrency-major."""
-    return [LoadProbe(probe, cell, ops=ops).measure(server)
-            for cell in load.cells()]
+                 ops: OpsSpec | None = None,
+                 say: Callable[[str], None] | None = None) -> list[LoadResult]:
+    """Every (concurrency, context) cell of ``load`` on one server, concurrency-major.
+    ``say``: a line before each cell of a grid ('cell n of m'), as each may run minutes."""
+    cells = load.cells()
+    out = []
+    for n, cell in enumerate(cells, 1):
+        if say is not None and len(cells) > 1:
+            ctx = f", context {cell.context}" if cell.context is not None else ""
+            say(f"cell {n} of {len(cells)}: concurrency {cell.concurrency}{ctx}")
+        out.append(LoadProbe(probe, cell, ops=ops).measure(server))
+    return out

@@ -117,7 +117,7 @@ class LoadStep:
 
     def run(self, call: EvalCall, server: ServerHandle, m: Measurement | None) -> Measurement:
         call.say(self.what)
-        cells = measure_grid(self.probe, self.load, server, ops=self.ops)
+        cells = measure_grid(self.probe, self.load, server, ops=self.ops, say=call.say)
         if m is None:  # the load alone (the MTP speed-up's plain server)
             m = Measurement(endpoint="completions", model=server.model, requested_tokens=None,
                             min_output_tokens=None, output_tokens=[], length_ok=True,
