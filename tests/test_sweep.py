@@ -13,9 +13,9 @@ from vllm_bisect.models import LoadResult, Measurement, MtpCell, TokensSource
 from vllm_bisect.sweep import rows_of, sweep_spec
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "vllm_bisect.cli", *args], capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, cwd=cwd)
 
 
 def test_sweep_prints_the_table_and_writes_the_report(tmp_path: Path) -> None:
@@ -44,6 +44,17 @@ def test_sweep_prints_the_table_and_writes_the_report(tmp_path: Path) -> None:
     assert "| concurrency | context (tokens) | MTP off tok/s | MTP on tok/s | change |" in md
     assert md.count("\n| 3 | ") == 2
     assert json.loads((tmp_path / "out" / "sweep.json").read_text())["rows"] == rows
+
+
+def test_a_relative_cache_dir_is_the_working_directorys(tmp_path: Path) -> None:
+    # (it failed with "No such file" under venvs/: the build ran tools elsewhere)
+    h = history(tmp_path, n_commits=2, step_ms=3.0)
+    spec = write_spec(tmp_path / "s.toml", make_spec(h, probe={"max_tokens": 16}))
+    r = _cli("sweep", "--spec", str(spec), "--commit", h.good, "--concurrency", "1",
+             "--context", "40", "--requests", "1", "--max-tokens", "16", "--cache-dir",
+             "rel-cache", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "rel-cache").is_dir()
 
 
 def test_sweep_without_speculation_is_a_user_error(tmp_path: Path) -> None:

@@ -210,7 +210,9 @@ def one_commit(spec: BisectSpec, commit: str | None, cache_dir: Path | None, log
     if ref is None:
         raise FatalError("no commit given", hint="pass --commit or set range.bad")
     sha = resolve(repo, ref, "commit").hexsha
-    root = cache_dir or default_cache_dir()
+    # absolute: the builders run tools in other directories (a relative --cache-dir failed
+    # explain and sweep with "No such file" under venvs/)
+    root = (cache_dir or default_cache_dir()).expanduser().resolve()
     log_dir = root / logs
     return make_builder(spec, repo, root, log_dir), sha, root, log_dir
 

@@ -17,8 +17,8 @@ SessionArg = Annotated[Path, typer.Argument(help="a finished bisect session dire
 def _cache_dir(session: Path, given: Path | None) -> Path:
     from vllm_bisect.bisect.state.session import default_cache_dir, stored_meta
 
-    if given is not None:
-        return given
+    if given is not None:   # absolute (see cli.app.one_commit)
+        return given.expanduser().resolve()
     remembered = stored_meta(session, "cache_dir") if (session / "journal.sqlite").exists() \
         else None
     return Path(remembered) if remembered else default_cache_dir()
