@@ -93,7 +93,9 @@ def test_sequential_calibrates_on_git_bisects_refs(tmp_path: Path) -> None:
     spec = spec_for(h, sim_serve(),
                     verdict={"symptom": "itl", "strategy": "sequential", "alpha": 0.001,
                              "calibration_samples": 6},
-                    probe={"max_tokens": 120, "requests": 2, "warmup": 0})
+                    # (the pace noise is per request: 60 tokens tell what 120 did, in half the
+                    # time)
+                    probe={"max_tokens": 60, "requests": 2, "warmup": 0})
     hook, _ = hook_first_bad(h, spec, tmp_path)
     assert hook == run_first_bad(spec, tmp_path) == h.planted["itl"]
     # one journal for the whole bisect; the endpoints were measured by the first hook call
