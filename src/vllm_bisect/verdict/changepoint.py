@@ -139,17 +139,6 @@ class Posterior:
         j = int(np.argmax(self.interval))
         return j, float(self.interval[j])
 
-    def entropy(self) -> float:
-        """Of the culprit (each k), "none" and "drift" together (nats)."""
-        p = self.interval
-        sizes = np.diff(np.array(self.bounds)).astype(float)
-        nz = p > 1e-300
-        h = float(-(p[nz] * np.log(p[nz] / sizes[nz])).sum())
-        for q in (self.none, self.drift):
-            if q > 1e-300:
-                h -= q * math.log(q)
-        return h
-
     def effect_interval(self, z: float = 1.96) -> tuple[float, float, float]:
         """The step as a factor (new / old, in the symptom's own units) and its ~95%
         interval, under the most likely interval."""
@@ -255,7 +244,7 @@ def _models(g: _Grid, side: Array, x: Array, m: Array, prior: Prior
     return step, step_drift, none, better, drift, est
 
 
-def _two_steps(g: _Grid, idx: Array, bounds: tuple[int, ...], m: Array, prior: Prior
+def _two_steps(g: _Grid, side: Array, bounds: tuple[int, ...], m: Array, prior: Prior
                ) -> tuple[Array, Array, NDArray[np.intp]]:
     """Two steps the bad way, the first in interval j1, the second in a later one j2: each
     pair's log marginal likelihood (G, P) with both steps' priors (each step's own posterior
@@ -264,9 +253,7 @@ def _two_steps(g: _Grid, idx: Array, bounds: tuple[int, ...], m: Array, prior: P
     The design [1, side(j1), side(j2)] has nested sides, so X'WX and X'Wm are sums of the
     weights (and weighted means) of the servers at or after each interval's right end: the
     pairs cost O(grid x pairs), not O(grid x pairs x servers)."""
-    right = np.array(bounds[1:])
-    a_idx, b_idx = np.triu_indices(len(right), k=1)
-    side = (idx[None, :] >= right[:, None]).astype(float)        # (J, S)
+    a_idx, b_idx = np.triu_indices(side.shape[0], k=1)
     wsuf, wmsuf = g.w @ side.T, (g.w * m[None, :]) @ side.T     # (G, J)
     wt, wmt = g.w.sum(axis=1), g.w @ m                          # (G,)
     w1, w2 = wsuf[:, a_idx], wsuf[:, b_idx]                     # (G, P)
@@ -303,8 +290,8 @@ def posterior(n: int, servers: Sequence[Server], prior: Prior) -> Posterior:
     right = np.array(bounds[1:])                     # interval j: k in (bounds[j], bounds[j+1]]
     side = (idx[None, :] >= right[:, None]).astype(float)      # (J, S): on the new side
     x = (idx + 1) / max(n, 1) - 0.5                  # position in the range, centred
-    step, step_drift, flat, better, drift, est = _models(
-        g, side, x, np.array([s.mean for s in servers]), prior)
+    means = np.array([s.mean for s in servers])
+    step, step_drift, flat, better, drift, est = _models(g, side, x, means, prior)
     log_k = np.log(np.diff(np.array(bounds)) / n)[None, :]
     j_step = step + log_k + math.log(prior.step)
     j_sd = step_drift + log_k + math.log(prior.step_drift)
@@ -314,8 +301,7 @@ def posterior(n: int, servers: Sequence[Server], prior: Prior) -> Posterior:
     parts = [j_step.ravel(), j_sd.ravel(), j_none, j_drift]
     two: tuple[Array, NDArray[np.intp]] | None = None
     if prior.two_step > 0 and len(bounds) >= 3:
-        lik2, log_pair, j1 = _two_steps(g, idx, bounds, np.array([s.mean for s in servers]),
-                                        prior)
+        lik2, log_pair, j1 = _two_steps(g, side, bounds, means, prior)
         two = (lik2 + log_pair[None, :] + math.log(prior.two_step), j1)
         parts.append(two[0].ravel())
     total = _logsumexp(np.concatenate(parts))

@@ -203,16 +203,14 @@ class RayExecutor:
         except ray.exceptions.RayTaskError as err:
             if isinstance(err.cause, FatalError):
                 raise err.cause from None
-            status = EvalStatus.CANCELLED if task in self._cancelled else EvalStatus.FAILED
-            ev = Evaluation(commit=commit, status=status,
+            ev = Evaluation(commit=commit, status=EvalStatus.FAILED,
                             reason=f"the Ray task failed: {type(err.cause).__name__}: {err.cause}")
         except ray.exceptions.RayError as err:  # worker or node lost, retries used up
-            status = EvalStatus.CANCELLED if task in self._cancelled else EvalStatus.FAILED
-            ev = Evaluation(commit=commit, status=status,
+            ev = Evaluation(commit=commit, status=EvalStatus.FAILED,
                             reason=f"lost after {MAX_RETRIES} retries: {type(err).__name__}")
         if task in self._cancelled and ev.status is not EvalStatus.MEASURED:
-            # what a cancelled task sends back unmeasured (a server its interrupt stopped) is
-            # the cancel's doing, never a judgement of the commit
+            # what a cancelled task sends back unmeasured (a server its cancel stopped, a task
+            # that failed or was lost after it) is the cancel's doing, never a judgement
             ev = ev.model_copy(update={"status": EvalStatus.CANCELLED,
                                        "reason": f"cancelled ({ev.reason})"})
         self._cancelled.discard(task)
