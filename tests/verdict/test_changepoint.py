@@ -15,7 +15,7 @@ from vllm_bisect.verdict.changepoint import (
     requests_per_server,
     summarise,
 )
-from vllm_bisect.verdict.changepoint_next import NONE_DOUBT, _anchor, choose, doubt
+from vllm_bisect.verdict.changepoint_next import NONE_DOUBT, anchor, choose, doubt
 
 PRIOR = Prior(direction=1, min_step=math.log(1.05))
 
@@ -156,11 +156,11 @@ def test_a_commit_in_doubt_with_more_servers_than_the_weaker_side_sends_it_there
            _exact_server(10, 0.0), _exact_server(29, 0.18)]
     post = posterior(30, [*old, _exact_server(20, 0.10), _exact_server(20, 0.09)], prior)
     assert post.none + post.drift <= NONE_DOUBT and 0.05 < post.p_bad(20) < 0.95
-    assert _anchor(post, 20, set(range(30))) == 29
+    assert anchor(post, 20, set(range(30))) == 29
     # with fewer servers of its own than the weaker side has, the commit itself
     post = posterior(30, [*old, _exact_server(29, 0.17), _exact_server(20, 0.10)], prior)
     assert 0.05 < post.p_bad(20) < 0.95
-    assert _anchor(post, 20, set(range(30))) == 20
+    assert anchor(post, 20, set(range(30))) == 20
 
 
 def test_two_steps_put_the_plateau_on_the_bad_side_of_the_first() -> None:

@@ -9,7 +9,9 @@ that needs the healthy endpoint (``itl_factor``, correctness, throughput) or cal
 (``sequential``) measures them once; they are cached like every other commit and reused by
 later hook calls. Each bisect (endpoints + spec) keeps a journal under
 ``.git/vllm-bisect-hook/``; its earlier verdicts are replayed in order, so a learning policy
-judges HEAD in the state ``run`` would. Following ``symptom = "crash"``, a server that dies
+judges HEAD in the state ``run`` would. Under ``strategy = "changepoint"`` HEAD is answered
+from the model of the range rebuilt from every server of the bisect's journal
+(:mod:`~vllm_bisect.bisect.search.changepoint_hook`). Following ``symptom = "crash"``, a server that dies
 is bad, as in ``run``. A strategy that cannot work one commit at a time under git's control
 (``bayes``) is refused at once (exit 128); so is, after ``run``'s endpoint check on the first
 call, a cap or correctness change that ``auto`` finds shows in some runs only. Under
@@ -33,9 +35,10 @@ from vllm_bisect.bisect.bench import first_slot, open_bench
 from vllm_bisect.bisect.core import open_core
 from vllm_bisect.bisect.events import EventHandler
 from vllm_bisect.bisect.measurement.executor import Slot
-from vllm_bisect.bisect.policies import resolve
+from vllm_bisect.bisect.policies import Plan, resolve
 from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitInfo, CommitRange, commit_range, info, open_repo
+from vllm_bisect.bisect.search.changepoint_hook import HookSearch
 from vllm_bisect.bisect.search.endpoints import (
     Settle,
     check_endpoints,
@@ -142,7 +145,7 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path,
     if check_runs or check_ends:
         assert good_ref and bad_ref
         rng = commit_range(repo, good_ref, bad_ref, spec.range.first_parent)
-    if plan.needs_reference:  # (else the range is not needed: ignored, as documented)
+    if plan.needs_reference or plan.models_range:  # (else the range is not needed)
         if not (good_ref and bad_ref):
             raise SpecError(f"verdict.strategy {str(spec.verdict.strategy)!r} with these "
                             "thresholds needs git bisect's good and bad commits",
@@ -152,8 +155,8 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path,
     slots = first_slot(spec)  # pinned as `run` pins its first worker
     session_dir = _hook_dir(repo, spec, good_ref, bad_ref)
     try:
-        return _judge(spec, repo, cache_dir, session_dir, slots, rng, head, plan.needs_reference,
-                      bool(check_runs), check_ends, choice, events)
+        return _judge(spec, repo, cache_dir, session_dir, slots, rng, head, plan,
+                      bool(check_runs), check_ends, events)
     except (OSError, sqlite3.DatabaseError) as err:  # a full disk is named, never "damaged"
         fault = storage_fault(err, session_dir) or storage_fault(err, cache_dir)
         if fault is not None:
@@ -162,9 +165,10 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path,
 
 
 def _judge(spec: BisectSpec, repo: git.Repo, cache_dir: Path, session_dir: Path,
-           slots: list[Slot], rng: CommitRange | None, head: CommitInfo, needs_reference: bool,
-           check_runs: bool, check_ends: bool, choice: Choice,
+           slots: list[Slot], rng: CommitRange | None, head: CommitInfo, plan: Plan,
+           check_runs: bool, check_ends: bool,
            events: EventHandler | None = None) -> HookResult:
+    choice = plan.choice
     cache = ResultCache(cache_dir / "results.sqlite")
     try:
         with Session(session_dir) as session:
@@ -177,11 +181,16 @@ def _judge(spec: BisectSpec, repo: git.Repo, cache_dir: Path, session_dir: Path,
                              choice=choice)
             t = core.tester
             journaled = set(t.store.session)   # verdicts of this bisect's earlier hook calls
+            if plan.models_range:   # HEAD's side from the model of the range, from every server
+                assert rng is not None
+                outcome = HookSearch(t).judge(head.sha)
+                return HookResult(outcome, session_dir, len(journaled),
+                                  t.store.key(head.sha) in journaled)
             if check_runs:
                 _refuse_if_intermittent(t, spec, choice, session_dir)
             if check_ends and not t.policy.traits.needs_calibration:
                 _check_ends_once(t, session_dir)
-            if rng is not None and needs_reference:
+            if rng is not None and plan.needs_reference:
                 settle(t, Settle.HOOK)
             _replay(t, head.sha)
             outcome = t.test(head, Role.BISECT, 0)

@@ -65,7 +65,7 @@ def _again(post: Posterior, limit: int) -> list[int]:
     return sorted(c for c in out if post.by_commit.get(c, 0) < limit)
 
 
-def _anchor(post: Posterior, c: int, usable: set[int]) -> int:
+def anchor(post: Posterior, c: int, usable: set[int]) -> int:
     """Where a server settles commit ``c``'s doubt: ``c`` itself, unless it already has as
     many servers as the side with fewest (the servers at commits surely on that side, that
     side's end included): then its doubt is the levels' (a commit measured again and again
@@ -122,7 +122,7 @@ def choose(post: Posterior, usable: Sequence[int], requests: int, confidence: fl
     doubtful = [c for c in doubtful if doubt(post, c, final) > bar]
     if doubtful:
         c = doubtful[0]
-        return Choice(_anchor(post, c, usable_set), requests, False, doubt(post, c, final))
+        return Choice(anchor(post, c, usable_set), requests, False, doubt(post, c, final))
     split = _split(post, usable, measured)
     if split and not final:
         return Choice(split[-1], requests, True, 1.0)

@@ -37,7 +37,7 @@ class ChangePointPolicy:
         self.spec = spec
         self.thresholds_policy = ThresholdPolicy(spec)
         self.terms = self.thresholds_policy.terms
-        self.traits = Traits(multi_server=True, supports_hook=False, models_range=True)
+        self.traits = Traits(multi_server=True, models_range=True)
         self.more: MoreSamples | None = None
         self.side: Side | None = None
 
