@@ -76,13 +76,15 @@ class HookSearch(ChangePointSearch):
             requests = requests_per_server(post, self.server_cost(), self.least,
                                            self.v.max_samples)
             usable = {c for c in range(-1, self.n) if c not in self.skipped}
-            if sure >= bar and self.servers_at(i) > 0 and post.drift > post.none:
-                self._measure(self._widest_gap(usable), requests)   # a step, or a drift?
-            elif post.none + post.drift > NONE_DOUBT or (sure >= bar and self.servers_at(i)):
-                self._measure_ends(post)      # is there a step at all? the ends tell
+            if self.servers_at(i) == 0:
+                self._measure(i, requests)
+            elif post.none + post.drift > NONE_DOUBT or sure >= bar:   # is there a step?
+                if post.drift > post.none:      # a drift or a step: levels across the range
+                    self._measure(self._widest_gap(usable), requests)
+                else:                           # a step or none: the ends tell
+                    self._measure_ends(post)
             else:
-                self._measure(i if self.servers_at(i) == 0 else anchor(post, i, usable),
-                              requests)
+                self._measure(anchor(post, i, usable), requests)
 
     def _widest_gap(self, usable: set[int]) -> int:
         """The usable commit in the middle of the widest stretch with no server (a drift
