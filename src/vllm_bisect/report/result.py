@@ -88,9 +88,15 @@ class RangeModelDoc(_Doc):
     effect_hi: float
     servers: int
     posterior: list[tuple[int, float]] = Field(default_factory=list)
+    rate_before: float | None = None   # a symptom a server shows or not: effect is a rate
 
     def text(self, culprit: str | None) -> str:
         what = f"P(first bad is {culprit[:12]})" if culprit else "P(the likeliest commits)"
+        if self.rate_before is not None:
+            return (f"Model of the range: {what} = {self.p:.4f}; shown by {self.effect:.0%} of "
+                    f"the new side's servers (95% interval {self.effect_lo:.0%} to "
+                    f"{self.effect_hi:.0%}), {self.rate_before:.0%} of the old side's; P(no "
+                    f"change) = {self.none:.3g}; from {self.servers} servers")
         return (f"Model of the range: {what} = {self.p:.4f}; the step {self.effect:.3g}x "
                 f"(95% interval {self.effect_lo:.3g}x to {self.effect_hi:.3g}x); P(no step "
                 f"that matters) = {self.none:.3g}, P(a drift) = {self.drift:.3g}; from "

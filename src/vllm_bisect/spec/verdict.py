@@ -60,7 +60,8 @@ AUTO_STRATEGY: Mapping[Symptom, Strategy] = {
 JUDGES: Mapping[Strategy, tuple[Symptom, ...]] = {
     Strategy.SEQUENTIAL: (Symptom.ITL,),
     Strategy.TWOLEVEL: (Symptom.ITL, Symptom.TTFT, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP),
-    Strategy.CHANGEPOINT: (Symptom.ITL, Symptom.TTFT, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP),
+    Strategy.CHANGEPOINT: (Symptom.ITL, Symptom.TTFT, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP,
+                           Symptom.LENGTH, Symptom.CORRECTNESS),
 }
 # what auto runs where each commit is judged alone (`git bisect run`, the studies) instead of
 # a strategy that chooses its own commits (inert while auto runs no such strategy)

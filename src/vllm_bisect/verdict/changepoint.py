@@ -114,6 +114,9 @@ class Posterior:
     effect_sd: float
     servers: int = 0
     by_commit: dict[int, int] = field(default_factory=dict)   # servers per measured commit
+    # a symptom a server shows or not (verdict/changepoint_rate.py): the new side's rate q,
+    # its 95% interval, and the old side's false-alarm rate (effect is then q, not a step)
+    rate: tuple[float, float, float, float] | None = None
 
     @property
     def step(self) -> float:
@@ -141,7 +144,10 @@ class Posterior:
 
     def effect_interval(self, z: float = 1.96) -> tuple[float, float, float]:
         """The step as a factor (new / old, in the symptom's own units) and its ~95%
-        interval, under the most likely interval."""
+        interval, under the most likely interval (a rate's model: the new side's rate q and
+        its interval)."""
+        if self.rate is not None:
+            return self.rate[:3]
         return (math.exp(self.effect), math.exp(self.effect - z * self.effect_sd),
                 math.exp(self.effect + z * self.effect_sd))
 

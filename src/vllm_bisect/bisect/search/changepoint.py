@@ -29,7 +29,7 @@ from vllm_bisect.bisect.search.binary import Found
 from vllm_bisect.bisect.search.endpoints import untestable_end
 from vllm_bisect.bisect.search.steps import Step
 from vllm_bisect.bisect.tester import Tester
-from vllm_bisect.errors import NotReproduced, RestExplained, RestUndecided
+from vllm_bisect.errors import NotReproduced, RestExplained, RestUndecided, SpecError
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Phase, Verdict
 from vllm_bisect.probes.decode import combine
 from vllm_bisect.spec import SearchKind
@@ -44,6 +44,7 @@ from vllm_bisect.verdict.changepoint import (
     summarise,
 )
 from vllm_bisect.verdict.changepoint_next import choose
+from vllm_bisect.verdict.changepoint_rate import RATE_SYMPTOMS, rate_posterior
 
 logger = logging.getLogger(__name__)
 # a rest check (one side of a culprit, bisect/multi.py) is the same search with a prior that
@@ -68,7 +69,8 @@ class RangeModel:
     """What the model of the range concluded, for the result and the reports: P of the
     culprit (or of the likeliest interval), P(no step that matters), P(a drift), the step
     (new / old, the symptom's units) with its ~95% interval, the servers it rests on, and
-    P(first bad = k) per commit index (those above 0.1%)."""
+    P(first bad = k) per commit index (those above 0.1%). ``rate_before``: a symptom a
+    server shows or not: ``effect`` is then the new side's rate, this the old side's."""
 
     p: float
     none: float
@@ -78,6 +80,7 @@ class RangeModel:
     effect_hi: float
     servers: int
     posterior: tuple[tuple[int, float], ...]
+    rate_before: float | None = None
 
 
 def servers_of(ev: Evaluation, index: int, symptom: object) -> list[Server]:
@@ -95,7 +98,8 @@ def summary(post: Posterior, p: float) -> RangeModel:
     pk = post.per_commit()
     keep = tuple((int(k), float(pk[k])) for k in np.flatnonzero(pk > 1e-3))
     return RangeModel(p=p, none=post.none, drift=post.drift, effect=eff, effect_lo=lo,
-                      effect_hi=hi, servers=post.servers, posterior=keep)
+                      effect_hi=hi, servers=post.servers, posterior=keep,
+                      rate_before=post.rate[3] if post.rate is not None else None)
 
 
 class ChangePointSearch:
@@ -116,6 +120,11 @@ class ChangePointSearch:
                            min_step=log_min_change(self.v),
                            per_request=per_request(self.symptom),
                            **(REST_PRIOR if rest else SEARCH_PRIOR))
+        # a symptom a server shows or not: one bit a server (verdict/changepoint_rate.py)
+        self.rate = self.symptom in RATE_SYMPTOMS
+        if self.rate and tester.terms.search is SearchKind.FIX:
+            raise SpecError(f"verdict.strategy = \"changepoint\" on {self.symptom.value} "
+                            "searches regressions only", hint="use strategy = \"threshold\"")
         self.least = max(1, spec.probe.requests)
         self.servers: list[Server] = []
         self.skipped: set[int] = set()
@@ -148,7 +157,7 @@ class ChangePointSearch:
         if ev.measurement is not None:
             self.request_s += [r.latency_ms / 1000 for r in ev.measurement.requests
                                if r.latency_ms > 0]
-            found = servers_of(ev, i, self.symptom)
+            found = self._servers(ev, i)
             if found:
                 self.servers.extend(found)
                 return
@@ -177,7 +186,7 @@ class ChangePointSearch:
     def _side(self, ev: Evaluation) -> Outcome:
         """The model's verdict on a measured server (pure): its commit's side with it."""
         i = self.index.get(ev.commit)
-        new = servers_of(ev, i, self.symptom) if i is not None else []
+        new = self._servers(ev, i) if i is not None else []
         if i is None or not new:
             return Outcome(commit=ev.commit, verdict=Verdict.SKIP,
                            reason=f"no {self.symptom.value} samples in the measurement",
@@ -206,8 +215,18 @@ class ChangePointSearch:
         next step's too (the search then holds the same servers): computed once."""
         key = tuple(servers)
         if self._last is None or self._last[0] != key:
-            self._last = (key, posterior(self.n, servers, self.prior))
+            self._last = (key, rate_posterior(self.n, servers) if self.rate
+                          else posterior(self.n, servers, self.prior))
         return self._last[1]
+
+    def _servers(self, ev: Evaluation, i: int) -> list[Server]:
+        """A server's data: its samples, or one bit (a rate symptom: shown by the server, as
+        the thresholds judge it; a skip is no data)."""
+        if not self.rate:
+            return servers_of(ev, i, self.symptom)
+        verdict = self.policy.thresholds_policy.judge(ev, Role.BISECT).verdict
+        shown = {Verdict.BAD: 1.0, Verdict.GOOD: 0.0}.get(verdict)
+        return [] if shown is None else [Server(i, 1, shown, 0.0)]
 
     def servers_at(self, i: int) -> int:
         return sum(s.index == i for s in self.servers)
@@ -353,13 +372,18 @@ class ChangePointSearch:
         seen = (f"old end {old:.4g}, new end {new:.4g} ({self.symptom.value}, geometric mean "
                 f"over {len(ends[-1])} and {len(ends[self.n - 1])} servers; "
                 f"{len(self.servers)} servers in all)")
+        if self.rate:
+            seen = "; ".join(f"{name} end: {self.symptom.value} on {sum(x):g} of {len(x)} "
+                             f"servers" for name, x in zip(("old", "new"), ends.values(),
+                                                           strict=True))
         if drift:
             raise NotReproduced(f"no single culprit: the {self.symptom.value} change is "
                                 f"gradual over the range (P(a drift, no step) = "
                                 f"{post.drift:.3f}): {seen}",
                                 hint="bisect a shorter range, or compare two commits with "
                                      "`vllm-bisect compare`")
-        raise NotReproduced(f"did not reproduce: P(no {self.symptom.value} step of "
-                            f"{smallest:.3g}x or more) = {post.none + post.drift:.3f}: {seen}",
+        what = "change" if self.rate else f"step of {smallest:.3g}x or more"
+        raise NotReproduced(f"did not reproduce: P(no {self.symptom.value} {what}) = "
+                            f"{post.none + post.drift:.3f}: {seen}",
                             hint="check the range, or lower verdict.min_effect / the "
                                  "symptom's factor if a smaller change matters")
