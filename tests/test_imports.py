@@ -200,8 +200,11 @@ BISECT_LAYERS: list[set[str]] = [
     {"policies"},
     {"state"},
     {"measurement", "bench"},
-    {"tester", "reruns", "core"},
+    {"tester", "reruns"},
     {"search", "recheck", "rest", "forecast_spread", "forecast_events", "endpoint_env"},
+    # the composition root sits above the searches: a search is handed the tester (and the
+    # store, the policy) and never reaches for the root that assembles them (issue 52)
+    {"core"},
     {"driver", "culprits", "multi", "runner", "hook"},
 ]
 
@@ -283,6 +286,32 @@ def test_the_checker_sees_an_arrow_up_inside_bisect_and_through_importlib(tmp_pa
     g = graph(src)
     assert g["vllm_bisect.bisect.range"] == {"vllm_bisect.bisect.hook"}
     assert bisect_arrows_up(g) == {("vllm_bisect.bisect.range", "vllm_bisect.bisect.hook"),
-                                   ("vllm_bisect.bisect.core", "vllm_bisect.bisect.search.binary")}
+                                   ("vllm_bisect.bisect.search.binary", "vllm_bisect.bisect.core")}
     assert find_cycle(unit_graph(g, bisect_unit)) == ["core", "search", "core"]
     assert bisect_layer_of("vllm_bisect.bisect.hook") > bisect_layer_of("vllm_bisect.bisect.core")
+
+
+SEARCH_TO_CORE = {
+    "the module": "from vllm_bisect.bisect import core\n",
+    "a name from it": "from vllm_bisect.bisect.core import open_core\n",
+    "relatively": "from ..core import Core\n",
+    "inside a function": "def f():\n    from vllm_bisect.bisect.core import Core\n"
+                         "    return Core\n",
+    "through importlib": "import importlib\n\n\ndef f():\n"
+                         "    return importlib.import_module('vllm_bisect.bisect.core')\n",
+}
+
+
+def test_a_search_may_not_import_the_composition_root(tmp_path: Path) -> None:
+    """A search is handed the tester; importing ``bisect/core`` (the root that assembles it)
+    is an arrow up, however it is written (issue 52). The root may import a search."""
+    for i, (how, text) in enumerate(SEARCH_TO_CORE.items()):
+        src = _tree(tmp_path / str(i), {
+            "__init__.py": "", "bisect/__init__.py": "", "bisect/search/__init__.py": "",
+            "bisect/core.py": "from vllm_bisect.bisect.search.binary import BinarySearch\n",
+            "bisect/search/binary.py": text,
+        })
+        assert bisect_arrows_up(graph(src)) == {
+            ("vllm_bisect.bisect.search.binary", "vllm_bisect.bisect.core")}, how
+    assert bisect_layer_of("vllm_bisect.bisect.core") > bisect_layer_of(
+        "vllm_bisect.bisect.search.binary")
