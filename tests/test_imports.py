@@ -129,8 +129,10 @@ LAYERS: list[set[str]] = [
     {"runtime", "verdict"},
     {"builders", "probes"},
     {"bisect"},
-    # the report renders result documents; the studies (isolate, explain) write theirs and
-    # hand their sections to it as data, so it sits below them (issue 27)
+    # the report renders result documents; the studies (isolate, explain) own their sections
+    # (model and render, report_section.py) and write their documents; the report names
+    # each section by dotted path and imports it only for a result that has it, so it sits
+    # below them (issues 27, 52)
     {"report"},
     {"isolate", "sim", "triage", "compare", "sweep", "demo", "explain", "watch", "runner"},
     {"bot"},
@@ -315,3 +317,44 @@ def test_a_search_may_not_import_the_composition_root(tmp_path: Path) -> None:
             ("vllm_bisect.bisect.search.binary", "vllm_bisect.bisect.core")}, how
     assert bisect_layer_of("vllm_bisect.bisect.core") > bisect_layer_of(
         "vllm_bisect.bisect.search.binary")
+
+
+# -- the report imports no study (issue 52) ----------------------------------------------------
+def study_packages() -> set[str]:
+    """The packages that own a section of result.json (``report.sections.STUDY_SECTIONS``)."""
+    from vllm_bisect.report.sections import STUDY_SECTIONS
+
+    return {package(k.path.partition(":")[0]) for k in STUDY_SECTIONS.values()}
+
+
+def report_imports_of(g: dict[str, set[str]], packages: set[str]) -> set[tuple[str, str]]:
+    """The imports from report/ into ``packages``."""
+    return {(m, d) for m, ds in g.items() if package(m) == "report" for d in ds
+            if package(d) in packages}
+
+
+def test_the_report_imports_no_study() -> None:
+    """Each study owns its section (model and render) in its own package, above the report;
+    report/ names it by dotted path only, and imports none of it."""
+    studies = study_packages()
+    assert studies == {"isolate", "explain"}
+    assert all(layer_of(f"vllm_bisect.{s}") > layer_of("vllm_bisect.report") for s in studies)
+    assert not report_imports_of(graph(), studies)
+
+
+def test_the_checker_sees_the_report_import_a_study(tmp_path: Path) -> None:
+    plants = {
+        "the section": "from vllm_bisect.explain.report_section import explain_lines\n",
+        "the package": "from vllm_bisect import isolate\n",
+        "inside a function": "def f():\n    from vllm_bisect.isolate import report_section\n"
+                             "    return report_section\n",
+        "through importlib": "import importlib\n\n\ndef f():\n    return importlib."
+                             "import_module('vllm_bisect.explain.report_section')\n",
+    }
+    for i, (how, text) in enumerate(plants.items()):
+        src = _tree(tmp_path / str(i), {
+            "__init__.py": "", "report/__init__.py": "", "report/view.py": text,
+            "isolate/__init__.py": "", "isolate/report_section.py": "",
+            "explain/__init__.py": "", "explain/report_section.py": ""})
+        found = report_imports_of(graph(src), {"isolate", "explain"})
+        assert {m for m, _ in found} == {"vllm_bisect.report.view"}, how
