@@ -129,8 +129,10 @@ LAYERS: list[set[str]] = [
     {"runtime", "verdict"},
     {"builders", "probes"},
     {"bisect"},
-    # the report renders result documents; the studies (isolate, explain) write theirs and
-    # hand their sections to it as data, so it sits below them (issue 27)
+    # the report renders result documents; the studies (isolate, explain) own their sections
+    # (model and render, report_section.py) and write their documents; the report names
+    # each section by dotted path and imports it only for a result that has it, so it sits
+    # below them (issues 27, 52)
     {"report"},
     {"isolate", "sim", "triage", "compare", "sweep", "demo", "explain", "watch", "runner"},
     {"bot"},
@@ -200,8 +202,11 @@ BISECT_LAYERS: list[set[str]] = [
     {"policies"},
     {"state"},
     {"measurement", "bench"},
-    {"tester", "reruns", "core"},
+    {"tester", "reruns"},
     {"search", "recheck", "rest", "forecast_spread", "forecast_events", "endpoint_env"},
+    # the composition root sits above the searches: a search is handed the tester (and the
+    # store, the policy) and never reaches for the root that assembles them (issue 52)
+    {"core"},
     {"driver", "culprits", "multi", "runner", "hook"},
 ]
 
@@ -283,6 +288,73 @@ def test_the_checker_sees_an_arrow_up_inside_bisect_and_through_importlib(tmp_pa
     g = graph(src)
     assert g["vllm_bisect.bisect.range"] == {"vllm_bisect.bisect.hook"}
     assert bisect_arrows_up(g) == {("vllm_bisect.bisect.range", "vllm_bisect.bisect.hook"),
-                                   ("vllm_bisect.bisect.core", "vllm_bisect.bisect.search.binary")}
+                                   ("vllm_bisect.bisect.search.binary", "vllm_bisect.bisect.core")}
     assert find_cycle(unit_graph(g, bisect_unit)) == ["core", "search", "core"]
     assert bisect_layer_of("vllm_bisect.bisect.hook") > bisect_layer_of("vllm_bisect.bisect.core")
+
+
+SEARCH_TO_CORE = {
+    "the module": "from vllm_bisect.bisect import core\n",
+    "a name from it": "from vllm_bisect.bisect.core import open_core\n",
+    "relatively": "from ..core import Core\n",
+    "inside a function": "def f():\n    from vllm_bisect.bisect.core import Core\n"
+                         "    return Core\n",
+    "through importlib": "import importlib\n\n\ndef f():\n"
+                         "    return importlib.import_module('vllm_bisect.bisect.core')\n",
+}
+
+
+def test_a_search_may_not_import_the_composition_root(tmp_path: Path) -> None:
+    """A search is handed the tester; importing ``bisect/core`` (the root that assembles it)
+    is an arrow up, however it is written (issue 52). The root may import a search."""
+    for i, (how, text) in enumerate(SEARCH_TO_CORE.items()):
+        src = _tree(tmp_path / str(i), {
+            "__init__.py": "", "bisect/__init__.py": "", "bisect/search/__init__.py": "",
+            "bisect/core.py": "from vllm_bisect.bisect.search.binary import BinarySearch\n",
+            "bisect/search/binary.py": text,
+        })
+        assert bisect_arrows_up(graph(src)) == {
+            ("vllm_bisect.bisect.search.binary", "vllm_bisect.bisect.core")}, how
+    assert bisect_layer_of("vllm_bisect.bisect.core") > bisect_layer_of(
+        "vllm_bisect.bisect.search.binary")
+
+
+# -- the report imports no study (issue 52) ----------------------------------------------------
+def study_packages() -> set[str]:
+    """The packages that own a section of result.json (``report.sections.STUDY_SECTIONS``)."""
+    from vllm_bisect.report.sections import STUDY_SECTIONS
+
+    return {package(k.path.partition(":")[0]) for k in STUDY_SECTIONS.values()}
+
+
+def report_imports_of(g: dict[str, set[str]], packages: set[str]) -> set[tuple[str, str]]:
+    """The imports from report/ into ``packages``."""
+    return {(m, d) for m, ds in g.items() if package(m) == "report" for d in ds
+            if package(d) in packages}
+
+
+def test_the_report_imports_no_study() -> None:
+    """Each study owns its section (model and render) in its own package, above the report;
+    report/ names it by dotted path only, and imports none of it."""
+    studies = study_packages()
+    assert studies == {"isolate", "explain"}
+    assert all(layer_of(f"vllm_bisect.{s}") > layer_of("vllm_bisect.report") for s in studies)
+    assert not report_imports_of(graph(), studies)
+
+
+def test_the_checker_sees_the_report_import_a_study(tmp_path: Path) -> None:
+    plants = {
+        "the section": "from vllm_bisect.explain.report_section import explain_lines\n",
+        "the package": "from vllm_bisect import isolate\n",
+        "inside a function": "def f():\n    from vllm_bisect.isolate import report_section\n"
+                             "    return report_section\n",
+        "through importlib": "import importlib\n\n\ndef f():\n    return importlib."
+                             "import_module('vllm_bisect.explain.report_section')\n",
+    }
+    for i, (how, text) in enumerate(plants.items()):
+        src = _tree(tmp_path / str(i), {
+            "__init__.py": "", "report/__init__.py": "", "report/view.py": text,
+            "isolate/__init__.py": "", "isolate/report_section.py": "",
+            "explain/__init__.py": "", "explain/report_section.py": ""})
+        found = report_imports_of(graph(src), {"isolate", "explain"})
+        assert {m for m, _ in found} == {"vllm_bisect.report.view"}, how

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import history, make_spec, write_spec
-from vllm_bisect.report.explain_section import explain_lines
+from vllm_bisect.explain.report_section import explain_lines
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

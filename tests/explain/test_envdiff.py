@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vllm_bisect.explain.envdiff import SideEnv, env_diff, logged_vars, venv_packages
-from vllm_bisect.report.explain_section import env_lines
+from vllm_bisect.explain.report_section import env_lines
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "vllm-0.25.1"
 

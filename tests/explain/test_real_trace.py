@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from vllm_bisect.explain.diff import DeltaKind, profile_diff
+from vllm_bisect.explain.report_section import explain_lines, short_kernel
 from vllm_bisect.explain.trace import STEP_RE, TraceSummary, load_events, summarize
-from vllm_bisect.report.explain_section import explain_lines, short_kernel
 
 HERE = Path(__file__).parent.parent / "fixtures" / "vllm-0.25.1-trace"
 MTP_ON = HERE / "host_cost_mtp_on.pt.trace.json.gz"

@@ -159,7 +159,7 @@ def test_plot_ticks_are_round_and_x_labels_do_not_overlap() -> None:
 
 
 def test_studies_render_as_html_tables() -> None:
-    from tests.isolate.test_report import STUDIES
+    from tests.isolate.test_report_section import STUDIES
     from vllm_bisect.report.render import SessionReport, html_report, markdown
     from vllm_bisect.report.result import BisectReport
 

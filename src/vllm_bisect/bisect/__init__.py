@@ -9,12 +9,13 @@
    :func:`~vllm_bisect.bisect.bench.open_bench`: builder -> evaluator -> executor);
 5. judging a commit (``tester.py``: ``Tester.run_trials()`` / ``after_server()`` run its
    trial, ``Tester.record()`` judges it, purely, and calls the policy's ``learn()``: the one
-   place a commit is judged) and the composition root (``core.py``,
-   :func:`~vllm_bisect.bisect.core.open_core`);
+   place a commit is judged);
 6. the searches (``search/``, the endpoints settled by ``search/endpoints.py``'s
    ``settle()``), the lazy good endpoint (``recheck.py``), the rest checks (``rest.py``) and
    what a run tells (``forecast_events.py``, ``endpoint_env.py``);
-7. the ways in: ``driver.py`` (one search), ``multi.py`` (one per symptom; the steps it
+7. the composition root (``core.py``, :func:`~vllm_bisect.bisect.core.open_core`): above the
+   searches, which are handed the tester it assembles and never import it;
+8. the ways in: ``driver.py`` (one search), ``multi.py`` (one per symptom; the steps it
    finds in ``culprits.py``), ``runner.py`` (a ``vllm-bisect run`` session) and ``hook.py``
    (``git bisect run``).
 """

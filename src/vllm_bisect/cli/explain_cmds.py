@@ -64,7 +64,7 @@ def run_explain(session: Path, cache_dir: Path | None, servers_per_side: int | N
 def print_explain(doc: dict[str, Any], session: Path) -> None:
     from rich.markup import escape
 
-    from vllm_bisect.report.explain_section import explain_lines
+    from vllm_bisect.explain.report_section import explain_lines
 
     for line in explain_lines(doc):
         out().print(escape(line), highlight=False)

@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
+from vllm_bisect.explain.report_section import COUNTS, OUTPUT, TOTALS
 from vllm_bisect.explain.stats import compare_sides
 from vllm_bisect.explain.trace import TraceSummary
-from vllm_bisect.report.explain_section import COUNTS, OUTPUT, TOTALS
 
 # the totals are shown, never ranked: a kernel that slows moves the busy total too
 SHOWN = (*TOTALS, "step:gpu_idle")

@@ -194,7 +194,7 @@ def _kept(base: Path, side: str, n: int, key: str) -> tuple[TraceSummary, float 
 
 
 def _save(session: Path, doc: dict[str, Any]) -> None:
+    from vllm_bisect.explain.report_section import ExplainDoc
     from vllm_bisect.report.render import write_section
-    from vllm_bisect.report.section_docs import ExplainDoc
 
     write_section(session, "explain", ExplainDoc.model_validate(doc))

@@ -90,13 +90,8 @@ def _save(session: Path, bench: Bench, key: str, doc: dict[str, Any], judged: bo
         doc.update(bench.strategy())
     bench.journal.set_meta(f"result:{key}", json.dumps(doc))
     from vllm_bisect.report.render import write_section
-    from vllm_bisect.report.section import SectionDoc
-    from vllm_bisect.report.section_docs import DepsDoc, IsolateDoc, KnobsDoc
 
-    models: dict[str, type[SectionDoc]] = {"isolate": IsolateDoc, "deps": DepsDoc,
-                                           "knobs": KnobsDoc}
-    model = models[key]
-    write_section(session, key, model.model_validate(doc))
+    write_section(session, key, doc)   # validated as its section's model (report_section.py)
 
 
 def run_studies(session: Path, cache_dir: Path, *, isolate: bool = True, deps: bool = True,

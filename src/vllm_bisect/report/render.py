@@ -155,8 +155,8 @@ def _replace_text(path: Path, text: str) -> None:
 
 
 def write_section(session_dir: Path, key: str, doc: SectionDoc | Mapping[str, Any]) -> None:
-    """A study's section (``key``: registered in ``report.sections.SECTIONS``, its document
-    that section's model; a mapping is validated against it) into the session's
+    """A study's section (``key``: registered in ``report.sections.STUDY_SECTIONS``, its
+    document that section's model; a mapping is validated against it) into the session's
     result.json, then report.md and report.html again; without a result.json (a study of a
     culprit given by hand) into ``<key>.json`` beside it. Each file written atomically.
     ValueError, before anything is written, for a key not registered or a document that is

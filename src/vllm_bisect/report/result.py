@@ -19,18 +19,19 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     ValidationError,
     model_serializer,
+    model_validator,
 )
 
 from vllm_bisect.bisect.endpoint_doc import EndpointEnvDoc
 from vllm_bisect.errors import SessionError
 from vllm_bisect.models import FailureKind, Measurement, Verdict
+from vllm_bisect.report.sections import STUDIES
 
 if TYPE_CHECKING:
     from vllm_bisect.bisect.driver import BisectResult, FlakySeen
     from vllm_bisect.models import Evaluation, Verification
 
 RESULT_SCHEMA = 1
-STUDIES = ("isolate", "deps", "knobs", "explain")
 
 
 class _Doc(BaseModel):
@@ -198,28 +199,47 @@ class BisectReport(_Doc):
     wall_s: float = 0.0
     # predicted before the search (bisect/forecast.py) against what it took
     forecast: dict[str, Any] | None = None
-    # the studies of the culprit (vllm_bisect.isolate), each under its own key once run
-    isolate: dict[str, Any] | None = None
-    deps: dict[str, Any] | None = None
-    knobs: dict[str, Any] | None = None
+    # the studies of the culprit, each under its own key of result.json once run
+    # (report.sections.STUDIES; each study's package owns its document's model and render,
+    # which validate it when the report renders it): key -> the document as written
+    studies: dict[str, dict[str, Any]] = Field(default_factory=dict, exclude=True)
     # one entry per symptom and step (bisect.multi: verdict.symptoms and the rest check;
     # absent when one search found one culprit and nothing more was checked)
     culprits: list[dict[str, Any]] | None = None
-    explain: dict[str, Any] | None = None  # vllm_bisect.explain: the culprit's profile diff
     # the endpoints' environments side by side: packages, VLLM_* variables, GPU / driver /
     # CUDA (bisect/endpoint_doc.py; absent when the run never reached a search step)
     endpoint_env: EndpointEnvDoc | None = None
     # study -> the line offering it (vllm_bisect.isolate.offers, worked out when written)
     next_questions: dict[str, str] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_studies(cls, data: Any) -> Any:
+        """result.json's study keys (top level, one per study that ran) into ``studies``."""
+        if not isinstance(data, dict) or "studies" in data:
+            return data
+        return {**{k: v for k, v in data.items() if k not in STUDIES},
+                "studies": {k: data[k] for k in STUDIES if data.get(k) is not None}}
+
     @model_serializer(mode="wrap")
     def _without_unrun_studies(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """A study that has not run has no key (its absence is what offers it)."""
+        """Each study that ran under its own top-level key, after ``forecast``; a study that
+        has not run has no key (its absence is what offers it)."""
         data = handler(self)
-        for key in (*STUDIES, "culprits", "endpoint_env", "flaky"):
-            if isinstance(data, dict) and data.get(key) is None:
+        if not isinstance(data, dict):
+            return data
+        for key in ("culprits", "endpoint_env", "flaky"):
+            if data.get(key) is None:
                 data.pop(key, None)
-        return data
+        studies = {k: self.studies[k] for k in STUDIES if k in self.studies}
+        if not studies or "forecast" not in data:
+            return {**data, **studies}
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out[key] = value
+            if key == "forecast":
+                out |= studies
+        return out
 
     @classmethod
     def of(cls, result: BisectResult) -> BisectReport:

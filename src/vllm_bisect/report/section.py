@@ -1,8 +1,10 @@
 """The ``Section`` protocol: a study's section of result.json (isolate, deps, knobs,
 explain) is a key, a pydantic model of its document and a render function (Markdown
-lines). The studies build their document as the model; :func:`report.render.write_section`
-validates it against the section registered under its key (``report.sections.SECTIONS``)
-before writing, and the report renders each registered section through its ``render``.
+lines), defined in the study's own package (``isolate/report_section.py``,
+``explain/report_section.py``) and registered by its dotted path in
+``report.sections.STUDY_SECTIONS``. The studies build their document as the model;
+:func:`report.render.write_section` validates it against the section registered under its
+key before writing, and the report renders each registered section through its ``render``.
 
 The models declare the fields their render reads (typed; required where the render cannot
 do without them) and keep any other key as written (``extra="allow"``): a document is

@@ -1,12 +1,16 @@
-"""The ``explain`` section of report.md/html: the step totals, the deltas beyond the
-run-to-run spread, the plot, where the raw traces are, and the environment diff. The report
-renders the study's result document; the study (vllm_bisect.explain) writes it and takes
-only the step totals' names from here."""
+"""The ``explain`` study's section of result.json and report.md/html (``SECTION``, registered
+by its dotted path in :data:`vllm_bisect.report.sections.STUDY_SECTIONS`): its document's
+model (:class:`ExplainDoc`) and its render: the step totals, the deltas beyond the run-to-run
+spread, the plot, where the raw traces are, and the environment diff. The report imports it
+only when a result.json has an ``explain`` key; the study writes the document
+(``explain/run.py``) and takes the step totals' names from here."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+from vllm_bisect.report.section import SectionDoc, StudySection
 
 # the step table's totals: always shown, never ranked as deltas (explain.diff computes them)
 TOTALS = ("step:gpu_busy", "step:host", "step:launches", "step:launch_calls")
@@ -194,3 +198,27 @@ def env_lines(doc: dict[str, Any]) -> list[str]:
     else:
         out.append("- GPU, driver, clocks: no nvidia-smi on this host")
     return out
+
+
+class ExplainDoc(SectionDoc):
+    """``explain``: the culprit's profile against its parent's (explain/run.py)."""
+
+    culprit: str | None = None
+    parent: str | None = None
+    servers_per_side: int
+    setups: dict[str, dict[str, Any]] | None = None
+    server_starts: int | None = None
+    servers_kept: int | None = None
+    profiler: dict[str, str]
+    segmentation: str
+    steps: dict[str, list[Any]] | None = None
+    tokens_per_step: dict[str, list[Any]] | None = None
+    traces: dict[str, list[str]]
+    totals: list[dict[str, Any]]
+    deltas: list[dict[str, Any]]
+    within_spread: int
+    plot: str
+    environment: dict[str, Any]
+
+
+SECTION = StudySection("explain", ExplainDoc, explain_lines)

@@ -1,11 +1,18 @@
-"""Report sections of the studies (Markdown; the HTML report embeds the Markdown), and the
-offer to run them. Pure functions of the result JSON, except the offer, which reads the
-culprit's diff from the repository named in the spec (nothing is offered when it cannot)."""
+"""The sections of result.json and report.md/html that the studies after the culprit own:
+``isolate`` (:data:`ISOLATE`), ``deps`` (:data:`DEPS`) and ``knobs`` (:data:`KNOBS`), each its
+document's model and its render (Markdown; the HTML report embeds the Markdown), pure
+functions of the document. Registered by dotted path in
+:data:`vllm_bisect.report.sections.STUDY_SECTIONS`: the report imports this module only when
+a result.json has one of these keys. Field order of the models is the order the studies
+write them in."""
 
 from __future__ import annotations
 
-import html
 from typing import Any
+
+from pydantic import Field
+
+from vllm_bisect.report.section import SectionDoc, StudySection
 
 
 def _cell(text: Any) -> str:
@@ -99,34 +106,60 @@ def knobs_lines(d: dict[str, Any]) -> list[str]:
     return out
 
 
-def offer_lines(result: dict[str, Any]) -> list[str]:
-    """The studies offered for the culprit (result.json's ``next_questions``, worked out by
-    vllm_bisect.isolate.offers when the result was written), less those that have run."""
-    offers = result.get("next_questions") or {}
-    out = [f"- {line}" for study, line in offers.items() if study not in result]
-    return ["", "Next questions:", *out] if out else []
+class IsolateDoc(SectionDoc):
+    """``isolate``: ddmin over the culprit's files and hunks (isolate/culprit.py)."""
+
+    culprit: str | None = None
+    parent: str
+    files: list[str]
+    python_only: bool | None = None
+    minimal_files: list[str] = Field(default_factory=list)
+    file_tests: int
+    hunks: list[str] = Field(default_factory=list)
+    minimal_hunks: list[str] = Field(default_factory=list)
+    hunk_tests: int = 0
+    tests: int | None = None
+    revert_verdict: str | None = None
+    revert_reason: str | None = None
+    revert_removes: bool | None = None
+    fresh_builds: int
+    trials: list[dict[str, Any]] = Field(default_factory=list)
+    # the verdict strategy that judged (isolate/adapter.py, Bench.strategy()), written last
+    strategy: str | None = None
+    strategy_reason: str | None = None
 
 
-def section_lines(result: dict[str, Any]) -> list[str]:
-    """Every study section of a session's result, then what else could be asked."""
-    out: list[str] = []
-    if result.get("isolate"):
-        out += isolate_lines(result["isolate"])
-    if result.get("deps"):
-        out += deps_lines(result["deps"])
-    if result.get("knobs"):
-        out += knobs_lines(result["knobs"])
-    return out + offer_lines(result)
+class DepsDoc(SectionDoc):
+    """``deps``: the culprit's dependency pins and versions (isolate/deps.py)."""
+
+    culprit: str | None = None
+    parent: str | None = None
+    changes: list[str] = Field(default_factory=list)
+    base_changes: list[str] = Field(default_factory=list)
+    base_note: str = ""
+    parent_with_new_pins: str | None = None
+    culprit_with_old_pins: str | None = None
+    conclusion: str | None = None
+    index_url: str | None = None
+    fresh_builds: int | None = None
+    packages: list[dict[str, Any]] = Field(default_factory=list)
+    # the verdict strategy that judged (isolate/adapter.py, Bench.strategy()), written last
+    strategy: str | None = None
+    strategy_reason: str | None = None
 
 
-def section_html(result: dict[str, Any]) -> str:
-    """Each study as its own HTML section (a heading and its Markdown, preformatted)."""
-    out = []
-    for key, render in (("isolate", isolate_lines), ("deps", deps_lines),
-                        ("knobs", knobs_lines)):
-        if result.get(key):
-            lines = render(result[key])
-            title = next((x[4:] for x in lines if x.startswith("### ")), key)
-            body = "\n".join(x for x in lines if not x.startswith("### ")).strip()
-            out.append(f'<h2 id="{key}">{html.escape(title)}</h2><pre>{html.escape(body)}</pre>')
-    return "".join(out)
+class KnobsDoc(SectionDoc):
+    """``knobs``: which config knob flips the symptom (isolate/knobs.py)."""
+
+    knobs: list[dict[str, Any]] = Field(default_factory=list)
+    tables: list[dict[str, Any]] = Field(default_factory=list)
+    settled_on: dict[str, str] | None = None
+    fresh_builds: int | None = None
+    # the verdict strategy that judged (isolate/adapter.py, Bench.strategy()), written last
+    strategy: str | None = None
+    strategy_reason: str | None = None
+
+
+ISOLATE = StudySection("isolate", IsolateDoc, isolate_lines)
+DEPS = StudySection("deps", DepsDoc, deps_lines)
+KNOBS = StudySection("knobs", KnobsDoc, knobs_lines)

@@ -1,10 +1,12 @@
-"""The studies' report sections (pure functions of the result JSON)."""
+"""The isolate, deps and knobs sections the study owns (isolate/report_section.py), rendered
+through the report's registry (pure functions of the result JSON)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from vllm_bisect.report.isolate_section import section_html, section_lines
+from vllm_bisect.isolate.report_section import DEPS, ISOLATE, KNOBS, deps_lines
+from vllm_bisect.report.sections import section, study_lines
 
 STUDIES: dict[str, Any] = {
     "isolate": {"culprit": "c" * 40, "parent": "p" * 40, "files": ["a.py", "b.py"],
@@ -34,7 +36,7 @@ STUDIES: dict[str, Any] = {
 
 def test_sections_render_every_study() -> None:
     result = {"first_bad": None, **STUDIES}
-    text = "\n".join(section_lines(result))
+    text = "\n".join(study_lines(result))
     assert "**1 file**: `b.py`" in text and "removes the symptom" in text
     assert "ServeError: x\\|y" in text  # table cells escaped
     assert "conclusion: **dependency**" in text and "first bad version **1.3**" in text
@@ -42,8 +44,12 @@ def test_sections_render_every_study() -> None:
     assert "cannot be bisected: not pip-installable" in text
     assert "verdict policy: **twolevel** (auto: itl is noisy)" in text
     assert "| `A` | `2` | bad | **yes** |" in text and "`A=2`" in text
-    assert section_lines({"first_bad": None}) == []
-    page = section_html(result)
-    assert '<h2 id="isolate">Which part of the culprit' in page and '<h2 id="deps">' in page
-    assert '<h2 id="knobs">' in page and "ServeError: x\\|y" in page
-    assert section_html({"first_bad": None}) == ""
+    assert text.index("### Which part") < text.index("### Dependency") \
+        < text.index("### Which knob")
+    assert study_lines({"first_bad": None}) == []
+
+
+def test_the_report_finds_the_studys_own_sections() -> None:
+    assert section("isolate") is ISOLATE and section("deps") is DEPS
+    assert section("knobs") is KNOBS
+    assert DEPS.render(DEPS.model.model_validate(STUDIES["deps"])) == deps_lines(STUDIES["deps"])
