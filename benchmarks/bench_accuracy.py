@@ -72,7 +72,7 @@ NEW_ITL_ROWS: tuple[tuple[float | None, float | None, float, bool], ...] = (
 GOAL_ROWS = (0, 1, 6)
 CAP_QS = (0.3, 0.5, 0.7, 0.9, 1.0)
 ARMS = {"itl": ("plain", "sequential", "default", "changepoint"),
-        "length": ("plain", "bayes", "default")}
+        "length": ("plain", "bayes", "default", "changepoint")}
 NAMES = {"plain": "plain git bisect run", "sequential": "vllm-bisect sequential",
          "bayes": "vllm-bisect bayes", "default": "vllm-bisect default (auto)",
          "changepoint": "vllm-bisect changepoint (the default's spec + the model of the range)"}

@@ -14,7 +14,7 @@ step that matters" (or a drift) with ``confidence`` stops the bisect, as ``run``
 An answer also needs P(a step) >= ``confidence`` (``run`` names a culprit on the same
 terms): while its side is sure but the step is not, the ends get another server ("no step"
 still credible) or the widest unmeasured stretch of the range does (a drift). A HEAD still
-in doubt after ``verdict.max_servers`` servers of its own is a skip, with P.
+in doubt after ``verdict.max_servers`` servers of its own (twice that for a cap) is a skip.
 """
 
 from __future__ import annotations
@@ -61,14 +61,14 @@ class HookSearch(ChangePointSearch):
             sure = max(p, 1.0 - p)
             if sure >= bar and step >= self.v.confidence and self.servers_at(i) > 0:
                 return self._outcome(sha, i, post, p, bar)
-            if self.servers_at(i) >= self.v.max_servers or len(self.servers) >= self.v.max_runs:
+            if self.servers_at(i) >= self.per_commit_limit() or len(self.servers) >= self.v.max_runs:
                 return Outcome(commit=sha, verdict=Verdict.SKIP,
                                measurement=self._measurement(sha),
                                reason=f"the model of the range is unsure of this commit's "
                                       f"side: P(new side) = {p:.3f}, P(a step) = {step:.3f} "
                                       f"after {plural(self.servers_at(i), 'server')} of it and "
-                                      f"{len(self.servers)} in all (verdict.max_servers = "
-                                      f"{self.v.max_servers}, verdict.max_runs = "
+                                      f"{len(self.servers)} in all (at most "
+                                      f"{self.per_commit_limit()} a commit, verdict.max_runs = "
                                       f"{self.v.max_runs})")
             self.t.events.on_phase("", f"model of the range: P({sha[:12]} on the new side) = "
                                        f"{p:.3f}, P(a step) = {step:.3f}, "
