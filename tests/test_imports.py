@@ -200,7 +200,7 @@ BISECT_LAYERS: list[set[str]] = [
     {"policies"},
     {"state"},
     {"measurement", "bench"},
-    {"tester", "reruns", "core"},
+    {"tester", "reruns", "core", "wiring"},
     {"search", "recheck", "rest", "forecast_spread", "forecast_events", "endpoint_env"},
     {"driver", "culprits", "multi", "runner", "hook"},
 ]

@@ -9,8 +9,10 @@
    :func:`~vllm_bisect.bisect.bench.open_bench`: builder -> evaluator -> executor);
 5. judging a commit (``tester.py``: ``Tester.run_trials()`` / ``after_server()`` run its
    trial, ``Tester.record()`` judges it, purely, and calls the policy's ``learn()``: the one
-   place a commit is judged) and the composition root (``core.py``,
-   :func:`~vllm_bisect.bisect.core.open_core`);
+   place a commit is judged), the composition root (``core.py``,
+   :func:`~vllm_bisect.bisect.core.open_core`) and the one session opener (``wiring.py``,
+   :func:`~vllm_bisect.bisect.wiring.open_session`: builder, bench, result cache and core,
+   opened and closed together for every way in);
 6. the searches (``search/``, the endpoints settled by ``search/endpoints.py``'s
    ``settle()``), the lazy good endpoint (``recheck.py``), the rest checks (``rest.py``) and
    what a run tells (``forecast_events.py``, ``endpoint_env.py``);
