@@ -6,7 +6,7 @@
 2. the verdict policies (``policies/``);
 3. where a bisect's state lives (``state/``);
 4. measuring a commit (``measurement/``) and the session's wiring (``bench.py``,
-   :func:`~vllm_bisect.bisect.bench.open_bench`: builder -> evaluator -> executor);
+   :func:`~vllm_bisect.bisect.bench.open_bench`: prefetcher -> evaluator -> executor);
 5. judging a commit (``tester.py``: ``Tester.run_trials()`` / ``after_server()`` run its
    trial, ``Tester.record()`` judges it, purely, and calls the policy's ``learn()``: the one
    place a commit is judged), the composition root (``core.py``,
