@@ -14,7 +14,7 @@ from tests.helpers import history, make_spec, write_spec
 from vllm_bisect.bisect.driver import NullEvents
 from vllm_bisect.bisect.range import CommitInfo
 from vllm_bisect.models import Outcome
-from vllm_bisect.runner import run_bisect
+from vllm_bisect.run_bisect import run_bisect
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -132,7 +132,7 @@ LAYERS: list[set[str]] = [
     # the report renders result documents; the studies (isolate, explain) write theirs and
     # hand their sections to it as data, so it sits below them (issue 27)
     {"report"},
-    {"isolate", "sim", "triage", "compare", "sweep", "demo", "explain", "watch", "runner"},
+    {"isolate", "sim", "triage", "compare", "sweep", "demo", "explain", "watch", "run_bisect"},
     {"bot"},
     {"cli"},
 ]

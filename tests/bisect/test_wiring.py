@@ -65,7 +65,7 @@ class RaisesOnFirstOutcome(NullEvents):
 
 
 def test_a_run_whose_caller_raises_leaves_no_server_or_worker(tmp_path: Path) -> None:
-    from vllm_bisect.runner import run_bisect
+    from vllm_bisect.run_bisect import run_bisect
 
     h = history(tmp_path, n_commits=12, cap_at=6)
     spec = make_spec(h, parallel={"workers": 2})

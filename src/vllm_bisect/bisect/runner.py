@@ -3,7 +3,7 @@
 symptom.
 
 What a finished session leaves besides its journal (result.json, the reports) is the caller's
-``finish``: :func:`vllm_bisect.runner.run_bisect` (``vllm-bisect run``, ``demo``, ``watch``,
+``finish``: :func:`vllm_bisect.run_bisect.run_bisect` (``vllm-bisect run``, ``demo``, ``watch``,
 the bot's worker) writes them. It prints nothing.
 """
 
