@@ -202,7 +202,7 @@ BISECT_LAYERS: list[set[str]] = [
     {"measurement", "bench"},
     {"tester", "reruns", "core", "wiring"},
     {"search", "recheck", "rest", "forecast_spread", "forecast_events", "endpoint_env"},
-    {"driver", "culprits", "multi", "runner", "hook"},
+    {"driver", "culprits", "multi", "run_session", "hook"},
 ]
 
 

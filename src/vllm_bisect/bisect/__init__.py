@@ -17,6 +17,6 @@
    ``settle()``), the lazy good endpoint (``recheck.py``), the rest checks (``rest.py``) and
    what a run tells (``forecast_events.py``, ``endpoint_env.py``);
 7. the ways in: ``driver.py`` (one search), ``multi.py`` (one per symptom; the steps it
-   finds in ``culprits.py``), ``runner.py`` (a ``vllm-bisect run`` session) and ``hook.py``
+   finds in ``culprits.py``), ``run_session.py`` (a ``vllm-bisect run`` session) and ``hook.py``
    (``git bisect run``).
 """

@@ -3,7 +3,7 @@ evaluator, executor: :func:`~vllm_bisect.bisect.bench.open_bench`), the shared r
 the core (:func:`~vllm_bisect.bisect.core.open_core`), and closes all of it when the ``with``
 block ends, however it ends (an error, Ctrl-C).
 
-Every way in opens its session here: ``vllm-bisect run`` (:mod:`~vllm_bisect.bisect.runner`:
+Every way in opens its session here: ``vllm-bisect run`` (:mod:`~vllm_bisect.bisect.run_session`:
 its drivers assemble one core per symptom over the bench), the ``git bisect run`` hook
 (:mod:`~vllm_bisect.bisect.hook`), the studies after the culprit
 (:mod:`vllm_bisect.isolate.adapter`: one per measured spec), and the one-commit commands
