@@ -237,7 +237,7 @@ def unit_graph(g: dict[str, set[str]], unit: Callable[[str], str | None]) -> dic
 
 
 def package(module: str) -> str:
-    """``vllm_bisect.isolate.runner`` -> ``isolate``; a top-level module is its own."""
+    """``vllm_bisect.isolate.studies`` -> ``isolate``; a top-level module is its own."""
     parts = module.split(".")
     top = parts[1] if len(parts) > 1 else ""
     return top

@@ -12,7 +12,7 @@ import pytest
 
 from tests.isolate.helpers import bisect, command_spec
 from vllm_bisect.isolate.adapter import Trial
-from vllm_bisect.isolate.runner import run_studies
+from vllm_bisect.isolate.studies import run_studies
 from vllm_bisect.sim.synth import wide_culprit_history
 
 

@@ -75,7 +75,7 @@ def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
     ``spec`` (the "parent" side) and under ``against`` (the "culprit" side) instead of
     against its parent: two setups of one commit (eager against CUDA graphs, MTP on
     against off)."""
-    from vllm_bisect.isolate.runner import target
+    from vllm_bisect.isolate.studies import target
 
     say = on_phase or (lambda _msg: None)
     spec, repo, culprit, parent = target(session, spec, culprit_ref)

@@ -5,7 +5,7 @@ package index), which knob (env vars, serve flags) flips the symptom.
 content-addressed scratch commit; ``pins`` and ``pkgindex`` read dependency pins and the
 versions an index offers; ``adapter`` binds the bisect core's verdict policy, tester,
 measurer and store to the studies (and journals their trials); ``culprit`` (files, hunks),
-``deps`` and ``knobs`` are the studies; ``runner`` binds them to a session; ``report``
+``deps`` and ``knobs`` are the studies; ``studies`` binds them to a session; ``report``
 renders their sections (their commands are :mod:`vllm_bisect.cli.study_cmds`); ``synth``
 generates synthetic histories.
 """
