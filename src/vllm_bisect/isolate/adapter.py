@@ -83,7 +83,7 @@ class _Events(NullEvents):
             self.phase(commit, phase)
 
 
-class Bench:
+class StudyBench:
     """One policy, settled once on (parent, culprit); a Tester per measured spec (a knob
     setting is another spec: another measurement key, the same policy)."""
 

@@ -11,7 +11,7 @@ from typing import Any
 import git
 
 from vllm_bisect.errors import FatalError
-from vllm_bisect.isolate.adapter import Bench, Trial
+from vllm_bisect.isolate.adapter import StudyBench, Trial
 from vllm_bisect.isolate.ddmin import Result, Subset, minimize
 from vllm_bisect.isolate.patches import (
     FileChange,
@@ -71,7 +71,7 @@ def _short(what: str, names: list[str]) -> str:
 
 
 class Isolation:
-    def __init__(self, bench: Bench, spec: BisectSpec, repo: git.Repo, culprit: str,
+    def __init__(self, bench: StudyBench, spec: BisectSpec, repo: git.Repo, culprit: str,
                  parent: str) -> None:
         self.bench, self.spec = bench, spec
         self.culprit, self.parent = culprit, parent

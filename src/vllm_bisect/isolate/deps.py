@@ -19,7 +19,7 @@ from packaging.version import Version
 
 from vllm_bisect.bisect.search.steps import next_step
 from vllm_bisect.isolate import pkgindex
-from vllm_bisect.isolate.adapter import Bench, Trial
+from vllm_bisect.isolate.adapter import StudyBench, Trial
 from vllm_bisect.isolate.patches import FileChange, Scratch, diff_changes, invert
 from vllm_bisect.isolate.pins import (
     Pin,
@@ -98,7 +98,7 @@ def conclude(parent_new: Verdict, culprit_old: Verdict) -> str:
 
 
 class DependencyStudy:
-    def __init__(self, bench: Bench, spec: BisectSpec, repo: git.Repo, culprit: str,
+    def __init__(self, bench: StudyBench, spec: BisectSpec, repo: git.Repo, culprit: str,
                  parent: str, index_url: str | None) -> None:
         self.bench, self.spec = bench, spec
         self.culprit, self.parent = culprit, parent

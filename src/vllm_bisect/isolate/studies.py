@@ -19,7 +19,7 @@ import git
 from vllm_bisect.bisect.range import open_repo, resolve
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.errors import FatalError, SpecError
-from vllm_bisect.isolate.adapter import Bench, OnTrial
+from vllm_bisect.isolate.adapter import OnTrial, StudyBench
 from vllm_bisect.isolate.culprit import Isolation
 from vllm_bisect.isolate.deps import DependencyStudy
 from vllm_bisect.isolate.knobs import Knob, apply, knob_table
@@ -84,7 +84,7 @@ def target(session: Path, spec: BisectSpec | None, culprit_ref: str | None
     return spec, repo, c.hexsha, c.parents[0].hexsha
 
 
-def _save(session: Path, bench: Bench, key: str, doc: dict[str, Any], judged: bool = True
+def _save(session: Path, bench: StudyBench, key: str, doc: dict[str, Any], judged: bool = True
           ) -> None:
     if judged:  # (a study that judged nothing, e.g. no pins changed, names no strategy)
         doc.update(bench.strategy())
@@ -109,7 +109,7 @@ def run_studies(session: Path, cache_dir: Path, *, isolate: bool = True, deps: b
     spec_ = source_build(spec0)
     out: dict[str, dict[str, Any]] = {}
     with Session(session) as s:
-        bench = Bench(repo, cache_dir, s, on_trial, on_phase)
+        bench = StudyBench(repo, cache_dir, s, on_trial, on_phase)
         try:
             if isolate:
                 out["isolate"] = Isolation(bench, spec_, repo, sha, parent).run(hunks).to_dict()
@@ -157,7 +157,7 @@ def run_knobs(session: Path, cache_dir: Path, spec: BisectSpec, commits: list[st
     shas = [resolve(repo, c, "commit").hexsha for c in commits]
     good, bad = knob_pair(session, spec)
     with Session(session) as s:
-        bench = Bench(repo, cache_dir, s, on_trial, on_phase)
+        bench = StudyBench(repo, cache_dir, s, on_trial, on_phase)
         try:
             base = apply(spec, {k: k.values[0] for k in knobs})
             bench.settle(base, good, bad, len(shas) * (2 + sum(len(k.values) for k in knobs)),
