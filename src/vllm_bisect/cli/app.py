@@ -200,7 +200,7 @@ def one_commit(spec: BisectSpec, commit: str | None, cache_dir: Path | None, log
                ) -> tuple[git.Repo, str, Path, Path]:
     """For the one-commit commands (compare, sweep): the spec's repo, the commit (--commit,
     else range.bad) as a full sha, the cache root and this command's log directory."""
-    from vllm_bisect.bisect.range import open_repo, resolve
+    from vllm_bisect.bisect.range import open_repo, resolve_ref
     from vllm_bisect.bisect.state.session import default_cache_dir
     from vllm_bisect.errors import FatalError
 
@@ -208,7 +208,7 @@ def one_commit(spec: BisectSpec, commit: str | None, cache_dir: Path | None, log
     ref = commit or spec.range.bad
     if ref is None:
         raise FatalError("no commit given", hint="pass --commit or set range.bad")
-    sha = resolve(repo, ref, "commit").hexsha
+    sha = resolve_ref(repo, ref, "commit").hexsha
     # absolute: the builders run tools in other directories (a relative --cache-dir failed
     # explain and sweep with "No such file" under venvs/)
     root = (cache_dir or default_cache_dir()).expanduser().resolve()
