@@ -26,7 +26,7 @@ from vllm_bisect.cli.app import setup_logging as _setup_logging
 from vllm_bisect.errors import BisectError, FatalError, NotReproduced
 
 if TYPE_CHECKING:
-    from vllm_bisect.isolate.adapter import Trial
+    from vllm_bisect.isolate.adapter import StudyTrial
 
 SessionArg = Annotated[Path, typer.Argument(help="a bisect session directory")]
 CacheOpt = Annotated[Path | None, typer.Option(help="artifact and result cache")]
@@ -35,7 +35,7 @@ SessionSpecOpt = Annotated[Path | None, typer.Option("--spec", help="spec (defau
                                                      "session's)")]
 
 
-def _on_trial(t: Trial) -> None:
+def _on_trial(t: StudyTrial) -> None:
     from vllm_bisect.report.table import STYLE
 
     how = "built" if t.fresh else "reused"

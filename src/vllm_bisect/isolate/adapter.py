@@ -51,7 +51,7 @@ JOURNAL_DIR = "studies"   # SESSION/studies/journal.sqlite
 
 
 @dataclass(frozen=True)
-class Trial:
+class StudyTrial:
     study: str
     label: str
     commit: str
@@ -62,7 +62,7 @@ class Trial:
     artifact: str | None = None
 
 
-OnTrial = Callable[[Trial], None]
+OnTrial = Callable[[StudyTrial], None]
 OnPhase = Callable[[str, str], None]
 
 
@@ -171,25 +171,26 @@ class StudyBench:
             o = last.get(sha)
             if o is None:
                 continue
-            self._report(Trial("endpoints", what, sha, o.verdict, o.reason, o.measurement,
-                               any(not x.from_cache for x in t.probed if x.commit == sha)))
+            fresh = any(not x.from_cache for x in t.probed if x.commit == sha)
+            self._report(StudyTrial("endpoints", what, sha, o.verdict, o.reason, o.measurement,
+                                    fresh))
         return self.choice
 
-    def _report(self, trial: Trial) -> None:
+    def _report(self, trial: StudyTrial) -> None:
         self.fresh += trial.fresh
         if self.on_trial is not None:
             self.on_trial(trial)
 
     def trial(self, spec: BisectSpec, commit: str, *, study: str, label: str,
-              retries: int | None = None) -> Trial:
+              retries: int | None = None) -> StudyTrial:
         """Test ``commit`` (a scratch commit, or a knob setting's spec) through the core:
         looked up, else measured; judged by the settled policy as a bisect step.
         ``retries``: servers tried again after a failure (default ``ops.retries``)."""
         t = self._core(spec).with_retries(spec.ops.retries if retries is None else retries).tester
         o = t.test(CommitInfo(commit, label, "", ""), Role.BISECT, 0)
         ev = t.evaluations.get(commit)
-        trial = Trial(study, label, commit, o.verdict, o.reason, o.measurement,
-                      not o.from_cache, ev.artifact if ev is not None else None)
+        trial = StudyTrial(study, label, commit, o.verdict, o.reason, o.measurement,
+                           not o.from_cache, ev.artifact if ev is not None else None)
         self._report(trial)
         return trial
 

@@ -11,7 +11,7 @@ from typing import Any
 import git
 
 from vllm_bisect.errors import FatalError
-from vllm_bisect.isolate.adapter import StudyBench, Trial
+from vllm_bisect.isolate.adapter import StudyBench, StudyTrial
 from vllm_bisect.isolate.ddmin import Result, Subset, minimize
 from vllm_bisect.isolate.patches import (
     FileChange,
@@ -83,7 +83,7 @@ class Isolation:
         self.result = IsolateResult(culprit, parent, [c.path for c in self.changes],
                                     python_only(self.changes))
 
-    def _judge(self, base: str, selection: Selection, label: str) -> Trial:
+    def _judge(self, base: str, selection: Selection, label: str) -> StudyTrial:
         sha = self.scratch.commit(base, selection, f"vllm-bisect isolate: {label}\n\n"
                                   f"{describe(selection)}\n")
         t = self.bench.trial(self.spec, sha, study=STUDY, label=label, retries=0)

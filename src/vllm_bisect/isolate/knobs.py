@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import Any
 
 from vllm_bisect.errors import SpecError
-from vllm_bisect.isolate.adapter import StudyBench, Trial
+from vllm_bisect.isolate.adapter import StudyBench, StudyTrial
 from vllm_bisect.isolate.ddmin import Result, Subset, minimize
 from vllm_bisect.models import Verdict
 from vllm_bisect.spec import BisectSpec
@@ -140,7 +140,7 @@ def knob_table(bench: StudyBench, spec: BisectSpec, commit: str, knobs: list[Kno
     """The knob table at ``commit``, judged by the bench's settled policy."""
     base_setting = {k: k.values[0] for k in knobs}
 
-    def run(setting: dict[Knob, str]) -> Trial:
+    def run(setting: dict[Knob, str]) -> StudyTrial:
         label = ", ".join(k.setting(v) for k, v in setting.items())
         return bench.trial(apply(spec, setting), commit, study=STUDY,
                            label=f"{commit[:12]}: {label}")
@@ -151,7 +151,7 @@ def knob_table(bench: StudyBench, spec: BisectSpec, commit: str, knobs: list[Kno
     if base.verdict is Verdict.SKIP:
         return table
 
-    def flips(t: Trial) -> bool | None:
+    def flips(t: StudyTrial) -> bool | None:
         return None if t.verdict is Verdict.SKIP else t.verdict is not base.verdict
 
     for k in knobs:
