@@ -70,7 +70,7 @@ def real(n: int, repeats: int) -> None:
     import time
 
     from vllm_bisect.bisect.driver import NullEvents
-    from vllm_bisect.runner import run_bisect
+    from vllm_bisect.run_bisect import run_bisect
     from vllm_bisect.sim.history import HistoryPlan, generate_history, sim_path
 
     print(f"real simulator: {n} commits, server start 1.0 s, probe 2 x 256 tokens at 10 ms per "

@@ -14,7 +14,7 @@ from tests.helpers import history, make_spec, write_spec
 from vllm_bisect.bisect.driver import NullEvents
 from vllm_bisect.bisect.range import CommitInfo
 from vllm_bisect.models import Outcome
-from vllm_bisect.runner import run_bisect
+from vllm_bisect.run_bisect import run_bisect
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -160,7 +160,7 @@ def test_boolean_flags_look_like_flags() -> None:
 def test_the_bisect_core_loads_scipy_only_when_a_test_runs() -> None:
     # every `git bisect run` step starts a hook process: scipy.stats alone cost ~1.5 s of CPU
     r = subprocess.run([sys.executable, "-X", "importtime", "-c",
-                        "import vllm_bisect.bisect.hook, vllm_bisect.bisect.runner, "
+                        "import vllm_bisect.bisect.hook, vllm_bisect.bisect.run_session, "
                         "vllm_bisect.compare"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     loaded = [line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines()

@@ -134,7 +134,7 @@ LAYERS: list[set[str]] = [
     # each section by dotted path and imports it only for a result that has it, so it sits
     # below them (issues 27, 52)
     {"report"},
-    {"isolate", "sim", "triage", "compare", "sweep", "demo", "explain", "watch", "runner"},
+    {"isolate", "sim", "triage", "compare", "sweep", "demo", "explain", "watch", "run_bisect"},
     {"bot"},
     {"cli"},
 ]
@@ -206,8 +206,8 @@ BISECT_LAYERS: list[set[str]] = [
     {"search", "recheck", "rest", "forecast_spread", "forecast_events", "endpoint_env"},
     # the composition root sits above the searches: a search is handed the tester (and the
     # store, the policy) and never reaches for the root that assembles them (issue 52)
-    {"core"},
-    {"driver", "culprits", "multi", "runner", "hook"},
+    {"core", "wiring"},
+    {"driver", "culprits", "multi", "run_session", "hook"},
 ]
 
 
@@ -242,7 +242,7 @@ def unit_graph(g: dict[str, set[str]], unit: Callable[[str], str | None]) -> dic
 
 
 def package(module: str) -> str:
-    """``vllm_bisect.isolate.runner`` -> ``isolate``; a top-level module is its own."""
+    """``vllm_bisect.isolate.studies`` -> ``isolate``; a top-level module is its own."""
     parts = module.split(".")
     top = parts[1] if len(parts) > 1 else ""
     return top

@@ -19,8 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_bisect.builders import Builder
-from vllm_bisect.builders.base import ArtifactKind
+import git
+
+from vllm_bisect.bisect.measurement.executor import Slot
+from vllm_bisect.bisect.wiring import open_session
+from vllm_bisect.builders.base import ArtifactKind, Builder
 from vllm_bisect.errors import FatalError, RecoverableError
 from vllm_bisect.models import Measurement
 from vllm_bisect.probes.decode import DecodeProbe
@@ -80,12 +83,20 @@ def paired_gain(a: list[float], b: list[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def compare(spec: BisectSpec, builder: Builder, commit: str, a: Variant, b: Variant,
-            pairs: int, log_dir: Path, seed: int | None = None,
+def compare(spec: BisectSpec, repo: git.Repo, commit: str, a: Variant, b: Variant,
+            pairs: int, cache_dir: Path, log_dir: Path, seed: int | None = None,
             say: Callable[[str], None] | None = None) -> CompareResult:
-    """``say``: progress, a line a step (preparing, each server, each pair): no long
-    silence."""
+    """``commit`` built from ``repo`` (artifacts cached under ``cache_dir``); ``say``:
+    progress, a line a step (preparing, each server, each pair): no long silence."""
     tell = say or (lambda _line: None)
+    # (its two servers start side by side from the artifact of the session's builder)
+    with open_session(spec, cache_dir, logs=log_dir, repo=repo, slots=[Slot(0)]) as session:
+        return _compare(spec, session.builder, commit, a, b, pairs, log_dir, seed, tell)
+
+
+def _compare(spec: BisectSpec, builder: Builder, commit: str, a: Variant, b: Variant,
+             pairs: int, log_dir: Path, seed: int | None, tell: Callable[[str], None]
+             ) -> CompareResult:
     tell(f"{commit[:12]}: preparing artifact")
     artifact = builder.prepare(commit)
     if artifact.kind in (ArtifactKind.URL, ArtifactKind.IMAGE):

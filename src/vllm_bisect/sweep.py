@@ -18,8 +18,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_bisect.bisect.measurement.evaluate import Evaluator, PhaseCallback
-from vllm_bisect.builders import Builder
+import git
+
+from vllm_bisect.bisect.measurement.evaluate import PhaseCallback
+from vllm_bisect.bisect.measurement.executor import Slot
+from vllm_bisect.bisect.wiring import open_session
 from vllm_bisect.errors import FatalError, ProbeError
 from vllm_bisect.models import EvalStatus, Measurement
 from vllm_bisect.spec import BisectSpec, LoadSpec
@@ -111,13 +114,17 @@ def rows_of(m: Measurement, k: int) -> list[SweepRow]:
     return rows
 
 
-def run_sweep(spec: BisectSpec, builder: Builder, commit: str, log_dir: Path,
+def run_sweep(spec: BisectSpec, repo: git.Repo, commit: str, cache_dir: Path, log_dir: Path,
               on_phase: PhaseCallback | None = None) -> SweepResult:
-    """Serve ``commit`` with and without speculative decoding and measure every cell."""
+    """Serve ``commit`` (built from ``repo``, artifacts cached under ``cache_dir``) with and
+    without speculative decoding and measure every cell."""
     if spec.probe.mtp_speedup is None or spec.serve.speculative is None:
         raise FatalError("run_sweep needs probe.mtp_speedup and serve.speculative",
                          hint="build the spec with sweep_spec()")
-    ev = Evaluator(spec, builder, log_dir, on_phase=on_phase).evaluate(commit)
+    # one commit, not pinned (one slot of no GPUs, as it always measured)
+    with open_session(spec, cache_dir, logs=log_dir, repo=repo, on_phase=on_phase,
+                      slots=[Slot(0)]) as session:
+        ev = session.bench.evaluator.evaluate(commit)
     if ev.status is not EvalStatus.MEASURED or ev.measurement is None:
         raise ProbeError(f"sweep at {commit[:12]}: {ev.status.value}: {ev.reason}",
                          hint=f"see the server logs in {log_dir}", log_tail=ev.log_tail or "")

@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.helpers import history, make_spec, write_spec
 from vllm_bisect.bisect.events import NullEvents
-from vllm_bisect.runner import run_bisect
+from vllm_bisect.run_bisect import run_bisect
 from vllm_bisect.sim.history import History, sim_path
 from vllm_bisect.spec import BisectSpec
 

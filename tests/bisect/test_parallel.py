@@ -18,7 +18,7 @@ from tests.helpers import history, make_spec, write_spec
 from vllm_bisect.bisect.driver import BisectResult, NullEvents
 from vllm_bisect.bisect.search.multisection import ideal_rounds
 from vllm_bisect.errors import NotReproduced, SpecError
-from vllm_bisect.runner import run_bisect
+from vllm_bisect.run_bisect import run_bisect
 from vllm_bisect.runtime.gpulock import gpu_locks
 from vllm_bisect.spec import BisectSpec
 

@@ -15,7 +15,7 @@ import pytest
 from tests.bisect.test_hook_parity import sim_serve, spec_for
 from tests.helpers import history
 from vllm_bisect.bisect.events import NullEvents
-from vllm_bisect.runner import run_bisect
+from vllm_bisect.run_bisect import run_bisect
 from vllm_bisect.runtime.gpulock import lock_path
 from vllm_bisect.sim.history import sim_path
 

@@ -25,7 +25,7 @@ from vllm_bisect.bisect.driver import NullEvents
 from vllm_bisect.bisect.measurement.ray_executor import RayExecutor
 from vllm_bisect.errors import SpecError
 from vllm_bisect.models import EvalStatus
-from vllm_bisect.runner import run_bisect
+from vllm_bisect.run_bisect import run_bisect
 from vllm_bisect.runtime.process import free_port
 from vllm_bisect.sim.config_history import generate_config_history
 

@@ -32,7 +32,7 @@ from vllm_bisect.bisect.state.store import MeasurementStore
 from vllm_bisect.bisect.tester import Tester as CommitTester
 from vllm_bisect.builders import make_builder
 from vllm_bisect.models import Outcome, Verdict
-from vllm_bisect.runner import run_bisect
+from vllm_bisect.run_bisect import run_bisect
 from vllm_bisect.sim.history import sim_path
 from vllm_bisect.spec import BisectSpec
 

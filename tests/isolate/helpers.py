@@ -43,7 +43,7 @@ def source_spec(h: History, index_url: str) -> BisectSpec:
 
 def bisect(spec: BisectSpec, tmp: Path) -> Path:
     from vllm_bisect.bisect.driver import NullEvents
-    from vllm_bisect.runner import run_bisect
+    from vllm_bisect.run_bisect import run_bisect
 
     session = tmp / "session"
     run_bisect(spec, session, tmp / "cache", NullEvents())

@@ -13,7 +13,7 @@ import pytest
 
 from tests.isolate.helpers import source_spec
 from vllm_bisect.isolate import pkgindex
-from vllm_bisect.isolate.runner import run_studies
+from vllm_bisect.isolate.studies import run_studies
 from vllm_bisect.sim.package_index import PackageIndex, build_package
 from vllm_bisect.sim.synth import dependency_history
 

@@ -11,8 +11,8 @@ import git
 import pytest
 
 from tests.isolate.helpers import bisect, command_spec
-from vllm_bisect.isolate.adapter import Trial
-from vllm_bisect.isolate.runner import run_studies
+from vllm_bisect.isolate.adapter import StudyTrial
+from vllm_bisect.isolate.studies import run_studies
 from vllm_bisect.sim.synth import wide_culprit_history
 
 
@@ -22,9 +22,9 @@ def test_names_the_guilty_file_and_hunk_of_twenty(tmp_path: Path) -> None:
     assert json.loads((session / "result.json").read_text())["first_bad"] == w.culprit
     assert "vllm-bisect isolate SESSION" in (session / "report.md").read_text()  # offered
 
-    seen: list[Trial] = []
+    seen: list[StudyTrial] = []
 
-    def interrupt(t: Trial) -> None:  # Ctrl-C after the third subset built and journaled
+    def interrupt(t: StudyTrial) -> None:  # Ctrl-C after the third subset built and journaled
         seen.append(t)
         if sum(x.fresh for x in seen) == 3:
             raise KeyboardInterrupt

@@ -70,7 +70,7 @@ def test_scratch_commits_reuse_the_parents_wheel(tmp_path: Path) -> None:
     the parent and reuses its wheel; a subset with compiled source is a skip."""
     from vllm_bisect.builders.precompiled import BuildMode, plan_source_build
     from vllm_bisect.errors import SpecError
-    from vllm_bisect.isolate.runner import source_build
+    from vllm_bisect.isolate.studies import source_build
     from vllm_bisect.spec import parse_spec
 
     repo, parent, culprit = _repo(tmp_path)

@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers import history, make_spec
 from vllm_bisect.bisect.driver import NullEvents
-from vllm_bisect.runner import run_bisect
+from vllm_bisect.run_bisect import run_bisect
 from vllm_bisect.runtime.gpustate import (
     GpuProcess,
     locked_clocks,

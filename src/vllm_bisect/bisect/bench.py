@@ -1,20 +1,22 @@
-"""The one place a session is wired: builder -> (prefetcher) -> evaluator -> executor.
+"""What measures commits: builder -> (prefetcher) -> evaluator -> executor.
 
-:func:`open_bench` is what every way into the core measures commits with: ``vllm-bisect
-run`` (:mod:`~vllm_bisect.bisect.runner`: the spec's workers, Ray or this host's slots, a
-prefetcher beside one local worker), the ``git bisect run`` hook (:mod:`~vllm_bisect.bisect.hook`)
-and the studies after the culprit (:mod:`vllm_bisect.isolate.adapter`), both on the first
-slot only, pinned as ``run`` pins its first worker. The verdict side is assembled over it by
-:func:`~vllm_bisect.bisect.core.open_core`.
+:func:`open_bench` is the measuring half of :func:`~vllm_bisect.bisect.wiring.open_session`,
+which every way in opens (``vllm-bisect run``: the spec's workers, Ray or this host's slots, a
+prefetcher beside one local worker; the ``git bisect run`` hook and the studies after the
+culprit: the first slot only, pinned as ``run`` pins its first worker; explain, sweep and
+compare: one commit). Its evaluator comes from
+:func:`~vllm_bisect.bisect.measurement.evaluate.make_evaluator`, the one factory of an evaluator
+(the Ray worker builds its own through it, on its node).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_bisect.bisect.events import EventHandler
-from vllm_bisect.bisect.measurement.evaluate import Evaluator
+from vllm_bisect.bisect.measurement.evaluate import Evaluator, PhaseCallback, make_evaluator
 from vllm_bisect.bisect.measurement.executor import (
     Executor,
     InlineExecutor,
@@ -22,6 +24,7 @@ from vllm_bisect.bisect.measurement.executor import (
     Slot,
     local_slots,
 )
+from vllm_bisect.bisect.measurement.probe_steps import ProbeStep
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders.base import Builder
 from vllm_bisect.builders.prefetch import Prefetcher
@@ -72,24 +75,33 @@ def make_executor(spec: BisectSpec, evaluator: Evaluator, session_dir: Path, cac
     return LocalExecutor(evaluator.evaluate, slots, session=session_id, on_wait=on_wait)
 
 
-def open_bench(spec: BisectSpec, session: Session, cache_dir: Path, builder: Builder,
-               events: EventHandler | None = None, *, slots: list[Slot] | None = None,
-               prefetch: bool = False, tell_waits: bool = True) -> Bench:
-    """The bench over ``builder`` for ``session``: an evaluator (its phases told to
-    ``events``) and an executor. ``slots``: this host's slots to run on (None: the spec's
-    workers, Ray or this host's slots; ``first_slot(spec)``: one commit judged at a time);
-    ``prefetch``: a prefetcher beside one local worker when the spec enables it (a search);
-    ``tell_waits``: the waits for a GPU's lock told to ``events`` too."""
+def open_bench(spec: BisectSpec, session: Session | None, cache_dir: Path, builder: Builder,
+               events: EventHandler | None = None, *, logs: Path | None = None,
+               slots: list[Slot] | None = None, prefetch: bool = False,
+               tell_waits: bool = True, on_phase: PhaseCallback | None = None,
+               steps: Sequence[ProbeStep] | None = None) -> Bench:
+    """The bench over ``builder`` for ``session`` (None: a one-commit command, no journal;
+    its logs under ``logs``): an evaluator (its phases told to ``events``, else to
+    ``on_phase``; ``steps`` as :func:`make_evaluator`) and an executor. ``slots``: this
+    host's slots to run on (None: the spec's workers, Ray or this host's slots;
+    ``first_slot(spec)``: one commit judged at a time); ``prefetch``: a prefetcher beside one
+    local worker when the spec enables it (a search); ``tell_waits``: the waits for a GPU's
+    lock told to ``events`` too. :func:`~vllm_bisect.bisect.wiring.open_session` opens and
+    closes it."""
     if slots is None and spec.parallel.executor is not ExecutorKind.RAY:
         slots = local_slots(spec)
     prefetcher = (Prefetcher(builder) if prefetch and spec.prefetch_enabled()
                   and slots is not None and len(slots) == 1 else None)
-    on_phase = events.on_phase if events is not None else None
-    evaluator = Evaluator(spec, prefetcher or builder, session.logs, session.journal,
-                          session.id, on_phase=on_phase)
+    if events is not None:
+        on_phase = events.on_phase
+    log_dir = logs if logs is not None else session.logs if session is not None else None
+    assert log_dir is not None, "a session or a log directory"
+    journal, session_id = (session.journal, session.id) if session is not None else (None, "")
+    evaluator = make_evaluator(spec, prefetcher or builder, log_dir, journal, session_id,
+                               on_phase=on_phase, steps=steps)
     try:
-        executor = make_executor(spec, evaluator, session.path, cache_dir, session.id,
-                                 events if tell_waits else None, slots)
+        executor = make_executor(spec, evaluator, session.path if session else log_dir,
+                                 cache_dir, session_id, events if tell_waits else None, slots)
     except BaseException:
         if prefetcher is not None:
             prefetcher.close()

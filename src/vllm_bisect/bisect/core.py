@@ -1,8 +1,9 @@
 """The one composition root: :func:`open_core` assembles the bisect core once (store,
 measurer, verdict policy, tester) for every way into it: ``vllm-bisect run``
-(:class:`~vllm_bisect.bisect.driver.Driver`, which :mod:`~vllm_bisect.bisect.runner` builds),
+(:class:`~vllm_bisect.bisect.driver.Driver`, which :mod:`~vllm_bisect.bisect.run_session` builds),
 ``git bisect run`` (:mod:`~vllm_bisect.bisect.hook`) and the studies after the culprit
-(:mod:`vllm_bisect.isolate.adapter`). The endpoints are settled
+(:mod:`vllm_bisect.isolate.adapter`), the last two through
+:func:`~vllm_bisect.bisect.wiring.open_session`. The endpoints are settled
 by :func:`~vllm_bisect.bisect.search.endpoints.settle`, beside the checks it calls.
 
 A :class:`Core` is not assigned into: :meth:`Core.with_policy` returns a new one (the same

@@ -71,7 +71,7 @@ class BisectResult:
     forecast: Forecast | None = None  # what the search would take, predicted before it ran
     first_forecast: Forecast | None = None  # the first one (``forecast``: the latest)
     # every server start by what it was for (models.Phase values); a session's result: the
-    # whole session's, every call that worked on it (bisect/runner.py)
+    # whole session's, every call that worked on it (bisect/run_session.py)
     starts_by_phase: dict[str, int] = field(default_factory=dict)
     calls: int = 1      # the calls (a first run, and each resume) that worked on the session
     # auto on a cap saw the symptom come and go (recheck.py): why, and the re-checks it ran

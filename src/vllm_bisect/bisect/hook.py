@@ -31,8 +31,7 @@ from pathlib import Path
 
 import git
 
-from vllm_bisect.bisect.bench import first_slot, open_bench
-from vllm_bisect.bisect.core import open_core
+from vllm_bisect.bisect.bench import first_slot
 from vllm_bisect.bisect.events import EventHandler
 from vllm_bisect.bisect.measurement.executor import Slot
 from vllm_bisect.bisect.policies import Plan, resolve
@@ -47,10 +46,9 @@ from vllm_bisect.bisect.search.endpoints import (
     prefetch_first,
     settle,
 )
-from vllm_bisect.bisect.state.journal import ResultCache
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.bisect.tester import Tester
-from vllm_bisect.builders import make_builder
+from vllm_bisect.bisect.wiring import CoreOver, open_session
 from vllm_bisect.errors import NotReproduced, RangeError, SpecError, storage_fault
 from vllm_bisect.models import Outcome, Phase, Verdict
 from vllm_bisect.spec import BisectSpec
@@ -169,35 +167,28 @@ def _judge(spec: BisectSpec, repo: git.Repo, cache_dir: Path, session_dir: Path,
            check_runs: bool, check_ends: bool,
            events: EventHandler | None = None) -> HookResult:
     choice = plan.choice
-    cache = ResultCache(cache_dir / "results.sqlite")
-    try:
-        with Session(session_dir) as session:
-            assert session.journal is not None
-            bench = open_bench(spec, session, cache_dir,
-                               make_builder(spec, repo, cache_dir, session.logs), events,
-                               slots=slots)
-            one = rng or CommitRange(good=head, bad=head, commits=(head,))
-            core = open_core(spec, one, session.journal, cache, bench.executor, events,
-                             choice=choice)
-            t = core.tester
-            journaled = set(t.store.session)   # verdicts of this bisect's earlier hook calls
-            if plan.models_range:   # HEAD's side from the model of the range, from every server
-                assert rng is not None
-                outcome = HookSearch(t).judge(head.sha)
-                return HookResult(outcome, session_dir, len(journaled),
-                                  t.store.key(head.sha) in journaled)
-            if check_runs:
-                _refuse_if_intermittent(t, spec, choice, session_dir)
-            if check_ends and not t.policy.traits.needs_calibration:
-                _check_ends_once(t, session_dir)
-            if rng is not None and plan.needs_reference:
-                settle(t, Settle.HOOK)
-            _replay(t, head.sha)
-            outcome = t.test(head, Role.BISECT, 0)
+    one = rng or CommitRange(good=head, bad=head, commits=(head,))
+    with Session(session_dir) as session, \
+            open_session(spec, cache_dir, session=session, repo=repo, events=events,
+                         slots=slots, core=CoreOver(one, choice=choice)) as opened:
+        assert opened.core is not None
+        t = opened.core.tester
+        journaled = set(t.store.session)   # verdicts of this bisect's earlier hook calls
+        if plan.models_range:   # HEAD's side from the model of the range, from every server
+            assert rng is not None
+            outcome = HookSearch(t).judge(head.sha)
             return HookResult(outcome, session_dir, len(journaled),
                               t.store.key(head.sha) in journaled)
-    finally:
-        cache.close()
+        if check_runs:
+            _refuse_if_intermittent(t, spec, choice, session_dir)
+        if check_ends and not t.policy.traits.needs_calibration:
+            _check_ends_once(t, session_dir)
+        if rng is not None and plan.needs_reference:
+            settle(t, Settle.HOOK)
+        _replay(t, head.sha)
+        outcome = t.test(head, Role.BISECT, 0)
+        return HookResult(outcome, session_dir, len(journaled),
+                          t.store.key(head.sha) in journaled)
 
 
 def _under_bisect(repo: git.Repo) -> bool:

@@ -264,7 +264,7 @@ class _Loop:
         rng, cap = driver.rng, sp.verdict.rest_servers
         try:
             with driver.measurer.during(Phase.REST):
-                found = rest.check(driver.core.policy, driver.tester, cap, verified)
+                found = rest.check(driver.core.policy, driver.tester.runs, cap, verified)
         except NotReproduced as err:   # an end that could not be tested
             found, why = None, err.message
         else:

@@ -71,7 +71,7 @@ def info(c: git.Commit) -> CommitInfo:
                       date=c.committed_datetime.isoformat())
 
 
-def resolve(repo: git.Repo, ref: str, what: str) -> git.Commit:
+def resolve_ref(repo: git.Repo, ref: str, what: str) -> git.Commit:
     for candidate in candidates(ref):  # 0.10.2 names the tag v0.10.2
         try:
             return repo.commit(candidate)
@@ -92,7 +92,7 @@ def commit_range(repo: git.Repo, good_ref: str | None, bad_ref: str | None,
     if not good_ref or not bad_ref:
         missing = "good" if not good_ref else "bad"
         raise RangeError(f"no {missing} ref given", hint=f"pass --{missing} or set range.{missing}")
-    good, bad = resolve(repo, good_ref, "good"), resolve(repo, bad_ref, "bad")
+    good, bad = resolve_ref(repo, good_ref, "good"), resolve_ref(repo, bad_ref, "bad")
     main = main_branch(repo)
     notes: list[str] = []
     for what, ref, c in (("good", good_ref, good), ("bad", bad_ref, bad)):

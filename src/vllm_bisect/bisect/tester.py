@@ -183,32 +183,10 @@ class Tester:
             step = self.after_server(commit, ev, account)
         return step
 
-    # -- ServerRuns: what a calibrating policy runs ----------------------------------------
     @property
-    def workers(self) -> int:
-        return self.measurer.workers
-
-    def endpoints(self) -> list[tuple[str, Role]]:
-        return [(info.sha, role) for info, role in self.terms.endpoints(self.rng)]
-
-    def known(self, commit: str) -> Evaluation | None:
-        return self.store.get(commit)
-
-    def fresh(self, commits: Sequence[str], more: MoreSamples | None) -> list[Evaluation]:
-        return self.measurer.fresh_runs(commits, more)
-
-    def testing(self, commit: str, role: Role, steps_left: int) -> None:
-        self.events.on_testing(self._info(commit), role, steps_left)
-
-    def record_as(self, commit: str, role: Role, ev: Evaluation, cached: bool,
-                  told: bool = True) -> Outcome:
-        if not cached:
-            self.store.put(ev)
-        return self.record(self._info(commit), role, ev, cached, told)
-
-    def _info(self, commit: str) -> CommitInfo:
-        rng = self.rng
-        return next(c for c in (rng.good, rng.bad, *rng.commits) if c.sha == commit)
+    def runs(self) -> CalibrationRuns:
+        """What a calibrating policy runs, served over this tester."""
+        return CalibrationRuns(self)
 
     def record(self, info: CommitInfo, role: Role, ev: Evaluation, cached: bool,
                told: bool = True) -> Outcome:
@@ -249,6 +227,43 @@ class Tester:
         if trial is not None and trial.role is role:
             return trial.verdict(ev)
         return self.policy.judge(ev, role)
+
+
+class CalibrationRuns:
+    """What a calibrating policy runs (:class:`~vllm_bisect.bisect.policies.base.ServerRuns`:
+    its calibration and the rest checks), served over a :class:`Tester`: fresh servers (counted
+    and cached, not judged), the known measurements, and an endpoint judged and recorded
+    through the tester's :meth:`~Tester.record`."""
+
+    def __init__(self, tester: Tester) -> None:
+        self.tester = tester
+
+    @property
+    def workers(self) -> int:
+        return self.tester.measurer.workers
+
+    def endpoints(self) -> list[tuple[str, Role]]:
+        t = self.tester
+        return [(info.sha, role) for info, role in t.terms.endpoints(t.rng)]
+
+    def known(self, commit: str) -> Evaluation | None:
+        return self.tester.store.get(commit)
+
+    def fresh(self, commits: Sequence[str], more: MoreSamples | None) -> list[Evaluation]:
+        return self.tester.measurer.fresh_runs(commits, more)
+
+    def testing(self, commit: str, role: Role, steps_left: int) -> None:
+        self.tester.events.on_testing(self._info(commit), role, steps_left)
+
+    def record_as(self, commit: str, role: Role, ev: Evaluation, cached: bool,
+                  told: bool = True) -> Outcome:
+        if not cached:
+            self.tester.store.put(ev)
+        return self.tester.record(self._info(commit), role, ev, cached, told)
+
+    def _info(self, commit: str) -> CommitInfo:
+        rng = self.tester.rng
+        return next(c for c in (rng.good, rng.bad, *rng.commits) if c.sha == commit)
 
 
 def _with_log(outcome: Outcome, ev: Evaluation) -> Outcome:

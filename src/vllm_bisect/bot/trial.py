@@ -38,7 +38,7 @@ ISSUE_BODY = ("Decode output stops at exactly 128 tokens with MTP after upgradin
 
 
 @dataclass(frozen=True)
-class Trial:
+class BotTrial:
     workdir: Path
     config: Path
     log: Path
@@ -109,7 +109,7 @@ def _delivery(secret: str, command: str) -> tuple[bytes, dict[str, str]]:
 
 
 def try_bot(workdir: Path, on_step: Callable[[str], None],
-            on_comment: Callable[[int, str], None], timeout_s: float = 900.0) -> Trial:
+            on_comment: Callable[[int, str], None], timeout_s: float = 900.0) -> BotTrial:
     """Run the trial in ``workdir`` (a new or empty directory); see the module docstring."""
     from vllm_bisect.runtime.ports import free_port
     from vllm_bisect.sim.github import GitHubStandIn
@@ -169,5 +169,5 @@ def try_bot(workdir: Path, on_step: Callable[[str], None],
         gh.close()
     final = next(b for b in seen.values() if FINAL.search(b))
     named = re.search(r"commit/([0-9a-f]{40})", final)
-    return Trial(workdir, config, log, url + WEBHOOK_PATH, command, planted,
-                 tuple(seen.values()), named.group(1) if named else None)
+    return BotTrial(workdir, config, log, url + WEBHOOK_PATH, command, planted,
+                    tuple(seen.values()), named.group(1) if named else None)

@@ -19,7 +19,7 @@ from vllm_bisect.bot.queue import Job, JobQueue
 from vllm_bisect.errors import BisectError, NotReproduced
 from vllm_bisect.models import Outcome
 from vllm_bisect.report.render import load, markdown
-from vllm_bisect.runner import run_bisect
+from vllm_bisect.run_bisect import run_bisect
 from vllm_bisect.runtime.childenv import is_secret_name
 from vllm_bisect.spec import parse_spec
 from vllm_bisect.text import plural, short_subject

@@ -23,9 +23,9 @@ from vllm_bisect.errors import BisectError
 if TYPE_CHECKING:
     from pathlib import Path
 
+    import git
     from rich.console import Console
 
-    from vllm_bisect.builders import Builder
     from vllm_bisect.spec import BisectSpec
 
 EXIT_USER = 2
@@ -197,24 +197,22 @@ def setup_logging(verbose: bool) -> None:
 
 
 def one_commit(spec: BisectSpec, commit: str | None, cache_dir: Path | None, logs: str
-               ) -> tuple[Builder, str, Path, Path]:
-    """For the one-commit commands (compare, sweep): the spec's builder, the commit (--commit,
+               ) -> tuple[git.Repo, str, Path, Path]:
+    """For the one-commit commands (compare, sweep): the spec's repo, the commit (--commit,
     else range.bad) as a full sha, the cache root and this command's log directory."""
-    from vllm_bisect.bisect.range import open_repo, resolve
+    from vllm_bisect.bisect.range import open_repo, resolve_ref
     from vllm_bisect.bisect.state.session import default_cache_dir
-    from vllm_bisect.builders import make_builder
     from vllm_bisect.errors import FatalError
 
     repo = open_repo(spec.range.repo)
     ref = commit or spec.range.bad
     if ref is None:
         raise FatalError("no commit given", hint="pass --commit or set range.bad")
-    sha = resolve(repo, ref, "commit").hexsha
+    sha = resolve_ref(repo, ref, "commit").hexsha
     # absolute: the builders run tools in other directories (a relative --cache-dir failed
     # explain and sweep with "No such file" under venvs/)
     root = (cache_dir or default_cache_dir()).expanduser().resolve()
-    log_dir = root / logs
-    return make_builder(spec, repo, root, log_dir), sha, root, log_dir
+    return repo, sha, root, root / logs
 
 
 def print_json(doc: str) -> None:

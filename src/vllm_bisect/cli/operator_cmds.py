@@ -253,10 +253,10 @@ def compare_cmd(
     setup_logging(False)
     with user_errors():
         spec = load_spec(spec_path)
-        builder, sha, _root, logs = one_commit(spec, commit, cache_dir, "compare-logs")
+        repo, sha, root, logs = one_commit(spec, commit, cache_dir, "compare-logs")
         a = Variant("a", _env_pairs(a_env), list(a_arg or []), not a_no_speculative)
         b = Variant("b", _env_pairs(b_env), list(b_arg or []), not b_no_speculative)
-        res = compare(spec, builder, sha, a, b, pairs, logs, seed,
+        res = compare(spec, repo, sha, a, b, pairs, root, logs, seed,
                       say=lambda line: err().print(f"[dim]{esc(line)}[/]"))
     if as_json:
         print_json(json.dumps(res.to_dict()))

@@ -221,7 +221,7 @@ def run(
         stored_spec,
         usable_cache_dir,
     )
-    from vllm_bisect.runner import run_bisect
+    from vllm_bisect.run_bisect import run_bisect
     from vllm_bisect.spec import load_spec
 
     setup_logging(verbose)
@@ -317,7 +317,7 @@ def demo(
     import tempfile
 
     from vllm_bisect.demo import make_demo
-    from vllm_bisect.runner import run_bisect
+    from vllm_bisect.run_bisect import run_bisect
 
     setup_logging(False)
     started = time.monotonic()

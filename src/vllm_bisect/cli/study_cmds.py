@@ -26,7 +26,7 @@ from vllm_bisect.cli.app import setup_logging as _setup_logging
 from vllm_bisect.errors import BisectError, FatalError, NotReproduced
 
 if TYPE_CHECKING:
-    from vllm_bisect.isolate.adapter import Trial
+    from vllm_bisect.isolate.adapter import StudyTrial
 
 SessionArg = Annotated[Path, typer.Argument(help="a bisect session directory")]
 CacheOpt = Annotated[Path | None, typer.Option(help="artifact and result cache")]
@@ -35,7 +35,7 @@ SessionSpecOpt = Annotated[Path | None, typer.Option("--spec", help="spec (defau
                                                      "session's)")]
 
 
-def _on_trial(t: Trial) -> None:
+def _on_trial(t: StudyTrial) -> None:
     from vllm_bisect.report.table import STYLE
 
     how = "built" if t.fresh else "reused"
@@ -54,7 +54,7 @@ def _studies(session: Path, cache_dir: Path | None, *, isolate: bool, deps: bool
              spec_path: Path | None, culprit: str | None, index_url: str | None,
              verbose: bool) -> dict[str, dict[str, Any]]:
     from vllm_bisect.bisect.state.session import default_cache_dir, stored_meta
-    from vllm_bisect.isolate.runner import run_studies
+    from vllm_bisect.isolate.studies import run_studies
     from vllm_bisect.spec import load_spec
 
     _setup_logging(verbose)
@@ -196,7 +196,7 @@ def knobs_cmd(
 
     from vllm_bisect.bisect.state.session import default_cache_dir, new_session_dir
     from vllm_bisect.isolate.knobs import parse_knob
-    from vllm_bisect.isolate.runner import default_commits, run_knobs
+    from vllm_bisect.isolate.studies import default_commits, run_knobs
     from vllm_bisect.report.table import STYLE
     from vllm_bisect.spec import load_spec
 

@@ -59,9 +59,9 @@ def sweep_cmd(
     with user_errors():
         spec = sweep_spec(load_spec(spec_path), _ints(concurrency, "concurrency"),
                           _ints(context, "context"), requests, max_tokens)
-        builder, sha, root, logs = one_commit(spec, commit, cache_dir, "sweep-logs")
+        repo, sha, root, logs = one_commit(spec, commit, cache_dir, "sweep-logs")
         events = RichEvents(err())
-        res = run_sweep(spec, builder, sha, logs, on_phase=events.on_phase)
+        res = run_sweep(spec, repo, sha, root, logs, on_phase=events.on_phase)
         md, js = write_report(res, out_dir or root / "sweeps" / sha[:12])
     if as_json:
         print_json(json.dumps(res.to_dict()))

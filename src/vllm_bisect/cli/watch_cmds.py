@@ -30,7 +30,7 @@ def _bisect_window(spec: BisectSpec, f: Finding, root: Path, cache_dir: Path | N
     from vllm_bisect.bisect.state.session import default_cache_dir
     from vllm_bisect.cli.run_cmds import QuietPhases, RichEvents
     from vllm_bisect.errors import FatalError, NotReproduced
-    from vllm_bisect.runner import run_bisect
+    from vllm_bisect.run_bisect import run_bisect
     from vllm_bisect.watch.render import WindowResult
 
     session = root / f.name / "session"

@@ -1,9 +1,10 @@
 """Serve one commit with vLLM's torch profiler on and run the session's probe between
 ``POST /start_profile`` and ``POST /stop_profile``.
 
-:func:`profiled_run` is the only place ``explain`` starts a server: it goes through the
-bisect's own evaluator (artifact, launch plan, teardown, logs) with the profiler's flags and
-environment added to ``serve``. Re-point this one function when the runtime's launcher
+:func:`profiled_run` is the only place ``explain`` starts a server: it opens a session
+(:func:`~vllm_bisect.bisect.wiring.open_session`, the bisect's own evaluator: artifact, launch
+plan, teardown, logs) with the profiler's flags and environment added to ``serve`` and its
+probe steps passed in. Re-point this one function when the runtime's launcher
 seam changes.
 
 Which switch a commit takes (vLLM's source, ``vllm/config/profiler.py`` and
@@ -26,9 +27,10 @@ import git
 import httpx
 
 from vllm_bisect import net
-from vllm_bisect.bisect.measurement.evaluate import Evaluator, PhaseCallback
-from vllm_bisect.bisect.measurement.executor import local_slots
-from vllm_bisect.bisect.measurement.probe_steps import EvalCall, ProbeStep
+from vllm_bisect.bisect.bench import first_slot
+from vllm_bisect.bisect.measurement.evaluate import PhaseCallback
+from vllm_bisect.bisect.measurement.probe_steps import EvalCall, ProbeStep, server_steps
+from vllm_bisect.bisect.wiring import open_session
 from vllm_bisect.builders import Builder
 from vllm_bisect.errors import ProbeError
 from vllm_bisect.models import Evaluation, Measurement
@@ -173,16 +175,18 @@ def profiled_probe(spec: BisectSpec) -> ProbeSpec:
 
 
 def profiled_run(spec: BisectSpec, builder: Builder, commit: str, switch: ProfilerSwitch,
-                 log_dir: Path, on_phase: PhaseCallback | None = None) -> Evaluation:
+                 log_dir: Path, cache_dir: Path, on_phase: PhaseCallback | None = None
+                 ) -> Evaluation:
     """Start one server of ``commit`` with ``switch`` and run :func:`profiled_probe` on it
-    under the profiler. ``on_phase``: each step (the artifact, the server, the profiler on
-    and off), as the bisect's evaluator tells them."""
+    under the profiler (the session's probe steps wrapped in :class:`Profiled`, passed to
+    the evaluator as its steps). ``on_phase``: each step (the artifact, the server, the
+    profiler on and off), as the bisect's evaluator tells them."""
     serve = spec.serve.model_copy(update={"args": [*spec.serve.args, *switch.args],
                                           "env": {**spec.serve.env, **switch.env}})
-    probe = profiled_probe(spec)
-    ev = Evaluator(spec.model_copy(update={"serve": serve, "probe": probe}), builder, log_dir,
-                   on_phase=on_phase)
+    profiled = spec.model_copy(update={"serve": serve, "probe": profiled_probe(spec)})
     warm = DecodeProbe(spec.probe, None, ops=spec.ops).warm_up if spec.probe.warmup else None
-    ev.steps = [Profiled(ev.steps, warm=warm)]
-    slots = local_slots(spec)  # the bisect's first worker's GPUs (explain runs alone)
-    return ev.evaluate(commit, devices=slots[0].devices if slots and slots[0].devices else None)
+    slots = first_slot(spec)  # the bisect's first worker's GPUs (explain runs alone)
+    with open_session(profiled, cache_dir, logs=log_dir, builder=builder, on_phase=on_phase,
+                      slots=slots, steps=[Profiled(server_steps(profiled), warm=warm)]) as s:
+        devices = slots[0].devices if slots and slots[0].devices else None
+        return s.bench.evaluator.evaluate(commit, devices=devices)

@@ -75,7 +75,7 @@ def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
     ``spec`` (the "parent" side) and under ``against`` (the "culprit" side) instead of
     against its parent: two setups of one commit (eager against CUDA graphs, MTP on
     against off)."""
-    from vllm_bisect.isolate.runner import target
+    from vllm_bisect.isolate.studies import target
 
     say = on_phase or (lambda _msg: None)
     spec, repo, culprit, parent = target(session, spec, culprit_ref)
@@ -112,7 +112,7 @@ def explain_session(session: Path, cache_dir: Path, servers_per_side: int = 2,
                 continue
             shutil.rmtree(trace_dir, ignore_errors=True)
             say(f"{side} {sha[:12]}, server {n}/{servers_per_side}: {switches[side]}")
-            ev = profiled_run(specs[side], builders[side], sha, switch, log_dir,
+            ev = profiled_run(specs[side], builders[side], sha, switch, log_dir, cache_dir,
                               on_phase=_steps(say, side, n, servers_per_side))
             if ev.status is not EvalStatus.MEASURED:
                 raise ProbeError(f"profiling the {side} ({sha[:12]}), server {n}: {ev.reason}",

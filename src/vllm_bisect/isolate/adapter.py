@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import git
 
-from vllm_bisect.bisect.bench import first_slot, open_bench
-from vllm_bisect.bisect.core import Core, open_core
+from vllm_bisect.bisect.bench import first_slot
+from vllm_bisect.bisect.core import Core
 from vllm_bisect.bisect.events import NullEvents
 from vllm_bisect.bisect.policies import make_policy, resolve
 from vllm_bisect.bisect.policies.base import Role, VerdictPolicy
@@ -38,6 +39,7 @@ from vllm_bisect.bisect.range import CommitInfo, CommitRange, info
 from vllm_bisect.bisect.search.endpoints import Settle, settle
 from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.state.session import Session
+from vllm_bisect.bisect.wiring import CoreOver, open_session
 from vllm_bisect.builders import Builder, make_builder
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Measurement, Verdict
@@ -49,7 +51,7 @@ JOURNAL_DIR = "studies"   # SESSION/studies/journal.sqlite
 
 
 @dataclass(frozen=True)
-class Trial:
+class StudyTrial:
     study: str
     label: str
     commit: str
@@ -60,7 +62,7 @@ class Trial:
     artifact: str | None = None
 
 
-OnTrial = Callable[[Trial], None]
+OnTrial = Callable[[StudyTrial], None]
 OnPhase = Callable[[str, str], None]
 
 
@@ -81,7 +83,7 @@ class _Events(NullEvents):
             self.phase(commit, phase)
 
 
-class Bench:
+class StudyBench:
     """One policy, settled once on (parent, culprit); a Tester per measured spec (a knob
     setting is another spec: another measurement key, the same policy)."""
 
@@ -96,6 +98,7 @@ class Bench:
         self.on_trial = on_trial
         self._builders: dict[str, Builder] = {}
         self._cores: dict[str, Core] = {}
+        self._sessions = ExitStack()   # each measured spec's session, open until close()
         self.policy: VerdictPolicy | None = None
         self.choice: Choice | None = None
         self.rng: CommitRange | None = None
@@ -104,11 +107,17 @@ class Bench:
         #                         servers for one)
 
     def close(self) -> None:
-        for c in self._cores.values():
-            c.measurer.close()
+        try:
+            self._close_cores()
+        finally:
+            self.cache.close()
+            self.journal.close()
+
+    def _close_cores(self) -> None:
+        """Every spec's session closed (its bench: executor, prefetcher)."""
         self._cores.clear()
-        self.cache.close()
-        self.journal.close()
+        stack, self._sessions = self._sessions, ExitStack()
+        stack.close()
 
     def _core(self, spec: BisectSpec) -> Core:
         assert self.policy is not None and self.rng is not None, "settle() first"
@@ -118,11 +127,14 @@ class Bench:
             if bkey not in self._builders:
                 self._builders[bkey] = make_builder(spec, self.repo, self.cache_dir,
                                                     self.session.logs)
-            bench = open_bench(spec, self.session, self.cache_dir, self._builders[bkey],
-                               self.events, slots=first_slot(spec), tell_waits=False)
             assert self.choice is not None
-            self._cores[key] = open_core(spec, self.rng, self.journal, self.cache, bench.executor,
-                                         self.events, policy=self.policy, choice=self.choice)
+            opened = self._sessions.enter_context(open_session(
+                spec, self.cache_dir, session=self.session, builder=self._builders[bkey],
+                events=self.events, slots=first_slot(spec), tell_waits=False,
+                cache=self.cache, core=CoreOver(self.rng, self.journal, self.policy,
+                                                self.choice)))
+            assert opened.core is not None
+            self._cores[key] = opened.core
         return self._cores[key]
 
     def settle(self, spec: BisectSpec, parent: str, culprit: str, tests: int,
@@ -143,9 +155,7 @@ class Bench:
         self.rng = CommitRange(good=info(self.repo.commit(parent)),
                                bad=info(self.repo.commit(culprit)),
                                commits=(info(self.repo.commit(culprit)),))
-        for old in self._cores.values():  # (judged by the previous policy)
-            old.measurer.close()
-        self._cores.clear()
+        self._close_cores()   # (judged by the previous policy)
         logger.info("verdict strategy %s: %s", self.choice.strategy.value, self.choice.reason)
         t = self._core(spec).tester
         try:
@@ -161,25 +171,26 @@ class Bench:
             o = last.get(sha)
             if o is None:
                 continue
-            self._report(Trial("endpoints", what, sha, o.verdict, o.reason, o.measurement,
-                               any(not x.from_cache for x in t.probed if x.commit == sha)))
+            fresh = any(not x.from_cache for x in t.probed if x.commit == sha)
+            self._report(StudyTrial("endpoints", what, sha, o.verdict, o.reason, o.measurement,
+                                    fresh))
         return self.choice
 
-    def _report(self, trial: Trial) -> None:
+    def _report(self, trial: StudyTrial) -> None:
         self.fresh += trial.fresh
         if self.on_trial is not None:
             self.on_trial(trial)
 
     def trial(self, spec: BisectSpec, commit: str, *, study: str, label: str,
-              retries: int | None = None) -> Trial:
+              retries: int | None = None) -> StudyTrial:
         """Test ``commit`` (a scratch commit, or a knob setting's spec) through the core:
         looked up, else measured; judged by the settled policy as a bisect step.
         ``retries``: servers tried again after a failure (default ``ops.retries``)."""
         t = self._core(spec).with_retries(spec.ops.retries if retries is None else retries).tester
         o = t.test(CommitInfo(commit, label, "", ""), Role.BISECT, 0)
         ev = t.evaluations.get(commit)
-        trial = Trial(study, label, commit, o.verdict, o.reason, o.measurement,
-                      not o.from_cache, ev.artifact if ev is not None else None)
+        trial = StudyTrial(study, label, commit, o.verdict, o.reason, o.measurement,
+                           not o.from_cache, ev.artifact if ev is not None else None)
         self._report(trial)
         return trial
 

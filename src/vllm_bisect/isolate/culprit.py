@@ -11,7 +11,7 @@ from typing import Any
 import git
 
 from vllm_bisect.errors import FatalError
-from vllm_bisect.isolate.adapter import Bench, Trial
+from vllm_bisect.isolate.adapter import StudyBench, StudyTrial
 from vllm_bisect.isolate.ddmin import Result, Subset, minimize
 from vllm_bisect.isolate.patches import (
     FileChange,
@@ -71,7 +71,7 @@ def _short(what: str, names: list[str]) -> str:
 
 
 class Isolation:
-    def __init__(self, bench: Bench, spec: BisectSpec, repo: git.Repo, culprit: str,
+    def __init__(self, bench: StudyBench, spec: BisectSpec, repo: git.Repo, culprit: str,
                  parent: str) -> None:
         self.bench, self.spec = bench, spec
         self.culprit, self.parent = culprit, parent
@@ -83,7 +83,7 @@ class Isolation:
         self.result = IsolateResult(culprit, parent, [c.path for c in self.changes],
                                     python_only(self.changes))
 
-    def _judge(self, base: str, selection: Selection, label: str) -> Trial:
+    def _judge(self, base: str, selection: Selection, label: str) -> StudyTrial:
         sha = self.scratch.commit(base, selection, f"vllm-bisect isolate: {label}\n\n"
                                   f"{describe(selection)}\n")
         t = self.bench.trial(self.spec, sha, study=STUDY, label=label, retries=0)

@@ -19,7 +19,7 @@ from packaging.version import Version
 
 from vllm_bisect.bisect.search.steps import next_step
 from vllm_bisect.isolate import pkgindex
-from vllm_bisect.isolate.adapter import Bench, Trial
+from vllm_bisect.isolate.adapter import StudyBench, StudyTrial
 from vllm_bisect.isolate.patches import FileChange, Scratch, diff_changes, invert
 from vllm_bisect.isolate.pins import (
     Pin,
@@ -98,7 +98,7 @@ def conclude(parent_new: Verdict, culprit_old: Verdict) -> str:
 
 
 class DependencyStudy:
-    def __init__(self, bench: Bench, spec: BisectSpec, repo: git.Repo, culprit: str,
+    def __init__(self, bench: StudyBench, spec: BisectSpec, repo: git.Repo, culprit: str,
                  parent: str, index_url: str | None) -> None:
         self.bench, self.spec = bench, spec
         self.culprit, self.parent = culprit, parent
@@ -111,7 +111,7 @@ class DependencyStudy:
         self.pins: list[PinChange] = []
 
     def _trial(self, base: str, sel: dict[str, frozenset[int] | None], label: str,
-               files: dict[str, bytes | None] | None = None) -> Trial:
+               files: dict[str, bytes | None] | None = None) -> StudyTrial:
         sha = self.scratch.commit(base, sel, f"vllm-bisect deps: {label}\n", files)
         return self.bench.trial(self.spec, sha, study=STUDY, label=label, retries=0)
 
@@ -171,7 +171,7 @@ class DependencyStudy:
         self.result.fresh_builds = self.bench.fresh - fresh0
         return self.result
 
-    def _pinned(self, base: str, name: str, version: str, label: str) -> Trial:
+    def _pinned(self, base: str, name: str, version: str, label: str) -> StudyTrial:
         """``base`` (the culprit or its parent) with every pin of ``name`` set to version."""
         sel: dict[str, frozenset[int] | None] = (invert(self.changes, {}) if base == "culprit"
                                                  else {})

@@ -7,7 +7,7 @@ present without a value (``--enforce-eager=-,+``). The study judges the baseline
 other value of every knob one at a time (a table knob -> value -> verdict), then, when every
 knob at its last value flips the baseline's verdict, ddmin over the knobs for the smallest
 combination that flips it. Verdicts come from the bisect's verdict policy, settled on a good
-and a bad commit at the baseline setting (:class:`~vllm_bisect.isolate.adapter.Bench`).
+and a bad commit at the baseline setting (:class:`~vllm_bisect.isolate.adapter.StudyBench`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import Any
 
 from vllm_bisect.errors import SpecError
-from vllm_bisect.isolate.adapter import Bench, Trial
+from vllm_bisect.isolate.adapter import StudyBench, StudyTrial
 from vllm_bisect.isolate.ddmin import Result, Subset, minimize
 from vllm_bisect.models import Verdict
 from vllm_bisect.spec import BisectSpec
@@ -136,11 +136,11 @@ class KnobTable:
         return d
 
 
-def knob_table(bench: Bench, spec: BisectSpec, commit: str, knobs: list[Knob]) -> KnobTable:
+def knob_table(bench: StudyBench, spec: BisectSpec, commit: str, knobs: list[Knob]) -> KnobTable:
     """The knob table at ``commit``, judged by the bench's settled policy."""
     base_setting = {k: k.values[0] for k in knobs}
 
-    def run(setting: dict[Knob, str]) -> Trial:
+    def run(setting: dict[Knob, str]) -> StudyTrial:
         label = ", ".join(k.setting(v) for k, v in setting.items())
         return bench.trial(apply(spec, setting), commit, study=STUDY,
                            label=f"{commit[:12]}: {label}")
@@ -151,7 +151,7 @@ def knob_table(bench: Bench, spec: BisectSpec, commit: str, knobs: list[Knob]) -
     if base.verdict is Verdict.SKIP:
         return table
 
-    def flips(t: Trial) -> bool | None:
+    def flips(t: StudyTrial) -> bool | None:
         return None if t.verdict is Verdict.SKIP else t.verdict is not base.verdict
 
     for k in knobs:

@@ -124,7 +124,7 @@ class IsolateDoc(SectionDoc):
     revert_removes: bool | None = None
     fresh_builds: int
     trials: list[dict[str, Any]] = Field(default_factory=list)
-    # the verdict strategy that judged (isolate/adapter.py, Bench.strategy()), written last
+    # the verdict strategy that judged (isolate/adapter.py, StudyBench.strategy()), written last
     strategy: str | None = None
     strategy_reason: str | None = None
 
@@ -143,7 +143,7 @@ class DepsDoc(SectionDoc):
     index_url: str | None = None
     fresh_builds: int | None = None
     packages: list[dict[str, Any]] = Field(default_factory=list)
-    # the verdict strategy that judged (isolate/adapter.py, Bench.strategy()), written last
+    # the verdict strategy that judged (isolate/adapter.py, StudyBench.strategy()), written last
     strategy: str | None = None
     strategy_reason: str | None = None
 
@@ -155,7 +155,7 @@ class KnobsDoc(SectionDoc):
     tables: list[dict[str, Any]] = Field(default_factory=list)
     settled_on: dict[str, str] | None = None
     fresh_builds: int | None = None
-    # the verdict strategy that judged (isolate/adapter.py, Bench.strategy()), written last
+    # the verdict strategy that judged (isolate/adapter.py, StudyBench.strategy()), written last
     strategy: str | None = None
     strategy_reason: str | None = None
 

@@ -55,17 +55,31 @@ logger = logging.getLogger(__name__)
 PhaseCallback = Callable[[str, str], None]  # (commit, phase)
 
 
+def make_evaluator(spec: BisectSpec, builder: Builder, logs: Path,
+                   journal: SessionJournal | None = None, session_id: str = "", *,
+                   on_phase: PhaseCallback | None = None,
+                   steps: Sequence[ProbeStep] | None = None) -> Evaluator:
+    """The evaluator of ``spec``'s commits, their artifacts from ``builder`` (or its
+    prefetcher), server logs under ``logs``, prepared artifacts journaled in ``journal``;
+    ``steps``: what its servers probe (None: the spec's, ``server_steps(spec)``; explain
+    passes its profiled ones)."""
+    return Evaluator(spec, builder, logs, journal, session_id, on_phase=on_phase, steps=steps)
+
+
 class Evaluator:
     def __init__(self, spec: BisectSpec, builder: Builder, log_dir: Path,
                  journal: SessionJournal | None = None, session_id: str = "",
-                 on_phase: PhaseCallback | None = None) -> None:
+                 on_phase: PhaseCallback | None = None,
+                 steps: Sequence[ProbeStep] | None = None) -> None:
+        """``steps``: what each server probes, in order (None: the spec's,
+        ``server_steps(spec)``)."""
         self.spec = spec
         self.builder = builder
         self.log_dir = log_dir
         self.journal = journal
         self.session_id = session_id
         self.on_phase = on_phase
-        self.steps = server_steps(spec)
+        self.steps = list(steps) if steps is not None else server_steps(spec)
         self._docker: docker.DockerClient | None = None
         self._docker_lock = threading.Lock()
         # commit -> the artifact this run prepared for it (the endpoints' environment diff

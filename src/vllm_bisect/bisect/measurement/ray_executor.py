@@ -86,7 +86,7 @@ def evaluate_task(spec_json: str, session_id: str, cache_dir: str, commit: str,
         # must still stop this task and tear its server down
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    from vllm_bisect.bisect.measurement.evaluate import Evaluator
+    from vllm_bisect.bisect.measurement.evaluate import make_evaluator
     from vllm_bisect.bisect.range import open_repo
     from vllm_bisect.builders import make_builder
     from vllm_bisect.runtime.gpulock import gpu_locks
@@ -101,7 +101,7 @@ def evaluate_task(spec_json: str, session_id: str, cache_dir: str, commit: str,
         with tempfile.TemporaryDirectory(prefix="vllm-bisect-ray-") as tmp:
             logs = Path(tmp)
             builder = make_builder(spec, open_repo(spec.range.repo), Path(cache_dir), logs)
-            evaluator = Evaluator(spec, builder, logs, None, session_id)
+            evaluator = make_evaluator(spec, builder, logs, None, session_id)
             if ids:
                 with gpu_locks(ids, session=session_id, commit=commit):
                     ev = evaluator.evaluate(commit, more, devices=ids, cancel=cancel)

@@ -71,8 +71,9 @@ class Again:
 
 
 class ServerRuns(Protocol):
-    """What a calibrating policy may run (implemented by the Tester): fresh servers, the
-    known measurements, and recording a judged endpoint."""
+    """What a calibrating policy may run (served over the Tester by
+    :class:`~vllm_bisect.bisect.tester.CalibrationRuns`): fresh servers, the known
+    measurements, and recording a judged endpoint."""
 
     @property
     def workers(self) -> int: ...

@@ -112,7 +112,7 @@ def calibrate_endpoints(t: Tester, tests: int | None = None) -> None:
         return t.evaluations[rng.good.sha], t.evaluations[rng.bad.sha]
 
     with t.measurer.during(Phase.ENDPOINTS):
-        t.policy.calibrate(endpoints, tests or search_tests(n, t.measurer.workers), t)
+        t.policy.calibrate(endpoints, tests or search_tests(n, t.measurer.workers), t.runs)
 
 
 class Settle(StrEnum):

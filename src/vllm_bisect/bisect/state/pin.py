@@ -13,7 +13,7 @@ from pathlib import Path
 
 import git
 
-from vllm_bisect.bisect.range import CommitRange, commit_range, resolve
+from vllm_bisect.bisect.range import CommitRange, commit_range, resolve_ref
 from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.errors import RangeError
 from vllm_bisect.spec import RangeSpec
@@ -87,7 +87,7 @@ def _moved(repo: git.Repo, pin: Pin) -> list[str]:
         where = {}
         for what, ref in (("good", pin.good_ref), ("bad", pin.bad_ref)):
             try:
-                where[what] = resolve(repo, ref, what).hexsha
+                where[what] = resolve_ref(repo, ref, what).hexsha
             except RangeError:
                 where[what] = ""
     notes = []

@@ -1,7 +1,8 @@
-"""``vllm-bisect run`` end to end: one bisect session (:func:`vllm_bisect.bisect.runner.run_session`)
-and the files a finished one leaves: result.json (:class:`~vllm_bisect.report.result.BisectReport`)
-and the reports (report.md, report.html). Used by the CLI (``run``, ``demo``, ``watch``) and the
-bot's worker; it prints nothing."""
+"""``vllm-bisect run`` end to end: one bisect session
+(:func:`vllm_bisect.bisect.run_session.run_session`) and the files a finished one leaves:
+result.json (:class:`~vllm_bisect.report.result.BisectReport`) and the reports (report.md,
+report.html). Used by the CLI (``run``, ``demo``, ``watch``) and the bot's worker; it prints
+nothing."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from vllm_bisect.bisect.culprits import MultiResult, culprit_docs
 from vllm_bisect.bisect.driver import BisectResult, EventHandler
-from vllm_bisect.bisect.runner import run_session
+from vllm_bisect.bisect.run_session import run_session
 from vllm_bisect.report.result import BisectReport
 from vllm_bisect.spec import BisectSpec
 

@@ -1,8 +1,9 @@
-"""One bisect session: session, builder, bench (:func:`~vllm_bisect.bisect.bench.open_bench`),
-one driver per symptom.
+"""One bisect session: the session directory, its parts opened by
+:func:`~vllm_bisect.bisect.wiring.open_session` (builder, bench, result cache), one driver per
+symptom.
 
 What a finished session leaves besides its journal (result.json, the reports) is the caller's
-``finish``: :func:`vllm_bisect.runner.run_bisect` (``vllm-bisect run``, ``demo``, ``watch``,
+``finish``: :func:`vllm_bisect.run_bisect.run_bisect` (``vllm-bisect run``, ``demo``, ``watch``,
 the bot's worker) writes them. It prints nothing.
 """
 
@@ -14,17 +15,16 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from vllm_bisect.bisect.bench import open_bench
 from vllm_bisect.bisect.culprits import MultiResult
 from vllm_bisect.bisect.driver import BisectResult, Driver, EventHandler
 from vllm_bisect.bisect.endpoint_env import EndpointEnvEvents
 from vllm_bisect.bisect.multi import run_symptoms
 from vllm_bisect.bisect.range import CommitRange, open_repo
 from vllm_bisect.bisect.search.endpoints import untestable_end
-from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
+from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.bisect.state.pin import PIN_KEY, session_range
 from vllm_bisect.bisect.state.session import Session
-from vllm_bisect.builders import make_builder
+from vllm_bisect.bisect.wiring import open_session
 from vllm_bisect.builders.base import Builder, known_unavailable
 from vllm_bisect.errors import SessionError, disk_full, storage_fault
 from vllm_bisect.models import Evaluation, Outcome, Phase
@@ -122,30 +122,24 @@ def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: E
         session.journal.set_meta("cache_dir", str(cache_dir.absolute()))
         session.journal.begin_run()
         (session_dir / "spec.toml").write_text(dump_spec(spec))
-        builder = make_builder(spec, repo, cache_dir, session.logs)
-        refuse_unbuildable_ends(builder, rng)
-        cache = ResultCache(cache_dir / "results.sqlite")
-        try:
-            bench = open_bench(spec, session, cache_dir, builder, events, prefetch=True)
+        with open_session(spec, cache_dir, session=session, repo=repo, events=events,
+                          prefetch=True, check=lambda b: refuse_unbuildable_ends(b, rng)) as s:
+            bench, cache = s.bench, s.cache
             # the endpoints' environment diff, told before the first search step (issue 28)
             events = env_events = EndpointEnvEvents(
                 events, ChainMap(bench.evaluator.artifacts, prepared_artifacts(session.journal)),
                 session_dir)
-            try:
-                def driver(sp: BisectSpec, r: CommitRange) -> Driver:
-                    assert session.journal is not None
-                    return Driver(sp, r, bench.evaluator, session.journal, cache, events,
-                                  bench.prefetcher, bench.executor)
 
-                with locked_clocks(spec.serve.lock_clocks, spec.serve.lock_clocks_mhz):
-                    # one search per symptom, and the rest checks (bisect.multi, issue 28)
-                    multi = run_symptoms(spec, rng, driver, events,
-                                         str((session_dir / "spec.toml").absolute()))
-                multi.result = result = whole_session(multi.result, session.journal)
-                multi.endpoint_env = env_events.doc(result.evaluations)
-            finally:
-                bench.close()
-        finally:
-            cache.close()
+            def driver(sp: BisectSpec, r: CommitRange) -> Driver:
+                assert session.journal is not None
+                return Driver(sp, r, bench.evaluator, session.journal, cache, events,
+                              bench.prefetcher, bench.executor)
+
+            with locked_clocks(spec.serve.lock_clocks, spec.serve.lock_clocks_mhz):
+                # one search per symptom, and the rest checks (bisect.multi, issue 28)
+                multi = run_symptoms(spec, rng, driver, events,
+                                     str((session_dir / "spec.toml").absolute()))
+            multi.result = result = whole_session(multi.result, session.journal)
+            multi.endpoint_env = env_events.doc(result.evaluations)
         finish(session_dir, multi)
         return result

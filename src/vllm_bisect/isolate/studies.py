@@ -16,10 +16,10 @@ from typing import Any
 
 import git
 
-from vllm_bisect.bisect.range import open_repo, resolve
+from vllm_bisect.bisect.range import open_repo, resolve_ref
 from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.errors import FatalError, SpecError
-from vllm_bisect.isolate.adapter import Bench, OnTrial
+from vllm_bisect.isolate.adapter import OnTrial, StudyBench
 from vllm_bisect.isolate.culprit import Isolation
 from vllm_bisect.isolate.deps import DependencyStudy
 from vllm_bisect.isolate.knobs import Knob, apply, knob_table
@@ -78,13 +78,13 @@ def target(session: Path, spec: BisectSpec | None, culprit_ref: str | None
     if not ref:
         raise FatalError(f"{session} has no culprit to study (no finished bisect with a "
                          "single first bad commit)", hint="pass --culprit REF")
-    c = resolve(repo, str(ref), "culprit")
+    c = resolve_ref(repo, str(ref), "culprit")
     if not c.parents:
         raise FatalError(f"{c.hexsha[:12]} has no parent to compare with")
     return spec, repo, c.hexsha, c.parents[0].hexsha
 
 
-def _save(session: Path, bench: Bench, key: str, doc: dict[str, Any], judged: bool = True
+def _save(session: Path, bench: StudyBench, key: str, doc: dict[str, Any], judged: bool = True
           ) -> None:
     if judged:  # (a study that judged nothing, e.g. no pins changed, names no strategy)
         doc.update(bench.strategy())
@@ -104,7 +104,7 @@ def run_studies(session: Path, cache_dir: Path, *, isolate: bool = True, deps: b
     spec_ = source_build(spec0)
     out: dict[str, dict[str, Any]] = {}
     with Session(session) as s:
-        bench = Bench(repo, cache_dir, s, on_trial, on_phase)
+        bench = StudyBench(repo, cache_dir, s, on_trial, on_phase)
         try:
             if isolate:
                 out["isolate"] = Isolation(bench, spec_, repo, sha, parent).run(hunks).to_dict()
@@ -123,7 +123,7 @@ def default_commits(session: Path | None, spec: BisectSpec) -> list[str]:
     range.bad."""
     doc = _result_doc(session) if session is not None else None
     if doc and doc.get("first_bad"):
-        c = resolve(open_repo(spec.range.repo), str(doc["first_bad"]), "culprit")
+        c = resolve_ref(open_repo(spec.range.repo), str(doc["first_bad"]), "culprit")
         return [c.hexsha] + [p.hexsha for p in c.parents[:1]]
     return [spec.range.bad] if spec.range.bad else []
 
@@ -134,25 +134,25 @@ def knob_pair(session: Path | None, spec: BisectSpec) -> tuple[str, str]:
     doc = _result_doc(session) if session is not None else None
     repo = open_repo(spec.range.repo)
     if doc and doc.get("first_bad"):
-        c = resolve(repo, str(doc["first_bad"]), "culprit")
+        c = resolve_ref(repo, str(doc["first_bad"]), "culprit")
         if c.parents:
             return c.parents[0].hexsha, c.hexsha
     if not spec.range.good or not spec.range.bad:
         raise SpecError("knobs are judged by the bisect's verdict policy, settled on a good and "
                         "a bad commit: the spec names none",
                         hint="set range.good and range.bad, or pass a bisect session")
-    return (resolve(repo, spec.range.good, "good").hexsha,
-            resolve(repo, spec.range.bad, "bad").hexsha)
+    return (resolve_ref(repo, spec.range.good, "good").hexsha,
+            resolve_ref(repo, spec.range.bad, "bad").hexsha)
 
 
 def run_knobs(session: Path, cache_dir: Path, spec: BisectSpec, commits: list[str],
               knobs: list[Knob], on_trial: OnTrial | None = None,
               on_phase: OnPhase | None = None) -> dict[str, Any]:
     repo = open_repo(spec.range.repo)
-    shas = [resolve(repo, c, "commit").hexsha for c in commits]
+    shas = [resolve_ref(repo, c, "commit").hexsha for c in commits]
     good, bad = knob_pair(session, spec)
     with Session(session) as s:
-        bench = Bench(repo, cache_dir, s, on_trial, on_phase)
+        bench = StudyBench(repo, cache_dir, s, on_trial, on_phase)
         try:
             base = apply(spec, {k: k.values[0] for k in knobs})
             bench.settle(base, good, bad, len(shas) * (2 + sum(len(k.values) for k in knobs)),
