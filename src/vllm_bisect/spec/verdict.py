@@ -147,7 +147,9 @@ class VerdictSpec(_Model):
     # "changepoint": one model of the whole range: a posterior over the first bad commit
     # from every server measured (endpoints included), the next server where the model is
     # in doubt, stop when one commit holds `confidence`; the rest checks are the same model
-    # on each side of the culprit (verdict/changepoint.py)
+    # on each side of the culprit (verdict/changepoint.py); a cap or a wrong output is one
+    # bit a server, shown always or with a rate (verdict/changepoint_rate.py); the hook
+    # answers HEAD from the same model rebuilt from its journal
     # "auto" (the default): length, correctness -> threshold; crash -> bayes; itl, ttft,
     # throughput, mtp-speedup -> twolevel; any -> threshold
     strategy: Strategy = Strategy.AUTO
