@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from vllm_bisect.verdict.stats import bootstrap_change
+from vllm_bisect.verdict.stats import Interval, bootstrap_change, server_change
 
 
 def test_ci_covers_the_true_change_and_excludes_zero() -> None:
@@ -27,7 +27,7 @@ def test_no_change_ci_contains_zero() -> None:
 
 def test_too_few_samples_has_no_ci() -> None:
     e = bootstrap_change([1000.0], [128.0], "output tokens")
-    assert e is not None and e.ci_low is None and "no CI from 1 vs 1 requests" in e.describe()
+    assert e is not None and e.ci_low is None and "no CI from 1 request a side" in e.describe()
     assert bootstrap_change([], [1.0], "x") is None
 
 
@@ -36,7 +36,7 @@ def test_no_ci_is_printed_from_two_values_a_side() -> None:
     e = bootstrap_change([10.0, 10.4], [13.0, 13.5], "ITL")
     assert e is not None and e.ci_low is None and e.ci_high is None
     text = e.describe(" ms")
-    assert "bootstrap CI" not in text and "no CI from 2 vs 2 requests" in text, text
+    assert "bootstrap CI" not in text and "no CI from 2 requests a side" in text, text
 
 
 def test_samples_without_spread_have_a_point_ci() -> None:
@@ -45,3 +45,37 @@ def test_samples_without_spread_have_a_point_ci() -> None:
     one_side = bootstrap_change([10.0, 10.5, 9.5, 10.2, 9.9], [20.0] * 5, "ITL")
     assert one_side is not None and one_side.ci_low is not None and one_side.ci_high is not None
     assert one_side.ci_low <= one_side.change <= one_side.ci_high and one_side.ci_low > 0.8
+
+
+def test_a_deterministic_change_is_its_own_evidence() -> None:
+    """issue 50: a cap verified by its re-checks (the parent 3 runs, the culprit 1) said "no
+    CI from 3 vs 1 requests"; no spread on either side is the change itself, said so."""
+    e = bootstrap_change([160.0] * 3, [128.0], "output tokens", servers=(3, 1))
+    assert e is not None and e.interval is Interval.EXACT and e.ci_low == e.ci_high == e.change
+    text = e.describe("", ("the parent", "the culprit"))
+    assert ("160 on each of the parent's 3 requests on 3 servers, 128 on each of the "
+            "culprit's 1 request; no spread" in text), text
+    one = bootstrap_change([160.0], [128.0], "output tokens")   # one value a side shows nothing
+    assert one is not None and one.interval is Interval.NONE
+    assert "1000 -> 128" in bootstrap_change([1000.0] * 3, [128.0] * 3, "x").describe()
+
+
+def test_a_two_level_interval_rests_on_the_servers() -> None:
+    """A server is the two-level measurement's unit: 3 vs 4 servers of one request each give
+    a t interval over their means (the requests' bootstrap needs 5 a side), said with the
+    servers; 1 + 1 servers give none."""
+    rnd = random.Random(3)
+    before = [[rnd.gauss(1.8, 0.1)] for _ in range(3)]
+    after = [[rnd.gauss(2.5, 0.1)] for _ in range(4)]
+    e = server_change(before, after, "ITL")
+    assert e is not None and e.interval is Interval.SERVERS
+    assert e.ci_low is not None and e.ci_high is not None
+    assert 0.1 < e.ci_low < e.change < e.ci_high < 0.8
+    assert "t interval over the servers' means: 3 vs 4 requests on 3 vs 4 servers" in \
+        e.describe(" ms"), e.describe(" ms")
+    assert server_change([[1.8, 1.9]], [[2.5, 2.6]], "ITL") is None
+    # a server's level matters more than its requests: two servers far apart on each side
+    wide = server_change([[1.0] * 5, [2.0] * 5], [[1.5] * 5, [3.0] * 5], "ITL")
+    narrow = bootstrap_change([1.0] * 5 + [2.0] * 5, [1.5] * 5 + [3.0] * 5, "ITL")
+    assert wide is not None and narrow is not None and wide.ci_low is not None
+    assert narrow.ci_low is not None and wide.ci_low < narrow.ci_low
