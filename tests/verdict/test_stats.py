@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import random
 
-from vllm_bisect.verdict.stats import Interval, bootstrap_change, server_change
+from vllm_bisect.verdict.stats import Interval, bootstrap_change, server_change, server_spread
 
 
 def test_ci_covers_the_true_change_and_excludes_zero() -> None:
@@ -61,21 +62,33 @@ def test_a_deterministic_change_is_its_own_evidence() -> None:
 
 
 def test_a_two_level_interval_rests_on_the_servers() -> None:
-    """A server is the two-level measurement's unit: 3 vs 4 servers of one request each give
-    a t interval over their means (the requests' bootstrap needs 5 a side), said with the
-    servers; 1 + 1 servers give none."""
+    """A server is the two-level measurement's unit: the interval of two commits' change
+    counts each side's server level (tau) and request noise (sigma), estimated from every
+    server of the session, so one server a side with 10 requests is not read as 10
+    independent samples; said with the servers and what the noise came from."""
     rnd = random.Random(3)
-    before = [[rnd.gauss(1.8, 0.1)] for _ in range(3)]
-    after = [[rnd.gauss(2.5, 0.1)] for _ in range(4)]
-    e = server_change(before, after, "ITL")
+
+    def servers(level: float, k: int, n: int) -> list[list[float]]:
+        out = []
+        for _ in range(k):
+            b = level * math.exp(rnd.gauss(0, 0.1))          # this server's level: tau 0.1
+            out.append([b * math.exp(rnd.gauss(0, 0.02)) for _ in range(n)])   # sigma 0.02
+        return out
+
+    ends = [servers(1.8, 4, 5), servers(2.7, 4, 5)]      # the endpoints' calibration
+    parent, culprit = servers(1.8, 1, 10), servers(2.7, 1, 10)
+    spread = server_spread([*ends, parent, culprit])
+    assert spread is not None and spread.servers == 10 and spread.commits == 4
+    assert 0.05 < spread.tau2 ** 0.5 < 0.2 and 0.01 < spread.sigma2 ** 0.5 < 0.04, spread
+    e = server_change(parent, culprit, "ITL", spread)
     assert e is not None and e.interval is Interval.SERVERS
     assert e.ci_low is not None and e.ci_high is not None
-    assert 0.1 < e.ci_low < e.change < e.ci_high < 0.8
-    assert "t interval over the servers' means: 3 vs 4 requests on 3 vs 4 servers" in \
-        e.describe(" ms"), e.describe(" ms")
-    assert server_change([[1.8, 1.9]], [[2.5, 2.6]], "ITL") is None
-    # a server's level matters more than its requests: two servers far apart on each side
-    wide = server_change([[1.0] * 5, [2.0] * 5], [[1.5] * 5, [3.0] * 5], "ITL")
-    narrow = bootstrap_change([1.0] * 5 + [2.0] * 5, [1.5] * 5 + [3.0] * 5, "ITL")
-    assert wide is not None and narrow is not None and wide.ci_low is not None
-    assert narrow.ci_low is not None and wide.ci_low < narrow.ci_low
+    assert e.ci_low < 0.5 < e.ci_high, e   # the true change: +50%
+    text = e.describe(" ms")
+    assert "t interval over the servers' means: 10 requests a side on one server each; " \
+        "server level ~" in text and "from 10 servers of 4 commits" in text, text
+    # the requests alone (one server a side) say far less than they seem to
+    naive = bootstrap_change(parent[0], culprit[0], "ITL")
+    assert naive is not None and naive.ci_low is not None and naive.ci_high is not None
+    assert naive.ci_high - naive.ci_low < (e.ci_high - e.ci_low) / 3
+    assert server_change(parent, culprit, "ITL", None) is None

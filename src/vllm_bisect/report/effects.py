@@ -12,20 +12,44 @@ Worked out once when result.json is written (its ``effects``); pure.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from vllm_bisect.models import Verdict
 from vllm_bisect.report.result import BisectReport, EffectDoc, PerRequest, VerificationDoc
 from vllm_bisect.spec import VerdictSpec
 from vllm_bisect.spec.verdict import Symptom
-from vllm_bisect.verdict.stats import Effect, Interval, bootstrap_change, server_change
+from vllm_bisect.verdict.stats import (
+    Effect,
+    Interval,
+    bootstrap_change,
+    server_change,
+    server_spread,
+)
+
+if TYPE_CHECKING:
+    from vllm_bisect.bisect.driver import BisectResult
+
+Servers = dict[str, list[list[float]]]   # commit -> its servers' samples (natural scale)
 
 UNITS = {"ITL": " ms/token", "output tokens": ""}
 SIDES = ("the parent", "the culprit")
 TWO_LEVEL = ("twolevel", "changepoint")   # strategies whose unit is the server
 
 
-def effect_docs(res: BisectReport, verdict: VerdictSpec) -> list[EffectDoc]:
+def servers_of(result: BisectResult) -> Servers:
+    """A two-level session's servers per commit (each evaluation's merged samples): the
+    servers' spread the effect's interval pools (none for another strategy)."""
+    if result.strategy_chosen != "twolevel":
+        return {}
+    return {sha: [list(g) for g in ev.samples] for sha, ev in result.evaluations.items()
+            if ev.samples}
+
+
+def effect_docs(res: BisectReport, verdict: VerdictSpec,
+                servers: Servers | None = None) -> list[EffectDoc]:
     """The culprit's effects, the bisected symptom's metric first; another metric only when
-    its interval is off zero by more than what matters."""
+    its interval is off zero by more than what matters. ``servers``: every commit's servers
+    (:func:`servers_of`), whose spread a two-level interval pools."""
     culprit = res.culprit()
     if culprit is None:
         return []
@@ -47,6 +71,7 @@ def effect_docs(res: BisectReport, verdict: VerdictSpec) -> list[EffectDoc]:
         if not parents:
             return []
         parent = max(parents, key=lambda p: p.index or 0)
+        groups = ((servers or {}).get(parent.commit), (servers or {}).get(culprit.commit))
         before, after = parent.per_request, culprit.per_request
         servers_b, servers_a = parent.servers or 1, culprit.servers or 1
         source = ("samples taken during the search (no verification: "
@@ -64,8 +89,16 @@ def effect_docs(res: BisectReport, verdict: VerdictSpec) -> list[EffectDoc]:
     for name in sorted(series, key=lambda n: n not in led):   # the bisected symptom first
         b, a = series[name]
         e: Effect | None = None
-        if name == "ITL" and verdict.symptom is Symptom.ITL and groups[0] and groups[1]:
-            e = server_change(groups[0], groups[1], name)   # the servers are the unit
+        if (name == "ITL" and verdict.symptom is Symptom.ITL
+                and res.strategy_chosen in TWO_LEVEL and not res.model):
+            b_groups = groups[0] or ([_itl(b)] if servers_b == 1 else None)
+            a_groups = groups[1] or ([_itl(a)] if servers_a == 1 else None)
+            others = [g for sha, g in (servers or {}).items()
+                      if sha not in (culprit.commit, v.parent if v else None)
+                      and sha not in _parent_of(res, culprit.index)]
+            if b_groups and a_groups:   # the servers are the unit
+                e = server_change(b_groups, a_groups, name,
+                                  server_spread([*others, b_groups, a_groups]))
         if e is None:
             e = bootstrap_change([float(x) for x in b if x is not None],
                                  [float(x) for x in a if x is not None], name,
@@ -87,6 +120,17 @@ def effect_docs(res: BisectReport, verdict: VerdictSpec) -> list[EffectDoc]:
             servers_before=e.servers_before, servers_after=e.servers_after, source=note,
             text=f"{e.describe(UNITS[name], SIDES)}; {note}"))
     return out
+
+
+def _itl(xs: list[float | None]) -> list[float]:
+    return [float(x) for x in xs if x]
+
+
+def _parent_of(res: BisectReport, index: int | None) -> set[str]:
+    """The commit the search's samples compare the culprit with (its highest good one)."""
+    good = [p for p in res.judged() if p.index is not None and index is not None
+            and p.index < index and p.verdict is Verdict.GOOD]
+    return {max(good, key=lambda p: p.index or 0).commit} if good else set()
 
 
 def _source(v: VerificationDoc) -> str:

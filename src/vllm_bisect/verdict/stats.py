@@ -38,6 +38,7 @@ class Effect:
     servers_before: int = 1
     servers_after: int = 1
     interval: Interval = Interval.BOOTSTRAP
+    spread: Spread | None = None   # SERVERS: the noise it rests on (the session's servers)
 
     def over(self) -> str:
         """The requests, and the servers, it rests on: ``10 requests a side on one server
@@ -64,8 +65,13 @@ class Effect:
             return f"{head} ({pct}; no CI from {self.over()}: {MIN_CI} requests a side at least)"
         ci = f"[{self.ci_low * 100:+.0f}%, {self.ci_high * 100:+.0f}%]"
         if self.interval is Interval.SERVERS:
+            sp = self.spread
+            pooled = (f"; server level ~{math.sqrt(sp.tau2) * 100:.1f}%, request noise "
+                      f"~{math.sqrt(sp.sigma2) * 100:.1f}%, from "
+                      f"{plural(sp.servers, 'server')} of {plural(sp.commits, 'commit')}"
+                      if sp else "")
             return (f"{head} ({pct} {ci}, 95% t interval over the servers' means: "
-                    f"{self.over()})")
+                    f"{self.over()}{pooled})")
         return f"{head} ({pct} {ci}, 95% bootstrap CI over {self.over()})"
 
 
@@ -99,32 +105,79 @@ def bootstrap_change(before: list[float], after: list[float], metric: str,
     return Effect(metric, b, a, change, None, None, *sides, Interval.NONE)
 
 
-def server_change(before: list[list[float]], after: list[list[float]], metric: str
-                  ) -> Effect | None:
+@dataclass(frozen=True)
+class Spread:
+    """A two-level measurement's noise (logs): the per-request variance within a server and
+    the server level's variance, estimated from every server of the session that shows it
+    (the requests about their server's mean; the servers about their commit's), with the
+    degrees of freedom and the servers and commits behind them."""
+
+    sigma2: float
+    tau2: float
+    df_within: int
+    df_between: int
+    servers: int
+    commits: int
+
+
+def server_spread(commits: list[list[list[float]]]) -> Spread | None:
+    """:class:`Spread` from each commit's servers (natural-scale samples, one list a
+    server), by moments: sigma^2 from the requests about their server's mean; tau^2 from
+    the server means about their commit's mean, less what sigma^2 / n puts there (0 at
+    least). None when no commit had two servers nor any server two requests."""
+    ssw, dfw, ssb, dfb, inv, servers, n = 0.0, 0, 0.0, 0, 0.0, 0, 0
+    for groups in commits:
+        logs = [[math.log(x) for x in g] for g in groups if g and all(x > 0 for x in g)]
+        if not logs:
+            continue
+        means = [statistics.fmean(g) for g in logs]
+        ssw += sum((x - m) ** 2 for g, m in zip(logs, means, strict=True) for x in g)
+        dfw += sum(len(g) - 1 for g in logs)
+        servers, n = servers + len(logs), n + 1
+        k = len(means)
+        if k >= 2:   # E[sum (m_i - mean)^2] = (k-1)/k * sum (tau^2 + sigma^2 / n_i)
+            mu = statistics.fmean(means)
+            ssb += sum((m - mu) ** 2 for m in means)
+            dfb += k - 1
+            inv += (k - 1) / k * sum(1 / len(g) for g in logs)
+    if not dfw and not dfb:
+        return None
+    sigma2 = ssw / dfw if dfw else 0.0
+    tau2 = max(0.0, (ssb - sigma2 * inv) / dfb) if dfb else 0.0
+    if not dfw:   # no server with two requests: the servers' spread holds both
+        tau2 = ssb / dfb
+    return Spread(sigma2, tau2, dfw, dfb, servers, n)
+
+
+def server_change(before: list[list[float]], after: list[list[float]], metric: str,
+                  spread: Spread | None) -> Effect | None:
     """The change of a two-level measurement (a level per server plus per-request noise)
-    with its interval over the servers: each server's mean of the logs is one unit, a
-    Student t interval on the difference of the two sides' means with the pooled variance
-    (one server-to-server spread, as the two-level model assumes), so 1 server on a side
-    is enough when the other has 2. None when fewer than 3 servers in all, or a value is
-    not positive."""
+    between two commits' servers, with its 95% t interval over the servers' means: a side's
+    mean varies by (tau^2 + sigma^2 / n_i) / k^2 summed over its k servers, ``spread``
+    estimated from every server of the session (these included). None without it, or when
+    a value is not positive."""
     b_groups = [g for g in before if g]
     a_groups = [g for g in after if g]
-    if (len(b_groups) + len(a_groups) < 3 or not b_groups or not a_groups
+    if (spread is None or not b_groups or not a_groups
             or any(x <= 0 for g in (*b_groups, *a_groups) for x in g)):
         return None
     from scipy.stats import t as student_t
 
-    bm = [statistics.fmean(math.log(x) for x in g) for g in b_groups]
-    am = [statistics.fmean(math.log(x) for x in g) for g in a_groups]
-    diff = statistics.fmean(am) - statistics.fmean(bm)
-    df = len(bm) + len(am) - 2
-    ss = sum((x - statistics.fmean(bm)) ** 2 for x in bm) + sum(
-        (x - statistics.fmean(am)) ** 2 for x in am)
-    half = float(student_t.ppf(0.975, df)) * math.sqrt(ss / df * (1 / len(bm) + 1 / len(am)))
-    return Effect(metric, math.exp(statistics.fmean(bm)), math.exp(statistics.fmean(am)),
-                  math.exp(diff) - 1.0, math.exp(diff - half) - 1.0, math.exp(diff + half) - 1.0,
+    def side(groups: list[list[float]]) -> tuple[float, float]:
+        means = [statistics.fmean(math.log(x) for x in g) for g in groups]
+        var = sum(spread.tau2 + spread.sigma2 / len(g) for g in groups) / len(groups) ** 2
+        return statistics.fmean(means), var
+
+    (mb, vb), (ma, va) = side(b_groups), side(a_groups)
+    # the server level's degrees of freedom when it counts, else the requests'
+    df = spread.df_between if spread.tau2 > 0 and spread.df_between else (
+        spread.df_within or spread.df_between)
+    half = float(student_t.ppf(0.975, df)) * math.sqrt(vb + va)
+    diff = ma - mb
+    return Effect(metric, math.exp(mb), math.exp(ma), math.exp(diff) - 1.0,
+                  math.exp(diff - half) - 1.0, math.exp(diff + half) - 1.0,
                   sum(map(len, b_groups)), sum(map(len, a_groups)), len(b_groups),
-                  len(a_groups), Interval.SERVERS)
+                  len(a_groups), Interval.SERVERS, spread)
 
 
 def _ci(before: list[float], after: list[float], change: float, resamples: int,
