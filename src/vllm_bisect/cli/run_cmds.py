@@ -141,7 +141,7 @@ def summary(session_dir: Path, console: Console) -> None:
                       "[/] candidates:")
         for c in result.candidates:
             console.print(f"  {c}")
-    par = (f", {result.rounds} rounds on {result.workers} workers" if result.workers > 1
+    par = (f", {plural(result.rounds, 'round')} on {result.workers} workers" if result.workers > 1
            else "")
     console.print(f"[dim]{plural(len(result.judged()), 'commit')} judged, "
                   f"{starts_text(result)}{par}, "
