@@ -35,7 +35,8 @@ def spec_cmd(
     width = max(40, out().width - 1)
     for k in rows:
         kinds = f"  [dim](build.kind: {', '.join(k.kinds)})[/]" if k.kinds else ""
-        out().print(f"[bold]{esc(k.key)}[/]: {esc(k.type)} = {esc(k.default)}{kinds}")
+        out().print(f"[bold]{esc(k.key)}[/]: {esc(k.type)} = {esc(k.default)}{kinds}",
+                    soft_wrap=True)
         if k.help:   # wrapped under its key, never back at the margin (issue 50)
             out().print(esc(textwrap.fill(k.help, width, initial_indent="    ",
                                           subsequent_indent="    ", break_on_hyphens=False)),

@@ -182,7 +182,7 @@ def knobs_cmd(
     knob: Annotated[list[str], typer.Option(
         help="NAME=BASELINE,OTHER... (env) or --flag=BASELINE,OTHER... (serve flag); '-' "
              "unset, '+' flag without value; repeatable")],
-    commit: Annotated[list[str] | None, typer.Option(help="commit(s) to test (default: a "
+    commit: Annotated[list[str] | None, typer.Option(help="commits to test (default: a "
                                                      "bisect session's culprit and its parent, "
                                                      "else range.bad); repeatable")] = None,
     session: Annotated[Path | None, typer.Option(help="session dir (a bisect session adds "
