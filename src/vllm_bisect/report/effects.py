@@ -93,9 +93,9 @@ def effect_docs(res: BisectReport, verdict: VerdictSpec,
                 and res.strategy_chosen in TWO_LEVEL and not res.model):
             b_groups = groups[0] or ([_itl(b)] if servers_b == 1 else None)
             a_groups = groups[1] or ([_itl(a)] if servers_a == 1 else None)
-            others = [g for sha, g in (servers or {}).items()
-                      if sha not in (culprit.commit, v.parent if v else None)
-                      and sha not in _parent_of(res, culprit.index)]
+            compared = {culprit.commit, *([v.parent] if v else []),
+                        *_parent_of(res, culprit.index)}   # their servers: b/a_groups
+            others = [g for sha, g in (servers or {}).items() if sha not in compared]
             if b_groups and a_groups:   # the servers are the unit
                 e = server_change(b_groups, a_groups, name,
                                   server_spread([*others, b_groups, a_groups]))
