@@ -106,3 +106,14 @@ def test_a_demo_and_a_two_level_run_read_as_written(tmp_path: Path) -> None:
                        ("run report", (tmp_path / "s" / "report.md").read_text())):
         assert not misread(text), (name, misread(text))
     assert "on 1 server [" in run.stderr, run.stderr[-3000:]   # the two-level reason
+
+
+def test_a_session_under_a_second_says_its_tenths() -> None:
+    """A session answered from the cache in 0.4 s said "0 s" in the report's summary."""
+    from vllm_bisect.report.render import SessionReport, markdown
+    from vllm_bisect.report.result import BisectReport
+
+    res = BisectReport(first_bad=None, candidates=[], good="a" * 40, bad="b" * 40,
+                       n_commits=1, probed=[], wall_s=0.4)
+    md = markdown(SessionReport(Path("."), res, ""))
+    assert "1 commit; 0 judged, 0 server starts, 0.4 s." in md, md

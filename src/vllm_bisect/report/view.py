@@ -18,7 +18,7 @@ from vllm_bisect.report.result import (
 )
 from vllm_bisect.report.sections import study_lines
 from vllm_bisect.report.symptom_view import SymptomView, session_spec, symptom_view
-from vllm_bisect.text import plural
+from vllm_bisect.text import plural, seconds
 
 COMMIT_URL = "https://github.com/vllm-project/vllm/commit/{sha}"
 PR_URL = "https://github.com/vllm-project/vllm/pull/{pr}"
@@ -156,7 +156,7 @@ def view(r: SessionReport) -> ReportView:
         flaky=res.flaky.text() if res.flaky else None,
         summary=(f"Range {res.good[:12]} (good) .. {res.bad[:12]} (bad), "
                  f"{plural(res.n_commits, 'commit')}; {len(judged)} judged, {starts_text(res)}, "
-                 f"{res.wall_s:.0f} s."),
+                 f"{seconds(res.wall_s)}."),
         rows=rows, symptoms=symptom_view(res, r.spec_text),
         skips=[skip_view(p, r.session) for p in judged if p.verdict is Verdict.SKIP],
         environment=next((p.environment for p in judged if p.environment), None),
