@@ -72,12 +72,13 @@ def test_a_fresh_verification_says_verify_samples(tmp_path: Path) -> None:
         in e["text"] and "re-measured on fresh servers (verify_samples = 6)" in e["text"], e
 
 
-ITL_PLAN = {"n_commits": 12, "slow_at": 7, "slow_factor": 1.5, "step_ms": 5.0, "noise_cv": 0.05}
-ITL_PROBE = {"max_tokens": 60, "requests": 1}
+ITL_PLAN = {"n_commits": 8, "slow_at": 5, "slow_factor": 2.0, "step_ms": 5.0, "noise_cv": 0.05}
+ITL_PROBE = {"max_tokens": 40, "requests": 1}
+NO_REST = {"rest_check": False}   # (the rest checks' servers: not what these tests are about)
 
 
 def test_a_sequential_verification_gives_a_bootstrap_interval(tmp_path: Path) -> None:
-    doc, md, out = run(tmp_path, ITL_PLAN, {"symptom": "itl", "strategy": "sequential"},
+    doc, md, out = run(tmp_path, ITL_PLAN, {"symptom": "itl", "strategy": "sequential", **NO_REST},
                        ITL_PROBE)
     e = led(doc, md, out)
     assert e["metric"] == "ITL" and e["interval"] == "bootstrap", e
@@ -93,7 +94,7 @@ def test_without_a_verification_the_search_samples_say_why(
         tmp_path: Path, verdict: dict[str, Any], why: str) -> None:
     """No verification (the model of the range; verify_samples = 0): the effect from the
     search's samples, saying there was none and why."""
-    doc, md, out = run(tmp_path, ITL_PLAN, {"symptom": "itl", **verdict}, ITL_PROBE)
+    doc, md, out = run(tmp_path, ITL_PLAN, {"symptom": "itl", **verdict, **NO_REST}, ITL_PROBE)
     assert doc["verification"] is None
     e = led(doc, md, out)
     assert e["metric"] == "ITL" and e["interval"] in ("bootstrap", "none"), e
