@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -168,12 +169,21 @@ def test_the_bisect_core_loads_scipy_only_when_a_test_runs() -> None:
     assert loaded and not [m for m in loaded if m == "scipy" or m.startswith("scipy.")]
 
 
-@pytest.mark.parametrize("args", [(), ("hook",), ("cache",)])
+COMMANDS = [(), ("explain",), ("hook",), ("triage",), ("probe",), ("compare",), ("version",),
+            ("env",), ("run",), ("report",), ("demo",), ("spec",), ("isolate",), ("deps",),
+            ("knobs",), ("sweep",), ("watch",), ("bot",), ("bot", "serve"), ("bot", "try"),
+            ("cache",), ("cache", "ls"), ("cache", "prune"), ("sim",), ("sim", "history")]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a) or "top")
 def test_help_wraps_at_the_terminal_not_inside_a_sentence(args: tuple[str, ...]) -> None:
     """issue 50: a docstring's own line breaks cut --help's sentences in the middle (a line
-    of 90 characters on a 200-column terminal, the sentence going on below)."""
+    of 90 characters on a 200-column terminal, the sentence going on below); every command's
+    help, none with a "1 commits" or a "(s)" (tests/report/test_wording.py)."""
     import itertools
     import os
+
+    from tests.report.test_wording import misread
 
     r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", *args, "--help"],
                        capture_output=True, text=True, timeout=60,
@@ -184,3 +194,18 @@ def test_help_wraps_at_the_terminal_not_inside_a_sentence(args: tuple[str, ...])
         # a line that goes on below (lower-case start, not a new entry) filled its width
         if before and after and after[0].islower() and not before.endswith((".", ":")):
             assert len(before) > 120, (before, after)
+    assert not misread(r.stdout), misread(r.stdout)
+
+
+def test_spec_keys_wrap_under_their_key() -> None:
+    """A key's help wraps under the key (issue 50: its second line started at the margin)."""
+    import os
+
+    r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "spec", "--keys"],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "COLUMNS": "100"})
+    assert r.returncode == 0, r.stderr
+    for line in r.stdout.splitlines():
+        assert line.startswith("    ") or re.match(r"[a-z_]+(\.[a-z_]+)+: ", line), line
+        assert line == line.rstrip(), line
+    assert any(line.startswith("    ") and len(line) > 90 for line in r.stdout.splitlines())

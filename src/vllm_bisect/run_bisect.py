@@ -29,14 +29,16 @@ def run_bisect(spec: BisectSpec, session_dir: Path, cache_dir: Path,
 
 
 def write_result_files(session_dir: Path, multi: MultiResult, spec: BisectSpec) -> None:
-    """result.json (every symptom's culprit, the studies to offer), then report.md and
-    report.html."""
+    """result.json (every symptom's culprit, the effect at it, the studies to offer), then
+    report.md and report.html."""
     from vllm_bisect.isolate.offers import next_questions
+    from vllm_bisect.report.effects import effect_docs, servers_of
     from vllm_bisect.report.render import write_reports
 
     offers = next_questions(multi.result.first_bad, spec.range.repo, spec.build.kind)
-    BisectReport.of(multi.result).model_copy(update={
+    report = BisectReport.of(multi.result)
+    effects = effect_docs(report, spec.verdict, servers_of(multi.result))
+    report.model_copy(update={
         "culprits": culprit_docs(multi), "endpoint_env": multi.endpoint_env,
-        "next_questions": offers}).write(
-        session_dir / "result.json")
+        "next_questions": offers, "effects": effects}).write(session_dir / "result.json")
     write_reports(session_dir)

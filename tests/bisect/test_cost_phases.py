@@ -64,8 +64,18 @@ def test_every_start_is_counted_by_phase_beside_plain_bisects(tmp_path: Path) ->
     assert doc["plain_bisect_starts"] == plain
     md = (session / "report.md").read_text()
     assert f"plain git bisect run: ~{plain}, one a step" in md, md
-    assert re.search(r"Effect at the first bad commit vs its parent: ITL [^\n]*\], 95% bootstrap CI "
-                     r"over \d+ vs \d+ requests\); re-measured with 10 requests each", md), md
+    # the effect's interval and what it rests on, in result.json, report.md and the terminal
+    # (issue 50 item 3): one fresh server a side, 10 requests each, so the interval counts
+    # the server level estimated from every server of the session (not 10 + 10 samples)
+    (e, *_) = doc["effects"]
+    assert e["metric"] == "ITL" and e["interval"] == "servers" and e["ci_low"] is not None
+    assert (e["servers_before"], e["servers_after"]) == (1, 1) and e["requests_before"] >= 10
+    assert re.search(r"\], 95% t interval over the servers' means: \d+ (vs \d+ )?requests( a "
+                     r"side)? on one server each; server level ~[\d.]+%, request noise "
+                     r"~[\d.]+%, from \d+ servers of \d+ commits\); re-measured on fresh "
+                     r"servers \(verify_samples = 10\)", e["text"]), e
+    assert f"Effect at the first bad commit vs its parent: {e['text']}" in md, md
+    assert "effect: ITL" in r.stdout, r.stdout
     # the rest notes are one short line each, with the session's own spec path
     # (the line is measured without that path: pytest's own tmp path's length varies)
     for c in doc.get("culprits") or []:
@@ -76,14 +86,21 @@ def test_every_start_is_counted_by_phase_beside_plain_bisects(tmp_path: Path) ->
 
 def test_without_rest_checks_a_clean_step_pays_no_fresh_server_to_verify(
         tmp_path: Path) -> None:
-    _, doc, session, planted = run_clean_step(tmp_path, rest_check=False)
+    r, doc, session, planted = run_clean_step(tmp_path, rest_check=False)
+    assert "effect: ITL" in r.stdout, r.stdout
     assert doc["first_bad"] == planted
     assert doc["starts_by_phase"].get("verify", 0) == 0 == doc["verify_server_starts"]
     assert doc["verification"]["source"] == "confirmation"
     assert doc["verification"]["confirmed"]
     md = (session / "report.md").read_text()
     assert "Verified at the whole-bisect bound by the search's confirmation" in md, md
-
+    # the effect's interval from the final pair's servers (before: "no CI from 2 requests a
+    # side"): over the servers' means, with the noise of every server of the session
+    (e, *_) = doc["effects"]
+    assert e["metric"] == "ITL" and e["source"].startswith("the final pair's servers"), e
+    assert e["interval"] == "servers" and e["ci_low"] is not None, e
+    assert "95% t interval over the servers' means" in e["text"], e
+    assert f"Effect at the first bad commit vs its parent: {e['text']}" in md, md
 
 def test_a_resumed_session_counts_every_start_and_commit_of_both_calls(tmp_path: Path) -> None:
     """kill -9 in the middle of the search, then the same command: result.json counts the

@@ -27,7 +27,9 @@ def test_culprit_and_parent_are_re_measured_and_reported(tmp_path: Path) -> None
     write_reports(session)
     md = (session / "report.md").read_text()
     assert "Verified: re-measured on fresh servers (6 requests each)" in md
-    assert "over 6 vs 6 requests); re-measured with 6 requests each" in md
+    assert ("the same on every request: 160 on each of the parent's 6 requests, 128 on each "
+            "of the culprit's 6 requests; no spread, so no interval to give); re-measured on "
+            "fresh servers (verify_samples = 6)") in md, md
     # resumed: the verification is in the journal, not measured again
     con = sqlite3.connect(session / "journal.sqlite")
     assert con.execute("SELECT value FROM meta WHERE key = 'verification'").fetchone()

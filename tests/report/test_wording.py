@@ -57,3 +57,63 @@ def test_the_wording_helpers() -> None:
     assert short_subject(s, 80) == s
     assert short_subject("no PR number in this rather long subject line", 20) == \
         "no PR number in thi…"
+
+
+# a count of 1 before a plural noun ("1 commits", "1 more requests"; not a fraction "1/1
+# requests"), a "(s)" plural, and "0 s a" for a time under a second (issue 50 item 8)
+ONE_PLURAL = re.compile(
+    r"(?<![\w/.,+~-])1 (?:more )?(?:commits|requests|servers|server starts|steps|runs|samples|"
+    r"files|hunks|calls|rounds|packages|builds|points|GPUs|variables|workers|versions|"
+    r"seconds)\b")
+MISREAD = (ONE_PLURAL, re.compile(r"\w\(s\)"), re.compile(r"\b0 s a\b"))
+
+
+def misread(text: str) -> list[str]:
+    """The phrases of ``text`` (its lines joined: rich wraps) that read wrong."""
+    flat = " ".join(text.split())
+    return [m.group(0) for pattern in MISREAD for m in pattern.finditer(flat)]
+
+
+def test_misread_phrases_are_caught() -> None:
+    assert misread("5 judged, 1 commits; sampling 1 more requests") == ["1 commits",
+                                                                        "1 more requests"]
+    assert misread("itl median 2.5 over 10 samples on 1 server(s)") == ["r(s)"]
+    assert misread("over 1\n   runs; 0 s a server start") == ["1 runs", "0 s a"]
+    assert not misread(
+        "(1/1 requests short), 11 commits, 0.4 s a server start, 2 servers")
+
+
+def test_a_demo_and_a_two_level_run_read_as_written(tmp_path: Path) -> None:
+    """What `vllm-bisect demo` and a two-level `vllm-bisect run` (one server a side in its
+    verification: "on 1 server(s)" before) print and write reads as written."""
+    env = {**os.environ, "VLLM_BISECT_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "160"}
+    demo = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "demo", "--workdir",
+                           str(tmp_path / "demo")], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    h = history(tmp_path, n_commits=12, slow_at=7, slow_factor=1.5, step_ms=5.0,
+                noise_cv=0.05)
+    spec = write_spec(tmp_path / "spec.toml", make_spec(
+        h, verdict={"symptom": "itl"}, probe={"max_tokens": 60, "requests": 1}))
+    run = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec),
+                          "--session", str(tmp_path / "s")], capture_output=True, text=True,
+                         timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    reports = [p.read_text() for p in (tmp_path / "demo").rglob("report.md")]
+    assert reports
+    for name, text in (("demo", demo.stdout + demo.stderr), ("run", run.stdout + run.stderr),
+                       ("demo report", "\n".join(reports)),
+                       ("run report", (tmp_path / "s" / "report.md").read_text())):
+        assert not misread(text), (name, misread(text))
+    assert "on 1 server [" in run.stderr, run.stderr[-3000:]   # the two-level reason
+
+
+def test_a_session_under_a_second_says_its_tenths() -> None:
+    """A session answered from the cache in 0.4 s said "0 s" in the report's summary."""
+    from vllm_bisect.report.render import SessionReport, markdown
+    from vllm_bisect.report.result import BisectReport
+
+    res = BisectReport(first_bad=None, candidates=[], good="a" * 40, bad="b" * 40,
+                       n_commits=1, probed=[], wall_s=0.4)
+    md = markdown(SessionReport(Path("."), res, ""))
+    assert "1 commit; 0 judged, 0 server starts, 0.4 s." in md, md

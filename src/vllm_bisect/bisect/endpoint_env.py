@@ -27,6 +27,7 @@ from vllm_bisect.builders.packages import artifact_packages, beyond_vllm, change
 from vllm_bisect.models import Evaluation, Outcome, Verdict
 from vllm_bisect.runtime.base import Artifact
 from vllm_bisect.spec.build import ArtifactKind
+from vllm_bisect.text import plural
 
 logger = logging.getLogger(__name__)
 SHOWN = 6   # changed packages named in the line, at most
@@ -60,7 +61,7 @@ class EndpointEnv:
             return (f"{subject} differ in more than vLLM ({', '.join(named[:SHOWN])}{more}): "
                     f"see `vllm-bisect deps {session}`")
         if not changes:
-            return f"{subject}: the same {len(self.good)} packages"
+            return f"{subject}: the same {plural(len(self.good), 'package')}"
         others = [_change(*c) for c in changes if c[0] != "vllm"]
         vllm = [_change(*c) for c in changes if c[0] == "vllm"]
         if not others:

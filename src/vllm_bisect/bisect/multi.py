@@ -43,6 +43,7 @@ from vllm_bisect.bisect.rest import RestAnswer
 from vllm_bisect.errors import NotReproduced, RestExplained, RestUndecided
 from vllm_bisect.models import Evaluation, Phase, Verdict
 from vllm_bisect.spec import BisectSpec, Symptom
+from vllm_bisect.text import plural
 
 logger = logging.getLogger(__name__)
 MAX_SEARCHES = 7   # per symptom: the first, and the rest checks (two per culprit found)
@@ -149,9 +150,11 @@ class _Loop:
         if shown < 2:
             return sp
         runs = max(1, v.intermittent_runs - shown + 1)  # the bad end's known run counts once
-        self.events.on_phase("", f"{v.symptom.value}: shown on all {shown} servers that ran "
-                                 f"commits showing it; {runs - 1} more runs of the bad end "
-                                 "check that it is not intermittent")
+        self.events.on_phase("", f"{v.symptom.value}: shown on "
+                                 f"{'the one server' if shown == 1 else f'all {shown} servers'}"
+                                 f" that ran commits showing it; "
+                                 f"{plural(runs - 1, 'more run')} of the bad end check that "
+                                 "it is not intermittent")
         return sp.model_copy(update={"verdict": v.model_copy(
             update={"intermittent_runs": runs})})
 

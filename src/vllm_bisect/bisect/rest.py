@@ -39,6 +39,7 @@ from vllm_bisect.bisect.policies.twolevel import TwoLevelPolicy
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.models import Measurement, Verification
 from vllm_bisect.spec import Symptom
+from vllm_bisect.text import plural
 from vllm_bisect.verdict.auto import direction, log_min_change, samples_of
 from vllm_bisect.verdict.twolevel import CalStep
 
@@ -183,11 +184,12 @@ def note(what: str, found: RestCheck | None, why: str, starts: int, cap: int,
     if found.answer is RestAnswer.EXPLAINED:
         return f"{head}no, the culprit explains the effect ({numbers}; {starts_text(starts)})"
     if found.need and starts == 0:
-        why_not = (f"settling it takes ~{found.need} servers an end, more than "
+        why_not = (f"settling it takes ~{plural(found.need, 'server')} an end, more than "
                    f"verdict.rest_servers = {cap} allows: none started")
     else:
         why_not = (f"{starts_text(starts)}, the cap verdict.rest_servers = {cap}"
-                   + (f"; ~{found.need} servers an end would settle it" if found.need else ""))
+                   + (f"; ~{plural(found.need, 'server')} an end would settle it"
+                      if found.need else ""))
     if not found.worse_way:   # no sign of a rest that is worse: nothing to bisect
         return f"{head}undecided, not worse so far ({numbers}; {why_not})"
     return (f"{head}undecided ({numbers}; {why_not}): to look further, "

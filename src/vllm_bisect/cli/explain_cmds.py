@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from vllm_bisect.cli.app import VerboseOpt, command, err, out, print_json, setup_logging, user_errors
+from vllm_bisect.text import plural
 
 SessionArg = Annotated[Path, typer.Argument(help="a finished bisect session directory")]
 
@@ -55,7 +56,7 @@ def run_explain(session: Path, cache_dir: Path | None, servers_per_side: int | N
     k = servers_per_side or (spec or stored_spec(session)).explain.servers_per_side
     what = f"the commit under {spec_path or 'the session spec'} and under {against_path}" \
         if against is not None else "the culprit and its parent"
-    err().print(f"[bold]explain:[/] profiling {what}, {k} server(s) each", soft_wrap=True)
+    err().print(f"[bold]explain:[/] profiling {what}, {plural(k, 'server')} each", soft_wrap=True)
     return explain_session(session, _cache_dir(session, cache_dir), k,
                            on_phase=lambda msg: err().print(f"[dim]  {msg}[/]"),
                            culprit_ref=culprit, spec=spec, against=against)

@@ -27,6 +27,7 @@ from vllm_bisect.cli.app import (
     user_errors,
 )
 from vllm_bisect.errors import BisectError, FatalError
+from vllm_bisect.text import plural
 
 
 @command("triage")
@@ -316,8 +317,8 @@ def cache_ls(
     for h in found:
         kinds[h.kind] = kinds.get(h.kind, 0) + h.size
     by_kind = ", ".join(f"{k} {_human(v)}" for k, v in sorted(kinds.items()))
-    out().print(f"total {_human(total)} in {len(found)} entries" + (f" ({by_kind})"
-                                                                   if by_kind else ""),
+    entries = plural(len(found), "entry", "entries")
+    out().print(f"total {_human(total)} in {entries}" + (f" ({by_kind})" if by_kind else ""),
                 markup=False)
 
 

@@ -131,6 +131,8 @@ def summary(session_dir: Path, console: Console) -> None:
         console.print(f"[bold red]{result.first_new_label}:[/] {result.first_bad} "
                       f"{esc(result.first_bad_subject or '')}")
         console.print(f"  https://github.com/vllm-project/vllm/commit/{result.first_bad}")
+        for effect in result.effects or []:
+            console.print(f"effect: {esc(effect.text)}", highlight=False)
     if result.culprits:  # one culprit per symptom and step (verdict.symptoms, rest check)
         for line in result.culprit_lines():
             console.print(esc(line), highlight=False)
@@ -139,7 +141,7 @@ def summary(session_dir: Path, console: Console) -> None:
                       "[/] candidates:")
         for c in result.candidates:
             console.print(f"  {c}")
-    par = (f", {result.rounds} rounds on {result.workers} workers" if result.workers > 1
+    par = (f", {plural(result.rounds, 'round')} on {result.workers} workers" if result.workers > 1
            else "")
     console.print(f"[dim]{plural(len(result.judged()), 'commit')} judged, "
                   f"{starts_text(result)}{par}, "

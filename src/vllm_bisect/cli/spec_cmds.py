@@ -19,6 +19,8 @@ def spec_cmd(
         help="only this section (range, build, serve, probe, verdict, ops, parallel)")] = None,
 ) -> None:
     """Spec file reference: `vllm-bisect spec --keys [SECTION]`."""
+    import textwrap
+
     from vllm_bisect.spec import BisectSpec
     from vllm_bisect.spec.keys import spec_keys
 
@@ -30,11 +32,15 @@ def spec_cmd(
         sections = sorted({k.key.split(".", 1)[0] for k in spec_keys(BisectSpec)})
         out().print(f"no section {esc(section)}; sections: {', '.join(sections)}")
         raise typer.Exit(2)
+    width = max(40, out().width - 1)
     for k in rows:
         kinds = f"  [dim](build.kind: {', '.join(k.kinds)})[/]" if k.kinds else ""
-        out().print(f"[bold]{esc(k.key)}[/]: {esc(k.type)} = {esc(k.default)}{kinds}")
-        if k.help:
-            out().print(f"    {esc(k.help)}")
+        out().print(f"[bold]{esc(k.key)}[/]: {esc(k.type)} = {esc(k.default)}{kinds}",
+                    soft_wrap=True)
+        if k.help:   # wrapped under its key, never back at the margin (issue 50)
+            out().print(esc(textwrap.fill(k.help, width, initial_indent="    ",
+                                          subsequent_indent="    ", break_on_hyphens=False)),
+                        soft_wrap=True)
 
 
 sim_app = typer_app("The bundled simulator: synthetic vLLM histories to try vllm-bisect on.")

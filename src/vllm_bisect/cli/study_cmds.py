@@ -24,6 +24,7 @@ from vllm_bisect.cli.app import (
 from vllm_bisect.cli.app import fail as _fail
 from vllm_bisect.cli.app import setup_logging as _setup_logging
 from vllm_bisect.errors import BisectError, FatalError, NotReproduced
+from vllm_bisect.text import plural
 
 if TYPE_CHECKING:
     from vllm_bisect.isolate.adapter import StudyTrial
@@ -83,7 +84,7 @@ def _print_strategy(d: dict[str, Any]) -> None:
 
 def _print_isolate(d: dict[str, Any]) -> None:
     _print_strategy(d)
-    out().print(f"[bold]culprit[/] {d['culprit'][:12]} changes {len(d['files'])} files; "
+    out().print(f"[bold]culprit[/] {d['culprit'][:12]} changes {plural(len(d['files']), 'file')}; "
               f"smallest reproducing set ({d['file_tests']} builds):")
     for f in d["minimal_files"]:
         out().print(f"  [red]{esc(f)}[/]")
@@ -181,7 +182,7 @@ def knobs_cmd(
     knob: Annotated[list[str], typer.Option(
         help="NAME=BASELINE,OTHER... (env) or --flag=BASELINE,OTHER... (serve flag); '-' "
              "unset, '+' flag without value; repeatable")],
-    commit: Annotated[list[str] | None, typer.Option(help="commit(s) to test (default: a "
+    commit: Annotated[list[str] | None, typer.Option(help="commits to test (default: a "
                                                      "bisect session's culprit and its parent, "
                                                      "else range.bad); repeatable")] = None,
     session: Annotated[Path | None, typer.Option(help="session dir (a bisect session adds "
@@ -231,5 +232,5 @@ def knobs_cmd(
             out().print("[bold red]flips the symptom:[/] " + esc(", ".join(t["minimal"])))
         else:
             out().print("no knob flips the symptom")
-    out().print(f"[dim]{doc['fresh_builds']} servers measured this run[/]")
+    out().print(f"[dim]{plural(doc['fresh_builds'], 'server')} measured this run[/]")
 

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import Field
 
 from vllm_bisect.report.section import SectionDoc, StudySection
+from vllm_bisect.text import plural
 
 
 def _cell(text: Any) -> str:
@@ -31,13 +32,14 @@ def isolate_lines(d: dict[str, Any]) -> list[str]:
     out = ["", "### Which part of the culprit (delta debugging over its diff)", "",
            *_judged_by(d)]
     files = d.get("minimal_files") or []
-    out.append(f"The culprit changes {len(d['files'])} files; applied on its parent "
+    out.append(f"The culprit changes {plural(len(d['files']), 'file')}; applied on its parent "
                f"`{d['parent'][:12]}`, the smallest set that reproduces the symptom is "
                f"**{len(files)} file{'s' if len(files) != 1 else ''}**: "
-               + ", ".join(f"`{f}`" for f in files) + f" ({d['file_tests']} builds).")
+               + ", ".join(f"`{f}`" for f in files) + f" ({plural(d['file_tests'], 'build')}).")
     if d.get("minimal_hunks") and d.get("hunk_tests"):
         out.append(f"Within {'it' if len(files) == 1 else 'them'}, {len(d['minimal_hunks'])} of "
-                   f"{len(d['hunks'])} hunks reproduce it ({d['hunk_tests']} builds):")
+                   f"{plural(len(d['hunks']), 'hunk')} reproduce it "
+                   f"({plural(d['hunk_tests'], 'build')}):")
         out += [f"- `{h}`" for h in d["minimal_hunks"]]
     removes = d.get("revert_removes")
     if removes is not None:
@@ -47,7 +49,8 @@ def isolate_lines(d: dict[str, Any]) -> list[str]:
     elif d.get("revert_verdict"):
         out.append(f"Reverting that set on the culprit could not be tested: {d['revert_reason']}")
     skips = [t for t in d.get("trials", []) if t["verdict"] == "skip"]
-    out.append(f"{d['fresh_builds']} builds this run; {len(skips)} subsets did not build or "
+    out.append(f"{plural(d['fresh_builds'], 'build')} this run; "
+               f"{plural(len(skips), 'subset')} did not build or "
                "serve (skips, not verdicts).")
     out += ["", "<details><summary>Subsets tested</summary>", "", "| subset | verdict | why |",
             "|---|---|---|"]
@@ -74,7 +77,7 @@ def deps_lines(d: dict[str, Any]) -> list[str]:
         if p.get("first_bad_version"):
             out.append(f"- `{p['name']}` {p['old']} -> {p['new']}: first bad version "
                        f"**{p['first_bad_version']}** (on the {p['base']}, index "
-                       f"{d.get('index_url')}; {len(p['tested'])} versions built)")
+                       f"{d.get('index_url')}; {plural(len(p['tested']), 'version')} built)")
         elif p.get("candidates"):
             out.append(f"- `{p['name']}`: the first bad version is one of "
                        + ", ".join(p["candidates"]) + " (the others could not be installed)")

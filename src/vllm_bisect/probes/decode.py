@@ -41,6 +41,7 @@ from vllm_bisect.probes.sse import (
 )
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.spec import Endpoint, OpsSpec, ProbeSpec, output_token_floor
+from vllm_bisect.text import plural
 
 logger = logging.getLogger(__name__)
 # a warm-up request's length (it only has to run the server's first-use paths)
@@ -181,10 +182,10 @@ class DecodeProbe:
                              hint="is the server running, and is the URL (host and port) "
                                   "right?") from None
         except httpx.HTTPError as err:
-            raise ProbeError(f"stream from {url} broke after {len(chunks)} chunks: {err}",
+            raise ProbeError(f"stream from {url} broke after {plural(len(chunks), 'chunk')}: {err}",
                              hint="the server died mid-request; see its log") from None
         if not saw_done:
-            raise StreamFormatError(f"stream from {url} ended after {len(chunks)} chunks "
+            raise StreamFormatError(f"stream from {url} ended after {plural(len(chunks), 'chunk')} "
                                     "without 'data: [DONE]'", hint="the server died mid-request")
         if not saw_choice:  # never "0 output tokens": that would judge a length bisect
             raise StreamFormatError(f"stream from {url} carried no well-formed choice",
@@ -201,7 +202,7 @@ class DecodeProbe:
     @staticmethod
     def _deadline_error(url: str, deadline_s: float, chunks: list[_Chunk]) -> ProbeError:
         return ProbeError(f"request to {url} did not finish within its {deadline_s:.0f} s "
-                          f"deadline ({len(chunks)} chunks received)",
+                          f"deadline ({plural(len(chunks), 'chunk')} received)",
                           hint="the server streams without end or far too slowly; set "
                                "ops.request_deadline_s (or lower ops.min_tokens_per_s) "
                                "if it is just slow")

@@ -73,6 +73,7 @@ class JudgedCommit(_Doc):
     failure: FailureKind | None = None  # why it has no measurement (the crash symptom reads it)
     log: str | None = None    # a skip's build or server log (the cause is in it)
     cause: str | None = None  # a skip's cause: the error line of that log's tail
+    servers: int | None = None  # a two-level verdict's servers (None: one, or not kept)
 
 
 class RangeModelDoc(_Doc):
@@ -122,6 +123,10 @@ class VerificationDoc(_Doc):
     parent_reason: str
     culprit_per_request: PerRequest | None = None
     parent_per_request: PerRequest | None = None
+    # a two-level verdict's samples of its symptom, one list per server (natural scale): the
+    # effect's interval over the servers (report/effects.py)
+    culprit_server_samples: list[list[float]] | None = None
+    parent_server_samples: list[list[float]] | None = None
 
     @classmethod
     def of(cls, v: Verification | None) -> VerificationDoc | None:
@@ -135,7 +140,31 @@ class VerificationDoc(_Doc):
                    culprit_reason=v.culprit_reason, parent_verdict=v.parent_verdict,
                    parent_reason=v.parent_reason,
                    culprit_per_request=PerRequest.of(v.culprit_measurement),
-                   parent_per_request=PerRequest.of(v.parent_measurement))
+                   parent_per_request=PerRequest.of(v.parent_measurement),
+                   culprit_server_samples=v.culprit_servers or None,
+                   parent_server_samples=v.parent_servers or None)
+
+
+class EffectDoc(_Doc):
+    """The culprit against its last good parent on one metric, with its 95% interval and
+    what that rests on (verdict/stats.py's ``Effect``; report/effects.py works it out).
+    ``interval``: bootstrap (the requests resampled), servers (a t interval over the
+    servers' means), exact (no spread on either side), none (too few requests);
+    ``source``: where the samples came from; ``text``: the report's line."""
+
+    metric: str
+    before: float
+    after: float
+    change: float
+    ci_low: float | None
+    ci_high: float | None
+    interval: str
+    requests_before: int
+    requests_after: int
+    servers_before: int
+    servers_after: int
+    source: str
+    text: str
 
 
 class FlakyDoc(_Doc):
@@ -179,6 +208,9 @@ class BisectReport(_Doc):
     n_commits: int
     probed: list[JudgedCommit]
     verification: VerificationDoc | None = None
+    # the culprit against its parent, per metric that matters, with its interval (None: a
+    # result.json written before effects were kept; the report works them out)
+    effects: list[EffectDoc] | None = None
     confidence: float | None = None
     model: RangeModelDoc | None = None   # changepoint: the model of the range's conclusion
     # verdict.strategy = "auto": the strategy it chose for the symptom, and why
@@ -255,6 +287,7 @@ class BisectReport(_Doc):
                 artifact=ev.artifact if ev else None, environment=ev.environment if ev else None,
                 measurement=_lean(o.measurement), per_request=PerRequest.of(o.measurement),
                 failure=ev.failure if ev else None,
+                servers=len(ev.samples) if ev and ev.samples else None,
                 **(_skip_cause(ev) if ev and o.verdict is Verdict.SKIP else {})))
         return cls(search=result.search,
                    first_new_label=("first fixed commit" if result.search == "fix"

@@ -18,7 +18,7 @@ from vllm_bisect.report.result import (
 )
 from vllm_bisect.report.sections import study_lines
 from vllm_bisect.report.symptom_view import SymptomView, session_spec, symptom_view
-from vllm_bisect.text import plural
+from vllm_bisect.text import plural, seconds
 
 COMMIT_URL = "https://github.com/vllm-project/vllm/commit/{sha}"
 PR_URL = "https://github.com/vllm-project/vllm/pull/{pr}"
@@ -156,7 +156,7 @@ def view(r: SessionReport) -> ReportView:
         flaky=res.flaky.text() if res.flaky else None,
         summary=(f"Range {res.good[:12]} (good) .. {res.bad[:12]} (bad), "
                  f"{plural(res.n_commits, 'commit')}; {len(judged)} judged, {starts_text(res)}, "
-                 f"{res.wall_s:.0f} s."),
+                 f"{seconds(res.wall_s)}."),
         rows=rows, symptoms=symptom_view(res, r.spec_text),
         skips=[skip_view(p, r.session) for p in judged if p.verdict is Verdict.SKIP],
         environment=next((p.environment for p in judged if p.environment), None),
@@ -173,66 +173,15 @@ def _cells(m: Measurement | None) -> tuple[str, ...]:
 
 
 def effects(r: SessionReport) -> list[str]:
-    """Culprit vs its last good parent, per metric, with 95% bootstrap CIs: from the
-    verification's fresh samples when the culprit was re-measured, else from the search's."""
-    from vllm_bisect.verdict.stats import bootstrap_change
+    """Culprit vs its last good parent, per metric, each with its interval and what it
+    rests on: result.json's ``effects`` (worked out when it was written), else worked out
+    now (report/effects.py)."""
+    from vllm_bisect.report.effects import effect_docs
 
-    res = r.result
-    culprit = res.culprit()
-    if culprit is None:
-        return []
-    v = res.verification
-    before: PerRequest | None
-    after: PerRequest | None
-    if v and v.culprit_per_request and v.parent_per_request:
-        before, after = v.parent_per_request, v.culprit_per_request
-        source = (f"re-measured with {requests_text(v)}" if v.source == "fresh" else
-                  f"the search's runs ({servers_text(v.parent_servers)} of the parent, "
-                  f"{servers_text(v.culprit_servers)} of the culprit)"
-                  if v.source == "rechecks" else
-                  f"the final pair's servers ({servers_text(v.parent_servers)} of the parent,"
-                  f" {servers_text(v.culprit_servers)} of the culprit)")
-    else:
-        if culprit.index is None:
-            return []
-        parents = [p for p in res.judged() if p.index is not None and p.index < culprit.index
-                   and p.verdict is Verdict.GOOD]
-        if not parents:
-            return []
-        before = max(parents, key=lambda p: p.index or 0).per_request
-        after = culprit.per_request
-        source = "samples taken during the search"
-    if before is None or after is None:
-        return []
-    led, small = _bisected_metrics(r, culprit.reason)
-    series_: dict[str, tuple[str, list[float | None], list[float | None]]] = {
-        "ITL": (" ms/token", list(before.itl_ms), list(after.itl_ms)),
-        "output tokens": ("", list(map(float, before.output_tokens)),
-                          list(map(float, after.output_tokens)))}
-    out = []
-    for name in sorted(series_, key=lambda n: n not in led):   # the bisected symptom first
-        unit, b, a = series_[name]
-        e = bootstrap_change([float(x) for x in b if x is not None],
-                             [float(x) for x in a if x is not None], name)
-        if e is None:
-            continue
-        # another metric only when its interval is off zero by more than what matters
-        if name in led or (e.ci_low is not None and e.ci_high is not None
-                           and (e.ci_low > small[name] or e.ci_high < -small[name])):
-            out.append(f"{e.describe(unit)}; {source}")
-    return out
-
-
-def _bisected_metrics(r: SessionReport, reason: str) -> tuple[set[str], dict[str, float]]:
-    """The metrics the bisected symptom is judged on, and per metric the smallest relative
-    change that matters (the spec's itl_factor, else 1 + min_effect)."""
-    v = session_spec(r.spec_text).verdict
-    small = {"ITL": (v.itl_factor or 1.0 + v.min_effect) - 1.0, "output tokens": v.min_effect}
-    led = {"length": {"output tokens"}, "itl": {"ITL"}}.get(v.symptom.value, set())
-    if v.symptom.value == "any":   # the culprit's own reason says which was bad
-        led = ({"output tokens"} if "tokens" in reason else set()) | (
-            {"ITL"} if "ITL" in reason else set()) or {"output tokens", "ITL"}
-    return led, small
+    docs = r.result.effects
+    if docs is None:
+        docs = effect_docs(r.result, session_spec(r.spec_text).verdict)
+    return [e.text for e in docs]
 
 
 def requests_text(v: VerificationDoc) -> str:

@@ -188,8 +188,11 @@ class VerdictSpec(_Model):
     # the server runs out of memory starting (verdict/memory.py)
     memory_factor: float = Field(default=1.1, gt=1.0, le=MAX_FACTOR)
     # once the culprit is found, re-measure it and its parent on fresh servers with this many
-    # requests each (every strategy; the two-level test adds servers while it asks); the
-    # report's effect and its 95% CI come from these samples (0: skip)
+    # requests each (the two-level test adds servers while it asks), unless the search's own
+    # runs already verify the pair: a deterministic cap's re-checks, or (rest_check = false)
+    # the two-level confirmation at the whole-bisect bound; changepoint verifies nothing
+    # again. The report's effect and its 95% interval come from the samples the verification
+    # rests on, with their requests and servers (0: no verification; from the search's)
     verify_samples: int = Field(default=10, ge=0, le=1000)
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from vllm_bisect.text import plural
+
 
 class SeqVerdict(StrEnum):
     GOOD = "good"
@@ -191,8 +193,9 @@ class SequentialJudge:
         v = self.test.decide(xs)
         cal = self.test.calibration
         med = statistics.median(xs) if xs else float("nan")
-        where = (f"ITL median {med:.2f} ms over {len(xs)} samples (good ~{math.exp(cal.mu_good):.2f},"
+        where = (f"ITL median {med:.2f} ms over {plural(len(xs), 'sample')} (good "
+                 f"~{math.exp(cal.mu_good):.2f},"
                  f" bad ~{math.exp(cal.mu_bad):.2f})")
         if v is SeqVerdict.UNKNOWN:
-            return v, f"undecided after {len(xs)} samples: {where}"
+            return v, f"undecided after {plural(len(xs), 'sample')}: {where}"
         return v, f"SPRT {v.value}: {where}"

@@ -42,6 +42,7 @@ from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Evaluation, Measurement, Outcome, Verdict
 from vllm_bisect.probes.decode import combine
 from vllm_bisect.spec import BisectSpec
+from vllm_bisect.text import plural
 from vllm_bisect.verdict.auto import log_min_change, per_request, samples_of
 from vllm_bisect.verdict.twolevel import (
     CalStatus,
@@ -251,8 +252,9 @@ class TwoLevelPolicy:
             dec = Decision.UNKNOWN  # a failed later server: undecided
         mg, mb = test.model.means()
         flat = [x for g in groups for x in g]
-        where = (f"{self.symptom.value} median {statistics.median(flat):.3g} over {len(flat)} "
-                 f"samples on {len(groups)} server(s) [{describe(groups)}] (good "
+        where = (f"{self.symptom.value} median {statistics.median(flat):.3g} over "
+                 f"{plural(len(flat), 'sample')} on {plural(len(groups), 'server')} "
+                 f"[{describe(groups)}] (good "
                  f"~{math.exp(mg):.3g}, bad ~{math.exp(mb):.3g}; log BF "
                  f"{test.model.log_bf(logs):+.1f}{_off_good(test, logs)}, decides at "
                  f"+-{test.threshold:.1f})")

@@ -33,6 +33,7 @@ from vllm_bisect.errors import NotReproduced, RestExplained, RestUndecided, Spec
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Phase, Verdict
 from vllm_bisect.probes.decode import combine
 from vllm_bisect.spec import SearchKind
+from vllm_bisect.text import plural
 from vllm_bisect.verdict.auto import direction, log_min_change, per_request, samples_of
 from vllm_bisect.verdict.changepoint import (
     Posterior,
@@ -339,10 +340,11 @@ class ChangePointSearch:
     def _progress(self, post: Posterior, j: int, p: float) -> str:
         rng = self.t.rng
         lo, hi = post.bounds[j], post.bounds[j + 1]
+        after = (rng.good if lo < 0 else rng.commits[lo]).sha[:12]
         name = (rng.commits[hi].sha[:12] if hi - lo == 1
-                else f"{hi - lo} commits after {(rng.good if lo < 0 else rng.commits[lo]).sha[:12]}")
+                else f"{plural(hi - lo, 'commit')} after {after}")
         return (f"model of the range: P(first bad is {name}) = {p:.3f}, P(no step) = "
-                f"{post.none:.3f}, {len(self.servers)} servers")
+                f"{post.none:.3f}, {plural(len(self.servers), 'server')}")
 
     def _credible(self, post: Posterior, p: float, why: str) -> Found:
         pk = post.per_commit()

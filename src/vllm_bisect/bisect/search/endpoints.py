@@ -216,7 +216,8 @@ def _intermittence(t: Tester, v: VerdictSpec, rng: CommitRange) -> Choice | None
         if not shown:
             return None
         return Choice(Strategy.THRESHOLD, f"auto: the bad endpoint showed the "
-                      f"{v.symptom.value} symptom in all {shown} runs: deterministic (one "
+                      f"{v.symptom.value} symptom in "
+                      f"{'its one run' if shown == 1 else f'all {shown} runs'}: deterministic (one "
                       "run per commit tells)")
     return Choice(Strategy.BAYES, f"auto: the bad endpoint showed the {v.symptom.value} "
                   f"symptom in {shown} of {shown + missed} runs (the first {first} it): it "
