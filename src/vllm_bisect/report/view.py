@@ -18,6 +18,7 @@ from vllm_bisect.report.result import (
 )
 from vllm_bisect.report.sections import study_lines
 from vllm_bisect.report.symptom_view import SymptomView, session_spec, symptom_view
+from vllm_bisect.symptoms import by_key
 from vllm_bisect.text import plural
 
 COMMIT_URL = "https://github.com/vllm-project/vllm/commit/{sha}"
@@ -228,10 +229,11 @@ def _bisected_metrics(r: SessionReport, reason: str) -> tuple[set[str], dict[str
     change that matters (the spec's itl_factor, else 1 + min_effect)."""
     v = session_spec(r.spec_text).verdict
     small = {"ITL": (v.itl_factor or 1.0 + v.min_effect) - 1.0, "output tokens": v.min_effect}
-    led = {"length": {"output tokens"}, "itl": {"ITL"}}.get(v.symptom.value, set())
-    if v.symptom.value == "any":   # the culprit's own reason says which was bad
-        led = ({"output tokens"} if "tokens" in reason else set()) | (
-            {"ITL"} if "ITL" in reason else set()) or {"output tokens", "ITL"}
+    info = v.symptom.info
+    led = {i.effect_series for i in (info, *(by_key(k) for k in info.covers))
+           if i is not None and i.effect_series}
+    if len(led) > 1:   # (any) the culprit's own reason says which was bad: its last word
+        led = {n for n in led if n.split()[-1] in reason} or led
     return led, small
 
 
