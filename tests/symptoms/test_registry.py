@@ -121,6 +121,6 @@ def test_the_validator_asks_for_what_each_symptom_needs(symptom: Symptom) -> Non
 
 
 def test_the_report_table_has_a_column_per_declared_screen() -> None:
-    assert table_symptoms.SYMPTOMS == tuple(i.key for i in TABLE)
+    assert tuple(i.key for i in TABLE) == table_symptoms.SYMPTOMS
     assert {"length", "itl", "ttft", "acceptance", "correctness", "crash"} <= set(
         table_symptoms.SYMPTOMS)
