@@ -16,7 +16,7 @@ from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from vllm_bisect.models import Measurement, Verdict
+    from vllm_bisect.models import FailureKind, Measurement, Verdict
 
 
 class Direction(Enum):
@@ -119,6 +119,13 @@ class SymptomInfo:
     judge: ThresholdJudge
     # are verdicts relative to the reference endpoint's measurement (given the verdict spec)?
     needs_reference: Callable[[Any], bool] = lambda v: False
+    # a failed evaluation (no measurement) that shows the symptom: (its typed failure, its
+    # reason, the server log's tail) -> the BAD verdict's reason (None: a skip)
+    failed: Callable[[FailureKind | None, str, str], str | None] | None = None
+    # a failed start is retried (ops.retries by default; not a crash: a retry would hide it)
+    retry: bool = True
+    # the probe reads the server's start-up memory (its log and the GPU it holds)
+    startup_memory: bool = False
     # the continuous symptoms' samples in one server's measurement (natural scale)
     samples: Samples | None = None
     # the sequential test (SPRT on per-request samples) judges it

@@ -24,10 +24,15 @@ def _shown(p: dict[str, Any], ref: dict[str, Any] | None, s: Screen) -> bool | N
     return False if measured(p) is not None else (_crashed(p) or None)
 
 
+def _failed(failure: FailureKind | None, reason: str, log_tail: str) -> str | None:
+    """Following the crash symptom, a server that died or a probe that failed is bad."""
+    return f"crashed: {reason}" if failure is not None and failure.crash else None
+
+
 CRASH = SymptomInfo(
     key="crash", about="the server dies or the probe fails (instead of a skip)",
     direction=Direction.DIFFERS, noise=Noise.FLAKY,
     judge=lambda m, ref, v, floor: judge_plain(m, ref, v, floor, length=False, itl=False),
-    needs_reference=itl_reference,
+    needs_reference=itl_reference, failed=_failed, retry=False,
     auto_why="auto: a crash shows in some runs only (runs are repeated where they tell most)",
     shown=_shown, caption=lambda ref_name, s: "the server or the probe failed")

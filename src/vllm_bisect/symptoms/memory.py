@@ -11,12 +11,28 @@ holds (NVML) rises above the good endpoint's x ``memory_factor`` (by at least
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from vllm_bisect.models import Measurement, MemoryResult, Verdict
+from vllm_bisect.models import FailureKind, Measurement, MemoryResult, Verdict
 from vllm_bisect.symptoms.base import Direction, Judged, Noise, SymptomInfo
 
 MIN_RISE_GIB = 0.25
+OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory|larger than the available "
+                 r"KV cache memory|No available memory for the cache blocks|larger than the "
+                 r"maximum number of tokens that can be stored in KV cache", re.IGNORECASE)
+MAX_TEXT = 2_000_000
+
+
+def oom_start(text: str) -> bool:
+    """Does a failed start's reason or log tail say it ran out of memory?"""
+    return bool(OOM.search(text[-MAX_TEXT:]))
+
+
+def _failed(failure: FailureKind | None, reason: str, log_tail: str) -> str | None:
+    """Following memory, a start that ran out of memory is bad (not a skip)."""
+    return (f"out of memory at start-up: {reason}" if oom_start(f"{reason}\n{log_tail}")
+            else None)
 
 
 def _capacity(m: MemoryResult, ref: MemoryResult) -> tuple[str, float, float] | None:
@@ -65,7 +81,7 @@ def _judge(m: Measurement, ref: Measurement | None, v: Any, floor: int | None) -
 MEMORY = SymptomInfo(
     key="memory", about="start-up memory: the KV cache shrank, memory rose, or it ran out",
     direction=Direction.DIFFERS, noise=Noise.DETERMINISTIC, judge=_judge,
-    needs_reference=lambda v: True,
+    needs_reference=lambda v: True, failed=_failed, startup_memory=True,
     auto_why=("auto: memory at start-up is deterministic for a commit and a config (one start "
               "per commit tells)"),
     tunable=("memory_factor",), triage_defaults=(

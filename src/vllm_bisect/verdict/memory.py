@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 
 from vllm_bisect.models import MemoryResult
-from vllm_bisect.symptoms.memory import MIN_RISE_GIB, judge_memory
+from vllm_bisect.symptoms.memory import MAX_TEXT, MIN_RISE_GIB, OOM, judge_memory, oom_start
 
-__all__ = ["MIN_RISE_GIB", "judge_memory", "oom_start", "parse_startup"]
+__all__ = ["MAX_TEXT", "MIN_RISE_GIB", "OOM", "judge_memory", "oom_start", "parse_startup"]
 
 NUM = r"\d{1,3}(?:,\d{3}){1,5}|\d{1,15}"
 KV_TOKENS = re.compile(rf"GPU KV cache size:\s{{0,4}}(?P<n>{NUM})\s{{0,4}}tokens")
@@ -36,10 +36,6 @@ KV_GIB = re.compile(r"Available KV cache memory:\s{0,4}(?P<x>\d{1,7}(?:\.\d{1,6}
 BLOCKS = re.compile(r"# GPU blocks:\s{0,4}(?P<n>\d{1,12})")
 WEIGHTS = re.compile(r"(?:Model loading took|Loading model weights took)\s{1,4}"
                      r"(?P<x>\d{1,7}(?:\.\d{1,6})?)\s{0,4}(?P<unit>GiB|GB)")
-OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory|larger than the available "
-                 r"KV cache memory|No available memory for the cache blocks|larger than the "
-                 r"maximum number of tokens that can be stored in KV cache", re.IGNORECASE)
-MAX_TEXT = 2_000_000
 
 
 def _last(pat: re.Pattern[str], text: str) -> re.Match[str] | None:
@@ -67,8 +63,3 @@ def parse_startup(log: str, gpu_used_mib: float | None = None) -> MemoryResult |
         gpu_blocks=int(blocks.group("n")) if blocks else None,
         weights_gib=round(w, 4) if w is not None else None,
         gpu_used_mib=gpu_used_mib, lines=lines)
-
-
-def oom_start(text: str) -> bool:
-    """Does a failed start's reason or log tail say it ran out of memory?"""
-    return bool(OOM.search(text[-MAX_TEXT:]))
