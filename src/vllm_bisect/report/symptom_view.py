@@ -64,7 +64,7 @@ def _rules(res: BisectReport, spec: BisectSpec) -> _Rules:
     screen = Screen(min_tokens=spec.min_output_tokens(),
                     itl_factor=v.itl_factor if itl_judged else v.itl_factor or SCREEN_ITL_FACTOR,
                     max_itl_ms=v.max_itl_ms if itl_judged else None,
-                    ttft_factor=v.ttft_factor, max_ttft_ms=v.max_ttft_ms)
+                    verdict=v)
     caps = {}
     for i in TABLE:
         assert i.caption is not None

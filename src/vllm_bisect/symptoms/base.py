@@ -98,13 +98,14 @@ def measured(p: dict[str, Any] | None) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class Screen:
-    """What the report's symptom table compares each commit with (from the session's spec)."""
+    """What the report's symptom table compares each commit with: the session's verdict spec
+    (``verdict``: each symptom reads its own keys), the output-token floor, and the ITL limit
+    of the table (the verdict's, or a screen's where the bisect did not judge ITL)."""
 
     min_tokens: int | None = None
     itl_factor: float | None = None
     max_itl_ms: float | None = None
-    ttft_factor: float | None = None
-    max_ttft_ms: float | None = None
+    verdict: Any = None
 
 
 @dataclass(frozen=True)

@@ -35,15 +35,21 @@ def _samples(m: Measurement) -> list[float]:
     return [float(r.ttft_ms) for r in m.requests if r.n_chunks and r.ttft_ms > 0]
 
 
+def _limits(s: Screen) -> tuple[float | None, float | None]:
+    return getattr(s.verdict, "ttft_factor", None), getattr(s.verdict, "max_ttft_ms", None)
+
+
 def _shown(p: dict[str, Any], ref: dict[str, Any] | None, s: Screen) -> bool | None:
-    if (m := measured(p)) is None or (s.ttft_factor is None and s.max_ttft_ms is None):
+    factor, max_ms = _limits(s)
+    if (m := measured(p)) is None or (factor is None and max_ms is None):
         return None   # no TTFT threshold written: no screen (prefill time varies with the prompt)
-    return itl_shown(m, measured(ref), s.ttft_factor or 0.0, s.max_ttft_ms, key="ttft_ms")
+    return itl_shown(m, measured(ref), factor or 0.0, max_ms, key="ttft_ms")
 
 
 def _caption(ref_name: str, s: Screen) -> str:
-    parts = ([f"{s.ttft_factor:.3g}x {ref_name}'s"] if s.ttft_factor is not None else []) + (
-        [f"{s.max_ttft_ms:g} ms"] if s.max_ttft_ms is not None else [])
+    factor, max_ms = _limits(s)
+    parts = ([f"{factor:.3g}x {ref_name}'s"] if factor is not None else []) + (
+        [f"{max_ms:g} ms"] if max_ms is not None else [])
     return "time to first token above " + " or ".join(parts) if parts else "time to first token"
 
 
