@@ -25,8 +25,10 @@ ALLOWED = {
     ("symptoms/any_of.py", "<module>"),   # `any` covers length and itl: its declaration
     # the simulator's own vocabulary (fields of `vllm bench` results it writes)
     ("sim/bench.py", "_one"),
-    # what a report's prose says: triage reads words, not symptoms (a speed already read)
+    # what a report's prose says: triage reads words, not symptoms (a speed already read),
+    # in its own vocabulary (``Found``: latency too, which no probe judges)
     ("triage/symptoms.py", "find_symptoms"),
+    ("triage/symptoms.py", "Found"),
     # the issue form's checkboxes, in regression.yml's order (tests/triage/test_form.py)
     ("triage/form/fields.py", "<module>"),
 }
@@ -43,8 +45,8 @@ def symptom_words(node: ast.expr) -> set[str]:
 
 
 def hand_kept_lists(path: Path) -> list[tuple[int, str, list[str]]]:
-    """Literal tuples, lists, sets and dict keys holding two or more symptom names: (line, the
-    enclosing function or class, the names)."""
+    """Literal tuples, lists, sets, dict keys and enum-like classes (their members' values)
+    holding two or more symptom names: (line, the enclosing function or class, the names)."""
     tree = ast.parse(path.read_text(), str(path))
     out = []
 
@@ -52,7 +54,9 @@ def hand_kept_lists(path: Path) -> list[tuple[int, str, list[str]]]:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             where = node.name
         elts: list[ast.expr] = []
-        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        if isinstance(node, ast.ClassDef):   # an enum of symptoms: its members' values
+            elts = [b.value for b in node.body if isinstance(b, ast.Assign)]
+        elif isinstance(node, ast.Tuple | ast.List | ast.Set):
             elts = node.elts
         elif isinstance(node, ast.Dict):
             elts = [k for k in node.keys if k is not None]
@@ -82,10 +86,11 @@ def test_the_scan_sees_a_hand_kept_list(tmp_path: Path) -> None:
     f = tmp_path / "m.py"
     f.write_text('SYMPTOMS = ("length", "itl", "correctness", "any")\n'
                  "def f(s):\n    return s in (Symptom.ITL, Symptom.TTFT)\n"
-                 'CAPS = {"itl": 1, "acceptance": 2}\nONE = ("itl",)\n')
+                 'CAPS = {"itl": 1, "acceptance": 2}\nONE = ("itl",)\n'
+                 'class Kind(StrEnum):\n    A = "memory"\n    B = "crash"\n')
     assert [(line, names) for line, _, names in hand_kept_lists(f)] == [
         (1, ["any", "correctness", "itl", "length"]), (3, ["itl", "ttft"]),
-        (4, ["acceptance", "itl"])]
+        (4, ["acceptance", "itl"]), (6, ["crash", "memory"])]
 
 
 def test_each_symptom_is_one_module_and_its_member_named_by_its_key() -> None:
