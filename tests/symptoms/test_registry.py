@@ -129,3 +129,20 @@ def test_the_report_table_has_a_column_per_declared_screen() -> None:
     assert tuple(i.key for i in TABLE) == table_symptoms.SYMPTOMS
     assert {"length", "itl", "ttft", "acceptance", "correctness", "crash"} <= set(
         table_symptoms.SYMPTOMS)
+
+
+def test_every_key_a_declaration_names_is_a_spec_key() -> None:
+    # a typo in a declaration (a need, a factor, a value triage writes) would go unnoticed:
+    # Need.met() reads a missing key as unset
+    spec = parse_spec({})
+    for s in Symptom:
+        i = s.info
+        dotted = [k.strip("[]") for n in i.needs for k in n.keys]
+        dotted += [f"verdict.{k}" for k in (*i.tunable, *([i.factor_key] if i.factor_key else []))]
+        dotted += [k for k, _, _ in i.triage_defaults]
+        for key in dotted:
+            section, _, name = key.partition(".")
+            owner = getattr(spec, section)
+            for part in name.split("."):
+                assert part in type(owner).model_fields, (s.value, key)
+                owner = getattr(owner, part)
