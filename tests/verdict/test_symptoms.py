@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import history, make_spec, write_spec
+from vllm_bisect.symptoms import Screen
 from vllm_bisect.verdict import symptoms
+
+SCREEN = Screen(min_tokens=512, itl_factor=2.0)
 
 
 def p(i: int, out: int, itl: float, verdict: str = "good", sha: str | None = None) -> dict[str, Any]:
@@ -21,16 +24,16 @@ def p(i: int, out: int, itl: float, verdict: str = "good", sha: str | None = Non
 def test_flips_same_and_different_commits() -> None:
     probed = [p(0, 512, 1.0, sha="g" * 40), p(4, 512, 1.0), p(6, 128, 3.0, "bad"),
               p(5, 128, 3.1, "bad"), p(9, 128, 3.0, "bad")]
-    rows = symptoms.table(probed, "g" * 40, 512, 2.0)
+    rows = symptoms.table(probed, "g" * 40, SCREEN)
     fl = {f.symptom: f for f in symptoms.flips(rows)}
     assert fl["length"].exact and fl["length"].first_with == 5
     assert fl["itl"].exact and symptoms.same_root(list(fl.values()))
     probed[3] = p(5, 128, 1.0, "bad")  # ITL rises only at 6
-    fl2 = symptoms.flips(symptoms.table(probed, "g" * 40, 512, 2.0))
+    fl2 = symptoms.flips(symptoms.table(probed, "g" * 40, SCREEN))
     assert not symptoms.same_root(fl2)
     crash = {"commit": "c" * 40, "index": 7, "verdict": "skip", "measurement": None,
              "reason": "ServeError: server exited with code 1"}
-    assert symptoms.table([*probed, crash], "g" * 40, 512, 2.0)[7]["crash"] is True
+    assert symptoms.table([*probed, crash], "g" * 40, SCREEN)[7]["crash"] is True
 
 
 def test_two_symptoms_at_different_commits_and_the_follow_up(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ def parse_command(args: str) -> dict[str, str]:
         key, sep, value = word.partition("=")
         if not sep or key not in ("good", "bad", "symptom", "model"):
             raise SpecError(f"unknown /bisect argument {word[:80]!r}",
-                            hint="use /bisect good=<ref> bad=<ref> [symptom=length|itl|any] "
+                            hint=f"use /bisect good=<ref> bad=<ref> [symptom={'|'.join(SYMPTOMS)}] "
                                  "[model=org/name], a bare /bisect to triage the issue, or "
                                  "/bisect go to run the range it read")
         if key in ("good", "bad") and not REF.match(value):

@@ -20,11 +20,14 @@ from typing import Any
 
 from vllm_bisect.bot.values import CODE_ENV, is_hub_id, path_value_refusal
 from vllm_bisect.runtime.childenv import is_secret_name
+from vllm_bisect.symptoms import Symptom
 
 REF = re.compile(r"^(?:[0-9a-f]{7,40}|v?\d+\.\d+\.\d+(?:rc\d+)?(?:\.dev\d+)?|[\w][\w.-]{0,79})$")
-SYMPTOMS = ("length", "itl", "correctness", "any")
-TRIAGE_SYMPTOMS = (*SYMPTOMS, "throughput", "crash", "mtp-speedup")
-VERDICT_NUMBERS = ("itl_factor", "throughput_factor", "min_mtp_speedup")
+# (from the symptoms' registry) what a maintainer may name in `/bisect symptom=...`; what
+# triage may set from an issue (every symptom); the verdict numbers triage may size
+SYMPTOMS = tuple(s.value for s in Symptom if s.info.bot_command)
+TRIAGE_SYMPTOMS = tuple(s.value for s in Symptom)
+VERDICT_NUMBERS = tuple(k for s in Symptom for k in s.info.tunable)
 VALUE = re.compile(r"^[A-Za-z0-9_.,:+-]{1,64}$")   # no "/", no spaces, no quotes, no "="
 METHOD = re.compile(r"^[a-z0-9_]{1,32}$")
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from vllm_bisect.cli.app import VerboseOpt, command, err, out, print_json, setup_logging, user_errors
+from vllm_bisect.symptoms import Symptom
 from vllm_bisect.text import plural
 
 SessionArg = Annotated[Path, typer.Argument(help="a finished bisect session directory")]
@@ -104,7 +105,8 @@ def explain_cmd(
         print_explain(doc, session)
 
 
-SPEED_SYMPTOMS = ("itl", "throughput", "mtp-speedup")
+# the symptoms whose culprit `explain` profiles (the symptoms' registry: a speed)
+SPEED_SYMPTOMS = tuple(s.value for s in Symptom if s.info.speed)
 
 
 def after_run(spec: Any, session: Path, cache_dir: Path | None, quiet: bool) -> None:

@@ -25,6 +25,7 @@ from vllm_bisect.cli.app import (
     user_errors,
 )
 from vllm_bisect.errors import BisectError, FatalError, NotReproduced, SpecError
+from vllm_bisect.symptoms import keys_text
 from vllm_bisect.text import plural
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ def run(
     session: Annotated[Path | None, typer.Option(help="session dir (resumes if it exists)")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="artifact and result cache")] = None,
     symptom: Annotated[str | None, typer.Option(
-        help="verdict.symptom: length|itl|correctness|throughput|mtp-speedup|crash|any")] = None,
+        help=f"verdict.symptom: {keys_text()}")] = None,
     itl_factor: Annotated[float | None, typer.Option(help="verdict.itl_factor")] = None,
     workers: Annotated[int | None, typer.Option(
         help="commits tested at once (parallel.workers; without --gpus: simulator/CPU workers)")

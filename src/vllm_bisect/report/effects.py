@@ -18,6 +18,7 @@ from vllm_bisect.models import Verdict
 from vllm_bisect.report.result import BisectReport, EffectDoc, PerRequest, VerificationDoc
 from vllm_bisect.spec import VerdictSpec
 from vllm_bisect.spec.verdict import Symptom
+from vllm_bisect.symptoms import by_key
 from vllm_bisect.verdict.stats import (
     Effect,
     Interval,
@@ -146,8 +147,9 @@ def _bisected_metrics(v: VerdictSpec, reason: str) -> tuple[set[str], dict[str, 
     """The metrics the bisected symptom is judged on, and per metric the smallest relative
     change that matters (the spec's itl_factor, else 1 + min_effect)."""
     small = {"ITL": (v.itl_factor or 1.0 + v.min_effect) - 1.0, "output tokens": v.min_effect}
-    led = {"length": {"output tokens"}, "itl": {"ITL"}}.get(v.symptom.value, set())
-    if v.symptom.value == "any":   # the culprit's own reason says which was bad
-        led = ({"output tokens"} if "tokens" in reason else set()) | (
-            {"ITL"} if "ITL" in reason else set()) or {"output tokens", "ITL"}
+    info = v.symptom.info
+    led = {i.effect_series for i in (info, *(by_key(k) for k in info.covers))
+           if i is not None and i.effect_series}
+    if len(led) > 1:   # (any) the culprit's own reason says which was bad: its last word
+        led = {n for n in led if n.split()[-1] in reason} or led
     return led, small

@@ -8,13 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from vllm_bisect.symptoms import TABLE, Screen, Symptom
+from vllm_bisect.symptoms.itl import SCREEN_ITL_FACTOR
 from vllm_bisect.verdict import symptoms
 
 if TYPE_CHECKING:
     from vllm_bisect.report.result import BisectReport
     from vllm_bisect.spec import BisectSpec
 
-SCREEN_ITL_FACTOR = 1.5   # the ITL screen of a bisect that did not follow ITL
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,7 @@ class _Rules:
     """What each column of the table means for this session."""
 
     from_verdict: tuple[str, ...]   # columns that are the commits' verdicts
-    itl_factor: float | None
-    max_itl_ms: float | None
-    min_tokens: int | None
+    screen: Screen
     ref: str                        # the reference endpoint's sha
     captions: dict[str, str]
 
@@ -56,42 +55,31 @@ def _rules(res: BisectReport, spec: BisectSpec) -> _Rules:
     from vllm_bisect.verdict.auto import smallest_change
 
     v = spec.verdict
-    followed, fix = v.symptom.value, res.search == "fix"
+    followed, fix = v.symptom.info, res.search == "fix"
     ref = res.bad if fix else res.good
     ref_name = f"the {'fixed' if fix else 'good'} endpoint `{ref[:12]}`"
     strategy = res.strategy_chosen or v.strategy.value
-    verdict_rule = f"the verdict ({strategy}"
-    min_tokens = spec.min_output_tokens()
-    caps = {"length": f"output below {min_tokens} tokens" if min_tokens else
-            "output below the minimum (none set)"}
-    from_verdict: tuple[str, ...] = ()
-    itl_factor, max_itl = v.itl_factor, v.max_itl_ms
-    if followed in ("length", "correctness", "crash"):
-        from_verdict = (followed,)
-        caps[followed] = f"{verdict_rule}: {caps.get(followed, followed)})"
-    if followed == "itl":
-        from_verdict = ("itl",)
-        detail = (f"smallest change that matters {smallest_change(v):.3g}x against {ref_name}"
-                  if strategy in ("twolevel", "sequential") else
-                  _itl_limit_text(itl_factor, max_itl, ref_name))
-        caps["itl"] = f"{verdict_rule}: {detail})"
-    elif followed == "any" and (itl_factor is not None or max_itl is not None):
-        caps["itl"] = (f"{_itl_limit_text(itl_factor, max_itl, ref_name)} (the verdict's "
-                       "threshold)")
-    else:
-        itl_factor, max_itl = itl_factor or SCREEN_ITL_FACTOR, None
-        caps["itl"] = (f"{_itl_limit_text(itl_factor, None, ref_name)} (a screen, not a "
-                       f"verdict: this bisect followed `{followed}`)")
-    caps.setdefault("correctness", f"a greedy output differs from {ref_name}'s")
-    caps["acceptance"] = f"acceptance length more than 10% below {ref_name}'s"
-    caps.setdefault("crash", "the server or the probe failed")
-    return _Rules(from_verdict, itl_factor, max_itl, min_tokens, ref, caps)
-
-
-def _itl_limit_text(factor: float | None, max_ms: float | None, ref_name: str) -> str:
-    parts = ([f"{factor:.3g}x {ref_name}'s"] if factor is not None else []) + (
-        [f"{max_ms:g} ms"] if max_ms is not None else [])
-    return "per-token ITL above " + " or ".join(parts) if parts else "per-token ITL"
+    itl_judged = followed.key == "itl" or ("itl" in followed.covers and (
+        v.itl_factor is not None or v.max_itl_ms is not None))
+    screen = Screen(min_tokens=spec.min_output_tokens(),
+                    itl_factor=v.itl_factor if itl_judged else v.itl_factor or SCREEN_ITL_FACTOR,
+                    max_itl_ms=v.max_itl_ms if itl_judged else None,
+                    verdict=v)
+    caps = {}
+    for i in TABLE:
+        assert i.caption is not None
+        text = i.caption(ref_name, screen)
+        if i is followed:
+            detail = (f"smallest change that matters {smallest_change(v):.3g}x against {ref_name}"
+                      if i.noise.continuous and strategy in ("twolevel", "sequential") else text)
+            text = f"the verdict ({strategy}: {detail})"
+        elif i.noise.continuous and i.key in followed.covers and itl_judged:
+            text += " (the verdict's threshold)"
+        elif i.noise.continuous and i.key in Symptom._value2member_map_:
+            text += f" (a screen, not a verdict: this bisect followed `{followed.key}`)"
+        caps[i.key] = text
+    from_verdict = (followed.key,) if followed.shown is not None else ()
+    return _Rules(from_verdict, screen, ref, caps)
 
 
 def symptom_view(res: BisectReport, spec_text: str) -> SymptomView | None:
@@ -99,8 +87,7 @@ def symptom_view(res: BisectReport, spec_text: str) -> SymptomView | None:
     spec = session_spec(spec_text)
     rules = _rules(res, spec)
     probed = [p.model_dump(mode="json") for p in res.judged()]
-    rows = symptoms.table(probed, rules.ref, rules.min_tokens, rules.itl_factor,
-                          max_itl_ms=rules.max_itl_ms, from_verdict=rules.from_verdict,
+    rows = symptoms.table(probed, rules.ref, rules.screen, from_verdict=rules.from_verdict,
                           fix=res.search == "fix")
     fl = symptoms.flips(rows)
     if not fl:
@@ -114,21 +101,26 @@ def symptom_view(res: BisectReport, spec_text: str) -> SymptomView | None:
         if f.symptom not in rules.from_verdict:
             where += " (a screen, one measurement a commit: not a verdict)"
         flips.append((f.symptom, where))
-    followed = spec.verdict.symptom.value
-    covered = {"any": {"length", "itl"}}.get(followed, {followed})
+    followed = spec.verdict.symptom.info
+    covered = {followed.key, *followed.covers}
     follow = []
     for f in fl:
-        if f.symptom in ("length", "itl", "correctness") and f.symptom not in covered:
-            extra = (f" --itl-factor {rules.itl_factor:g}"
-                     if f.symptom == "itl" and not spec.verdict.itl_factor else "")
+        if f.symptom in Symptom._value2member_map_ and Symptom(f.symptom).info.follow_up \
+                and f.symptom not in covered:
+            key = Symptom(f.symptom).info.factor_key
+            given = getattr(rules.screen, key) if key else None
+            extra = (f" --itl-factor {given:g}" if key == "itl_factor" and given
+                     and not getattr(spec.verdict, key) else "")
             follow.append((f.symptom,
                            f"vllm-bisect run --spec spec.toml --symptom {f.symptom}{extra}"))
+    # (a column that is neither always shown nor followed shows only where it has a value)
+    cols = [i.key for i in TABLE if i.column_always or i.key in rules.from_verdict
+            or any(row.get(i.key) is not None for row in rows.values())]
     return SymptomView(
         caption="Symptoms at each judged commit (" + "; ".join(
-            f"{s}: {rules.captions[s]}" for s in symptoms.SYMPTOMS) + ")",
-        columns=("#", *symptoms.SYMPTOMS),
-        rows=[(str(i), *(mark[row[s]] for s in symptoms.SYMPTOMS))
-              for i, row in sorted(rows.items())],
+            f"{s}: {rules.captions[s]}" for s in cols) + ")",
+        columns=("#", *cols),
+        rows=[(str(i), *(mark[row[s]] for s in cols)) for i, row in sorted(rows.items())],
         flips=flips, conclusion=_conclusion(fl, rules.from_verdict), follow_ups=follow)
 
 

@@ -226,30 +226,8 @@ class BisectSpec(_Model):
         if judges is not None and v.symptom not in judges:
             raise ValueError(f'verdict.strategy = "{v.strategy.value}" needs verdict.symptom = '
                              + symptoms_text(judges))
-        if (v.symptom is Symptom.TTFT and v.strategy is Strategy.THRESHOLD
-                and v.max_ttft_ms is None and v.ttft_factor is None):
-            raise ValueError('verdict.symptom = "ttft" needs verdict.max_ttft_ms or '
-                             "verdict.ttft_factor")
-        if (v.symptom is Symptom.ITL and v.strategy is Strategy.THRESHOLD and v.max_itl_ms is None
-                and v.itl_factor is None):
-            raise ValueError('verdict.symptom = "itl" needs verdict.max_itl_ms or verdict.itl_factor')
-        if v.symptom is Symptom.THROUGHPUT and (
-                (self.probe.load is None and self.probe.bench is None)
-                or (v.throughput_factor is None and v.min_throughput_tok_s is None)):
-            raise ValueError('verdict.symptom = "throughput" needs [probe.load] or '
-                             "[probe.bench], and verdict.throughput_factor or "
-                             "verdict.min_throughput_tok_s")
-        if v.symptom is Symptom.MTP_SPEEDUP and (
-                self.probe.mtp_speedup is None or v.min_mtp_speedup is None
-                or self.serve.speculative is None):
-            raise ValueError('verdict.symptom = "mtp-speedup" needs [probe.mtp_speedup], '
-                             "verdict.min_mtp_speedup and [serve.speculative]")
-        if v.symptom is Symptom.CORRECTNESS and self.probe.temperature != 0.0:
-            raise ValueError('verdict.symptom = "correctness" compares greedy outputs: it needs '
-                             "probe.temperature = 0")
-        if v.symptom is Symptom.LENGTH and self.min_output_tokens() is None:
-            raise ValueError("verdict.symptom = \"length\" needs verdict.min_output_tokens "
-                             "when the probe sends no max_tokens")
+        if why := _unmet(self, v.symptom, v.strategy):
+            raise ValueError(why)
         p = self.probe
         if why := tokens_conflict(v.min_output_tokens, p.max_tokens, p.send_max_tokens):
             raise ValueError(why)
@@ -398,3 +376,16 @@ def stored_spec(text: str, *, source: str) -> BisectSpec:
         raise SpecError(f"the spec stored in {source} is unreadable: {err}",
                         hint="pass --spec FILE") from None
     return parse_spec(data, source=source)
+
+
+def _unmet(spec: BisectSpec, symptom: Symptom, strategy: Strategy) -> str | None:
+    """What the spec lacks that ``symptom`` needs (its declaration's ``needs``), as one line."""
+    unmet = [n for n in symptom.info.needs
+             if not (n.threshold_only and strategy is not Strategy.THRESHOLD) and not n.met(spec)]
+    if not unmet:
+        return None
+    said = [n.says() for n in symptom.info.needs]
+    joined = said[0] if len(said) == 1 else (
+        ", ".join(said[:-1]) + (", and " if any(" or " in x for x in said) else " and ")
+        + said[-1])
+    return f'verdict.symptom = "{symptom.value}" needs {joined}'

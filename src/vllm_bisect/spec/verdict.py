@@ -1,6 +1,7 @@
-"""The spec's ``[verdict]`` table: what is judged (``Symptom``), how (``Strategy``), and the
-keys of each strategy; and the one table of rules between symptoms and strategies
-(``AUTO_STRATEGY``, ``JUDGES``, ``NO_FIX_SEARCH``, ``PER_REQUEST``), read by the spec's
+"""The spec's ``[verdict]`` table: what is judged (``Symptom``, the symptoms' registry:
+``vllm_bisect.symptoms``), how (``Strategy``), and the keys of each strategy; and the one
+table of rules between symptoms and strategies (``AUTO_STRATEGY``, ``JUDGES``,
+``NO_FIX_SEARCH``, ``PER_REQUEST``, derived from each symptom's declaration), read by the spec's
 defaults and validator (``vllm_bisect.spec``'s ``BisectSpec``) and by the chooser of ``verdict.strategy =
 "auto"`` (``verdict/auto.py``, which says why). Re-exported by ``vllm_bisect.spec``."""
 
@@ -12,21 +13,11 @@ from enum import StrEnum
 from pydantic import Field
 
 from vllm_bisect.spec.build import _Model
+from vllm_bisect.symptoms import Noise, Symptom
 
-__all__ = ["AUTO_STRATEGY", "HOOK_STRATEGY", "JUDGES", "NO_FIX_SEARCH", "PER_REQUEST", "Strategy", "Symptom",
-           "VerdictSpec", "output_token_floor", "runs_with", "symptoms_text"]
-
-
-class Symptom(StrEnum):
-    LENGTH = "length"
-    ITL = "itl"
-    CORRECTNESS = "correctness"  # greedy output differs from the good endpoint's
-    THROUGHPUT = "throughput"    # output tok/s under probe.load fell
-    MTP_SPEEDUP = "mtp-speedup"  # speculative vs plain decode speed fell below a floor
-    CRASH = "crash"              # the server died or the probe failed (instead of a skip)
-    TTFT = "ttft"                # time to first token rose (probe.prompt_tokens: a long prefill)
-    MEMORY = "memory"            # KV cache capacity fell / memory rose at start-up, or it OOMs
-    ANY = "any"                  # length or itl
+__all__ = ["AUTO_BY_NOISE", "AUTO_STRATEGY", "HOOK_STRATEGY", "JUDGES", "NO_FIX_SEARCH",
+           "PER_REQUEST", "Strategy", "Symptom", "VerdictSpec", "output_token_floor", "runs_with",
+           "symptoms_text"]
 
 
 class Strategy(StrEnum):
@@ -41,27 +32,27 @@ class Strategy(StrEnum):
     CHANGEPOINT = "changepoint"   # one model of the whole range (verdict/changepoint.py)
 
 
-# -- the rules between symptoms and strategies (one table) ----------------------------------
-# the strategy "auto" runs for each symptom (verdict/auto.py: why)
-AUTO_STRATEGY: Mapping[Symptom, Strategy] = {
-    Symptom.LENGTH: Strategy.THRESHOLD,        # deterministic: one run per commit tells
-    Symptom.CORRECTNESS: Strategy.THRESHOLD,
-    Symptom.MEMORY: Strategy.THRESHOLD,
-    Symptom.CRASH: Strategy.BAYES,             # shows in some runs only
-    # noisy at two levels: the server and the request (the model of the range, changepoint,
-    # is opt-in until it wins every row of issue 48: it loses two-step ranges, bench_multi)
-    Symptom.ITL: Strategy.TWOLEVEL,
-    Symptom.TTFT: Strategy.TWOLEVEL,
-    Symptom.THROUGHPUT: Strategy.TWOLEVEL,
-    Symptom.MTP_SPEEDUP: Strategy.TWOLEVEL,
-    Symptom.ANY: Strategy.THRESHOLD,           # length and ITL against written thresholds
+# -- the rules between symptoms and strategies (one table, from the symptoms' registry) ------
+# the strategy "auto" runs for a symptom of each noise (verdict/auto.py: why): deterministic
+# -> one run per commit tells; flaky -> shows in some runs only; continuous -> noisy at two
+# levels, the server and the request (the model of the range, changepoint, is opt-in until it
+# wins every row of issue 48: it loses two-step ranges, bench_multi)
+AUTO_BY_NOISE: Mapping[Noise, Strategy] = {
+    Noise.DETERMINISTIC: Strategy.THRESHOLD,
+    Noise.FLAKY: Strategy.BAYES,
+    Noise.SERVER: Strategy.TWOLEVEL,
+    Noise.SERVER_AND_REQUEST: Strategy.TWOLEVEL,
 }
-# the symptoms a strategy can judge, where it cannot judge every one
+AUTO_STRATEGY: Mapping[Symptom, Strategy] = {s: AUTO_BY_NOISE[s.info.noise] for s in Symptom}
+# the symptoms a strategy can judge, where it cannot judge every one: the sequential test
+# needs per-request samples of one metric; the noise-aware tests, a continuous measurement
+_CONTINUOUS = tuple(s for s in Symptom if s.info.samples is not None)
 JUDGES: Mapping[Strategy, tuple[Symptom, ...]] = {
-    Strategy.SEQUENTIAL: (Symptom.ITL,),
-    Strategy.TWOLEVEL: (Symptom.ITL, Symptom.TTFT, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP),
-    Strategy.CHANGEPOINT: (Symptom.ITL, Symptom.TTFT, Symptom.THROUGHPUT, Symptom.MTP_SPEEDUP,
-                           Symptom.LENGTH, Symptom.CORRECTNESS),
+    Strategy.SEQUENTIAL: tuple(s for s in Symptom if s.info.sequential),
+    Strategy.TWOLEVEL: _CONTINUOUS,
+    # the model of the range: a continuous measurement, or one bit a server (a cap, a wrong
+    # output: verdict/changepoint_rate.py)
+    Strategy.CHANGEPOINT: _CONTINUOUS + tuple(s for s in Symptom if s.info.one_bit),
 }
 # what auto runs where each commit is judged alone (`git bisect run`, the studies) instead of
 # a strategy that chooses its own commits (inert while auto runs no such strategy)
@@ -70,7 +61,7 @@ HOOK_STRATEGY: Mapping[Strategy, Strategy] = {Strategy.CHANGEPOINT: Strategy.TWO
 NO_FIX_SEARCH = frozenset({Strategy.BAYES})
 # symptoms where more requests on one server add samples (else one sample per server); a
 # two-level test of one starts with one request (probe.requests = 1 unless given)
-PER_REQUEST = frozenset({Symptom.ITL, Symptom.TTFT})
+PER_REQUEST = frozenset(s for s in Symptom if s.info.per_request)
 
 # Bounds of the thresholds (issue 49): beyond them no commit can meet a threshold, or every
 # commit does (1e308 ms, 5e-324 ms, a subnormal factor), and `git bisect run` would name a

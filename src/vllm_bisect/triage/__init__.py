@@ -11,6 +11,7 @@ import git
 
 from vllm_bisect.bisect.release import candidates, main_branch, map_ref
 from vllm_bisect.spec import BisectSpec, parse_spec
+from vllm_bisect.symptoms import Symptom
 from vllm_bisect.triage.comment import comment_markdown, without_form_reply
 from vllm_bisect.triage.nightly import resolve_nightlies
 from vllm_bisect.triage.reading import triage
@@ -161,14 +162,13 @@ def _verdict_choices(t: Triage, symptom: str, probe: dict[str, Any], verdict: di
         chose.append(Read(f"{'probe' if section is probe else 'verdict'}.{key}", str(value),
                           None, why))
 
-    if t.itl_factor and symptom in ("itl", "any"):
+    info = Symptom(symptom).info
+    if t.itl_factor and "itl_factor" in (info.factor_key, *(
+            Symptom(c).info.factor_key for c in info.covers)):
         put(verdict, "itl_factor", t.itl_factor, _ratio_why(
             t.numbers.get("itl_ms") or t.numbers.get("tok_s") or [],
             "ITL (ms)" if t.numbers.get("itl_ms") else "speeds (tok/s)"))
-    if symptom == "itl" and "itl_factor" not in verdict:
-        put(verdict, "itl_factor", 1.5, "the report gives no two values to size the step: a "
-            "1.5x slowdown")
-    if symptom == "throughput":
+    if symptom == "throughput":   # (sized from the report's speeds; measured by its bench line)
         put(verdict, "throughput_factor", t.throughput_factor or 1.1, _ratio_why(
             t.numbers.get("tok_s") or [], "speeds (tok/s)") if t.throughput_factor else
             "no two speeds reported: a 10% drop")
@@ -177,20 +177,14 @@ def _verdict_choices(t: Triage, symptom: str, probe: dict[str, Any], verdict: di
         else:
             put(probe, "load", {"concurrency": 8, "requests": 32}, "no `vllm bench` line: the "
                 "probe's own closed-loop load measures throughput")
-    if symptom == "mtp-speedup":
-        put(probe, "mtp_speedup", {"concurrency": 16, "requests": 32}, "the tool's default: 16 "
-            "requests at once (where the founding MTP benchmark saw MTP lose 22-37%)")
-        put(verdict, "min_mtp_speedup", 1.0, "bad when MTP is slower than plain decoding")
-    if symptom == "correctness":
-        put(probe, "temperature", 0.0, "greedy decoding: outputs are comparable across commits")
-    if symptom == "ttft":  # a long prefill, judged by the two-level test like ITL
-        put(probe, "prompt_tokens", 2048, "a long prefill, where TTFT shows")
-        put(probe, "max_tokens", 16, "TTFT needs few output tokens")
-        put(verdict, "ttft_factor", 1.5, "no two values to size it: a 1.5x rise")
-    if symptom == "memory":  # read at start-up; one short request checks the server serves
-        put(probe, "requests", 1, "memory is read at start-up; one request checks it serves")
-        put(probe, "max_tokens", 16, "one short request")
-        put(verdict, "memory_factor", 1.1, "a 10% change in start-up memory")
+    # the values the symptom's declaration says it needs (a verdict value the report sized
+    # is kept; a probe value the symptom needs replaces the tool's default)
+    for dotted, value, why in info.triage_defaults:
+        section_name, key = dotted.split(".", 1)
+        section = probe if section_name == "probe" else verdict
+        if section is verdict and key in verdict:
+            continue
+        put(section, key, value, why)
 
 
 def spec_and_choices(t: Triage, repo_path: str = ".") -> tuple[dict[str, Any], list[Read]]:
@@ -201,8 +195,8 @@ def spec_and_choices(t: Triage, repo_path: str = ".") -> tuple[dict[str, Any], l
         Read("probe.endpoint", "completions", None, "the tool's probe: a streaming completion"),
         Read("probe.requests", "3", None, "the tool's default: 3 requests per commit")]
     probe: dict[str, Any] = {"endpoint": "completions", "requests": 3}
-    symptom = t.symptom if t.symptom in ("length", "itl", "any", "throughput", "correctness",
-                                         "crash", "mtp-speedup", "ttft", "memory") else "any"
+    symptom = (t.symptom if t.symptom and t.symptom in Symptom._value2member_map_
+               else Symptom.ANY.value)
     if symptom == "mtp-speedup" and not t.speculative:
         symptom = "any"
     if symptom != t.symptom or len(t.symptoms) > 1:

@@ -11,6 +11,7 @@ import math
 import re
 from typing import Any
 
+from vllm_bisect.symptoms import Symptom
 from vllm_bisect.triage.failure_words import failure_symptoms
 from vllm_bisect.triage.fix_words import listed_fix_prs
 from vllm_bisect.triage.fixes import as_fix, drop_advised_old, fix_cues
@@ -169,8 +170,8 @@ PERF = re.compile(r"性能|\bperf(?:ormance)?\b|\bslow(?:er|down)?\b|\bfaster\b|
                   r"\bspeed\b|速度", re.IGNORECASE)
 
 
-SPEC_ORDER = (Found.LENGTH, Found.ITL, Found.TTFT, Found.THROUGHPUT, Found.CORRECTNESS,
-              Found.MEMORY, Found.MTP_SPEEDUP, Found.CRASH)
+# the symptoms a spec can follow, in the registry's order of preference
+SPEC_ORDER = tuple(Found(s.value) for s in Symptom if s.value in Found._value2member_map_)
 
 
 def settle_symptoms(t: Triage) -> None:
@@ -178,8 +179,9 @@ def settle_symptoms(t: Triage) -> None:
     size it, and an unknown for a symptom no probe judges."""
     found = {Found(f) for f in t.symptoms}
     t.unknowns = [u for u in t.unknowns if not u.startswith("symptom ")]
-    if Found.LENGTH in found and Found.ITL in found:
-        t.symptom = "any"
+    both = next((s for s in Symptom if s.info.covers and set(s.info.covers) <= found), None)
+    if both is not None:   # ("any": length and ITL at once)
+        t.symptom = both.value
     else:
         t.symptom = next((f.value for f in SPEC_ORDER if f in found), None)
     itl_ms, tok_s = t.numbers.get("itl_ms", []), t.numbers.get("tok_s", [])
@@ -187,7 +189,7 @@ def settle_symptoms(t: Triage) -> None:
     if t.itl_factor is None and Found.ITL in found:
         t.itl_factor = _ratio(tok_s)
     t.throughput_factor = (_ratio(tok_s) or 1.1) if Found.THROUGHPUT in found else None
-    unsupported = [f.value for f in Found if f is Found.LATENCY and f in found]
+    unsupported = [f.value for f in Found if f not in Symptom._value2member_map_ and f in found]
     if unsupported:
         t.unknowns.append(f"symptom {', '.join(unsupported)}: no probe judges it yet; the spec "
                           f"follows {t.symptom or 'nothing'}")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
 
+from vllm_bisect.symptoms import Direction, by_key
 from vllm_bisect.triage.versions import title_index
 
 
@@ -24,6 +25,13 @@ class Found(StrEnum):
     CRASH = "crash"
     MTP_SPEEDUP = "mtp-speedup"
     MEMORY = "memory"
+
+
+def rises(found: Found) -> bool:
+    """Is a larger value of the metric worse (a latency; a symptom whose declaration says
+    its number rises when it shows)?"""
+    info = by_key(found.value)
+    return found is Found.LATENCY or (info is not None and info.direction is Direction.RISES)
 
 
 NUM = r"\d{1,3}(?:,\d{3}){1,4}(?:\.\d{1,6})?|\d{1,9}(?:\.\d{1,6})?"
@@ -84,7 +92,7 @@ def improved_only(found: Found, text: str, pos: int = 0) -> bool:
     start = max((b for a, b in others if b <= pos), default=0)
     end = min((a for a, b in others if a > pos), default=len(text))
     text = text[start:end]
-    lower_better = found in (Found.TTFT, Found.ITL, Found.LATENCY)
+    lower_better = rises(found)
     values = FROM_TO.search(text)
     if values and found is not Found.CORRECTNESS:
         a, b = number(values.group("a")), number(values.group("b"))
@@ -275,7 +283,7 @@ def _only_better(found: Found, seen: list[tuple[int, float]], sides: dict[int, s
     new = [v for n, v in seen if sides.get(n) == "new"]
     if not old or len(old) != len(new):
         return False
-    lower_better = found in (Found.TTFT, Found.ITL, Found.LATENCY)
+    lower_better = rises(found)
     return all((b < a) if lower_better else (b > a) for a, b in zip(old, new, strict=True))
 
 

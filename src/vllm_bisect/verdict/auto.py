@@ -1,7 +1,8 @@
 """``verdict.strategy = "auto"``: which verdict strategy a symptom gets, and why (pure). The
 rules themselves are one table (``vllm_bisect.spec.verdict``: ``AUTO_STRATEGY``, ``JUDGES``,
-``NO_FIX_SEARCH``, ``PER_REQUEST``) that the spec's defaults and validator read too; it sits
-in the spec's layer because the validator, below this package, reads it. Here: why.
+``NO_FIX_SEARCH``, ``PER_REQUEST``, derived from the symptoms' registry) that the spec's
+defaults and validator read too; it sits in the spec's layer because the validator, below
+this package, reads it. Here: why (by the symptom's noise, or its declaration's own words).
 
 - a cap or a correctness change (deterministic at both endpoints) -> ``threshold``; the
   Driver re-checks the commits a flaky symptom can mislead (``bisect/recheck.py``) and goes
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from vllm_bisect.models import Measurement
 from vllm_bisect.spec import Strategy, Symptom, VerdictSpec
 from vllm_bisect.spec.verdict import AUTO_STRATEGY, PER_REQUEST
-from vllm_bisect.verdict.judge import throughput_of
+from vllm_bisect.symptoms import Direction, Noise
 
 __all__ = ["Choice", "Strategy", "choose_strategy"]
 
@@ -45,7 +46,7 @@ def choose_strategy(v: VerdictSpec) -> Choice:
     ``AUTO_STRATEGY``), and the reason."""
     if v.strategy != "auto":
         return Choice(Strategy(v.strategy), f'verdict.strategy = "{v.strategy}" was written')
-    return Choice(AUTO_STRATEGY[v.symptom], _WHY[v.symptom](v))
+    return Choice(AUTO_STRATEGY[v.symptom], _why(v))
 
 
 def _deterministic(v: VerdictSpec) -> str:
@@ -62,37 +63,32 @@ def _noisy(v: VerdictSpec) -> str:
             f"noise): {test}, smallest change that matters {smallest_change(v):.3g}x")
 
 
-# why auto runs what AUTO_STRATEGY says for each symptom
-_WHY: dict[Symptom, Callable[[VerdictSpec], str]] = {
-    Symptom.LENGTH: _deterministic,
-    Symptom.CORRECTNESS: _deterministic,
-    Symptom.MEMORY: lambda v: ("auto: memory at start-up is deterministic for a commit and a "
-                               "config (one start per commit tells)"),
-    Symptom.CRASH: lambda v: ("auto: a crash shows in some runs only (runs are repeated where "
-                              "they tell most)"),
-    Symptom.ITL: _noisy,
-    Symptom.TTFT: _noisy,
-    Symptom.THROUGHPUT: _noisy,
-    Symptom.MTP_SPEEDUP: _noisy,
-    Symptom.ANY: lambda v: ('auto: symptom "any" judges length and ITL against the written '
-                            "thresholds"),
+def _flaky(v: VerdictSpec) -> str:
+    return f"auto: {v.symptom.value} shows in some runs only (runs are repeated where they tell most)"
+
+
+# why auto runs what AUTO_STRATEGY says, for a symptom of each noise (a symptom's own
+# declaration may say it instead: ``auto_why``)
+_WHY: dict[Noise, Callable[[VerdictSpec], str]] = {
+    Noise.DETERMINISTIC: _deterministic,
+    Noise.FLAKY: _flaky,
+    Noise.SERVER: _noisy,
+    Noise.SERVER_AND_REQUEST: _noisy,
 }
+
+
+def _why(v: VerdictSpec) -> str:
+    return v.symptom.info.auto_why or _WHY[v.symptom.info.noise](v)
 
 
 def smallest_change(v: VerdictSpec) -> float:
     """The smallest slowdown (a factor > 1) that matters."""
-    if v.symptom is Symptom.ITL and v.itl_factor is not None:
-        return v.itl_factor
-    if v.symptom is Symptom.THROUGHPUT and v.throughput_factor is not None:
-        return v.throughput_factor
-    if v.symptom is Symptom.TTFT and v.ttft_factor is not None:
-        return v.ttft_factor
-    return 1.0 + v.min_effect
+    return v.symptom.info.smallest_change(v)
 
 
 def direction(symptom: Symptom) -> int:
     """+1: bad is larger (ITL, TTFT); -1: bad is smaller (tok/s, speed-up)."""
-    return 1 if symptom in (Symptom.ITL, Symptom.TTFT) else -1
+    return 1 if symptom.info.direction is Direction.RISES else -1
 
 
 def per_request(symptom: Symptom) -> bool:
@@ -102,18 +98,7 @@ def per_request(symptom: Symptom) -> bool:
 
 def samples_of(m: Measurement | None, symptom: Symptom) -> list[float]:
     """The two-level test's samples in one server's measurement (natural scale)."""
-    if m is None:
-        return []
-    if symptom is Symptom.ITL:
-        return [float(r.itl_ms) for r in m.requests if r.itl_ms]
-    if symptom is Symptom.TTFT:
-        return [float(r.ttft_ms) for r in m.requests if r.n_chunks and r.ttft_ms > 0]
-    if symptom is Symptom.THROUGHPUT:
-        tok_s, _ = throughput_of(m)
-        return [tok_s] if tok_s else []
-    if symptom is Symptom.MTP_SPEEDUP:
-        return [m.mtp_speedup] if m.mtp_speedup else []
-    return []
+    return symptom.info.samples_of(m)
 
 
 def log_min_change(v: VerdictSpec) -> float:

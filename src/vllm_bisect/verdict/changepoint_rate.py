@@ -26,7 +26,7 @@ from vllm_bisect.spec import Symptom
 from vllm_bisect.verdict.changepoint import Posterior, Server
 
 # the symptoms a server shows or not (judged by the thresholds: a cap, wrong output)
-RATE_SYMPTOMS = frozenset({Symptom.LENGTH, Symptom.CORRECTNESS})
+RATE_SYMPTOMS = frozenset(s for s in Symptom if s.info.one_bit)
 
 EPS_PRIOR = (0.5, 20.0)     # the old side's false alarms: rare
 FLAKY_PRIOR = (1.0, 1.0)    # the new side's rate when flaky: anything

@@ -1,4 +1,5 @@
-"""The memory symptom (pure): what vLLM logs about memory at start-up, and its verdict.
+"""The memory symptom (pure): what vLLM logs about memory at start-up (its verdict:
+``symptoms/memory.py``).
 
 The lines, as vLLM 0.25.1 writes them (tests/fixtures/vllm-0.25.1/server_logs_last200.txt,
 tests/fixtures/vllm-0.25.1-bench/bench_throughput_stdout.txt)::
@@ -24,7 +25,10 @@ from __future__ import annotations
 
 import re
 
-from vllm_bisect.models import MemoryResult, Verdict
+from vllm_bisect.models import MemoryResult
+from vllm_bisect.symptoms.memory import MAX_TEXT, MIN_RISE_GIB, OOM, judge_memory, oom_start
+
+__all__ = ["MAX_TEXT", "MIN_RISE_GIB", "OOM", "judge_memory", "oom_start", "parse_startup"]
 
 NUM = r"\d{1,3}(?:,\d{3}){1,5}|\d{1,15}"
 KV_TOKENS = re.compile(rf"GPU KV cache size:\s{{0,4}}(?P<n>{NUM})\s{{0,4}}tokens")
@@ -32,11 +36,6 @@ KV_GIB = re.compile(r"Available KV cache memory:\s{0,4}(?P<x>\d{1,7}(?:\.\d{1,6}
 BLOCKS = re.compile(r"# GPU blocks:\s{0,4}(?P<n>\d{1,12})")
 WEIGHTS = re.compile(r"(?:Model loading took|Loading model weights took)\s{1,4}"
                      r"(?P<x>\d{1,7}(?:\.\d{1,6})?)\s{0,4}(?P<unit>GiB|GB)")
-OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory|larger than the available "
-                 r"KV cache memory|No available memory for the cache blocks|larger than the "
-                 r"maximum number of tokens that can be stored in KV cache", re.IGNORECASE)
-MIN_RISE_GIB = 0.25
-MAX_TEXT = 2_000_000
 
 
 def _last(pat: re.Pattern[str], text: str) -> re.Match[str] | None:
@@ -64,46 +63,3 @@ def parse_startup(log: str, gpu_used_mib: float | None = None) -> MemoryResult |
         gpu_blocks=int(blocks.group("n")) if blocks else None,
         weights_gib=round(w, 4) if w is not None else None,
         gpu_used_mib=gpu_used_mib, lines=lines)
-
-
-def oom_start(text: str) -> bool:
-    """Does a failed start's reason or log tail say it ran out of memory?"""
-    return bool(OOM.search(text[-MAX_TEXT:]))
-
-
-def _capacity(m: MemoryResult, ref: MemoryResult) -> tuple[str, float, float] | None:
-    for name, a, b in (("KV cache tokens", m.kv_cache_tokens, ref.kv_cache_tokens),
-                       ("GPU blocks", m.gpu_blocks, ref.gpu_blocks),
-                       ("KV cache GiB", m.kv_cache_gib, ref.kv_cache_gib)):
-        if a is not None and b is not None:
-            return name, float(a), float(b)
-    return None
-
-
-def judge_memory(m: MemoryResult | None, ref: MemoryResult | None, factor: float
-                 ) -> tuple[Verdict, str]:
-    """GOOD / BAD / SKIP and why, against the good endpoint's start-up (``ref``)."""
-    if m is None:
-        return Verdict.SKIP, "the server log says nothing about memory at start-up"
-    if ref is None:
-        return Verdict.SKIP, "no reference start-up (the good endpoint's) to compare with"
-    bad: list[str] = []
-    seen: list[str] = []
-    cap = _capacity(m, ref)
-    if cap is not None:
-        name, got, want = cap
-        seen.append(f"{name} {got:,.6g} vs {want:,.6g}")
-        if got < want / factor:
-            bad.append(f"{name} {got:,.6g} < {want:,.6g} / {factor:g}")
-    for name, a, b, scale in (("weights GiB", m.weights_gib, ref.weights_gib, 1.0),
-                              ("GPU MiB held", m.gpu_used_mib, ref.gpu_used_mib, 1024.0)):
-        if a is None or b is None:
-            continue
-        seen.append(f"{name} {a:,.6g} vs {b:,.6g}")
-        if a > b * factor and a - b >= MIN_RISE_GIB * scale:
-            bad.append(f"{name} {a:,.6g} > {b:,.6g} x {factor:g}")
-    if bad:
-        return Verdict.BAD, "memory: " + "; ".join(bad)
-    if not seen:
-        return Verdict.SKIP, "no memory figure in common with the good endpoint's start-up"
-    return Verdict.GOOD, "memory within x" + f"{factor:g}: " + "; ".join(seen)

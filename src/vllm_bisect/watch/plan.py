@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import git
 
 from vllm_bisect.errors import BisectError, RangeError
+from vllm_bisect.symptoms import Symptom
 from vllm_bisect.watch.detect import ChangePoint, DetectOptions, Direction, detect
 from vllm_bisect.watch.series import Point, Series, grouped, higher_is_better, sha_in
 
@@ -104,15 +105,10 @@ def window_commits(repo: git.Repo, f: Finding) -> int | None:
         return None
 
 
-def _symptom(metric: str) -> str | None:
+def _symptom(metric: str) -> Symptom | None:
+    """The symptom a watched metric measures: the first whose declared words its name holds."""
     m = metric.lower()
-    if "itl" in m or "tpot" in m:
-        return "itl"
-    if "throughput" in m:
-        return "throughput"
-    if "ttft" in m:
-        return "ttft"
-    return None
+    return next((s for s in Symptom if any(w in m for w in s.info.metric_words)), None)
 
 
 def _bench_args(settings: dict[str, Any]) -> list[str]:
@@ -128,7 +124,7 @@ def window_spec(base: BisectSpec, series: Series, f: Finding) -> BisectSpec:
     """The bisect spec for one finding's window: the base spec's build, serve and ops; the
     window as the range (a find-the-fix search for an improvement); the symptom the metric
     measures, with the factor that matters set halfway (geometrically) into the step."""
-    from vllm_bisect.spec import Symptom, parse_spec
+    from vllm_bisect.spec import parse_spec
 
     if f.before.key == f.after.key:
         raise BisectError(f"the step lies between two measurements of one commit "
@@ -136,21 +132,20 @@ def window_spec(base: BisectSpec, series: Series, f: Finding) -> BisectSpec:
                           "the setup changed between the runs)",
                           hint="measure that commit again, next to its neighbours")
     symptom = _symptom(f.metric)
-    if symptom is None or symptom not in {s.value for s in Symptom}:
+    if symptom is None:
         raise BisectError(f"no bisect symptom measures {f.metric!r}",
                           hint="bisect this window by hand with a probe that measures it")
     factor = round(max(1.01, math.sqrt(max(f.cp.ratio, 1.0 / f.cp.ratio))), 4)
     data = base.model_dump(mode="json")
     data["range"].update(good=f.before.commit or f.before.ref, bad=f.after.commit or f.after.ref,
                          search="fix" if f.direction is Direction.IMPROVEMENT else "regression")
-    verdict: dict[str, Any] = {"symptom": symptom}
-    if symptom == "itl":
-        verdict["itl_factor"] = factor
-    elif symptom == "throughput":
-        verdict["throughput_factor"] = factor
-        if series.source == "bench-serve" and data["probe"].get("bench") is None:
-            data["probe"]["bench"] = {"kind": "serve", "args": _bench_args(series.settings)}
+    verdict: dict[str, Any] = {"symptom": symptom.value}
+    if symptom.info.factor_key:   # the smallest change that matters: half the step
+        verdict[symptom.info.factor_key] = factor
+    if (symptom is Symptom.THROUGHPUT and series.source == "bench-serve"
+            and data["probe"].get("bench") is None):
+        data["probe"]["bench"] = {"kind": "serve", "args": _bench_args(series.settings)}
+    factors = {s.info.factor_key for s in Symptom}
     data["verdict"] = {**{k: v for k, v in data["verdict"].items()
-                          if k not in ("symptom", "itl_factor", "throughput_factor")},
-                       **verdict}
+                          if k != "symptom" and k not in factors}, **verdict}
     return parse_spec(data, source=f"watch window {f.name}")

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from vllm_bisect.errors import SpecError
+from vllm_bisect.symptoms import Direction as SymptomDirection
+from vllm_bisect.symptoms import Symptom
 
 REF_KEYS = ("commit", "vllm_commit", "git_commit", "sha", "git_sha", "version", "vllm_version",
             "tag", "nightly", "ref", "label")
@@ -91,11 +93,18 @@ class Series:
         return pts, [p.values[metric] for p in pts]
 
 
+# the words of a metric that goes up when things get better, besides the symptoms' whose
+# number falls when they show (throughput: the symptoms' registry)
+RATE_WORDS = ("tok_s", "tokens_per_s", "per_second", "goodput", "acceptance", "speedup", "qps",
+              "tokens_per_chunk")
+
+
 def higher_is_better(metric: str) -> bool:
     """Throughput and acceptance go up when things get better; latencies go down."""
     m = metric.lower()
-    return any(w in m for w in ("throughput", "tok_s", "tokens_per_s", "per_second", "goodput",
-                                "acceptance", "speedup", "qps", "tokens_per_chunk"))
+    falls = (w for s in Symptom if s.info.direction is SymptomDirection.FALLS
+             for w in s.info.metric_words)
+    return any(w in m for w in (*falls, *RATE_WORDS))
 
 
 def sha_in(text: str) -> str | None:

@@ -22,7 +22,6 @@ from vllm_bisect.bisect.policies.base import MoreSamples
 from vllm_bisect.bisect.state.store import MeasurementStore
 from vllm_bisect.builders.prefetch import PrefetchSink
 from vllm_bisect.models import EvalStatus, Evaluation, Phase
-from vllm_bisect.spec import Symptom
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +40,7 @@ class Measurer:
         self.by_phase: Counter[Phase] = Counter()
         self.phase = Phase.SEARCH
         spec = store.spec
-        default = 0 if spec.verdict.symptom is Symptom.CRASH else spec.ops.retries
+        default = spec.ops.retries if spec.verdict.symptom.info.retry else 0
         self.retries = default if retries is None else retries
         self._next = 0
         # own task id -> (executor task, commit, more, retries left, account, phase, the

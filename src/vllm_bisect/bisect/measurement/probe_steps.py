@@ -161,7 +161,7 @@ def server_steps(spec: BisectSpec) -> list[ProbeStep]:
     if p.mtp_speedup is not None:
         steps.append(LoadStep(p, p.mtp_speedup, "mtp_on",
                               "MTP speed-up: the load with speculative decoding", spec.ops))
-    if spec.verdict.symptom == "memory":
+    if spec.verdict.symptom.info.startup_memory:
         from vllm_bisect.bisect.memory_step import MemoryStep
 
         steps.append(MemoryStep())

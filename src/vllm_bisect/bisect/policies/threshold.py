@@ -19,7 +19,6 @@ from vllm_bisect.bisect.terms import Terms
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Verdict
 from vllm_bisect.spec import BisectSpec, Symptom
 from vllm_bisect.verdict import Judge
-from vllm_bisect.verdict.memory import oom_start
 
 
 def crashed(spec: BisectSpec, ev: Evaluation) -> bool:
@@ -29,14 +28,13 @@ def crashed(spec: BisectSpec, ev: Evaluation) -> bool:
 
 
 def unmeasured(spec: BisectSpec, ev: Evaluation) -> Outcome:
-    """The verdict on an evaluation without a measurement (the crash rule; following the
-    memory symptom, a start that ran out of memory is bad; else a skip)."""
-    if crashed(spec, ev):
-        return Outcome(commit=ev.commit, verdict=Verdict.BAD, reason=f"crashed: {ev.reason}")
-    if (spec.verdict.symptom is Symptom.MEMORY and ev.status is EvalStatus.FAILED
-            and oom_start(f"{ev.reason}\n{ev.log_tail or ''}")):
-        return Outcome(commit=ev.commit, verdict=Verdict.BAD,
-                       reason=f"out of memory at start-up: {ev.reason}")
+    """The verdict on an evaluation without a measurement: bad where the symptom followed
+    shows in the failure itself (its declaration's ``failed``: a crash; a start that ran out
+    of memory, following memory), else a skip."""
+    failed = spec.verdict.symptom.info.failed
+    if ev.status is EvalStatus.FAILED and failed is not None and (
+            why := failed(ev.failure, ev.reason or "", ev.log_tail or "")):
+        return Outcome(commit=ev.commit, verdict=Verdict.BAD, reason=why)
     return Outcome(commit=ev.commit, verdict=Verdict.SKIP, reason=ev.reason or ev.status.value)
 
 

@@ -19,7 +19,7 @@ from vllm_bisect.bisect.search.steps import next_step
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.errors import NotReproduced, untestable_hint
 from vllm_bisect.models import Evaluation, Outcome, Phase, Verdict
-from vllm_bisect.spec import BisectSpec, SearchKind, Symptom, VerdictSpec
+from vllm_bisect.spec import BisectSpec, SearchKind, VerdictSpec
 from vllm_bisect.verdict.auto import Choice, Strategy
 
 
@@ -177,7 +177,7 @@ def intermittence_applies(spec: BisectSpec, choice: Choice) -> bool:
     ``verdict.intermittent_runs`` >= 2: :func:`intermittence` has something to check."""
     v = spec.verdict
     return (v.strategy == "auto" and choice.strategy is Strategy.THRESHOLD
-            and v.symptom in (Symptom.LENGTH, Symptom.CORRECTNESS)
+            and v.symptom.info.may_be_flaky
             and spec.range.search != SearchKind.FIX and v.intermittent_runs >= 2)
 
 
