@@ -14,7 +14,10 @@ def plural(n: float, noun: str, nouns: str | None = None) -> str:
 
 
 def seconds(s: float) -> str:
-    """A short time in seconds as it reads: ``0.4 s``, ``6 s`` (never ``0 s`` for 0.4)."""
+    """A short time in seconds as it reads: ``0.4 s``, ``6 s`` (never ``0 s`` for 0.4), and
+    under 0.05 s in milliseconds (``20 ms``, never ``0.0 s``)."""
+    if 0 < s < 0.05:
+        return f"{max(s * 1000, 1):.0f} ms"
     return f"{s:.1f} s" if 0 < s < 9.95 else f"{s:.0f} s"
 
 

@@ -48,7 +48,8 @@ def test_the_wording_helpers() -> None:
     assert plural(2, "server start") == "2 server starts"
     assert duration_h(0.001) == "4 s" and duration_h(0.0) == "1 s"
     assert duration_h(0.2) == "12 min" and duration_h(2.25) == "2.2 h"
-    assert seconds(0.4) == "0.4 s" and seconds(0.04) == "0.0 s" and seconds(12.3) == "12 s"
+    assert seconds(0.4) == "0.4 s" and seconds(0.04) == "40 ms" and seconds(12.3) == "12 s"
+    assert seconds(0.0004) == "1 ms" and seconds(0) == "0 s"   # ("0.0 s a build" read "0 s a")
     assert plural(1, "more request") == "1 more request" and plural(1, "commit") == "1 commit"
     s = "[Spec Decode] Merge generation-config defaults into MTP requests (#47230)"
     for width in (30, 48, 60, 70):
