@@ -137,6 +137,12 @@ class Posterior:
             return 0.0
         return float(self.per_commit()[:c + 1].sum()) / max(self.step, 1e-300)
 
+    def steps_left(self) -> int:
+        """About how many more splits the likeliest interval needs (a progress line's
+        estimate: log2 of its size)."""
+        j, _ = self.top()
+        return math.ceil(math.log2(self.size(j))) if self.size(j) > 1 else 0
+
     def top(self) -> tuple[int, float]:
         """The interval holding the most probability, and that probability."""
         j = int(np.argmax(self.interval))

@@ -264,7 +264,8 @@ class ChangePointSearch:
         phase = (Phase.REST if self.rest else Phase.ENDPOINTS if role is not Role.BISECT
                  else Phase.SEARCH)
         with t.measurer.during(phase):
-            outcome = t.test(info, role, 0, fresh=not first)
+            left = self._last[1].steps_left() if self._last is not None else 0
+            outcome = t.test(info, role, left, fresh=not first)
         self.measured += 0 if outcome.from_cache else 1
         ev = t.evaluations[info.sha]
         self._add(i, ev)
