@@ -353,10 +353,11 @@ async def serve(cfg: SimConfig, host: str, port: int) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with server:
         await stop.wait()
-    if sim.paired is not None:
-        sim.paired.ended()
     sys.stdout.write(f"(APIServer pid={os.getpid()}) INFO:     Shutting down\n")
     sys.stdout.flush()
+    await asyncio.sleep(cfg.shutdown_delay_s)
+    if sim.paired is not None:
+        sim.paired.ended()
 
 
 def run(cfg: SimConfig, host: str = "127.0.0.1", port: int = 8000) -> None:

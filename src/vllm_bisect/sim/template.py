@@ -211,6 +211,8 @@ def main():
         step_ms=engine.DECODE_STEP_MS,
         prefill_ms=engine.PREFILL_MS,
         startup_delay_s=engine.ENGINE_INIT_S,
+        # (how long a SIGTERM'd server takes to exit, as real vLLM takes seconds)
+        shutdown_delay_s=float(os.environ.get("VLLM_SIM_SHUTDOWN_S") or 0),
         noise_cv=engine.STEP_NOISE_CV,
         diverge_after_tokens=getattr(engine, "GREEDY_DIVERGES_AFTER", None),
         spec_k=spec_k,
