@@ -211,8 +211,6 @@ def main():
         step_ms=engine.DECODE_STEP_MS,
         prefill_ms=engine.PREFILL_MS,
         startup_delay_s=engine.ENGINE_INIT_S,
-        # (how long a SIGTERM'd server takes to exit, as real vLLM takes seconds)
-        shutdown_delay_s=float(os.environ.get("VLLM_SIM_SHUTDOWN_S") or 0),
         noise_cv=engine.STEP_NOISE_CV,
         diverge_after_tokens=getattr(engine, "GREEDY_DIVERGES_AFTER", None),
         spec_k=spec_k,
@@ -232,6 +230,9 @@ def main():
         # (only when set: a simulator package from before server_cv still runs the rest)
         **({"server_cv": server_cv} if (server_cv := getattr(engine, "SERVER_LEVEL_CV", 0.0))
            else {}),
+        # how long a SIGTERM'd server takes to exit (real vLLM: seconds); only when set too
+        **({"shutdown_delay_s": down} if (down := float(os.environ.get("VLLM_SIM_SHUTDOWN_S")
+                                                         or 0)) else {}),
     )
     run(cfg, args.host, args.port)
 
