@@ -116,7 +116,7 @@ class Measurer:
                     task = self._by_exec.pop(done.task)
                     _, commit, more, left, account, phase, row = self._tasks.pop(task)
                     ev = done.evaluation
-                    unrecorded.drop(self.store.journal, self.store.key(commit), ev)
+                    unrecorded.drop(self.store.journal, ev)
                     if ev.status is EvalStatus.FAILED and left > 0:
                         self.server_starts += 1  # the failed attempt's (it is not cached)
                         self._counted(row, phase, True)

@@ -24,28 +24,31 @@ from vllm_bisect.models import Evaluation
 logger = logging.getLogger(__name__)
 
 _TABLE = ("CREATE TABLE IF NOT EXISTS unrecorded (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
-          "key TEXT NOT NULL, evaluation TEXT NOT NULL, created REAL NOT NULL)")
+          "commit_sha TEXT NOT NULL, key TEXT NOT NULL, evaluation TEXT NOT NULL, "
+          "created REAL NOT NULL)")
 
 
 def keep(journal: SessionJournal, key: str, ev: Evaluation) -> None:
     """A finished evaluation of ``key``, kept until it is recorded (its server still up)."""
     with journal.locked():
         journal.con.execute(_TABLE)
-        journal.con.execute("INSERT INTO unrecorded (key, evaluation, created) VALUES (?, ?, ?)",
-                            (key, ev.model_dump_json(), time.time()))
+        journal.con.execute("INSERT INTO unrecorded (commit_sha, key, evaluation, created) "
+                            "VALUES (?, ?, ?, ?)", (ev.commit, key, ev.model_dump_json(),
+                                                    time.time()))
 
 
-def drop(journal: SessionJournal, key: str, ev: Evaluation) -> None:
+def drop(journal: SessionJournal, ev: Evaluation) -> None:
     """The evaluation came back to be recorded: no longer kept (its own row; else, one that
-    ended otherwise after it was kept, the oldest of ``key``)."""
+    ended otherwise after it was kept, the oldest of its commit). By commit, not key: a row is
+    never left behind by a key computed from another spec."""
     with journal.locked():
         journal.con.execute(_TABLE)
         gone = journal.con.execute(
-            "DELETE FROM unrecorded WHERE seq = (SELECT MIN(seq) FROM unrecorded WHERE key = ? "
-            "AND evaluation = ?)", (key, ev.model_dump_json())).rowcount
+            "DELETE FROM unrecorded WHERE seq = (SELECT MIN(seq) FROM unrecorded WHERE "
+            "commit_sha = ? AND evaluation = ?)", (ev.commit, ev.model_dump_json())).rowcount
         if not gone:
             journal.con.execute("DELETE FROM unrecorded WHERE seq = (SELECT MIN(seq) FROM "
-                                "unrecorded WHERE key = ?)", (key,))
+                                "unrecorded WHERE commit_sha = ?)", (ev.commit,))
 
 
 def take(journal: SessionJournal, key: str, more: MoreSamples | None) -> Evaluation | None:
