@@ -84,3 +84,47 @@ def test_a_run_killed_mid_search_resumes_from_its_servers(tmp_path: Path) -> Non
     with sqlite3.connect(journal) as con:
         rows = con.execute("SELECT COUNT(*) FROM outcomes").fetchone()[0]
     assert rows >= servers_before
+
+
+def test_a_run_killed_while_a_measured_server_shuts_down_keeps_its_measurement(
+        tmp_path: Path) -> None:
+    """Killed after a server's probe ended, while it was torn down (the simulator takes 4 s
+    to exit, as real vLLM takes seconds): the resumed run takes that measurement from the
+    journal and does not start the commit's server again."""
+    import sqlite3
+    spec, planted = clean_step(tmp_path)
+    session, cache = tmp_path / "sess", tmp_path / "cache"
+    env = {**os.environ, "VLLM_SIM_SHUTDOWN_S": "4"}
+    p = subprocess.Popen(run_cmd(spec, session, cache), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+    logs = session / "logs"
+    deadline = time.monotonic() + 600
+    shutting: list[Path] = []
+    while time.monotonic() < deadline and p.poll() is None and not shutting:
+        shutting = [f for f in logs.glob("serve-*.log") if "Shutting down" in f.read_text()] \
+            if logs.is_dir() else []
+        time.sleep(0.05)
+    assert p.poll() is None and len(shutting) == 1, "no server was seen shutting down"
+    os.killpg(p.pid, signal.SIGKILL)
+    p.communicate(timeout=60)
+    first = shutting[0].name.removeprefix("serve-").removesuffix(".log")
+    journal = session / "journal.sqlite"
+    with sqlite3.connect(journal) as con:
+        assert con.execute("SELECT COUNT(*) FROM outcomes").fetchone()[0] == 0
+    r = subprocess.run(run_cmd(spec, session, cache), capture_output=True, text=True,
+                       timeout=900, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((session / "result.json").read_text())
+    assert doc["first_bad"] == planted
+    with sqlite3.connect(journal) as con:
+        judged = con.execute("SELECT COUNT(*) FROM outcomes WHERE commit_sha LIKE ?",
+                             (first + "%",)).fetchone()[0]
+    assert judged >= 1                    # the kept measurement, judged by the resumed call
+    # the endpoint whose server was shutting down is not started again: two endpoint starts
+    assert doc["starts_by_phase"].get("endpoints") == 2, doc["starts_by_phase"]
+    with sqlite3.connect(journal) as con:
+        servers = con.execute("SELECT COUNT(*) FROM servers WHERE commit_sha LIKE ?",
+                              (first + "%",)).fetchone()[0]
+        kept = con.execute("SELECT COUNT(*) FROM unrecorded").fetchone()[0]
+    assert servers == 1, f"{first}: {servers} servers"
+    assert kept == 0

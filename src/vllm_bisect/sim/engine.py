@@ -42,6 +42,8 @@ class SimConfig:
     cap_probability: float = 1.0   # < 1: the cap hits only this share of requests (flaky)
     eos_after: int | None = None
     startup_delay_s: float = 0.0
+    # how long a SIGTERM'd server takes to exit (real vLLM: seconds to shut its engine down)
+    shutdown_delay_s: float = 0.0
     first_request_delay_s: float = 0.0
     crash_after_tokens: int | None = None
     # A numerics bug: greedy output differs from the correct text after this many tokens.

@@ -31,6 +31,7 @@ from vllm_bisect.sim.engine import (
 )
 from vllm_bisect.sim.http import Request, Responder, start
 from vllm_bisect.sim.metrics import EngineMetrics
+from vllm_bisect.sim.paired import paired_draw
 from vllm_bisect.sim.profiler import SimProfiler
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,9 @@ class SimServer:
         self.cfg = cfg
         self.created = int(time.time())
         self.metrics = EngineMetrics(cfg.model, cfg.spec_k)
-        self.rng = random.Random(cfg.seed)
+        # unseeded: VLLM_SIM_PAIRED (a benchmark's paired noise, sim/paired.py) or the OS
+        self.paired = paired_draw(f"{cfg.version}|{cfg.step_ms}") if cfg.seed is None else None
+        self.rng = random.Random(self.paired.seed if self.paired is not None else cfg.seed)
         self.level = max(0.2, self.rng.gauss(1.0, cfg.server_cv)) if cfg.server_cv > 0 else 1.0
         self.tokens_emitted = 0
         self.requests_seen = 0
@@ -352,6 +355,9 @@ async def serve(cfg: SimConfig, host: str, port: int) -> None:
         await stop.wait()
     sys.stdout.write(f"(APIServer pid={os.getpid()}) INFO:     Shutting down\n")
     sys.stdout.flush()
+    await asyncio.sleep(cfg.shutdown_delay_s)
+    if sim.paired is not None:
+        sim.paired.ended()
 
 
 def run(cfg: SimConfig, host: str = "127.0.0.1", port: int = 8000) -> None:

@@ -230,6 +230,9 @@ def main():
         # (only when set: a simulator package from before server_cv still runs the rest)
         **({"server_cv": server_cv} if (server_cv := getattr(engine, "SERVER_LEVEL_CV", 0.0))
            else {}),
+        # how long a SIGTERM'd server takes to exit (real vLLM: seconds); only when set too
+        **({"shutdown_delay_s": down} if (down := float(os.environ.get("VLLM_SIM_SHUTDOWN_S")
+                                                         or 0)) else {}),
     )
     run(cfg, args.host, args.port)
 

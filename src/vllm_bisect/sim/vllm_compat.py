@@ -6,7 +6,8 @@ It reads what real vLLM reads: ``--speculative-config`` JSON (``num_speculative_
 ``MODEL/generation_config.json``; ``vllm`` ignores it), and ``max_new_tokens`` from that file.
 Flags it does not model (``--enforce-eager``, ``--gpu-memory-utilization``, ...) are accepted
 and ignored. Pacing comes from the environment (``VLLM_SIM_STEP_MS``, ``VLLM_SIM_SPEC_STEP_MS``,
-``VLLM_SIM_ACCEPTANCE``, ``VLLM_SIM_STARTUP_S``); ``VLLM_SIM_PROMPT_SEEDED=1`` makes greedy
+``VLLM_SIM_ACCEPTANCE``, ``VLLM_SIM_STARTUP_S``, ``VLLM_SIM_SHUTDOWN_S``: seconds from
+SIGTERM to exit); ``VLLM_SIM_PROMPT_SEEDED=1`` makes greedy
 requests repeat their draft acceptances per prompt, as real MTP does; ``VLLM_SIM_MERGE_LAGGING=1``
 sends steps that are already due as one chunk, as vLLM merges a lagging request's outputs;
 ``VLLM_SIM_DRIFT=A:P`` drifts the whole server's speed by ±A (a fraction) with a period of P
@@ -64,6 +65,7 @@ def parse(argv: list[str]) -> SimConfig:
         acceptance=float(env.get("VLLM_SIM_ACCEPTANCE", "1.0")),
         gen_max_new_tokens=max_new,
         startup_delay_s=float(env.get("VLLM_SIM_STARTUP_S", "0.2")),
+        shutdown_delay_s=float(env.get("VLLM_SIM_SHUTDOWN_S") or 0),
         seed=args.seed,
         prompt_seeded_acceptance=env.get("VLLM_SIM_PROMPT_SEEDED", "0") == "1",
         merge_lagging_outputs=env.get("VLLM_SIM_MERGE_LAGGING", "0") == "1",

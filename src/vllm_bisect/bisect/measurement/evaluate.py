@@ -26,6 +26,7 @@ from vllm_bisect.bisect.measurement.probe_steps import (
     with_mtp_off,
 )
 from vllm_bisect.bisect.policies.base import MoreSamples
+from vllm_bisect.bisect.state import unrecorded
 from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.builders import Artifact, ArtifactKind, Builder
 from vllm_bisect.builders.base import prepare
@@ -152,7 +153,12 @@ class Evaluator:
         try:
             if call.cancelled():
                 raise Cancelled("cancelled after the artifact was ready")
-            m, startup = self._serve_and_probe(call, self.spec.serve, self.steps)
+            final = self.spec.probe.mtp_speedup is None or self.spec.serve.speculative is None
+            bench = self.spec.probe.bench
+            final = final and (bench is None or bench.kind != "throughput")
+            m, startup = self._serve_and_probe(
+                call, self.spec.serve, self.steps,
+                keep=self._keeper(call, env) if final else None)
             if self.spec.probe.mtp_speedup is not None and self.spec.serve.speculative is not None:
                 m = self._mtp_off(call, m)
             m = self._offline(call, m)
@@ -164,8 +170,20 @@ class Evaluator:
                               reason=f"{type(err).__name__}: {err.message}{where}",
                               failure=failure_kind(err), log=err.log,
                               log_tail=err.log_tail, artifact=artifact.identity, environment=env)
-        return Evaluation(commit=call.commit, status=EvalStatus.MEASURED, measurement=m,
-                          artifact=artifact.identity, startup_s=startup, environment=env)
+        return measured(call, m, startup, env)
+
+    def _keeper(self, call: EvalCall, env: dict[str, object]
+                ) -> Callable[[Measurement, float | None], None] | None:
+        """What keeps a finished measurement in the journal before its server is torn down
+        (``bisect/state/unrecorded.py``): a run killed during the teardown loses nothing."""
+        journal = self.journal
+        if journal is None:
+            return None
+
+        def keep(m: Measurement, startup: float | None) -> None:
+            unrecorded.keep(journal, self.spec.measurement_key(call.commit),
+                            measured(call, m, startup, env))
+        return keep
 
     def _internal(self, call: EvalCall, doing: str, err: Exception, env: dict[str, object],
                   artifact: str | None) -> Evaluation:
@@ -229,8 +247,11 @@ class Evaluator:
         build = self.spec.build if isinstance(self.spec.build, ImageBuild) else None
         return launcher_for(kind, build=build, client=self.container_client)
 
-    def _serve_and_probe(self, call: EvalCall, serve: ServeSpec, steps: list[ProbeStep]
+    def _serve_and_probe(self, call: EvalCall, serve: ServeSpec, steps: list[ProbeStep],
+                         keep: Callable[[Measurement, float | None], None] | None = None
                          ) -> tuple[Measurement, float | None]:
+        """Start the server, probe it; ``keep``: called with the measurement while the
+        server is still up (before its teardown)."""
         artifact = call.artifact
         assert artifact is not None
         call = dataclasses.replace(call, plan=launch_plan(artifact, serve, 0))
@@ -249,7 +270,10 @@ class Evaluator:
         with self.launcher(artifact.kind).serve(artifact, server) as h:
             call.say("probing" if h.startup_s is None
                      else f"probing ({h.startup_s:.1f} s to healthy)")
-            return self._probe(call, h, steps), h.startup_s
+            m = self._probe(call, h, steps)
+            if keep is not None:
+                keep(m, h.startup_s)
+            return m, h.startup_s
 
     def _started(self, commit: str) -> Callable[[int], None]:
         def cb(pid: int) -> None:
@@ -260,6 +284,14 @@ class Evaluator:
     def _stopped(self, pid: int) -> None:
         if self.journal is not None:
             self.journal.server_stopped(pid)
+
+
+def measured(call: EvalCall, m: Measurement, startup: float | None,
+             env: dict[str, object]) -> Evaluation:
+    """A measured commit's evaluation."""
+    assert call.artifact is not None
+    return Evaluation(commit=call.commit, status=EvalStatus.MEASURED, measurement=m,
+                      artifact=call.artifact.identity, startup_s=startup, environment=env)
 
 
 def failure_kind(err: RecoverableError) -> FailureKind:

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from vllm_bisect.bisect.measurement.executor import Done, Executor
 from vllm_bisect.bisect.policies.base import MoreSamples
+from vllm_bisect.bisect.state import unrecorded
 from vllm_bisect.bisect.state.store import MeasurementStore
 from vllm_bisect.builders.prefetch import PrefetchSink
 from vllm_bisect.models import EvalStatus, Evaluation, Phase
@@ -47,6 +48,10 @@ class Measurer:
         # journal's row of this attempt)
         self._tasks: dict[int, tuple[int, str, MoreSamples | None, int, bool, Phase, int]] = {}
         self._by_exec: dict[int, int] = {}
+        # evaluations an earlier call of the session finished and never recorded (killed
+        # while their server was torn down: bisect/state/unrecorded.py), returned by the
+        # next wait() without a server
+        self._ready: list[Done] = []
 
     @contextmanager
     def during(self, phase: Phase) -> Iterator[None]:
@@ -70,7 +75,7 @@ class Measurer:
         return self.executor.workers - self.executor.in_flight()
 
     def in_flight(self) -> int:
-        return len(self._tasks)
+        return len(self._tasks) + len(self._ready)
 
     # -- asynchronous: the parallel search -----------------------------------------------
     def submit(self, commit: str, more: MoreSamples | None = None, account: bool = True,
@@ -84,6 +89,14 @@ class Measurer:
 
     def _start(self, task: int, commit: str, more: MoreSamples | None, left: int,
                account: bool, phase: Phase) -> None:
+        kept = unrecorded.take(self.store.journal, self.store.key(commit), more)
+        if kept is not None:  # its server (counted by its own call) was measured to the end
+            logger.info("%s: taking the server measured before this session was cut off "
+                        "(finished, not yet recorded)", commit[:12])
+            self._ready.append(Done(task, commit, kept, "journal"))
+            if account:
+                self.store.put(kept)
+            return
         row = self.store.journal.start_pending(commit, phase.value)
         ex_task = self.executor.submit(commit, more)
         self._tasks[task] = (ex_task, commit, more, left, account, phase, row)
@@ -96,12 +109,13 @@ class Measurer:
     def wait(self, timeout: float | None = None) -> list[Done]:
         """What finished (failures retried first), counted and cached."""
         try:
-            out: list[Done] = []
+            out, self._ready = self._ready, []
             while not out and self._tasks:
                 for done in self.executor.wait(timeout):
                     task = self._by_exec.pop(done.task)
                     _, commit, more, left, account, phase, row = self._tasks.pop(task)
                     ev = done.evaluation
+                    unrecorded.drop(self.store.journal, ev)
                     if ev.status is EvalStatus.FAILED and left > 0:
                         self.server_starts += 1  # the failed attempt's (it is not cached)
                         self._counted(row, phase, True)

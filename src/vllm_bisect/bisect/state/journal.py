@@ -193,6 +193,10 @@ class SessionJournal:
                                f"this vllm-bisect writes {SCHEMA_VERSION}",
                                hint="start a new session directory")
 
+    def locked(self) -> threading.Lock:
+        """The lock every write from a worker thread holds (``with journal.locked():``)."""
+        return self._lock
+
     def get_meta(self, key: str) -> str | None:
         row = self.con.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return str(row[0]) if row else None
