@@ -68,8 +68,8 @@ def test_the_hook_settles_its_plan_once(tmp_path: Path,
 def test_each_symptom_is_settled_once_however_many_searches_it_runs(
         tmp_path: Path, logged: pytest.LogCaptureFixture) -> None:
     """Two symptoms on virtual time: a 1.3x ITL step (its search, then its rest checks: a
-    core each) and a cap. Before: 9 plans resolved and 14 policies built for this run's
-    cores."""
+    core each) and a cap. Before: the cap's plan resolved 4 times, the ITL step's 5 times
+    (each building a policy to read its traits)."""
     s = steps_scenario(32, ((20, 1.3),), cap_at=8, cv=0.10, server_cv=0.05)
     m, _ = run(spec(["length", "itl"]), s, tmp_path)
     assert {c.symptom for c in m.culprits} == {"length", "itl"}
@@ -89,7 +89,7 @@ def test_the_rest_checks_follow_a_noise_aware_test_only() -> None:
     assert plan(symptom="itl", strategy="twolevel")
     assert plan(symptom="itl", strategy="sequential")
     assert plan(symptom="itl", strategy="changepoint")
-    assert plan(symptom="itl")   # auto: the model of the range
+    assert plan(symptom="itl")   # auto: a noise-aware test
     assert not plan(symptom="itl", strategy="twolevel", rest_check=False)
     assert not plan(symptom="itl", strategy="threshold", itl_factor=1.2)
     assert not plan(symptom="length")
