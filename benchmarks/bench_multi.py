@@ -41,6 +41,7 @@ from pathlib import Path
 from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.events import NullEvents
 from vllm_bisect.bisect.multi import run_symptoms
+from vllm_bisect.bisect.policies import Plan
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.errors import NotReproduced
@@ -132,8 +133,8 @@ def run_trial(t: Trial) -> Outcome:
     with tempfile.TemporaryDirectory() as d:
         journal = SessionJournal(Path(d))
 
-        def driver(spec: BisectSpec, r: CommitRange) -> Driver:
-            return Driver(spec, r, cluster, journal, None)
+        def driver(spec: BisectSpec, r: CommitRange, plan: Plan) -> Driver:
+            return Driver(spec, r, cluster, journal, None, plan=plan)
 
         try:
             multi = run_symptoms(sp, rng, driver, NullEvents())

@@ -11,7 +11,7 @@ import pytest
 from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.events import NullEvents
 from vllm_bisect.bisect.multi import run_symptoms
-from vllm_bisect.bisect.policies import resolve
+from vllm_bisect.bisect.policies import Plan, resolve
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.errors import NotReproduced
@@ -45,8 +45,8 @@ def run(sp: BisectSpec, n: int, steps: tuple[tuple[int, float], ...], tmp: Path,
     cluster = VirtualCluster(s, rng, 1, random.Random(seed), first_batch=sp.probe.requests)
     journal = SessionJournal(tmp)
     try:
-        def driver(spec_: BisectSpec, r: CommitRange) -> Driver:
-            return Driver(spec_, r, cluster, journal, None)
+        def driver(spec_: BisectSpec, r: CommitRange, plan: Plan) -> Driver:
+            return Driver(spec_, r, cluster, journal, None, plan=plan)
         return run_symptoms(sp, rng, driver, NullEvents()), rng, cluster
     finally:
         journal.close()

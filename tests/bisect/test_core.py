@@ -38,6 +38,7 @@ def test_resolve_decides_once_what_the_spec_comes_to() -> None:
     assert plan.strategy is Strategy.TWOLEVEL and plan.needs_reference and plan.hook_ok
     assert plan.choice.strategy is plan.strategy and "was written" in plan.reason
     model = resolve(parse_spec({"verdict": {"symptom": "itl", "strategy": "changepoint"}}))
+    # (the model of the range answers the hook: bisect/search/changepoint_hook.py)
     assert model.strategy is Strategy.CHANGEPOINT and model.models_range and model.hook_ok
     length = resolve(LENGTH)
     assert length.strategy is Strategy.THRESHOLD and not length.needs_reference

@@ -9,6 +9,7 @@ from pathlib import Path
 from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.events import NullEvents
 from vllm_bisect.bisect.multi import MultiResult, run_symptoms
+from vllm_bisect.bisect.policies import Plan
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.sim.virtual import VirtualCluster, commit_range
@@ -29,8 +30,8 @@ def run(sp: BisectSpec, s: StepsScenario, tmp: Path, seed: int = 0
     cluster = VirtualCluster(s, rng, 1, random.Random(seed), first_batch=sp.probe.requests)
     journal = SessionJournal(tmp)
     try:
-        def driver(spec_: BisectSpec, r: CommitRange) -> Driver:
-            return Driver(spec_, r, cluster, journal, None)
+        def driver(spec_: BisectSpec, r: CommitRange, plan: Plan) -> Driver:
+            return Driver(spec_, r, cluster, journal, None, plan=plan)
         return run_symptoms(sp, rng, driver, NullEvents()), cluster
     finally:
         journal.close()

@@ -12,6 +12,7 @@ from tests.bisect.test_multi import named, run, spec
 from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.events import NullEvents
 from vllm_bisect.bisect.multi import run_symptoms
+from vllm_bisect.bisect.policies import Plan
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.models import Outcome
@@ -131,8 +132,8 @@ def test_the_checks_servers_of_the_culprit_are_no_verdict_of_it(tmp_path: Path) 
     cluster = VirtualCluster(scenario, rng, 1, random.Random(0), first_batch=sp.probe.requests)
     journal, told = SessionJournal(tmp_path), Told()
     try:
-        def driver(spec_: BisectSpec, r: CommitRange) -> Driver:
-            return Driver(spec_, r, cluster, journal, None, told)
+        def driver(spec_: BisectSpec, r: CommitRange, plan: Plan) -> Driver:
+            return Driver(spec_, r, cluster, journal, None, told, plan=plan)
         m = run_symptoms(sp, rng, driver, told)
     finally:
         journal.close()

@@ -24,7 +24,7 @@ from vllm_bisect.bisect.forecast import Forecast
 from vllm_bisect.bisect.forecast_events import ForecastEvents
 from vllm_bisect.bisect.measurement.executor import EvaluateFn, Executor, InlineExecutor
 from vllm_bisect.bisect.measurement.measurer import Measurer
-from vllm_bisect.bisect.policies import make_policy
+from vllm_bisect.bisect.policies import Plan, make_policy, plan_for
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.search.bayes_search import BayesSearch
 from vllm_bisect.bisect.search.binary import BinarySearch, Search
@@ -99,12 +99,14 @@ def inline(evaluator: CommitEvaluator) -> EvaluateFn:
 
 
 class Driver:
-    """``executor``: where evaluations run (None: the evaluator, inline on one worker)."""
+    """``executor``: where evaluations run (None: the evaluator, inline on one worker);
+    ``plan``: the spec's settled verdict plan (:func:`~vllm_bisect.bisect.multi.run_symptoms`
+    settles one per symptom; None: resolved here)."""
 
     def __init__(self, spec: BisectSpec, rng: CommitRange, evaluator: CommitEvaluator,
                  journal: SessionJournal, cache: ResultCache | None,
                  events: EventHandler | None = None, prefetcher: PrefetchSink | None = None,
-                 executor: Executor | None = None) -> None:
+                 executor: Executor | None = None, plan: Plan | None = None) -> None:
         self.spec = spec
         self.rng = rng
         # the forecast of what the search will take, made when its first step is tested
@@ -114,7 +116,7 @@ class Driver:
         self.core = open_core(spec, rng, journal, cache,
                               executor or InlineExecutor(inline(evaluator)), self.events,
                               prefetcher=(prefetcher if executor is None or executor.workers == 1
-                                          else None), pair_bound=True)
+                                          else None), plan=plan, pair_bound=True)
         self.forecaster.tester = self.core.tester
         self.forecaster.strategy = self.core.choice.strategy.value
         self.forecaster.may_switch = recheck.applies(spec, self.core.choice)
@@ -154,7 +156,7 @@ class Driver:
         if recheck.applies(self.spec, self.choice):  # a cap: deterministic until it is not
             found, choice = recheck.run_auto_cap(self.tester, self.spec, self.choice,
                                                  self.search, self._to_bayes)
-            self.core = self.core.with_policy(self.core.policy, choice)
+            self.core = self.core.with_policy(self.core.policy, plan_for(self.spec, choice))
             if choice.strategy is Strategy.BAYES:
                 flaky = FlakySeen(choice.reason, self.spec.verdict.recheck_runs)
         else:
@@ -168,7 +170,7 @@ class Driver:
                 and not self.core.policy.traits.models_range):  # (its P is the evidence)
             # the rest checks that follow need servers of the final pair that no verdict
             # chose: the verification's fresh ones are those (issue 40)
-            rest = self.spec.verdict.rest_check and self.core.policy.traits.needs_calibration
+            rest = self.core.plan.checks_rest
             # a deterministic cap: the parent's re-checks and the culprit's run verify it
             v = self.spec.verdict
             rechecked = (1 + v.recheck_runs if recheck.applies(self.spec, self.choice)

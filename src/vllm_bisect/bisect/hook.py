@@ -170,7 +170,7 @@ def _judge(spec: BisectSpec, repo: git.Repo, cache_dir: Path, session_dir: Path,
     one = rng or CommitRange(good=head, bad=head, commits=(head,))
     with Session(session_dir) as session, \
             open_session(spec, cache_dir, session=session, repo=repo, events=events,
-                         slots=slots, core=CoreOver(one, choice=choice)) as opened:
+                         slots=slots, core=CoreOver(one, plan=plan)) as opened:
         assert opened.core is not None
         t = opened.core.tester
         journaled = set(t.store.session)   # verdicts of this bisect's earlier hook calls

@@ -36,7 +36,7 @@ from vllm_bisect.bisect.culprits import Culprit, MultiResult, step_effect
 from vllm_bisect.bisect.culprits import headline as _headline
 from vllm_bisect.bisect.driver import BisectResult, Driver
 from vllm_bisect.bisect.events import EventHandler
-from vllm_bisect.bisect.policies import make_policy, resolve
+from vllm_bisect.bisect.policies import Plan, make_policy, resolve
 from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.rest import RestAnswer
@@ -49,7 +49,8 @@ logger = logging.getLogger(__name__)
 MAX_SEARCHES = 7   # per symptom: the first, and the rest checks (two per culprit found)
 
 
-MakeDriver = Callable[[BisectSpec, CommitRange], Driver]
+# a driver for (the symptom's spec, the range), under the symptom's settled plan
+MakeDriver = Callable[[BisectSpec, CommitRange, Plan], Driver]
 
 
 def capped_servers(ev: Evaluation, floor: int) -> list[bool] | None:
@@ -71,16 +72,12 @@ def capped_servers(ev: Evaluation, floor: int) -> list[bool] | None:
     return out
 
 
-def checks_rest(spec: BisectSpec) -> bool:
-    """Whether the rest check runs: a calibrating (noise-aware) strategy and rest_check on."""
-    plan = resolve(spec)
-    return spec.verdict.rest_check and (plan.needs_calibration or plan.models_range)
-
-
 class _Loop:
     def __init__(self, spec: BisectSpec, rng: CommitRange, make: MakeDriver,
-                 events: EventHandler, spec_path: str = "SPEC") -> None:
+                 events: EventHandler, plans: dict[Symptom, Plan],
+                 spec_path: str = "SPEC") -> None:
         self.spec, self.rng, self.make, self.events = spec, rng, make, events
+        self.plans = plans   # each symptom's, settled once (run_symptoms)
         self.spec_path = spec_path
         self.out: MultiResult | None = None
         self.starts = 0
@@ -104,12 +101,12 @@ class _Loop:
             self.out.result.evaluations.update(r.evaluations)
         return r
 
-    def narrowed(self, sp: BisectSpec, rng: CommitRange) -> CommitRange:
+    def narrowed(self, sp: BisectSpec, plan: Plan, rng: CommitRange) -> CommitRange:
         """A threshold symptom after another symptom's search: its verdict on every commit
         measured so far is free (one measurement decides); the range ends at the first one
         that shows it (a symptom shown is evidence even when it is flaky; one missing is
         not, so the good end stays)."""
-        if self.out is None or (plan := resolve(sp)).needs_calibration or plan.models_range:
+        if self.out is None or plan.needs_calibration or plan.models_range:
             return rng
         policy = make_policy(sp, plan.strategy)
         known = self.out.result.evaluations
@@ -163,14 +160,14 @@ class _Loop:
         against the culprit, and the culprit's parent against the good end (whichever step
         the search found first, the other lies on one side); each check that separates is
         bisected the same way."""
-        sp = self.spec.for_symptom(s)
-        rng = self.narrowed(sp, self.rng)
+        sp, plan = self.spec.for_symptom(s), self.plans[s]
+        rng = self.narrowed(sp, plan, self.rng)
         sp = self.runs_taken(sp)
         todo: list[tuple[CommitRange, int, str]] = [(rng, -1, "")]  # range, by culprit, what
         first = len(self.out.culprits) if self.out is not None else 0
         try:
-            self._steps(s, sp, todo)
-            self._pair_checks(sp, first)
+            self._steps(s, sp, plan, todo)
+            self._pair_checks(sp, plan, first)
         finally:
             if self.out is not None:   # the symptom's steps in range order, numbered so
                 found = self.out.culprits[first:]
@@ -179,7 +176,7 @@ class _Loop:
                 self.out.culprits[first:] = [replace(c, step=k + 1)
                                              for k, c in enumerate(found)]
 
-    def _pair_checks(self, sp: BisectSpec, first: int) -> None:
+    def _pair_checks(self, sp: BisectSpec, plan: Plan, first: int) -> None:
         """With more than one step found: each culprit against its parent alone, with the
         same calibrating test (their servers so far reused); one that does not separate by
         the smallest change that matters is marked unconfirmed (a commit on a plateau
@@ -199,13 +196,13 @@ class _Loop:
             self.events.on_phase("", f"{c.symptom}: {c.commit[:12]} against its parent alone")
             before = self.starts
             try:
-                self.search(self.make(pair_sp, pair))
+                self.search(self.make(pair_sp, pair, plan))
             except NotReproduced as err:
                 self.out.culprits[k] = replace(c, confirmed=False)
                 self._note(k, f"not confirmed against its parent alone ({self.starts - before}"
                               f" server starts): {err.message}")
 
-    def _steps(self, s: Symptom, sp: BisectSpec,
+    def _steps(self, s: Symptom, sp: BisectSpec, plan: Plan,
                todo: list[tuple[CommitRange, int, str]]) -> None:
         searches = 0
         verified: dict[str, rest.Servers] = {}   # the culprits' verifications' servers
@@ -216,7 +213,7 @@ class _Loop:
                 return
             searches += 1
             before = self.starts
-            driver = self.make(sp, rng)
+            driver = self.make(sp, rng, plan)
             driver.rest = by >= 0
             if by >= 0:
                 self.events.on_phase("", f"rest check ({s.value}): is {what}?")
@@ -246,7 +243,7 @@ class _Loop:
                 self._note(by, f"rest check, {what}: yes, bisected")
             self.out.culprits.append(c)
             self.events.on_phase("", f"{s.value}: {c.describe()}")
-            if r.first_bad is None or not checks_rest(sp):
+            if r.first_bad is None or not plan.checks_rest:
                 continue
             me = len(self.out.culprits) - 1
             sha = r.first_bad[:12]
@@ -293,12 +290,15 @@ class _Loop:
 def run_symptoms(spec: BisectSpec, rng: CommitRange, make: MakeDriver,
                  events: EventHandler, spec_path: str = "SPEC") -> MultiResult:
     """Every symptom of ``spec.symptom_list()``, each with its rest checks. A symptom that
-    does not reproduce is a note when another one did (else the error stands).
-    ``spec_path``: the session's spec file, for the commands the notes give."""
-    loop = _Loop(spec, rng, make, events, spec_path)
+    does not reproduce is a note when another one did (else the error stands). Each symptom's
+    verdict plan is settled here, once (:func:`~vllm_bisect.bisect.policies.resolve`), and
+    passed to every driver of it (``make``). ``spec_path``: the session's spec file, for the
+    commands the notes give."""
+    plans = {s: resolve(spec.for_symptom(s)) for s in spec.symptom_list()}
+    loop = _Loop(spec, rng, make, events, plans, spec_path)
     refused: list[tuple[Symptom, NotReproduced]] = []
     # noise-aware symptoms first: a threshold symptom then judges their measurements free
-    for s in sorted(spec.symptom_list(), key=lambda x: not checks_rest(spec.for_symptom(x))):
+    for s in sorted(spec.symptom_list(), key=lambda x: not plans[x].checks_rest):
         try:
             loop.symptom(s)
         except NotReproduced as err:

@@ -19,6 +19,7 @@ from vllm_bisect.bisect.culprits import MultiResult
 from vllm_bisect.bisect.driver import BisectResult, Driver, EventHandler
 from vllm_bisect.bisect.endpoint_env import EndpointEnvEvents
 from vllm_bisect.bisect.multi import run_symptoms
+from vllm_bisect.bisect.policies import Plan
 from vllm_bisect.bisect.range import CommitRange, open_repo
 from vllm_bisect.bisect.search.endpoints import untestable_end
 from vllm_bisect.bisect.state.journal import SessionJournal
@@ -130,10 +131,10 @@ def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: E
                 events, ChainMap(bench.evaluator.artifacts, prepared_artifacts(session.journal)),
                 session_dir)
 
-            def driver(sp: BisectSpec, r: CommitRange) -> Driver:
+            def driver(sp: BisectSpec, r: CommitRange, plan: Plan) -> Driver:
                 assert session.journal is not None
                 return Driver(sp, r, bench.evaluator, session.journal, cache, events,
-                              bench.prefetcher, bench.executor)
+                              bench.prefetcher, bench.executor, plan)
 
             with locked_clocks(spec.serve.lock_clocks, spec.serve.lock_clocks_mhz):
                 # one search per symptom, and the rest checks (bisect.multi, issue 28)

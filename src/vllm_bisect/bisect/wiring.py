@@ -26,6 +26,7 @@ from vllm_bisect.bisect.events import EventHandler
 from vllm_bisect.bisect.measurement.evaluate import PhaseCallback
 from vllm_bisect.bisect.measurement.executor import Slot
 from vllm_bisect.bisect.measurement.probe_steps import ProbeStep
+from vllm_bisect.bisect.policies import Plan
 from vllm_bisect.bisect.policies.base import VerdictPolicy
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
@@ -33,7 +34,6 @@ from vllm_bisect.bisect.state.session import Session
 from vllm_bisect.builders import make_builder
 from vllm_bisect.builders.base import Builder
 from vllm_bisect.spec import BisectSpec
-from vllm_bisect.verdict.auto import Choice
 
 __all__ = ["CoreOver", "Opened", "open_session"]
 
@@ -41,12 +41,13 @@ __all__ = ["CoreOver", "Opened", "open_session"]
 @dataclass(frozen=True)
 class CoreOver:
     """The core :func:`open_session` assembles: over ``rng``, journaled in ``journal`` (None:
-    the session's), judged by ``policy`` / ``choice`` (None: the spec's strategy)."""
+    the session's), judged by ``policy`` (None: one built from the plan) under the settled
+    ``plan`` (:func:`~vllm_bisect.bisect.policies.resolve`; None: resolved here)."""
 
     rng: CommitRange
     journal: SessionJournal | None = None
     policy: VerdictPolicy | None = None
-    choice: Choice | None = None
+    plan: Plan | None = None
 
 
 @dataclass(frozen=True)
@@ -101,5 +102,5 @@ def open_session(spec: BisectSpec, cache_dir: Path, *, session: Session | None =
             assert journal is not None, "a core needs a journal"
             opened = open_core(spec, core.rng, journal, cache, bench.executor, events,
                                prefetcher=bench.prefetcher, policy=core.policy,
-                               choice=core.choice)
+                               plan=core.plan)
         yield Opened(spec, builder, bench, cache, opened)

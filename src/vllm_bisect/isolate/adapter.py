@@ -33,7 +33,7 @@ import git
 from vllm_bisect.bisect.bench import first_slot
 from vllm_bisect.bisect.core import Core
 from vllm_bisect.bisect.events import NullEvents
-from vllm_bisect.bisect.policies import make_policy, resolve
+from vllm_bisect.bisect.policies import Plan, make_policy, resolve
 from vllm_bisect.bisect.policies.base import Role, VerdictPolicy
 from vllm_bisect.bisect.range import CommitInfo, CommitRange, info
 from vllm_bisect.bisect.search.endpoints import Settle, settle
@@ -100,7 +100,7 @@ class StudyBench:
         self._cores: dict[str, Core] = {}
         self._sessions = ExitStack()   # each measured spec's session, open until close()
         self.policy: VerdictPolicy | None = None
-        self.choice: Choice | None = None
+        self.plan: Plan | None = None   # settled once per (parent, culprit): settle()
         self.rng: CommitRange | None = None
         self.settled: tuple[str, str] | None = None
         self.fresh = 0          # commits measured now (a two-level test may start several
@@ -127,12 +127,12 @@ class StudyBench:
             if bkey not in self._builders:
                 self._builders[bkey] = make_builder(spec, self.repo, self.cache_dir,
                                                     self.session.logs)
-            assert self.choice is not None
+            assert self.plan is not None
             opened = self._sessions.enter_context(open_session(
                 spec, self.cache_dir, session=self.session, builder=self._builders[bkey],
                 events=self.events, slots=first_slot(spec), tell_waits=False,
                 cache=self.cache, core=CoreOver(self.rng, self.journal, self.policy,
-                                                self.choice)))
+                                                self.plan)))
             assert opened.core is not None
             self._cores[key] = opened.core
         return self._cores[key]
@@ -147,16 +147,15 @@ class StudyBench:
         threshold policy only measures the healthy end when its thresholds are relative to
         it; a learning policy still needs both ends to differ."""
         if self.settled == (parent, culprit):
-            assert self.choice is not None
-            return self.choice
-        plan = resolve(spec, per_commit=True)   # (each trial's commit judged alone)
-        self.choice = plan.choice
+            assert self.plan is not None
+            return self.plan.choice
+        self.plan = plan = resolve(spec, per_commit=True)   # (each trial's commit judged alone)
         self.policy = make_policy(spec, plan.strategy)
         self.rng = CommitRange(good=info(self.repo.commit(parent)),
                                bad=info(self.repo.commit(culprit)),
                                commits=(info(self.repo.commit(culprit)),))
         self._close_cores()   # (judged by the previous policy)
-        logger.info("verdict strategy %s: %s", self.choice.strategy.value, self.choice.reason)
+        logger.info("verdict strategy %s: %s", plan.strategy.value, plan.reason)
         t = self._core(spec).tester
         try:
             settle(t, Settle.SEARCH if require else Settle.LOOSE, tests)
@@ -174,7 +173,7 @@ class StudyBench:
             fresh = any(not x.from_cache for x in t.probed if x.commit == sha)
             self._report(StudyTrial("endpoints", what, sha, o.verdict, o.reason, o.measurement,
                                     fresh))
-        return self.choice
+        return plan.choice
 
     def _report(self, trial: StudyTrial) -> None:
         self.fresh += trial.fresh
@@ -196,5 +195,5 @@ class StudyBench:
 
     def strategy(self) -> dict[str, str]:
         """The verdict strategy that judged (for the result JSON)."""
-        c = self.choice
-        return {"strategy": c.strategy.value, "strategy_reason": c.reason} if c else {}
+        p = self.plan
+        return {"strategy": p.strategy.value, "strategy_reason": p.reason} if p else {}

@@ -13,10 +13,11 @@ module of its own (:mod:`.threshold`, :mod:`.sequential`, :mod:`.twolevel`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
 from dataclasses import dataclass
+from typing import Protocol
 
-from vllm_bisect.bisect.policies.base import VerdictPolicy
+from vllm_bisect.bisect.policies.base import Traits, VerdictPolicy
 from vllm_bisect.bisect.policies.changepoint import ChangePointPolicy
 from vllm_bisect.bisect.policies.sequential import BayesPolicy, SequentialPolicy
 from vllm_bisect.bisect.policies.threshold import ThresholdPolicy, crashed, unmeasured
@@ -26,7 +27,18 @@ from vllm_bisect.spec import BisectSpec, SearchKind
 from vllm_bisect.spec.verdict import HOOK_STRATEGY, NO_FIX_SEARCH
 from vllm_bisect.verdict.auto import Choice, Strategy, choose_strategy
 
-POLICIES: dict[str, Callable[[BisectSpec], VerdictPolicy]] = {
+logger = logging.getLogger(__name__)
+
+
+class PolicyClass(Protocol):
+    """A policy class: built from the spec; its traits read without building one."""
+
+    def __call__(self, spec: BisectSpec) -> VerdictPolicy: ...
+
+    def traits_for(self, spec: BisectSpec) -> Traits: ...
+
+
+POLICIES: dict[str, PolicyClass] = {
     "threshold": ThresholdPolicy,
     "sequential": SequentialPolicy,
     "bayes": BayesPolicy,
@@ -35,17 +47,18 @@ POLICIES: dict[str, Callable[[BisectSpec], VerdictPolicy]] = {
 }
 
 __all__ = ["POLICIES", "BayesPolicy", "ChangePointPolicy", "Plan", "SequentialPolicy", "ThresholdPolicy",
-           "TwoLevelPolicy", "crashed", "make_policy", "resolve", "resolve_strategy",
+           "TwoLevelPolicy", "crashed", "make_policy", "plan_for", "resolve", "resolve_strategy",
            "unmeasured"]
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What a spec's verdict comes to, decided once (:func:`resolve`): the strategy that runs
-    (``auto`` resolved) and why, whether its policy needs the healthy endpoint's measurement
-    (relative thresholds, calibration), whether it calibrates on both endpoints (a noise-aware
-    test: the rest check runs after it), and whether it can judge one commit at a time under
-    ``git bisect run``."""
+    """What a spec's verdict comes to, settled once per symptom where the spec is loaded
+    (:func:`resolve`) and passed on to every core of it: the strategy that runs (``auto``
+    resolved) and why, whether its policy needs the healthy endpoint's measurement (relative
+    thresholds, calibration), whether it calibrates on both endpoints (a noise-aware test),
+    whether it is one model of the range, whether it can judge one commit at a time under
+    ``git bisect run``, and the spec's ``verdict.rest_check``."""
 
     strategy: Strategy
     reason: str
@@ -53,21 +66,37 @@ class Plan:
     hook_ok: bool
     needs_calibration: bool = False
     models_range: bool = False   # one model of the range (changepoint): rest checks follow
+    rest_check: bool = False     # verdict.rest_check
 
     @property
     def choice(self) -> Choice:
         return Choice(self.strategy, self.reason)
 
+    @property
+    def checks_rest(self) -> bool:
+        """Whether the rest checks follow a culprit (bisect/multi.py, and the driver's
+        verification that gives them fresh servers): ``verdict.rest_check`` on and a
+        noise-aware test (one that calibrates, or one model of the range)."""
+        return self.rest_check and (self.needs_calibration or self.models_range)
+
 
 def resolve(spec: BisectSpec, per_commit: bool = False) -> Plan:
-    """The spec's :class:`Plan` (every way into the core reads this, never the rules).
-    ``per_commit``: each commit judged alone (``git bisect run``, where git chooses the
-    commits; the studies' trials)."""
-    choice = resolve_strategy(spec, per_commit)
-    policy = make_policy(spec, choice.strategy)
-    traits = policy.traits
+    """The spec's :class:`Plan`, settled once per symptom by each way in (``vllm-bisect
+    run``: :func:`~vllm_bisect.bisect.multi.run_symptoms`; the hook; the studies) and passed
+    on; nothing else reads the rules. ``per_commit``: each commit judged alone (``git bisect
+    run``, where git chooses the commits; the studies' trials)."""
+    plan = plan_for(spec, resolve_strategy(spec, per_commit))
+    logger.debug("verdict plan for %s%s: %s (%s)", spec.verdict.symptom.value,
+                 " (each commit alone)" if per_commit else "", plan.strategy.value, plan.reason)
+    return plan
+
+
+def plan_for(spec: BisectSpec, choice: Choice) -> Plan:
+    """The :class:`Plan` of ``choice`` for ``spec`` (the policy class's traits, no policy
+    built): :func:`resolve`'s, and the driver's when auto switches a flaky cap to bayes."""
+    traits = _policy_class(choice.strategy).traits_for(spec)
     return Plan(choice.strategy, choice.reason, traits.needs_reference, traits.supports_hook,
-                traits.needs_calibration, traits.models_range)
+                traits.needs_calibration, traits.models_range, spec.verdict.rest_check)
 
 
 def resolve_strategy(spec: BisectSpec, per_commit: bool = False) -> Choice:
@@ -89,15 +118,23 @@ def resolve_strategy(spec: BisectSpec, per_commit: bool = False) -> Choice:
 
 def make_policy(spec: BisectSpec, strategy: Strategy | None = None,
                 pair_bound: bool = False) -> VerdictPolicy:
-    """The policy for ``strategy`` (default: the spec's, ``auto`` resolved). ``pair_bound``:
-    a search that confirms its final pair (``vllm-bisect run``) lets the two-level test
-    spend its error bound there (see ``Traits.pair_bound``)."""
+    """The policy for ``strategy`` (default: the spec's, ``auto`` resolved): one per core,
+    built from the settled :class:`Plan`'s strategy. ``pair_bound``: a search that confirms
+    its final pair (``vllm-bisect run``) lets the two-level test spend its error bound there
+    (see ``Traits.pair_bound``)."""
     chosen = strategy or resolve_strategy(spec).strategy
-    name = str(getattr(chosen, "value", chosen))
+    cls = _policy_class(chosen)
+    logger.debug("verdict policy %s built for %s", getattr(chosen, "value", chosen),
+                 spec.verdict.symptom.value)
+    if cls is TwoLevelPolicy:
+        return TwoLevelPolicy(spec, pair_bound=pair_bound)
+    return cls(spec)
+
+
+def _policy_class(strategy: Strategy | str) -> PolicyClass:
+    name = str(getattr(strategy, "value", strategy))
     cls = POLICIES.get(name)
     if cls is None:
         raise SpecError(f"verdict.strategy = {name!r} has no verdict policy",
                         hint="use one of: auto, " + ", ".join(POLICIES))
-    if cls is TwoLevelPolicy:
-        return TwoLevelPolicy(spec, pair_bound=pair_bound)
-    return cls(spec)
+    return cls

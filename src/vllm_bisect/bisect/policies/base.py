@@ -38,8 +38,10 @@ The two-level test's calibration runs servers itself, through the :class:`Server
 callback (the Tester).
 
 To add a policy (a two-level noise test, inverted terms for find-the-fix, patch
-isolation): implement this Protocol and register it in ``policies.make_policy``; nothing
-else in the core changes. ``traits.supports_hook`` says whether it can judge one commit at a
+isolation): implement this Protocol, declare the class's :class:`Traits` (``TRAITS``, and a
+``traits_for(spec)`` classmethod: :func:`~vllm_bisect.bisect.policies.resolve` reads them
+without building a policy) and register it in ``policies.POLICIES``; nothing else in the
+core changes. ``traits.supports_hook`` says whether it can judge one commit at a
 time under git's control (``git bisect run``); the hook refuses the ones that cannot. Each
 hook call is a process of its own: the policy's model does not outlive it, so the hook
 replays the commits it judged before (``Tester.replay``: judged and learned from, in order)

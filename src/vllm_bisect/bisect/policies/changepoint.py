@@ -33,13 +33,20 @@ class ChangePointPolicy:
     """See the module docstring. ``more``: what the next server probes (set by the search
     before each measurement); ``side``: the model's verdict on a server (set by the search)."""
 
+    TRAITS = Traits(multi_server=True, models_range=True)
+
     def __init__(self, spec: BisectSpec) -> None:
         self.spec = spec
         self.thresholds_policy = ThresholdPolicy(spec)
         self.terms = self.thresholds_policy.terms
-        self.traits = Traits(multi_server=True, models_range=True)
+        self.traits = self.TRAITS
         self.more: MoreSamples | None = None
         self.side: Side | None = None
+
+    @classmethod
+    def traits_for(cls, spec: BisectSpec) -> Traits:
+        """The traits a policy of this class has for ``spec`` (read without building one)."""
+        return cls.TRAITS
 
     def calibrate(self, endpoints: EndpointMeasure, tests: int,
                   runs: ServerRuns | None = None) -> None:

@@ -58,11 +58,18 @@ class SequentialPolicy:
     themselves, unmeasured commits and any before calibration are judged by its
     ``thresholds_policy`` (the endpoints are the calibration)."""
 
+    TRAITS = Traits(needs_calibration=True, needs_reference=True)
+
     def __init__(self, spec: BisectSpec) -> None:
         self.spec = spec
         self.thresholds_policy = ThresholdPolicy(spec)
-        self.traits = Traits(needs_calibration=True, needs_reference=True)
+        self.traits = self.TRAITS
         self.sequential: SequentialJudge | None = None
+
+    @classmethod
+    def traits_for(cls, spec: BisectSpec) -> Traits:
+        """The traits a policy of this class has for ``spec`` (read without building one)."""
+        return cls.TRAITS
 
     def calibrate(self, endpoints: EndpointMeasure, tests: int,
                   runs: ServerRuns | None = None) -> None:

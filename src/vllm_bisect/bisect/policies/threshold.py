@@ -75,7 +75,13 @@ class ThresholdPolicy:
         self.spec = spec
         self.terms = Terms(spec.range.search)
         self.thresholds = Judge(spec.verdict, spec.min_output_tokens())
-        self.traits = replace(self.TRAITS, needs_reference=self.thresholds.needs_reference)
+        self.traits = self.traits_for(spec)
+
+    @classmethod
+    def traits_for(cls, spec: BisectSpec) -> Traits:
+        """The traits a policy of this class has for ``spec`` (read without building one)."""
+        return replace(cls.TRAITS, needs_reference=Judge(
+            spec.verdict, spec.min_output_tokens()).needs_reference)
 
     @property
     def supports_hook(self) -> bool:

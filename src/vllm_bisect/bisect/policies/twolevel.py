@@ -80,12 +80,13 @@ class TwoLevelPolicy:
     evaluation without a measurement (the crash rule) or a commit before calibration is
     judged by its ``thresholds_policy``."""
 
+    TRAITS = Traits(needs_calibration=True, multi_server=True, needs_reference=True)
+
     def __init__(self, spec: BisectSpec, pair_bound: bool = False) -> None:
         self.spec = spec
         self.thresholds_policy = ThresholdPolicy(spec)
         self.terms = self.thresholds_policy.terms
-        self.traits = Traits(needs_calibration=True, multi_server=True, needs_reference=True,
-                             pair_bound=pair_bound)
+        self.traits = replace(self.TRAITS, pair_bound=pair_bound)
         self.strict_spent = 0   # decisions at the bound begun (the j-th: alpha / 2**j)
         self.learned: dict[str, list[Group]] = {}   # commit -> its servers in the model
         self.undecided: set[str] = set()   # left undecided at the caps (pair_bound)
@@ -94,6 +95,11 @@ class TwoLevelPolicy:
         self.symptom = self.v.symptom
         self.test_: CommitTest | None = None
         self.reason = ""
+
+    @classmethod
+    def traits_for(cls, spec: BisectSpec) -> Traits:
+        """The traits a policy of this class has for ``spec`` (read without building one)."""
+        return cls.TRAITS
 
     @property
     def pair_bound(self) -> bool:
