@@ -14,7 +14,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from tests.bisect.test_runner import interrupted, rows
+from tests.bisect.test_run_session import interrupted, rows
 from tests.user_install import user_env
 
 ROOT = Path(__file__).parents[1]

@@ -15,7 +15,7 @@ to learn (the posterior's entropy plus log2 of the confidence's odds) over what 
 most (the capacity of the channel a run is: shown with probability ``q`` at a bad commit and
 ``eps`` at a good one, ``bayes_runs``), a build for the first run of each commit it visits.
 The forecast is made again when auto switches to the Bayesian search. k workers: the search's steps take
-ceil(log_{k+1} n) rounds instead of ceil(log2 n) (``bisect/multisection.py``). Where the
+ceil(log_{k+1} n) rounds instead of ceil(log2 n) (``bisect/search/multisection.py``). Where the
 policy does not know yet which way it will go (a cap that may be flaky), the counts are the
 median of a drawn distribution and ``low`` / ``high`` its 5%..95% range
 (``bisect/forecast_spread.py``).

@@ -13,12 +13,8 @@ and as older (V0) vLLM wrote them: ``Loading model weights took 38.5260 GB``,
 ``# GPU blocks: 80, # CPU blocks: 819``. A start that runs out of memory says so
 (``CUDA out of memory``, ``OutOfMemoryError``, ``... larger than the available KV cache
 memory``, ``No available memory for the cache blocks``): following the memory symptom that
-start is bad, not a skip.
-
-Bad when the capacity (KV cache tokens, else GPU blocks, else KV cache GiB) falls below the
-good endpoint's / ``memory_factor``, or when the weights' memory or the GPU memory the server
-holds (NVML) rises above the good endpoint's x ``memory_factor`` (by at least
-``MIN_RISE_GIB``: 0.0 -> 0.02 GiB of a tiny model is not a regression).
+start is bad, not a skip (the rule that judges a start, and ``MIN_RISE_GIB``, are in
+``symptoms/memory.py``; re-exported here).
 """
 
 from __future__ import annotations

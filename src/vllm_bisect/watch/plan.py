@@ -50,13 +50,13 @@ def find(series: Series, metrics: list[str] | None = None,
 
 def resolve_ref(repo: git.Repo, ref: str) -> str:
     """A point's ref (sha, tag, version, ``+g<sha>`` version, ``nightly-<sha>``) as a full sha."""
-    from vllm_bisect.bisect.range import resolve_ref
+    from vllm_bisect.bisect.range import resolve_ref as commit_of
 
     for candidate in (ref, sha_in(ref)):
         if not candidate:
             continue
         try:
-            return resolve_ref(repo, candidate, "series").hexsha
+            return commit_of(repo, candidate, "series").hexsha
         except RangeError:
             continue
     raise RangeError(f"the series' point {ref!r} names no commit of {repo.working_dir}",

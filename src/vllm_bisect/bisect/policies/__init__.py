@@ -1,6 +1,7 @@
 """The verdict policies behind ``verdict.strategy``, and their registry (``POLICIES``,
 :func:`make_policy`, :func:`resolve`). The protocol is in :mod:`.base`; each policy in a
-module of its own (:mod:`.threshold`, :mod:`.sequential`, :mod:`.twolevel`).
+module of its own (:mod:`.threshold`, :mod:`.sequential`, :mod:`.twolevel`,
+:mod:`.changepoint`).
 
 - ``threshold``: the spec's thresholds (:class:`~vllm_bisect.verdict.Judge`); the good
   endpoint's measurement is the reference of relative ones.
@@ -9,6 +10,10 @@ module of its own (:mod:`.threshold`, :mod:`.sequential`, :mod:`.twolevel`).
   samples sharpen the fit for the next commit.
 - ``bayes``: each run judged by the thresholds; the Bayesian search runs commits again, so
   it cannot work one commit at a time under git's control (no hook).
+- ``twolevel``: per-request samples with a server level (:mod:`.twolevel`): more requests on
+  a server or a fresh one, per commit, until the two-level test decides.
+- ``changepoint``: the model of the range (:mod:`.changepoint`): no commit judged alone; a
+  recorded server says which side of the step its commit stands on.
 """
 
 from __future__ import annotations

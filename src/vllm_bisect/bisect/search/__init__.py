@@ -1,4 +1,5 @@
 """The search over a commit range: binary (``binary.py``), multisection on k workers
-(``parallel.py``), Bayesian for flaky symptoms (``bayes_search.py``, ``bayes.py``); the pure
+(``parallel.py``), Bayesian for flaky symptoms (``bayes_search.py``, ``bayes.py``), the model of
+the range (``changepoint.py``; under the hook, ``changepoint_hook.py``); the pure
 stepping (``steps.py``, ``multisection.py``); the endpoints settled before it
 (``endpoints.py``) and the culprit verified after it (``verify.py``)."""
