@@ -67,3 +67,17 @@ def test_help_outside_a_bisect_exits_0(tmp_path: Path, flag: str) -> None:
     assert r.returncode == 0, r.stderr
     assert "cli hook [OPTIONS]" in " ".join(r.stdout.split())
     assert "--spec" in r.stdout
+
+
+def test_a_relative_cache_dir_is_where_git_bisect_run_was_started(tmp_path: Path) -> None:
+    # (a relative --cache-dir failed every commit's build, "No such file" under venvs/: the
+    # build ran its tools from another directory; each commit was skipped)
+    from tests.bisect.test_hook_guard import bisect_run
+    from tests.helpers import make_spec
+
+    h = history(tmp_path, n_commits=6, cap_at=3)
+    spec = write_spec(tmp_path / "s.toml", make_spec(h))
+    r, judged = bisect_run(h, [*HOOK, "--spec", str(spec), "--cache-dir", "../rel-cache"])
+    assert f"{h.planted['length']} is the first bad commit" in r.stdout, r.stdout + r.stderr
+    assert "# skip" not in judged, judged
+    assert (h.path.parent / "rel-cache").is_dir()

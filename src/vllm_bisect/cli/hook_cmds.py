@@ -57,7 +57,10 @@ def _judge(spec_path: Path, cache_dir: Path | None, verbose: bool) -> int:
 
     setup_logging(verbose)
     spec = load_spec(spec_path)
-    cache = usable_cache_dir(cache_dir if cache_dir is not None else default_cache_dir())
+    # (made absolute here: a relative one is the directory `git bisect run` started in; the
+    # build runs its tools elsewhere)
+    cache = usable_cache_dir((cache_dir if cache_dir is not None else default_cache_dir())
+                             .expanduser().resolve())
     from vllm_bisect.cli.app import err as console
     from vllm_bisect.cli.run_cmds import RichEvents
 
