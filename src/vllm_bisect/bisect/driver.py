@@ -28,8 +28,9 @@ from vllm_bisect.bisect.policies import Plan, make_policy, plan_for
 from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.search.bayes_search import BayesSearch
 from vllm_bisect.bisect.search.binary import BinarySearch, Search
-from vllm_bisect.bisect.search.changepoint import ChangePointSearch, RangeModel
+from vllm_bisect.bisect.search.changepoint import ChangePointSearch
 from vllm_bisect.bisect.search.parallel import MultisectionSearch
+from vllm_bisect.bisect.search.range_model import RangeModel
 from vllm_bisect.bisect.search.verify import verify_culprit
 from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
 from vllm_bisect.bisect.tester import Tester

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,6 +26,7 @@ from vllm_bisect.bisect.policies.base import MoreSamples, Role
 from vllm_bisect.bisect.policies.changepoint import ChangePointPolicy
 from vllm_bisect.bisect.search.binary import Found
 from vllm_bisect.bisect.search.endpoints import untestable_end
+from vllm_bisect.bisect.search.range_model import RangeModel, servers_of, summary
 from vllm_bisect.bisect.search.steps import Step
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.errors import NotReproduced, RestExplained, RestUndecided, SpecError
@@ -42,7 +42,6 @@ from vllm_bisect.verdict.changepoint import (
     posterior,
     requests_for_step,
     requests_per_server,
-    summarise,
 )
 from vllm_bisect.verdict.changepoint_next import choose
 from vllm_bisect.verdict.changepoint_rate import RATE_SYMPTOMS, rate_posterior
@@ -63,44 +62,6 @@ REST_EXPLAINED, REST_BISECT = 0.2, 0.5
 END_REQUESTS = 3      # the ends' servers run at least this many requests (the request spread)
 DRIFT_POINTS = 6      # commits inside the range measured before a drift can be the answer
 GIVE_UP = 2           # a commit whose servers failed this many times is skipped
-
-
-@dataclass(frozen=True)
-class RangeModel:
-    """What the model of the range concluded, for the result and the reports: P of the
-    culprit (or of the likeliest interval), P(no step that matters), P(a drift), the step
-    (new / old, the symptom's units) with its ~95% interval, the servers it rests on, and
-    P(first bad = k) per commit index (those above 0.1%). ``rate_before``: a symptom a
-    server shows or not: ``effect`` is then the new side's rate, this the old side's."""
-
-    p: float
-    none: float
-    drift: float
-    effect: float
-    effect_lo: float
-    effect_hi: float
-    servers: int
-    posterior: tuple[tuple[int, float], ...]
-    rate_before: float | None = None
-
-
-def servers_of(ev: Evaluation, index: int, symptom: object) -> list[Server]:
-    """The servers in an evaluation: a merged one (``samples``: log scale, one list per
-    server) gives each; else its measurement's samples are one server."""
-    if ev.samples:
-        out = [summarise(index, g, logs=True) for g in ev.samples if g]
-    else:
-        out = [summarise(index, samples_of(ev.measurement, symptom))]  # type: ignore[arg-type]
-    return [s for s in out if s is not None]
-
-
-def summary(post: Posterior, p: float) -> RangeModel:
-    eff, lo, hi = post.effect_interval()
-    pk = post.per_commit()
-    keep = tuple((int(k), float(pk[k])) for k in np.flatnonzero(pk > 1e-3))
-    return RangeModel(p=p, none=post.none, drift=post.drift, effect=eff, effect_lo=lo,
-                      effect_hi=hi, servers=post.servers, posterior=keep,
-                      rate_before=post.rate[3] if post.rate is not None else None)
 
 
 class ChangePointSearch:
