@@ -40,7 +40,7 @@ from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Phase
 from vllm_bisect.report.result import plain_starts
 from vllm_bisect.sim.virtual import VirtualCluster, commit_range
-from vllm_bisect.sim.virtual_steps import steps_scenario
+from vllm_bisect.sim.virtual_steps import StepsScenario, steps_scenario
 from vllm_bisect.spec import BisectSpec, parse_spec
 
 EFFECTS = (1.3, 1.5, 2.0)
@@ -77,15 +77,21 @@ def spec_for(t: Trial) -> BisectSpec:
                        "verdict": {"symptom": "itl", **dict(t.spec)}})
 
 
-def run_trial(t: Trial) -> Outcome:
-    logging.disable(logging.WARNING)
+def scenario_for(t: Trial) -> tuple[int, int, StepsScenario]:
+    """The trial's range size, culprit index and scenario (drawn from its seed; bench_hook.py
+    draws the same)."""
     rnd = random.Random(t.seed)
     n = t.n or rnd.randint(32, 1000)
     at = rnd.randrange(n)
     cv, server_cv = rnd.uniform(t.lo, t.hi), rnd.uniform(t.lo, t.hi)
     cv = cv if t.cv is None else t.cv
     server_cv = server_cv if t.server_cv is None else t.server_cv
-    s = steps_scenario(n, ((at, t.effect),), cv=cv, server_cv=server_cv)
+    return n, at, steps_scenario(n, ((at, t.effect),), cv=cv, server_cv=server_cv)
+
+
+def run_trial(t: Trial) -> Outcome:
+    logging.disable(logging.WARNING)
+    n, at, s = scenario_for(t)
     rng = commit_range(n)
     sp = spec_for(t)
     cluster = VirtualCluster(s, rng, 1, random.Random(t.seed * 7919 + 1),

@@ -28,6 +28,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench_cost import Trial, scenario_for  # the same trials and scenarios
+
 from vllm_bisect.bisect.core import open_core
 from vllm_bisect.bisect.driver import inline
 from vllm_bisect.bisect.measurement.executor import InlineExecutor
@@ -36,18 +38,7 @@ from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.errors import NotReproduced
 from vllm_bisect.models import Verdict
 from vllm_bisect.sim.virtual import VirtualCluster, commit_range
-from vllm_bisect.sim.virtual_steps import steps_scenario
 from vllm_bisect.spec import parse_spec
-
-
-@dataclass(frozen=True)
-class Trial:
-    effect: float
-    seed: int
-    n: int | None = None
-    cv: float | None = None
-    server_cv: float | None = None
-    start_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -61,13 +52,7 @@ class Outcome:
 
 def run_trial(t: Trial) -> Outcome:
     logging.disable(logging.WARNING)
-    rnd = random.Random(t.seed)
-    n = t.n or rnd.randint(32, 1000)
-    at = rnd.randrange(n)
-    cv, server_cv = rnd.uniform(0.02, 0.05), rnd.uniform(0.02, 0.05)
-    cv = cv if t.cv is None else t.cv
-    server_cv = server_cv if t.server_cv is None else t.server_cv
-    s = steps_scenario(n, ((at, t.effect),), cv=cv, server_cv=server_cv)
+    n, at, s = scenario_for(t)
     rng = commit_range(n)
     spec = parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
                        "verdict": {"symptom": "itl", "strategy": "changepoint"}})
@@ -78,8 +63,7 @@ def run_trial(t: Trial) -> Outcome:
         journal = SessionJournal(Path(d))
         try:
             while hi - lo > 1:
-                mid = (lo + hi) // 2 if (lo + hi) % 2 == 0 else (lo + hi + 1) // 2
-                mid = min(max(mid, lo + 1), hi - 1)
+                mid = min(max((lo + hi + 1) // 2, lo + 1), hi - 1)
                 core = open_core(spec, rng, journal, None, InlineExecutor(inline(cluster)))
                 out = HookSearch(core.tester).judge(rng.commits[mid].sha)
                 if out.verdict is Verdict.BAD:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.bisect.test_changepoint_cli import run_cmd
 from tests.helpers import history, make_spec, write_spec
 from vllm_bisect.verdict.changepoint import Server
 from vllm_bisect.verdict.changepoint_next import choose
@@ -71,9 +71,8 @@ def test_run_names_a_cap_with_the_model_of_the_range(tmp_path: Path) -> None:
     spec = write_spec(tmp_path / "s.toml", make_spec(
         h, verdict={"symptom": "length", "strategy": "changepoint"}))
     session = tmp_path / "sess"
-    r = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec),
-                        "--session", str(session), "--cache-dir", str(tmp_path / "cache")],
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run(run_cmd(spec, session, tmp_path / "cache"), capture_output=True,
+                       text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads((session / "result.json").read_text())
     assert doc["first_bad"] == h.planted["length"]
