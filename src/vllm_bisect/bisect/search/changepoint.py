@@ -240,9 +240,7 @@ class ChangePointSearch:
     # -- the search ----------------------------------------------------------------------
     def run(self) -> Found:
         v = self.v
-        for end in (-1, self.n - 1):
-            while self.servers_at(end) == 0:
-                self._measure(end, max(END_REQUESTS, self.least), adaptive=True)
+        self.measure_ends_first()
         while True:
             post = self._posterior(self.servers)
             j, p = post.top()
@@ -281,6 +279,13 @@ class ChangePointSearch:
             if nxt is None:
                 return self._credible(post, p, "no measurable commit would tell more")
             self._measure(nxt.index, nxt.requests)
+
+    def measure_ends_first(self) -> None:
+        """A server on each end of the range (the model starts from both), as many requests
+        as its own spread needs."""
+        for end in (-1, self.n - 1):
+            while self.servers_at(end) == 0:
+                self._measure(end, max(END_REQUESTS, self.least), adaptive=True)
 
     def server_cost(self) -> float:
         """A server start's cost in probe requests: measured in this run (the median time to

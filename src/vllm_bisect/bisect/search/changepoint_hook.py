@@ -23,7 +23,7 @@ import itertools
 import logging
 import math
 
-from vllm_bisect.bisect.search.changepoint import END_REQUESTS, ChangePointSearch
+from vllm_bisect.bisect.search.changepoint import ChangePointSearch
 from vllm_bisect.models import Measurement, Outcome, Verdict
 from vllm_bisect.text import plural
 from vllm_bisect.verdict.changepoint import Posterior, requests_per_server
@@ -49,9 +49,7 @@ class HookSearch(ChangePointSearch):
             return Outcome(commit=sha, verdict=Verdict.SKIP,
                            reason="not inside git bisect's range (the model of the range "
                                   "judges the commits between its good and bad ends)")
-        for end in (-1, self.n - 1):
-            while self.servers_at(end) == 0:
-                self._measure(end, max(END_REQUESTS, self.least), adaptive=True)
+        self.measure_ends_first()
         bar = answer_bar(self.v.confidence, self.n)
         while True:
             post = self._posterior(self.servers)
