@@ -146,7 +146,7 @@ def _source(v: VerificationDoc) -> str:
 def _bisected_metrics(v: VerdictSpec, reason: str) -> tuple[set[str], dict[str, float]]:
     """The metrics the bisected symptom is judged on, and per metric the smallest relative
     change that matters (the spec's itl_factor, else 1 + min_effect)."""
-    small = {"ITL": (v.itl_factor or 1.0 + v.min_effect) - 1.0, "output tokens": v.min_effect}
+    small = {"ITL": Symptom.ITL.info.smallest_change(v) - 1.0, "output tokens": v.min_effect}
     info = v.symptom.info
     led = {i.effect_series for i in (info, *(by_key(k) for k in info.covers))
            if i is not None and i.effect_series}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from vllm_bisect.symptoms import TABLE, Screen, Symptom
+from vllm_bisect.symptoms import TABLE, Screen, Symptom, itl
 from vllm_bisect.symptoms.itl import SCREEN_ITL_FACTOR
 from vllm_bisect.verdict import symptoms
 
@@ -59,11 +59,12 @@ def _rules(res: BisectReport, spec: BisectSpec) -> _Rules:
     ref = res.bad if fix else res.good
     ref_name = f"the {'fixed' if fix else 'good'} endpoint `{ref[:12]}`"
     strategy = res.strategy_chosen or v.strategy.value
+    itl_factor, max_itl_ms = itl.FACTOR.of(v), itl.LIMIT_MS.of(v)
     itl_judged = followed.key == "itl" or ("itl" in followed.covers and (
-        v.itl_factor is not None or v.max_itl_ms is not None))
+        itl_factor is not None or max_itl_ms is not None))
     screen = Screen(min_tokens=spec.min_output_tokens(),
-                    itl_factor=v.itl_factor if itl_judged else v.itl_factor or SCREEN_ITL_FACTOR,
-                    max_itl_ms=v.max_itl_ms if itl_judged else None,
+                    itl_factor=itl_factor if itl_judged else itl_factor or SCREEN_ITL_FACTOR,
+                    max_itl_ms=max_itl_ms if itl_judged else None,
                     verdict=v)
     caps = {}
     for i in TABLE:

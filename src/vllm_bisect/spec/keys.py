@@ -1,8 +1,10 @@
 """Every spec key with its type, default and help, derived from the pydantic models.
 
-The help of a key is the comment its model's source gives it (the ``#`` lines just above the
-field, else the comment at the end of its line), so ``vllm-bisect spec --keys`` lists what
-the code says, never a copy that drifts. :func:`did_you_mean` suggests the key closest to a
+The help of a key is its field's description where it has one (a symptom's own threshold:
+its ``Key`` in ``symptoms/``), else the comment its model's source gives it (the ``#`` lines
+just above the field, else the comment at the end of its line; a model made from
+declarations reads its bases' source), so ``vllm-bisect spec --keys`` lists what the code
+says, never a copy that drifts. :func:`did_you_mean` suggests the key closest to a
 misspelt one.
 """
 
@@ -33,11 +35,20 @@ class SpecKey:
 
 
 def _comments(model: type[BaseModel]) -> dict[str, str]:
-    """field name -> its comment in the class source (one line of text)."""
+    """field name -> its comment in the source of the class or its bases (one line of text)."""
+    out: dict[str, str] = {}
+    for cls in model.__mro__:
+        if isinstance(cls, type) and issubclass(cls, BaseModel) and cls is not BaseModel:
+            for name, text in _own_comments(cls, model).items():
+                out.setdefault(name, text)
+    return out
+
+
+def _own_comments(cls: type[BaseModel], model: type[BaseModel]) -> dict[str, str]:
     try:
-        lines = inspect.getsource(model).splitlines()
+        lines = inspect.getsource(cls).splitlines()
     except (OSError, TypeError):
-        return {}
+        return {}   # (a model made by create_model has no source of its own)
     out: dict[str, str] = {}
     above: list[str] = []
     for line in lines:
@@ -81,7 +92,8 @@ def _section(prefix: str, model: type[BaseModel]) -> list[SpecKey]:
             keys += _section(f"{prefix}{name}.", ann)
             continue
         nested = [a for a in get_args(ann) if isinstance(a, type) and issubclass(a, BaseModel)]
-        keys.append(SpecKey(f"{prefix}{name}", _type(ann), _default(field), notes.get(name, "")))
+        keys.append(SpecKey(f"{prefix}{name}", _type(ann), _default(field),
+                            field.description or notes.get(name, "")))
         for sub in nested:
             keys += _section(f"{prefix}{name}.", sub)
     return keys

@@ -3,21 +3,27 @@
 table of rules between symptoms and strategies (``AUTO_STRATEGY``, ``JUDGES``,
 ``NO_FIX_SEARCH``, ``PER_REQUEST``, derived from each symptom's declaration), read by the spec's
 defaults and validator (``vllm_bisect.spec``'s ``BisectSpec``) and by the chooser of ``verdict.strategy =
-"auto"`` (``verdict/auto.py``, which says why). Re-exported by ``vllm_bisect.spec``."""
+"auto"`` (``verdict/auto.py``, which says why). Re-exported by ``vllm_bisect.spec``.
+
+A symptom's own thresholds (``ttft_factor``, ``max_itl_ms``, ...) are declared in its module
+(``SymptomInfo.keys``: name, type, default, bounds, help); ``VerdictSpec`` is this table's
+common keys plus one field per declared key, in the registry's order (``symptom_fields()``).
+Typed code reads them through their declaration (``itl.FACTOR.of(v)``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
+from pydantic import Field, create_model
 
 from vllm_bisect.spec.build import _Model
 from vllm_bisect.symptoms import Noise, Symptom
 
 __all__ = ["AUTO_BY_NOISE", "AUTO_STRATEGY", "HOOK_STRATEGY", "JUDGES", "NO_FIX_SEARCH",
            "PER_REQUEST", "Strategy", "Symptom", "VerdictSpec", "output_token_floor", "runs_with",
-           "symptoms_text"]
+           "symptom_fields", "symptoms_text"]
 
 
 class Strategy(StrEnum):
@@ -63,17 +69,7 @@ NO_FIX_SEARCH = frozenset({Strategy.BAYES})
 # two-level test of one starts with one request (probe.requests = 1 unless given)
 PER_REQUEST = frozenset(s for s in Symptom if s.info.per_request)
 
-# Bounds of the thresholds (issue 49): beyond them no commit can meet a threshold, or every
-# commit does (1e308 ms, 5e-324 ms, a subnormal factor), and `git bisect run` would name a
-# commit from a verdict that never looked at the symptom. A microsecond a token is faster
-# than any GPU decodes; a minute a token, an hour to the first token, 1000x are not
-# regressions a bisect over a server's speed meaningfully judges.
-MIN_MS = 1e-3
-MAX_ITL_MS = 60_000.0
-MAX_TTFT_MS = 3_600_000.0
-MAX_FACTOR = 1000.0
-MIN_RATE = 1e-3
-MAX_TOK_S = 1e8
+# (issue 49: the bounds of the symptoms' own thresholds are declared with them, symptoms/)
 MAX_OUTPUT_TOKENS = 1 << 20  # also probe.max_tokens' bound (no model's output is longer)
 
 
@@ -101,7 +97,11 @@ def symptoms_text(symptoms: tuple[Symptom, ...]) -> str:
     return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
 
 
-class VerdictSpec(_Model):
+class _VerdictCommon(_Model):
+    """The ``[verdict]`` keys no one symptom owns (``VerdictSpec`` adds the symptoms' own).
+    ``min_output_tokens`` is the output-token floor, the probe's and every judge's
+    (``output_token_floor()``), not the length symptom's alone: it is kept here."""
+
     symptom: Symptom = Symptom.ANY
     # several symptoms, one first-bad commit each, from the same measurements (bisect.multi;
     # empty: `symptom` alone). `symptom` becomes the first.
@@ -121,8 +121,6 @@ class VerdictSpec(_Model):
     # (bounds: a threshold no commit can meet, or every commit meets, is refused at load;
     # MAX_OUTPUT_TOKENS is the probe's own cap on max_tokens)
     min_output_tokens: int | None = Field(default=None, ge=1, le=MAX_OUTPUT_TOKENS)
-    max_itl_ms: float | None = Field(default=None, ge=MIN_MS, le=MAX_ITL_MS)
-    itl_factor: float | None = Field(default=None, gt=1.0, le=MAX_FACTOR)
     # "sequential": calibrate both endpoints with calibration_samples requests each, then
     # judge each commit by a sequential probability ratio test on per-request ITL, sampling
     # more on the same server until it decides (max_samples: undecided -> skip); alpha bounds
@@ -165,19 +163,6 @@ class VerdictSpec(_Model):
     max_samples: int = Field(default=40, ge=3, le=1000)
     alpha: float = Field(default=0.01, gt=0.0, lt=0.5)
     min_effect: float = Field(default=0.05, ge=0.0)
-    # throughput: bad when output tok/s < the good endpoint's / throughput_factor, or below
-    # min_throughput_tok_s
-    throughput_factor: float | None = Field(default=None, gt=1.0, le=MAX_FACTOR)
-    min_throughput_tok_s: float | None = Field(default=None, ge=MIN_RATE, le=MAX_TOK_S)
-    # mtp-speedup: bad when speculative / plain output tok/s < min_mtp_speedup (e.g. 1.5)
-    min_mtp_speedup: float | None = Field(default=None, ge=MIN_RATE, le=MAX_FACTOR)
-    # ttft: bad when time to first token > ttft_factor x the good endpoint's (or > max_ttft_ms)
-    ttft_factor: float | None = Field(default=None, gt=1.0, le=MAX_FACTOR)
-    max_ttft_ms: float | None = Field(default=None, ge=MIN_MS, le=MAX_TTFT_MS)
-    # memory: bad when the KV cache capacity (tokens) at start-up falls below the good
-    # endpoint's / memory_factor, or weights / peak memory rise above its x memory_factor, or
-    # the server runs out of memory starting (verdict/memory.py)
-    memory_factor: float = Field(default=1.1, gt=1.0, le=MAX_FACTOR)
     # once the culprit is found, re-measure it and its parent on fresh servers with this many
     # requests each (the two-level test adds servers while it asks), unless the search's own
     # runs already verify the pair: a deterministic cap's re-checks, or (rest_check = false)
@@ -185,6 +170,27 @@ class VerdictSpec(_Model):
     # again. The report's effect and its 95% interval come from the samples the verification
     # rests on, with their requests and servers (0: no verification; from the search's)
     verify_samples: int = Field(default=10, ge=0, le=1000)
+
+
+def symptom_fields() -> dict[str, Any]:
+    """The fields of the symptoms' own keys (``SymptomInfo.keys``), in the registry's order:
+    name -> (type, pydantic Field with the key's default, bounds and help)."""
+    out: dict[str, Any] = {}
+    for s in Symptom:
+        for k in s.info.keys:
+            if k.name in out or k.name in _VerdictCommon.model_fields:
+                raise TypeError(f"verdict.{k.name} is declared twice (symptom {s.value})")
+            out[k.name] = (k.annotation, Field(default=k.default, description=k.help,
+                                               gt=k.gt, ge=k.ge, le=k.le))
+    return out
+
+
+if TYPE_CHECKING:
+    # (what mypy sees: the common keys; a symptom's own are read through its Key, .of(v))
+    VerdictSpec = _VerdictCommon
+else:
+    VerdictSpec = create_model("VerdictSpec", __base__=_VerdictCommon, __module__=__name__,
+                               __doc__="The spec's [verdict] table.", **symptom_fields())
 
 
 def output_token_floor(given: int | None, max_tokens: int | None,

@@ -55,6 +55,42 @@ class Judged:
     itl_bad: bool | None = None  # None: no ITL threshold configured
 
 
+# Bounds of the thresholds (issue 49): beyond them no commit can meet a threshold, or every
+# commit does (1e308 ms, 5e-324 ms, a subnormal factor), and `git bisect run` would name a
+# commit from a verdict that never looked at the symptom. A microsecond a token is faster
+# than any GPU decodes; 1000x is not a regression a bisect over a server's speed
+# meaningfully judges. (A symptom's own bounds, e.g. MAX_TTFT_MS, are in its module.)
+MIN_MS = 1e-3
+MAX_FACTOR = 1000.0
+MIN_RATE = 1e-3
+
+
+@dataclass(frozen=True)
+class Key:
+    """A ``[verdict]`` key a symptom owns (a threshold): its name, its type, its default, its
+    bounds (pydantic's ``gt`` / ``ge`` / ``le``: a value outside is refused when the spec is
+    loaded) and its help (what ``vllm-bisect spec --keys`` prints). The spec's ``VerdictSpec``
+    has one field per key of every registered symptom (``spec/verdict.py``); ``of()`` reads
+    it typed."""
+
+    name: str
+    help: str
+    type: type[float] = float
+    default: float | None = None   # None: unset unless written (the type admits None)
+    gt: float | None = None
+    ge: float | None = None
+    le: float | None = None
+
+    @property
+    def annotation(self) -> Any:
+        return self.type if self.default is not None else self.type | None
+
+    def of(self, v: Any) -> float | None:
+        """Its value in the verdict spec ``v`` (None: unset)."""
+        value = getattr(v, self.name)
+        return None if value is None else float(value)
+
+
 @dataclass(frozen=True)
 class Need:
     """Spec keys a symptom needs: any one of ``keys`` set (dotted from the spec's root; a
@@ -133,6 +169,9 @@ class SymptomInfo:
     sequential: bool = False
     # the verdict key that is the smallest change that matters (else 1 + min_effect)
     factor_key: str | None = None
+    # the ``[verdict]`` keys it owns (its thresholds: name, type, default, bounds, help):
+    # the spec's VerdictSpec has a field for each (spec/verdict.py)
+    keys: tuple[Key, ...] = ()
     # what the spec needs for this symptom (checked when the spec is loaded)
     needs: tuple[Need, ...] = ()
     # verdict numbers a request (the bot, from triage) may set for it

@@ -6,10 +6,27 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_bisect.models import Measurement
-from vllm_bisect.symptoms.base import Direction, Need, Noise, Screen, SymptomInfo, measured
+from vllm_bisect.symptoms.base import (
+    MAX_FACTOR,
+    MIN_MS,
+    Direction,
+    Key,
+    Need,
+    Noise,
+    Screen,
+    SymptomInfo,
+    measured,
+)
 from vllm_bisect.symptoms.plain import itl_reference, itl_shown, judge_plain
 
 SCREEN_ITL_FACTOR = 1.5   # the report's ITL screen where no itl_factor is written
+# a minute a token is not a regression a bisect over a server's speed judges (issue 49)
+MAX_ITL_MS = 60_000.0
+LIMIT_MS = Key("max_itl_ms", "itl (and any): bad when per-token ITL > this many ms (or > "
+               "itl_factor x the good endpoint's, whichever is lower)", ge=MIN_MS, le=MAX_ITL_MS)
+FACTOR = Key("itl_factor", "itl (and any): bad when per-token ITL > itl_factor x the good "
+             "endpoint's; the noise-aware tests' smallest change that matters",
+             gt=1.0, le=MAX_FACTOR)
 
 
 def _samples(m: Measurement) -> list[float]:
@@ -33,6 +50,7 @@ ITL = SymptomInfo(
     direction=Direction.RISES, noise=Noise.SERVER_AND_REQUEST,
     judge=lambda m, ref, v, floor: judge_plain(m, ref, v, floor, length=False, itl=True),
     needs_reference=itl_reference, samples=_samples, sequential=True, factor_key="itl_factor",
+    keys=(LIMIT_MS, FACTOR),
     needs=(Need(("verdict.max_itl_ms", "verdict.itl_factor"), threshold_only=True),),
     tunable=("itl_factor",), triage_defaults=(
         ("verdict.itl_factor", 1.5,

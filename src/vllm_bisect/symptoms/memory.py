@@ -15,7 +15,12 @@ import re
 from typing import Any
 
 from vllm_bisect.models import FailureKind, Measurement, MemoryResult, Verdict
-from vllm_bisect.symptoms.base import Direction, Judged, Noise, SymptomInfo
+from vllm_bisect.symptoms.base import MAX_FACTOR, Direction, Judged, Key, Noise, SymptomInfo
+
+FACTOR = Key("memory_factor", "memory: bad when the KV cache capacity (tokens) at start-up falls "
+             "below the good endpoint's / memory_factor, or weights / peak memory rise above its "
+             "x memory_factor, or the server runs out of memory starting (verdict/memory.py)",
+             default=1.1, gt=1.0, le=MAX_FACTOR)
 
 MIN_RISE_GIB = 0.25
 OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory|larger than the available "
@@ -84,7 +89,7 @@ MEMORY = SymptomInfo(
     needs_reference=lambda v: True, failed=_failed, startup_memory=True,
     auto_why=("auto: memory at start-up is deterministic for a commit and a config (one start "
               "per commit tells)"),
-    tunable=("memory_factor",), triage_defaults=(
+    keys=(FACTOR,), tunable=("memory_factor",), triage_defaults=(
         ("probe.requests", 1, "memory is read at start-up; one request checks it serves"),
         ("probe.max_tokens", 16, "one short request"),
         ("verdict.memory_factor", 1.1, "a 10% change in start-up memory")))

@@ -7,8 +7,20 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_bisect.models import Measurement, Verdict
-from vllm_bisect.symptoms.base import Direction, Judged, Need, Noise, SymptomInfo
+from vllm_bisect.symptoms.base import (
+    MAX_FACTOR,
+    MIN_RATE,
+    Direction,
+    Judged,
+    Key,
+    Need,
+    Noise,
+    SymptomInfo,
+)
 from vllm_bisect.symptoms.plain import itl_reference
+
+FLOOR = Key("min_mtp_speedup", "mtp-speedup: bad when speculative / plain output tok/s < "
+            "min_mtp_speedup (e.g. 1.5)", ge=MIN_RATE, le=MAX_FACTOR)
 
 
 def _judge(m: Measurement, ref: Measurement | None, v: Any, floor: int | None) -> Judged:
@@ -31,6 +43,7 @@ MTP_SPEEDUP = SymptomInfo(
     # (the plain judge's ITL limit was relative once itl_factor is set: kept as it was)
     needs_reference=itl_reference,
     samples=lambda m: [m.mtp_speedup] if m.mtp_speedup else [],
+    keys=(FLOOR,),
     needs=(Need(("[probe.mtp_speedup]",)), Need(("verdict.min_mtp_speedup",)),
            Need(("[serve.speculative]",))),
     tunable=("min_mtp_speedup",), triage_defaults=(

@@ -6,7 +6,22 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_bisect.models import Measurement, Verdict
-from vllm_bisect.symptoms.base import Direction, Judged, Need, Noise, SymptomInfo
+from vllm_bisect.symptoms.base import (
+    MAX_FACTOR,
+    MIN_RATE,
+    Direction,
+    Judged,
+    Key,
+    Need,
+    Noise,
+    SymptomInfo,
+)
+
+MAX_TOK_S = 1e8   # (issue 49: no server is this fast; beyond it every commit is bad)
+FACTOR = Key("throughput_factor", "throughput: bad when output tok/s < the good endpoint's / "
+             "throughput_factor, or below min_throughput_tok_s", gt=1.0, le=MAX_FACTOR)
+FLOOR = Key("min_throughput_tok_s", "throughput: bad when output tok/s < this (or < the good "
+            "endpoint's / throughput_factor, whichever is higher)", ge=MIN_RATE, le=MAX_TOK_S)
 
 
 def throughput_of(m: Measurement) -> tuple[float | None, str]:
@@ -45,6 +60,7 @@ THROUGHPUT = SymptomInfo(
     key="throughput", about="output tok/s under load fell ([probe.load] or [probe.bench])",
     direction=Direction.FALLS, noise=Noise.SERVER, judge=_judge,
     needs_reference=lambda v: True, samples=_samples, factor_key="throughput_factor",
+    keys=(FACTOR, FLOOR),
     needs=(Need(("[probe.load]", "[probe.bench]")),
            Need(("verdict.throughput_factor", "verdict.min_throughput_tok_s"))),
     tunable=("throughput_factor",), speed=True, metric_words=("throughput",))

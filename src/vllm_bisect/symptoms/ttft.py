@@ -8,8 +8,26 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_bisect.models import Measurement, Verdict
-from vllm_bisect.symptoms.base import Direction, Judged, Need, Noise, Screen, SymptomInfo, measured
+from vllm_bisect.symptoms.base import (
+    MAX_FACTOR,
+    MIN_MS,
+    Direction,
+    Judged,
+    Key,
+    Need,
+    Noise,
+    Screen,
+    SymptomInfo,
+    measured,
+)
 from vllm_bisect.symptoms.plain import itl_shown
+
+# an hour to the first token is not a regression a bisect over a server's speed judges (issue 49)
+MAX_TTFT_MS = 3_600_000.0
+FACTOR = Key("ttft_factor", "ttft: bad when time to first token > ttft_factor x the good "
+             "endpoint's (or > max_ttft_ms)", gt=1.0, le=MAX_FACTOR)
+LIMIT_MS = Key("max_ttft_ms", "ttft: bad when time to first token > this many ms (or > "
+               "ttft_factor x the good endpoint's)", ge=MIN_MS, le=MAX_TTFT_MS)
 
 
 def ttft_limit_ms(max_ttft_ms: float | None, factor: float | None, ref_ms: float | None
@@ -20,7 +38,7 @@ def ttft_limit_ms(max_ttft_ms: float | None, factor: float | None, ref_ms: float
 
 
 def _judge(m: Measurement, ref: Measurement | None, v: Any, floor: int | None) -> Judged:
-    limit_ms = ttft_limit_ms(v.max_ttft_ms, v.ttft_factor, ref.ttft_ms if ref else None)
+    limit_ms = ttft_limit_ms(LIMIT_MS.of(v), FACTOR.of(v), ref.ttft_ms if ref else None)
     if m.ttft_ms is None:
         return Judged(Verdict.SKIP, "no TTFT measured (no streamed first token)")
     if limit_ms is None:
@@ -36,7 +54,7 @@ def _samples(m: Measurement) -> list[float]:
 
 
 def _limits(s: Screen) -> tuple[float | None, float | None]:
-    return getattr(s.verdict, "ttft_factor", None), getattr(s.verdict, "max_ttft_ms", None)
+    return (None, None) if s.verdict is None else (FACTOR.of(s.verdict), LIMIT_MS.of(s.verdict))
 
 
 def _shown(p: dict[str, Any], ref: dict[str, Any] | None, s: Screen) -> bool | None:
@@ -56,8 +74,8 @@ def _caption(ref_name: str, s: Screen) -> str:
 TTFT = SymptomInfo(
     key="ttft", about="time to first token rose (a long prefill: probe.prompt_tokens)",
     direction=Direction.RISES, noise=Noise.SERVER_AND_REQUEST, judge=_judge,
-    needs_reference=lambda v: v.ttft_factor is not None, samples=_samples,
-    factor_key="ttft_factor",
+    needs_reference=lambda v: FACTOR.of(v) is not None, samples=_samples,
+    factor_key="ttft_factor", keys=(FACTOR, LIMIT_MS),
     needs=(Need(("verdict.max_ttft_ms", "verdict.ttft_factor"), threshold_only=True),),
     tunable=("ttft_factor",), triage_defaults=(
         ("probe.prompt_tokens", 2048, "a long prefill, where TTFT shows"),
