@@ -10,9 +10,13 @@ from pathlib import Path
 import pytest
 
 import vllm_bisect
-from vllm_bisect.spec import JUDGES, PER_REQUEST, Strategy, parse_spec
+from vllm_bisect.spec import JUDGES, PER_REQUEST, Strategy, VerdictSpec, parse_spec
+from vllm_bisect.spec.keys import spec_keys
 from vllm_bisect.spec.verdict import AUTO_STRATEGY
 from vllm_bisect.symptoms import SCREENED, TABLE, Noise, Symptom, by_key
+from vllm_bisect.triage import symptom_words as triage_words
+from vllm_bisect.triage import symptoms as triage_symptoms
+from vllm_bisect.triage.form.fields import FORM_FILE, SYMPTOM_OPTIONS, SYMPTOM_TEXT, form_yaml
 from vllm_bisect.verdict import symptoms as table_symptoms
 
 SRC = Path(vllm_bisect.__file__).parent
@@ -25,12 +29,8 @@ ALLOWED = {
     ("symptoms/any_of.py", "<module>"),   # `any` covers length and itl: its declaration
     # the simulator's own vocabulary (fields of `vllm bench` results it writes)
     ("sim/bench.py", "_one"),
-    # what a report's prose says: triage reads words, not symptoms (a speed already read),
-    # in its own vocabulary (``Found``: latency too, which no probe judges)
+    # what a report's prose says: triage reads words, not symptoms (a speed already read)
     ("triage/symptoms.py", "find_symptoms"),
-    ("triage/symptoms.py", "Found"),
-    # the issue form's checkboxes, in regression.yml's order (tests/triage/test_form.py)
-    ("triage/form/fields.py", "<module>"),
 }
 
 
@@ -146,3 +146,156 @@ def test_every_key_a_declaration_names_is_a_spec_key() -> None:
             for part in name.split("."):
                 assert part in type(owner).model_fields, (s.value, key)
                 owner = getattr(owner, part)
+
+
+# -- what a symptom owns is declared in its module: its [verdict] thresholds, its triage words
+# [verdict] keys a symptom's declaration names that are not its own, each with why
+SHARED_KEYS = {
+    # the output-token floor: the probe's (probe.min_tokens, max_tokens) and every judge's
+    # (output_token_floor()), not the length symptom's alone
+    "min_output_tokens",
+}
+OWNED = {k.name: s for s in Symptom for k in s.info.keys}
+
+
+# the bases of the spec's pydantic models (a dataclass's field of the same name is another
+# thing: triage's reading of a ratio, the simulator's plan, the report's screen)
+SPEC_BASES = {"BaseModel", "_Model", "_VerdictCommon"}
+
+
+def fields_named(path: Path, names: set[str]) -> list[tuple[int, str]]:
+    """Fields of a spec model (``name: type = ...``) and ``Key(...)`` declarations naming one
+    of ``names`` in ``path``: (line, name)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ClassDef) and SPEC_BASES & {
+                b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}:
+            out += [(b.lineno, b.target.id) for b in node.body if isinstance(b, ast.AnnAssign)
+                    and isinstance(b.target, ast.Name) and b.target.id in names]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id == "Key" and node.args and isinstance(node.args[0], ast.Constant)
+              and node.args[0].value in names):
+            out.append((node.lineno, str(node.args[0].value)))
+    return out
+
+
+def test_every_threshold_a_symptom_names_is_declared_by_it() -> None:
+    for s in Symptom:
+        i = s.info
+        named = [k.removeprefix("verdict.") for n in i.needs for k in n.keys
+                 if k.startswith("verdict.")]
+        named += [*i.tunable, *([i.factor_key] if i.factor_key else [])]
+        named += [k.removeprefix("verdict.") for k, _, _ in i.triage_defaults
+                  if k.startswith("verdict.")]
+        for key in named:
+            assert key in SHARED_KEYS or OWNED.get(key) in (s, *(Symptom(c) for c in i.covers)), (
+                f"verdict.{key} (named by {s.value}) is not declared in its module's keys")
+    # the spec has each declared key once, with the declaration's bounds, default and help
+    listed = {k.key: k for k in spec_keys(type(parse_spec({})))}
+    for name, s in OWNED.items():
+        key = next(k for k in s.info.keys if k.name == name)
+        field = VerdictSpec.model_fields[name]
+        assert field.default == key.default and field.description == key.help
+        assert listed[f"verdict.{name}"].help == key.help
+
+
+def test_no_symptom_threshold_is_declared_outside_its_module() -> None:
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        for line, name in fields_named(path, set(OWNED)):
+            owner = OWNED[name].info.key.replace("-", "_")
+            if rel != f"symptoms/{owner}.py":
+                found.append(f"{rel}:{line}: {name} (symptoms/{owner}.py declares it)")
+    assert not found, "a symptom's threshold declared outside its module: " + "; ".join(found)
+
+
+def test_the_threshold_scan_sees_a_field_in_the_spec(tmp_path: Path) -> None:
+    # the test can fail: VerdictSpec as it was before issue 52 held ttft_factor / max_ttft_ms
+    f = tmp_path / "verdict.py"
+    f.write_text("class VerdictSpec(_Model):\n    symptom: Symptom = Symptom.ANY\n"
+                 "    ttft_factor: float | None = Field(default=None, gt=1.0)\n"
+                 "X = Key('max_ttft_ms', 'help')\n")
+    assert fields_named(f, set(OWNED)) == [(3, "ttft_factor"), (4, "max_ttft_ms")]
+
+
+def alternatives(pattern: str) -> list[str]:
+    """A pattern's alternatives at its top level (``a|(?:b|c)|d`` -> a, (?:b|c), d)."""
+    out, depth, start, escaped = [], 0, 0, False
+    for i, c in enumerate(pattern):
+        if escaped:
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            out.append(pattern[start:i])
+            start = i + 1
+    return [*out, pattern[start:]] if pattern else out
+
+
+def word_pieces() -> dict[str, Symptom]:
+    """Each declared triage word -> its symptom: a form label, a whole pattern, and each
+    alternative of a pattern that is regular-expression text (20 characters or more, with
+    an escape, a class or a group: prose such as "first token" may be said anywhere)."""
+    out: dict[str, Symptom] = {}
+    for s in Symptom:
+        if (w := s.info.words) is None:
+            continue
+        out[w.form] = s
+        for pattern in filter(None, (w.metric, w.said, w.unless)):
+            out[pattern] = s
+            out |= {a: s for a in alternatives(pattern)
+                    if len(a) >= 20 and any(c in a for c in "\\[(")}
+    return out
+
+
+def copies_of_words(path: Path, pieces: dict[str, Symptom]) -> list[tuple[int, str]]:
+    """String literals in ``path`` holding a declared triage word: (line, the word)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out += [(node.lineno, p) for p in pieces if p in node.value]
+    return out
+
+
+def test_no_triage_word_of_a_symptom_is_kept_outside_its_module() -> None:
+    pieces = word_pieces()
+    assert "TTFT: the first token takes longer" in pieces and "first token" not in pieces
+    assert r"(?<![\w.-])prefill(?![\w-]|\.\w)" in pieces
+    found = [f"{path.relative_to(SRC).as_posix()}:{line}: {word!r}"
+             for path in sorted(SRC.rglob("*.py")) if path.parent.name != "symptoms"
+             for line, word in copies_of_words(path, pieces)]
+    # the form's file holds no checkbox of a symptom: form_yaml() writes them in
+    form_file = (SRC / "triage" / "form" / FORM_FILE).read_text()
+    found += [f"triage/form/{FORM_FILE}: {w.form!r}" for s in Symptom
+              if (w := s.info.words) is not None and w.form in form_file]
+    assert not found, "a symptom's triage words kept outside its module: " + "; ".join(found)
+
+
+def test_the_word_scan_sees_a_copy(tmp_path: Path) -> None:
+    # the test can fail: triage's own TTFT patterns before issue 52
+    f = tmp_path / "m.py"
+    f.write_text('TTFT = re.compile(r"(?<![\\w.-])prefill(?![\\w-]|\\.\\w)|prompt processing")\n'
+                 'TEXT = {"ttft": "TTFT: the first token takes longer"}\n')
+    assert copies_of_words(f, word_pieces()) == [
+        (1, r"(?<![\w.-])prefill(?![\w-]|\.\w)"), (2, "TTFT: the first token takes longer")]
+
+
+def test_triage_reads_what_each_symptom_declares() -> None:
+    metrics = dict(triage_symptoms.METRICS)
+    said = {s for s, *_ in triage_words.SAID}
+    for s in Symptom:
+        w = s.info.words
+        assert (s in SYMPTOM_TEXT) == (w is not None), s
+        if w is None:
+            continue
+        assert SYMPTOM_TEXT[s] == w.form and SYMPTOM_OPTIONS[w.form.split(":")[0].lower()] is s
+        assert w.form in form_yaml()
+        assert (metrics[s].pattern if s in metrics else "") == w.metric
+        assert (s in said) == bool(w.said)
+    # what is triage's own: latency (no probe judges it)
+    assert set(metrics) - set(Symptom) == {triage_symptoms.Prose.LATENCY}

@@ -92,6 +92,25 @@ class Key:
 
 
 @dataclass(frozen=True)
+class Words:
+    """How triage reads the symptom in a report (regular expressions, read ignoring case:
+    ``triage/symptoms.py``, ``triage/symptom_words.py``) and its checkbox on the regression
+    issue form (``triage/form/``)."""
+
+    # the form's checkbox, "<answer key>: <what it looks like>" (an answer is read by its key)
+    form: str
+    # the metric's names: it shows where a sentence names it with a change word, a judgement
+    # or two values, in the title, as a table's column or row, or as labelled values
+    metric: str = ""
+    # words that say it when their sentence has a change word, or in the title ("prefill")
+    said: str = ""
+    # a sentence that matches this does not say it ("decode is unaffected")
+    unless: str = ""
+    # it is a time: a sentence that gives a rate (throughput) and no time does not say it
+    timed: bool = False
+
+
+@dataclass(frozen=True)
 class Need:
     """Spec keys a symptom needs: any one of ``keys`` set (dotted from the spec's root; a
     table's key is written ``[probe.load]``), or ``ok(spec)`` true; ``text`` overrides what
@@ -174,6 +193,8 @@ class SymptomInfo:
     keys: tuple[Key, ...] = ()
     # what the spec needs for this symptom (checked when the spec is loaded)
     needs: tuple[Need, ...] = ()
+    # how triage reads it in a report, and its checkbox on the issue form (None: neither)
+    words: Words | None = None
     # verdict numbers a request (the bot, from triage) may set for it
     tunable: tuple[str, ...] = ()
     # the probe / verdict values triage writes for it: (dotted key, value, why)

@@ -6,7 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_bisect.models import Measurement, Verdict
-from vllm_bisect.symptoms.base import Direction, Judged, Need, Noise, SymptomInfo, measured
+from vllm_bisect.symptoms.base import Direction, Judged, Need, Noise, SymptomInfo, Words, measured
+
+# an evaluation's score is the model's accuracy, whatever the benchmark is called
+WORDS = Words(
+    form="Correctness: wrong, garbled or repeated output, lower accuracy",
+    metric=(r"accuracy|gsm8k|exact_match|\bmmlu\b|correctness|garbage|"
+            r"\beval(?:uation)?[\s_-]{0,3}(?:scores?|results?|metrics?)\b|"
+            r"\bbenchmark\s{1,3}scores?\b|pass@\d|"
+            r"wrong (?:output|answer)|gibberish|精度|准确率"))
 
 
 def text_digests(m: Measurement) -> frozenset[tuple[int, str]]:
@@ -51,6 +59,6 @@ CORRECTNESS = SymptomInfo(
                 ok=lambda spec: spec.probe.temperature == 0.0),),
     triage_defaults=(("probe.temperature", 0.0,
                       "greedy decoding: outputs are comparable across commits"),),
-    may_be_flaky=True, bot_command=True,
+    words=WORDS, may_be_flaky=True, bot_command=True,
     shown=lambda p, ref, s: None if measured(p) is None else wrong_text(p, ref),
     caption=lambda ref_name, s: f"a greedy output differs from {ref_name}'s", follow_up=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_bisect.models import FailureKind, legacy_failure
-from vllm_bisect.symptoms.base import Direction, Noise, Screen, SymptomInfo, measured
+from vllm_bisect.symptoms.base import Direction, Noise, Screen, SymptomInfo, Words, measured
 from vllm_bisect.symptoms.plain import itl_reference, judge_plain
 
 
@@ -34,5 +34,6 @@ CRASH = SymptomInfo(
     direction=Direction.DIFFERS, noise=Noise.FLAKY,
     judge=lambda m, ref, v, floor: judge_plain(m, ref, v, floor, length=False, itl=False),
     needs_reference=itl_reference, failed=_failed, retry=False,
+    words=Words(form="Crash: the server or a request fails"),
     auto_why="auto: a crash shows in some runs only (runs are repeated where they tell most)",
     shown=_shown, caption=lambda ref_name, s: "the server or the probe failed")

@@ -15,6 +15,7 @@ from vllm_bisect.symptoms.base import (
     Noise,
     Screen,
     SymptomInfo,
+    Words,
     measured,
 )
 from vllm_bisect.symptoms.plain import itl_reference, itl_shown, judge_plain
@@ -27,6 +28,15 @@ LIMIT_MS = Key("max_itl_ms", "itl (and any): bad when per-token ITL > this many 
 FACTOR = Key("itl_factor", "itl (and any): bad when per-token ITL > itl_factor x the good "
              "endpoint's; the noise-aware tests' smallest change that matters",
              gt=1.0, le=MAX_FACTOR)
+WORDS = Words(
+    form="ITL: decoding is slower per output token (ITL / TPOT)",
+    metric=(r"(?<![A-Za-z0-9_])(?:ITL|TPOT)(?![A-Za-z0-9_])|inter[- ]token|"
+            r"time (?:per|of) output tokens?|ms per token|decode'?s?\s{1,3}token\s{1,3}speed|"
+            r"per[- ]token latency|decode[- ](?:speed|latency|throughput|perf\w*)|"
+            r"generation rate|每个?请求|单请求|single[- ]request|"
+            # a decode step's time per token ("Decode (token)" in a benchmark table)
+            r"decode\s{0,2}\(\s{0,2}(?:per[- ])?token\s{0,2}\)|"
+            r"decode\s{1,3}time\s{1,3}per\s{1,3}token"))
 
 
 def _samples(m: Measurement) -> list[float]:
@@ -52,7 +62,7 @@ ITL = SymptomInfo(
     needs_reference=itl_reference, samples=_samples, sequential=True, factor_key="itl_factor",
     keys=(LIMIT_MS, FACTOR),
     needs=(Need(("verdict.max_itl_ms", "verdict.itl_factor"), threshold_only=True),),
-    tunable=("itl_factor",), triage_defaults=(
+    words=WORDS, tunable=("itl_factor",), triage_defaults=(
         ("verdict.itl_factor", 1.5,
          "the report gives no two values to size the step: a 1.5x slowdown"),),
     effect_series="ITL", bot_command=True, speed=True, metric_words=("itl", "tpot"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_bisect.symptoms.base import Direction, Need, Noise, Screen, SymptomInfo, measured
+from vllm_bisect.symptoms.base import Direction, Need, Noise, Screen, SymptomInfo, Words, measured
 from vllm_bisect.symptoms.plain import judge_plain
 
 
@@ -26,5 +26,6 @@ LENGTH = SymptomInfo(
     judge=lambda m, ref, v, floor: judge_plain(m, ref, v, floor, length=True, itl=False),
     needs=(Need(text="verdict.min_output_tokens when the probe sends no max_tokens",
                 ok=lambda spec: spec.min_output_tokens() is not None),),
+    words=Words(form="Output length: generations stop early or at a fixed token count"),
     may_be_flaky=True, effect_series="output tokens", bot_command=True, shown=_shown,
     caption=_caption, follow_up=True)

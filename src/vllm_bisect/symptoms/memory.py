@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from vllm_bisect.models import FailureKind, Measurement, MemoryResult, Verdict
-from vllm_bisect.symptoms.base import MAX_FACTOR, Direction, Judged, Key, Noise, SymptomInfo
+from vllm_bisect.symptoms.base import MAX_FACTOR, Direction, Judged, Key, Noise, SymptomInfo, Words
 
 FACTOR = Key("memory_factor", "memory: bad when the KV cache capacity (tokens) at start-up falls "
              "below the good endpoint's / memory_factor, or weights / peak memory rise above its "
@@ -89,6 +89,7 @@ MEMORY = SymptomInfo(
     needs_reference=lambda v: True, failed=_failed, startup_memory=True,
     auto_why=("auto: memory at start-up is deterministic for a commit and a config (one start "
               "per commit tells)"),
+    words=Words(form="Memory: more GPU memory, fewer KV-cache blocks, out of memory"),
     keys=(FACTOR,), tunable=("memory_factor",), triage_defaults=(
         ("probe.requests", 1, "memory is read at start-up; one request checks it serves"),
         ("probe.max_tokens", 16, "one short request"),

@@ -16,6 +16,7 @@ from vllm_bisect.symptoms.base import (
     Need,
     Noise,
     SymptomInfo,
+    Words,
 )
 from vllm_bisect.symptoms.plain import itl_reference
 
@@ -43,7 +44,7 @@ MTP_SPEEDUP = SymptomInfo(
     # (the plain judge's ITL limit was relative once itl_factor is set: kept as it was)
     needs_reference=itl_reference,
     samples=lambda m: [m.mtp_speedup] if m.mtp_speedup else [],
-    keys=(FLOOR,),
+    keys=(FLOOR,), words=Words(form="Speculative decoding: the MTP / draft speed-up is gone"),
     needs=(Need(("[probe.mtp_speedup]",)), Need(("verdict.min_mtp_speedup",)),
            Need(("[serve.speculative]",))),
     tunable=("min_mtp_speedup",), triage_defaults=(

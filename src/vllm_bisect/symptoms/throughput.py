@@ -15,6 +15,7 @@ from vllm_bisect.symptoms.base import (
     Need,
     Noise,
     SymptomInfo,
+    Words,
 )
 
 MAX_TOK_S = 1e8   # (issue 49: no server is this fast; beyond it every commit is bad)
@@ -22,6 +23,19 @@ FACTOR = Key("throughput_factor", "throughput: bad when output tok/s < the good 
              "throughput_factor, or below min_throughput_tok_s", gt=1.0, le=MAX_FACTOR)
 FLOOR = Key("min_throughput_tok_s", "throughput: bad when output tok/s < this (or < the good "
             "endpoint's / throughput_factor, whichever is higher)", ge=MIN_RATE, le=MAX_TOK_S)
+# a rate unit is the throughput metric whatever its spelling: per second or per minute,
+# tokens, requests or samples, "t/s" and per-user "t/s/u"; token generation ("TG") is the
+# generation rate of a run, in tok/s; QPS (queries per second) is a request rate;
+# "troughput" is how some reporters type it
+WORDS = Words(
+    form="Throughput: fewer tokens or requests per second under load",
+    metric=(r"t(?:h)?roughput|(?<![A-Za-z0-9_])QPS(?![A-Za-z0-9_])|"
+            r"(?<!first )(?<!first-)token\s{1,3}generation|"
+            r"text\s{1,3}generation\s{1,3}speed|"
+            r"(?<![A-Za-z0-9_])TG(?![A-Za-z0-9_])|requests/s|req/s|samples/s|(?<![A-Za-z0-9_])TPS|"
+            r"tok(?:en)?s?/s|(?<![A-Za-z])(?:it|items)/s|吞吐|"
+            r"req(?:uest)?s?/min|(?:samples|requests|tokens)\s{1,3}per\s{1,3}"
+            r"(?:second|minute)|(?<![A-Za-z0-9_/])t/s(?:/u)?(?![A-Za-z])"))
 
 
 def throughput_of(m: Measurement) -> tuple[float | None, str]:
@@ -63,4 +77,4 @@ THROUGHPUT = SymptomInfo(
     keys=(FACTOR, FLOOR),
     needs=(Need(("[probe.load]", "[probe.bench]")),
            Need(("verdict.throughput_factor", "verdict.min_throughput_tok_s"))),
-    tunable=("throughput_factor",), speed=True, metric_words=("throughput",))
+    words=WORDS, tunable=("throughput_factor",), speed=True, metric_words=("throughput",))

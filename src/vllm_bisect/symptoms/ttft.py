@@ -18,6 +18,7 @@ from vllm_bisect.symptoms.base import (
     Noise,
     Screen,
     SymptomInfo,
+    Words,
     measured,
 )
 from vllm_bisect.symptoms.plain import itl_shown
@@ -28,6 +29,18 @@ FACTOR = Key("ttft_factor", "ttft: bad when time to first token > ttft_factor x 
              "endpoint's (or > max_ttft_ms)", gt=1.0, le=MAX_FACTOR)
 LIMIT_MS = Key("max_ttft_ms", "ttft: bad when time to first token > this many ms (or > "
                "ttft_factor x the good endpoint's)", ge=MIN_MS, le=MAX_TTFT_MS)
+
+
+# how triage reads it: its names; prefill or prompt processing with a change word or in the
+# title (not a module or file named prefill: "No module named '...backends.mla.prefill'",
+# prefill.py), not where the sentence says decoding is unaffected; a time (a prefill rate in
+# tok/s is throughput)
+WORDS = Words(
+    form="TTFT: the first token takes longer",
+    metric=(r"(?<![A-Za-z0-9_])TTFT(?![A-Za-z0-9_])|time[- ]to[- ]first[- ]token|"
+            r"first token|首\s{0,2}token"),
+    said=r"(?<![\w.-])prefill(?![\w-]|\.\w)|prompt processing|long[- ]prefill",
+    unless=r"decode\s{1,3}(?:is\s{1,3})?unaffected", timed=True)
 
 
 def ttft_limit_ms(max_ttft_ms: float | None, factor: float | None, ref_ms: float | None
@@ -77,7 +90,7 @@ TTFT = SymptomInfo(
     needs_reference=lambda v: FACTOR.of(v) is not None, samples=_samples,
     factor_key="ttft_factor", keys=(FACTOR, LIMIT_MS),
     needs=(Need(("verdict.max_ttft_ms", "verdict.ttft_factor"), threshold_only=True),),
-    tunable=("ttft_factor",), triage_defaults=(
+    words=WORDS, tunable=("ttft_factor",), triage_defaults=(
         ("probe.prompt_tokens", 2048, "a long prefill, where TTFT shows"),
         ("probe.max_tokens", 16, "TTFT needs few output tokens"),
         ("verdict.ttft_factor", 1.5, "no two values to size it: a 1.5x rise")),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 
+from vllm_bisect.symptoms import Symptom
 from vllm_bisect.triage.symptom_words import SENTENCE, prose_lines
 from vllm_bisect.triage.symptoms import CHANGE, NEGATED, Found
 
@@ -69,31 +70,31 @@ def failure_symptoms(lines: list[str], found: set[Found]) -> list[tuple[Found, i
     for n, text in prose:
         m = ACCURACY.search(text)
         if m and not NEGATED.search(text) and not NOT.search(m.group(0)):
-            out.setdefault(Found.CORRECTNESS, (n, f"{m.group(0)!r}: accuracy worse"))
+            out.setdefault(Symptom.CORRECTNESS, (n, f"{m.group(0)!r}: accuracy worse"))
         m = LOOP.search(text)
         if m:
-            out.setdefault(Found.CORRECTNESS, (n, f"{m.group(0)!r}: a repetition loop"))
+            out.setdefault(Symptom.CORRECTNESS, (n, f"{m.group(0)!r}: a repetition loop"))
         m = NO_OUTPUT.search(text)
         if m:
-            out.setdefault(Found.CORRECTNESS, (n, f"{m.group(0)!r}: no usable output"))
+            out.setdefault(Symptom.CORRECTNESS, (n, f"{m.group(0)!r}: no usable output"))
         m = DECODE_STEP.search(text)
         if m and CHANGE.search(text) and not NEGATED.search(text) and "prefill" not in text.lower():
-            out.setdefault(Found.ITL, (n, f"{m.group(0)!r} with a change: a decode-step time"))
+            out.setdefault(Symptom.ITL, (n, f"{m.group(0)!r} with a change: a decode-step time"))
         m = ACCEPTANCE.search(text)
         if m and FELL.search(text) and not NEGATED.search(text) and not NOT.search(text):
-            out.setdefault(Found.MTP_SPEEDUP, (n, f"{m.group(0)!r} fell: fewer accepted draft "
+            out.setdefault(Symptom.MTP_SPEEDUP, (n, f"{m.group(0)!r} fell: fewer accepted draft "
                                                   "tokens"))
     if not found and not out:
         for n, line in enumerate(lines, 1):
             m = EXCEPTION.search(line)
             if m:
-                out[Found.CRASH] = (n, f"{m.group(0)!r}: an exception stops the run")
+                out[Symptom.CRASH] = (n, f"{m.group(0)!r}: an exception stops the run")
                 break
     if not found and not out:
         for n, text in prose:
             m = BROKEN.search(text)
             if m and not _VERSION_BEFORE.search(text[:m.start()]) and not NOT.search(
                     text[max(0, m.start() - 12):m.start()]):
-                out[Found.CRASH] = (n, f"{m.group(0)!r}: a component that stops working")
+                out[Symptom.CRASH] = (n, f"{m.group(0)!r}: a component that stops working")
                 break
     return [(f, n, why) for f, (n, why) in out.items()]

@@ -42,7 +42,7 @@ from vllm_bisect.triage.rules import (
 )
 from vllm_bisect.triage.serving import find_serving
 from vllm_bisect.triage.symptom_words import word_symptoms
-from vllm_bisect.triage.symptoms import Found, find_symptoms
+from vllm_bisect.triage.symptoms import READ, Found, Prose, find_symptoms, found_of
 from vllm_bisect.triage.values import Read, Triage
 from vllm_bisect.triage.versions import respell, title_index
 from vllm_bisect.triage.votes import assign_votes
@@ -171,13 +171,13 @@ PERF = re.compile(r"性能|\bperf(?:ormance)?\b|\bslow(?:er|down)?\b|\bfaster\b|
 
 
 # the symptoms a spec can follow, in the registry's order of preference
-SPEC_ORDER = tuple(Found(s.value) for s in Symptom if s.value in Found._value2member_map_)
+SPEC_ORDER: tuple[Found, ...] = READ
 
 
 def settle_symptoms(t: Triage) -> None:
     """From ``t.symptoms`` (and the numbers read): the one the spec follows, the factors to
     size it, and an unknown for a symptom no probe judges."""
-    found = {Found(f) for f in t.symptoms}
+    found = {found_of(f) for f in t.symptoms}
     t.unknowns = [u for u in t.unknowns if not u.startswith("symptom ")]
     both = next((s for s in Symptom if s.info.covers and set(s.info.covers) <= found), None)
     if both is not None:   # ("any": length and ITL at once)
@@ -185,11 +185,11 @@ def settle_symptoms(t: Triage) -> None:
     else:
         t.symptom = next((f.value for f in SPEC_ORDER if f in found), None)
     itl_ms, tok_s = t.numbers.get("itl_ms", []), t.numbers.get("tok_s", [])
-    t.itl_factor = _ratio(itl_ms) if Found.ITL in found else None
-    if t.itl_factor is None and Found.ITL in found:
+    t.itl_factor = _ratio(itl_ms) if Symptom.ITL in found else None
+    if t.itl_factor is None and Symptom.ITL in found:
         t.itl_factor = _ratio(tok_s)
-    t.throughput_factor = (_ratio(tok_s) or 1.1) if Found.THROUGHPUT in found else None
-    unsupported = [f.value for f in Found if f not in Symptom._value2member_map_ and f in found]
+    t.throughput_factor = (_ratio(tok_s) or 1.1) if Symptom.THROUGHPUT in found else None
+    unsupported = [f.value for f in Prose if f in found]
     if unsupported:
         t.unknowns.append(f"symptom {', '.join(unsupported)}: no probe judges it yet; the spec "
                           f"follows {t.symptom or 'nothing'}")

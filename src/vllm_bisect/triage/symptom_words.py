@@ -14,15 +14,17 @@ need a change word or two values): each rule says why it counts.
   not a measured error ("accuracy error", "error rate"); a request that times out (超时,
   "timed out", ``TimeoutError``), not a timeout setting.
 - **mtp-speedup**: an accepted length of a speculative method stuck at 1 ("accept length 1").
-- **ttft**: prefill / prompt processing with a change word, or in the title; not when the
-  sentence measures a prefill *rate* (throughput, tok/s) and no time.
+- a symptom's own words (``Words.said`` in its module, e.g. ttft's prefill / prompt
+  processing): with a change word, or in the title; not where its ``unless`` says so; for
+  a time (``timed``) not when the sentence measures a *rate* (throughput, tok/s) and no time.
 """
 
 from __future__ import annotations
 
 import re
 
-from vllm_bisect.triage.symptoms import CHANGE, METRICS, NEGATED, Found
+from vllm_bisect.symptoms import Symptom
+from vllm_bisect.triage.symptoms import CHANGE, METRIC, NEGATED, READ, Found
 from vllm_bisect.triage.versions import title_index
 
 # ASCII boundaries: "直接OOM" (glued to Chinese) is still an OOM
@@ -93,10 +95,10 @@ TITLE_ERROR = re.compile(r"(?<!accuracy )(?<!precision )(?<!numerical )(?<!round
 # an error in what the model wrote ("tool call parser error", "JSON format error") is its output
 OUTPUT_ERROR = re.compile(r"(?:pars\w{0,4}|format|json|schema|template|tool[- ]call\w{0,2})\s{1,3}errors?",
                           re.IGNORECASE)
-# not a module or file named prefill ("No module named '...backends.mla.prefill'", prefill.py)
-TTFT = re.compile(r"(?<![\w.-])prefill(?![\w-]|\.\w)|prompt processing|long[- ]prefill",
-                  re.IGNORECASE)
-THROUGHPUT = next(p for f, p in METRICS if f is Found.THROUGHPUT)
+# each symptom's own words (Words.said, declared in its module): (symptom, words, unless, a time?)
+SAID = tuple((s, re.compile(w.said, re.IGNORECASE), re.compile(w.unless or r"(?!)", re.IGNORECASE),
+              w.timed) for s in READ if (w := s.info.words) and w.said)
+THROUGHPUT = METRIC[Symptom.THROUGHPUT]
 TIME = re.compile(r"\bTTFT\b|\d\s{0,2}(?:ms|s|sec|seconds)\b|\btime\b|latency|时间|耗时", re.IGNORECASE)
 SENTENCE = re.compile(r"(?<=[.!?])\s+|[。！？；;]")
 # a speculative method's accepted length stuck at 1 ("the speculative decoding length is stuck
@@ -131,44 +133,44 @@ def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
         m = OOM.search(line)
         if m and (not NO_BEFORE.search(line[max(0, m.start() - 30):m.start()])
                   or FIXED_NOW.search(line)):  # "does not OOM any more": a fix of an OOM
-            add(Found.MEMORY, n, f"{m.group(0)!r}: out of memory")
+            add(Symptom.MEMORY, n, f"{m.group(0)!r}: out of memory")
     blocks = {b for line in lines for b in BLOCKS.findall(line)}
     if len(blocks) >= 2:
-        add(Found.MEMORY, 0, f"# GPU blocks differ: {', '.join(sorted(blocks)[:4])}")
+        add(Symptom.MEMORY, 0, f"# GPU blocks differ: {', '.join(sorted(blocks)[:4])}")
     kv = {(m.group(1) is None, m.group(1) or m.group(2)) for line in lines for m in KV_LOG.finditer(line)}
     if any(len({v for k, v in kv if k == kind}) >= 2 for kind in (True, False)):
-        add(Found.MEMORY, 0, "KV cache size / maximum concurrency differ between runs")
+        add(Symptom.MEMORY, 0, "KV cache size / maximum concurrency differ between runs")
     for n, line in prose_lines(lines):
         for text in SENTENCE.split(line):
             changed = (bool(CHANGE.search(text) or MORE_CHANGE.search(text))
                        and not NEGATED.search(text))
             m = MEMORY.search(text)
             if m and (changed or n == title):
-                add(Found.MEMORY, n, f"{m.group(0)!r} " + ("in the title" if n == title
+                add(Symptom.MEMORY, n, f"{m.group(0)!r} " + ("in the title" if n == title
                                                          else "with a change"))
             m = CORRECTNESS.search(text)
             if m and not NEGATED.search(text):
-                add(Found.CORRECTNESS, n, f"{m.group(0)!r}: wrong output")
+                add(Symptom.CORRECTNESS, n, f"{m.group(0)!r}: wrong output")
             m = CRASH.search(text) or (TITLE_ERROR.search(text) if n == title and not (
                 CORRECTNESS.search(text) or OUTPUT_ERROR.search(text)) else None)
             if m and not OOM.search(text):
-                add(Found.CRASH, n, f"{m.group(0)!r}: " + (
+                add(Symptom.CRASH, n, f"{m.group(0)!r}: " + (
                     "the title says the run errors" if n == title else "it times out"
                     if re.search(r"time|超时", m.group(0), re.I) else "it does not start"))
             m = ACCEPT_ONE.search(text)
             if m and not NEGATED.search(text):
-                add(Found.MTP_SPEEDUP, n, f"{m.group(0)!r}: no draft token accepted")
-            m = TTFT.search(text)
+                add(Symptom.MTP_SPEEDUP, n, f"{m.group(0)!r}: no draft token accepted")
             # "prefill throughput ... tok/s": a rate of prefill is throughput, not time to first
             # token (unless a time is said too)
             rate = THROUGHPUT.search(text) and not TIME.search(text)
-            if m and (changed or n == title) and not rate and not re.search(
-                    r"decode\s{1,3}(?:is\s{1,3})?unaffected", text, re.I):
-                add(Found.TTFT, n, f"{m.group(0)!r} " + ("in the title" if n == title
-                                                       else "with a change"))
-    oom = any(OOM.search(line) for line in lines) and Found.MEMORY in found
-    if oom and found.get(Found.CRASH, (0, ""))[1].endswith("it does not start"):
+            for symptom, said, unless, timed in SAID:
+                m = said.search(text)
+                if m and (changed or n == title) and not (timed and rate) and not unless.search(text):
+                    add(symptom, n, f"{m.group(0)!r} " + ("in the title" if n == title
+                                                        else "with a change"))
+    oom = any(OOM.search(line) for line in lines) and Symptom.MEMORY in found
+    if oom and found.get(Symptom.CRASH, (0, ""))[1].endswith("it does not start"):
         # "无法启动 ... 直接OOM": a start that runs out of memory is the memory symptom's bad
         # (the memory probe judges an OOM start), not a second symptom
-        del found[Found.CRASH]
+        del found[Symptom.CRASH]
     return [(f, n, why) for f, (n, why) in found.items()]

@@ -10,28 +10,34 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
+from typing import TypeAlias
 
-from vllm_bisect.symptoms import Direction, by_key
+from vllm_bisect.symptoms import Direction, Symptom
 from vllm_bisect.triage.versions import title_index
 
 
-class Found(StrEnum):
-    LENGTH = "length"
-    ITL = "itl"
-    THROUGHPUT = "throughput"
-    TTFT = "ttft"
+class Prose(StrEnum):
+    """What a report may name that no symptom declares: latency (no probe judges it)."""
+
     LATENCY = "latency"
-    CORRECTNESS = "correctness"
-    CRASH = "crash"
-    MTP_SPEEDUP = "mtp-speedup"
-    MEMORY = "memory"
+
+
+# what triage reads in a report: a symptom of the registry that declares its words (READ:
+# ``SymptomInfo.words``, its names and its checkbox on the form), or latency
+Found: TypeAlias = Symptom | Prose
+READ: tuple[Symptom, ...] = tuple(s for s in Symptom if s.info.words is not None)
+
+
+def found_of(key: str) -> Found:
+    """What triage reads, by its key ("ttft", "latency")."""
+    return Prose(key) if key in Prose._value2member_map_ else Symptom(key)
 
 
 def rises(found: Found) -> bool:
     """Is a larger value of the metric worse (a latency; a symptom whose declaration says
     its number rises when it shows)?"""
-    info = by_key(found.value)
-    return found is Found.LATENCY or (info is not None and info.direction is Direction.RISES)
+    return found is Prose.LATENCY or (isinstance(found, Symptom)
+                                      and found.info.direction is Direction.RISES)
 
 
 NUM = r"\d{1,3}(?:,\d{3}){1,4}(?:\.\d{1,6})?|\d{1,9}(?:\.\d{1,6})?"
@@ -94,14 +100,14 @@ def improved_only(found: Found, text: str, pos: int = 0) -> bool:
     text = text[start:end]
     lower_better = rises(found)
     values = FROM_TO.search(text)
-    if values and found is not Found.CORRECTNESS:
+    if values and found is not Symptom.CORRECTNESS:
         a, b = number(values.group("a")), number(values.group("b"))
         return (b < a) if lower_better else (b > a)
     if WORSE_WORDS.search(text):
         return False
     better = BETTER_WORDS.search(text) or (DOWN_WORDS if lower_better else UP_WORDS).search(text)
     worse = (UP_WORDS if lower_better else DOWN_WORDS).search(text)
-    return bool(better) and not worse and found is not Found.CORRECTNESS
+    return bool(better) and not worse and found is not Symptom.CORRECTNESS
 
 
 def clause(text: str, pos: int) -> str:
@@ -109,43 +115,20 @@ def clause(text: str, pos: int) -> str:
     doubled": a negation in one clause says nothing about the other)."""
     cuts = [0] + [m.start() for m in CONTRAST.finditer(text)] + [len(text)]
     return next((text[a:b] for a, b in pairwise(cuts) if a <= pos < b), text)
-METRICS = (
-    (Found.TTFT, re.compile(r"(?<![A-Za-z0-9_])TTFT(?![A-Za-z0-9_])|time[- ]to[- ]first[- ]token|"
-                            r"first token|首\s{0,2}token",
-                            re.IGNORECASE)),
-    (Found.ITL, re.compile(r"(?<![A-Za-z0-9_])(?:ITL|TPOT)(?![A-Za-z0-9_])|inter[- ]token|"
-                           r"time (?:per|of) output tokens?|ms per token|decode'?s?\s{1,3}token\s{1,3}speed|"
-                           r"per[- ]token latency|decode[- ](?:speed|latency|throughput|perf\w*)|"
-                           r"generation rate|每个?请求|单请求|single[- ]request|"
-                           # a decode step's time per token ("Decode (token)" in a benchmark table)
-                           r"decode\s{0,2}\(\s{0,2}(?:per[- ])?token\s{0,2}\)|"
-                           r"decode\s{1,3}time\s{1,3}per\s{1,3}token",
-                           re.IGNORECASE)),
-    (Found.LATENCY, re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延|延迟|"
-                               r"(?:inference|response|request|wall|e2e|end-to-end)[ -]time\b|"
-                               # 耗时: the time a request took
-                               r"(?:返回|请求|推理|响应)?耗时|"
-                               # the time to load something ("the loading times for LoRA adapters")
-                               r"\b(?:loading|load)\s{1,3}times?\b|加载(?:时间|耗时)",
-                               re.IGNORECASE)),
-    # a rate unit is the throughput metric whatever its spelling: per second or per minute,
-    # tokens, requests or samples, "t/s" and per-user "t/s/u"
-    # token generation ("TG") is the generation rate of a run, in tok/s: throughput
-    # QPS (queries per second) is a request rate; "troughput" is how some reporters type it
-    (Found.THROUGHPUT, re.compile(r"t(?:h)?roughput|(?<![A-Za-z0-9_])QPS(?![A-Za-z0-9_])|"
-                                  r"(?<!first )(?<!first-)token\s{1,3}generation|"
-                                  r"text\s{1,3}generation\s{1,3}speed|"
-                                  r"(?<![A-Za-z0-9_])TG(?![A-Za-z0-9_])|requests/s|req/s|samples/s|(?<![A-Za-z0-9_])TPS|"
-                                  r"tok(?:en)?s?/s|(?<![A-Za-z])(?:it|items)/s|吞吐|"
-                                  r"req(?:uest)?s?/min|(?:samples|requests|tokens)\s{1,3}per\s{1,3}"
-                                  r"(?:second|minute)|(?<![A-Za-z0-9_/])t/s(?:/u)?(?![A-Za-z])",
-                                  re.IGNORECASE)),
-    # an evaluation's score is the model's accuracy, whatever the benchmark is called
-    (Found.CORRECTNESS, re.compile(r"accuracy|gsm8k|exact_match|\bmmlu\b|correctness|garbage|"
-                                   r"\beval(?:uation)?[\s_-]{0,3}(?:scores?|results?|metrics?)\b|"
-                                   r"\bbenchmark\s{1,3}scores?\b|pass@\d|"
-                                   r"wrong (?:output|answer)|gibberish|精度|准确率", re.IGNORECASE)),
-)
+# latency (end-to-end request time) is triage's own word: no symptom is declared for it
+LATENCY = re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延|延迟|"
+                     r"(?:inference|response|request|wall|e2e|end-to-end)[ -]time\b|"
+                     # 耗时: the time a request took
+                     r"(?:返回|请求|推理|响应)?耗时|"
+                     # the time to load something ("the loading times for LoRA adapters")
+                     r"\b(?:loading|load)\s{1,3}times?\b|加载(?:时间|耗时)",
+                     re.IGNORECASE)
+# each metric's names (a symptom's, declared in its module: Words.metric), in the registry's
+# order, latency last: where a table's header names two, the first wins
+METRICS: tuple[tuple[Found, re.Pattern[str]], ...] = (
+    *((s, re.compile(w.metric, re.IGNORECASE)) for s in READ if (w := s.info.words) and w.metric),
+    (Prose.LATENCY, LATENCY))
+METRIC: dict[Found, re.Pattern[str]] = dict(METRICS)
 TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|QPS|tokens per second|it/s|items/s|"
                   rf"t/s)(?!/)",
                   re.IGNORECASE)
@@ -211,7 +194,7 @@ def _table_columns(lines: list[str], where: dict[Found, int] | None = None
         if header is None:
             header, header_line = cells, n
             continue
-        itl_table = any(METRICS[1][1].search(h) for h in header)
+        itl_table = any(METRIC[Symptom.ITL].search(h) for h in header)
         for i, cell in enumerate(cells[:len(header)]):
             m = re.match(rf"~?(?P<n>{NUM})", cell.strip("*_` "))  # "**15.70 ms**" too
             if not m:
@@ -219,9 +202,9 @@ def _table_columns(lines: list[str], where: dict[Found, int] | None = None
             unit = re.search(r"tok(?:en)?s?/s|\bms\b", cell)
             for found, pat in METRICS:
                 if pat.search(header[i]) or (unit and pat.search(unit.group(0))):
-                    if found is Found.THROUGHPUT and not re.search(
+                    if found is Symptom.THROUGHPUT and not re.search(
                             r"throughput|吞吐", header[i], re.I) and itl_table:
-                        found = Found.ITL  # tok/s beside ITL: one decode speed, two units
+                        found = Symptom.ITL  # tok/s beside ITL: one decode speed, two units
                         break
                     out.setdefault(found, []).append(number(m.group("n")))
                     if where is not None:
@@ -300,18 +283,18 @@ def find_symptoms(lines: list[str], bench_throughput: bool,
     for n, line in enumerate(lines, 1):
         for m in CAP.finditer(line):
             s.caps.append(int(m.group("n") or m.group("m")))
-            add(Found.LENGTH, n, f"output cap: {m.group(0)[:40]!r}")
+            add(Symptom.LENGTH, n, f"output cap: {m.group(0)[:40]!r}")
         crash = CRASH.search(line)
         # round 7: "CUDA error: out of memory" is the memory symptom (read by symptom_words), not
         # a crash besides it
         if crash and not re.search(r"\bno\s{1,3}crash", line, re.I) and not (
                 crash.group(0).lower() == "cuda error" and OUT_OF_MEMORY.search(line)):
-            add(Found.CRASH, n, "a crash message")
+            add(Symptom.CRASH, n, "a crash message")
         if line.strip().startswith("|") and line.count("|") >= 2:
             continue  # a table row: its columns are read by _table_columns
         for text in SENTENCE_END.split(line):
             if MTP_SPEEDUP.search(text):
-                add(Found.MTP_SPEEDUP, n, "MTP compared with plain decoding")
+                add(Symptom.MTP_SPEEDUP, n, "MTP compared with plain decoding")
                 continue  # its numbers compare MTP with plain decoding, not two versions
             toks = [number(m.group("n")) for m in TOKS.finditer(text)]
             changed = bool(CHANGE.search(text))
@@ -323,10 +306,10 @@ def find_symptoms(lines: list[str], bench_throughput: bool,
                 if NEGATED.search(part) or improved_only(found, part,
                                                          hit.start() - text.find(part)):
                     continue
-                if found is Found.THROUGHPUT and (
+                if found is Symptom.THROUGHPUT and (
                         re.search(r"decode[- ]throughput", text, re.I) or (
                             PER_REQUEST.search(text) and not re.search(r"throughput|吞吐", text, re.I))):
-                    found = Found.ITL  # a per-request decode speed
+                    found = Symptom.ITL  # a per-request decode speed
                 judged = bool(JUDGED_AFTER.search(text[hit.end():]) or
                               JUDGED_BEFORE.search(text[:hit.start()]))
                 if (changed or judged or line is title or len(MS.findall(text)) >= 2 or len(toks) >= 2
@@ -338,41 +321,41 @@ def find_symptoms(lines: list[str], bench_throughput: bool,
                 if value is not None:
                     per_line.setdefault(found, []).append((n, number(value.group("n"))))
             if len(SECONDS.findall(text)) >= 2 and re.search(r"\bvs\.?\b|→|->|对比", text):
-                add(Found.LATENCY, n, "two durations compared")  # "1.6s vs. 0.95s": two durations compared
+                add(Prose.LATENCY, n, "two durations compared")  # "1.6s vs. 0.95s": two durations compared
             if len(toks) == 1 and VERSIONISH.search(text):
                 version_toks.append((n, toks[0]))  # "v2.0.7: 16tokens/s" on its own line
             if len(toks) >= 2:
                 s.tok_s += toks
                 per_req = PER_REQUEST.search(text) and not re.search(
                     r"throughput|concurren|parallel|\bload\b", text, re.I)
-                add(Found.ITL if per_req else Found.THROUGHPUT, n,
+                add(Symptom.ITL if per_req else Symptom.THROUGHPUT, n,
                     "tok/s compared" + (" per request" if per_req else ""))
             if re.search(r"\b(?:ITL|TPOT)\b|inter-token", text, re.I):
                 s.itl_ms += [number(m.group("n")) for m in MS.finditer(text)]
-    if len({v for _, v in version_toks}) >= 2 and not {Found.ITL, Found.THROUGHPUT} & set(s.found):
+    if len({v for _, v in version_toks}) >= 2 and not {Symptom.ITL, Symptom.THROUGHPUT} & set(s.found):
         s.tok_s += [v for _, v in version_toks]  # one value per version line: compared
-        add(Found.THROUGHPUT, version_toks[0][0], "tok/s on one line per version")
+        add(Symptom.THROUGHPUT, version_toks[0][0], "tok/s on one line per version")
     for found, seen in per_line.items():  # "v0.9.1 ... TPOT 20ms" / "v0.11 ... TPOT 27ms"
         if len({n for n, _ in seen}) >= 2 and len({v for _, v in seen}) >= 2 and not \
                 _only_better(found, seen, sides or {}):
             add(found, seen[0][0], "one value per line on two lines")
-            if found is Found.ITL:
+            if found is Symptom.ITL:
                 s.itl_ms += [v for _, v in seen]
     table_lines: dict[Found, int] = {}
     for found, values in (_table_columns(lines, table_lines) | _labelled_values(lines)).items():
         if _differ(values):
             add(found, table_lines.get(found, 0), "values in a table column or labelled lines")
-            if found is Found.ITL:
+            if found is Symptom.ITL:
                 s.itl_ms += values
-            if found is Found.THROUGHPUT:
+            if found is Symptom.THROUGHPUT:
                 s.tok_s += values
     slow_title = bool(CHANGE.search(title)) and not NEGATED.search(title)
     for found, rows in _row_metrics(lines).items():  # a metric per row: compared across tables,
         if len({v for _, v in rows}) >= 2 or slow_title:  # or the one the title says got worse
             add(found, rows[0][0], "a table row per metric" + (" (the title says it got worse)"
                                                                if len(rows) < 2 else ""))
-            if found is Found.ITL:
+            if found is Symptom.ITL:
                 s.itl_ms += [v for _, v in rows]
-    if bench_throughput and s.tok_s and Found.ITL in s.found and Found.THROUGHPUT not in s.found:
-        add(Found.THROUGHPUT, 0, "`vllm bench throughput` tok/s")
+    if bench_throughput and s.tok_s and Symptom.ITL in s.found and Symptom.THROUGHPUT not in s.found:
+        add(Symptom.THROUGHPUT, 0, "`vllm bench throughput` tok/s")
     return s

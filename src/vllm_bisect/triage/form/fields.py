@@ -1,15 +1,18 @@
 """The regression form's fields as the reader knows them: the label GitHub renders as each
 answer's ``### Label`` heading, the dropdown's and the checkboxes' keys (the words before
-":"). ``regression.yml`` is the form itself; tests/triage/test_form.py checks the two agree."""
+":"). ``regression.yml`` is the form itself, its symptom checkboxes written in by
+``form_yaml()`` from each symptom's declaration (``Words.form``, in its module of
+``symptoms/``; latency is triage's own); tests/triage/test_form.py checks the two agree."""
 
 from __future__ import annotations
 
+import json
 import re
 from enum import StrEnum
 from importlib.resources import files
 
 from vllm_bisect.triage.roles import SearchKind
-from vllm_bisect.triage.symptoms import Found
+from vllm_bisect.triage.symptoms import READ, Found, Prose
 
 FORM_FILE = "regression.yml"
 NO_RESPONSE = "_No response_"   # GitHub's rendering of an empty answer
@@ -56,27 +59,24 @@ SEARCH_OPTIONS: dict[str, SearchKind] = {"regression": SearchKind.REGRESSION,
                                          "fix": SearchKind.FIX}
 SEARCH_TEXT: dict[SearchKind, str] = {SearchKind.REGRESSION: "regression: find the first bad commit",
                                       SearchKind.FIX: "fix: find the first fixed commit"}
-SYMPTOM_OPTIONS: dict[str, Found] = {
-    "itl": Found.ITL, "throughput": Found.THROUGHPUT, "output length": Found.LENGTH,
-    "ttft": Found.TTFT, "memory": Found.MEMORY, "crash": Found.CRASH,
-    "correctness": Found.CORRECTNESS, "latency": Found.LATENCY,
-    "speculative decoding": Found.MTP_SPEEDUP,
-}
-SYMPTOM_TEXT: dict[Found, str] = {
-    Found.ITL: "ITL: decoding is slower per output token (ITL / TPOT)",
-    Found.THROUGHPUT: "Throughput: fewer tokens or requests per second under load",
-    Found.LENGTH: "Output length: generations stop early or at a fixed token count",
-    Found.TTFT: "TTFT: the first token takes longer",
-    Found.MEMORY: "Memory: more GPU memory, fewer KV-cache blocks, out of memory",
-    Found.CRASH: "Crash: the server or a request fails",
-    Found.CORRECTNESS: "Correctness: wrong, garbled or repeated output, lower accuracy",
-    Found.LATENCY: "Latency: end-to-end request time",
-    Found.MTP_SPEEDUP: "Speculative decoding: the MTP / draft speed-up is gone",
-}
 
 
 def _key(label: str) -> str:
     return re.sub(r"\s+", " ", label).strip().lower()
+
+
+def option_key(text: str) -> str:
+    """The key of a dropdown answer or a checkbox label: its words before ":"."""
+    return _key(text.split(":", 1)[0])
+
+
+# the symptom checkboxes: each symptom's (its Words.form), in the registry's order, and latency
+SYMPTOM_TEXT: dict[Found, str] = {
+    **{s: w.form for s in READ if (w := s.info.words) is not None},
+    Prose.LATENCY: "Latency: end-to-end request time"}
+SYMPTOM_OPTIONS: dict[str, Found] = {option_key(text): f for f, text in SYMPTOM_TEXT.items()}
+# where form_yaml() writes the checkboxes in regression.yml
+CHECKBOXES = "        # the symptoms' checkboxes (form_yaml(): SYMPTOM_TEXT)\n"
 
 
 # a heading names a field by its whole label or by the words before " (" ("### Last good")
@@ -91,11 +91,10 @@ def field_of(heading: str) -> Field | None:
     return HEADINGS.get(_key(heading).rstrip(":").rstrip())
 
 
-def option_key(text: str) -> str:
-    """The key of a dropdown answer or a checkbox label: its words before ":"."""
-    return _key(text.split(":", 1)[0])
-
-
 def form_yaml() -> str:
-    """The form, as GitHub reads it from .github/ISSUE_TEMPLATE/."""
-    return files(__package__).joinpath(FORM_FILE).read_text(encoding="utf-8")
+    """The form, as GitHub reads it from .github/ISSUE_TEMPLATE/ (its symptom checkboxes
+    from the symptoms' declarations)."""
+    text = files(__package__).joinpath(FORM_FILE).read_text(encoding="utf-8")
+    return text.replace(CHECKBOXES, "".join(
+        f"        - label: {json.dumps(label, ensure_ascii=False)}\n"
+        for label in SYMPTOM_TEXT.values()))
