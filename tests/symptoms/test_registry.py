@@ -246,7 +246,7 @@ def word_pieces() -> dict[str, Symptom]:
         if (w := s.info.words) is None:
             continue
         out[w.form] = s
-        for pattern in filter(None, (w.metric, w.said, w.unless)):
+        for pattern in filter(None, (w.metric, w.said, w.unless, w.alone)):
             out[pattern] = s
             out |= {a: s for a in alternatives(pattern)
                     if len(a) >= 20 and any(c in a for c in "\\[(")}
@@ -288,6 +288,7 @@ def test_the_word_scan_sees_a_copy(tmp_path: Path) -> None:
 def test_triage_reads_what_each_symptom_declares() -> None:
     metrics = dict(triage_symptoms.METRICS)
     said = {s for s, *_ in triage_words.SAID}
+    alone = {s: means for s, _, means in triage_words.ALONE}
     for s in Symptom:
         w = s.info.words
         assert (s in SYMPTOM_TEXT) == (w is not None), s
@@ -297,5 +298,6 @@ def test_triage_reads_what_each_symptom_declares() -> None:
         assert w.form in form_yaml()
         assert (metrics[s].pattern if s in metrics else "") == w.metric
         assert (s in said) == bool(w.said)
+        assert alone.get(s) == (w.means if w.alone else None)
     # what is triage's own: latency (no probe judges it)
     assert set(metrics) - set(Symptom) == {triage_symptoms.Prose.LATENCY}

@@ -106,6 +106,10 @@ class Words:
     said: str = ""
     # a sentence that matches this does not say it ("decode is unaffected")
     unless: str = ""
+    # words that say it on their own, unless the sentence negates it ("garbled output"), and
+    # what they mean (the reading's why: "wrong output")
+    alone: str = ""
+    means: str = ""
     # it is a time: a sentence that gives a rate (throughput) and no time does not say it
     timed: bool = False
 

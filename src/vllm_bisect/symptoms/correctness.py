@@ -14,7 +14,31 @@ WORDS = Words(
     metric=(r"accuracy|gsm8k|exact_match|\bmmlu\b|correctness|garbage|"
             r"\beval(?:uation)?[\s_-]{0,3}(?:scores?|results?|metrics?)\b|"
             r"\bbenchmark\s{1,3}scores?\b|pass@\d|"
-            r"wrong (?:output|answer)|gibberish|精度|准确率"))
+            r"wrong (?:output|answer)|gibberish|精度|准确率"),
+    # garbled, repeated, empty or made-up output, said on its own
+    alone=(r"garbage|garbled|gibberish|nonsense|meaningless|unreadable|乱码|重复|毫无意义|幻觉|"
+           r"(?<![\w-])(?:repetitive|repetition)(?![\w-])|repeat\w{0,3}\s{1,3}(?:the\s{1,3})?same|"
+           r"never\s{1,3}stop|"
+           # the same loop or made-up content said other ways
+           r"keeps?\s{1,3}repeating|repeats?\s{1,3}(?:itself|forever|endlessly)|"
+           r"(?:infinite|endless)\w{0,2}\s{1,3}(?:loop\w{0,2}\s{1,3}of|repeti\w{1,6})|hallucinat\w{1,6}|"
+           r"output\w{0,2}\s{1,3}(?:is|was|became|becomes)\s{1,3}(?:noise|unreadable)|"
+           r"outputs?\s{1,3}(?:of\s{1,3}[\w .-]{1,30}\s{1,3})?(?:is|are|was|were)\s{1,3}wrong|"
+           r"(?:wrong|incorrect|invalid|malformed)\s{1,3}(?:outputs?|answers?|results?|responses?|"
+           r"tool[- ]calls?|tokens?|json|format)|"
+           # output that is not text: empty, only punctuation, a run of one character
+           r"(?:empty|blank)\s{1,3}(?:outputs?|responses?|completions?|strings?)|exclamation\s{1,3}marks|"
+           r"([!?])\1{9,}|精度(?:出现|存在|有)?问题|精度下降|准确率跳水|"
+           # meaningless / random output in any wording, and the same input giving different outputs
+           r"无意义|random\s{1,3}tokens|"
+           # output without order: "semantically chaotic", "incoherent responses", 混乱/错乱
+           r"chaotic|incoherent|(?:输出|回答|答案|内容)\w{0,4}(?:混乱|错乱|异常)|"
+           # a judgement of what the model wrote: "problematic responses", "abnormal output"
+           r"(?:problematic|abnormal|broken|weird|strange|corrupted?)\s{1,3}(?:outputs?|responses?|"
+           r"answers?|completions?|generations?|text)\b|"
+           r"(?:outputs?|results?|answers?|responses?)\b[^.。]{0,60}\b(?:are|is|were|"
+           r"was)\s{1,3}different|输出(?:结果)?不(?:相同|一致|同)"),
+    means="wrong output")
 
 
 def text_digests(m: Measurement) -> frozenset[tuple[int, str]]:

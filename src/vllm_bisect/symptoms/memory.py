@@ -21,6 +21,13 @@ FACTOR = Key("memory_factor", "memory: bad when the KV cache capacity (tokens) a
              "below the good endpoint's / memory_factor, or weights / peak memory rise above its "
              "x memory_factor, or the server runs out of memory starting (verdict/memory.py)",
              default=1.1, gt=1.0, le=MAX_FACTOR)
+# how triage reads it (its own rules for running out of memory and for start-up logs are
+# triage's: triage/symptom_words.py): memory use or KV cache capacity with a change word
+WORDS = Words(
+    form="Memory: more GPU memory, fewer KV-cache blocks, out of memory",
+    said=(r"(?<![\w-])VRAM|显存|(?<![\w-])GPU memory(?![-_ ]util)|memory (?:usage|use|"
+          r"footprint|consumption|cost)|(?:more|higher) memory|KV[- ]cache (?:size|"
+          r"capacity|usage|memory|tokens)|# GPU blocks"))
 
 MIN_RISE_GIB = 0.25
 OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory|larger than the available "
@@ -89,7 +96,7 @@ MEMORY = SymptomInfo(
     needs_reference=lambda v: True, failed=_failed, startup_memory=True,
     auto_why=("auto: memory at start-up is deterministic for a commit and a config (one start "
               "per commit tells)"),
-    words=Words(form="Memory: more GPU memory, fewer KV-cache blocks, out of memory"),
+    words=WORDS,
     keys=(FACTOR,), tunable=("memory_factor",), triage_defaults=(
         ("probe.requests", 1, "memory is read at start-up; one request checks it serves"),
         ("probe.max_tokens", 16, "one short request"),

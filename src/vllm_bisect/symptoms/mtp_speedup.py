@@ -20,6 +20,14 @@ from vllm_bisect.symptoms.base import (
 )
 from vllm_bisect.symptoms.plain import itl_reference
 
+# how triage reads it (comparisons of MTP with plain decoding are triage's own rule):
+# a speculative method's accepted length stuck at 1 ("the speculative decoding length is
+# stuck at 1", "accept length 1"): no draft token is accepted, so the speed-up is lost
+WORDS = Words(
+    form="Speculative decoding: the MTP / draft speed-up is gone",
+    alone=(r"(?:accept(?:ance|ed)?[\s_-]{0,2}(?:length|len)|spec\w{0,10}\s{1,3}"
+           r"(?:decoding\s{1,3})?length|接受长度)[^.。\d]{0,24}?(?<![\d.])1(?![\d.])"),
+    means="no draft token accepted")
 FLOOR = Key("min_mtp_speedup", "mtp-speedup: bad when speculative / plain output tok/s < "
             "min_mtp_speedup (e.g. 1.5)", ge=MIN_RATE, le=MAX_FACTOR)
 
@@ -44,7 +52,7 @@ MTP_SPEEDUP = SymptomInfo(
     # (the plain judge's ITL limit was relative once itl_factor is set: kept as it was)
     needs_reference=itl_reference,
     samples=lambda m: [m.mtp_speedup] if m.mtp_speedup else [],
-    keys=(FLOOR,), words=Words(form="Speculative decoding: the MTP / draft speed-up is gone"),
+    keys=(FLOOR,), words=WORDS,
     needs=(Need(("[probe.mtp_speedup]",)), Need(("verdict.min_mtp_speedup",)),
            Need(("[serve.speculative]",))),
     tunable=("min_mtp_speedup",), triage_defaults=(

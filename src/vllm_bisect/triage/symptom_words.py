@@ -2,21 +2,19 @@
 need a change word or two values): each rule says why it counts.
 
 - **memory**: running out of memory (``OOM``, ``CUDA out of memory``, ``No available memory
-  for the cache blocks``, 显存不足) counts wherever it is said; memory use or KV cache capacity
-  (``VRAM``, ``GPU memory``, ``memory usage``, ``KV cache size``, ``# GPU blocks``, 显存)
-  counts with a change word in its sentence, in the title, or as two different
-  ``# GPU blocks`` values. An out-of-memory start is this symptom, not a crash.
-- **correctness**: garbage / garbled / gibberish / nonsense / meaningless / unreadable output,
-  repetition loops ("repeat the same sentence", "never stop", "repetitive completions"),
-  "outputs ... are wrong", 乱码, 重复, 精度问题 / 精度下降.
+  for the cache blocks``, 显存不足) counts wherever it is said; two different ``# GPU blocks``
+  values or KV cache sizes in logs; an out-of-memory start is this symptom, not a crash.
+  (Memory use in words, ``VRAM``, ``GPU memory``, ``KV cache size``, 显存, with a change word:
+  its ``Words.said``.)
 - **crash**: "failed to start / load", "unable to start", "cannot start / load", "startup
   error", 无法启动, 启动失败; "error" in the title ("run X error", "Error after model load"),
   not a measured error ("accuracy error", "error rate"); a request that times out (超时,
   "timed out", ``TimeoutError``), not a timeout setting.
-- **mtp-speedup**: an accepted length of a speculative method stuck at 1 ("accept length 1").
-- a symptom's own words (``Words.said`` in its module, e.g. ttft's prefill / prompt
-  processing): with a change word, or in the title; not where its ``unless`` says so; for
-  a time (``timed``) not when the sentence measures a *rate* (throughput, tok/s) and no time.
+- a symptom's own words, declared in its module (``Words``): ``said`` (ttft's prefill /
+  prompt processing, memory's VRAM / GPU memory) with a change word, or in the title; not
+  where its ``unless`` says so; for a time (``timed``) not when the sentence measures a
+  *rate* (throughput, tok/s) and no time. ``alone`` (correctness's garbled / repeated
+  output, mtp-speedup's accepted length stuck at 1) wherever said, unless negated.
 """
 
 from __future__ import annotations
@@ -42,39 +40,12 @@ NO_BEFORE = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|n't|没有|未|无)\s{0
                        r"(?:an?\s{1,3}|any\s{1,3})?$", re.IGNORECASE)
 FIXED_NOW = re.compile(r"any\s?more|no\s{1,3}longer|\bfixed|\bresolved|\bgone\b|不再|已修复|已解决",
                        re.IGNORECASE)
-MEMORY = re.compile(r"(?<![\w-])VRAM|显存|(?<![\w-])GPU memory(?![-_ ]util)|memory (?:usage|use|"
-                    r"footprint|consumption|cost)|(?:more|higher) memory|KV[- ]cache (?:size|"
-                    r"capacity|usage|memory|tokens)|# GPU blocks", re.IGNORECASE)
 MORE_CHANGE = re.compile(r"\blarger\b|\bmore\b|\bgrew\b|\bbigger\b|significantly|dramatic",
                          re.IGNORECASE)
 BLOCKS = re.compile(r"# GPU blocks:\s{0,3}(\d{1,9})")
 # vLLM's start-up log of KV capacity: two different values are a memory change
 KV_LOG = re.compile(r"KV cache size:\s{0,3}([\d,]{1,12})\s{0,2}tokens|Maximum concurrency for "
                     r"[\d,]{1,12} tokens per request:\s{0,3}([\d.]{1,12})x", re.IGNORECASE)
-CORRECTNESS = re.compile(
-    r"garbage|garbled|gibberish|nonsense|meaningless|unreadable|乱码|重复|毫无意义|幻觉|"
-    r"(?<![\w-])(?:repetitive|repetition)(?![\w-])|repeat\w{0,3}\s{1,3}(?:the\s{1,3})?same|"
-    r"never\s{1,3}stop|"
-    # the same loop or made-up content said other ways
-    r"keeps?\s{1,3}repeating|repeats?\s{1,3}(?:itself|forever|endlessly)|"
-    r"(?:infinite|endless)\w{0,2}\s{1,3}(?:loop\w{0,2}\s{1,3}of|repeti\w{1,6})|hallucinat\w{1,6}|"
-    r"output\w{0,2}\s{1,3}(?:is|was|became|becomes)\s{1,3}(?:noise|unreadable)|"
-    r"outputs?\s{1,3}(?:of\s{1,3}[\w .-]{1,30}\s{1,3})?(?:is|are|was|were)\s{1,3}wrong|"
-    r"(?:wrong|incorrect|invalid|malformed)\s{1,3}(?:outputs?|answers?|results?|responses?|tool[- ]calls?|"
-    r"tokens?|json|format)|"
-    # output that is not text: empty, only punctuation, a run of one character
-    r"(?:empty|blank)\s{1,3}(?:outputs?|responses?|completions?|strings?)|exclamation\s{1,3}marks|"
-    r"([!?])\1{9,}|精度(?:出现|存在|有)?问题|精度下降|准确率跳水|"
-    # meaningless / random output in any wording, and the same input giving different outputs
-    r"无意义|random\s{1,3}tokens|"
-    # output without order: "semantically chaotic", "incoherent responses", 混乱/错乱
-    r"chaotic|incoherent|(?:输出|回答|答案|内容)\w{0,4}(?:混乱|错乱|异常)|"
-    # a judgement of what the model wrote: "problematic responses", "abnormal output"
-    r"(?:problematic|abnormal|broken|weird|strange|corrupted?)\s{1,3}(?:outputs?|responses?|"
-    r"answers?|completions?|generations?|text)\b|"
-    r"(?:outputs?|results?|answers?|responses?)\b[^.。]{0,60}\b(?:are|is|were|"
-    r"was)\s{1,3}different|输出(?:结果)?不(?:相同|一致|同)",
-    re.IGNORECASE)
 CRASH = re.compile(r"fail\w{0,3}\s{1,3}to\s{1,3}(?:start|load|launch|initiali[sz]e)|"
                    r"unable\s{1,3}to\s{1,3}(?:start|load|launch)|can(?:not|'t|\s{1,3}not)\s{1,3}"
                    r"(?:start|load|launch)|startup\s{1,3}error|无法启动|启动失败|"
@@ -98,14 +69,13 @@ OUTPUT_ERROR = re.compile(r"(?:pars\w{0,4}|format|json|schema|template|tool[- ]c
 # each symptom's own words (Words.said, declared in its module): (symptom, words, unless, a time?)
 SAID = tuple((s, re.compile(w.said, re.IGNORECASE), re.compile(w.unless or r"(?!)", re.IGNORECASE),
               w.timed) for s in READ if (w := s.info.words) and w.said)
+# (symptom, words, what they mean): words that say a symptom on their own unless negated
+ALONE = tuple((s, re.compile(w.alone, re.IGNORECASE), w.means)
+              for s in READ if (w := s.info.words) and w.alone)
+WRONG_OUTPUT = next(p for s, p, _ in ALONE if s is Symptom.CORRECTNESS)
 THROUGHPUT = METRIC[Symptom.THROUGHPUT]
 TIME = re.compile(r"\bTTFT\b|\d\s{0,2}(?:ms|s|sec|seconds)\b|\btime\b|latency|时间|耗时", re.IGNORECASE)
 SENTENCE = re.compile(r"(?<=[.!?])\s+|[。！？；;]")
-# a speculative method's accepted length stuck at 1 ("the speculative decoding length is stuck
-# at 1", "accept length 1"): no draft token is accepted, so the speed-up is lost
-ACCEPT_ONE = re.compile(r"(?:accept(?:ance|ed)?[\s_-]{0,2}(?:length|len)|spec\w{0,10}\s{1,3}"
-                        r"(?:decoding\s{1,3})?length|接受长度)[^.。\d]{0,24}?(?<![\d.])1(?![\d.])",
-                        re.IGNORECASE)
 CODE_FENCE = re.compile(r"^\s{0,3}(?:```|~~~)")
 
 
@@ -144,22 +114,6 @@ def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
         for text in SENTENCE.split(line):
             changed = (bool(CHANGE.search(text) or MORE_CHANGE.search(text))
                        and not NEGATED.search(text))
-            m = MEMORY.search(text)
-            if m and (changed or n == title):
-                add(Symptom.MEMORY, n, f"{m.group(0)!r} " + ("in the title" if n == title
-                                                         else "with a change"))
-            m = CORRECTNESS.search(text)
-            if m and not NEGATED.search(text):
-                add(Symptom.CORRECTNESS, n, f"{m.group(0)!r}: wrong output")
-            m = CRASH.search(text) or (TITLE_ERROR.search(text) if n == title and not (
-                CORRECTNESS.search(text) or OUTPUT_ERROR.search(text)) else None)
-            if m and not OOM.search(text):
-                add(Symptom.CRASH, n, f"{m.group(0)!r}: " + (
-                    "the title says the run errors" if n == title else "it times out"
-                    if re.search(r"time|超时", m.group(0), re.I) else "it does not start"))
-            m = ACCEPT_ONE.search(text)
-            if m and not NEGATED.search(text):
-                add(Symptom.MTP_SPEEDUP, n, f"{m.group(0)!r}: no draft token accepted")
             # "prefill throughput ... tok/s": a rate of prefill is throughput, not time to first
             # token (unless a time is said too)
             rate = THROUGHPUT.search(text) and not TIME.search(text)
@@ -168,6 +122,16 @@ def word_symptoms(lines: list[str]) -> list[tuple[Found, int, str]]:
                 if m and (changed or n == title) and not (timed and rate) and not unless.search(text):
                     add(symptom, n, f"{m.group(0)!r} " + ("in the title" if n == title
                                                         else "with a change"))
+            for symptom, alone, means in ALONE:
+                m = alone.search(text)
+                if m and not NEGATED.search(text):
+                    add(symptom, n, f"{m.group(0)!r}: {means}")
+            m = CRASH.search(text) or (TITLE_ERROR.search(text) if n == title and not (
+                WRONG_OUTPUT.search(text) or OUTPUT_ERROR.search(text)) else None)
+            if m and not OOM.search(text):
+                add(Symptom.CRASH, n, f"{m.group(0)!r}: " + (
+                    "the title says the run errors" if n == title else "it times out"
+                    if re.search(r"time|超时", m.group(0), re.I) else "it does not start"))
     oom = any(OOM.search(line) for line in lines) and Symptom.MEMORY in found
     if oom and found.get(Symptom.CRASH, (0, ""))[1].endswith("it does not start"):
         # "无法启动 ... 直接OOM": a start that runs out of memory is the memory symptom's bad

@@ -124,10 +124,13 @@ LATENCY = re.compile(r"(?<!inter-token )(?<!token )(?<!bench )\blatency\b|时延
                      r"\b(?:loading|load)\s{1,3}times?\b|加载(?:时间|耗时)",
                      re.IGNORECASE)
 # each metric's names (a symptom's, declared in its module: Words.metric), in the registry's
-# order, latency last: where a table's header names two, the first wins
+# order, the times (a number that rises when it shows) first, then latency, then the rest:
+# where a table's header names two, the first wins
+_NAMED = [(s, re.compile(w.metric, re.IGNORECASE)) for s in READ if (w := s.info.words) and w.metric]
 METRICS: tuple[tuple[Found, re.Pattern[str]], ...] = (
-    *((s, re.compile(w.metric, re.IGNORECASE)) for s in READ if (w := s.info.words) and w.metric),
-    (Prose.LATENCY, LATENCY))
+    *((s, p) for s, p in _NAMED if s.info.direction is Direction.RISES),
+    (Prose.LATENCY, LATENCY),
+    *((s, p) for s, p in _NAMED if s.info.direction is not Direction.RISES))
 METRIC: dict[Found, re.Pattern[str]] = dict(METRICS)
 TOKS = re.compile(rf"(?P<n>{NUM})\s{{0,2}}(?:tok(?:en)?s?/s|TPS|QPS|tokens per second|it/s|items/s|"
                   rf"t/s)(?!/)",
