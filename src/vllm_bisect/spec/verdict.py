@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, create_model
 
 from vllm_bisect.spec.build import _Model
-from vllm_bisect.symptoms import Noise, Symptom
+from vllm_bisect.symptoms import SCREENED, Noise, Symptom
 
 __all__ = ["AUTO_BY_NOISE", "AUTO_STRATEGY", "HOOK_STRATEGY", "JUDGES", "NO_FIX_SEARCH",
            "PER_REQUEST", "Strategy", "Symptom", "VerdictSpec", "output_token_floor", "runs_with",
@@ -173,13 +173,14 @@ class _VerdictCommon(_Model):
 
 
 def symptom_fields() -> dict[str, Any]:
-    """The fields of the symptoms' own keys (``SymptomInfo.keys``), in the registry's order:
-    name -> (type, pydantic Field with the key's default, bounds and help)."""
+    """The fields of the symptoms' own keys (``SymptomInfo.keys``), in the registry's order
+    (the screened ones' last): name -> (type, pydantic Field with the key's default, bounds
+    and help)."""
     out: dict[str, Any] = {}
-    for s in Symptom:
-        for k in s.info.keys:
+    for info in (*(s.info for s in Symptom), *SCREENED):
+        for k in info.keys:
             if k.name in out or k.name in _VerdictCommon.model_fields:
-                raise TypeError(f"verdict.{k.name} is declared twice (symptom {s.value})")
+                raise TypeError(f"verdict.{k.name} is declared twice (symptom {info.key})")
             out[k.name] = (k.annotation, Field(default=k.default, description=k.help,
                                                gt=k.gt, ge=k.ge, le=k.le))
     return out
