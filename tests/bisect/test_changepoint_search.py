@@ -91,6 +91,21 @@ def test_two_steps_are_named_without_a_one_commit_rest_check_running_to_its_cap(
     assert cluster.starts <= 40, cluster.starts
 
 
+def test_a_rest_check_does_not_explain_a_step_away_on_one_unlucky_server(
+        tmp_path: Path) -> None:
+    # two 1.3x steps (bench_multi's row, its seed 10118): the good end's one server read 11.6
+    # for a true 10 and the plateau between the steps ~13, so the left rest check saw 12%
+    # (below the 15% that matters) and ended "explained" at P(another change) = 0.13, with
+    # no server started; it now measures that end again, reads ~10, and finds the first step
+    sp = parse_spec({**ITL, "probe": {"max_tokens": 256, "requests": 1},
+                     "verdict": {"symptom": "itl", "strategy": "changepoint",
+                                 "itl_factor": 1.15, "verify_samples": 0}})
+    multi, rng, _ = run(sp, 32, ((9, 1.3), (21, 1.3)), tmp_path, 10118 * 7919 + 1,
+                        cv=0.1, server_cv=0.05)
+    named = {c.commit for c in multi.culprits if c.commit is not None and c.confirmed}
+    assert named == {rng.commits[9].sha, rng.commits[21].sha}
+
+
 @pytest.mark.parametrize("seed", [5, 9])   # 9: P(none) 0.986 + P(drift) 0.014 ran to 126 servers
 def test_a_range_without_the_step_is_refused_with_its_numbers(tmp_path: Path, seed: int) -> None:
     with pytest.raises(NotReproduced, match="did not reproduce: P\\(no itl step"):

@@ -43,7 +43,7 @@ from vllm_bisect.verdict.changepoint import (
     requests_for_step,
     requests_per_server,
 )
-from vllm_bisect.verdict.changepoint_next import choose
+from vllm_bisect.verdict.changepoint_next import choose, lone_end_in_doubt
 from vllm_bisect.verdict.changepoint_rate import RATE_SYMPTOMS, rate_posterior
 
 logger = logging.getLogger(__name__)
@@ -87,7 +87,9 @@ class ChangePointSearch:
         if self.rate and tester.terms.search is SearchKind.FIX:
             raise SpecError(f"verdict.strategy = \"changepoint\" on {self.symptom.value} "
                             "searches regressions only", hint="use strategy = \"threshold\"")
-        self.least = max(1, spec.probe.requests)
+        # a server of one or two requests cannot tell its level from its requests' spread
+        # (two 1.3x steps, n = 32, probe.requests = 1: 90% -> 97% both named, 400 runs)
+        self.least = max(END_REQUESTS if self.prior.per_request else 1, spec.probe.requests)
         self.servers: list[Server] = []
         self.skipped: set[int] = set()
         self.failures: Counter[int] = Counter()
@@ -261,12 +263,14 @@ class ChangePointSearch:
                 what = (f"P(another {self.symptom.value} change of "
                         f"{math.exp(self.prior.min_step):.3g}x or more here) = {change:.3f} "
                         f"from {len(self.servers)} servers")
-                if change < REST_EXPLAINED:
+                lone = (lone_end_in_doubt(post, self.servers, self.prior, REST_BISECT)
+                        if change < REST_EXPLAINED and not self.rate else None)
+                if change < REST_EXPLAINED and lone is None:
                     raise RestExplained(what)
                 if self.measured >= v.rest_servers:
                     raise RestUndecided(f"{what}, after verdict.rest_servers = "
                                         f"{v.rest_servers} more")
-                self._measure_ends(post)
+                self._measure_ends(post, lone)
                 continue
             self.t.events.on_phase("", self._progress(post, j, p))
             if len(self.servers) >= v.max_runs:
@@ -297,9 +301,10 @@ class ChangePointSearch:
                 return max(1.0, float(np.median(self.startups)) / per)
         return self.v.server_cost
 
-    def _measure_ends(self, post: Posterior) -> None:
-        """A rest check in doubt: another server at the end with fewer."""
-        end = min((-1, self.n - 1), key=lambda e: (self.servers_at(e), e))
+    def _measure_ends(self, post: Posterior, end: int | None = None) -> None:
+        """A rest check in doubt: another server at ``end``, else at the end with fewer."""
+        if end is None:
+            end = min((-1, self.n - 1), key=lambda e: (self.servers_at(e), e))
         requests = requests_per_server(post, self.server_cost(), self.least,
                                        self.v.max_samples)
         self._measure(end, max(requests, END_REQUESTS))
