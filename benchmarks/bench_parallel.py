@@ -1,6 +1,7 @@
 """Wall time to culprit with k workers: the real Driver and parallel search on a cost model.
 
     python3 benchmarks/bench_parallel.py [--trials 300] [--seed 0] [--noisy] [--max-skip 0.2]
+    python3 benchmarks/bench_parallel.py --noisy --strategy changepoint --server-cv 0.03
     python3 benchmarks/bench_parallel.py --real 100 [--repeats 3]
 
 The Driver (endpoint verification, multisection, work-conserving dispatch, cancellation,
@@ -10,7 +11,9 @@ cost-model minutes (src/vllm_bisect/sim/virtual.py: artifact 5 min, server start
 request 1 min, +-20% jitter; an unbuildable commit costs its 5 artifact minutes and is a
 skip; a cancelled run frees its worker after 0.2 min of teardown). Scenarios as in bench_accuracy:
 n 50..1000 commits, skip rate 0..20%. Deterministic verdicts (the length symptom) by
-default; --noisy uses the sequential strategy on ITL with effect 1.3x and CV 10%.
+default; --noisy uses the sequential strategy on ITL with effect 1.3x and CV 10%
+(``--strategy``: another written one, e.g. changepoint, the model of the range, or twolevel,
+or "default": auto; ``--set KEY=VALUE``: a verdict key over it).
 """
 
 from __future__ import annotations
@@ -24,20 +27,24 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench_cost import parse_value
+
 from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.search.multisection import ideal_rounds
 from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.sim.virtual import Scenario, VirtualCluster, commit_range, scenario
 from vllm_bisect.spec import BisectSpec, parse_spec
 
-STRATEGY = "sequential"   # --noisy: "sequential", or "default" (no strategy written: auto)
+STRATEGY = "sequential"   # --noisy: a written strategy, or "default" (none written: auto)
+EXTRA: dict[str, object] = {}   # --set: verdict keys over the spec
 
 
 def spec(noisy: bool) -> BisectSpec:
     verdict: dict[str, object] = (
-        ({"symptom": "itl", "strategy": "sequential"} if STRATEGY == "sequential"
-         else {"symptom": "itl", "itl_factor": 1.15}) if noisy else {"symptom": "length"})
+        ({"symptom": "itl", "itl_factor": 1.15} if STRATEGY == "default"
+         else {"symptom": "itl", "strategy": STRATEGY}) if noisy else {"symptom": "length"})
     verdict["verify_samples"] = 0  # the search only (verification adds the same to every k)
+    verdict.update(EXTRA)
     return parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
                        "probe": {"max_tokens": 256}, "verdict": verdict})
 
@@ -114,8 +121,11 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--noisy", action="store_true")
-    ap.add_argument("--strategy", choices=("sequential", "default"), default="sequential",
-                    help="--noisy: today's sequential test, or the default spec (auto)")
+    ap.add_argument("--strategy", choices=("sequential", "twolevel", "changepoint", "default"),
+                    default="sequential",
+                    help="--noisy: a written verdict.strategy, or the default spec (auto)")
+    ap.add_argument("--set", action="append", default=[],
+                    help="a verdict key over the spec, KEY=VALUE (int/float/bool/str)")
     ap.add_argument("--server-cv", type=float, default=0.0,
                     help="--noisy: server-level CV (with acceptance noise when > 0)")
     ap.add_argument("--workers", default="1,2,4,8")
@@ -130,8 +140,11 @@ def main() -> None:
     logging.disable(logging.WARNING)  # the Driver's per-scenario warnings: hundreds
     global STRATEGY
     STRATEGY = a.strategy
+    for kv in a.set:
+        key, val = kv.split("=", 1)
+        EXTRA[key] = parse_value(val)
     kind = (f"{a.strategy} ITL, 1.3x, CV 10%, server CV {a.server_cv:.0%}" if a.noisy
-            else "deterministic (length)")
+            else "deterministic (length)") + "".join(f", {k} = {v}" for k, v in EXTRA.items())
     print(f"{a.trials} scenarios, n 50..1000, skip rate 0..{a.max_skip:.0%}, verdicts: {kind}\n")
     print("| workers | exact | mean wall (h) | wall speed-up vs k=1 | ideal log2(k+1) | "
           "of ideal | mean rounds | rounds speed-up | rounds <= ceil(log_{k+1} n)+1 | "
