@@ -82,6 +82,9 @@ def test_k_workers_name_the_culprit_in_fewer_rounds_than_one(tmp_path: Path, wor
     assert r.rounds < r1.rounds and r.rounds < r.server_starts
     assert cluster.most == workers
     assert cluster.together[1] == {-1, n - 1}      # the ends: the first round, together
+    if workers > 2:   # beside them, the range split evenly (no model yet)
+        assert cluster.together[workers - 1] == {-1, n - 1, *(
+            round(j * n / (workers - 1)) - 1 for j in range(1, workers - 1))}
     assert set(r.starts_by_phase) <= {Phase.ENDPOINTS.value, Phase.SEARCH.value,
                                       Phase.REST.value}
     assert r.server_starts == cluster.starts == sum(r.starts_by_phase.values())
