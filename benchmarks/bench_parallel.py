@@ -2,7 +2,7 @@
 
     python3 benchmarks/bench_parallel.py [--trials 300] [--seed 0] [--noisy] [--max-skip 0.2]
     python3 benchmarks/bench_parallel.py --noisy --strategy changepoint --server-cv 0.03
-    python3 benchmarks/bench_parallel.py --real 100 [--repeats 3]
+    python3 benchmarks/bench_parallel.py --real 100 [--repeats 3] [--noisy --strategy changepoint]
 
 The Driver (endpoint verification, multisection, work-conserving dispatch, cancellation,
 journal) runs unchanged; only time is virtual: a `VirtualCluster` is both the one-at-a-time
@@ -72,16 +72,22 @@ def bisect(s: Scenario, workers: int, seed: int, tmp: Path) -> Run:
     return Run(exact, cluster.clock, result.rounds, result.server_starts)
 
 
-def real(n: int, repeats: int) -> None:
-    """The same bisect on the real simulator: generated history, venv builds, paced servers."""
+def real(n: int, repeats: int, noisy: bool = False) -> None:
+    """The same bisect on the real simulator: generated history, venv builds, paced servers.
+    ``noisy``: a 1.5x ITL step under 3% request and 3% server noise, judged by the written
+    ``--strategy`` (else a 128-token cap, the length symptom); ``--set`` keys over either."""
     import time
 
     from vllm_bisect.bisect.driver import NullEvents
     from vllm_bisect.run_bisect import run_bisect
     from vllm_bisect.sim.history import HistoryPlan, generate_history, sim_path
 
+    symptom = "itl" if noisy else "length"
+    what = ("a 1.5x ITL step, request and server CV 3%, verdict.strategy = " + STRATEGY
+            if noisy else "a 128-token cap")
     print(f"real simulator: {n} commits, server start 1.0 s, probe 2 x 256 tokens at 10 ms per "
-          "step (MTP, acceptance 0.8), source build per commit\n")
+          f"step (MTP, acceptance 0.8), source build per commit; {what}"
+          f"{''.join(f', {k} = {v}' for k, v in EXTRA.items())}\n")
     print("| workers | culprit found | wall (s) | speed-up vs k=1 | ideal log2(k+1) | rounds | "
           "server starts |")
     print("|---|---|---|---|---|---|---|")
@@ -91,8 +97,11 @@ def real(n: int, repeats: int) -> None:
         for r in range(repeats):
             with tempfile.TemporaryDirectory() as d:
                 tmp = Path(d)
-                plan = HistoryPlan(n_commits=n, cap_at=1 + (37 * (r + 1)) % (n - 1), step_ms=10.0,
-                                   init_s=1.0, seed=r)
+                at = 1 + (37 * (r + 1)) % (n - 1)
+                plan = (HistoryPlan(n_commits=n, slow_at=at, slow_factor=1.5, noise_cv=0.03,
+                                    server_cv=0.03, step_ms=10.0, init_s=1.0, seed=r) if noisy
+                        else HistoryPlan(n_commits=n, cap_at=at, step_ms=10.0, init_s=1.0,
+                                         seed=r))
                 h = generate_history(tmp / "vllm", plan)
                 sp = parse_spec({
                     "range": {"repo": str(h.path), "good": h.good, "bad": h.bad},
@@ -101,14 +110,16 @@ def real(n: int, repeats: int) -> None:
                     "serve": {"model": "sim", "env": {"VLLM_BISECT_SIM_PATH": sim_path()},
                               "speculative": {"method": "mtp", "num_speculative_tokens": 3}},
                     "probe": {"max_tokens": 256, "requests": 2, "warmup": 0},
-                    "verdict": {"symptom": "length", "verify_samples": 0},
+                    "verdict": {"symptom": symptom, "verify_samples": 0,
+                                **({"strategy": STRATEGY} if noisy and STRATEGY != "default"
+                                   else {}), **EXTRA},
                     "parallel": {"workers": k}})
                 t0 = time.monotonic()
                 res = run_bisect(sp, tmp / "session", tmp / "cache", NullEvents())
                 walls.append(time.monotonic() - t0)
                 rounds.append(res.rounds)
                 starts.append(res.server_starts)
-                found = found and res.first_bad == h.planted["length"]
+                found = found and res.first_bad == h.planted[symptom]
         wall = statistics.fmean(walls)
         base = base or wall
         print(f"| {k} | {'yes' if found else 'NO'} | {wall:.1f} | {base / wall:.2f}x | "
@@ -134,15 +145,15 @@ def main() -> None:
                     help="instead: bisect an N-commit history on the real simulator")
     ap.add_argument("--repeats", type=int, default=3, help="--real: histories per row")
     a = ap.parse_args()
-    if a.real:
-        real(a.real, a.repeats)
-        return
-    logging.disable(logging.WARNING)  # the Driver's per-scenario warnings: hundreds
     global STRATEGY
     STRATEGY = a.strategy
     for kv in a.set:
         key, val = kv.split("=", 1)
         EXTRA[key] = parse_value(val)
+    if a.real:
+        real(a.real, a.repeats, a.noisy)
+        return
+    logging.disable(logging.WARNING)  # the Driver's per-scenario warnings: hundreds
     kind = (f"{a.strategy} ITL, 1.3x, CV 10%, server CV {a.server_cv:.0%}" if a.noisy
             else "deterministic (length)") + "".join(f", {k} = {v}" for k, v in EXTRA.items())
     print(f"{a.trials} scenarios, n 50..1000, skip rate 0..{a.max_skip:.0%}, verdicts: {kind}\n")
