@@ -94,6 +94,7 @@ class ParallelChangePointSearch(ChangePointSearch):
         """Each pick's evaluation (known, or measured at once on free workers), not yet
         recorded, in the order given."""
         t = self.t
+        assert len({i for i, _, _ in picks}) == len(picks), picks   # (one server a commit)
         logger.info("model of the range: a round of %d servers at once: %s", len(picks),
                     ", ".join(str(i) for i, _, _ in picks))
         left = self._last[1].steps_left() if self._last is not None else 0
