@@ -1,7 +1,8 @@
 """Wall time to culprit with k workers: the real Driver and parallel search on a cost model.
 
     python3 benchmarks/bench_parallel.py [--trials 300] [--seed 0] [--noisy] [--max-skip 0.2]
-    python3 benchmarks/bench_parallel.py --real 100 [--repeats 3]
+    python3 benchmarks/bench_parallel.py --noisy --strategy changepoint --server-cv 0.03
+    python3 benchmarks/bench_parallel.py --real 100 [--repeats 3] [--noisy --strategy changepoint]
 
 The Driver (endpoint verification, multisection, work-conserving dispatch, cancellation,
 journal) runs unchanged; only time is virtual: a `VirtualCluster` is both the one-at-a-time
@@ -10,7 +11,9 @@ cost-model minutes (src/vllm_bisect/sim/virtual.py: artifact 5 min, server start
 request 1 min, +-20% jitter; an unbuildable commit costs its 5 artifact minutes and is a
 skip; a cancelled run frees its worker after 0.2 min of teardown). Scenarios as in bench_accuracy:
 n 50..1000 commits, skip rate 0..20%. Deterministic verdicts (the length symptom) by
-default; --noisy uses the sequential strategy on ITL with effect 1.3x and CV 10%.
+default; --noisy uses the sequential strategy on ITL with effect 1.3x and CV 10%
+(``--strategy``: another written one, e.g. changepoint, the model of the range, or twolevel,
+or "default": auto; ``--set KEY=VALUE``: a verdict key over it).
 """
 
 from __future__ import annotations
@@ -24,20 +27,24 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench_cost import parse_value
+
 from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.search.multisection import ideal_rounds
 from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.sim.virtual import Scenario, VirtualCluster, commit_range, scenario
 from vllm_bisect.spec import BisectSpec, parse_spec
 
-STRATEGY = "sequential"   # --noisy: "sequential", or "default" (no strategy written: auto)
+STRATEGY = "sequential"   # --noisy: a written strategy, or "default" (none written: auto)
+EXTRA: dict[str, object] = {}   # --set: verdict keys over the spec
 
 
 def spec(noisy: bool) -> BisectSpec:
     verdict: dict[str, object] = (
-        ({"symptom": "itl", "strategy": "sequential"} if STRATEGY == "sequential"
-         else {"symptom": "itl", "itl_factor": 1.15}) if noisy else {"symptom": "length"})
+        ({"symptom": "itl", "itl_factor": 1.15} if STRATEGY == "default"
+         else {"symptom": "itl", "strategy": STRATEGY}) if noisy else {"symptom": "length"})
     verdict["verify_samples"] = 0  # the search only (verification adds the same to every k)
+    verdict.update(EXTRA)
     return parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
                        "probe": {"max_tokens": 256}, "verdict": verdict})
 
@@ -65,16 +72,22 @@ def bisect(s: Scenario, workers: int, seed: int, tmp: Path) -> Run:
     return Run(exact, cluster.clock, result.rounds, result.server_starts)
 
 
-def real(n: int, repeats: int) -> None:
-    """The same bisect on the real simulator: generated history, venv builds, paced servers."""
+def real(n: int, repeats: int, noisy: bool = False) -> None:
+    """The same bisect on the real simulator: generated history, venv builds, paced servers.
+    ``noisy``: a 1.5x ITL step under 3% request and 3% server noise, judged by the written
+    ``--strategy`` (else a 128-token cap, the length symptom); ``--set`` keys over either."""
     import time
 
     from vllm_bisect.bisect.driver import NullEvents
     from vllm_bisect.run_bisect import run_bisect
     from vllm_bisect.sim.history import HistoryPlan, generate_history, sim_path
 
+    symptom = "itl" if noisy else "length"
+    what = ("a 1.5x ITL step, request and server CV 3%, verdict.strategy = " + STRATEGY
+            if noisy else "a 128-token cap")
     print(f"real simulator: {n} commits, server start 1.0 s, probe 2 x 256 tokens at 10 ms per "
-          "step (MTP, acceptance 0.8), source build per commit\n")
+          f"step (MTP, acceptance 0.8), source build per commit; {what}"
+          f"{''.join(f', {k} = {v}' for k, v in EXTRA.items())}\n")
     print("| workers | culprit found | wall (s) | speed-up vs k=1 | ideal log2(k+1) | rounds | "
           "server starts |")
     print("|---|---|---|---|---|---|---|")
@@ -84,8 +97,11 @@ def real(n: int, repeats: int) -> None:
         for r in range(repeats):
             with tempfile.TemporaryDirectory() as d:
                 tmp = Path(d)
-                plan = HistoryPlan(n_commits=n, cap_at=1 + (37 * (r + 1)) % (n - 1), step_ms=10.0,
-                                   init_s=1.0, seed=r)
+                at = 1 + (37 * (r + 1)) % (n - 1)
+                plan = (HistoryPlan(n_commits=n, slow_at=at, slow_factor=1.5, noise_cv=0.03,
+                                    server_cv=0.03, step_ms=10.0, init_s=1.0, seed=r) if noisy
+                        else HistoryPlan(n_commits=n, cap_at=at, step_ms=10.0, init_s=1.0,
+                                         seed=r))
                 h = generate_history(tmp / "vllm", plan)
                 sp = parse_spec({
                     "range": {"repo": str(h.path), "good": h.good, "bad": h.bad},
@@ -94,14 +110,16 @@ def real(n: int, repeats: int) -> None:
                     "serve": {"model": "sim", "env": {"VLLM_BISECT_SIM_PATH": sim_path()},
                               "speculative": {"method": "mtp", "num_speculative_tokens": 3}},
                     "probe": {"max_tokens": 256, "requests": 2, "warmup": 0},
-                    "verdict": {"symptom": "length", "verify_samples": 0},
+                    "verdict": {"symptom": symptom, "verify_samples": 0,
+                                **({"strategy": STRATEGY} if noisy and STRATEGY != "default"
+                                   else {}), **EXTRA},
                     "parallel": {"workers": k}})
                 t0 = time.monotonic()
                 res = run_bisect(sp, tmp / "session", tmp / "cache", NullEvents())
                 walls.append(time.monotonic() - t0)
                 rounds.append(res.rounds)
                 starts.append(res.server_starts)
-                found = found and res.first_bad == h.planted["length"]
+                found = found and res.first_bad == h.planted[symptom]
         wall = statistics.fmean(walls)
         base = base or wall
         print(f"| {k} | {'yes' if found else 'NO'} | {wall:.1f} | {base / wall:.2f}x | "
@@ -114,8 +132,11 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--noisy", action="store_true")
-    ap.add_argument("--strategy", choices=("sequential", "default"), default="sequential",
-                    help="--noisy: today's sequential test, or the default spec (auto)")
+    ap.add_argument("--strategy", choices=("sequential", "twolevel", "changepoint", "default"),
+                    default="sequential",
+                    help="--noisy: a written verdict.strategy, or the default spec (auto)")
+    ap.add_argument("--set", action="append", default=[],
+                    help="a verdict key over the spec, KEY=VALUE (int/float/bool/str)")
     ap.add_argument("--server-cv", type=float, default=0.0,
                     help="--noisy: server-level CV (with acceptance noise when > 0)")
     ap.add_argument("--workers", default="1,2,4,8")
@@ -124,14 +145,17 @@ def main() -> None:
                     help="instead: bisect an N-commit history on the real simulator")
     ap.add_argument("--repeats", type=int, default=3, help="--real: histories per row")
     a = ap.parse_args()
-    if a.real:
-        real(a.real, a.repeats)
-        return
-    logging.disable(logging.WARNING)  # the Driver's per-scenario warnings: hundreds
     global STRATEGY
     STRATEGY = a.strategy
+    for kv in a.set:
+        key, val = kv.split("=", 1)
+        EXTRA[key] = parse_value(val)
+    if a.real:
+        real(a.real, a.repeats, a.noisy)
+        return
+    logging.disable(logging.WARNING)  # the Driver's per-scenario warnings: hundreds
     kind = (f"{a.strategy} ITL, 1.3x, CV 10%, server CV {a.server_cv:.0%}" if a.noisy
-            else "deterministic (length)")
+            else "deterministic (length)") + "".join(f", {k} = {v}" for k, v in EXTRA.items())
     print(f"{a.trials} scenarios, n 50..1000, skip rate 0..{a.max_skip:.0%}, verdicts: {kind}\n")
     print("| workers | exact | mean wall (h) | wall speed-up vs k=1 | ideal log2(k+1) | "
           "of ideal | mean rounds | rounds speed-up | rounds <= ceil(log_{k+1} n)+1 | "

@@ -29,6 +29,7 @@ from vllm_bisect.bisect.range import CommitRange
 from vllm_bisect.bisect.search.bayes_search import BayesSearch
 from vllm_bisect.bisect.search.binary import BinarySearch, Search
 from vllm_bisect.bisect.search.changepoint import ChangePointSearch
+from vllm_bisect.bisect.search.changepoint_parallel import ParallelChangePointSearch
 from vllm_bisect.bisect.search.parallel import MultisectionSearch
 from vllm_bisect.bisect.search.range_model import RangeModel
 from vllm_bisect.bisect.search.verify import verify_culprit
@@ -139,7 +140,9 @@ class Driver:
         """``settled``: the endpoints were settled before (auto on a cap, one worker)."""
         if self.choice.strategy is Strategy.BAYES:  # flaky: runs chosen by information
             return BayesSearch(self.tester)
-        if self.choice.strategy is Strategy.CHANGEPOINT:  # one model of the range, one worker
+        if self.choice.strategy is Strategy.CHANGEPOINT:  # one model of the range
+            if self.measurer.workers > 1:   # k servers a round
+                return ParallelChangePointSearch(self.tester, rest=self.rest)
             return ChangePointSearch(self.tester, rest=self.rest)
         if self.measurer.workers > 1:
             return MultisectionSearch(self.tester)

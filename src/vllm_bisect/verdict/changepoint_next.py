@@ -100,6 +100,23 @@ def doubt(post: Posterior, c: int, final: bool = True) -> float:
     return min(p, 1.0 - p)
 
 
+def in_doubt(post: Posterior, usable: Sequence[int], confidence: float,
+             per_commit_limit: int) -> tuple[bool, list[int], list[int]]:
+    """Whether the likeliest interval is the final pair (or has nothing left to split);
+    the measured commits worth another server (``_again``, usable); those of them in doubt
+    past the bar, most doubtful per server first (what :func:`choose` measures first)."""
+    usable_set = set(usable) | {-1, post.n - 1}
+    j, _ = post.top()
+    final = post.size(j) == 1 or not [c for c in usable if post.bounds[j] < c < post.bounds[j + 1]]
+    bar = (1.0 - confidence) / 2 if final else SEARCH_DOUBT
+    again = [c for c in _again(post, per_commit_limit) if c in usable_set]
+    # doubt per server it already has: a commit measured once and in doubt before one
+    # measured ten times (whose next server tells little more)
+    doubtful = sorted(again, key=lambda c: (-doubt(post, c, final)
+                                            / (1 + post.by_commit.get(c, 0)), c))
+    return final, again, [c for c in doubtful if doubt(post, c, final) > bar]
+
+
 def choose(post: Posterior, usable: Sequence[int], requests: int, confidence: float,
            per_commit_limit: int = 12) -> Choice | None:
     """The next measurement (None: nothing measurable would tell more).
@@ -113,15 +130,7 @@ def choose(post: Posterior, usable: Sequence[int], requests: int, confidence: fl
     """
     measured = set(post.by_commit)
     usable_set = set(usable) | {-1, post.n - 1}
-    j, _ = post.top()
-    final = post.size(j) == 1 or not [c for c in usable if post.bounds[j] < c < post.bounds[j + 1]]
-    bar = (1.0 - confidence) / 2 if final else SEARCH_DOUBT
-    again = [c for c in _again(post, per_commit_limit) if c in usable_set]
-    # doubt per server it already has: a commit measured once and in doubt before one
-    # measured ten times (whose next server tells little more)
-    doubtful = sorted(again, key=lambda c: (-doubt(post, c, final)
-                                            / (1 + post.by_commit.get(c, 0)), c))
-    doubtful = [c for c in doubtful if doubt(post, c, final) > bar]
+    final, again, doubtful = in_doubt(post, usable, confidence, per_commit_limit)
     if doubtful:
         c = doubtful[0]
         return Choice(anchor(post, c, usable_set), requests, False, doubt(post, c, final))

@@ -93,7 +93,8 @@ class ChangePointSearch:
         self.servers: list[Server] = []
         self.skipped: set[int] = set()
         self.failures: Counter[int] = Counter()
-        self.measured = 0          # servers this call started (a search round each)
+        self.measured = 0          # servers this call started
+        self.rounds = 0            # rounds of servers at once (one worker: one a round)
         self.startups: list[float] = []    # seconds to healthy, per server measured
         self.by_commit: dict[int, list[Measurement]] = {}   # each commit's measured servers
         self.request_s: list[float] = []   # seconds per probe request
@@ -229,6 +230,14 @@ class ChangePointSearch:
         with t.measurer.during(phase):
             left = self._last[1].steps_left() if self._last is not None else 0
             outcome = t.test(info, role, left, fresh=not first)
+        self.rounds += 0 if outcome.from_cache else 1
+        self._took(i, outcome)
+
+    def _took(self, i: int, outcome: Outcome) -> None:
+        """A recorded server of commit ``i`` goes into the model (an end that cannot be
+        measured ends the search)."""
+        t = self.t
+        info = t.rng.good if i == -1 else t.rng.commits[i]
         self.measured += 0 if outcome.from_cache else 1
         ev = t.evaluations[info.sha]
         self._add(i, ev)
@@ -256,7 +265,7 @@ class ChangePointSearch:
                             p, lo, hi, len(self.servers))
                 step = (Step(culprit=hi, candidates=(hi,)) if hi - lo == 1
                         else Step(candidates=tuple(range(lo + 1, hi + 1))))
-                return Found(step, self.measured, p)
+                return Found(step, self.rounds, p)
             self._refuse_if_settled(post)
             change = 1.0 - post.none     # a step or a drift that matters
             if self.rest and change < REST_BISECT:
@@ -278,11 +287,18 @@ class ChangePointSearch:
             cost = self.server_cost()
             requests = requests_per_server(post, cost, self.least, v.max_samples)
             usable = [c for c in range(self.n) if c not in self.skipped]
-            nxt = choose(post, usable, requests, v.confidence,
-                         per_commit_limit=self.per_commit_limit())
-            if nxt is None:
+            if not self._next(post, usable, requests):
                 return self._credible(post, p, "no measurable commit would tell more")
-            self._measure(nxt.index, nxt.requests)
+
+    def _next(self, post: Posterior, usable: list[int], requests: int) -> bool:
+        """The next server (False: no measurable commit would tell more); on k workers,
+        the next round (bisect/search/changepoint_parallel.py)."""
+        nxt = choose(post, usable, requests, self.v.confidence,
+                     per_commit_limit=self.per_commit_limit())
+        if nxt is None:
+            return False
+        self._measure(nxt.index, nxt.requests)
+        return True
 
     def measure_ends_first(self) -> None:
         """A server on each end of the range (the model starts from both), as many requests
@@ -330,7 +346,7 @@ class ChangePointSearch:
         logger.info("model of the range stopped (%s): %d candidates", why, len(out))
         self.t.events.on_phase("", f"model of the range stopped ({why}): {len(out)} "
                                    f"candidates hold {acc:.3f}")
-        return Found(Step(candidates=tuple(sorted(out))), self.measured, p)
+        return Found(Step(candidates=tuple(sorted(out))), self.rounds, p)
 
     def _refuse_if_settled(self, post: Posterior) -> None:
         """Refuse once "no step" or "a drift" together hold ``confidence``: as "no step"
