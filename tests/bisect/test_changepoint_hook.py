@@ -57,3 +57,11 @@ def test_the_last_answer_counts_every_server(tmp_path: Path) -> None:
     said = [int(n) for n in re.findall(r"servers? of this commit, (\d+) in all", r.stderr)]
     assert said, r.stderr[-3000:]
     assert said == sorted(said) and said[-1] == len(servers(h)), (said, servers(h))
+
+
+def test_an_untestable_head_is_skipped_not_measured_forever(tmp_path: Path) -> None:
+    # HEAD without an artifact went into the search's skipped set with no server, and the
+    # answer loop asked for its first server again and again (a hook that never returned)
+    _, _, log = bisect_itl(tmp_path, n_commits=12, slow_at=8, slow_factor=1.5,
+                           noise_cv=0.03, unbuildable=(4, 5, 6))
+    assert "# skip" in log, log

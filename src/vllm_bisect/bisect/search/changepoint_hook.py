@@ -52,6 +52,12 @@ class HookSearch(ChangePointSearch):
         self.measure_ends_first()
         bar = answer_bar(self.v.confidence, self.n)
         while True:
+            if i in self.skipped:   # (no artifact, or its servers failed GIVE_UP times)
+                ev = self.t.evaluations.get(sha)
+                return Outcome(commit=sha, verdict=Verdict.SKIP,
+                               measurement=self._measurement(sha),
+                               reason=ev.reason if ev is not None and ev.reason
+                               else "this commit could not be measured")
             post = self._posterior(self.servers)
             self._refuse_if_settled(post)
             p = post.p_bad(i)
