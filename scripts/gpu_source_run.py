@@ -51,8 +51,18 @@ from vllm_bisect.spec import dump_spec, parse_spec  # noqa: E402
 # anything else; it goes on across machines through --state
 # issue 45's order: kind 3 through run and the hook (the default spec, one cache), kind 2 again
 # for its per-phase starts, isolate on kind 2's culprit, explain on kind 3, eager vs graphs
-JOBS = ("host-rundef", "host-hookdef", "spec-rundef", "spec-isolate", "host-explain",
-        "host-graphs")
+# issue 53's order (session 26): the model of the range (verdict.strategy = "changepoint")
+# on kind 3, interrupted with SIGINT after its second server and resumed ("cpint"), then on
+# kind 2 ("cp"), the probe's noise on one commit ("noise", scripts/gpu53/noise.py), explain
+JOBS = ("host-cpint", "spec-cp", "host-noise", "host-explain")
+ISSUE45_JOBS = ("host-rundef", "host-hookdef", "spec-rundef", "spec-isolate", "host-explain",
+                "host-graphs")
+# "cp" / "cpint": `vllm-bisect run` with the changepoint spec (`[verdict] symptom = "itl"`,
+# `strategy = "changepoint"` and nothing else; auto does not choose it yet); "cpint": SIGINT
+# to the run's process group as soon as its journal holds INTERRUPT_AFTER finished server
+# starts, then resumed with the command the interrupt printed (`run --session DIR
+# --cache-dir DIR`)
+INTERRUPT_AFTER = 2
 # "rundef": `vllm-bisect run` with the default spec (symptom only: no strategy, factor, or
 # verification overrides); "hook" / "hookdef": `git bisect run vllm-bisect hook` with the
 # kind's spec / its default spec (the same result cache as the run); "explain":
@@ -297,9 +307,64 @@ class Run:
             (self.work / f"{kind}-default.toml").write_text(
                 dump_spec(parse_spec(default, source=f"{kind.value}-default")))
             shutil.copy(self.work / f"{kind}-default.toml", self.res / f"{kind}-default.toml")
+            self.cp_spec(kind.value, data)
             log(f"history {kind}: planted at {h.planted_index} ({h.planted[:12]}) "
                 f"in {time.monotonic() - t:.1f} s")
         self.pack()
+
+    def cp_spec(self, kind: str, data: dict[str, Any]) -> None:
+        """WORK/KIND-cp.toml: the default spec with `strategy = "changepoint"` beside the
+        symptom, nothing else in [verdict] (issue 53)."""
+        if kind not in ("host", "spec"):
+            return
+        cp = dict(data)
+        cp["verdict"] = {"symptom": "itl", "strategy": "changepoint"}
+        out = self.work / f"{kind}-cp.toml"
+        out.write_text(dump_spec(parse_spec(cp, source=f"{kind}-cp")))
+        shutil.copy(out, self.res / out.name)
+
+    def interrupted(self, argv: list[str], cwd: Path, timeout: float, name: str,
+                    journal: Path) -> dict[str, object]:
+        """Run argv; SIGINT its process group (a Ctrl-C) once the session's journal holds
+        INTERRUPT_AFTER finished server starts; what the journal held then."""
+        import sqlite3
+        t = time.monotonic()
+        with open(self.res / f"{name}.log", "a") as f:
+            f.write(f"$ {' '.join(argv)}\n")
+            f.flush()
+            p = subprocess.Popen(argv, cwd=cwd, env=self.env, stdout=f, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+            sent: dict[str, object] = {}
+            while p.poll() is None and time.monotonic() - t < timeout:
+                time.sleep(0.5)
+                if sent or not journal.exists():
+                    continue
+                try:
+                    con = sqlite3.connect(f"file:{journal}?mode=ro", uri=True, timeout=5)
+                    rows = con.execute("select seq, commit_sha, phase, created, done from "
+                                       "starts order by seq").fetchall()
+                    con.close()
+                except sqlite3.Error:
+                    continue
+                if sum(r[4] == 1 for r in rows) >= INTERRUPT_AFTER:
+                    os.killpg(p.pid, signal.SIGINT)
+                    sent = {"at_s": round(time.monotonic() - t, 1), "wall_clock": time.time(),
+                            "starts_then": [[r[1][:12], r[2], r[4]] for r in rows]}
+                    f.write(f"# driver: SIGINT to the process group after {len(rows)} starts "
+                            f"({INTERRUPT_AFTER} done)\n")
+                    f.flush()
+                    log(f"{name}: SIGINT after {sent['at_s']} s, starts {sent['starts_then']}")
+            try:
+                code = p.wait(timeout=max(1.0, timeout - (time.monotonic() - t)))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGTERM)
+                try:
+                    code = p.wait(timeout=40)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    code = p.wait()
+                code = -15
+        return {"rc": code, "wall_s": round(time.monotonic() - t, 1), "sigint": sent or None}
 
     def job(self, name: str) -> None:
         kind, what = name.split("-")
@@ -360,6 +425,49 @@ class Run:
                 for f in prof.rglob("*.json"):
                     if f.stat().st_size < 2_000_000 and "trace" not in f.name:
                         shutil.copy(f, self.res / f"{name}_{f.name}")
+        elif what == "noise":
+            argv = [sys.executable, str(Path(__file__).resolve().parent / "noise.py"),
+                    str(self.work), str(self.res), "--budget-s", str(max(timeout, 1.0)),
+                    "--spec", str(self.work / f"{kind}-cp.toml")]
+            code, wall = self.cmd(argv, self.work, timeout + 20, name)
+            doc.update(rc=code, wall_s=round(wall, 1))
+            noise = self.res / "noise.json"
+            if noise.exists():
+                doc["noise"] = json.loads(noise.read_text())
+        elif what in ("cp", "cpint"):
+            spec = self.work / f"{kind}-cp.toml"
+            session = self.work / "sessions" / f"{kind}-cp"
+            argv = [*cli, "run", "--spec", str(spec), "--session", str(session),
+                    "--cache-dir", str(self.cache), "--json"]
+            cut_before = (self.res / f"{name}.cut.json").exists()
+            if what == "cpint" and not (session / "journal.sqlite").exists() and not cut_before:
+                first = self.interrupted(argv, repo, timeout, name, session / "journal.sqlite")
+                doc["first_call"] = first
+                (self.res / f"{name}.first.json").write_text(json.dumps(first, indent=2))
+                timeout = self.left() - 25
+                if timeout < 60:
+                    doc.update(rc=-15, wall_s=first["wall_s"])
+            elif (self.res / f"{name}.first.json").exists():
+                doc["first_call"] = json.loads((self.res / f"{name}.first.json").read_text())
+            finished = (session / "result.json").exists()
+            if doc.get("rc") != -15 and not finished:
+                if (session / "journal.sqlite").exists():  # the resume the interrupt printed
+                    argv = [*cli, "run", "--session", str(session), "--cache-dir",
+                            str(self.cache), "--json"]
+                code, wall = self.cmd(argv, repo, timeout, name)
+                doc.update(rc=code, wall_s=round(wall, 1))
+            result = session / "result.json"
+            if result.exists():
+                doc["result"] = json.loads(result.read_text())
+                self.copy_out(session, name, "report.md")
+            try:
+                doc["costs"] = costs(session)
+                r = doc.get("result")
+                doc["summary"] = starts_summary(r if isinstance(r, dict) else None,
+                                                doc["costs"]["starts"],  # type: ignore[index]
+                                                planted["planted"])
+            except Exception as err:
+                doc["summary"] = {"error": repr(err)}
         elif what in ("run", "rundef"):
             code, wall = self.cmd([*cli, "run", "--spec", str(spec), "--session", str(session),
                                   "--cache-dir", str(self.cache), "--json"], repo, timeout, name)

@@ -220,7 +220,8 @@ def legacy_failure(reason: str) -> FailureKind | None:
 class Evaluation(_Value):
     """The result of trying to measure one commit (before any verdict). ``failure``: why it
     was not measured (FAILED); ``log``: the log to read about it; ``samples``: a two-level
-    policy's per-server samples (log scale), one list per server."""
+    or changepoint policy's per-server samples (the symptom's natural scale: ms, tokens),
+    one list per server."""
 
     commit: str
     status: EvalStatus

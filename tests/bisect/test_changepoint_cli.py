@@ -131,3 +131,29 @@ def test_a_run_killed_while_a_measured_server_shuts_down_keeps_its_measurement(
         kept = con.execute("SELECT COUNT(*) FROM unrecorded").fetchone()[0]
     assert servers == 1, f"{first}: {servers} servers"
     assert kept == 0
+
+
+def test_a_cache_the_two_level_policy_filled_is_read_on_its_scale(tmp_path: Path) -> None:
+    """Found on an H100 (docs/validation.md (o)): a changepoint run whose result cache a
+    two-level run had filled read the cached servers' samples (natural scale, ms) as logs and
+    its own fresh servers' as ms: every fresh commit came out "good" beside the cached ends
+    (a "step" of 230x) and the run named a wrong commit. The same cache now gives the planted
+    commit and a step near the planted 2x."""
+    h = history(tmp_path, n_commits=24, slow_at=13, slow_factor=2.0, noise_cv=0.02,
+                server_cv=0.02, step_ms=5.0)
+    cache = tmp_path / "cache"
+    common = dict(probe={"requests": 2})
+    before = write_spec(tmp_path / "twolevel.toml", make_spec(
+        h, verdict={"symptom": "itl", "strategy": "twolevel"}, **common))
+    r = subprocess.run(run_cmd(before, tmp_path / "s1", cache), capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    spec = write_spec(tmp_path / "cp.toml", make_spec(
+        h, verdict={"symptom": "itl", "strategy": "changepoint"}, **common))
+    r = subprocess.run(run_cmd(spec, tmp_path / "s2", cache), capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((tmp_path / "s2" / "result.json").read_text())
+    assert any(p.get("from_cache") for p in doc["probed"]), "nothing came from the cache"
+    assert doc["first_bad"] == h.planted["itl"], doc["model"]
+    assert 1.5 < doc["model"]["effect"] < 2.5, doc["model"]

@@ -132,3 +132,46 @@ def test_a_resumed_session_counts_every_start_and_commit_of_both_calls(tmp_path:
     assert {doc["good"], doc["bad"], planted} <= judged
     md = (session / "report.md").read_text()
     assert f"{total} server starts over 2 calls" in md, md
+
+
+def test_an_attempt_interrupted_before_its_server_is_not_counted_twice(tmp_path: Path) -> None:
+    """Found on an H100 (docs/validation.md (o)): Ctrl-C while a commit's start was journaled
+    but its server not yet running (its build ran); the resumed call started that commit's
+    server itself. The interrupted attempt counted too (a server of its commit had started
+    after it: the next call's), so 3 server processes were reported as 4 starts. Every start
+    counted is one server process of the session."""
+    import sqlite3
+    spec, planted = clean_step(tmp_path)
+    session, cache = tmp_path / "sess", tmp_path / "cache"
+    journal = session / "journal.sqlite"
+    p = subprocess.Popen(run_cmd(spec, session, cache), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 600
+    pending = None
+    while pending is None and p.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+        if not journal.exists():
+            continue
+        try:
+            with sqlite3.connect(f"file:{journal}?mode=ro", uri=True) as con:
+                done = con.execute("SELECT COUNT(*) FROM starts WHERE done = 1").fetchone()[0]
+                pending = con.execute(
+                    "SELECT commit_sha FROM starts WHERE done = 0 AND NOT EXISTS (SELECT 1 "
+                    "FROM servers WHERE servers.commit_sha = starts.commit_sha AND "
+                    "servers.started >= starts.created)").fetchone() if done >= 3 else None
+        except sqlite3.Error:
+            pending = None
+    assert pending is not None, "the run ended before an attempt could be interrupted"
+    os.killpg(p.pid, signal.SIGINT)
+    assert p.wait(timeout=120) != 0
+    r = subprocess.run(run_cmd(spec, session, cache), capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((session / "result.json").read_text())
+    assert doc["first_bad"] == planted
+    with sqlite3.connect(journal) as con:
+        processes = con.execute("SELECT COUNT(*) FROM servers").fetchone()[0]
+    assert sum(doc["starts_by_phase"].values()) == processes, (doc["starts_by_phase"],
+                                                               processes)
+    assert doc["calls"] == 2

@@ -136,7 +136,8 @@ class ChangePointSearch:
     def _merged(self, i: int, ev: Evaluation) -> Evaluation:
         """The commit's evaluation over every server this call measured of it (the report's
         row, and what another symptom's search judges next): the requests of all of them, and
-        each server's samples (logs) in ``samples``."""
+        each server's samples (natural scale, as the two-level policy keeps them: the result
+        cache is shared) in ``samples``."""
         assert ev.measurement is not None
         ms = self.by_commit.setdefault(i, [])
         ms.append(ev.measurement)
@@ -145,7 +146,7 @@ class ChangePointSearch:
         whole = ms[0]
         for m in ms[1:]:
             whole = combine(whole, m)
-        groups = [[math.log(x) for x in samples_of(m, self.symptom) if x > 0] for m in ms]
+        groups = [[x for x in samples_of(m, self.symptom) if x > 0] for m in ms]
         return ev.model_copy(update={"measurement": whole, "samples": groups})
 
     def _side(self, ev: Evaluation) -> Outcome:

@@ -33,10 +33,12 @@ class RangeModel:
 
 
 def servers_of(ev: Evaluation, index: int, symptom: object) -> list[Server]:
-    """The servers in an evaluation: a merged one (``samples``: log scale, one list per
-    server) gives each; else its measurement's samples are one server."""
+    """The servers in an evaluation: a merged one (``samples``: the symptom's samples on
+    their natural scale, one list per server, as the two-level policy writes them too: a
+    result cache or journal that strategy filled is read the same) gives each; else its
+    measurement's samples are one server."""
     if ev.samples:
-        out = [summarise(index, g, logs=True) for g in ev.samples if g]
+        out = [summarise(index, g) for g in ev.samples if g]
     else:
         out = [summarise(index, samples_of(ev.measurement, symptom))]  # type: ignore[arg-type]
     return [s for s in out if s is not None]

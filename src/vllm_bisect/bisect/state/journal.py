@@ -373,11 +373,13 @@ class SessionJournal:
 
     def starts_by_phase(self) -> dict[str, int]:
         """Server starts of the whole session, per phase (an attempt a killed call left
-        pending counts when its server process was started)."""
+        pending counts when its server process was started in that call: a server of the
+        commit that a later call started is that call's own start)."""
         rows = self.con.execute(
             "SELECT phase, COUNT(*) FROM starts WHERE done = 1 OR EXISTS (SELECT 1 FROM "
             "servers WHERE servers.commit_sha = starts.commit_sha AND servers.started >= "
-            "starts.created) GROUP BY phase").fetchall()
+            "starts.created AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.started > "
+            "starts.created AND runs.started <= servers.started)) GROUP BY phase").fetchall()
         return {str(p): int(n) for p, n in rows}
 
     def starts_by_commit(self) -> dict[str, int]:
