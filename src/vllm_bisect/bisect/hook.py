@@ -9,8 +9,7 @@ that needs the healthy endpoint (``itl_factor``, correctness, throughput) or cal
 (``sequential``) measures them once; they are cached like every other commit and reused by
 later hook calls. Each bisect (endpoints + spec) keeps a journal under
 ``.git/vllm-bisect-hook/``; its earlier verdicts are replayed in order, so a learning policy
-judges HEAD in the state ``run`` would. Under ``strategy = "changepoint"`` (auto's choice
-for a noisy symptom: ITL, TTFT, throughput, MTP speed-up) HEAD is answered
+judges HEAD in the state ``run`` would. Under ``strategy = "changepoint"`` HEAD is answered
 from the model of the range rebuilt from every server of the bisect's journal
 (:mod:`~vllm_bisect.bisect.search.changepoint_hook`). Following ``symptom = "crash"``, a server that dies
 is bad, as in ``run``. A strategy that cannot work one commit at a time under git's control
@@ -116,7 +115,7 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path,
              events: EventHandler | None = None) -> HookResult:
     """Judge HEAD; ``events``: progress (each commit tested, each server started), so a
     first call that also checks the endpoints is never silent for long."""
-    plan = resolve(spec)   # (auto on a noisy symptom: the model of the range, from the journal)
+    plan = resolve(spec, per_commit=True)
     choice = plan.choice
     if not plan.hook_ok:
         written = str(spec.verdict.strategy)

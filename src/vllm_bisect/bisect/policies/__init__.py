@@ -88,8 +88,9 @@ class Plan:
 def resolve(spec: BisectSpec, per_commit: bool = False, workers: int = 1) -> Plan:
     """The spec's :class:`Plan`, settled once per symptom by each way in (``vllm-bisect
     run``: :func:`~vllm_bisect.bisect.multi.run_symptoms`; the hook; the studies) and passed
-    on; nothing else reads the rules. ``per_commit``: each commit judged alone (the studies'
-    trials); ``workers``: the search's workers (the executor's)."""
+    on; nothing else reads the rules. ``per_commit``: each commit judged alone (``git bisect
+    run``, where git chooses the commits; the studies' trials); ``workers``: the search's
+    workers (the executor's)."""
     plan = plan_for(spec, resolve_strategy(spec, per_commit, workers))
     logger.debug("verdict plan for %s%s: %s (%s)", spec.verdict.symptom.value,
                  " (each commit alone)" if per_commit else "", plan.strategy.value, plan.reason)
@@ -108,16 +109,16 @@ def resolve_strategy(spec: BisectSpec, per_commit: bool = False, workers: int = 
     """The strategy that runs (``auto`` chosen from the symptom) and why; a fix search does
     not run bayes (it searches for regressions only): threshold instead. Where auto's model
     of the range (which chooses its own commits, one server at a time) cannot run, the
-    two-level test instead: each commit judged alone (``per_commit``: the studies;
+    two-level test instead: each commit judged alone (``per_commit``: the hook, the studies;
     ``PER_COMMIT_STRATEGY``), or k > 1 ``workers`` (``PARALLEL_STRATEGY``: the multisection
     measures k commits a round)."""
     choice = choose_strategy(spec.verdict)
     auto = spec.verdict.strategy == "auto"
     if auto and per_commit and choice.strategy in PER_COMMIT_STRATEGY:
         alone = PER_COMMIT_STRATEGY[choice.strategy]
-        choice = Choice(alone, f"auto where each commit is judged alone (the studies): "
-                        f"{alone.value}, the per-commit test; `vllm-bisect run` and the hook "
-                        f"run {choice.strategy.value}, one model of the range")
+        choice = Choice(alone, f"auto where each commit is judged alone (`git bisect run`, "
+                        f"the studies): {alone.value}, the per-commit test; `vllm-bisect run` "
+                        f"runs {choice.strategy.value}, one model of the range")
     elif auto and workers > 1 and choice.strategy in PARALLEL_STRATEGY:
         k = PARALLEL_STRATEGY[choice.strategy]
         choice = Choice(k, f"auto with {workers} workers: {noisy_why(spec.verdict, k)} (its "
