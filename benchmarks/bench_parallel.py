@@ -10,7 +10,10 @@ cost-model minutes (src/vllm_bisect/sim/virtual.py: artifact 5 min, server start
 request 1 min, +-20% jitter; an unbuildable commit costs its 5 artifact minutes and is a
 skip; a cancelled run frees its worker after 0.2 min of teardown). Scenarios as in bench_accuracy:
 n 50..1000 commits, skip rate 0..20%. Deterministic verdicts (the length symptom) by
-default; --noisy uses the sequential strategy on ITL with effect 1.3x and CV 10%.
+default; --noisy uses the sequential strategy on ITL with effect 1.3x and CV 10%
+(``--strategy default``: auto, the spec's ``parallel.workers`` = k as a real run writes it, so
+k = 1 runs the model of the range and k > 1 the two-level test's multisection: the speed-up
+column then compares the two).
 """
 
 from __future__ import annotations
@@ -33,13 +36,14 @@ from vllm_bisect.spec import BisectSpec, parse_spec
 STRATEGY = "sequential"   # --noisy: "sequential", or "default" (no strategy written: auto)
 
 
-def spec(noisy: bool) -> BisectSpec:
+def spec(noisy: bool, workers: int = 1) -> BisectSpec:
     verdict: dict[str, object] = (
         ({"symptom": "itl", "strategy": "sequential"} if STRATEGY == "sequential"
          else {"symptom": "itl", "itl_factor": 1.15}) if noisy else {"symptom": "length"})
     verdict["verify_samples"] = 0  # the search only (verification adds the same to every k)
     return parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
-                       "probe": {"max_tokens": 256}, "verdict": verdict})
+                       "probe": {"max_tokens": 256}, "verdict": verdict,
+                       "parallel": {"workers": workers}})
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class Run:
 
 def bisect(s: Scenario, workers: int, seed: int, tmp: Path) -> Run:
     rng = commit_range(s.n)
-    sp = spec(s.symptom == "itl")
+    sp = spec(s.symptom == "itl", workers)
     cluster = VirtualCluster(s, rng, workers, random.Random(seed), first_batch=sp.probe.requests)
     with tempfile.TemporaryDirectory(dir=tmp) as d:
         journal = SessionJournal(Path(d))
