@@ -18,7 +18,8 @@ from vllm_bisect.sim.history import sim_path
 
 def test_default_spec_finds_a_slowdown_under_server_level_noise(tmp_path: Path) -> None:
     # per-request noise 5%, server level 5% per start; the culprit makes steps 2x slower.
-    # The two-level test written (auto's choice).
+    # The two-level test written (auto: the model of the range under run; twolevel with k
+    # workers, under the hook and in the studies).
     h = history(tmp_path, n_commits=6, slow_at=4, slow_factor=2.0, step_ms=4.0, noise_cv=0.05,
                 server_cv=0.05)
     spec = make_spec(h, verdict={"symptom": "itl", "itl_factor": 1.3, "strategy": "twolevel"},
