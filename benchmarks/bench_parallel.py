@@ -13,7 +13,8 @@ skip; a cancelled run frees its worker after 0.2 min of teardown). Scenarios as 
 n 50..1000 commits, skip rate 0..20%. Deterministic verdicts (the length symptom) by
 default; --noisy uses the sequential strategy on ITL with effect 1.3x and CV 10%
 (``--strategy``: another written one, e.g. changepoint, the model of the range, or twolevel,
-or "default": auto; ``--set KEY=VALUE``: a verdict key over it).
+or "default": auto, with the spec's ``parallel.workers`` = k as a real run writes it;
+``--set KEY=VALUE``: a verdict key over it).
 """
 
 from __future__ import annotations
@@ -39,14 +40,15 @@ STRATEGY = "sequential"   # --noisy: a written strategy, or "default" (none writ
 EXTRA: dict[str, object] = {}   # --set: verdict keys over the spec
 
 
-def spec(noisy: bool) -> BisectSpec:
+def spec(noisy: bool, workers: int = 1) -> BisectSpec:
     verdict: dict[str, object] = (
         ({"symptom": "itl", "itl_factor": 1.15} if STRATEGY == "default"
          else {"symptom": "itl", "strategy": STRATEGY}) if noisy else {"symptom": "length"})
     verdict["verify_samples"] = 0  # the search only (verification adds the same to every k)
     verdict.update(EXTRA)
     return parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
-                       "probe": {"max_tokens": 256}, "verdict": verdict})
+                       "probe": {"max_tokens": 256}, "verdict": verdict,
+                       "parallel": {"workers": workers}})
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class Run:
 
 def bisect(s: Scenario, workers: int, seed: int, tmp: Path) -> Run:
     rng = commit_range(s.n)
-    sp = spec(s.symptom == "itl")
+    sp = spec(s.symptom == "itl", workers)
     cluster = VirtualCluster(s, rng, workers, random.Random(seed), first_batch=sp.probe.requests)
     with tempfile.TemporaryDirectory(dir=tmp) as d:
         journal = SessionJournal(Path(d))

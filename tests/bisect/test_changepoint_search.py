@@ -34,8 +34,9 @@ def test_the_model_of_the_range_is_written_and_answers_the_hook() -> None:
     # the hook answers from the same model (tests/bisect/test_changepoint_hook.py)
     assert plan.strategy is Strategy.CHANGEPOINT and plan.models_range and plan.hook_ok
     assert resolve(sp, per_commit=True).strategy is Strategy.CHANGEPOINT   # (written: kept)
-    # auto stays the two-level test until the model wins every row of issue 48
-    assert resolve(parse_spec(ITL)).strategy is Strategy.TWOLEVEL
+    # auto runs the model under `run` (one worker); per commit (the hook, the studies): twolevel
+    assert resolve(parse_spec(ITL)).strategy is Strategy.CHANGEPOINT
+    assert resolve(parse_spec(ITL), per_commit=True).strategy is Strategy.TWOLEVEL
 
 
 def run(sp: BisectSpec, n: int, steps: tuple[tuple[int, float], ...], tmp: Path,

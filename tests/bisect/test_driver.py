@@ -75,9 +75,12 @@ def test_unbuildable_good_endpoint_is_not_reproduced(tmp_path: Path) -> None:
 
 def test_second_symptom_reuses_cached_measurements(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=12, cap_at=6, slow_at=6, slow_factor=4.0, step_ms=5.0)
-    first = run_driver(make_spec(h), tmp_path, "s1")
-    second = run_driver(make_spec(h, verdict={"symptom": "itl", "itl_factor": 2.0}), tmp_path,
-                        "s2")
+    # three requests a server: the least the model of the range (auto on itl) takes from a
+    # cached measurement
+    first = run_driver(make_spec(h, probe={"requests": 3}), tmp_path, "s1")
+    second = run_driver(make_spec(h, probe={"requests": 3},
+                                  verdict={"symptom": "itl", "itl_factor": 2.0}), tmp_path, "s2")
+    assert second.strategy_chosen == "changepoint"
     assert first.first_bad == second.first_bad == h.shas[6]
     assert second.server_starts < first.server_starts
     assert any(o.from_cache for o in second.probed)

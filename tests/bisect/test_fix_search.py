@@ -27,6 +27,18 @@ def test_first_fixed_commit_of_a_slowdown(tmp_path: Path) -> None:
     assert r.probed[0].commit == h.bad  # the fixed (reference) end is measured first
 
 
+def test_the_default_finds_the_first_fixed_commit_with_the_model_of_the_range(
+        tmp_path: Path) -> None:
+    # auto on itl: the model of the range, its step the other way (the new side faster)
+    h = history(tmp_path, n_commits=12, slow_at=0, fixed_at=7, slow_factor=3.0, step_ms=5.0)
+    spec = make_spec(h, range={"search": "fix"}, probe={"requests": 3},
+                     verdict={"symptom": "itl", "verify_samples": 0, "rest_check": False})
+    r = run_driver(spec, tmp_path)
+    assert r.strategy_chosen == "changepoint" and r.search == "fix"
+    assert r.first_bad == h.planted["fix"]
+    assert r.model is not None and r.confidence is not None and r.confidence >= 0.99
+
+
 def test_fix_search_refuses_a_range_without_the_problem(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=4, cap_at=0, fixed_at=2)
     spec = make_spec(h, range={"search": "fix", "good": h.shas[2], "bad": h.shas[4]})

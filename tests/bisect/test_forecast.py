@@ -35,6 +35,33 @@ def test_a_threshold_search_is_one_server_per_step_plus_the_rechecks() -> None:
     assert predict(64, "bayes") is None  # no model: no forecast
 
 
+def test_the_model_of_the_range_is_forecast_as_one_server_a_step(tmp_path: Path) -> None:
+    f = predict(64, "changepoint", requests=5.0)
+    assert f is not None
+    assert (f.steps, f.builds, f.server_starts, f.requests) == (6, 6.0, 6.0, 30.0)
+    # through the driver, auto on itl (the model): a clean 2x step, the ends' servers' requests
+    logging.disable(logging.WARNING)
+    s = scenario(random.Random(3), symptom="itl", effect=2.0, cv=0.03, server_cv=0.02,
+                 max_skip=0.0)
+    rng = commit_range(s.n)
+    sp = parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
+                     "verdict": {"symptom": "itl"}})
+    cluster = VirtualCluster(s, rng, 1, random.Random(4), first_batch=sp.probe.requests)
+    journal = SessionJournal(tmp_path)
+    try:
+        driver = Driver(sp, rng, cluster, journal, None)
+        result = driver.run()
+    finally:
+        journal.close()
+        logging.disable(logging.NOTSET)
+    f = driver.forecaster.first
+    assert result.strategy_chosen == "changepoint" and f is not None
+    assert f.steps == (s.n - 1).bit_length() and f.server_starts == f.steps
+    assert f.requests >= f.steps * sp.probe.requests
+    searched = result.starts_by_phase.get("search", 0)
+    assert f.server_starts - 2 <= searched <= f.server_starts + 2, (searched, f)
+
+
 def test_a_bayesian_search_takes_the_bits_left_over_what_a_run_tells() -> None:
     assert run_capacity(1.0, 0.0) == pytest.approx(1.0)  # a deterministic run: one bit
     assert run_capacity(0.5, 0.0) == pytest.approx(0.32, abs=0.01)  # the Z channel's

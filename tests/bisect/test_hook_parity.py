@@ -147,14 +147,20 @@ def test_auto_resolving_to_bayes_is_refused_and_says_so(tmp_path: Path) -> None:
 def test_default_spec_under_server_level_noise(tmp_path: Path) -> None:
     # what a user writes: the symptom and the smallest change that matters, no strategy.
     # Every server start has its own speed level (server CV 5%) on top of request noise:
-    # auto resolves to the two-level test in both entry points, which must agree.
+    # auto resolves to the model of the range under `run` and to the two-level test under the
+    # hook (each commit judged alone), which must agree.
     h = history(tmp_path, n_commits=8, slow_at=5, slow_factor=2.0, step_ms=4.0,
                 noise_cv=0.05, server_cv=0.05)
     spec = spec_for(h, sim_serve(), verdict={"symptom": "itl", "itl_factor": 1.3},
                     probe={"max_tokens": 48, "warmup": 0})
     assert spec.verdict.strategy == "auto"
-    hook, log = hook_first_bad(h, spec, tmp_path)
-    assert hook == run_first_bad(spec, tmp_path) == h.planted["itl"]
+    r, log = git_bisect_run(h, spec, tmp_path)
+    m = re.search(r"([0-9a-f]{40}) is the first bad commit", r.stdout)
+    assert m, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "two-level" in r.stderr and "model of the range" not in r.stderr, r.stderr[-3000:]
+    ran = run_bisect(spec, tmp_path / "session", tmp_path / "run-cache", NullEvents())
+    assert ran.strategy_chosen == "changepoint"
+    assert m.group(1) == ran.first_bad == h.planted["itl"]
     assert "# skip" not in log
     # the hook calibrated on both endpoints as the two-level test does: servers of both (one
     # each when "one request decides": a 2x step under 5% noise usually needs a second one,

@@ -74,6 +74,21 @@ def test_four_workers_find_the_culprit_in_fewer_rounds(tmp_path: Path) -> None:
     assert session_processes(sid) == []
 
 
+def test_auto_on_a_noisy_symptom_with_workers_runs_the_two_level_multisection(
+        tmp_path: Path) -> None:
+    # auto's model of the range measures one server at a time: with k workers auto runs the
+    # two-level test, whose multisection tests k commits a round (and says why)
+    h = history(tmp_path, n_commits=16, slow_at=9, slow_factor=2.0, step_ms=5.0)
+    spec = make_spec(h, parallel={"workers": 3},
+                     verdict={"symptom": "itl", "verify_samples": 0, "rest_check": False})
+    result = bisect(spec, tmp_path)
+    assert result.first_bad == h.planted["itl"]
+    assert result.workers == 3 and result.strategy_chosen == "twolevel"
+    assert result.strategy_reason.startswith("auto with 3 workers:"), result.strategy_reason
+    assert "one server at a time" in result.strategy_reason
+    assert result.rounds <= ideal_rounds(16, 3) + 2 < 4 + 2   # one worker: 4 steps and more
+
+
 def test_useless_runs_are_cancelled_and_torn_down(tmp_path: Path) -> None:
     # n = 30 with 4 workers: while the endpoints are verified, the two other workers start on
     # commits 9 and 19 (a three-way split). The cap is at 4, so once 9 is bad, 19 (whose server

@@ -18,7 +18,8 @@ from vllm_bisect.sim.history import sim_path
 
 def test_default_spec_finds_a_slowdown_under_server_level_noise(tmp_path: Path) -> None:
     # per-request noise 5%, server level 5% per start; the culprit makes steps 2x slower.
-    # The two-level test written (auto's choice).
+    # The two-level test written (auto: the model of the range under run; twolevel with k
+    # workers, under the hook and in the studies).
     h = history(tmp_path, n_commits=6, slow_at=4, slow_factor=2.0, step_ms=4.0, noise_cv=0.05,
                 server_cv=0.05)
     spec = make_spec(h, verdict={"symptom": "itl", "itl_factor": 1.3, "strategy": "twolevel"},
@@ -69,7 +70,7 @@ def test_default_spec_bisects_throughput_and_mtp_speedup_under_server_level_nois
         tmp_path: Path, symptom: str) -> None:
     # every server start has its own speed level (5% CV, seeded per start); throughput: the
     # culprit makes steps 3x slower; mtp-speedup: the culprit drops draft acceptance to 0.1.
-    # The two-level test written (one sample per server; auto's choice too).
+    # The two-level test written (one sample per server; auto runs the model, tests below).
     plan: dict[str, Any] = ({"slow_at": 3, "slow_factor": 3.0} if symptom == "throughput"
                             else {"low_acceptance_at": 3})
     h = history(tmp_path, n_commits=5, step_ms=4.0, server_cv=0.05, **plan)
@@ -107,3 +108,18 @@ def test_the_model_of_the_range_bisects_throughput(tmp_path: Path) -> None:
     assert r.first_bad == h.planted["itl"]
     assert r.model is not None and r.model.p >= 0.99 and r.model.effect < 1 / 1.5
     assert r.verification is None    # its P is the evidence: no verification phase
+
+
+def test_the_default_spec_bisects_mtp_speedup_with_the_model_of_the_range(tmp_path: Path) -> None:
+    """No strategy written (auto): a lost MTP speed-up (the culprit drops draft acceptance to
+    0.1) is one sample a server for the model of the range, every start at its own level."""
+    h = history(tmp_path, n_commits=5, step_ms=4.0, server_cv=0.05, low_acceptance_at=3)
+    spec = make_spec(h, build={"kind": "command", "serve": seeded_serve(
+        tmp_path, "11 3 7 19 5 2 13 17")},
+        probe={"max_tokens": 32, "warmup": 0,
+               "mtp_speedup": {"concurrency": 1, "requests": 2, "max_tokens": 48}},
+        verdict={"symptom": "mtp-speedup", "min_mtp_speedup": 1.5, "verify_samples": 0})
+    r = run_driver(spec, tmp_path)
+    assert r.strategy_chosen == "changepoint" and r.strategy_reason.startswith("auto:")
+    assert r.first_bad == h.planted["mtp-speedup"]
+    assert r.model is not None and r.model.p >= 0.99 and r.model.effect < 1

@@ -85,8 +85,9 @@ def test_misread_phrases_are_caught() -> None:
 
 
 def test_a_demo_and_a_two_level_run_read_as_written(tmp_path: Path) -> None:
-    """What `vllm-bisect demo` and a two-level `vllm-bisect run` (one server a side in its
-    verification: "on 1 server(s)" before) print and write reads as written."""
+    """What `vllm-bisect demo`, a two-level `vllm-bisect run` (one server a side in its
+    verification: "on 1 server(s)" before) and the default's (auto: the model of the range)
+    print and write reads as written."""
     env = {**os.environ, "VLLM_BISECT_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "160"}
     demo = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "demo", "--workdir",
                            str(tmp_path / "demo")], capture_output=True, text=True,
@@ -95,16 +96,26 @@ def test_a_demo_and_a_two_level_run_read_as_written(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=12, slow_at=7, slow_factor=1.5, step_ms=5.0,
                 noise_cv=0.05)
     spec = write_spec(tmp_path / "spec.toml", make_spec(
-        h, verdict={"symptom": "itl"}, probe={"max_tokens": 60, "requests": 1}))
+        h, verdict={"symptom": "itl", "strategy": "twolevel"},
+        probe={"max_tokens": 60, "requests": 1}))
     run = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec),
                           "--session", str(tmp_path / "s")], capture_output=True, text=True,
                          timeout=600, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
+    auto = write_spec(tmp_path / "auto.toml", make_spec(
+        h, verdict={"symptom": "itl"}, probe={"max_tokens": 60, "requests": 3}))
+    model = subprocess.run([sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(auto),
+                            "--session", str(tmp_path / "m")], capture_output=True, text=True,
+                           timeout=600, env=env)
+    assert model.returncode == 0, model.stderr[-3000:]
+    assert "verdict strategy changepoint" in model.stderr
     reports = [p.read_text() for p in (tmp_path / "demo").rglob("report.md")]
     assert reports
     for name, text in (("demo", demo.stdout + demo.stderr), ("run", run.stdout + run.stderr),
                        ("demo report", "\n".join(reports)),
-                       ("run report", (tmp_path / "s" / "report.md").read_text())):
+                       ("run report", (tmp_path / "s" / "report.md").read_text()),
+                       ("model run", model.stdout + model.stderr),
+                       ("model report", (tmp_path / "m" / "report.md").read_text())):
         assert not misread(text), (name, misread(text))
     assert "on 1 server [" in run.stderr, run.stderr[-3000:]   # the two-level reason
 

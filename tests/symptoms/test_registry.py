@@ -104,8 +104,9 @@ def test_each_symptom_is_one_module_and_its_member_named_by_its_key() -> None:
 def test_the_rule_table_derives_from_the_declarations() -> None:
     for s in Symptom:
         want = {Noise.DETERMINISTIC: Strategy.THRESHOLD, Noise.FLAKY: Strategy.BAYES}.get(
-            s.info.noise, Strategy.TWOLEVEL)
+            s.info.noise, Strategy.CHANGEPOINT)
         assert AUTO_STRATEGY[s] is want
+        assert (s in JUDGES[Strategy.CHANGEPOINT]) >= (s.info.samples is not None)
         assert (s in JUDGES[Strategy.TWOLEVEL]) == (s.info.samples is not None)
         assert (s in PER_REQUEST) == (s.info.noise is Noise.SERVER_AND_REQUEST)
     assert JUDGES[Strategy.SEQUENTIAL] == (Symptom.ITL,)

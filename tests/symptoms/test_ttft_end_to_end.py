@@ -42,7 +42,7 @@ def test_run_finds_it_and_the_report_s_table_shows_the_verdicts(tmp_path: Path) 
     assert md.returncode == 0, md.stderr
     head = md.stdout.index("| # | length | itl | ttft |")   # the table has a ttft column
     caption = md.stdout[md.stdout.index("Symptoms at each judged commit"):].split("\n", 1)[0]
-    assert "ttft: the verdict (twolevel: smallest change that matters 2x" in caption
+    assert "ttft: the verdict (changepoint: smallest change that matters 2x" in caption
     assert "`ttft` flips at commit #4" in md.stdout, md.stdout[head:head + 2000]
 
 

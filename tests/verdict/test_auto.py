@@ -22,9 +22,9 @@ URL = {"build": {"kind": "url", "url": "http://127.0.0.1:1"}}
 
 @pytest.mark.parametrize("symptom,want", [
     ("length", Strategy.THRESHOLD), ("correctness", Strategy.THRESHOLD),
-    ("crash", Strategy.BAYES), ("itl", Strategy.TWOLEVEL),
-    ("throughput", Strategy.TWOLEVEL), ("ttft", Strategy.TWOLEVEL),
-    ("mtp-speedup", Strategy.TWOLEVEL), ("any", Strategy.THRESHOLD)])
+    ("crash", Strategy.BAYES), ("itl", Strategy.CHANGEPOINT),
+    ("throughput", Strategy.CHANGEPOINT), ("ttft", Strategy.CHANGEPOINT),
+    ("mtp-speedup", Strategy.CHANGEPOINT), ("any", Strategy.THRESHOLD)])
 def test_auto_picks_by_symptom(symptom: str, want: Strategy) -> None:
     c = choose_strategy(VerdictSpec(symptom=Symptom(symptom)))
     assert c.strategy is want and c.reason.startswith("auto:")
@@ -43,19 +43,53 @@ def test_smallest_change_and_direction() -> None:
     assert per_request(Symptom.ITL) and not per_request(Symptom.MTP_SPEEDUP)
 
 
-def test_default_spec_is_auto_and_starts_with_one_request() -> None:
+def test_default_spec_is_auto_and_its_requests_follow_the_strategy_that_runs() -> None:
+    # the model of the range (auto's choice with one worker): three requests a server at
+    # least (a server's own spread, and a fence against one slow request)
     s = parse_spec({**URL, "verdict": {"symptom": "itl"}})
-    assert s.verdict.strategy == "auto" and s.probe.requests == 1
-    # the model of the range: three requests a server at least (a server's own spread, and
-    # a fence against one slow request)
+    assert s.verdict.strategy == "auto" and s.probe.requests == 3
     cp = parse_spec({**URL, "verdict": {"symptom": "itl", "strategy": "changepoint"}})
     assert cp.probe.requests == 3
+    # the two-level test (written, or auto with k workers) starts with one request
+    two = parse_spec({**URL, "verdict": {"symptom": "itl", "strategy": "twolevel"}})
+    assert two.probe.requests == 1
+    k = parse_spec({**URL, "parallel": {"workers": 3}, "verdict": {"symptom": "ttft"}})
+    assert k.probe.requests == 1
     kept = parse_spec({**URL, "probe": {"requests": 4}, "verdict": {"symptom": "itl"}})
     assert kept.probe.requests == 4
     assert parse_spec({**URL, "verdict": {"symptom": "length"}}).probe.requests == 3
     # stable through a dump and a re-parse (the measurement key)
-    again = s.with_overrides(verdict={"alpha": 0.02})
-    assert again.probe.requests == 1
+    assert two.with_overrides(verdict={"alpha": 0.02}).probe.requests == 1
+    assert k.with_overrides(verdict={"alpha": 0.02}).probe.requests == 1
+
+
+@pytest.mark.parametrize("symptom", ["itl", "ttft", "throughput", "mtp-speedup"])
+def test_auto_runs_the_model_of_the_range_where_it_can_and_says_why_not_elsewhere(
+        symptom: str) -> None:
+    """`run` with one worker: the model of the range; k workers: the two-level test's
+    multisection (the model measures one server at a time); the hook and the studies, each
+    commit judged alone: the two-level test. Each reason names what runs."""
+    from vllm_bisect.bisect.policies import resolve
+
+    spec = parse_spec({**URL, "probe": {"load": {"concurrency": 2}, "mtp_speedup": {}},
+                       "serve": {"speculative": {"method": "mtp", "num_speculative_tokens": 1}},
+                       "verdict": {"symptom": symptom, "min_mtp_speedup": 1.5,
+                                   "throughput_factor": 1.2}})
+    one = resolve(spec)
+    assert one.strategy is Strategy.CHANGEPOINT and one.models_range
+    assert "one model of the range" in one.reason and one.reason.startswith("auto:")
+    k = resolve(spec, workers=4)
+    assert k.strategy is Strategy.TWOLEVEL and k.needs_calibration
+    assert k.reason.startswith("auto with 4 workers:")
+    assert "two-level sequential test" in k.reason and "one server at a time" in k.reason
+    alone = resolve(spec, per_commit=True)
+    assert alone.strategy is Strategy.TWOLEVEL and "judged alone" in alone.reason
+    assert "git bisect run" in alone.reason
+    # a written strategy is what runs, whatever the workers
+    for written in ("changepoint", "twolevel"):
+        w = spec.with_overrides(verdict={"strategy": written})
+        assert resolve(w, workers=4).strategy is Strategy(written)
+        assert resolve(w, per_commit=True).strategy is Strategy(written)
 
 
 def test_twolevel_needs_a_continuous_symptom() -> None:

@@ -38,7 +38,9 @@ def test_flips_same_and_different_commits() -> None:
 
 def test_two_symptoms_at_different_commits_and_the_follow_up(tmp_path: Path) -> None:
     h = history(tmp_path, n_commits=16, cap_at=6, slow_at=11, slow_factor=4.0, step_ms=5.0)
-    spec = write_spec(tmp_path / "s.toml", make_spec(h))  # follows length
+    # follows length; three requests a server, the least the model of the range (auto's
+    # follow-up on itl) takes from a cached measurement
+    spec = write_spec(tmp_path / "s.toml", make_spec(h, probe={"requests": 3}))
     env = {**os.environ, "VLLM_BISECT_CACHE_DIR": str(tmp_path / "cache")}
     run = [sys.executable, "-m", "vllm_bisect.cli", "run", "--spec", str(spec), "--json"]
     r = subprocess.run([*run, "--session", str(tmp_path / "s1")], capture_output=True,
@@ -58,8 +60,8 @@ def test_two_symptoms_at_different_commits_and_the_follow_up(tmp_path: Path) -> 
     assert r2.returncode == 0, r2.stderr
     doc = json.loads(r2.stdout)
     assert doc["first_bad"] == h.planted["itl"]
-    assert doc["strategy_chosen"] == "twolevel"  # (auto: the itl follow-up)
-    assert any(pr["from_cache"] for pr in doc["probed"])
+    assert doc["strategy_chosen"] == "changepoint"  # (auto: the itl follow-up)
+    assert any(pr["from_cache"] for pr in doc["probed"])   # the length run's servers
 
 
 def test_correctness_compares_outputs_of_the_same_length() -> None:

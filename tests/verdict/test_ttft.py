@@ -32,9 +32,9 @@ def test_ttft_threshold_against_the_good_endpoint() -> None:
     assert not fixed.needs_reference and fixed.judge(measurement([120.0])).verdict is Verdict.BAD
 
 
-def test_ttft_runs_the_two_level_test_on_per_request_ttft() -> None:
+def test_ttft_runs_the_model_of_the_range_on_per_request_ttft() -> None:
     v = VerdictSpec(symptom=Symptom.TTFT, ttft_factor=1.5)
-    assert choose_strategy(v).strategy is Strategy.TWOLEVEL and "1.5x" in choose_strategy(v).reason
+    assert choose_strategy(v).strategy is Strategy.CHANGEPOINT and "1.5x" in choose_strategy(v).reason
     assert direction(Symptom.TTFT) == 1
     assert samples_of(measurement([80.0, 90.0]), Symptom.TTFT) == [80.0, 90.0]
     assert choose_strategy(VerdictSpec(symptom=Symptom.MEMORY)).strategy is Strategy.THRESHOLD

@@ -71,11 +71,11 @@ def open_core(spec: BisectSpec, rng: CommitRange, journal: SessionJournal,
               pair_bound: bool = False, retries: int | None = None) -> Core:
     """Assemble the core over ``rng``: the session's ``journal`` and the shared result
     ``cache``, evaluations on ``executor``. ``plan``: the spec's settled verdict plan (every
-    way in passes the one it settled; None: resolved here). ``policy``: the verdict policy
-    (default: one built from the plan; ``pair_bound`` as
+    way in passes the one it settled; None: resolved here, for the executor's workers).
+    ``policy``: the verdict policy (default: one built from the plan; ``pair_bound`` as
     :func:`~vllm_bisect.bisect.policies.make_policy`); ``retries``: servers tried again after
     a failure (default: ``ops.retries``, none when following crashes)."""
-    plan = plan or resolve(spec)
+    plan = plan or resolve(spec, workers=executor.workers)
     store = MeasurementStore(spec, journal, cache)
     measurer = Measurer(executor, store, prefetcher, retries=retries)
     policy = policy or make_policy(spec, plan.strategy, pair_bound=pair_bound)

@@ -9,7 +9,11 @@ endpoints' servers, the request spread ``sigma``, the server-level spread ``tau`
 ``d`` between the sides give the evidence per request, ``d^2 / (2 sigma^2)``, and per server
 of r requests, ``d^2 / (2 (tau^2 + sigma^2 / r))``; a step takes the requests and servers
 that reach log(20) (a lone request decides only at 1.5x, so at least two), and the final
-pair two more decisions at about log(2 / alpha). Skips and crashes are not foreseen (they
+pair two more decisions at about log(2 / alpha). The model of the range (``changepoint``,
+auto's choice for a noisy symptom) bisects with one server a commit on a clean step (its
+median in docs/benchmarks.md: plain + 2, the two ends), each server running the requests the
+ends' servers ran; the servers it adds where a commit stays in doubt (a step small against the
+server-level spread) and its rest checks are not foreseen. Skips and crashes are not foreseen (they
 show as the prediction falling short). A Bayesian search (flaky symptoms) takes the bits still
 to learn (the posterior's entropy plus log2 of the confidence's odds) over what one run tells at
 most (the capacity of the channel a run is: shown with probability ``q`` at a bad commit and
@@ -178,11 +182,12 @@ def predict_bayes(n: int, entropy_bits: float, q: float, eps: float, *, requests
     return Forecast(steps, builds, runs, runs * requests)
 
 
-def predict(n: int, strategy: str, *, requests: int = 3, rechecks: int = 0,
+def predict(n: int, strategy: str, *, requests: float = 3, rechecks: int = 0,
             good: list[list[float]] | None = None, bad: list[list[float]] | None = None,
             alpha: float = 0.01, model: tuple[float, float, float] | None = None,
             ) -> Forecast | None:
     """The search still to run over ``n`` commits (None: no model for the strategy).
+    ``requests``: a server's (the model of the range: what the ends' servers ran).
     ``model``: the two-level test's fitted (gap, request variance, server variance), used
     before the endpoints' raw estimates (two servers a side say little of the server
     level)."""
@@ -190,6 +195,8 @@ def predict(n: int, strategy: str, *, requests: int = 3, rechecks: int = 0,
     if strategy == "threshold":
         return Forecast(steps, float(steps), float(steps + rechecks),
                         float((steps + rechecks) * requests))
+    if strategy == "changepoint":   # one server a step, as many requests as the ends' ran
+        return Forecast(steps, float(steps), float(steps), float(steps * requests))
     if strategy != "twolevel" or ((good is None or bad is None) and model is None):
         return None
     if model is None:

@@ -88,7 +88,7 @@ class ForecastEvents:
             f, drawn = self._bayes(t, plan)
         else:
             f = predict(
-                self.n, self.strategy, requests=self.spec.probe.requests,
+                self.n, self.strategy, requests=self._requests(measured),
                 rechecks=v.recheck_runs if self.strategy == "threshold" else 0,
                 good=groups(good) if groups and good and good.measurement else None,
                 bad=groups(bad) if groups and bad and bad.measurement else None,
@@ -115,6 +115,16 @@ class ForecastEvents:
                      request_s=statistics.fmean(probes) if probes else None)
         logger.info("%s", f.line(self.n))
         return f
+
+    def _requests(self, ends: list[Evaluation]) -> float:
+        """A search server's requests: ``probe.requests``; under the model of the range, what
+        the ends' servers ran (it sizes a server from the spreads it learned there)."""
+        asked = self.spec.probe.requests
+        if self.strategy != "changepoint" or not ends:
+            return asked
+        per = [len(e.measurement.requests) / max(1, len(e.samples or ()))
+               for e in ends if e.measurement is not None]
+        return max(asked, statistics.fmean(per)) if per else asked
 
     def _bayes(self, t: Tester, plan: CapPlan) -> tuple[Forecast, Spread]:
         """From every run so far: the posterior's entropy, q and the good endpoint's false

@@ -288,13 +288,14 @@ class _Loop:
 
 
 def run_symptoms(spec: BisectSpec, rng: CommitRange, make: MakeDriver,
-                 events: EventHandler, spec_path: str = "SPEC") -> MultiResult:
+                 events: EventHandler, spec_path: str = "SPEC", workers: int = 1) -> MultiResult:
     """Every symptom of ``spec.symptom_list()``, each with its rest checks. A symptom that
     does not reproduce is a note when another one did (else the error stands). Each symptom's
     verdict plan is settled here, once (:func:`~vllm_bisect.bisect.policies.resolve`), and
     passed to every driver of it (``make``). ``spec_path``: the session's spec file, for the
-    commands the notes give."""
-    plans = {s: resolve(spec.for_symptom(s)) for s in spec.symptom_list()}
+    commands the notes give; ``workers``: the executor's (auto's model of the range measures
+    one server at a time: k > 1 runs the two-level test's multisection)."""
+    plans = {s: resolve(spec.for_symptom(s), workers=workers) for s in spec.symptom_list()}
     loop = _Loop(spec, rng, make, events, plans, spec_path)
     refused: list[tuple[Symptom, NotReproduced]] = []
     # noise-aware symptoms first: a threshold symptom then judges their measurements free

@@ -139,7 +139,8 @@ def _run_session(spec: BisectSpec, session_dir: Path, cache_dir: Path, events: E
             with locked_clocks(spec.serve.lock_clocks, spec.serve.lock_clocks_mhz):
                 # one search per symptom, and the rest checks (bisect.multi, issue 28)
                 multi = run_symptoms(spec, rng, driver, events,
-                                     str((session_dir / "spec.toml").absolute()))
+                                     str((session_dir / "spec.toml").absolute()),
+                                     workers=bench.executor.workers)
             multi.result = result = whole_session(multi.result, session.journal)
             multi.endpoint_env = env_events.doc(result.evaluations)
         finish(session_dir, multi)

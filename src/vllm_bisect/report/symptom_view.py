@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from vllm_bisect.report.result import BisectReport
     from vllm_bisect.spec import BisectSpec
 
-
+# the strategies whose verdict on a continuous symptom is a change of at least the smallest
+# one that matters against the reference (not a threshold)
+NOISE_AWARE = ("twolevel", "sequential", "changepoint")
 
 @dataclass(frozen=True)
 class SymptomView:
@@ -72,7 +74,7 @@ def _rules(res: BisectReport, spec: BisectSpec) -> _Rules:
         text = i.caption(ref_name, screen)
         if i is followed:
             detail = (f"smallest change that matters {smallest_change(v):.3g}x against {ref_name}"
-                      if i.noise.continuous and strategy in ("twolevel", "sequential") else text)
+                      if i.noise.continuous and strategy in NOISE_AWARE else text)
             text = f"the verdict ({strategy}: {detail})"
         elif i.noise.continuous and i.key in followed.covers and itl_judged:
             text += " (the verdict's threshold)"

@@ -232,7 +232,7 @@ def source_spec_data(h: SourceHistory, model: str, wheel: str,
         data["probe"] = {"prompt": PROMPT, "max_tokens": 256, "requests": 3, "warmup": 1}
         data["verdict"] = {"symptom": "itl", "itl_factor": 1.5, "strategy": "threshold",
                            **verify}
-    else:  # the noisy case: the default (two-level) strategy for itl
+    else:  # the noisy case: the default strategy for itl (auto: the model of the range)
         data["probe"] = {"prompt": PROMPT, "max_tokens": 256, "requests": 3, "warmup": 1}
         data["verdict"] = {"symptom": "itl", "itl_factor": 1.15, **verify}
     return data

@@ -21,9 +21,9 @@ from pydantic import Field, create_model
 from vllm_bisect.spec.build import _Model
 from vllm_bisect.symptoms import SCREENED, Noise, Symptom
 
-__all__ = ["AUTO_BY_NOISE", "AUTO_STRATEGY", "HOOK_STRATEGY", "JUDGES", "NO_FIX_SEARCH",
-           "PER_REQUEST", "Strategy", "Symptom", "VerdictSpec", "output_token_floor", "runs_with",
-           "symptom_fields", "symptoms_text"]
+__all__ = ["AUTO_BY_NOISE", "AUTO_STRATEGY", "JUDGES", "NO_FIX_SEARCH", "PARALLEL_STRATEGY",
+           "PER_COMMIT_STRATEGY", "PER_REQUEST", "Strategy", "Symptom", "VerdictSpec",
+           "output_token_floor", "runs_with", "symptom_fields", "symptoms_text"]
 
 
 class Strategy(StrEnum):
@@ -41,13 +41,13 @@ class Strategy(StrEnum):
 # -- the rules between symptoms and strategies (one table, from the symptoms' registry) ------
 # the strategy "auto" runs for a symptom of each noise (verdict/auto.py: why): deterministic
 # -> one run per commit tells; flaky -> shows in some runs only; continuous -> noisy at two
-# levels, the server and the request (the model of the range, changepoint, is opt-in until it
-# wins every row of issue 48: it loses two-step ranges, bench_multi)
+# levels, the server and the request -> one model of the range from every server (issue 48;
+# where it cannot run, PER_COMMIT_STRATEGY and PARALLEL_STRATEGY say what runs instead)
 AUTO_BY_NOISE: Mapping[Noise, Strategy] = {
     Noise.DETERMINISTIC: Strategy.THRESHOLD,
     Noise.FLAKY: Strategy.BAYES,
-    Noise.SERVER: Strategy.TWOLEVEL,
-    Noise.SERVER_AND_REQUEST: Strategy.TWOLEVEL,
+    Noise.SERVER: Strategy.CHANGEPOINT,
+    Noise.SERVER_AND_REQUEST: Strategy.CHANGEPOINT,
 }
 AUTO_STRATEGY: Mapping[Symptom, Strategy] = {s: AUTO_BY_NOISE[s.info.noise] for s in Symptom}
 # the symptoms a strategy can judge, where it cannot judge every one: the sequential test
@@ -60,9 +60,17 @@ JUDGES: Mapping[Strategy, tuple[Symptom, ...]] = {
     # output: verdict/changepoint_rate.py)
     Strategy.CHANGEPOINT: _CONTINUOUS + tuple(s for s in Symptom if s.info.one_bit),
 }
-# what auto runs where each commit is judged alone (`git bisect run`, the studies) instead of
-# a strategy that chooses its own commits (inert while auto runs no such strategy)
-HOOK_STRATEGY: Mapping[Strategy, Strategy] = {Strategy.CHANGEPOINT: Strategy.TWOLEVEL}
+# what auto runs where each commit is judged alone (the studies: isolate, deps, knobs judge
+# commits the range never held, one at a time; `git bisect run`, where git chooses the
+# commits) instead of the model of the range, which chooses its own. The hook can answer
+# HEAD from the model (bisect/search/changepoint_hook.py, strategy = "changepoint" written),
+# but an untestable HEAD (a build that fails) is measured again without end there instead
+# of answered with a skip (tests/bisect/test_hook_parity.py's unbuildable commit hangs), so
+# auto's hook stays per commit until it answers one
+PER_COMMIT_STRATEGY: Mapping[Strategy, Strategy] = {Strategy.CHANGEPOINT: Strategy.TWOLEVEL}
+# what auto runs with k > 1 workers: the model of the range measures one server at a time
+# (bisect/search/changepoint.py), the two-level test's multisection k commits a round
+PARALLEL_STRATEGY: Mapping[Strategy, Strategy] = {Strategy.CHANGEPOINT: Strategy.TWOLEVEL}
 # strategies that do not search for fixes (range.search = "fix"; auto runs threshold instead)
 NO_FIX_SEARCH = frozenset({Strategy.BAYES})
 # symptoms where more requests on one server add samples (else one sample per server); a
@@ -86,9 +94,13 @@ def tokens_conflict(min_output_tokens: int | None, max_tokens: int | None,
             "lower it, or raise probe.max_tokens")
 
 
-def runs_with(strategy: str, symptom: Symptom) -> Strategy:
-    """The strategy that judges ``symptom`` when ``strategy`` is written (auto resolved)."""
-    return AUTO_STRATEGY[symptom] if strategy == Strategy.AUTO else Strategy(strategy)
+def runs_with(strategy: str, symptom: Symptom, workers: int = 1) -> Strategy:
+    """The strategy that judges ``symptom`` when ``strategy`` is written (auto resolved;
+    ``workers``: the search's, more than one runs ``PARALLEL_STRATEGY``)."""
+    if strategy != Strategy.AUTO:
+        return Strategy(strategy)
+    chosen = AUTO_STRATEGY[symptom]
+    return PARALLEL_STRATEGY.get(chosen, chosen) if workers > 1 else chosen
 
 
 def symptoms_text(symptoms: tuple[Symptom, ...]) -> str:
@@ -140,7 +152,8 @@ class _VerdictCommon(_Model):
     # bit a server, shown always or with a rate (verdict/changepoint_rate.py); the hook
     # answers HEAD from the same model rebuilt from its journal
     # "auto" (the default): length, correctness -> threshold; crash -> bayes; itl, ttft,
-    # throughput, mtp-speedup -> twolevel; any -> threshold
+    # throughput, mtp-speedup -> changepoint (with parallel.workers > 1, under the hook and
+    # in the studies: twolevel); any -> threshold
     strategy: Strategy = Strategy.AUTO
     # twolevel: a server start costs this many probe requests (picks requests vs servers);
     # changepoint: the same, until it has measured three starts and requests in this run

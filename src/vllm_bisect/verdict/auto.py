@@ -9,10 +9,17 @@ this package, reads it. Here: why (by the symptom's noise, or its declaration's 
   on under ``bayes`` the moment a commit shows the symptom in some runs only;
 - a crash (it shows in some runs only) -> ``bayes``;
 - ITL, TTFT, throughput, MTP speed-up (continuous, noisy at two levels: the server start and
-  the request) -> ``twolevel`` (``changepoint``, one model of the range, is opt-in until it
-  wins every row of issue 48), with
-  ``itl_factor`` / ``throughput_factor`` as the smallest change
-  that matters (``1 + min_effect`` when none is written);
+  the request) -> ``changepoint``: one model of the range, a posterior over the first bad
+  commit from every server measured (endpoints included), which chooses the next server and
+  stops when one commit holds ``verdict.confidence`` (issue 48); ``vllm-bisect run`` runs
+  it. Where it cannot run, the two-level sequential test (``twolevel``) instead: with
+  ``parallel.workers`` > 1 (the model measures one server at a time; the two-level test's
+  multisection k commits a round: ``PARALLEL_STRATEGY``), and where each commit is judged
+  alone (``PER_COMMIT_STRATEGY``): the studies, and the hook (its model, written as
+  ``strategy = "changepoint"``, does not yet answer an untestable HEAD with a skip; see
+  ``spec/verdict.py``); ``bisect/policies``' ``resolve_strategy`` applies both. Both
+  take ``itl_factor`` / ``throughput_factor`` as the smallest change that matters
+  (``1 + min_effect`` when none is written);
 - ``any`` (length or ITL against written thresholds) -> ``threshold``.
 
 Also what the two-level test samples from a measurement: per-request ITL (more requests on
@@ -30,7 +37,7 @@ from vllm_bisect.spec import Strategy, Symptom, VerdictSpec
 from vllm_bisect.spec.verdict import AUTO_STRATEGY, PER_REQUEST
 from vllm_bisect.symptoms import Direction, Noise
 
-__all__ = ["Choice", "Strategy", "choose_strategy"]
+__all__ = ["Choice", "Strategy", "choose_strategy", "noisy_why"]
 
 
 @dataclass(frozen=True)
@@ -55,12 +62,17 @@ def _deterministic(v: VerdictSpec) -> str:
             "per commit tells)")
 
 
-def _noisy(v: VerdictSpec) -> str:
+def noisy_why(v: VerdictSpec, strategy: Strategy) -> str:
+    """Why a continuous symptom runs ``strategy`` (the model of the range, or the two-level
+    test where it cannot run)."""
     test = ("one model of the range (a posterior over the first bad commit from every server)"
-            if AUTO_STRATEGY[v.symptom] is Strategy.CHANGEPOINT
-            else "the two-level sequential test")
-    return (f"auto: {v.symptom.value} is a noisy measurement (a server level plus per-request "
+            if strategy is Strategy.CHANGEPOINT else "the two-level sequential test")
+    return (f"{v.symptom.value} is a noisy measurement (a server level plus per-request "
             f"noise): {test}, smallest change that matters {smallest_change(v):.3g}x")
+
+
+def _noisy(v: VerdictSpec) -> str:
+    return "auto: " + noisy_why(v, AUTO_STRATEGY[v.symptom])
 
 
 def _flaky(v: VerdictSpec) -> str:

@@ -29,8 +29,8 @@ from vllm_bisect.bisect.policies.threshold import ThresholdPolicy, crashed, unme
 from vllm_bisect.bisect.policies.twolevel import TwoLevelPolicy
 from vllm_bisect.errors import SpecError
 from vllm_bisect.spec import BisectSpec, SearchKind
-from vllm_bisect.spec.verdict import HOOK_STRATEGY, NO_FIX_SEARCH
-from vllm_bisect.verdict.auto import Choice, Strategy, choose_strategy
+from vllm_bisect.spec.verdict import NO_FIX_SEARCH, PARALLEL_STRATEGY, PER_COMMIT_STRATEGY
+from vllm_bisect.verdict.auto import Choice, Strategy, choose_strategy, noisy_why
 
 logger = logging.getLogger(__name__)
 
@@ -85,12 +85,13 @@ class Plan:
         return self.rest_check and (self.needs_calibration or self.models_range)
 
 
-def resolve(spec: BisectSpec, per_commit: bool = False) -> Plan:
+def resolve(spec: BisectSpec, per_commit: bool = False, workers: int = 1) -> Plan:
     """The spec's :class:`Plan`, settled once per symptom by each way in (``vllm-bisect
     run``: :func:`~vllm_bisect.bisect.multi.run_symptoms`; the hook; the studies) and passed
     on; nothing else reads the rules. ``per_commit``: each commit judged alone (``git bisect
-    run``, where git chooses the commits; the studies' trials)."""
-    plan = plan_for(spec, resolve_strategy(spec, per_commit))
+    run``, where git chooses the commits; the studies' trials); ``workers``: the search's
+    workers (the executor's)."""
+    plan = plan_for(spec, resolve_strategy(spec, per_commit, workers))
     logger.debug("verdict plan for %s%s: %s (%s)", spec.verdict.symptom.value,
                  " (each commit alone)" if per_commit else "", plan.strategy.value, plan.reason)
     return plan
@@ -104,17 +105,26 @@ def plan_for(spec: BisectSpec, choice: Choice) -> Plan:
                 traits.needs_calibration, traits.models_range, spec.verdict.rest_check)
 
 
-def resolve_strategy(spec: BisectSpec, per_commit: bool = False) -> Choice:
+def resolve_strategy(spec: BisectSpec, per_commit: bool = False, workers: int = 1) -> Choice:
     """The strategy that runs (``auto`` chosen from the symptom) and why; a fix search does
-    not run bayes (it searches for regressions only): threshold instead. Where each commit is
-    judged alone (``per_commit``: the hook, the studies), auto's model of the range (which
-    chooses its own commits) gives way to the per-commit test (``HOOK_STRATEGY``)."""
+    not run bayes (it searches for regressions only): threshold instead. Where auto's model
+    of the range (which chooses its own commits, one server at a time) cannot run, the
+    two-level test instead: each commit judged alone (``per_commit``: the hook, the studies;
+    ``PER_COMMIT_STRATEGY``), or k > 1 ``workers`` (``PARALLEL_STRATEGY``: the multisection
+    measures k commits a round)."""
     choice = choose_strategy(spec.verdict)
-    if per_commit and spec.verdict.strategy == "auto" and choice.strategy in HOOK_STRATEGY:
-        alone = HOOK_STRATEGY[choice.strategy]
+    auto = spec.verdict.strategy == "auto"
+    if auto and per_commit and choice.strategy in PER_COMMIT_STRATEGY:
+        alone = PER_COMMIT_STRATEGY[choice.strategy]
         choice = Choice(alone, f"auto where each commit is judged alone (`git bisect run`, "
                         f"the studies): {alone.value}, the per-commit test; `vllm-bisect run` "
                         f"runs {choice.strategy.value}, one model of the range")
+    elif auto and workers > 1 and choice.strategy in PARALLEL_STRATEGY:
+        k = PARALLEL_STRATEGY[choice.strategy]
+        choice = Choice(k, f"auto with {workers} workers: {noisy_why(spec.verdict, k)} (its "
+                        f"multisection tests {workers} commits a round; {choice.strategy.value}, "
+                        "one model of the range, measures one server at a time: one worker "
+                        "runs it)")
     if spec.range.search is SearchKind.FIX and choice.strategy in NO_FIX_SEARCH:
         choice = Choice(Strategy.THRESHOLD, "auto: a fix search runs the threshold strategy "
                         "for this symptom (bayes does not search for fixes)")

@@ -10,7 +10,7 @@ missed it in every run, the search's and its re-checks (``"rechecks"``), so a de
 deterministic cap costs plain bisect + 3 starts, every phase counted. Otherwise both are
 measured again on fresh servers (at once when there are workers) with
 ``verdict.verify_samples`` requests each and judged again: a policy without that bound
-(threshold, sequential, bayes), or the two-level default with its rest checks, which start
+(threshold, sequential, bayes), or the two-level test with its rest checks, which start
 from these servers, the only ones of the pair no verdict chose (docs/benchmarks.md, issue
 40, for what the checks cost without them). A culprit that no longer judges
 bad, or a parent that no longer judges good, is reported (a flaky symptom), not hidden. The
