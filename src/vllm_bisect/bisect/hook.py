@@ -115,7 +115,7 @@ def run_hook(spec: BisectSpec, cwd: Path, cache_dir: Path,
              events: EventHandler | None = None) -> HookResult:
     """Judge HEAD; ``events``: progress (each commit tested, each server started), so a
     first call that also checks the endpoints is never silent for long."""
-    plan = resolve(spec, per_commit=True)
+    plan = resolve(spec)   # (auto: the model of the range answers the hook too)
     choice = plan.choice
     if not plan.hook_ok:
         written = str(spec.verdict.strategy)

@@ -61,15 +61,14 @@ JUDGES: Mapping[Strategy, tuple[Symptom, ...]] = {
     Strategy.CHANGEPOINT: _CONTINUOUS + tuple(s for s in Symptom if s.info.one_bit),
 }
 # what auto runs where each commit is judged alone (the studies: isolate, deps, knobs judge
-# commits the range never held, one at a time; `git bisect run`, where git chooses the
-# commits) instead of the model of the range, which chooses its own. The hook can answer
-# HEAD from the model (bisect/search/changepoint_hook.py, strategy = "changepoint" written),
-# but an untestable HEAD (a build that fails) is measured again without end there instead
-# of answered with a skip (tests/bisect/test_hook_parity.py's unbuildable commit hangs), so
-# auto's hook stays per commit until it answers one
+# commits the range never held, one at a time) instead of the model of the range, which
+# chooses its own; `git bisect run` (git chooses the commits) is answered from the model
+# rebuilt from the hook's journal (bisect/search/changepoint_hook.py)
 PER_COMMIT_STRATEGY: Mapping[Strategy, Strategy] = {Strategy.CHANGEPOINT: Strategy.TWOLEVEL}
-# what auto runs with k > 1 workers: the model of the range measures one server at a time
-# (bisect/search/changepoint.py), the two-level test's multisection k commits a round
+# what auto runs with k > 1 workers: the two-level test's multisection. The model runs k
+# workers when written (bisect/search/changepoint_parallel.py), but at its requests a
+# server its simulated wall is above the multisection's (docs/benchmarks.md, issue 48 on k
+# workers): auto moves once that is settled
 PARALLEL_STRATEGY: Mapping[Strategy, Strategy] = {Strategy.CHANGEPOINT: Strategy.TWOLEVEL}
 # strategies that do not search for fixes (range.search = "fix"; auto runs threshold instead)
 NO_FIX_SEARCH = frozenset({Strategy.BAYES})
@@ -152,8 +151,8 @@ class _VerdictCommon(_Model):
     # bit a server, shown always or with a rate (verdict/changepoint_rate.py); the hook
     # answers HEAD from the same model rebuilt from its journal
     # "auto" (the default): length, correctness -> threshold; crash -> bayes; itl, ttft,
-    # throughput, mtp-speedup -> changepoint (with parallel.workers > 1, under the hook and
-    # in the studies: twolevel); any -> threshold
+    # throughput, mtp-speedup -> changepoint (with parallel.workers > 1 and in the studies:
+    # twolevel); any -> threshold
     strategy: Strategy = Strategy.AUTO
     # twolevel: a server start costs this many probe requests (picks requests vs servers);
     # changepoint: the same, until it has measured three starts and requests in this run

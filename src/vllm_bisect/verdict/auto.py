@@ -11,13 +11,12 @@ this package, reads it. Here: why (by the symptom's noise, or its declaration's 
 - ITL, TTFT, throughput, MTP speed-up (continuous, noisy at two levels: the server start and
   the request) -> ``changepoint``: one model of the range, a posterior over the first bad
   commit from every server measured (endpoints included), which chooses the next server and
-  stops when one commit holds ``verdict.confidence`` (issue 48); ``vllm-bisect run`` runs
-  it. Where it cannot run, the two-level sequential test (``twolevel``) instead: with
-  ``parallel.workers`` > 1 (the model measures one server at a time; the two-level test's
-  multisection k commits a round: ``PARALLEL_STRATEGY``), and where each commit is judged
-  alone (``PER_COMMIT_STRATEGY``): the studies, and the hook (its model, written as
-  ``strategy = "changepoint"``, does not yet answer an untestable HEAD with a skip; see
-  ``spec/verdict.py``); ``bisect/policies``' ``resolve_strategy`` applies both. Both
+  stops when one commit holds ``verdict.confidence`` (issue 48); ``vllm-bisect run`` and
+  the hook run it. Elsewhere the two-level sequential test (``twolevel``): with
+  ``parallel.workers`` > 1 (the multisection; the model's k workers cost more simulated
+  wall at its requests a server: ``PARALLEL_STRATEGY``), and where each commit is judged
+  alone (``PER_COMMIT_STRATEGY``): the studies; ``bisect/policies``' ``resolve_strategy``
+  applies both. Both
   take ``itl_factor`` / ``throughput_factor`` as the smallest change that matters
   (``1 + min_effect`` when none is written);
 - ``any`` (length or ITL against written thresholds) -> ``threshold``.

@@ -108,16 +108,15 @@ def plan_for(spec: BisectSpec, choice: Choice) -> Plan:
 def resolve_strategy(spec: BisectSpec, per_commit: bool = False, workers: int = 1) -> Choice:
     """The strategy that runs (``auto`` chosen from the symptom) and why; a fix search does
     not run bayes (it searches for regressions only): threshold instead. Where auto's model
-    of the range (which chooses its own commits, one server at a time) cannot run, the
-    two-level test instead: each commit judged alone (``per_commit``: the hook, the studies;
-    ``PER_COMMIT_STRATEGY``), or k > 1 ``workers`` (``PARALLEL_STRATEGY``: the multisection
-    measures k commits a round)."""
+    of the range (which chooses its own commits) does not run, the two-level test instead:
+    each commit judged alone (``per_commit``: the studies; ``PER_COMMIT_STRATEGY``), or k > 1
+    ``workers`` (``PARALLEL_STRATEGY``: the multisection measures k commits a round)."""
     choice = choose_strategy(spec.verdict)
     auto = spec.verdict.strategy == "auto"
     if auto and per_commit and choice.strategy in PER_COMMIT_STRATEGY:
         alone = PER_COMMIT_STRATEGY[choice.strategy]
-        choice = Choice(alone, f"auto where each commit is judged alone (`git bisect run`, "
-                        f"the studies): {alone.value}, the per-commit test; `vllm-bisect run` "
+        choice = Choice(alone, f"auto where each commit is judged alone (the studies): "
+                        f"{alone.value}, the per-commit test; `vllm-bisect run` "
                         f"runs {choice.strategy.value}, one model of the range")
     elif auto and workers > 1 and choice.strategy in PARALLEL_STRATEGY:
         k = PARALLEL_STRATEGY[choice.strategy]
