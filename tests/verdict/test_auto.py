@@ -66,9 +66,9 @@ def test_default_spec_is_auto_and_its_requests_follow_the_strategy_that_runs() -
 @pytest.mark.parametrize("symptom", ["itl", "ttft", "throughput", "mtp-speedup"])
 def test_auto_runs_the_model_of_the_range_where_it_can_and_says_why_not_elsewhere(
         symptom: str) -> None:
-    """`run` with one worker: the model of the range; k workers: the two-level test's
-    multisection (the model measures one server at a time); the hook and the studies, each
-    commit judged alone: the two-level test. Each reason names what runs."""
+    """`run` with one worker and the hook: the model of the range; k workers: the two-level
+    test's multisection; the studies, each commit judged alone: the two-level test. Each
+    reason names what runs."""
     from vllm_bisect.bisect.policies import resolve
 
     spec = parse_spec({**URL, "probe": {"load": {"concurrency": 2}, "mtp_speedup": {}},
@@ -81,10 +81,10 @@ def test_auto_runs_the_model_of_the_range_where_it_can_and_says_why_not_elsewher
     k = resolve(spec, workers=4)
     assert k.strategy is Strategy.TWOLEVEL and k.needs_calibration
     assert k.reason.startswith("auto with 4 workers:")
-    assert "two-level sequential test" in k.reason and "one server at a time" in k.reason
+    assert "two-level sequential test" in k.reason and "runs k workers when written" in k.reason
     alone = resolve(spec, per_commit=True)
     assert alone.strategy is Strategy.TWOLEVEL and "judged alone" in alone.reason
-    assert "git bisect run" in alone.reason
+    assert "the studies" in alone.reason
     # a written strategy is what runs, whatever the workers
     for written in ("changepoint", "twolevel"):
         w = spec.with_overrides(verdict={"strategy": written})

@@ -122,8 +122,8 @@ def resolve_strategy(spec: BisectSpec, per_commit: bool = False, workers: int = 
         k = PARALLEL_STRATEGY[choice.strategy]
         choice = Choice(k, f"auto with {workers} workers: {noisy_why(spec.verdict, k)} (its "
                         f"multisection tests {workers} commits a round; {choice.strategy.value}, "
-                        "one model of the range, measures one server at a time: one worker "
-                        "runs it)")
+                        "one model of the range, runs k workers when written, at more "
+                        "simulated wall)")
     if spec.range.search is SearchKind.FIX and choice.strategy in NO_FIX_SEARCH:
         choice = Choice(Strategy.THRESHOLD, "auto: a fix search runs the threshold strategy "
                         "for this symptom (bayes does not search for fixes)")
