@@ -125,11 +125,13 @@ def test_a_run_killed_while_a_measured_server_shuts_down_keeps_its_measurement(
     assert judged >= 1                    # the kept measurement, judged by the resumed call
     # the endpoint whose server was shutting down is not started again: two endpoint starts
     assert doc["starts_by_phase"].get("endpoints") == 2, doc["starts_by_phase"]
+    # ... and its one endpoint server is the killed call's (a later server of that commit may
+    # come from a rest check: its lone end in doubt on a loaded machine's noisier timings)
     with sqlite3.connect(journal) as con:
-        servers = con.execute("SELECT COUNT(*) FROM servers WHERE commit_sha LIKE ?",
-                              (first + "%",)).fetchone()[0]
+        starts = con.execute("SELECT COUNT(*) FROM starts WHERE commit_sha LIKE ? AND phase = ?",
+                             (first + "%", "endpoints")).fetchone()[0]
         kept = con.execute("SELECT COUNT(*) FROM unrecorded").fetchone()[0]
-    assert servers == 1, f"{first}: {servers} servers"
+    assert starts == 1, f"{first}: {starts} endpoint starts"
     assert kept == 0
 
 
