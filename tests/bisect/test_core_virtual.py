@@ -140,7 +140,7 @@ def test_policy_by_strategy_str_or_enum() -> None:
     auto = spec.model_copy(update={"verdict": spec.verdict.model_copy(
         update={"strategy": Strategy.AUTO})})
     assert type(make_policy(auto)) is ChangePointPolicy  # auto resolves: itl -> the model
-    # (k workers: the two-level test's multisection; the model measures one server at a time)
+    # (k workers: the two-level test's multisection)
     assert type(make_policy(auto, resolve_strategy(auto, workers=2).strategy)) is TwoLevelPolicy
     model = spec.model_copy(update={"verdict": spec.verdict.model_copy(
         update={"strategy": "changepoint"})})

@@ -76,8 +76,8 @@ def test_four_workers_find_the_culprit_in_fewer_rounds(tmp_path: Path) -> None:
 
 def test_auto_on_a_noisy_symptom_with_workers_runs_the_two_level_multisection(
         tmp_path: Path) -> None:
-    # auto's model of the range measures one server at a time: with k workers auto runs the
-    # two-level test, whose multisection tests k commits a round (and says why)
+    # with k workers auto runs the two-level test, whose multisection tests k commits a round
+    # (the model runs k workers when written, at more simulated wall; the reason says so)
     h = history(tmp_path, n_commits=16, slow_at=9, slow_factor=2.0, step_ms=5.0)
     spec = make_spec(h, parallel={"workers": 3},
                      verdict={"symptom": "itl", "verify_samples": 0, "rest_check": False})
@@ -85,7 +85,7 @@ def test_auto_on_a_noisy_symptom_with_workers_runs_the_two_level_multisection(
     assert result.first_bad == h.planted["itl"]
     assert result.workers == 3 and result.strategy_chosen == "twolevel"
     assert result.strategy_reason.startswith("auto with 3 workers:"), result.strategy_reason
-    assert "one server at a time" in result.strategy_reason
+    assert "runs k workers when written" in result.strategy_reason
     assert result.rounds <= ideal_rounds(16, 3) + 2 < 4 + 2   # one worker: 4 steps and more
 
 

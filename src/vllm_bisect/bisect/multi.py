@@ -293,8 +293,8 @@ def run_symptoms(spec: BisectSpec, rng: CommitRange, make: MakeDriver,
     does not reproduce is a note when another one did (else the error stands). Each symptom's
     verdict plan is settled here, once (:func:`~vllm_bisect.bisect.policies.resolve`), and
     passed to every driver of it (``make``). ``spec_path``: the session's spec file, for the
-    commands the notes give; ``workers``: the executor's (auto's model of the range measures
-    one server at a time: k > 1 runs the two-level test's multisection)."""
+    commands the notes give; ``workers``: the executor's (under auto, k > 1 runs the two-level
+    test's multisection: ``PARALLEL_STRATEGY``)."""
     plans = {s: resolve(spec.for_symptom(s), workers=workers) for s in spec.symptom_list()}
     loop = _Loop(spec, rng, make, events, plans, spec_path)
     refused: list[tuple[Symptom, NotReproduced]] = []
