@@ -62,6 +62,35 @@ def test_the_model_of_the_range_is_forecast_as_one_server_a_step(tmp_path: Path)
     assert f.server_starts - 2 <= searched <= f.server_starts + 2, (searched, f)
 
 
+
+def test_the_model_of_the_range_is_forecast_with_the_requests_its_search_servers_run(
+        tmp_path: Path) -> None:
+    # no server-level spread: the model sizes a search server at ~10 requests (the two-stage
+    # optimum over the spreads the ends show) where the ends' own servers ran 3-4; the
+    # forecast took the ends' count and forecast 0.64x the wall (bench_accuracy, session 24)
+    logging.disable(logging.WARNING)
+    s = scenario(random.Random(5), symptom="itl", effect=1.3, cv=0.10, server_cv=0.0,
+                 max_skip=0.0)
+    rng = commit_range(s.n)
+    sp = parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
+                     "verdict": {"symptom": "itl"}})
+    cluster = VirtualCluster(s, rng, 1, random.Random(6), first_batch=sp.probe.requests)
+    journal = SessionJournal(tmp_path)
+    try:
+        driver = Driver(sp, rng, cluster, journal, None)
+        result = driver.run()
+    finally:
+        journal.close()
+        logging.disable(logging.NOTSET)
+    f = driver.forecaster.first
+    assert result.strategy_chosen == "changepoint" and f is not None
+    ends = {rng.good.sha, rng.bad.sha}
+    ran = [len(o.measurement.requests) for o in result.probed
+           if o.commit not in ends and o.measurement is not None]
+    per_server = sum(ran) / len(ran)
+    assert per_server > 2 * sp.probe.requests     # (the case: search servers run more)
+    assert 0.67 <= (f.requests / f.server_starts) / per_server <= 1.5, (f, per_server)
+
 def test_a_bayesian_search_takes_the_bits_left_over_what_a_run_tells() -> None:
     assert run_capacity(1.0, 0.0) == pytest.approx(1.0)  # a deterministic run: one bit
     assert run_capacity(0.5, 0.0) == pytest.approx(0.32, abs=0.01)  # the Z channel's

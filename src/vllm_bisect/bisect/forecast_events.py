@@ -22,9 +22,12 @@ from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.search.bayes import marginal
 from vllm_bisect.bisect.search.bayes_search import journal_runs
+from vllm_bisect.bisect.search.changepoint import least_requests, model_prior
+from vllm_bisect.bisect.search.range_model import servers_of
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.models import EvalStatus, Evaluation, Outcome
 from vllm_bisect.spec import BisectSpec
+from vllm_bisect.verdict.changepoint import posterior, requests_per_server
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +91,7 @@ class ForecastEvents:
             f, drawn = self._bayes(t, plan)
         else:
             f = predict(
-                self.n, self.strategy, requests=self._requests(measured),
+                self.n, self.strategy, requests=self._requests(t, measured),
                 rechecks=v.recheck_runs if self.strategy == "threshold" else 0,
                 good=groups(good) if groups and good and good.measurement else None,
                 bad=groups(bad) if groups and bad and bad.measurement else None,
@@ -116,15 +119,25 @@ class ForecastEvents:
         logger.info("%s", f.line(self.n))
         return f
 
-    def _requests(self, ends: list[Evaluation]) -> float:
+    def _requests(self, t: Tester, ends: list[Evaluation]) -> float:
         """A search server's requests: ``probe.requests``; under the model of the range, what
-        the ends' servers ran (it sizes a server from the spreads it learned there)."""
+        the model asks of a search server once the ends are in (the two-stage optimum over
+        the spreads the ends' servers show, as the search sizes its servers; ``verdict.
+        server_cost`` for a start: the search measures its own later)."""
         asked = self.spec.probe.requests
         if self.strategy != "changepoint" or not ends:
             return asked
-        per = [len(e.measurement.requests) / max(1, len(e.samples or ()))
-               for e in ends if e.measurement is not None]
-        return max(asked, statistics.fmean(per)) if per else asked
+        v = self.spec.verdict
+        prior = model_prior(v, t.terms.search)
+        if not prior.per_request:    # (one sample a server: its requests are the probe's)
+            return asked
+        index = {t.rng.good.sha: -1, t.rng.bad.sha: self.n - 1}
+        servers = [s for e in ends for s in servers_of(e, index[e.commit], v.symptom)]
+        if len(servers) < 2:
+            return asked
+        post = posterior(self.n, servers, prior)
+        return float(requests_per_server(post, v.server_cost, least_requests(prior, asked),
+                                         v.max_samples))
 
     def _bayes(self, t: Tester, plan: CapPlan) -> tuple[Forecast, Spread]:
         """From every run so far: the posterior's entropy, q and the good endpoint's false

@@ -32,7 +32,7 @@ from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.errors import NotReproduced, RestExplained, RestUndecided, SpecError
 from vllm_bisect.models import EvalStatus, Evaluation, Measurement, Outcome, Phase, Verdict
 from vllm_bisect.probes.decode import combine
-from vllm_bisect.spec import SearchKind
+from vllm_bisect.spec import SearchKind, VerdictSpec
 from vllm_bisect.text import plural
 from vllm_bisect.verdict.auto import direction, log_min_change, per_request, samples_of
 from vllm_bisect.verdict.changepoint import (
@@ -64,6 +64,21 @@ DRIFT_POINTS = 6      # commits inside the range measured before a drift can be 
 GIVE_UP = 2           # a commit whose servers failed this many times is skipped
 
 
+def model_prior(v: VerdictSpec, search: SearchKind, rest: bool = False) -> Prior:
+    """The model's prior for ``v``'s symptom: its direction (inverted in a fix search), the
+    smallest change that matters, and the search's (or a rest check's) model weights."""
+    sign = -1 if search is SearchKind.FIX else 1
+    return Prior(direction=direction(v.symptom) * sign, min_step=log_min_change(v),
+                 per_request=per_request(v.symptom), **(REST_PRIOR if rest else SEARCH_PRIOR))
+
+
+def least_requests(prior: Prior, asked: int) -> int:
+    """A server's requests at least: ``probe.requests``, and three where the requests are
+    samples (a server of one or two cannot tell its level from its requests' spread: two
+    1.3x steps, n = 32, probe.requests = 1: 90% -> 97% both named, 400 runs)."""
+    return max(END_REQUESTS if prior.per_request else 1, asked)
+
+
 class ChangePointSearch:
     """``rest``: a rest check's search (see ``REST_PRIOR``)."""
 
@@ -77,19 +92,13 @@ class ChangePointSearch:
         rng = tester.rng
         self.index = {rng.good.sha: -1, **{c.sha: i for i, c in enumerate(rng.commits)}}
         self.roles = {info.sha: role for info, role in tester.terms.endpoints(rng)}
-        sign = -1 if tester.terms.search is SearchKind.FIX else 1
-        self.prior = Prior(direction=direction(self.symptom) * sign,
-                           min_step=log_min_change(self.v),
-                           per_request=per_request(self.symptom),
-                           **(REST_PRIOR if rest else SEARCH_PRIOR))
+        self.prior = model_prior(self.v, tester.terms.search, rest)
         # a symptom a server shows or not: one bit a server (verdict/changepoint_rate.py)
         self.rate = self.symptom in RATE_SYMPTOMS
         if self.rate and tester.terms.search is SearchKind.FIX:
             raise SpecError(f"verdict.strategy = \"changepoint\" on {self.symptom.value} "
                             "searches regressions only", hint="use strategy = \"threshold\"")
-        # a server of one or two requests cannot tell its level from its requests' spread
-        # (two 1.3x steps, n = 32, probe.requests = 1: 90% -> 97% both named, 400 runs)
-        self.least = max(END_REQUESTS if self.prior.per_request else 1, spec.probe.requests)
+        self.least = least_requests(self.prior, spec.probe.requests)
         self.servers: list[Server] = []
         self.skipped: set[int] = set()
         self.failures: Counter[int] = Counter()
