@@ -144,7 +144,9 @@ def test_a_cache_the_two_level_policy_filled_is_read_on_its_scale(tmp_path: Path
     h = history(tmp_path, n_commits=24, slow_at=13, slow_factor=2.0, noise_cv=0.02,
                 server_cv=0.02, step_ms=5.0)
     cache = tmp_path / "cache"
-    common = dict(probe={"requests": 3})   # (the model takes servers of 3 requests or more)
+    # (the model takes a cached server with the requests it wants, 3 or more: 6 leave room
+    # for a loaded machine's noisier timings)
+    common = dict(probe={"requests": 6})
     before = write_spec(tmp_path / "twolevel.toml", make_spec(
         h, verdict={"symptom": "itl", "strategy": "twolevel"}, **common))
     r = subprocess.run(run_cmd(before, tmp_path / "s1", cache), capture_output=True,
