@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import history, make_spec, write_spec
-from vllm_bisect.bisect.driver import Driver
+from vllm_bisect.bisect.driver import BisectResult, Driver
 from vllm_bisect.bisect.forecast import (
     Forecast,
     bayes_runs,
@@ -24,8 +24,8 @@ from vllm_bisect.bisect.forecast import (
 )
 from vllm_bisect.bisect.forecast_spread import CapPlan, bayes_costs, cap_costs, spread
 from vllm_bisect.bisect.state.journal import SessionJournal
-from vllm_bisect.sim.virtual import VirtualCluster, commit_range, scenario
-from vllm_bisect.spec import parse_spec
+from vllm_bisect.sim.virtual import Scenario, VirtualCluster, commit_range, scenario
+from vllm_bisect.spec import BisectSpec, parse_spec
 
 
 def test_a_threshold_search_is_one_server_per_step_plus_the_rechecks() -> None:
@@ -35,26 +35,33 @@ def test_a_threshold_search_is_one_server_per_step_plus_the_rechecks() -> None:
     assert predict(64, "bayes") is None  # no model: no forecast
 
 
-def test_the_model_of_the_range_is_forecast_as_one_server_a_step(tmp_path: Path) -> None:
-    f = predict(64, "changepoint", requests=5.0)
-    assert f is not None
-    assert (f.steps, f.builds, f.server_starts, f.requests) == (6, 6.0, 6.0, 30.0)
-    # through the driver, auto on itl (the model): a clean 2x step, the ends' servers' requests
+def forecast_itl(tmp: Path, seed: int, effect: float, cv: float, server_cv: float
+                 ) -> tuple[Scenario, BisectSpec, BisectResult, Forecast | None]:
+    """A virtual-time bisect of an ITL step under auto (the model of the range): the
+    scenario, the spec, the result and the first forecast the driver printed."""
     logging.disable(logging.WARNING)
-    s = scenario(random.Random(3), symptom="itl", effect=2.0, cv=0.03, server_cv=0.02,
-                 max_skip=0.0)
+    s = scenario(random.Random(seed), symptom="itl", effect=effect, cv=cv,
+                 server_cv=server_cv, max_skip=0.0)
     rng = commit_range(s.n)
     sp = parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
                      "verdict": {"symptom": "itl"}})
-    cluster = VirtualCluster(s, rng, 1, random.Random(4), first_batch=sp.probe.requests)
-    journal = SessionJournal(tmp_path)
+    cluster = VirtualCluster(s, rng, 1, random.Random(seed + 1), first_batch=sp.probe.requests)
+    journal = SessionJournal(tmp)
     try:
         driver = Driver(sp, rng, cluster, journal, None)
         result = driver.run()
     finally:
         journal.close()
         logging.disable(logging.NOTSET)
-    f = driver.forecaster.first
+    return s, sp, result, driver.forecaster.first
+
+
+def test_the_model_of_the_range_is_forecast_as_one_server_a_step(tmp_path: Path) -> None:
+    f = predict(64, "changepoint", requests=5.0)
+    assert f is not None
+    assert (f.steps, f.builds, f.server_starts, f.requests) == (6, 6.0, 6.0, 30.0)
+    # through the driver, auto on itl (the model): a clean 2x step
+    s, sp, result, f = forecast_itl(tmp_path, 3, 2.0, 0.03, 0.02)
     assert result.strategy_chosen == "changepoint" and f is not None
     assert f.steps == (s.n - 1).bit_length() and f.server_starts == f.steps
     assert f.requests >= f.steps * sp.probe.requests
@@ -62,29 +69,14 @@ def test_the_model_of_the_range_is_forecast_as_one_server_a_step(tmp_path: Path)
     assert f.server_starts - 2 <= searched <= f.server_starts + 2, (searched, f)
 
 
-
 def test_the_model_of_the_range_is_forecast_with_the_requests_its_search_servers_run(
         tmp_path: Path) -> None:
     # no server-level spread: the model sizes a search server at ~10 requests (the two-stage
     # optimum over the spreads the ends show) where the ends' own servers ran 3-4; the
     # forecast took the ends' count and forecast 0.64x the wall (bench_accuracy, session 24)
-    logging.disable(logging.WARNING)
-    s = scenario(random.Random(5), symptom="itl", effect=1.3, cv=0.10, server_cv=0.0,
-                 max_skip=0.0)
-    rng = commit_range(s.n)
-    sp = parse_spec({"build": {"kind": "url", "url": "http://127.0.0.1:1"},
-                     "verdict": {"symptom": "itl"}})
-    cluster = VirtualCluster(s, rng, 1, random.Random(6), first_batch=sp.probe.requests)
-    journal = SessionJournal(tmp_path)
-    try:
-        driver = Driver(sp, rng, cluster, journal, None)
-        result = driver.run()
-    finally:
-        journal.close()
-        logging.disable(logging.NOTSET)
-    f = driver.forecaster.first
+    _, sp, result, f = forecast_itl(tmp_path, 5, 1.3, 0.10, 0.0)
     assert result.strategy_chosen == "changepoint" and f is not None
-    ends = {rng.good.sha, rng.bad.sha}
+    ends = {result.range.good.sha, result.range.bad.sha}
     ran = [len(o.measurement.requests) for o in result.probed
            if o.commit not in ends and o.measurement is not None]
     per_server = sum(ran) / len(ran)
