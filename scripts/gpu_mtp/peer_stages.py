@@ -251,13 +251,16 @@ class PeerStages:
         seen before a measured round: on a cold CUDA-graphs server their first use stalls the
         engine 0.75-1.9 s (docs/validation.md (g)). It is kept under the server's entry,
         ``servers[k]["warm_round"][C]``, never in ``rounds`` (so ``concurrent_peer_check`` does
-        not see it); ``--no-peer-warm-round`` leaves it out.
+        not see it); ``--no-peer-warm-round`` leaves it out. The warm round takes the stalls
+        only when its requests made the mixed batches (bench and the probe in lockstep make
+        none): a measured round that shows one (``peer_rounds.first_use_stall``) is moved to
+        ``servers[k]["stalled_round"][C]`` and run again, once per C and server.
 
         Resumes from its partial file (rounds from an earlier server are kept: each round is
         self-contained). Stops before a round (warm or measured) that would not fit the budget;
         a warm round only starts when it and a measured round fit."""
         from vllm_bisect.probes.peer import ConcurrentRound, concurrent_peer_check
-        from vllm_bisect.probes.peer_rounds import round_need
+        from vllm_bisect.probes.peer_rounds import first_use_stall, round_need
 
         tag = f"peer_concurrent{self.mode_tag()}"
         concs = self.pc_concs
@@ -277,7 +280,7 @@ class PeerStages:
                 model = str(self.work / "mtp")
                 text, jsonl = self.sized_peer_prompt(h, tag, max(per_n.values()) * 2)
                 server: dict[str, Any] = {"startup_s": h.startup_s, "warmup_itl_ms": {},
-                                          "warm_round": {}}
+                                          "warm_round": {}, "stalled_round": {}}
                 doc["servers"].append(server)
                 doc["prompt"] = text
 
@@ -330,6 +333,23 @@ class PeerStages:
                     rec, rnd = self.concurrent_round(h, model, name, jsonl, c, per_n[c],
                                                      probe_at(c))
                     took.append(time.monotonic() - t)
+                    why = first_use_stall(rec)
+                    if (why and str(c) not in server["stalled_round"]
+                            and self.left() >= max(took) + 10.0):
+                        # the warm round did not take the stall (no mixed batch in it): this
+                        # round is discarded as a second warm round and run again, once
+                        gone = f"{tag}_s{len(doc['servers']) - 1}_c{c}_stalled"
+                        for f in (rec["bench_file"], rec["probe_file"], f"{name}_stdout.txt"):
+                            (self.res / f).rename(self.res / f.replace(name, gone))
+                        rec = {**rec, "bench_file": f"{gone}.json",
+                               "probe_file": f"{gone}_probe.json"}
+                        server["stalled_round"][str(c)] = {"why": why, **rec}
+                        self.save(partial.name, doc)
+                        log(f"{tag}: c={c} round {done} discarded: {why}; run again")
+                        t = time.monotonic()
+                        rec, rnd = self.concurrent_round(h, model, name, jsonl, c, per_n[c],
+                                                         probe_at(c))
+                        took.append(time.monotonic() - t)
                     doc["rounds"].append({"concurrency": c, "round": done,
                                           "server": len(doc["servers"]) - 1,
                                           "took_s": round(took[-1], 1), **rec})

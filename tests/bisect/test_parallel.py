@@ -167,7 +167,7 @@ def test_ctrl_c_tears_down_every_worker_and_resume_finishes(tmp_path: Path) -> N
             if (session / "journal.sqlite").exists():
                 try:
                     _, _, servers = journal_rows(session)
-                except sqlite3.OperationalError:
+                except (sqlite3.OperationalError, TypeError):  # tables or the id not written yet
                     servers = []
                 if sum(1 for _, stopped in servers if stopped is None) >= 4:
                     break

@@ -23,6 +23,7 @@ from vllm_bisect.probes.peer import (
     concurrent_peer_check,
     concurrent_round,
 )
+from vllm_bisect.probes.peer_rounds import first_use_stall
 
 ROOT = Path(__file__).parents[2]
 MTP = ROOT / "tests" / "fixtures" / "vllm-0.25.1-mtp"
@@ -166,6 +167,27 @@ def test_real_h200_round_and_rounds_replayed() -> None:
     assert max(r["bench_max_ttft_s"] for r in doc["rounds"]) < 0.2
 
 
+def test_a_first_use_stall_is_told_from_a_measured_round() -> None:
+    """The real H200 round (session 9, warm): no stall; the same round with one of bench's
+    requests waiting 0.75 s for its first token (the shortest stall session 8 saw) has one,
+    and so has the probe's side; a machine's scheduling delay (35 ms) is not one."""
+    bench = json.loads((MTP / "peer_concurrent_graphs_c4_r04_bench.json").read_text())
+    probe = Measurement.model_validate_json(
+        (MTP / "peer_concurrent_graphs_c4_r04_probe.json").read_text())
+    ttfts, probe_ttft = list(bench["ttfts"]), [r.ttft_ms for r in probe.requests]
+
+    def rec(b: list[float], p: list[float]) -> dict[str, float]:
+        return {"bench_max_ttft_s": max(b), "bench_median_ttft_s": sorted(b)[len(b) // 2],
+                "probe_max_ttft_ms": max(p), "probe_median_ttft_ms": sorted(p)[len(p) // 2]}
+
+    assert first_use_stall(rec(ttfts, probe_ttft)) is None
+    assert first_use_stall(rec([*ttfts[:-1], ttfts[-1] + 0.035], probe_ttft)) is None
+    why = first_use_stall(rec([*ttfts[:-1], ttfts[-1] + 0.75], probe_ttft))
+    assert why is not None and why.startswith("bench's longest TTFT")
+    why = first_use_stall(rec(ttfts, [*probe_ttft[:-1], probe_ttft[-1] + 750.0]))
+    assert why is not None and why.startswith("probe's longest TTFT")
+
+
 @pytest.mark.exclusive_cpu   # two clients' timings must agree: no other test beside it
 def test_peer_concurrent_stage_on_a_drifting_simulator(tmp_path: Path) -> None:
     """The stage as the GPU session runs it, with the simulator behind --vllm, its speed
@@ -228,6 +250,17 @@ def test_peer_concurrent_stage_on_a_drifting_simulator(tmp_path: Path) -> None:
             assert (res / w["bench_file"]).exists() and (res / w["probe_file"]).exists()
         # the stalls hit the c=1 warm round (the 2-request warm-up before it, both prefills
         # together, can take at most one of the three): bench saw each one, as its request's
-        # TTFT (its prefill stalled) or as a chunk gap (it was decoding)
+        # TTFT (its prefill stalled) or as a chunk gap (it was decoding). On a loaded machine
+        # bench and the probe can run the warm round in lockstep (each prefill beside the
+        # other's, no mixed batch, no stall): then the first measured c=1 round took them and
+        # was discarded and run again (CI, session 24: a 0.19 diff from a kept stalled round)
         w1 = server["warm_round"]["1"]
-        assert max(w1["bench_max_ttft_s"], w1["bench_max_gap_s"]) >= 0.9 * stall_s
+        stalled = server["stalled_round"]
+        assert set(stalled) <= {"1", "2"}
+        hit = [w1, *stalled.values()]
+        assert max(max(w["bench_max_ttft_s"], w["bench_max_gap_s"]) for w in hit) >= 0.9 * stall_s
+        for w in stalled.values():
+            assert first_use_stall(w) == w["why"] and (res / w["bench_file"]).exists()
+    for x in doc["rounds"]:   # no measured round kept a stall
+        assert first_use_stall(x) is None
+        assert max(x["bench_max_ttft_s"], x["bench_max_gap_s"]) < 0.5 * stall_s

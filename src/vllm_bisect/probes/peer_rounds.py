@@ -24,7 +24,8 @@ from vllm_bisect.probes.peer_concurrent import ConcurrentRound, concurrent_round
 from vllm_bisect.probes.peer_stats import bench_tokens_per_chunk
 
 __all__ = ["ConcurrentRun", "bench_serve_argv", "block_of_bench", "block_of_probe",
-           "pairs_fit", "prompts_jsonl", "round_need", "round_record", "run_concurrent"]
+           "first_use_stall", "pairs_fit", "prompts_jsonl", "round_need", "round_record",
+           "run_concurrent"]
 
 # the phrase `vllm bench serve` prints when its measured requests start
 MAIN_RUN = "Starting main benchmark run"
@@ -158,7 +159,30 @@ def round_record(run: ConcurrentRun, bench: Mapping[str, Any],
            "bench_max_ttft_s": max(bench.get("ttfts") or [0.0]),
            "bench_max_gap_s": max((g for x in bench.get("itls") or [] for g in x), default=0.0),
            "probe_max_ttft_ms": max((x.ttft_ms for x in m.requests), default=0.0),
+           "bench_median_ttft_s": statistics.median(bench.get("ttfts") or [0.0]),
+           "probe_median_ttft_ms": statistics.median([x.ttft_ms for x in m.requests] or [0.0]),
            # identical prompts: the same tokens per chunk on both sides unless the shared
            # batch changed the greedy numerics
            "bench_tokens_per_chunk": bench_tokens_per_chunk(bench), **rnd.as_dict()}
     return rec, rnd
+
+
+# a first-use stall (a cold server compiling a new batch shape: 0.75-1.9 s on the H200,
+# docs/validation.md (g)) lands in a request's TTFT: the one whose prefill made the new shape
+STALL_FACTOR = 5.0     # a TTFT this many times the round's median TTFT ...
+STALL_FLOOR_S = 0.1    # ... and this much longer than it
+
+
+def first_use_stall(rec: Mapping[str, Any]) -> str | None:
+    """Why a round's record shows a first-use stall (bench's or the probe's longest TTFT far
+    above that side's median), or None. The discarded warm round is meant to take the stalls,
+    but it takes them only when its requests made the mixed batches: bench and the probe in
+    lockstep (each prefill with the other's) make none, and the stall moves to a measured
+    round."""
+    for side, longest, median in (
+            ("bench", rec["bench_max_ttft_s"], rec["bench_median_ttft_s"]),
+            ("probe", rec["probe_max_ttft_ms"] / 1000.0, rec["probe_median_ttft_ms"] / 1000.0)):
+        if longest > max(STALL_FACTOR * median, median + STALL_FLOOR_S):
+            return (f"{side}'s longest TTFT {longest:.3f} s against its median "
+                    f"{median:.3f} s: a first-use stall")
+    return None

@@ -65,6 +65,13 @@ def concurrent_summary(doc: dict[str, Any]) -> str:
                   f"{x['bench_tpot_all_ms']:.3f} ms/token, diff {pct(x['diff'])}; longest bench "
                   f"TTFT {x['bench_max_ttft_s']:.3f} s, chunk gap {x['bench_max_gap_s']:.3f} s, "
                   f"probe TTFT {x['probe_max_ttft_ms'] / 1000:.3f} s" for k, c, x in warm]
+    stalled = [(k, c, x) for k, s in enumerate(doc.get("servers", []))
+               for c, x in s.get("stalled_round", {}).items()]
+    if stalled:
+        lines += ["", "Measured rounds discarded and run again (the warm round made no mixed "
+                  "batch; the stall came later):", ""]
+        lines += [f"- server {k}, c={c}: diff {pct(x['diff'])}; {x['why']}"
+                  for k, c, x in stalled]
     for c, r in doc.get("results", {}).items():
         lines += ["", f"c={c}: {r['n_rounds']} rounds, per token mean {pct(r['mean_diff'])} "
                   f"({r['confidence']:.0%} CI {pct(r['ci_low'])} .. {pct(r['ci_high'])}), "
