@@ -51,14 +51,17 @@ from vllm_bisect.spec import dump_spec, parse_spec  # noqa: E402
 # anything else; it goes on across machines through --state
 # issue 45's order: kind 3 through run and the hook (the default spec, one cache), kind 2 again
 # for its per-phase starts, isolate on kind 2's culprit, explain on kind 3, eager vs graphs
-# issue 53's order (session 26): the model of the range (verdict.strategy = "changepoint")
-# on kind 3, interrupted with SIGINT after its second server and resumed ("cpint"), then on
-# kind 2 ("cp"), the probe's noise on one commit ("noise", scripts/gpu53/noise.py), explain
-JOBS = ("host-cpint", "spec-cp", "host-noise", "host-explain")
+# issue 53's order: the model of the range on kind 3, interrupted with SIGINT after its
+# second server and resumed ("cpint"), then on kind 2 ("cp"); session 24 also ran the probe's
+# noise on one commit ("host-noise", scripts/gpu53/noise.py) and had explain next; session 25
+# runs the two bisects only (still available by name: --only host-noise,host-explain)
+JOBS = ("host-cpint", "spec-cp")
 ISSUE45_JOBS = ("host-rundef", "host-hookdef", "spec-rundef", "spec-isolate", "host-explain",
                 "host-graphs")
-# "cp" / "cpint": `vllm-bisect run` with the changepoint spec (`[verdict] symptom = "itl"`,
-# `strategy = "changepoint"` and nothing else; auto does not choose it yet); "cpint": SIGINT
+# "cp" / "cpint": `vllm-bisect run` with the spec a user writes (`[verdict] symptom = "itl"`
+# and nothing else in [verdict]: strategy "auto", which runs the model of the range for itl on
+# one worker; the run's log says why: "verdict strategy changepoint: auto: ..."; session 24
+# wrote `strategy = "changepoint"` because auto did not choose it then); "cpint": SIGINT
 # to the run's process group as soon as its journal holds INTERRUPT_AFTER finished server
 # starts, then resumed with the command the interrupt printed (`run --session DIR
 # --cache-dir DIR`)
@@ -313,12 +316,12 @@ class Run:
         self.pack()
 
     def cp_spec(self, kind: str, data: dict[str, Any]) -> None:
-        """WORK/KIND-cp.toml: the default spec with `strategy = "changepoint"` beside the
-        symptom, nothing else in [verdict] (issue 53)."""
+        """WORK/KIND-cp.toml: the spec a user writes, `[verdict] symptom = "itl"` and nothing
+        else in [verdict] (issue 53: strategy "auto" runs the model of the range for itl)."""
         if kind not in ("host", "spec"):
             return
         cp = dict(data)
-        cp["verdict"] = {"symptom": "itl", "strategy": "changepoint"}
+        cp["verdict"] = {"symptom": "itl"}
         out = self.work / f"{kind}-cp.toml"
         out.write_text(dump_spec(parse_spec(cp, source=f"{kind}-cp")))
         shutil.copy(out, self.res / out.name)

@@ -33,7 +33,7 @@ PARTS=$TMPB/i53parts W=$TMPB/w SITE=$TMPB/site DOUT=$TMPB/out53bg PIDF=$TMPB/i53
 WORK=${WORK:-$TMPB/gpuwork}
 PY=${PY:-python3}
 OUT=${OUT:-$TMPB/out53}
-ALL=host-cpint,spec-cp,host-noise,host-explain
+ALL=host-cpint,spec-cp   # session 24 also ran host-noise,host-explain
 mkdir -p "$OUT" "$PARTS"
 exec > >(tee -a "$OUT/call.log") 2>&1
 say() { printf '[run53 %5ds] %s\n' $((SECONDS - T0)) "$*"; }
