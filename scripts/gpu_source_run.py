@@ -248,6 +248,26 @@ class Run:
             if (session / k).exists():
                 shutil.copy(session / k, self.res / f"{name}_{k}")
 
+    def collect(self, doc: dict[str, object], session: Path, name: str, planted: object) -> None:
+        """What a `run` job's session left, into its record: result.json, report.md (into
+        res/), the costs by phase from the journal and the starts' summary against the
+        planted commit (an error kept as such: the record is written either way)."""
+        result = session / "result.json"
+        if result.exists():
+            doc["result"] = json.loads(result.read_text())
+            self.copy_out(session, name, "report.md")
+        try:
+            doc["costs"] = costs(session)
+        except Exception as err:
+            doc["costs"] = {"error": repr(err)}
+        try:
+            c, r = doc["costs"], doc.get("result")
+            doc["summary"] = starts_summary(
+                r if isinstance(r, dict) else None,
+                c.get("starts", []) if isinstance(c, dict) else [], planted)
+        except Exception as err:
+            doc["summary"] = {"error": repr(err)}
+
     def trace_out(self, session: Path, name: str) -> None:
         """The first raw trace of an explain, gzipped into OUT (a real vLLM trace to read
         here, beside the numbers), when it fits what comes back (16 MiB a file)."""
@@ -459,38 +479,12 @@ class Run:
                             str(self.cache), "--json"]
                 code, wall = self.cmd(argv, repo, timeout, name)
                 doc.update(rc=code, wall_s=round(wall, 1))
-            result = session / "result.json"
-            if result.exists():
-                doc["result"] = json.loads(result.read_text())
-                self.copy_out(session, name, "report.md")
-            try:
-                doc["costs"] = costs(session)
-                r = doc.get("result")
-                doc["summary"] = starts_summary(r if isinstance(r, dict) else None,
-                                                doc["costs"]["starts"],  # type: ignore[index]
-                                                planted["planted"])
-            except Exception as err:
-                doc["summary"] = {"error": repr(err)}
+            self.collect(doc, session, name, planted["planted"])
         elif what in ("run", "rundef"):
             code, wall = self.cmd([*cli, "run", "--spec", str(spec), "--session", str(session),
                                   "--cache-dir", str(self.cache), "--json"], repo, timeout, name)
             doc.update(rc=code, wall_s=round(wall, 1))
-            result = session / "result.json"
-            if result.exists():
-                doc["result"] = json.loads(result.read_text())
-                self.copy_out(session, name, "report.md")
-            try:
-                doc["costs"] = costs(session)
-            except Exception as err:
-                doc["costs"] = {"error": repr(err)}
-            try:
-                c = doc["costs"]
-                r = doc.get("result")
-                doc["summary"] = starts_summary(
-                    r if isinstance(r, dict) else None,
-                    c.get("starts", []) if isinstance(c, dict) else [], planted["planted"])
-            except Exception as err:
-                doc["summary"] = {"error": repr(err)}
+            self.collect(doc, session, name, planted["planted"])
             serve_logs = sorted((session / "logs").glob("serve-*.log"))
             if serve_logs and not (self.res / "serve_startup_full.log").exists():
                 shutil.copy(serve_logs[0], self.res / "serve_startup_full.log")

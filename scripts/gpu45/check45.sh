@@ -5,7 +5,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 2
 fail=0
 (cd .whl && sha256sum -c --quiet ../.gpu/bin/parts.sha256) && echo "parts: 7 whole" || { echo "parts: DAMAGED"; fail=1; }
-bash -n .gpu/bin/run45.sh && bash -n .gpu/bin/keep45.sh && echo "scripts: parse" || fail=1
+bash -n .gpu/bin/run45.sh && bash -n .gpu/bin/run_issue.sh && bash -n .gpu/bin/keep.sh && echo "scripts: parse" || fail=1
 tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
 bin=$(du -cb .gpu/bin | tail -1 | cut -f1)
 state=$(du -cb .gpu/state 2>/dev/null | tail -1 | cut -f1)

@@ -8,7 +8,6 @@ Built once from the driver's :class:`~vllm_bisect.bisect.driver.BisectResult`
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +22,7 @@ from pydantic import (
 )
 
 from vllm_bisect.bisect.endpoint_doc import EndpointEnvDoc
+from vllm_bisect.bisect.search.range_model import RangeModel
 from vllm_bisect.errors import SessionError
 from vllm_bisect.models import FailureKind, Measurement, Verdict
 from vllm_bisect.report.sections import STUDIES
@@ -76,21 +76,10 @@ class JudgedCommit(_Doc):
     servers: int | None = None  # a two-level verdict's servers (None: one, or not kept)
 
 
-class RangeModelDoc(_Doc):
-    """``verdict.strategy = "changepoint"``: what the model of the range concluded: P of the
-    named culprit (or of the likeliest interval), P(no step that matters), P(a drift, no
-    step), the step (new / old, in the symptom's units) with its ~95% interval, the servers it
-    rests on, and P(first bad = k) per commit index (those above 0.1%: report.html draws it)."""
-
-    p: float
-    none: float
-    drift: float
-    effect: float
-    effect_lo: float
-    effect_hi: float
-    servers: int
-    posterior: list[tuple[int, float]] = Field(default_factory=list)
-    rate_before: float | None = None   # a symptom a server shows or not: effect is a rate
+class RangeModelDoc(RangeModel):
+    """``verdict.strategy = "changepoint"``: what the model of the range concluded
+    (:class:`~vllm_bisect.bisect.search.range_model.RangeModel`, written as it is; report.html
+    draws its ``posterior``), and the sentence the reports print."""
 
     def text(self, culprit: str | None) -> str:
         what = f"P(first bad is {culprit[:12]})" if culprit else "P(the likeliest commits)"
@@ -298,8 +287,8 @@ class BisectReport(_Doc):
                    bad=result.range.bad.sha, n_commits=len(result.range.commits),
                    probed=probed, verification=VerificationDoc.of(result.verification),
                    confidence=result.confidence, strategy_chosen=result.strategy_chosen,
-                   model=(RangeModelDoc(**{**asdict(result.model), "posterior": list(
-                       result.model.posterior)}) if result.model is not None else None),
+                   model=(RangeModelDoc(**result.model.model_dump())
+                          if result.model is not None else None),
                    strategy_reason=result.strategy_reason, flaky=FlakyDoc.of(result.flaky),
                    server_starts=(sum(result.starts_by_phase.values())
                                   if result.starts_by_phase

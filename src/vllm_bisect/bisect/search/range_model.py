@@ -4,22 +4,23 @@ what it concludes (:class:`RangeModel`, for the result and the reports); split f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from vllm_bisect.models import Evaluation
 from vllm_bisect.verdict.auto import samples_of
 from vllm_bisect.verdict.changepoint import Posterior, Server, summarise
 
 
-@dataclass(frozen=True)
-class RangeModel:
+class RangeModel(BaseModel):
     """What the model of the range concluded, for the result and the reports: P of the
     culprit (or of the likeliest interval), P(no step that matters), P(a drift), the step
     (new / old, the symptom's units) with its ~95% interval, the servers it rests on, and
     P(first bad = k) per commit index (those above 0.1%). ``rate_before``: a symptom a
-    server shows or not: ``effect`` is then the new side's rate, this the old side's."""
+    server shows or not: ``effect`` is then the new side's rate, this the old side's.
+    result.json writes it as it is (``report.result.RangeModelDoc``: this and its text)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     p: float
     none: float
@@ -28,7 +29,7 @@ class RangeModel:
     effect_lo: float
     effect_hi: float
     servers: int
-    posterior: tuple[tuple[int, float], ...]
+    posterior: tuple[tuple[int, float], ...] = ()
     rate_before: float | None = None
 
 
