@@ -22,7 +22,7 @@ from vllm_bisect.bisect.policies.base import Role
 from vllm_bisect.bisect.range import CommitInfo, CommitRange
 from vllm_bisect.bisect.search.bayes import marginal
 from vllm_bisect.bisect.search.bayes_search import journal_runs
-from vllm_bisect.bisect.search.changepoint import least_requests, model_prior
+from vllm_bisect.bisect.search.changepoint_prior import least_requests, model_prior
 from vllm_bisect.bisect.search.range_model import servers_of
 from vllm_bisect.bisect.tester import Tester
 from vllm_bisect.models import EvalStatus, Evaluation, Outcome

@@ -24,7 +24,8 @@ from collections.abc import Sequence
 
 from vllm_bisect.bisect.policies.base import MoreSamples, Role
 from vllm_bisect.bisect.range import CommitInfo
-from vllm_bisect.bisect.search.changepoint import END_REQUESTS, ChangePointSearch
+from vllm_bisect.bisect.search.changepoint import ChangePointSearch
+from vllm_bisect.bisect.search.changepoint_prior import END_REQUESTS
 from vllm_bisect.bisect.tester import phase_of
 from vllm_bisect.models import Evaluation, Phase
 from vllm_bisect.verdict.changepoint import Posterior
