@@ -19,8 +19,9 @@ for what in "carry call: tree + .gpu/bin + one part:$((tree + bin + part))" \
   [ "$n" -lt $limit ] || fail=1
 done
 echo "tree that travels: $tree bytes (tracked + untracked-not-ignored)"
-if grep -q pack-only scripts/gpu_source_run.py; then echo "driver: scripts/gpu_source_run.py (patch applied)"
-else echo "driver: .gpu/bin/gpu_source_run.py (scripts/gpu_source_run.py lacks the issue-45 patch)"; fi
+# the driver run_issue.sh will run: the copy in .gpu/bin when there, else the repository's
+if [ -f .gpu/bin/gpu_source_run.py ]; then echo "driver: .gpu/bin/gpu_source_run.py"
+else echo "driver: scripts/gpu_source_run.py"; fi
 [ -n "$(git status --porcelain --untracked-files=all | grep '^??')" ] && \
   echo "note: untracked files travel too: $(git status --porcelain --untracked-files=all | grep -c '^??')"
 exit $fail
