@@ -55,12 +55,28 @@ def interrupted(spec: Path, session: Path, cache: Path, err: Path,
         while p.poll() is None:
             text = err.read_text()
             step = text.find(" bisect ")
-            if step >= 0 and "starting server" in text[step:]:
+            # the step's server process spawned (journaled), not only its line printed: a
+            # SIGINT between the line and the spawn cuts an attempt that started no server
+            if step >= 0 and "starting server" in text[step:] \
+                    and spawned(session) >= text.count("starting server"):
                 break
             assert time.monotonic() < deadline, text[-3000:]
             time.sleep(0.1)
         p.send_signal(signal.SIGINT)
         assert p.wait(timeout=120) == 130, err.read_text()[-3000:]
+
+
+def spawned(session: Path) -> int:
+    """How many server processes the session's journal holds (0 before it exists)."""
+    try:
+        con = sqlite3.connect(f"{(session / 'journal.sqlite').absolute().as_uri()}?mode=ro",
+                              uri=True, timeout=5)
+        try:
+            return int(con.execute("SELECT COUNT(*) FROM servers").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
 
 
 def doc(session: Path) -> dict[str, Any]:
