@@ -11,6 +11,7 @@ from vllm_bisect.bisect.events import NullEvents
 from vllm_bisect.bisect.multi import MultiResult, run_symptoms
 from vllm_bisect.bisect.policies import Plan
 from vllm_bisect.bisect.range import CommitRange
+from vllm_bisect.bisect.recheck import FLAKY_META
 from vllm_bisect.bisect.state.journal import SessionJournal
 from vllm_bisect.sim.virtual import VirtualCluster, commit_range
 from vllm_bisect.sim.virtual_steps import StepsScenario, steps_scenario
@@ -81,6 +82,24 @@ def test_one_step_is_explained_by_its_culprit(tmp_path: Path) -> None:
 def test_the_rest_check_can_be_turned_off(tmp_path: Path) -> None:
     m, _ = run(spec(["itl"], rest_check=False), PLATEAU, tmp_path)
     assert len(m.culprits) == 1 and not m.culprits[0].note
+
+
+def test_a_rest_checks_verdict_is_not_replayed_as_another_symptoms_run(tmp_path: Path) -> None:
+    """A cap at 8 and a 1.3x ITL step at 20 (seeds where the ITL step's rest check measures
+    the bad end, journaled "good": the culprit's level). Before: the cap's intermittence
+    check replayed that verdict as the bad end missing the cap in its first run, switched the
+    cap to bayes ("it shows in some runs only", shown by no run) and paid 25-26 starts; each
+    search now replays only its own verdicts (the journal keeps who judged)."""
+    s = steps_scenario(32, ((20, 1.3),), cap_at=8, cv=0.10, server_cv=0.05)
+    for seed in (3, 4, 6):
+        m, cluster = run(spec(["length", "itl"]), s, tmp_path / str(seed), seed)
+        assert named(m, s, "length") == {8} and named(m, s, "itl") == {20}
+        journal = SessionJournal(tmp_path / str(seed))
+        try:
+            assert journal.get_meta(FLAKY_META) is None, journal.get_meta(FLAKY_META)
+        finally:
+            journal.close()
+        assert cluster.starts <= 20, (seed, cluster.starts)
 
 
 def test_two_symptoms_in_one_run_reuse_the_measurements(tmp_path: Path) -> None:

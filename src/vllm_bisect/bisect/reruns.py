@@ -10,8 +10,9 @@ from vllm_bisect.models import Verdict
 
 
 def past_runs(t: Tester, commit: str) -> list[Verdict]:
-    """The verdicts this session journaled for ``commit``, oldest first."""
-    history = t.store.journal.verdict_history()
+    """The verdicts this session journaled for ``commit``, oldest first: this search's
+    symptom's (another symptom's search, or a rest check, judged the same servers its way)."""
+    history = t.store.journal.verdict_history(t.store.judge)
     return [v for v, _ in history.get(t.store.key(commit), [])]
 
 

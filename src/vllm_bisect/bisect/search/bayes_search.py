@@ -46,7 +46,7 @@ def journal_runs(t: Tester) -> tuple[dict[int, list[bool]], set[int]]:
     runs: dict[int, list[bool]] = {}
     skipped: set[int] = set()
     keys = {t.store.key(t.rng.sha(i)): i for i in range(-1, n)}
-    for key, history in t.store.journal.verdict_history().items():
+    for key, history in t.store.journal.verdict_history(t.store.judge).items():
         if key in keys:
             for verdict, status in history:
                 note(runs, skipped, keys[key], verdict, status)

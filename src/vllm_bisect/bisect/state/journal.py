@@ -1,9 +1,8 @@
 """SQLite persistence: the session journal (in the session dir) and the result cache.
 
-Every write commits at once (WAL mode), so a run killed with SIGKILL loses at most the
-commit that was being measured. The result cache is keyed by
-``BisectSpec.measurement_key(commit)`` (commit, build, serve, probe) and shared by every
-session that uses the same cache dir, so a second bisect of another symptom reuses it.
+Every write commits at once (WAL mode): a run killed with SIGKILL loses at most the commit
+being measured. The result cache is keyed by ``BisectSpec.measurement_key(commit)`` (commit,
+build, serve, probe), shared by the sessions of one cache dir (another symptom reuses it).
 """
 
 from __future__ import annotations
@@ -175,9 +174,13 @@ class SessionJournal:
             CREATE TABLE IF NOT EXISTS artifacts (
                 commit_sha TEXT PRIMARY KEY, artifact TEXT NOT NULL);
         """)
-        if "told" not in {r[1] for r in self.con.execute("PRAGMA table_info(outcomes)")}:
-            # 1: a judged commit of the result; 0: kept for what follows only (a rest check's)
-            self.con.execute("ALTER TABLE outcomes ADD COLUMN told INTEGER NOT NULL DEFAULT 1")
+        cols = {r[1] for r in self.con.execute("PRAGMA table_info(outcomes)")}
+        # told: 1 a judged commit of the result, 0 kept for what follows only (a rest check's);
+        # judge: the symptom, "/rest" for a rest check's search ('': a journal from before)
+        for col, sql in (("told", "told INTEGER NOT NULL DEFAULT 1"),
+                         ("judge", "judge TEXT NOT NULL DEFAULT ''")):
+            if col not in cols:
+                self.con.execute(f"ALTER TABLE outcomes ADD COLUMN {sql}")
         # (worked: this call's seconds by the monotonic clock; a journal from before it has
         # only the wall-clock started/seen, which a clock jump would stretch)
         if "worked" not in {r[1] for r in self.con.execute("PRAGMA table_info(runs)")}:
@@ -204,25 +207,26 @@ class SessionJournal:
     def set_meta(self, key: str, value: str) -> None:
         self.con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
-    def record(self, key: str, outcome: Outcome, ev: Evaluation, told: bool = True) -> None:
+    def record(self, key: str, outcome: Outcome, ev: Evaluation, told: bool = True,
+               judge: str = "") -> None:   # (judge: MeasurementStore.judge)
         with self._lock:
-            self._record(key, outcome, ev, told)
+            self.con.execute(
+                "INSERT INTO outcomes (commit_sha, key, verdict, reason, evaluation, created, "
+                "told, judge) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (outcome.commit, key, outcome.verdict.value, outcome.reason,
+                 ev.model_dump_json(), time.time(), int(told), judge))
         self.touch_run()
 
-    def _record(self, key: str, outcome: Outcome, ev: Evaluation, told: bool) -> None:
-        self.con.execute(
-            "INSERT INTO outcomes (commit_sha, key, verdict, reason, evaluation, created, told) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (outcome.commit, key, outcome.verdict.value, outcome.reason, ev.model_dump_json(),
-             time.time(), int(told)))
-
-    def verdict_history(self) -> dict[str, list[tuple[Verdict, str]]]:
-        """Every recorded (verdict, evaluation status) per measurement key, oldest first
-        (the Bayesian strategy runs a commit more than once)."""
+    def verdict_history(self, judge: str | None = None) -> dict[str, list[tuple[Verdict, str]]]:
+        """Every recorded (verdict, evaluation status) per measurement key, oldest first (the
+        Bayesian strategy runs a commit more than once); ``judge``: that judge's only (a key
+        holds every symptom's measurement, a verdict is one search's: a rest check's "good"
+        at the bad end, the culprit's level, is not a cap's)."""
         out: dict[str, list[tuple[Verdict, str]]] = {}
         with self._lock:
             rows = self.con.execute(
-                "SELECT key, verdict, evaluation FROM outcomes ORDER BY seq").fetchall()
+                "SELECT key, verdict, evaluation FROM outcomes WHERE ? IS NULL OR judge IN "
+                "('', ?) ORDER BY seq", (judge, judge)).fetchall()
         for n, (key, verdict, ev) in enumerate(rows, 1):
             try:
                 out.setdefault(key, []).append((Verdict(verdict),

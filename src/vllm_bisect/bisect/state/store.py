@@ -21,6 +21,9 @@ class MeasurementStore:
         self.journal = journal
         self.cache = cache
         self.session = journal.evaluations()
+        # who judges what this store journals: the symptom ("/rest": a rest check's search,
+        # bisect/driver.py); a replay of verdicts reads its own judge's only
+        self.judge = spec.verdict.symptom.value
 
     def key(self, commit: str) -> str:
         return self.spec.measurement_key(commit)
@@ -45,7 +48,7 @@ class MeasurementStore:
         judged commit of the result (else kept for what follows only: a rest check's)."""
         key = self.key(outcome.commit)
         if not cached or key not in self.session:
-            self.journal.record(key, outcome, ev, told)
+            self.journal.record(key, outcome, ev, told, self.judge)
             self.session[key] = ev
 
     def unmeasured(self, commits: list[str]) -> list[str]:
