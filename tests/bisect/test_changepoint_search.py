@@ -175,3 +175,16 @@ def test_a_slow_request_on_a_server_does_not_flip_a_commit(tmp_path: Path) -> No
     finally:
         journal.close()
     assert r.first_bad == rng.commits[at].sha
+
+
+def test_a_server_stops_its_requests_once_its_commit_is_sure(tmp_path: Path) -> None:
+    # no server-level spread: the two-stage optimum asks for many requests a server (up to
+    # max_samples), but on a 3x step three requests settle a commit's side; the rest cost
+    # wall time and told nothing (docs/benchmarks.md, session 24: -29% requests, 1.3x row)
+    multi, rng, _ = run(spec(), 200, ((137, 3.0),), tmp_path, 2, cv=0.05, server_cv=0.0)
+    r = multi.result
+    assert r.first_bad == rng.commits[137].sha
+    inside = [o.measurement for o in r.probed
+              if o.commit not in (rng.good.sha, rng.bad.sha) and o.measurement is not None]
+    assert inside and max(len(m.requests) for m in inside) <= 4, \
+        [len(m.requests) for m in inside]

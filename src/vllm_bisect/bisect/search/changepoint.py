@@ -42,13 +42,15 @@ from vllm_bisect.verdict.changepoint import (
     posterior,
     requests_for_step,
     requests_per_server,
+    summarise,
 )
-from vllm_bisect.verdict.changepoint_next import choose, lone_end_in_doubt
+from vllm_bisect.verdict.changepoint_next import choose, doubt, lone_end_in_doubt
 from vllm_bisect.verdict.changepoint_rate import RATE_SYMPTOMS, rate_posterior
 
 logger = logging.getLogger(__name__)
 REST_EXPLAINED, REST_BISECT = 0.2, 0.5   # a rest check's lines (changepoint_prior.REST_PRIOR)
 DRIFT_POINTS = 6      # commits inside the range measured before a drift can be the answer
+SURE = 1e-3           # a server inside the range stops its requests once its side is this sure
 GIVE_UP = 2           # a commit whose servers failed this many times is skipped
 
 
@@ -186,10 +188,12 @@ class ChangePointSearch:
         return sum(s.index == i for s in self.servers)
 
     # -- measuring -----------------------------------------------------------------------
-    def _more(self, requests: int, adaptive: bool = False) -> MoreSamples | None:
+    def _more(self, requests: int, adaptive: bool = False,
+              at: int | None = None) -> MoreSamples | None:
         """How many more requests a server runs: up to ``requests``; ``adaptive`` (an end's
         first server, before any model): as many as its own spread needs
-        (``requests_for_step``)."""
+        (``requests_for_step``); ``at``: a commit inside the range, whose server stops early
+        once the model with its requests so far is sure of the commit's side."""
         if not self.prior.per_request:
             return None
         symptom, prior, most = self.symptom, self.prior, self.v.max_samples
@@ -198,8 +202,18 @@ class ChangePointSearch:
             xs = samples_of(m, symptom)
             want = (requests_for_step(xs, prior.min_step, requests, most) if adaptive
                     else requests)
+            if at is not None and self.least <= len(xs) < want and self._sure(at, xs):
+                return 0
             return max(0, want - len(xs))
         return more
+
+    def _sure(self, at: int, samples: list[float]) -> bool:
+        """Would the model, with this server's requests so far, doubt commit ``at``'s side
+        less than ``SURE`` (more requests there would not change where the search goes)?"""
+        s = summarise(at, samples)
+        if s is None or self.rate:
+            return False
+        return doubt(posterior(self.n, [*self.servers, s], self.prior), at) <= SURE
 
     def _measure(self, i: int, requests: int, adaptive: bool = False) -> None:
         t = self.t
@@ -207,7 +221,8 @@ class ChangePointSearch:
         role = self.roles.get(info.sha, Role.BISECT)
         # the first server of a commit may come from the result cache; later ones are fresh
         first = self.servers_at(i) == 0 and self.failures[i] == 0
-        self.policy.more = self._more(requests, adaptive)
+        self.policy.more = self._more(requests, adaptive,
+                                      at=i if 0 <= i < self.n - 1 else None)
         phase = (Phase.REST if self.rest else Phase.ENDPOINTS if role is not Role.BISECT
                  else Phase.SEARCH)
         with t.measurer.during(phase):
