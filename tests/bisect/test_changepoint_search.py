@@ -53,17 +53,29 @@ def run(sp: BisectSpec, n: int, steps: tuple[tuple[int, float], ...], tmp: Path,
         journal.close()
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_clean_step_costs_about_plain_bisect_and_states_p(tmp_path: Path, seed: int) -> None:
-    multi, rng, cluster = run(spec(), 200, ((137, 1.5),), tmp_path, seed)
-    r = multi.result
-    assert r.first_bad == rng.commits[137].sha
-    assert r.model is not None and r.model.p >= 0.99 and r.confidence == r.model.p
-    assert r.model.effect_lo < 1.5 < r.model.effect_hi
-    # no confirmation and no verification: the model's P is the evidence
-    assert set(r.starts_by_phase) <= {Phase.ENDPOINTS.value, Phase.SEARCH.value, Phase.REST.value}
-    assert r.server_starts == cluster.starts == sum(r.starts_by_phase.values())
-    assert cluster.starts <= 8 + 6        # plain: ceil(log2 200) = 8
+def test_a_clean_step_costs_about_plain_bisect_and_states_p(tmp_path: Path) -> None:
+    """Five seeds of a clean 1.5x step over 200 commits: each names the culprit with P >= 0.99
+    and counts every start by phase, the step's interval holds 1.5 (4 of 5 at least); their
+    median costs plain + 2 at most (the issue's goal, bench_cost.py's rows), none runs away.
+    (A per-seed bound of plain + 6 held on seeds 1-3 until servers stopped their requests once
+    sure: seed 2's rest check then took 12 servers, 21 in all; bench_cost's 95th percentile
+    went +10 / +5 / +7 -> +8 / +5 / +7, docs/benchmarks.md.)"""
+    starts, covered = [], 0
+    for seed in (1, 2, 3, 4, 5):
+        multi, rng, cluster = run(spec(), 200, ((137, 1.5),), tmp_path / str(seed), seed)
+        r = multi.result
+        assert r.first_bad == rng.commits[137].sha
+        assert r.model is not None and r.model.p >= 0.99 and r.confidence == r.model.p
+        covered += r.model.effect_lo < 1.5 < r.model.effect_hi
+        # no confirmation and no verification: the model's P is the evidence
+        assert set(r.starts_by_phase) <= {Phase.ENDPOINTS.value, Phase.SEARCH.value,
+                                          Phase.REST.value}
+        assert r.server_starts == cluster.starts == sum(r.starts_by_phase.values())
+        starts.append(cluster.starts)
+    plain = 8                                   # ceil(log2 200)
+    assert sorted(starts)[2] <= plain + 2, starts
+    assert max(starts) <= 3 * plain, starts
+    assert covered >= 4    # a ~95% interval of the step: two misses in five, 2% by chance
 
 
 def test_two_steps_are_both_named(tmp_path: Path) -> None:
