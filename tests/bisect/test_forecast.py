@@ -112,6 +112,16 @@ def test_hours_and_what_more_gpus_save() -> None:
     assert Forecast(1, 1.0, 1.0, 1.0).hours() is None  # no times measured: counts only
 
 
+def test_a_build_the_clock_cannot_tell_from_zero_reads_under_a_millisecond() -> None:
+    """The build's time is the endpoints' wall less their start and requests: a cached build
+    leaves a residue at or below zero (clipped to 0.0), which read "0 s a build" (issue 50
+    item 8; it failed tests/report/test_wording.py under load)."""
+    f = Forecast(5, 5.0, 5.0, 15.0, elapsed_s=2.0, build_s=0.0, start_s=0.4, request_s=0.0003)
+    line = f.line(32)
+    assert "under 1 ms a build, 0.4 s a server start, under 1 ms a request" in line, line
+    assert "0 s a" not in line
+
+
 def test_a_cap_that_may_be_flaky_is_forecast_as_a_threshold_search_with_a_bayes_tail() -> None:
     # 512 commits: 9 search steps + 2 re-checks when deterministic (2 of 3 after the bad
     # endpoint's first run showed the cap); a flaky one found out at the re-checks costs a

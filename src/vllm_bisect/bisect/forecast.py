@@ -91,9 +91,9 @@ class Forecast:
         span = self.hours_range()
         if span is not None and duration_h(span[0]) != duration_h(span[1]):
             more = f"90% range {duration_h(span[0])}..{duration_h(span[1])}; {more}"
-        return (f"{base}: about {duration_h(h)} in all at {seconds(self.build_s or 0)} a "
-                f"build, {seconds(self.start_s or 0)} a server start, "
-                f"{seconds(self.request_s or 0)} a request ({more})")
+        return (f"{base}: about {duration_h(h)} in all at {_each(self.build_s)} a "
+                f"build, {_each(self.start_s)} a server start, "
+                f"{_each(self.request_s)} a request ({more})")
 
     def as_dict(self) -> dict[str, float | None]:
         h = self.hours()
@@ -209,3 +209,10 @@ def predict(n: int, strategy: str, *, requests: float = 3, rechecks: int = 0,
     # the final pair: two decisions at the bound, going on from their steps' servers
     extra_s, extra_r = 2 * max(0.0, c_servers - servers), 2 * max(0.0, c_reqs - reqs)
     return Forecast(steps, float(steps), steps * servers + extra_s, steps * reqs + extra_r)
+
+
+def _each(s: float | None) -> str:
+    """One build's, start's or request's time as the line reads it: a time under a
+    millisecond (a build the cache answered, or a residue the clock cannot tell from zero:
+    the endpoints' wall less their start and requests) reads "under 1 ms", never "0 s"."""
+    return "under 1 ms" if s is None or s < 0.0005 else seconds(s)
