@@ -122,19 +122,16 @@ class Driver:
         self.forecaster.tester = self.core.tester
         self.forecaster.strategy = self.core.choice.strategy.value
         self.forecaster.may_switch = recheck.applies(spec, self.core.choice)
-        self._rest = False
 
     @property
     def rest(self) -> bool:
         """A rest check's search (bisect/multi.py sets it): its verdicts (a commit at the
         culprit's level is "good") are journaled as the rest check's, not the symptom's."""
-        return self._rest
+        return self.core.store.rest
 
     @rest.setter
     def rest(self, on: bool) -> None:
-        self._rest = on
-        symptom = self.spec.verdict.symptom.value
-        self.core.store.judge = f"{symptom}/rest" if on else symptom
+        self.core.store.rest = on
 
     @property
     def tester(self) -> Tester:

@@ -210,8 +210,10 @@ class ChangePointSearch:
     def _sure(self, at: int, samples: list[float]) -> bool:
         """Would the model, with this server's requests so far, doubt commit ``at``'s side
         less than ``SURE`` (more requests there would not change where the search goes)?"""
+        if self.rate:
+            return False
         s = summarise(at, samples)
-        if s is None or self.rate:
+        if s is None:
             return False
         return doubt(posterior(self.n, [*self.servers, s], self.prior), at) <= SURE
 

@@ -21,9 +21,14 @@ class MeasurementStore:
         self.journal = journal
         self.cache = cache
         self.session = journal.evaluations()
-        # who judges what this store journals: the symptom ("/rest": a rest check's search,
-        # bisect/driver.py); a replay of verdicts reads its own judge's only
-        self.judge = spec.verdict.symptom.value
+        self.rest = False   # journaling a rest check's search (bisect/driver.py sets it)
+
+    @property
+    def judge(self) -> str:
+        """Who judges what this store journals: the symptom, "<symptom>/rest" for a rest
+        check's search; a replay of verdicts reads its own judge's only."""
+        symptom = self.spec.verdict.symptom.value
+        return f"{symptom}/rest" if self.rest else symptom
 
     def key(self, commit: str) -> str:
         return self.spec.measurement_key(commit)
