@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.conftest import restore_sigint
 from tests.helpers import history, make_spec, write_spec
 from vllm_bisect.gitrepo import DEFAULT_TIMEOUT_S, timeout_s
 
@@ -60,7 +61,8 @@ def test_a_git_command_interrupted_by_ctrl_c_exits_at_once(tmp_path: Path) -> No
     env = {**os.environ, "VLLM_BISECT_GIT_TIMEOUT_S": "3000"}
     p = subprocess.Popen([sys.executable, "-c", CHILD, str(h.path), str(tmp_path / "wt")],
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                         stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                         preexec_fn=restore_sigint)   # pytest may run with SIGINT ignored
     try:
         for _ in range(2400):  # a bounded wait for git to be inside its hook
             if mark.exists() or p.poll() is not None:
