@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-from types import FrameType
 
 from vllm_bisect.cli.app import app
 from vllm_bisect.cli.bot_cmds import bot_try
@@ -16,21 +14,14 @@ from vllm_bisect.cli.spec_cmds import sim_history, spec_cmd
 from vllm_bisect.cli.study_cmds import isolate_cmd
 from vllm_bisect.cli.sweep_cmds import sweep_cmd
 from vllm_bisect.cli.watch_cmds import watch
+from vllm_bisect.interrupt import install
 
 __all__ = ["app", "bot_try", "explain_cmd", "hook", "isolate_cmd", "main", "run", "sim_history",
            "spec_cmd",
            "sweep_cmd", "version", "watch"]
 
 
-def _sigterm(_sig: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def main() -> None:
-    signal.signal(signal.SIGTERM, _sigterm)
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        # started with SIGINT ignored (`cmd &` from a script, some CI runners): Ctrl-C must
-        # still stop the run and tear its servers down
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    install()   # Ctrl-C and SIGTERM raise KeyboardInterrupt, and are never lost
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     app()

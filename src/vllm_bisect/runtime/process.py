@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from vllm_bisect import net
+from vllm_bisect import interrupt, net
 from vllm_bisect.errors import Cancelled, PortTaken, ServeError
 from vllm_bisect.runtime.base import ServerHandle
 from vllm_bisect.runtime.childenv import child_env
@@ -253,9 +253,10 @@ def run_server(plan: LaunchPlan, *, url: str, model: str, log_path: Path, timeou
     env.setdefault("PYTHONUNBUFFERED", "1")
     with startup_lock(startup_lock_path(env) if serialize_startup else None, cancel):
         proc = _launch(plan, env, log_path)
-        if on_start is not None:
-            on_start(proc.pid)
         try:
+            if on_start is not None:
+                on_start(proc.pid)
+            interrupt.check()   # a Ctrl-C that landed in the fork's hooks was swallowed
             startup = wait_healthy(url, proc.poll, timeout_s, log_path, cancel=cancel,
                                    port_check=_port_check(url, proc.pid))
         except BaseException:

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
+from vllm_bisect import interrupt
 from vllm_bisect.bisect.measurement.executor import Done, Executor
 from vllm_bisect.bisect.policies.base import MoreSamples
 from vllm_bisect.bisect.state import unrecorded
@@ -89,6 +90,7 @@ class Measurer:
 
     def _start(self, task: int, commit: str, more: MoreSamples | None, left: int,
                account: bool, phase: Phase) -> None:
+        interrupt.check()   # a Ctrl-C swallowed since the last server (vllm_bisect.interrupt)
         kept = unrecorded.take(self.store.journal, self.store.key(commit), more)
         if kept is not None:  # its server (counted by its own call) was measured to the end
             logger.info("%s: taking the server measured before this session was cut off "
