@@ -125,7 +125,8 @@ MAX_FUNCTION_LINES = 60
 SHORT_FUNCTIONS_IN = ("bisect", "verdict")
 # packages from the bottom layer up: a module may import its own layer and the ones below
 LAYERS: list[set[str]] = [
-    {"", "errors", "models", "symptoms", "spec", "envinfo", "net", "text", "gitrepo"},
+    {"", "errors", "models", "symptoms", "spec", "envinfo", "net", "text", "gitrepo",
+     "interrupt"},
     {"runtime", "verdict"},
     {"builders", "probes"},
     {"bisect"},
