@@ -19,7 +19,7 @@ import signal
 import threading
 from types import FrameType
 
-__all__ = ["check", "install", "received"]
+__all__ = ["check", "install"]
 
 _received = threading.Event()
 
@@ -35,10 +35,6 @@ def install() -> None:
     Ctrl-C must still stop a run and tear its servers down."""
     signal.signal(signal.SIGTERM, _handler)
     signal.signal(signal.SIGINT, _handler)
-
-
-def received() -> bool:
-    return _received.is_set()
 
 
 def check() -> None:
