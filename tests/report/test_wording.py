@@ -66,7 +66,7 @@ ONE_PLURAL = re.compile(
     r"(?<![\w/.,+~-])1 (?:more )?(?:commits|requests|servers|server starts|steps|runs|samples|"
     r"files|hunks|calls|rounds|packages|builds|points|GPUs|variables|workers|versions|"
     r"seconds)\b")
-MISREAD = (ONE_PLURAL, re.compile(r"\w\(s\)"), re.compile(r"\b0 s a\b"))
+MISREAD = (ONE_PLURAL, re.compile(r"\w\(s\)"), re.compile(r"(?<![\w.])0 s a\b"))
 
 
 def misread(text: str) -> list[str]:
@@ -82,6 +82,8 @@ def test_misread_phrases_are_caught() -> None:
     assert misread("over 1\n   runs; 0 s a server start") == ["1 runs", "0 s a"]
     assert not misread(
         "(1/1 requests short), 11 commits, 0.4 s a server start, 2 servers")
+    # a build of 1.0 s is no "0 s a" (a full run under load printed it)
+    assert not misread("about 21 s in all at 1.0 s a build, 0.3 s a server start")
 
 
 def test_a_demo_and_a_two_level_run_read_as_written(tmp_path: Path) -> None:
