@@ -17,11 +17,14 @@ from tests.bisect.test_run_session import spawned
 from tests.helpers import history, make_spec, write_spec
 
 HOOK = """
-import os, signal
+import os, signal, threading
 _trigger = os.environ.get("VLLM_BISECT_TEST_SIGINT_IN_FORK")
 _fired = []
 
 def _after_fork_in_parent():
+    # the main thread's fork only: a handler runs in the main thread, here inside the hook
+    if threading.current_thread() is not threading.main_thread():
+        return
     if _trigger and not _fired and os.path.exists(_trigger):
         _fired.append(True)
         os.kill(os.getpid(), signal.SIGINT)
@@ -56,6 +59,6 @@ def test_a_ctrl_c_that_lands_in_a_fork_hook_still_stops_the_run(tmp_path: Path) 
     assert "Exception ignored" in text and "KeyboardInterrupt" in text, text[-3000:]  # lost
     assert rc == 130, text[-3000:]   # and still obeyed: before, the run went on, exit 0
     assert "interrupted; nothing recorded is lost" in " ".join(text.split())
-    r = subprocess.run(cmd[:3] + ["run", "--session", str(session), "--cache-dir", str(cache)],
+    r = subprocess.run([*cmd[:3], "run", "--session", str(session), "--cache-dir", str(cache)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and f"first bad commit: {h.planted['length']}" in r.stdout + r.stderr
