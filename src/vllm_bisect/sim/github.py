@@ -21,6 +21,10 @@ class Comment:
     issue: int
     body: str
     edits: list[str] = field(default_factory=list)
+    posted: str = ""   # the body as first posted (``body`` is the latest edit's)
+
+    def __post_init__(self) -> None:
+        self.posted = self.posted or self.body
 
 
 class GitHubStandIn:
