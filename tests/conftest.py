@@ -45,6 +45,16 @@ SLOW_FIRST = ("tests/test_readme.py", "tests/bisect/test_hook_parity.py",
               "tests/probes/test_served.py", "tests/verdict/test_symptoms.py")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep that order: pytest-xdist (3.x) otherwise hands out the files by their number of
+    tests, most first (``--loadscope-reorder``, its default), which put the one-minute tests'
+    files mid-run and the exclusive_cpu files before them: each of those then waited for
+    every running test to end (measured with 8 workers: two windows of ~60 s with one
+    worker busy and the others held at the gate)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from tests.cpu_share import MARKER
 
