@@ -5,7 +5,13 @@ from __future__ import annotations
 import math
 import random
 
-from vllm_bisect.verdict.stats import Interval, bootstrap_change, server_change, server_spread
+from vllm_bisect.verdict.stats import (
+    Interval,
+    bootstrap_change,
+    bootstrap_interval,
+    server_change,
+    server_spread,
+)
 
 
 def test_ci_covers_the_true_change_and_excludes_zero() -> None:
@@ -92,3 +98,54 @@ def test_a_two_level_interval_rests_on_the_servers() -> None:
     assert naive is not None and naive.ci_low is not None and naive.ci_high is not None
     assert naive.ci_high - naive.ci_low < (e.ci_high - e.ci_low) / 3
     assert server_change(parent, culprit, "ITL", None) is None
+
+
+def test_the_bootstrap_interval_is_scipys_without_loading_scipy_stats() -> None:
+    """bootstrap_interval draws what scipy.stats.bootstrap draws and computes its BCa and
+    percentile intervals: the same numbers on random samples, ties, degenerate ones (NaN
+    where scipy's are); the t quantile of server_change is scipy.stats.t's."""
+    import warnings
+
+    import numpy as np
+    from scipy.special import stdtrit
+    from scipy.stats import bootstrap, t
+
+    def ratio(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        den = np.mean(x, axis=axis)
+        return np.mean(y, axis=axis) / np.where(den == 0, np.nan, den) - 1.0
+
+    rnd = random.Random(5)
+    cases = [([1.0, 1, 1, 1, 1.0001], [5.0] * 5), ([0.0, 0, 0, 0, 1], [1.0, 2, 3, 4, 5]),
+             ([1.0, 2, 3, 4, 5], [2.0] * 5)]
+    for k in range(40):
+        b = [rnd.lognormvariate(0, 0.3) for _ in range(rnd.randint(5, 30))]
+        a = [rnd.lognormvariate(0.2, 0.5) for _ in range(rnd.randint(5, 30))]
+        cases.append(([round(x, 1) for x in b], a) if k % 5 == 0 else (b, a))
+    for seed, (b, a) in enumerate(cases):
+        for method in ("BCa", "percentile"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ref = bootstrap((b, a), ratio, n_resamples=2000, vectorized=True, method=method,
+                                rng=np.random.default_rng(seed)).confidence_interval
+            mine = bootstrap_interval(b, a, 2000, seed, bca=method == "BCa")
+            assert np.allclose(mine, (ref.low, ref.high), rtol=1e-12, atol=1e-12,
+                               equal_nan=True), (seed, method, mine, ref)
+    for df in (1, 3, 12, 200):
+        assert math.isclose(float(stdtrit(df, 0.975)), float(t.ppf(0.975, df)), rel_tol=1e-12)
+
+
+def test_a_reports_statistics_leave_scipy_stats_unloaded() -> None:
+    """Every `vllm-bisect run` writes a report with these intervals; scipy.stats took 0.4-0.9
+    s of CPU to load in each (the suite starts ~150 such runs)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, random; from vllm_bisect.verdict.stats import *\n"
+            "r = random.Random(1); xs = [[r.gauss(10, 1) for _ in range(8)] for _ in range(4)]\n"
+            "assert bootstrap_change(xs[0], xs[1], 'ITL').ci_low is not None\n"
+            "assert server_change(xs[:2], xs[2:], 'ITL', server_spread([xs[:2], xs[2:]]))\n"
+            "from vllm_bisect.verdict.changepoint_rate import _rate_summary\n"
+            "_rate_summary(3, 1, 0.2)\n"
+            "print('scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out

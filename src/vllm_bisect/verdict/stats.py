@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import warnings
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -161,7 +160,7 @@ def server_change(before: list[list[float]], after: list[list[float]], metric: s
     if (spread is None or not b_groups or not a_groups
             or any(x <= 0 for g in (*b_groups, *a_groups) for x in g)):
         return None
-    from scipy.stats import t as student_t
+    from scipy.special import stdtrit  # (the t quantile: scipy.stats costs 0.4-0.9 s to load)
 
     def side(groups: list[list[float]]) -> tuple[float, float]:
         means = [statistics.fmean(math.log(x) for x in g) for g in groups]
@@ -172,7 +171,7 @@ def server_change(before: list[list[float]], after: list[list[float]], metric: s
     # the server level's degrees of freedom when it counts, else the requests'
     df = spread.df_between if spread.tau2 > 0 and spread.df_between else (
         spread.df_within or spread.df_between)
-    half = float(student_t.ppf(0.975, df)) * math.sqrt(vb + va)
+    half = float(stdtrit(df, 0.975)) * math.sqrt(vb + va)
     diff = ma - mb
     return Effect(metric, math.exp(mb), math.exp(ma), math.exp(diff) - 1.0,
                   math.exp(diff - half) - 1.0, math.exp(diff + half) - 1.0,
@@ -184,20 +183,60 @@ def _ci(before: list[float], after: list[float], change: float, resamples: int,
         seed: int) -> tuple[float, float]:
     if len(set(before)) == 1 and len(set(after)) == 1:
         return change, change  # no spread: every resample gives the same change
-    import numpy as np
-    from scipy.stats import bootstrap
-
-    def ratio(x: Any, y: Any, axis: int = -1) -> Any:
-        den = np.mean(x, axis=axis)
-        return np.mean(y, axis=axis) / np.where(den == 0, np.nan, den) - 1.0
-
-    for method in ("BCa", "percentile"):  # BCa is undefined when a jackknife degenerates
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            res = bootstrap((before, after), ratio, n_resamples=resamples, vectorized=True,
-                            method=method, confidence_level=0.95,
-                            rng=np.random.default_rng(seed))
-        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    for bca in (True, False):  # BCa is undefined when a jackknife degenerates
+        lo, hi = bootstrap_interval(before, after, resamples, seed, bca)
         if math.isfinite(lo) and math.isfinite(hi):
             return lo, hi
     return change, change
+
+
+def _ratio(x: Any, y: Any) -> Any:
+    """mean(y) / mean(x) - 1 along the last axis (NaN where mean(x) is 0)."""
+    import numpy as np
+
+    den = np.mean(x, axis=-1)
+    return np.mean(y, axis=-1) / np.where(den == 0, np.nan, den) - 1.0
+
+
+def bootstrap_interval(before: list[float], after: list[float], resamples: int, seed: int,
+                       bca: bool = True, level: float = 0.95) -> tuple[float, float]:
+    """The ``level`` bootstrap interval of mean(after) / mean(before) - 1, the two samples
+    resampled independently: BCa (bias-corrected and accelerated, Efron & Tibshirani 14.3,
+    15.4) or percentile. The same numbers as ``scipy.stats.bootstrap((before, after), ...,
+    method="BCa" | "percentile", rng=np.random.default_rng(seed))`` (the same draws, in the
+    same order; tests/verdict/test_stats.py holds them side by side) without importing
+    scipy.stats, which cost every run that writes a report 0.4-0.9 s of CPU. NaN where BCa
+    is undefined (a degenerate jackknife, or every resample on one side of the estimate)."""
+    import numpy as np
+
+    x, y = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    rng = np.random.default_rng(seed)
+    xb = x[rng.integers(0, len(x), (resamples, len(x)), dtype=np.int64)]
+    yb = y[rng.integers(0, len(y), (resamples, len(y)), dtype=np.int64)]
+    theta_b = _ratio(xb, yb)
+    alpha = (1.0 - level) / 2
+    q = (alpha, 1.0 - alpha)
+    if bca:
+        theta = float(_ratio(x, y))
+        below = int(np.count_nonzero(theta_b < theta) + np.count_nonzero(theta_b <= theta))
+        share = below / (2 * resamples)
+        num = den = 0.0
+        for j, sample in enumerate((x, y)):   # the acceleration: a jackknife per sample
+            n = len(sample)
+            leave = sample[np.arange(n)[None, :].repeat(n, 0)[~np.eye(n, dtype=bool)]
+                           .reshape(n, n - 1)]
+            th = _ratio(leave, y) if j == 0 else _ratio(x, leave)
+            u = (n - 1) * (th.mean() - th)
+            num += float((u ** 3).sum()) / n ** 3
+            den += float((u ** 2).sum()) / n ** 2
+        if not 0.0 < share < 1.0 or not den > 0 or not math.isfinite(num):
+            return math.nan, math.nan
+        a = num / 6 / den ** 1.5
+        normal = statistics.NormalDist()
+        z0, za = normal.inv_cdf(share), normal.inv_cdf(alpha)
+        lo_q, hi_q = (normal.cdf(z0 + (z0 + z) / (1 - a * (z0 + z))) for z in (za, -za))
+        q = (lo_q, hi_q)
+    if np.isnan(theta_b).any():
+        return math.nan, math.nan
+    lo, hi = np.quantile(theta_b, q)
+    return float(lo), float(hi)
