@@ -234,7 +234,10 @@ def bootstrap_interval(before: list[float], after: list[float], resamples: int, 
         a = num / 6 / den ** 1.5
         normal = statistics.NormalDist()
         z0, za = normal.inv_cdf(share), normal.inv_cdf(alpha)
-        lo_q, hi_q = (normal.cdf(z0 + (z0 + z) / (1 - a * (z0 + z))) for z in (za, -za))
+        try:
+            lo_q, hi_q = (normal.cdf(z0 + (z0 + z) / (1 - a * (z0 + z))) for z in (za, -za))
+        except ZeroDivisionError:   # (scipy's numpy arithmetic gives an infinity there)
+            return math.nan, math.nan
         q = (lo_q, hi_q)
     if np.isnan(theta_b).any():
         return math.nan, math.nan
