@@ -214,6 +214,8 @@ def bootstrap_interval(before: list[float], after: list[float], resamples: int, 
     xb = x[rng.integers(0, len(x), (resamples, len(x)), dtype=np.int64)]
     yb = y[rng.integers(0, len(y), (resamples, len(y)), dtype=np.int64)]
     theta_b = _ratio(xb, yb)
+    if np.isnan(theta_b).any():   # a resample whose before-mean is 0: no interval either way
+        return math.nan, math.nan
     alpha = (1.0 - level) / 2
     q = (alpha, 1.0 - alpha)
     if bca:
@@ -239,7 +241,5 @@ def bootstrap_interval(before: list[float], after: list[float], resamples: int, 
         except ZeroDivisionError:   # (scipy's numpy arithmetic gives an infinity there)
             return math.nan, math.nan
         q = (lo_q, hi_q)
-    if np.isnan(theta_b).any():
-        return math.nan, math.nan
     lo, hi = np.quantile(theta_b, q)
     return float(lo), float(hi)
