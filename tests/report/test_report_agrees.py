@@ -89,3 +89,42 @@ def test_a_length_report_leads_with_the_length_and_drops_itl_noise(tmp_path: Pat
     s2 = write_session(tmp_path / "s2", probed, 6, 8, LENGTH_SPEC, verification=v2)
     effects2 = re.findall(r"Effect at the first bad commit vs its parent: (.*)", report(s2))
     assert [e.split(" ")[0] for e in effects2] == ["output", "ITL"], effects2
+
+
+def test_a_row_shows_the_final_verdict_and_that_it_moved(tmp_path: Path) -> None:
+    # under the model of the range a commit's verdict is the model's view at each server: #5
+    # was printed bad at its first server (3.9 ms, near the middle) and good once its second
+    # and #6's servers came; the culprit is #6, so #5's row is good and says it moved (seen on
+    # the README's history in session 28: 714badae80e0 bad, then good)
+    from vllm_bisect.report.result import BisectReport, RangeModelDoc
+
+    probed = [judged(0, "good", [160, 160], [3.30, 3.38]),
+              judged(5, "bad", [160, 160], [3.9, 3.95], reason="P(bad side) 0.62"),
+              judged(6, "bad", [160, 160], [4.99, 5.03]),
+              judged(5, "good", [160, 160], [3.31, 3.36], reason="P(good side) 0.999"),
+              judged(8, "bad", [160, 160], [5.2, 5.3])]
+    model = RangeModelDoc(p=0.995, none=0.001, drift=0.002, effect=1.5, effect_lo=1.4,
+                          effect_hi=1.6, servers=5)
+    s = write_session(tmp_path / "s", probed, 6, 8, ITL_SPEC, model=model,
+                      strategy_chosen="changepoint", strategy_reason="auto")
+    rows = {p.index: p for p in BisectReport.read(s / "result.json").judged()}
+    assert [rows[i].verdict.value for i in (0, 5, 6, 8)] == ["good", "good", "bad", "bad"]
+    assert rows[5].first_verdict is not None and rows[5].first_verdict.value == "bad"
+    assert rows[5].reason.startswith("P(bad side) 0.62; good in the end: the model of the range")
+    assert rows[5].measurement and rows[5].measurement.itl_ms == 3.95   # its first server's
+    assert all(rows[i].first_verdict is None for i in (0, 6, 8))
+    md = report(s)
+    row5 = next(ln for ln in md.splitlines() if ln.startswith("| 5 |"))
+    assert row5.endswith("| good (first judged bad) |"), row5
+    assert "(first judged" not in md.replace(row5, "")
+    assert "good (first judged bad)" in report(s, "html")
+    # result.json keeps each judgement as it was made: the derived field is never written
+    assert "first_verdict" not in (s / "result.json").read_text()
+    # without the model, a commit's last judgement that is not a skip is its verdict
+    plain = [judged(0, "good", [160, 160], [3.3, 3.3]), judged(5, "bad", [160, 160], [3.9, 3.9]),
+             judged(5, "skip", [160, 160], [3.3, 3.3]), judged(5, "good", [160, 160], [3.3, 3.3]),
+             judged(6, "bad", [160, 160], [5.0, 5.0]), judged(8, "bad", [160, 160], [5.2, 5.2])]
+    s2 = write_session(tmp_path / "s2", plain, 6, 8, ITL_SPEC)
+    row = next(p for p in BisectReport.read(s2 / "result.json").judged() if p.index == 5)
+    assert (row.verdict.value, row.moved()) == ("good", " (first judged bad)")
+    assert row.reason.endswith("good in the end: judged good again later")

@@ -72,7 +72,8 @@ def markdown(r: SessionReport) -> str:
     if v.flaky:
         lines.append(f"\n**Flaky:** {v.flaky}")
     rows = [(row.index, f"`{row.sha[:12]}`", row.subject, *row.cells,
-             row.verdict + (" **(first bad)**" if row.is_culprit else "")) for row in v.rows]
+             row.verdict + row.note + (" **(first bad)**" if row.is_culprit else ""))
+            for row in v.rows]
     lines += ["", v.summary, "", *_table(COMMIT_COLUMNS, rows)]
     if v.symptoms:
         s = v.symptoms

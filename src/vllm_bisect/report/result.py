@@ -74,6 +74,15 @@ class JudgedCommit(_Doc):
     log: str | None = None    # a skip's build or server log (the cause is in it)
     cause: str | None = None  # a skip's cause: the error line of that log's tail
     servers: int | None = None  # a two-level verdict's servers (None: one, or not kept)
+    # a row of BisectReport.judged() whose final verdict is not its first: the first one
+    # (derived, never written: result.json keeps each judgement as it was made)
+    first_verdict: Verdict | None = Field(default=None, exclude=True)
+
+    def moved(self, labels: dict[str, str] | None = None) -> str:
+        """" (first judged bad)" where the row's final verdict is not its first (``labels``:
+        a fix search's words for good and bad), else ""."""
+        v = self.first_verdict
+        return f" (first judged {(labels or {}).get(v.value, v.value)})" if v else ""
 
 
 class RangeModelDoc(RangeModel):
@@ -315,11 +324,37 @@ class BisectReport(_Doc):
         return out
 
     def judged(self) -> list[JudgedCommit]:
-        """One row per judged commit (its first judgement), in range order."""
-        seen: dict[str, JudgedCommit] = {}
+        """One row per judged commit, in range order: its first judgement's measurement with
+        its final verdict (:meth:`_final`); where that differs from the first, the row's
+        reason says so."""
+        seen: dict[str, list[JudgedCommit]] = {}
         for p in self.probed:
-            seen.setdefault(p.commit, p)
-        return sorted(seen.values(), key=lambda p: (p.index is None, p.index or 0))
+            seen.setdefault(p.commit, []).append(p)
+        rows = []
+        for ps in seen.values():
+            final, why = self._final(ps)
+            first = ps[0]
+            rows.append(first if final is first.verdict else first.model_copy(update={
+                "verdict": final, "first_verdict": first.verdict,
+                "reason": f"{first.reason}; {final.value} in the end: {why}"}))
+        return sorted(rows, key=lambda p: (p.index is None, p.index or 0))
+
+    def _final(self, ps: list[JudgedCommit]) -> tuple[Verdict, str]:
+        """A commit's verdict once the bisect was over. Under the model of the range
+        (``model``) a commit's side is where the named culprit puts it: the model judged it
+        again at every later server, at this commit or another. Otherwise its last judgement
+        that is not a skip (a commit judged again, such as by the verification)."""
+        decided = [p.verdict for p in ps if p.verdict is not Verdict.SKIP]
+        if not decided:
+            return ps[0].verdict, ""
+        cut = next((p.index for p in self.probed if p.commit == self.first_bad), None)
+        at = ps[0].index
+        if self.model is not None and cut is not None and at is not None:
+            before = at < cut
+            return (Verdict.GOOD if before else Verdict.BAD,
+                    f"the model of the range, from every server, puts it "
+                    f"{'before' if before else 'at or after'} the {self.first_new_label}")
+        return decided[-1], f"judged {decided[-1].value} again later"
 
     def culprit(self) -> JudgedCommit | None:
         return next((p for p in self.judged() if p.commit == self.first_bad), None)

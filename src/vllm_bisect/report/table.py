@@ -36,5 +36,5 @@ def result_table(result: BisectReport) -> Table:
                       fmt(m.tokens_per_chunk if m else None),
                       fmt(m.acceptance_length if m else None),
                       f"[{STYLE[p.verdict]}]{labels.get(p.verdict.value, p.verdict.value)}[/]"
-                      f"{mark}")
+                      f"{p.moved(labels)}{mark}")
     return table

@@ -103,6 +103,7 @@ class CommitRow:
     cells: tuple[str, ...]   # output tokens .. acceptance
     verdict: str
     is_culprit: bool
+    note: str = ""           # " (first judged bad)": the final verdict is not the first
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,8 @@ def view(r: SessionReport) -> ReportView:
     judged = res.judged()
     rows = [CommitRow(str(p.index if p.index is not None else "?"), p.commit,
                       p.subject or "", _cells(p.measurement), p.verdict.value,
-                      p.commit == res.first_bad) for p in judged]
+                      p.commit == res.first_bad, p.moved())
+            for p in judged]
     culprit = res.culprit()
     fix = res.search == "fix"
     return ReportView(
