@@ -61,10 +61,11 @@ def test_the_wording_helpers() -> None:
 
 
 # a count of 1 before a plural noun ("1 commits", "1 more requests"; not a fraction "1/1
-# requests"), a "(s)" plural, and "0 s a" for a time under a second (issue 50 item 8)
+# requests", nor the last term of a sum or a comparison, "3 + 1 servers", "2 vs 1 servers"), a
+# "(s)" plural, and "0 s a" for a time under a second (issue 50 item 8)
 ONE_PLURAL = re.compile(
-    r"(?<![\w/.,+~-])1 (?:more )?(?:commits|requests|servers|server starts|steps|runs|samples|"
-    r"files|hunks|calls|rounds|packages|builds|points|GPUs|variables|workers|versions|"
+    r"(?<![\w/.,+~-])(?<!\+ )(?<!vs )1 (?:more )?(?:commits|requests|servers|server starts|"
+    r"steps|runs|samples|files|hunks|calls|rounds|packages|builds|points|GPUs|variables|workers|versions|"
     r"seconds)\b")
 MISREAD = (ONE_PLURAL, re.compile(r"\w\(s\)"), re.compile(r"(?<![\w.])0 s a\b"))
 
@@ -82,6 +83,9 @@ def test_misread_phrases_are_caught() -> None:
     assert misread("over 1\n   runs; 0 s a server start") == ["1 runs", "0 s a"]
     assert not misread(
         "(1/1 requests short), 11 commits, 0.4 s a server start, 2 servers")
+    # a two-level calibration of 3 + 1 servers (a loaded run printed it; the sum reads right)
+    assert not misread("server-level CV ~2.1%, 3 + 1 servers; 4 vs 1 servers")
+    assert misread("on 3 + 1 servers, then 1 servers") == ["1 servers"]
     # a build of 1.0 s is no "0 s a" (a full run under load printed it)
     assert not misread("about 21 s in all at 1.0 s a build, 0.3 s a server start")
 
