@@ -330,24 +330,25 @@ class BisectReport(_Doc):
         seen: dict[str, list[JudgedCommit]] = {}
         for p in self.probed:
             seen.setdefault(p.commit, []).append(p)
+        cut = seen[self.first_bad][0].index if self.first_bad in seen else None
         rows = []
         for ps in seen.values():
-            final, why = self._final(ps)
+            final, why = self._final(ps, cut)
             first = ps[0]
             rows.append(first if final is first.verdict else first.model_copy(update={
                 "verdict": final, "first_verdict": first.verdict,
                 "reason": f"{first.reason}; {final.value} in the end: {why}"}))
         return sorted(rows, key=lambda p: (p.index is None, p.index or 0))
 
-    def _final(self, ps: list[JudgedCommit]) -> tuple[Verdict, str]:
-        """A commit's verdict once the bisect was over. Under the model of the range
-        (``model``) a commit's side is where the named culprit puts it: the model judged it
-        again at every later server, at this commit or another. Otherwise its last judgement
-        that is not a skip (a commit judged again, such as by the verification)."""
+    def _final(self, ps: list[JudgedCommit], cut: int | None) -> tuple[Verdict, str]:
+        """A commit's verdict once the bisect was over (``cut``: the named culprit's index).
+        Under the model of the range (``model``) a commit's side is where the culprit puts
+        it: the model judged it again at every later server, at this commit or another.
+        Otherwise its last judgement that is not a skip (a commit judged again, such as by the
+        verification)."""
         decided = [p.verdict for p in ps if p.verdict is not Verdict.SKIP]
         if not decided:
             return ps[0].verdict, ""
-        cut = next((p.index for p in self.probed if p.commit == self.first_bad), None)
         at = ps[0].index
         if self.model is not None and cut is not None and at is not None:
             before = at < cut
