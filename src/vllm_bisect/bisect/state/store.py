@@ -4,11 +4,20 @@ Both are keyed by ``BisectSpec.measurement_key(commit)``. ``get`` finds a measur
 session or an earlier one already has; ``put`` caches a fresh one; ``record`` journals a
 judged one (once per session and key, unless it is a fresh run of a commit measured before);
 ``unmeasured`` says which commits would need a server (what is worth prefetching).
+Measurements are the GPU's as much as the commit's: a session whose servers ran on other GPUs
+than this machine's is refused, and the cache's from other GPUs are not reused
+(:mod:`~vllm_bisect.bisect.state.device`).
 """
 
 from __future__ import annotations
 
 from vllm_bisect.bisect.policies.base import MoreSamples
+from vllm_bisect.bisect.state.device import (
+    check_session,
+    compared,
+    same_device,
+    this_machine,
+)
 from vllm_bisect.bisect.state.journal import ResultCache, SessionJournal
 from vllm_bisect.models import Evaluation, Outcome
 from vllm_bisect.spec import BisectSpec
@@ -20,6 +29,8 @@ class MeasurementStore:
         self.spec = spec
         self.journal = journal
         self.cache = cache
+        self.here = this_machine() if compared(spec) else None   # this machine's GPUs
+        check_session(journal.evaluation_history(), self.here, journal.dir)
         self.session = journal.evaluations()
         self.rest = False   # journaling a rest check's search (bisect/driver.py sets it)
 
@@ -39,6 +50,8 @@ class MeasurementStore:
         key = self.key(commit)
         for source in (self.session, self.cache):
             found = source.get(key) if source is not None else None
+            if found is not None and source is self.cache and not same_device(found, self.here):
+                continue   # measured on other GPUs: measured again here
             if found is not None and not (more and found.measurement and more(found.measurement)):
                 return found
         return None
