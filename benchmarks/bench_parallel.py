@@ -14,7 +14,10 @@ n 50..1000 commits, skip rate 0..20%. Deterministic verdicts (the length symptom
 default; --noisy uses the sequential strategy on ITL with effect 1.3x and CV 10%
 (``--strategy``: another written one, e.g. changepoint, the model of the range, or twolevel,
 or "default": auto, with the spec's ``parallel.workers`` = k as a real run writes it;
-``--set KEY=VALUE``: a verdict key over it).
+``--set KEY=VALUE``: a verdict key over it). ``--costs A,S,R``: the cost model's artifact,
+server start and request minutes instead (e.g. ``1.5,1,0.043``: an H100's ~60 s start and
+~2.6 s request of 256 tokens at 10 ms); each server then reports its start's seconds, from
+which a search that measures its costs (the model of the range) prices a start in requests.
 """
 
 from __future__ import annotations
@@ -33,11 +36,13 @@ from bench_cost import parse_value
 from vllm_bisect.bisect.driver import Driver
 from vllm_bisect.bisect.search.multisection import ideal_rounds
 from vllm_bisect.bisect.state.journal import SessionJournal
+from vllm_bisect.sim import virtual
 from vllm_bisect.sim.virtual import Scenario, VirtualCluster, commit_range, scenario
 from vllm_bisect.spec import BisectSpec, parse_spec
 
 STRATEGY = "sequential"   # --noisy: a written strategy, or "default" (none written: auto)
 EXTRA: dict[str, object] = {}   # --set: verdict keys over the spec
+START_S: list[float] = []       # --costs: the seconds to healthy each server reports
 
 
 def spec(noisy: bool, workers: int = 1) -> BisectSpec:
@@ -62,7 +67,8 @@ class Run:
 def bisect(s: Scenario, workers: int, seed: int, tmp: Path) -> Run:
     rng = commit_range(s.n)
     sp = spec(s.symptom == "itl", workers)
-    cluster = VirtualCluster(s, rng, workers, random.Random(seed), first_batch=sp.probe.requests)
+    cluster = VirtualCluster(s, rng, workers, random.Random(seed), first_batch=sp.probe.requests,
+                             start_s=START_S[0] if START_S else None)
     with tempfile.TemporaryDirectory(dir=tmp) as d:
         journal = SessionJournal(Path(d))
         try:
@@ -142,6 +148,8 @@ def main() -> None:
     ap.add_argument("--server-cv", type=float, default=0.0,
                     help="--noisy: server-level CV (with acceptance noise when > 0)")
     ap.add_argument("--workers", default="1,2,4,8")
+    ap.add_argument("--costs", default="",
+                    help="the cost model's artifact,start,request minutes (default 5,3,1)")
     ap.add_argument("--max-skip", type=float, default=0.2, help="skip rates drawn from 0..this")
     ap.add_argument("--real", type=int, metavar="N", default=0,
                     help="instead: bisect an N-commit history on the real simulator")
@@ -155,10 +163,16 @@ def main() -> None:
     if a.real:
         real(a.real, a.repeats, a.noisy)
         return
+    if a.costs:
+        virtual.ARTIFACT, virtual.START, virtual.SAMPLE = (float(x) for x in a.costs.split(","))
+        START_S.append(virtual.START * 60)
     logging.disable(logging.WARNING)  # the Driver's per-scenario warnings: hundreds
     kind = (f"{a.strategy} ITL, 1.3x, CV 10%, server CV {a.server_cv:.0%}" if a.noisy
             else "deterministic (length)") + "".join(f", {k} = {v}" for k, v in EXTRA.items())
-    print(f"{a.trials} scenarios, n 50..1000, skip rate 0..{a.max_skip:.0%}, verdicts: {kind}\n")
+    costs = (f"artifact {virtual.ARTIFACT:g} min, start {virtual.START:g} min, request "
+             f"{virtual.SAMPLE:g} min")
+    print(f"{a.trials} scenarios, n 50..1000, skip rate 0..{a.max_skip:.0%}, verdicts: {kind}; "
+          f"{costs}\n")
     print("| workers | exact | mean wall (h) | wall speed-up vs k=1 | ideal log2(k+1) | "
           "of ideal | mean rounds | rounds speed-up | rounds <= ceil(log_{k+1} n)+1 | "
           "server starts |")
