@@ -18,7 +18,6 @@ from vllm_bisect.bisect.policies import (
     ChangePointPolicy,
     SequentialPolicy,
     ThresholdPolicy,
-    TwoLevelPolicy,
     make_policy,
     resolve_strategy,
 )
@@ -140,8 +139,8 @@ def test_policy_by_strategy_str_or_enum() -> None:
     auto = spec.model_copy(update={"verdict": spec.verdict.model_copy(
         update={"strategy": Strategy.AUTO})})
     assert type(make_policy(auto)) is ChangePointPolicy  # auto resolves: itl -> the model
-    # (k workers: the two-level test's multisection)
-    assert type(make_policy(auto, resolve_strategy(auto, workers=2).strategy)) is TwoLevelPolicy
+    # (k workers: the same model, k measurements a round)
+    assert type(make_policy(auto, resolve_strategy(auto, workers=2).strategy)) is ChangePointPolicy
     model = spec.model_copy(update={"verdict": spec.verdict.model_copy(
         update={"strategy": "changepoint"})})
     assert type(make_policy(model)) is ChangePointPolicy

@@ -50,25 +50,28 @@ def test_default_spec_is_auto_and_its_requests_follow_the_strategy_that_runs() -
     assert s.verdict.strategy == "auto" and s.probe.requests == 3
     cp = parse_spec({**URL, "verdict": {"symptom": "itl", "strategy": "changepoint"}})
     assert cp.probe.requests == 3
-    # the two-level test (written, or auto with k workers) starts with one request
+    # the two-level test (written) starts with one request; auto with k workers runs the
+    # model (k a round): three, as on one worker
     two = parse_spec({**URL, "verdict": {"symptom": "itl", "strategy": "twolevel"}})
     assert two.probe.requests == 1
     k = parse_spec({**URL, "parallel": {"workers": 3}, "verdict": {"symptom": "ttft"}})
-    assert k.probe.requests == 1
+    assert k.probe.requests == 3
+    k2 = parse_spec({**URL, "parallel": {"workers": 3},
+                     "verdict": {"symptom": "ttft", "strategy": "twolevel"}})
+    assert k2.probe.requests == 1
     kept = parse_spec({**URL, "probe": {"requests": 4}, "verdict": {"symptom": "itl"}})
     assert kept.probe.requests == 4
     assert parse_spec({**URL, "verdict": {"symptom": "length"}}).probe.requests == 3
     # stable through a dump and a re-parse (the measurement key)
     assert two.with_overrides(verdict={"alpha": 0.02}).probe.requests == 1
-    assert k.with_overrides(verdict={"alpha": 0.02}).probe.requests == 1
+    assert k2.with_overrides(verdict={"alpha": 0.02}).probe.requests == 1
 
 
 @pytest.mark.parametrize("symptom", ["itl", "ttft", "throughput", "mtp-speedup"])
 def test_auto_runs_the_model_of_the_range_where_it_can_and_says_why_not_elsewhere(
         symptom: str) -> None:
-    """`run` with one worker and the hook: the model of the range; k workers: the two-level
-    test's multisection; the studies, each commit judged alone: the two-level test. Each
-    reason names what runs."""
+    """`run` on one worker or k, and the hook: the model of the range; the studies, each
+    commit judged alone: the two-level test. Each reason names what runs."""
     from vllm_bisect.bisect.policies import resolve
 
     spec = parse_spec({**URL, "probe": {"load": {"concurrency": 2}, "mtp_speedup": {}},
@@ -79,9 +82,8 @@ def test_auto_runs_the_model_of_the_range_where_it_can_and_says_why_not_elsewher
     assert one.strategy is Strategy.CHANGEPOINT and one.models_range
     assert "one model of the range" in one.reason and one.reason.startswith("auto:")
     k = resolve(spec, workers=4)
-    assert k.strategy is Strategy.TWOLEVEL and k.needs_calibration
-    assert k.reason.startswith("auto with 4 workers:")
-    assert "two-level sequential test" in k.reason and "runs k workers when written" in k.reason
+    assert k.strategy is Strategy.CHANGEPOINT and k.models_range
+    assert k.reason.startswith(one.reason) and "with 4 workers it picks 4 measurements" in k.reason
     alone = resolve(spec, per_commit=True)
     assert alone.strategy is Strategy.TWOLEVEL and "judged alone" in alone.reason
     assert "the studies" in alone.reason

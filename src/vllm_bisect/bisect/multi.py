@@ -293,8 +293,7 @@ def run_symptoms(spec: BisectSpec, rng: CommitRange, make: MakeDriver,
     does not reproduce is a note when another one did (else the error stands). Each symptom's
     verdict plan is settled here, once (:func:`~vllm_bisect.bisect.policies.resolve`), and
     passed to every driver of it (``make``). ``spec_path``: the session's spec file, for the
-    commands the notes give; ``workers``: the executor's (under auto, k > 1 runs the two-level
-    test's multisection: ``PARALLEL_STRATEGY``)."""
+    commands the notes give; ``workers``: the executor's (the plan's reason names them)."""
     plans = {s: resolve(spec.for_symptom(s), workers=workers) for s in spec.symptom_list()}
     loop = _Loop(spec, rng, make, events, plans, spec_path)
     refused: list[tuple[Symptom, NotReproduced]] = []

@@ -21,7 +21,7 @@ from pydantic import Field, create_model
 from vllm_bisect.spec.build import _Model
 from vllm_bisect.symptoms import SCREENED, Noise, Symptom
 
-__all__ = ["AUTO_BY_NOISE", "AUTO_STRATEGY", "JUDGES", "NO_FIX_SEARCH", "PARALLEL_STRATEGY",
+__all__ = ["AUTO_BY_NOISE", "AUTO_STRATEGY", "JUDGES", "NO_FIX_SEARCH",
            "PER_COMMIT_STRATEGY", "PER_REQUEST", "Strategy", "Symptom", "VerdictSpec",
            "output_token_floor", "runs_with", "symptom_fields", "symptoms_text"]
 
@@ -42,7 +42,7 @@ class Strategy(StrEnum):
 # the strategy "auto" runs for a symptom of each noise (verdict/auto.py: why): deterministic
 # -> one run per commit tells; flaky -> shows in some runs only; continuous -> noisy at two
 # levels, the server and the request -> one model of the range from every server (issue 48;
-# where it cannot run, PER_COMMIT_STRATEGY and PARALLEL_STRATEGY say what runs instead)
+# where it cannot run, PER_COMMIT_STRATEGY says what runs instead)
 AUTO_BY_NOISE: Mapping[Noise, Strategy] = {
     Noise.DETERMINISTIC: Strategy.THRESHOLD,
     Noise.FLAKY: Strategy.BAYES,
@@ -65,11 +65,6 @@ JUDGES: Mapping[Strategy, tuple[Symptom, ...]] = {
 # chooses its own; `git bisect run` (git chooses the commits) is answered from the model
 # rebuilt from the hook's journal (bisect/search/changepoint_hook.py)
 PER_COMMIT_STRATEGY: Mapping[Strategy, Strategy] = {Strategy.CHANGEPOINT: Strategy.TWOLEVEL}
-# what auto runs with k > 1 workers: the two-level test's multisection. The model runs k
-# workers when written (bisect/search/changepoint_parallel.py), but at its requests a
-# server its simulated wall is above the multisection's (docs/benchmarks.md, issue 48 on k
-# workers): auto moves once that is settled
-PARALLEL_STRATEGY: Mapping[Strategy, Strategy] = {Strategy.CHANGEPOINT: Strategy.TWOLEVEL}
 # strategies that do not search for fixes (range.search = "fix"; auto runs threshold instead)
 NO_FIX_SEARCH = frozenset({Strategy.BAYES})
 # symptoms where more requests on one server add samples (else one sample per server); a
@@ -94,12 +89,13 @@ def tokens_conflict(min_output_tokens: int | None, max_tokens: int | None,
 
 
 def runs_with(strategy: str, symptom: Symptom, workers: int = 1) -> Strategy:
-    """The strategy that judges ``symptom`` when ``strategy`` is written (auto resolved;
-    ``workers``: the search's, more than one runs ``PARALLEL_STRATEGY``)."""
+    """The strategy that judges ``symptom`` when ``strategy`` is written (auto resolved; the
+    same on any number of ``workers``: the model of the range picks k measurements a round,
+    bisect/search/changepoint_parallel.py)."""
     if strategy != Strategy.AUTO:
         return Strategy(strategy)
-    chosen = AUTO_STRATEGY[symptom]
-    return PARALLEL_STRATEGY.get(chosen, chosen) if workers > 1 else chosen
+    del workers
+    return AUTO_STRATEGY[symptom]
 
 
 def symptoms_text(symptoms: tuple[Symptom, ...]) -> str:

@@ -12,11 +12,9 @@ this package, reads it. Here: why (by the symptom's noise, or its declaration's 
   the request) -> ``changepoint``: one model of the range, a posterior over the first bad
   commit from every server measured (endpoints included), which chooses the next server and
   stops when one commit holds ``verdict.confidence`` (issue 48); ``vllm-bisect run`` and
-  the hook run it. Elsewhere the two-level sequential test (``twolevel``): with
-  ``parallel.workers`` > 1 (the multisection; the model's k workers cost more simulated
-  wall at its requests a server: ``PARALLEL_STRATEGY``), and where each commit is judged
-  alone (``PER_COMMIT_STRATEGY``): the studies; ``bisect/policies``' ``resolve_strategy``
-  applies both. Both
+  the hook run it, on one worker or k (k measurements a round from the one posterior).
+  Where each commit is judged alone (``PER_COMMIT_STRATEGY``: the studies) the two-level
+  sequential test (``twolevel``); ``bisect/policies``' ``resolve_strategy`` applies it. Both
   take ``itl_factor`` / ``throughput_factor`` as the smallest change that matters
   (``1 + min_effect`` when none is written);
 - ``any`` (length or ITL against written thresholds) -> ``threshold``.

@@ -29,8 +29,8 @@ from vllm_bisect.bisect.policies.threshold import ThresholdPolicy, crashed, unme
 from vllm_bisect.bisect.policies.twolevel import TwoLevelPolicy
 from vllm_bisect.errors import SpecError
 from vllm_bisect.spec import BisectSpec, SearchKind
-from vllm_bisect.spec.verdict import NO_FIX_SEARCH, PARALLEL_STRATEGY, PER_COMMIT_STRATEGY
-from vllm_bisect.verdict.auto import Choice, Strategy, choose_strategy, noisy_why
+from vllm_bisect.spec.verdict import NO_FIX_SEARCH, PER_COMMIT_STRATEGY
+from vllm_bisect.verdict.auto import Choice, Strategy, choose_strategy
 
 logger = logging.getLogger(__name__)
 
@@ -109,8 +109,8 @@ def resolve_strategy(spec: BisectSpec, per_commit: bool = False, workers: int = 
     """The strategy that runs (``auto`` chosen from the symptom) and why; a fix search does
     not run bayes (it searches for regressions only): threshold instead. Where auto's model
     of the range (which chooses its own commits) does not run, the two-level test instead:
-    each commit judged alone (``per_commit``: the studies; ``PER_COMMIT_STRATEGY``), or k > 1
-    ``workers`` (``PARALLEL_STRATEGY``: the multisection measures k commits a round)."""
+    each commit judged alone (``per_commit``: the studies; ``PER_COMMIT_STRATEGY``). With k > 1
+    ``workers`` the model picks k measurements a round (``workers`` is kept for the reason)."""
     choice = choose_strategy(spec.verdict)
     auto = spec.verdict.strategy == "auto"
     if auto and per_commit and choice.strategy in PER_COMMIT_STRATEGY:
@@ -118,12 +118,9 @@ def resolve_strategy(spec: BisectSpec, per_commit: bool = False, workers: int = 
         choice = Choice(alone, f"auto where each commit is judged alone (the studies): "
                         f"{alone.value}, the per-commit test; `vllm-bisect run` "
                         f"runs {choice.strategy.value}, one model of the range")
-    elif auto and workers > 1 and choice.strategy in PARALLEL_STRATEGY:
-        k = PARALLEL_STRATEGY[choice.strategy]
-        choice = Choice(k, f"auto with {workers} workers: {noisy_why(spec.verdict, k)} (its "
-                        f"multisection tests {workers} commits a round; {choice.strategy.value}, "
-                        "one model of the range, runs k workers when written, at more "
-                        "simulated wall)")
+    elif auto and workers > 1 and choice.strategy is Strategy.CHANGEPOINT:
+        choice = Choice(choice.strategy, f"{choice.reason}; with {workers} workers it picks "
+                        f"{workers} measurements a round from the one posterior")
     if spec.range.search is SearchKind.FIX and choice.strategy in NO_FIX_SEARCH:
         choice = Choice(Strategy.THRESHOLD, "auto: a fix search runs the threshold strategy "
                         "for this symptom (bayes does not search for fixes)")
