@@ -58,7 +58,8 @@ def test_a_session_resumed_on_other_gpus_is_refused_and_the_cache_keeps_them_apa
     assert moved.returncode == 2, moved.stderr[-3000:]
     text = " ".join(moved.stderr.split())
     assert f"on 1x {H100}, and this machine has 1x {H200}" in text, text
-    assert f"resume it on a machine with 1x {H100}" in text, text
+    assert f"resume it on a machine with 1x {H100}, or measure afresh here: another --session, " \
+        f"or move {cut} aside" in text, text
     assert "Traceback" not in moved.stderr
     assert spawned(cut) == servers   # refused before any server
 

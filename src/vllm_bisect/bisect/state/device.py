@@ -78,5 +78,6 @@ def check_session(history: Iterable[tuple[str, Evaluation]], here: Device | None
         f"session {session} measured {n} server{'s' if n != 1 else ''} on {describe(was)}, "
         f"and this machine has {describe(here)}: levels from two kinds of GPU are not one "
         "range's, and the change of GPU would read as a regression",
-        hint=f"resume it on a machine with {describe(was)}, or start a new session here "
-             "(another --session): measurements from other GPUs are not taken from the cache")
+        hint=f"resume it on a machine with {describe(was)}, or measure afresh here: another "
+             f"--session, or move {session} aside (measurements from other GPUs are not taken "
+             "from the cache)")
