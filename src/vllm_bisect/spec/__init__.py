@@ -190,9 +190,9 @@ class BisectSpec(_Model):
     def _derived_defaults(cls, data: Any) -> Any:
         """Defaults that follow from other keys, set in the input before validation (a new
         value, never a validated model changed in place): ``verdict.symptom`` is the first of
-        ``verdict.symptoms`` (issue 28), and an itl / ttft spec judged two-level (written, or
-        auto with ``parallel.workers`` > 1) starts with one request (the test asks for more
-        when they help) unless ``probe.requests`` is given."""
+        ``verdict.symptoms`` (issue 28), and an itl / ttft spec judged two-level (written)
+        starts with one request (the test asks for more when they help) unless
+        ``probe.requests`` is given."""
         if not isinstance(data, dict):
             return data
         verdict, probe = data.get("verdict"), data.get("probe")
@@ -206,11 +206,9 @@ class BisectSpec(_Model):
         given = (probe.model_fields_set if isinstance(probe, BaseModel)
                  else probe if isinstance(probe, dict) else {})
         written = _key(verdict, "strategy", Strategy.AUTO)
-        workers = _key(data.get("parallel"), "workers", 1)
-        workers = workers if isinstance(workers, int) else 1
         if (isinstance(written, str) and written in set(Strategy) and "requests" not in given
                 and any(isinstance(s, str) and s in PER_REQUEST
-                        and runs_with(written, Symptom(s), workers) is Strategy.TWOLEVEL
+                        and runs_with(written, Symptom(s)) is Strategy.TWOLEVEL
                         for s in judged)):
             data = {**data, "probe": _with_key(probe, "requests", 1)}
         return data

@@ -88,13 +88,12 @@ def tokens_conflict(min_output_tokens: int | None, max_tokens: int | None,
             "lower it, or raise probe.max_tokens")
 
 
-def runs_with(strategy: str, symptom: Symptom, workers: int = 1) -> Strategy:
+def runs_with(strategy: str, symptom: Symptom) -> Strategy:
     """The strategy that judges ``symptom`` when ``strategy`` is written (auto resolved; the
-    same on any number of ``workers``: the model of the range picks k measurements a round,
+    same on any number of workers: the model of the range picks k measurements a round,
     bisect/search/changepoint_parallel.py)."""
     if strategy != Strategy.AUTO:
         return Strategy(strategy)
-    del workers
     return AUTO_STRATEGY[symptom]
 
 
