@@ -237,26 +237,15 @@ class SessionJournal:
 
     def evaluation_history(self) -> list[tuple[str, Evaluation]]:
         """Every recorded (measurement key, evaluation), oldest first: one per server the
-        model of the range measured (a resumed session rebuilds it from these)."""
+        model of the range measured (a resumed session rebuilds it from these; ``dict()`` of
+        it: the latest per key). A row that cannot be read is a :class:`SessionError` (never
+        a crash, never skipped: a learning policy replays every verdict)."""
         with self._lock:
             rows = self.con.execute("SELECT key, evaluation FROM outcomes ORDER BY seq").fetchall()
         out = []
         for n, (k, e) in enumerate(rows, 1):
             try:
                 out.append((str(k), Evaluation.model_validate_json(e)))
-            except (ValidationError, ValueError) as err:
-                raise self._damaged(n, err) from None
-        return out
-
-    def evaluations(self) -> dict[str, Evaluation]:
-        """The latest evaluation per measurement key recorded in this session. A row that
-        cannot be read is a :class:`SessionError` (never a crash, never skipped: a learning
-        policy replays every verdict)."""
-        rows = self.con.execute("SELECT key, evaluation FROM outcomes ORDER BY seq").fetchall()
-        out: dict[str, Evaluation] = {}
-        for n, (k, e) in enumerate(rows, 1):
-            try:
-                out[k] = Evaluation.model_validate_json(e)
             except (ValidationError, ValueError) as err:
                 raise self._damaged(n, err) from None
         return out

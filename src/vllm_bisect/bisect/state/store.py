@@ -30,8 +30,9 @@ class MeasurementStore:
         self.journal = journal
         self.cache = cache
         self.here = this_machine() if compared(spec) else None   # this machine's GPUs
-        check_session(journal.evaluation_history(), self.here, journal.dir)
-        self.session = journal.evaluations()
+        history = journal.evaluation_history()
+        check_session(history, self.here, journal.dir)
+        self.session = dict(history)   # the latest evaluation per key
         self.rest = False   # journaling a rest check's search (bisect/driver.py sets it)
 
     @property
