@@ -18,8 +18,8 @@ from vllm_bisect.sim.history import sim_path
 
 def test_default_spec_finds_a_slowdown_under_server_level_noise(tmp_path: Path) -> None:
     # per-request noise 5%, server level 5% per start; the culprit makes steps 2x slower.
-    # The two-level test written (auto: the model of the range under run; twolevel with k
-    # workers, under the hook and in the studies). 8 ms steps and 96 tokens (~0.25 s a
+    # The two-level test written (auto: the model of the range under run, on one worker or k,
+    # and under the hook; twolevel in the studies). 8 ms steps and 96 tokens (~0.25 s a
     # request): at 4 ms and 48 tokens (~60 ms) a loaded machine's scheduling delays were a
     # large part of a request, and in a full run the culprit went undecided (session 29)
     h = history(tmp_path, n_commits=6, slow_at=4, slow_factor=2.0, step_ms=8.0, noise_cv=0.05,
